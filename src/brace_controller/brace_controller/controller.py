@@ -1,0 +1,197 @@
+"""The BRACE controller core: one `decide` per trigger, one `record_call` per finished call.
+
+Order of checks for a well-formed trigger of agent a at step t:
+
+  1. a call for a is still in flight             -> suppressed (in_flight)
+  2. failure-aware override (failures >= k)      -> admitted (failure_override), gates bypassed
+  3. Eq. 1 on a's counters (cooldown, commit)    -> suppressed (cooldown | commit)
+  4. defer guard (a deferred N times in a row)   -> admitted (defer_guard), skips 5 and 6
+  5. Eq. 1 on the team counters                  -> suppressed (team_cooldown | team_commit)
+  6. adaptive budget: even B_min misses SLO      -> suppressed (slo_infeasible) for periodic/drift
+  7. otherwise                                   -> admitted (gate_open)
+
+Admitted triggers get (m_t, B_t, SLO_t) from the BudgetPolicy, lowered by the
+LatencyModel when the adaptive budget is on. The defer guard never bypasses an
+agent's own cooldown or commit window, so without overrides the anti-churn
+property of Appendix B holds per agent whatever the team does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+from .config import BudgetProfile, ControllerConfig
+from .gate import AgentCounters, StabilityGate
+from .latency_model import LatencyModel
+from .policy import BudgetPolicy
+from .types import TEAM_AGENT, CallRecord, CallStatus, Decision, Mode, Reason, Trigger, TriggerKind
+
+# Triggers that are never deferred for predicted SLO infeasibility: they signal
+# failure, danger or a blocked team, where a late plan beats no plan.
+_CRITICAL_KINDS = (TriggerKind.FAILURE, TriggerKind.HAZARD, TriggerKind.DEADLOCK, TriggerKind.PREEMPT)
+
+
+@dataclass
+class AgentTally:
+    """Running counts for one agent, for diagnostics and ControllerState."""
+
+    triggers: int = 0
+    admitted: int = 0
+    suppressed: int = 0
+    overrides: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+
+
+class BraceController:
+    """Stability gate + budget policy + adaptive latency model, per agent and for the team."""
+
+    def __init__(self, config: ControllerConfig, profile: BudgetProfile, id_prefix: str = "decision"):
+        config.validate()
+        self.config = config
+        self.profile = profile
+        self.gate = StabilityGate(
+            config.cooldown_steps, config.commit_steps, config.team_cooldown_steps, config.team_commit_steps
+        )
+        self.policy = BudgetPolicy(profile, config)
+        self.latency_model = LatencyModel(
+            config.adaptive_window, config.adaptive_min_samples, config.adaptive_tail_quantile
+        )
+        self.agents: dict[str, AgentCounters] = {}
+        self.team = AgentCounters()
+        self.tally: dict[str, AgentTally] = {}
+        self._plans: dict[str, tuple] = {}
+        self._ids = itertools.count(1)
+        self._id_prefix = id_prefix
+
+    # ------------------------------------------------------------------ queries
+
+    def counters(self, agent_id: str) -> AgentCounters:
+        """The agent's counters, created on first use (the team's for agent 'team')."""
+        if agent_id == TEAM_AGENT:
+            return self.team
+        if agent_id not in self.agents:
+            self.agents[agent_id] = AgentCounters()
+            self.tally[agent_id] = AgentTally()
+        return self.agents[agent_id]
+
+    # ------------------------------------------------------------------ decide
+
+    def decide(self, trigger: Trigger) -> Decision:
+        """Gate one trigger and, if admitted, budget it. Raises ValueError on a malformed trigger."""
+        trigger.validate()
+        agent = self.counters(trigger.agent_id)
+        tally = self.tally.setdefault(trigger.agent_id, AgentTally())
+        step = trigger.step
+        agent.latest_step = max(agent.latest_step, step)
+        self.team.latest_step = max(self.team.latest_step, step)
+        agent.consecutive_failures = trigger.consecutive_failures
+
+        k = self.config.override_after_failures
+        override = k > 0 and trigger.consecutive_failures >= k
+        reason = self._admission_reason(trigger, agent, override)
+
+        budget = None
+        predicted = math.nan
+        if reason.admits:
+            budget = self.policy.budget(trigger, override, trigger.consecutive_failures)
+            token_budget = budget.token_budget
+            if self.config.adaptive_budget and self.latency_model.ready:
+                fitted = self.latency_model.budget_for(
+                    budget.slo_ms * self.config.adaptive_guard_ratio, self.policy.min_token_budget, token_budget
+                )
+                infeasible = fitted is None
+                if infeasible and reason == Reason.GATE_OPEN and self._deferrable(trigger):
+                    reason = Reason.SLO_INFEASIBLE
+                else:
+                    token_budget = self.policy.min_token_budget if infeasible else fitted
+                predicted = self.latency_model.predict_p95(token_budget)
+            budget = type(budget)(budget.mode, token_budget, budget.slo_ms, budget.hard_deadline_ms)
+
+        decision = self._make_decision(trigger, agent, reason, override, budget, predicted)
+        self._apply(decision, agent, tally)
+        return decision
+
+    def _admission_reason(self, trigger: Trigger, agent: AgentCounters, override: bool) -> Reason:
+        if agent.call_in_flight:
+            return Reason.IN_FLIGHT
+        if override:
+            return Reason.OVERRIDE
+        verdict = self.gate.agent_verdict(agent, trigger.step)
+        if not verdict.open:
+            return verdict.reason
+        guard = self.config.max_consecutive_deferrals
+        if guard > 0 and agent.consecutive_deferrals >= guard:
+            return Reason.DEFER_GUARD
+        if trigger.agent_id != TEAM_AGENT:
+            verdict = self.gate.team_verdict(self.team, trigger.step)
+            if not verdict.open:
+                return verdict.reason
+        return Reason.GATE_OPEN
+
+    def _deferrable(self, trigger: Trigger) -> bool:
+        return self.config.defer_when_infeasible and trigger.kind not in _CRITICAL_KINDS
+
+    def _make_decision(self, trigger, agent, reason, override, budget, predicted) -> Decision:
+        admitted = reason.admits
+        return Decision(
+            decision_id=f"{self._id_prefix}/{next(self._ids)}",
+            trigger=trigger,
+            admitted=admitted,
+            reason=reason,
+            mode=budget.mode if admitted else Mode.DEFER_REPLAN,
+            token_budget=budget.token_budget if admitted else 0,
+            slo_ms=budget.slo_ms if admitted else 0.0,
+            hard_deadline_ms=budget.hard_deadline_ms if admitted else 0.0,
+            override=admitted and override,
+            steps_since_call=agent.steps_since_call(trigger.step),
+            steps_since_change=agent.steps_since_change(trigger.step),
+            consecutive_failures=trigger.consecutive_failures,
+            consecutive_deferrals=agent.consecutive_deferrals,
+            predicted_p95_ms=predicted if admitted else math.nan,
+        )
+
+    def _apply(self, decision: Decision, agent: AgentCounters, tally: AgentTally) -> None:
+        tally.triggers += 1
+        tally.by_reason[decision.reason.value] = tally.by_reason.get(decision.reason.value, 0) + 1
+        if not decision.admitted:
+            tally.suppressed += 1
+            agent.consecutive_deferrals += 1
+            return
+        tally.admitted += 1
+        tally.overrides += int(decision.override)
+        step = decision.trigger.step
+        agent.last_call_step = step
+        agent.call_in_flight = True
+        agent.consecutive_deferrals = 0
+        if agent is not self.team:
+            self.team.last_call_step = step
+
+    # ------------------------------------------------------------------ results
+
+    def record_call(self, record: CallRecord) -> None:
+        """Close the agent's in-flight call; a changed plan restarts the commit window.
+
+        The change is dated at the latest step the controller has seen (from
+        any agent), never earlier than the call's own step: the commit window
+        runs from when the new plan could start executing, not from when the
+        call was admitted.
+        """
+        agent = self.counters(record.agent_id)
+        agent.call_in_flight = False
+        if record.status == CallStatus.OK and record.plan_changed:
+            changed_at = max(record.step, self.team.latest_step)
+            agent.last_change_step = changed_at
+            if agent is not self.team:
+                self.team.last_change_step = max(self.team.last_change_step or 0, changed_at)
+
+    def accept_plan(self, agent_id: str, signature: tuple) -> bool:
+        """Remember an agent's newly returned plan; True when it differs from its current one."""
+        changed = self._plans.get(agent_id) != signature
+        self._plans[agent_id] = signature
+        return changed
+
+    def observe_latency(self, tokens_after: int, latency_ms: float) -> None:
+        """Feed one call's (tokens after compression, end-to-end latency) to the latency model."""
+        self.latency_model.observe(tokens_after, latency_ms)

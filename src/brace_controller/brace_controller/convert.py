@@ -1,0 +1,146 @@
+"""The only place that turns brace_msgs messages into core dataclasses and back."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from builtin_interfaces.msg import Time
+
+from brace_msgs.action import Replan
+from brace_msgs.msg import ControllerState, Plan, ReplanCall, ReplanDecision, TriggerEvent
+
+from .gate import AgentCounters
+from .types import CallRecord, CallStatus, Decision, Mode, Trigger, TriggerKind
+
+
+def _never(value):
+    return -1 if value is None else int(value)
+
+
+def time_to_sec(stamp: Time) -> float:
+    """builtin_interfaces/Time as float seconds."""
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+def trigger_from_msg(msg: TriggerEvent) -> Trigger:
+    """TriggerEvent -> Trigger; ValueError naming the field when the message is malformed."""
+    try:
+        kind = TriggerKind(msg.kind)
+    except ValueError:
+        raise ValueError(f"unknown trigger kind {msg.kind}") from None
+    trigger = Trigger(
+        kind=kind,
+        agent_id=msg.agent_id,
+        step=int(msg.step),
+        severity=float(msg.severity),
+        consecutive_failures=int(msg.consecutive_failures),
+        trigger_id=msg.trigger_id,
+        detail=msg.detail,
+        stamp=time_to_sec(msg.header.stamp),
+    )
+    trigger.validate()
+    return trigger
+
+
+def trigger_to_msg(trigger: Trigger, stamp: Time, trigger_id: str = "") -> TriggerEvent:
+    """Trigger -> TriggerEvent stamped `stamp`."""
+    msg = TriggerEvent()
+    msg.header.stamp = stamp
+    msg.trigger_id = trigger_id or trigger.trigger_id
+    msg.agent_id = trigger.agent_id
+    msg.kind = int(trigger.kind)
+    msg.step = int(trigger.step)
+    msg.severity = float(trigger.severity)
+    msg.consecutive_failures = int(trigger.consecutive_failures)
+    msg.detail = trigger.detail
+    return msg
+
+
+def decision_to_msg(decision: Decision, source: TriggerEvent, stamp: Time) -> ReplanDecision:
+    """Decision -> ReplanDecision; `source` is the trigger message the decision answers."""
+    msg = ReplanDecision()
+    msg.header.stamp = stamp
+    msg.decision_id = decision.decision_id
+    msg.trigger = source
+    msg.admitted = decision.admitted
+    msg.reason = decision.reason.value
+    msg.override = decision.override
+    msg.mode = int(decision.mode)
+    msg.token_budget = int(decision.token_budget)
+    msg.slo_ms = float(decision.slo_ms)
+    msg.hard_deadline_ms = float(decision.hard_deadline_ms)
+    msg.steps_since_call = _never(decision.steps_since_call)
+    msg.steps_since_change = _never(decision.steps_since_change)
+    msg.consecutive_failures = int(decision.consecutive_failures)
+    msg.consecutive_deferrals = int(decision.consecutive_deferrals)
+    msg.predicted_p95_ms = float(decision.predicted_p95_ms)
+    return msg
+
+
+def goal_from_decision(decision: Decision, stamp: Time) -> Replan.Goal:
+    """The Replan action goal of an admitted decision."""
+    goal = Replan.Goal()
+    goal.header.stamp = stamp
+    goal.decision_id = decision.decision_id
+    goal.agent_id = decision.trigger.agent_id
+    goal.step = int(decision.trigger.step)
+    goal.mode = int(decision.mode)
+    goal.token_budget = int(decision.token_budget)
+    goal.slo_ms = float(decision.slo_ms)
+    goal.hard_deadline_ms = float(decision.hard_deadline_ms)
+    return goal
+
+
+def call_record_from_msg(msg: ReplanCall, plan_changed: bool) -> CallRecord:
+    """ReplanCall -> CallRecord; `plan_changed` is decided by the controller, not the planner."""
+    try:
+        status = CallStatus(msg.status)
+    except ValueError:
+        raise ValueError(f"unknown call status {msg.status}") from None
+    if not math.isfinite(msg.latency_ms) or msg.latency_ms < 0:
+        raise ValueError(f"latency_ms {msg.latency_ms} is not a finite non-negative number")
+    if not msg.agent_id:
+        raise ValueError("agent_id is empty")
+    return CallRecord(
+        agent_id=msg.agent_id,
+        step=int(msg.step),
+        status=status,
+        plan_changed=plan_changed,
+        latency_ms=float(msg.latency_ms),
+        tokens_after=int(msg.tokens_after),
+        slo_ms=float(msg.slo_ms),
+        decision_id=msg.decision_id,
+        tokens_before=int(msg.tokens_before),
+        mode=Mode(msg.mode) if msg.mode in Mode._value2member_map_ else Mode.FULL_REPLAN,
+        phase_ms={p.phase: float(p.duration_ms) for p in msg.phases},
+    )
+
+
+def plan_signature(plan: Plan) -> tuple[tuple[str, str], ...]:
+    """What makes two plans the same: their actions and canonicalised parameters, in order."""
+    def canonical(text: str) -> str:
+        try:
+            return json.dumps(json.loads(text), sort_keys=True) if text else ""
+        except json.JSONDecodeError:
+            return text
+
+    return tuple((s.action, canonical(s.parameters_json)) for s in plan.steps)
+
+
+def state_to_msg(agent_id: str, counters: AgentCounters, tally, stamp: Time) -> ControllerState:
+    """One agent's counters and tallies as a ControllerState message."""
+    msg = ControllerState()
+    msg.header.stamp = stamp
+    msg.agent_id = agent_id
+    msg.step = int(counters.latest_step)
+    msg.steps_since_call = _never(counters.steps_since_call(counters.latest_step))
+    msg.steps_since_change = _never(counters.steps_since_change(counters.latest_step))
+    msg.consecutive_failures = int(counters.consecutive_failures)
+    msg.consecutive_deferrals = int(counters.consecutive_deferrals)
+    msg.call_in_flight = counters.call_in_flight
+    if tally is not None:
+        msg.triggers, msg.admitted, msg.suppressed, msg.overrides = (
+            tally.triggers, tally.admitted, tally.suppressed, tally.overrides,
+        )
+    return msg

@@ -1,0 +1,77 @@
+"""Budget policy of paper Eq. 2: (m_t, B_t, SLO_t) = f(tau_t, sigma_t).
+
+Mode selection is a first-match rule list, checked top to bottom:
+
+  1. failure-aware override active (k consecutive failures) -> full_replan
+  2. hazard, deadlock or preempt trigger (plan unsafe or blocked) -> full_replan
+  3. failure or drift trigger (repair from the failing step on) -> partial_replan
+  4. periodic trigger with severity < reuse_severity (plan on track) -> reuse_subplan
+  5. any other periodic trigger -> partial_replan
+
+defer_replan is never chosen here: it is the mode of every suppressed trigger.
+B_t and SLO_t come from the budget profile: the mode's (B, SLO) scaled by the
+trigger kind, B clamped to the profile's [min, max]. An override raises both,
+B by override_budget_scale per failure at or past k, bounded by
+override_max_token_budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import BudgetProfile, ControllerConfig, KindScale
+from .types import Mode, Trigger, TriggerKind
+
+_FULL_REPLAN_KINDS = (TriggerKind.HAZARD, TriggerKind.DEADLOCK, TriggerKind.PREEMPT)
+_PARTIAL_REPLAN_KINDS = (TriggerKind.FAILURE, TriggerKind.DRIFT)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The per-call budget of an admitted trigger."""
+
+    mode: Mode
+    token_budget: int
+    slo_ms: float
+    hard_deadline_ms: float
+
+
+def select_mode(trigger: Trigger, override: bool, reuse_severity: float) -> Mode:
+    """First-match mode rule of the module docstring."""
+    if override or trigger.kind in _FULL_REPLAN_KINDS:
+        return Mode.FULL_REPLAN
+    if trigger.kind in _PARTIAL_REPLAN_KINDS:
+        return Mode.PARTIAL_REPLAN
+    if trigger.severity < reuse_severity:
+        return Mode.REUSE_SUBPLAN
+    return Mode.PARTIAL_REPLAN
+
+
+class BudgetPolicy:
+    """Maps an admitted trigger and the failure counter to a mode and its budgets."""
+
+    def __init__(self, profile: BudgetProfile, config: ControllerConfig):
+        self.profile = profile
+        self.config = config
+
+    def budget(self, trigger: Trigger, override: bool, consecutive_failures: int) -> Budget:
+        """(m_t, B_t, SLO_t) and the hard deadline for an admitted trigger."""
+        mode = select_mode(trigger, override, self.config.reuse_severity)
+        base = self.profile.modes[mode]
+        scale = self.profile.kinds.get(trigger.kind, KindScale())
+        tokens = base.token_budget * scale.budget_scale
+        slo_ms = base.slo_ms * scale.slo_scale
+        upper = self.profile.max_token_budget
+        if override:
+            excess = max(0, consecutive_failures - self.config.override_after_failures)
+            tokens *= self.config.override_budget_scale ** (excess + 1)
+            slo_ms *= self.config.override_slo_scale
+            upper = max(upper, self.config.override_max_token_budget)
+            tokens = min(tokens, self.config.override_max_token_budget)
+        token_budget = int(max(self.profile.min_token_budget, min(upper, round(tokens))))
+        return Budget(mode, token_budget, slo_ms, slo_ms * self.profile.hard_deadline_factor)
+
+    @property
+    def min_token_budget(self) -> int:
+        """Smallest budget the profile allows."""
+        return self.profile.min_token_budget

@@ -1,0 +1,126 @@
+"""trigger_monitor node: turns agent states, execution outcomes and verifier verdicts into triggers.
+
+Subscribes  /brace/agent_states (AgentState), /brace/outcomes (ExecutionOutcome),
+            /brace/verdicts (VerifierVerdict)
+Publishes   /brace/triggers (TriggerEvent), /diagnostics
+
+The controller step advances on a timer (`step_source: timer`) or follows the
+steps in AgentState (`step_source: agent_state`: step s is evaluated once the
+first state of a later step arrives, so all of step s's states are in).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+
+from brace_msgs.msg import AgentState, ExecutionOutcome, TriggerEvent, VerifierVerdict
+
+from . import convert, qos
+from .config import ConfigError, MonitorConfig, MonitorNodeConfig
+from .ros_params import declare_config
+from .triggers import AgentObservation, TriggerMonitor
+from .types import Trigger
+
+
+class TriggerMonitorNode(Node):
+    """Thin rclpy shell around TriggerMonitor."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("trigger_monitor", **kwargs)
+        self.config = declare_config(self, MonitorConfig)
+        self.node_config = declare_config(self, MonitorNodeConfig)
+        self.monitor = TriggerMonitor(self.config)
+        self.sequence = 0
+        self.counts = {"malformed_states": 0, "malformed_outcomes": 0, "malformed_verdicts": 0}
+        self.raised: dict[str, int] = {}
+
+        self.trigger_pub = self.create_publisher(TriggerEvent, "/brace/triggers", qos.EVENTS)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.DIAGNOSTICS)
+        self.create_subscription(AgentState, "/brace/agent_states", self.on_state, qos.STATE)
+        self.create_subscription(ExecutionOutcome, "/brace/outcomes", self.on_outcome, qos.EVENTS)
+        self.create_subscription(VerifierVerdict, "/brace/verdicts", self.on_verdict, qos.EVENTS)
+        if self.config.step_source == "timer":
+            self.create_timer(self.config.step_period_s, self.on_tick)
+        self.create_timer(self.node_config.diagnostics_period_s, self.publish_diagnostics)
+
+    def publish(self, triggers: list[Trigger]) -> None:
+        """Publish triggers with unique ids."""
+        stamp = self.get_clock().now().to_msg()
+        for trigger in triggers:
+            self.sequence += 1
+            self.raised[trigger.kind.label] = self.raised.get(trigger.kind.label, 0) + 1
+            self.trigger_pub.publish(convert.trigger_to_msg(trigger, stamp, f"{self.get_name()}/{self.sequence}"))
+
+    def on_tick(self) -> None:
+        """Timer step source: advance one step and evaluate the detectors."""
+        self.publish(self.monitor.on_step(self.monitor.step + 1))
+
+    def on_state(self, msg: AgentState) -> None:
+        """Store an agent's state; in agent_state mode a newer step closes the previous one."""
+        p = msg.position
+        if not msg.agent_id or not all(math.isfinite(v) for v in (p.x, p.y, p.z)):
+            self.counts["malformed_states"] += 1
+            self.get_logger().warning(f"dropped malformed AgentState from '{msg.agent_id}'", throttle_duration_sec=1.0)
+            return
+        if self.config.step_source == "agent_state" and msg.step > self.monitor.step:
+            # States of step monitor.step are complete: evaluate them, then move on.
+            if self.monitor.states:
+                self.publish(self.monitor.on_step(self.monitor.step))
+            self.monitor.step = int(msg.step)
+        self.monitor.on_state(msg.agent_id, AgentObservation((p.x, p.y, p.z), float(msg.tracking_error), msg.has_goal))
+
+    def on_outcome(self, msg: ExecutionOutcome) -> None:
+        """Count an execution outcome; k consecutive failures raise a failure trigger."""
+        if not msg.agent_id:
+            self.counts["malformed_outcomes"] += 1
+            self.get_logger().warning("dropped ExecutionOutcome with empty agent_id", throttle_duration_sec=1.0)
+            return
+        self.publish(self.monitor.on_outcome(msg.agent_id, msg.success, msg.detail))
+
+    def on_verdict(self, msg: VerifierVerdict) -> None:
+        """A confident verifier violation raises a preempt trigger."""
+        if not msg.agent_id or not math.isfinite(msg.confidence):
+            self.counts["malformed_verdicts"] += 1
+            self.get_logger().warning("dropped malformed VerifierVerdict", throttle_duration_sec=1.0)
+            return
+        self.publish(self.monitor.on_verdict(msg.agent_id, msg.violation, msg.confidence, msg.detail))
+
+    def publish_diagnostics(self) -> None:
+        """Raised triggers per kind and malformed inputs on /diagnostics."""
+        problems = [k for k, v in self.counts.items() if v]
+        status = DiagnosticStatus(
+            name=f"{self.get_name()}: trigger detection", hardware_id="brace",
+            level=DiagnosticStatus.WARN if problems else DiagnosticStatus.OK,
+            message=("counted: " + ", ".join(problems)) if problems else "ok",
+        )
+        values = {"step": self.monitor.step, "agents": len(self.monitor.agents()),
+                  **{f"raised.{k}": v for k, v in sorted(self.raised.items())}, **self.counts}
+        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self.diag_pub.publish(array)
+
+
+def main(args=None) -> int:
+    """`ros2 run brace_controller trigger_monitor`."""
+    try:
+        with rclpy.init(args=args):
+            try:
+                node = TriggerMonitorNode()
+            except ConfigError as exc:
+                rclpy.logging.get_logger("trigger_monitor").fatal(f"invalid configuration: {exc}")
+                return 2
+            rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

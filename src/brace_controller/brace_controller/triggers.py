@@ -1,0 +1,228 @@
+"""Trigger detectors: periodic, failure, drift, hazard, deadlock (Eq. 12), preempt.
+
+Each detector is a small stateful object fed with observations and returning
+the Triggers it raises. `TriggerMonitor` composes them behind two entry points:
+`on_outcome` / `on_verdict` for events, and `on_step` for per-step evaluation
+of the latest agent states.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+from .config import MonitorConfig
+from .types import Trigger, TriggerKind
+
+
+@dataclass
+class AgentObservation:
+    """Latest kinematic state of one agent as the monitor sees it."""
+
+    position: tuple[float, float, float]
+    tracking_error: float = math.nan
+    has_goal: bool = False
+
+
+def _clip01(x: float) -> float:
+    return 0.0 if not math.isfinite(x) else max(0.0, min(1.0, x))
+
+
+class PeriodicDetector:
+    """Raises a periodic trigger for every agent once every `interval` steps."""
+
+    def __init__(self, interval: int):
+        self.interval = interval
+
+    def check(self, step: int, agents: Iterable[str]) -> list[Trigger]:
+        """Triggers for `step` (none when interval is 0 or step is not a multiple)."""
+        if self.interval <= 0 or step == 0 or step % self.interval:
+            return []
+        return [Trigger(TriggerKind.PERIODIC, a, step, severity=1.0, detail=f"every {self.interval} steps") for a in agents]
+
+
+class FailureDetector:
+    """Counts consecutive failed outcomes per agent; raises at k and on every failure after."""
+
+    def __init__(self, threshold: int):
+        self.threshold = threshold
+        self.consecutive: dict[str, int] = {}
+
+    def update(self, agent: str, step: int, success: bool, detail: str = "") -> Optional[Trigger]:
+        """Record one outcome; return a failure trigger when the count reaches k."""
+        count = 0 if success else self.consecutive.get(agent, 0) + 1
+        self.consecutive[agent] = count
+        if self.threshold <= 0 or count < self.threshold:
+            return None
+        return Trigger(
+            TriggerKind.FAILURE, agent, step, severity=_clip01(count / (2.0 * self.threshold)),
+            consecutive_failures=count, detail=detail or f"{count} consecutive failures",
+        )
+
+
+class DriftDetector:
+    """Raises a drift trigger after m consecutive steps with tracking error above a threshold."""
+
+    def __init__(self, threshold_m: float, steps: int):
+        self.threshold_m = threshold_m
+        self.steps = steps
+        self.run: dict[str, int] = {}
+
+    def update(self, agent: str, step: int, tracking_error: float) -> Optional[Trigger]:
+        """One step of tracking error; NaN (unknown) resets the run."""
+        drifting = math.isfinite(tracking_error) and tracking_error > self.threshold_m
+        run = self.run.get(agent, 0) + 1 if drifting else 0
+        self.run[agent] = run
+        if self.steps <= 0 or run == 0 or run % self.steps:
+            return None
+        excess = (tracking_error - self.threshold_m) / max(self.threshold_m, 1e-6)
+        return Trigger(
+            TriggerKind.DRIFT, agent, step, severity=_clip01(excess),
+            detail=f"tracking error {tracking_error:.2f} m > {self.threshold_m:.2f} m for {run} steps",
+        )
+
+
+class HazardDetector:
+    """Raises a hazard trigger for each agent closer than d_min to another agent.
+
+    Raised when the hazard starts and again every `repeat_steps` while it lasts.
+    """
+
+    def __init__(self, distance_m: float, repeat_steps: int):
+        self.distance_m = distance_m
+        self.repeat_steps = repeat_steps
+        self.since: dict[str, int] = {}
+
+    def check(self, step: int, states: dict[str, AgentObservation]) -> list[Trigger]:
+        """Triggers for the agents in hazard at `step`."""
+        if self.distance_m <= 0:
+            return []
+        nearest: dict[str, tuple[float, str]] = {}
+        names = sorted(states)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                d = math.dist(states[a].position, states[b].position)
+                if d < self.distance_m:
+                    if d < nearest.get(a, (math.inf, ""))[0]:
+                        nearest[a] = (d, b)
+                    if d < nearest.get(b, (math.inf, ""))[0]:
+                        nearest[b] = (d, a)
+        triggers = []
+        for agent in names:
+            if agent not in nearest:
+                self.since.pop(agent, None)
+                continue
+            start = self.since.setdefault(agent, step)
+            if (step - start) % self.repeat_steps == 0:
+                d, other = nearest[agent]
+                triggers.append(Trigger(
+                    TriggerKind.HAZARD, agent, step, severity=_clip01(1.0 - d / self.distance_m),
+                    detail=f"min distance {d:.2f} m to {other} < d_min {self.distance_m:.2f} m",
+                ))
+        return triggers
+
+
+class DeadlockDetector:
+    """Deadlock evidence Z_t = sum of stall indicators z_i over the last w steps (Eq. 12).
+
+    z_i = 1 when an agent with a goal moved less than `progress_m` in step i.
+    A trigger is raised when Z_t reaches the threshold; the window is then
+    cleared so the next trigger needs fresh evidence.
+    """
+
+    def __init__(self, window: int, threshold: int, progress_m: float):
+        self.window = window
+        self.threshold = threshold
+        self.progress_m = progress_m
+        self.evidence: dict[str, deque[int]] = {}
+        self.last_position: dict[str, tuple[float, float, float]] = {}
+
+    def update(self, agent: str, step: int, state: AgentObservation) -> Optional[Trigger]:
+        """One step of one agent's state."""
+        previous = self.last_position.get(agent)
+        self.last_position[agent] = state.position
+        if self.window <= 0 or previous is None:
+            return None
+        stalled = int(state.has_goal and math.dist(previous, state.position) < self.progress_m)
+        z = self.evidence.setdefault(agent, deque(maxlen=self.window))
+        z.append(stalled)
+        z_t = sum(z)
+        if z_t < self.threshold:
+            return None
+        z.clear()
+        return Trigger(
+            TriggerKind.DEADLOCK, agent, step, severity=_clip01(z_t / self.window),
+            detail=f"Z_t = {z_t} stalled steps in window w = {self.window}",
+        )
+
+
+class PreemptDetector:
+    """Turns an external verifier's violation verdict into a preempt trigger."""
+
+    def __init__(self, min_confidence: float):
+        self.min_confidence = min_confidence
+
+    def update(self, agent: str, step: int, violation: bool, confidence: float, detail: str = "") -> Optional[Trigger]:
+        """A trigger when the verdict is a confident violation."""
+        if not violation or not math.isfinite(confidence) or confidence < self.min_confidence:
+            return None
+        return Trigger(TriggerKind.PREEMPT, agent, step, severity=_clip01(confidence), detail=detail or "verifier violation")
+
+
+@dataclass
+class TriggerMonitor:
+    """All detectors of one monitor, with the latest state of every agent."""
+
+    config: MonitorConfig
+    step: int = 0
+    states: dict[str, AgentObservation] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        c = self.config
+        c.validate()
+        self.periodic = PeriodicDetector(c.periodic_interval_steps)
+        self.failure = FailureDetector(c.failure_threshold)
+        self.drift = DriftDetector(c.drift_threshold_m, c.drift_steps)
+        self.hazard = HazardDetector(c.hazard_distance_m, c.hazard_repeat_steps)
+        self.deadlock = DeadlockDetector(c.deadlock_window, c.deadlock_threshold, c.deadlock_progress_m)
+        self.preempt = PreemptDetector(c.preempt_min_confidence)
+
+    def agents(self) -> list[str]:
+        """Configured agents plus any agent seen since."""
+        return sorted(set(self.config.agents) | set(self.states))
+
+    def failures(self, agent: str) -> int:
+        """The agent's current consecutive failure count."""
+        return self.failure.consecutive.get(agent, 0)
+
+    def on_state(self, agent: str, state: AgentObservation) -> None:
+        """Store the latest state of an agent (evaluated at the next step)."""
+        self.states[agent] = state
+
+    def on_outcome(self, agent: str, success: bool, detail: str = "") -> list[Trigger]:
+        """An execution outcome; may raise a failure trigger."""
+        trigger = self.failure.update(agent, self.step, success, detail)
+        return [trigger] if trigger else []
+
+    def on_verdict(self, agent: str, violation: bool, confidence: float, detail: str = "") -> list[Trigger]:
+        """A verifier verdict; may raise a preempt trigger."""
+        trigger = self.preempt.update(agent, self.step, violation, confidence, detail)
+        return [self._with_failures(trigger)] if trigger else []
+
+    def on_step(self, step: int) -> list[Trigger]:
+        """Advance to `step` and evaluate the per-step detectors on the latest states."""
+        self.step = step
+        raised = self.periodic.check(step, self.agents())
+        for agent, state in sorted(self.states.items()):
+            for trigger in (self.drift.update(agent, step, state.tracking_error), self.deadlock.update(agent, step, state)):
+                if trigger:
+                    raised.append(trigger)
+        raised.extend(self.hazard.check(step, self.states))
+        return [self._with_failures(t) for t in raised]
+
+    def _with_failures(self, trigger: Trigger) -> Trigger:
+        # Every trigger carries the agent's failure count, so the controller's override rule sees it.
+        return replace(trigger, consecutive_failures=self.failures(trigger.agent_id))

@@ -1,0 +1,104 @@
+"""BraceController core: check order, overrides, defer guard, adaptive budget."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from helpers import controller, trig
+
+from brace_controller.types import CallRecord, CallStatus, Mode, Reason, Trigger, TriggerKind
+
+
+def done(c, agent="a", step=0, changed=False):
+    c.record_call(CallRecord(agent, step, CallStatus.OK, changed, 10.0, 100))
+
+
+def test_in_flight_suppresses_until_result():
+    c = controller(cooldown_steps=0, commit_steps=0)
+    assert c.decide(trig(1)).admitted
+    blocked = c.decide(trig(2))
+    assert blocked.reason == Reason.IN_FLIGHT and blocked.mode == Mode.DEFER_REPLAN and blocked.token_budget == 0
+    done(c, step=1)
+    assert c.decide(trig(3)).admitted
+
+
+def test_failure_override_bypasses_cooldown_and_raises_budget():
+    c = controller(cooldown_steps=100, commit_steps=100, override_after_failures=3)
+    assert c.decide(trig(1, kind=TriggerKind.FAILURE, failures=2)).admitted
+    done(c, step=1, changed=True)
+    assert c.decide(trig(2, kind=TriggerKind.FAILURE, failures=2)).reason == Reason.COOLDOWN
+    over = c.decide(trig(3, kind=TriggerKind.FAILURE, failures=3))
+    assert over.admitted and over.override and over.reason == Reason.OVERRIDE
+    assert over.mode == Mode.FULL_REPLAN and over.token_budget > 1024
+    assert c.tally["a"].overrides == 1
+
+
+def test_override_still_respects_in_flight():
+    c = controller(override_after_failures=1)
+    assert c.decide(trig(1, kind=TriggerKind.FAILURE, failures=1)).admitted
+    assert c.decide(trig(1, kind=TriggerKind.FAILURE, failures=2)).reason == Reason.IN_FLIGHT
+
+
+def test_defer_guard_admits_agent_starved_by_team_cooldown():
+    c = controller(cooldown_steps=0, commit_steps=0, team_cooldown_steps=5, max_consecutive_deferrals=2)
+    assert c.decide(trig(0, agent="b")).admitted
+    done(c, agent="b")
+    assert c.decide(trig(1)).reason == Reason.TEAM_COOLDOWN
+    assert c.decide(trig(2)).reason == Reason.TEAM_COOLDOWN
+    guarded = c.decide(trig(3))
+    assert guarded.admitted and guarded.reason == Reason.DEFER_GUARD and guarded.consecutive_deferrals == 2
+    assert c.agents["a"].consecutive_deferrals == 0
+
+
+def test_team_trigger_uses_team_counters():
+    c = controller(cooldown_steps=2, commit_steps=0)
+    assert c.decide(trig(0, agent="team", kind=TriggerKind.DEADLOCK)).admitted
+    assert c.decide(trig(1, agent="team", kind=TriggerKind.DEADLOCK)).reason == Reason.IN_FLIGHT
+
+
+def _warm(c, slope_ms_per_token: float):
+    for tokens in range(100, 2100, 100):
+        c.observe_latency(tokens, 20.0 + slope_ms_per_token * tokens)
+
+
+def test_adaptive_budget_lowers_budget_to_meet_slo():
+    c = controller(adaptive_budget=True, adaptive_guard_ratio=0.9, adaptive_window=20)
+    _warm(c, 1.0)  # 1 ms per token: full_replan SLO 2000 ms -> ~1780 tokens fit; deadlock asks 1024
+    d = c.decide(trig(1, kind=TriggerKind.DEADLOCK))
+    assert d.token_budget == 1024 and d.predicted_p95_ms <= 0.9 * d.slo_ms
+    done(c, step=1)
+    _warm(c, 4.0)  # the window now holds only 4 ms per token: 20 + 4 N <= 1800 -> N <= 445
+    d = c.decide(trig(2, agent="b", kind=TriggerKind.DEADLOCK))
+    assert abs(d.token_budget - 445) <= 1  # floating-point rounding at the boundary
+    assert d.predicted_p95_ms <= 0.9 * d.slo_ms + 1e-6
+
+
+def test_infeasible_slo_defers_periodic_but_not_hazard():
+    c = controller(adaptive_budget=True, defer_when_infeasible=True)
+    for tokens in range(100, 2100, 100):
+        c.observe_latency(tokens, 5000.0 + tokens)  # even the minimum budget misses every SLO
+    periodic = c.decide(trig(1, severity=0.9))
+    assert not periodic.admitted and periodic.reason == Reason.SLO_INFEASIBLE
+    hazard = c.decide(trig(1, agent="b", kind=TriggerKind.HAZARD))
+    assert hazard.admitted and hazard.token_budget == c.profile.min_token_budget
+
+
+def test_every_trigger_gets_a_decision_with_unique_id():
+    c = controller(cooldown_steps=2)
+    ids = {c.decide(trig(s)).decision_id for s in range(10)}
+    assert len(ids) == 10
+    assert c.tally["a"].triggers == 10
+
+
+@pytest.mark.parametrize("bad", [
+    Trigger(TriggerKind.PERIODIC, "", 1),
+    Trigger(TriggerKind.PERIODIC, "a", 1, severity=math.nan),
+    Trigger(TriggerKind.PERIODIC, "a", 1, severity=2.0),
+    Trigger(TriggerKind.PERIODIC, "a", -1),
+])
+def test_malformed_trigger_is_rejected_without_state_change(bad):
+    c = controller()
+    with pytest.raises(ValueError):
+        c.decide(bad)
+    assert not c.agents.get("a") or c.agents["a"].last_call_step is None

@@ -1,0 +1,80 @@
+"""Trigger detectors: periodic, failure, drift, hazard, deadlock (Eq. 12), preempt."""
+
+from __future__ import annotations
+
+from brace_controller.config import MonitorConfig
+from brace_controller.triggers import (
+    AgentObservation,
+    DeadlockDetector,
+    DriftDetector,
+    FailureDetector,
+    HazardDetector,
+    PeriodicDetector,
+    TriggerMonitor,
+)
+from brace_controller.types import TriggerKind
+
+
+def at(x, y=0.0, goal=True, err=float("nan")):
+    return AgentObservation((x, y, 0.0), err, goal)
+
+
+def test_periodic_every_interval():
+    det = PeriodicDetector(5)
+    fired = [s for s in range(0, 21) if det.check(s, ["a"])]
+    assert fired == [5, 10, 15, 20]
+    assert PeriodicDetector(0).check(10, ["a"]) == []
+
+
+def test_failure_after_k_consecutive_and_reset_on_success():
+    det = FailureDetector(2)
+    assert det.update("a", 1, False) is None
+    t = det.update("a", 2, False)
+    assert t.kind == TriggerKind.FAILURE and t.consecutive_failures == 2
+    assert det.update("a", 3, False).consecutive_failures == 3
+    assert det.update("a", 4, True) is None
+    assert det.update("a", 5, False) is None
+
+
+def test_drift_after_m_steps_above_threshold():
+    det = DriftDetector(0.5, 3)
+    errors = [0.6, 0.7, 0.9, 0.2, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8]
+    fired = [i for i, e in enumerate(errors) if det.update("a", i, e)]
+    assert fired == [2, 6, 9]
+    assert det.update("a", 10, float("nan")) is None and det.run["a"] == 0
+
+
+def test_hazard_on_entry_and_every_repeat_steps():
+    det = HazardDetector(1.0, repeat_steps=3)
+    close = {"a": at(0.0), "b": at(0.4), "c": at(10.0)}
+    first = det.check(0, close)
+    assert sorted(t.agent_id for t in first) == ["a", "b"]
+    assert "0.40 m to b" in first[0].detail and 0.5 < first[0].severity < 0.7
+    assert det.check(1, close) == [] and det.check(2, close) == []
+    assert len(det.check(3, close)) == 2
+    assert det.check(4, {"a": at(0.0), "b": at(5.0)}) == []
+    assert len(det.check(5, close)) == 2  # a new hazard fires at once
+
+
+def test_deadlock_evidence_over_window():
+    det = DeadlockDetector(window=3, threshold=2, progress_m=0.05)
+    positions = [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    fired = [s for s, x in enumerate(positions) if det.update("a", s, at(x))]
+    # z = [-, 1, 0, 1, 1, 1]: Z reaches 2 at step 3 (window cleared), then again at step 5.
+    assert fired == [3, 5]
+
+
+def test_deadlock_ignores_agents_without_goal():
+    det = DeadlockDetector(window=1, threshold=1, progress_m=0.05)
+    assert not any(det.update("a", s, at(0.0, goal=False)) for s in range(5))
+
+
+def test_monitor_attaches_failure_count_to_every_trigger():
+    mon = TriggerMonitor(MonitorConfig(agents=["a", "b"], periodic_interval_steps=2, failure_threshold=5))
+    mon.on_outcome("a", False)
+    mon.on_outcome("a", False)
+    triggers = mon.on_step(2)
+    assert {t.agent_id: t.consecutive_failures for t in triggers} == {"a": 2, "b": 0}
+    preempt = mon.on_verdict("a", True, 0.9, "cup fell")
+    assert preempt[0].kind == TriggerKind.PREEMPT and preempt[0].consecutive_failures == 2
+    assert mon.on_verdict("a", True, 0.1) == [] and mon.on_verdict("a", False, 1.0) == []
