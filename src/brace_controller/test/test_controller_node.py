@@ -1,0 +1,181 @@
+"""brace_controller node over real DDS: triggers in, decisions out, Replan goals, deadlines."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from ros_harness import PlannerDouble, wait_for
+
+from brace_controller import qos
+from brace_controller.config import ConfigError
+from brace_controller.controller_node import BraceControllerNode
+from brace_msgs.msg import Plan, ReplanDecision, TriggerEvent
+
+
+class Probe(Node):
+    """Publishes triggers; collects decisions, plans and diagnostics."""
+
+    def __init__(self) -> None:
+        super().__init__("probe")
+        self.triggers = self.create_publisher(TriggerEvent, "/brace/triggers", qos.EVENTS)
+        self.decisions: list[ReplanDecision] = []
+        self.plans: list[Plan] = []
+        self.diagnostics: list[DiagnosticArray] = []
+        self.create_subscription(ReplanDecision, "/brace/decisions", self.decisions.append, qos.EVENTS)
+        self.create_subscription(Plan, "/brace/plan", self.plans.append, qos.PLANS)
+        self.create_subscription(DiagnosticArray, "/diagnostics", self.diagnostics.append, qos.DIAGNOSTICS)
+
+    def send(self, step: int, agent: str = "a", kind: int = TriggerEvent.KIND_PERIODIC, failures: int = 0,
+             severity: float = 1.0) -> None:
+        self.triggers.publish(TriggerEvent(trigger_id=f"t{step}", agent_id=agent, kind=kind, step=step,
+                                           severity=severity, consecutive_failures=failures))
+
+    def diag_value(self, key: str):
+        for array in reversed(self.diagnostics):
+            for status in array.status:
+                if status.name.startswith("brace_controller"):
+                    return {kv.key: kv.value for kv in status.values}.get(key)
+        return None
+
+
+def controller(**params) -> BraceControllerNode:
+    params.setdefault("adaptive_budget", False)
+    params.setdefault("diagnostics_period_s", 0.1)
+    return BraceControllerNode(parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+
+
+def connect(ros, node: BraceControllerNode, planner: PlannerDouble | None = None) -> Probe:
+    probe = ros.add(Probe())
+    ros.add(node)
+    if planner is not None:
+        ros.add(planner)
+        wait_for(node.replan_client.server_is_ready, what="Replan server")
+    wait_for(lambda: probe.triggers.get_subscription_count() > 0, what="controller subscription")
+    wait_for(lambda: node.decisions_pub.get_subscription_count() > 0, what="probe subscription")
+    return probe
+
+
+def settle(node: BraceControllerNode) -> None:
+    wait_for(lambda: not node.pending, what="in-flight calls to finish")
+
+
+def test_cooldown_suppresses_then_admits_after_delta(ros):
+    node = controller(cooldown_steps=3, commit_steps=0)
+    planner = PlannerDouble()
+    probe = connect(ros, node, planner)
+
+    probe.send(10, kind=TriggerEvent.KIND_HAZARD)
+    wait_for(lambda: len(planner.goals) == 1, what="first goal")
+    settle(node)
+    probe.send(11)
+    probe.send(13)
+    wait_for(lambda: len(probe.decisions) == 3, what="three decisions")
+
+    first, second, third = probe.decisions
+    assert first.admitted and first.reason == ReplanDecision.REASON_GATE_OPEN
+    assert first.trigger.trigger_id == "t10"
+    assert not second.admitted and second.reason == ReplanDecision.REASON_COOLDOWN
+    assert second.mode == ReplanDecision.MODE_DEFER_REPLAN and second.steps_since_call == 1
+    assert third.admitted and third.steps_since_call == 3
+
+    # Default profile: hazard -> full_replan 1024 tokens x 0.5, SLO 2500 ms x 0.5, deadline x 2.
+    goal = planner.goals[0]
+    assert (goal.agent_id, goal.step, goal.mode) == ("a", 10, ReplanDecision.MODE_FULL_REPLAN)
+    assert (goal.token_budget, goal.slo_ms, goal.hard_deadline_ms) == (512, 1250.0, 2500.0)
+    assert goal.decision_id == first.decision_id
+    wait_for(lambda: len(planner.goals) == 2, what="second goal")
+    wait_for(lambda: len(probe.plans) >= 1, what="plan on /brace/plan")
+    assert probe.plans[0].agent_id == "a" and probe.plans[0].steps[0].action == "move_to"
+
+
+def test_override_after_k_failures_bypasses_cooldown(ros):
+    node = controller(cooldown_steps=100, commit_steps=100, override_after_failures=3)
+    planner = PlannerDouble()
+    probe = connect(ros, node, planner)
+
+    probe.send(1, kind=TriggerEvent.KIND_FAILURE, failures=2)
+    wait_for(lambda: len(planner.goals) == 1, what="first goal")
+    settle(node)
+    probe.send(2, kind=TriggerEvent.KIND_FAILURE, failures=2)
+    probe.send(3, kind=TriggerEvent.KIND_FAILURE, failures=3)
+    wait_for(lambda: len(probe.decisions) == 3 and len(planner.goals) == 2, what="override goal")
+
+    blocked, override = probe.decisions[1], probe.decisions[2]
+    assert not blocked.admitted and blocked.reason == ReplanDecision.REASON_COOLDOWN
+    assert override.admitted and override.override and override.reason == ReplanDecision.REASON_OVERRIDE
+    assert override.mode == ReplanDecision.MODE_FULL_REPLAN
+    assert planner.goals[1].token_budget == 1536 > planner.goals[0].token_budget  # 1024 x 1.5, bounded
+
+
+def test_call_past_hard_deadline_is_cancelled(ros, tmp_path):
+    profiles = tmp_path / "fast.yaml"
+    profiles.write_text(
+        "profiles:\n  fast:\n    min_token_budget: 16\n    max_token_budget: 512\n    hard_deadline_factor: 2.0\n"
+        "    modes:\n" + "".join(f"      {m}: {{token_budget: 64, slo_ms: 100.0}}\n"
+                                for m in ("full_replan", "partial_replan", "reuse_subplan"))
+    )
+    node = controller(cooldown_steps=1, commit_steps=0, budget_profile="fast", budget_profiles_file=str(profiles))
+    planner = PlannerDouble(hold=True)
+    probe = connect(ros, node, planner)
+
+    probe.send(1)
+    wait_for(lambda: len(planner.goals) == 1, what="goal")
+    assert planner.goals[0].hard_deadline_ms == 200.0
+    wait_for(lambda: len(planner.cancelled) == 1, what="planner to see the cancel")
+    assert node.counts["deadline_cancellations"] == 1
+    assert not node.core.agents["a"].call_in_flight
+    probe.send(2)
+    wait_for(lambda: len(probe.decisions) == 2, what="decision after the deadline")
+    assert probe.decisions[1].admitted  # not blocked by a hung call
+    wait_for(lambda: probe.diag_value("deadline_cancellations") not in (None, "0"), what="diagnostics")
+
+
+def test_malformed_triggers_are_counted_not_fatal(ros):
+    node = controller()
+    probe = connect(ros, node)
+    probe.send(1, severity=math.nan)
+    probe.send(2, kind=42)
+    probe.send(3, agent="")
+    probe.send(4)
+    wait_for(lambda: len(probe.decisions) == 1, what="decision for the valid trigger")
+    assert probe.decisions[0].trigger.step == 4
+    assert node.counts["malformed_triggers"] == 3
+    # No planner is running: the admitted call is recorded as unavailable, not left in flight.
+    assert node.counts["planner_unavailable"] == 1 and not node.core.agents["a"].call_in_flight
+    wait_for(lambda: probe.diag_value("malformed_triggers") == "3", what="diagnostics count")
+
+
+@pytest.mark.parametrize("params,parameter", [
+    ({"cooldown_steps": -1}, "cooldown_steps"),
+    ({"budget_profile": "nope"}, "budget_profile"),
+    ({"adaptive_guard_ratio": 1.5}, "adaptive_guard_ratio"),
+    ({"replan_action": ""}, "replan_action"),
+])
+def test_bad_parameters_stop_the_node_naming_them(ros, params, parameter):
+    with pytest.raises(ConfigError) as err:
+        controller(**params)
+    assert err.value.parameter == parameter
+
+
+def test_bad_profile_slo_is_rejected(ros, tmp_path):
+    profiles = tmp_path / "bad.yaml"
+    profiles.write_text("profiles:\n  p:\n    modes:\n" + "".join(
+        f"      {m}: {{token_budget: 64, slo_ms: 0.0}}\n" for m in ("full_replan", "partial_replan", "reuse_subplan")))
+    with pytest.raises(ConfigError, match="slo_ms must be > 0"):
+        controller(budget_profile="p", budget_profiles_file=str(profiles))
+
+
+def test_executable_exits_with_message_on_bad_parameter():
+    proc = subprocess.run(
+        [sys.executable, "-m", "brace_controller.controller_node", "--ros-args", "-p", "cooldown_steps:=-2"],
+        capture_output=True, text=True, timeout=60, env=os.environ.copy(),
+    )
+    assert proc.returncode == 2
+    assert "cooldown_steps" in proc.stderr + proc.stdout

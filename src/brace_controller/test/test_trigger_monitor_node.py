@@ -1,0 +1,124 @@
+"""trigger_monitor node over real DDS, alone and chained to the controller and a planner double."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from geometry_msgs.msg import Point
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from ros_harness import PlannerDouble, wait_for
+
+from brace_controller import qos
+from brace_controller.config import ConfigError
+from brace_controller.controller_node import BraceControllerNode
+from brace_controller.trigger_monitor_node import TriggerMonitorNode
+from brace_msgs.msg import AgentState, ExecutionOutcome, ReplanDecision, TriggerEvent, VerifierVerdict
+
+
+class World(Node):
+    """Publishes agent states, outcomes and verdicts; collects triggers and decisions."""
+
+    def __init__(self) -> None:
+        super().__init__("world")
+        self.states = self.create_publisher(AgentState, "/brace/agent_states", qos.STATE)
+        self.outcomes = self.create_publisher(ExecutionOutcome, "/brace/outcomes", qos.EVENTS)
+        self.verdicts = self.create_publisher(VerifierVerdict, "/brace/verdicts", qos.EVENTS)
+        self.triggers: list[TriggerEvent] = []
+        self.decisions: list[ReplanDecision] = []
+        self.create_subscription(TriggerEvent, "/brace/triggers", self.triggers.append, qos.EVENTS)
+        self.create_subscription(ReplanDecision, "/brace/decisions", self.decisions.append, qos.EVENTS)
+
+    def state(self, agent: str, step: int, x: float, y: float = 0.0, goal: bool = True) -> None:
+        self.states.publish(AgentState(agent_id=agent, step=step, position=Point(x=x, y=y), tracking_error=math.nan,
+                                       has_goal=goal))
+
+    def of_kind(self, kind: int) -> list[TriggerEvent]:
+        return [t for t in self.triggers if t.kind == kind]
+
+
+def monitor(**params) -> TriggerMonitorNode:
+    params.setdefault("agents", ["a", "b"])
+    params.setdefault("step_source", "agent_state")
+    params.setdefault("periodic_interval_steps", 0)
+    return TriggerMonitorNode(parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+
+
+def connect(ros, node: TriggerMonitorNode) -> World:
+    world = ros.add(World())
+    ros.add(node)
+    wait_for(lambda: world.states.get_subscription_count() > 0 and world.outcomes.get_subscription_count() > 0
+             and node.trigger_pub.get_subscription_count() > 0, what="discovery")
+    return world
+
+
+def publish_step(world: World, step: int, positions: dict[str, float]) -> None:
+    for agent, x in positions.items():
+        world.state(agent, step, x)
+
+
+def test_hazard_and_deadlock_from_agent_states(ros):
+    node = monitor(hazard_distance_m=1.0, hazard_repeat_steps=100, deadlock_window=2, deadlock_threshold=2)
+    world = connect(ros, node)
+    for step in range(1, 5):
+        publish_step(world, step, {"a": 0.0, "b": 0.5})  # close together and not moving
+        wait_for(lambda s=step: node.monitor.step == s and len(node.monitor.states) == 2, what=f"step {step}")
+    publish_step(world, 5, {"a": 0.0, "b": 0.5})
+    wait_for(lambda: len(world.of_kind(TriggerEvent.KIND_DEADLOCK)) >= 2, what="deadlock triggers")
+    hazards = world.of_kind(TriggerEvent.KIND_HAZARD)
+    assert sorted(t.agent_id for t in hazards) == ["a", "b"] and hazards[0].step == 1
+    assert "0.50 m" in hazards[0].detail
+    deadlocks = world.of_kind(TriggerEvent.KIND_DEADLOCK)
+    assert {t.step for t in deadlocks} == {3}  # z needs a previous position: steps 2 and 3 stall -> Z_3 = 2
+    assert len({t.trigger_id for t in world.triggers}) == len(world.triggers)
+
+
+def test_failures_and_verdicts_raise_triggers(ros):
+    node = monitor(failure_threshold=2)
+    world = connect(ros, node)
+    wait_for(lambda: world.verdicts.get_subscription_count() > 0, what="verdict subscription")
+    for _ in range(3):
+        world.outcomes.publish(ExecutionOutcome(agent_id="a", action="pick", success=False, detail="slipped"))
+    world.verdicts.publish(VerifierVerdict(agent_id="b", violation=True, confidence=0.9, detail="cup moved"))
+    world.verdicts.publish(VerifierVerdict(agent_id="b", violation=True, confidence=0.1))
+    wait_for(lambda: len(world.triggers) == 3, what="two failure and one preempt trigger")
+    failures = world.of_kind(TriggerEvent.KIND_FAILURE)
+    assert [t.consecutive_failures for t in failures] == [2, 3] and failures[0].detail == "slipped"
+    assert world.of_kind(TriggerEvent.KIND_PREEMPT)[0].agent_id == "b"
+
+
+def test_malformed_inputs_are_counted(ros):
+    node = monitor()
+    world = connect(ros, node)
+    world.states.publish(AgentState(agent_id="a", position=Point(x=math.nan)))
+    world.states.publish(AgentState(agent_id="", position=Point()))
+    world.outcomes.publish(ExecutionOutcome(agent_id="", success=False))
+    wait_for(lambda: node.counts["malformed_outcomes"] == 1 and node.counts["malformed_states"] >= 1,
+             what="malformed inputs counted")
+    assert node.monitor.states == {}
+
+
+def test_bad_monitor_parameter_is_rejected(ros):
+    with pytest.raises(ConfigError) as err:
+        monitor(step_source="wall_clock")
+    assert err.value.parameter == "step_source"
+
+
+def test_chain_outcomes_to_monitor_to_controller_to_planner(ros):
+    """Failed outcomes -> failure trigger -> admitted partial replan -> Replan goal at the planner."""
+    node = monitor(failure_threshold=2)
+    controller = BraceControllerNode(parameter_overrides=[Parameter("adaptive_budget", value=False)])
+    planner = PlannerDouble()
+    world = connect(ros, node)
+    ros.add(controller)
+    ros.add(planner)
+    wait_for(lambda: controller.replan_client.server_is_ready() and node.trigger_pub.get_subscription_count() >= 2
+             and controller.decisions_pub.get_subscription_count() > 0, what="chain discovery")
+    for _ in range(2):
+        world.outcomes.publish(ExecutionOutcome(agent_id="a", action="pick", success=False))
+    wait_for(lambda: len(planner.goals) == 1 and len(world.decisions) == 1, what="goal at the planner")
+    decision = world.decisions[0]
+    assert decision.admitted and decision.trigger.kind == TriggerEvent.KIND_FAILURE
+    assert decision.mode == ReplanDecision.MODE_PARTIAL_REPLAN and decision.consecutive_failures == 2
+    assert planner.goals[0].token_budget == 512 and planner.goals[0].slo_ms == 1500.0
