@@ -16,13 +16,12 @@ from typing import Optional
 
 import rclpy
 from action_msgs.msg import GoalStatus
+from brace_msgs.action import Replan
+from brace_msgs.msg import ControllerState, Plan, ReplanCall, ReplanDecision, TriggerEvent
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.action import ActionClient
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-
-from brace_msgs.action import Replan
-from brace_msgs.msg import ControllerState, Plan, ReplanCall, ReplanDecision, TriggerEvent
 
 from . import convert, qos
 from .config import ConfigError, ControllerConfig, ControllerNodeConfig

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import math
 
-from builtin_interfaces.msg import Time
-
 from brace_msgs.action import Replan
 from brace_msgs.msg import ControllerState, Plan, ReplanCall, ReplanDecision, TriggerEvent
+from builtin_interfaces.msg import Time
 
 from .gate import AgentCounters
 from .types import CallRecord, CallStatus, Decision, Mode, Trigger, TriggerKind

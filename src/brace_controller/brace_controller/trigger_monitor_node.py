@@ -15,11 +15,10 @@ import math
 import sys
 
 import rclpy
+from brace_msgs.msg import AgentState, ExecutionOutcome, TriggerEvent, VerifierVerdict
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-
-from brace_msgs.msg import AgentState, ExecutionOutcome, TriggerEvent, VerifierVerdict
 
 from . import convert, qos
 from .config import ConfigError, MonitorConfig, MonitorNodeConfig

@@ -13,13 +13,12 @@ import time
 from collections.abc import Callable
 
 import rclpy
+from brace_msgs.action import Replan
+from brace_msgs.msg import PlanStep
 from rclpy.action import ActionServer, CancelResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
-
-from brace_msgs.action import Replan
-from brace_msgs.msg import PlanStep
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from brace_msgs.msg import Plan, ReplanDecision, TriggerEvent
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -16,7 +17,6 @@ from ros_harness import PlannerDouble, wait_for
 from brace_controller import qos
 from brace_controller.config import ConfigError
 from brace_controller.controller_node import BraceControllerNode
-from brace_msgs.msg import Plan, ReplanDecision, TriggerEvent
 
 
 class Probe(Node):

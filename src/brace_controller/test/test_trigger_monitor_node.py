@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from brace_msgs.msg import AgentState, ExecutionOutcome, ReplanDecision, TriggerEvent, VerifierVerdict
 from geometry_msgs.msg import Point
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -14,7 +15,6 @@ from brace_controller import qos
 from brace_controller.config import ConfigError
 from brace_controller.controller_node import BraceControllerNode
 from brace_controller.trigger_monitor_node import TriggerMonitorNode
-from brace_msgs.msg import AgentState, ExecutionOutcome, ReplanDecision, TriggerEvent, VerifierVerdict
 
 
 class World(Node):
