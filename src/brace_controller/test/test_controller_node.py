@@ -6,6 +6,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from brace_msgs.msg import Plan, ReplanDecision, TriggerEvent
@@ -179,3 +180,11 @@ def test_executable_exits_with_message_on_bad_parameter():
     )
     assert proc.returncode == 2
     assert "cooldown_steps" in proc.stderr + proc.stdout
+
+
+def test_workspace_parameter_file_configures_the_node(ros):
+    params = Path(__file__).resolve().parents[3] / "config" / "brace_controller.yaml"
+    node = ros.add(BraceControllerNode(cli_args=["--ros-args", "--params-file", str(params)]))
+    assert node.config.cooldown_steps == 3 and node.config.budget_profile == "default"
+    assert node.node_config.replan_action == "/brace/replan"
+    assert node.get_parameter("cooldown_steps").value == 3
