@@ -14,19 +14,18 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-import rclpy
 from action_msgs.msg import GoalStatus
 from brace_msgs.action import Replan
 from brace_msgs.msg import ControllerState, Plan, ReplanCall, ReplanDecision, TriggerEvent
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.action import ActionClient
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 
 from . import convert, qos
-from .config import ConfigError, ControllerConfig, ControllerNodeConfig
+from .config import ControllerConfig, ControllerNodeConfig
 from .controller import BraceController
 from .ros_params import declare_config
+from .spin import spin_node
 from .types import CallRecord, CallStatus, Decision
 
 
@@ -222,17 +221,7 @@ class BraceControllerNode(Node):
 
 def main(args=None) -> int:
     """`ros2 run brace_controller brace_controller`."""
-    try:
-        with rclpy.init(args=args):
-            try:
-                node = BraceControllerNode()
-            except ConfigError as exc:
-                rclpy.logging.get_logger("brace_controller").fatal(f"invalid configuration: {exc}")
-                return 2
-            rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    return 0
+    return spin_node(BraceControllerNode, "brace_controller", args)
 
 
 if __name__ == "__main__":

@@ -14,15 +14,14 @@ from __future__ import annotations
 import math
 import sys
 
-import rclpy
 from brace_msgs.msg import AgentState, ExecutionOutcome, TriggerEvent, VerifierVerdict
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 
 from . import convert, qos
-from .config import ConfigError, MonitorConfig, MonitorNodeConfig
+from .config import MonitorConfig, MonitorNodeConfig
 from .ros_params import declare_config
+from .spin import spin_node
 from .triggers import AgentObservation, TriggerMonitor
 from .types import Trigger
 
@@ -108,17 +107,7 @@ class TriggerMonitorNode(Node):
 
 def main(args=None) -> int:
     """`ros2 run brace_controller trigger_monitor`."""
-    try:
-        with rclpy.init(args=args):
-            try:
-                node = TriggerMonitorNode()
-            except ConfigError as exc:
-                rclpy.logging.get_logger("trigger_monitor").fatal(f"invalid configuration: {exc}")
-                return 2
-            rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    return 0
+    return spin_node(TriggerMonitorNode, "trigger_monitor", args)
 
 
 if __name__ == "__main__":

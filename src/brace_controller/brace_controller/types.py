@@ -15,7 +15,24 @@ TEAM_AGENT = "team"
 """Agent id of team-wide triggers and of the team-level controller counters."""
 
 
-class TriggerKind(enum.IntEnum):
+class _LabelledEnum(enum.IntEnum):
+    """An IntEnum whose members are also known by their lower-case name."""
+
+    @property
+    def label(self) -> str:
+        """Lower-case name used in logs, CSV columns and YAML keys."""
+        return self.name.lower()
+
+    @classmethod
+    def from_label(cls, label: str):
+        """Parse a lower-case name such as 'hazard' or 'full_replan'; ValueError when unknown."""
+        try:
+            return cls[label.upper()]
+        except KeyError:
+            raise ValueError(f"unknown {cls.__name__} '{label}'") from None
+
+
+class TriggerKind(_LabelledEnum):
     """Why a potential replanning point was raised (TriggerEvent.KIND_*)."""
 
     PERIODIC = 0
@@ -25,40 +42,14 @@ class TriggerKind(enum.IntEnum):
     DEADLOCK = 4
     PREEMPT = 5
 
-    @property
-    def label(self) -> str:
-        """Lower-case name used in logs, CSV columns and YAML keys."""
-        return self.name.lower()
 
-    @classmethod
-    def from_label(cls, label: str) -> TriggerKind:
-        """Parse a lower-case name such as 'hazard'; ValueError when unknown."""
-        try:
-            return cls[label.upper()]
-        except KeyError:
-            raise ValueError(f"unknown trigger kind '{label}'") from None
-
-
-class Mode(enum.IntEnum):
+class Mode(_LabelledEnum):
     """Replanning mode m_t of Eq. 2 (ReplanDecision.MODE_*)."""
 
     FULL_REPLAN = 0
     PARTIAL_REPLAN = 1
     REUSE_SUBPLAN = 2
     DEFER_REPLAN = 3
-
-    @property
-    def label(self) -> str:
-        """Lower-case name used in logs, CSV columns and YAML keys."""
-        return self.name.lower()
-
-    @classmethod
-    def from_label(cls, label: str) -> Mode:
-        """Parse a lower-case name such as 'full_replan'; ValueError when unknown."""
-        try:
-            return cls[label.upper()]
-        except KeyError:
-            raise ValueError(f"unknown mode '{label}'") from None
 
 
 class Reason(str, enum.Enum):
