@@ -8,6 +8,9 @@ plan or holds the goal until it is cancelled.
 
 from __future__ import annotations
 
+import gc
+import itertools
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -32,14 +35,27 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "
 
 
 class RosHarness:
-    """An rclpy context with a spinning MultiThreadedExecutor."""
+    """An rclpy context on its own DDS domain with a MultiThreadedExecutor spun in a thread.
+
+    Each harness takes the next domain id, so no test ever discovers the
+    endpoints of an earlier test's (destroyed) nodes.
+    """
+
+    _count = itertools.count()
 
     def __init__(self) -> None:
-        rclpy.init()
+        base = int(os.environ.get("ROS_DOMAIN_ID", "100"))
+        self.domain_id = 1 + (base + next(self._count)) % 200
+        rclpy.init(domain_id=self.domain_id)
         self.executor = MultiThreadedExecutor(num_threads=4)
         self.nodes: list[Node] = []
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._spin, daemon=True)
         self.thread.start()
+
+    def _spin(self) -> None:
+        while not self._stop.is_set() and rclpy.ok():
+            self.executor.spin_once(timeout_sec=0.05)
 
     def add(self, node: Node) -> Node:
         self.nodes.append(node)
@@ -47,14 +63,20 @@ class RosHarness:
         return node
 
     def close(self) -> None:
+        """Stop spinning, let running callbacks finish, then destroy the nodes and the context."""
         for node in self.nodes:
             if isinstance(node, PlannerDouble):
                 node.release.set()
-        self.executor.shutdown(timeout_sec=2.0)
+        self._stop.set()
+        self.thread.join(timeout=10.0)
+        self.executor.shutdown(timeout_sec=5.0)
         for node in self.nodes:
             node.destroy_node()
         rclpy.try_shutdown()
-        self.thread.join(timeout=5.0)
+        # rclpy's executor may hold a task made for an entity of a node being destroyed; collect it
+        # now, inside the test, rather than at interpreter exit after pytest's summary.
+        del self.executor
+        gc.collect()
 
 
 class PlannerDouble(Node):

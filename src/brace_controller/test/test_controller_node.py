@@ -64,7 +64,8 @@ def connect(ros, node: BraceControllerNode, planner: PlannerDouble | None = None
 
 
 def settle(node: BraceControllerNode) -> None:
-    wait_for(lambda: not node.pending, what="in-flight calls to finish")
+    wait_for(lambda: not node.pending and not any(c.call_in_flight for c in node.core.agents.values()),
+             what="in-flight calls to finish")
 
 
 def test_cooldown_suppresses_then_admits_after_delta(ros):
@@ -130,8 +131,8 @@ def test_call_past_hard_deadline_is_cancelled(ros, tmp_path):
     wait_for(lambda: len(planner.goals) == 1, what="goal")
     assert planner.goals[0].hard_deadline_ms == 200.0
     wait_for(lambda: len(planner.cancelled) == 1, what="planner to see the cancel")
-    assert node.counts["deadline_cancellations"] == 1
-    assert not node.core.agents["a"].call_in_flight
+    wait_for(lambda: node.counts["deadline_cancellations"] == 1 and not node.core.agents["a"].call_in_flight,
+             what="deadline recorded")
     probe.send(2)
     wait_for(lambda: len(probe.decisions) == 2, what="decision after the deadline")
     assert probe.decisions[1].admitted  # not blocked by a hung call
@@ -149,7 +150,8 @@ def test_malformed_triggers_are_counted_not_fatal(ros):
     assert probe.decisions[0].trigger.step == 4
     assert node.counts["malformed_triggers"] == 3
     # No planner is running: the admitted call is recorded as unavailable, not left in flight.
-    assert node.counts["planner_unavailable"] == 1 and not node.core.agents["a"].call_in_flight
+    wait_for(lambda: node.counts["planner_unavailable"] == 1 and not node.core.agents["a"].call_in_flight,
+             what="call recorded as unavailable")
     wait_for(lambda: probe.diag_value("malformed_triggers") == "3", what="diagnostics count")
 
 
