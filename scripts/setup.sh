@@ -27,7 +27,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 
 # Everything the dependency install reads; a change re-runs it.
-deps_hash="$(cat requirements.txt scripts/setup.sh scripts/fix_ros_cmake_paths.py | sha256sum | cut -d' ' -f1)"
+deps_hash="$(cat requirements.txt requirements-nodeps.txt scripts/setup.sh scripts/fix_ros_cmake_paths.py | sha256sum | cut -d' ' -f1)"
 stamp="$VENV/.brace_deps_stamp"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$deps_hash" ]; then
   echo "setup: installing pinned dependencies (requirements.txt)"
@@ -35,6 +35,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$deps_hash" ]; then
   # (Some machines' pip configs name index folders that do not exist; pip's warnings about them are noise.)
   # With pipefail a pip failure fails the pipeline (and set -e stops the script); the filter always succeeds.
   "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r requirements.txt 2>&1 \
+    | { grep -v "^WARNING: Location '.*' is ignored" || true; }
+  "$VENV/bin/python" -m pip install --disable-pip-version-check -q --no-deps -r requirements-nodeps.txt 2>&1 \
     | { grep -v "^WARNING: Location '.*' is ignored" || true; }
   "$VENV/bin/python" scripts/fix_ros_cmake_paths.py
   echo "$deps_hash" > "$stamp"

@@ -1,0 +1,181 @@
+"""E-RECAP pruned prefill and KV-cached decode for Llama / Qwen2 / Mistral (transformers 5.x).
+
+The decoder layers are run one by one. Before each pruning layer the predictor
+scores the tokens, `select_kept` keeps N_{l+1} of them (Eq. 4-5), and the hidden
+states, their original positions and hence the rotary embeddings shrink with
+them; every later layer, and its KV cache, holds only the kept tokens. The
+causal mask is built on the compacted sequence (the kept tokens stay in order),
+never from the gappy positions, which transformers would read as packed-sequence
+boundaries. The decode that follows attends over each layer's shorter cache.
+With keep ratio 1 and no budget the result equals the unmodified model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from transformers import DynamicCache
+
+from .predictor import PredictorBank
+from .pruning import PruneSchedule, select_kept
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class PrefillResult:
+    """What the pruned prefill leaves for the decode and for accounting."""
+
+    logits: torch.Tensor              # [vocab] next-token logits after the prompt
+    cache: DynamicCache               # per-layer KV of the tokens each layer kept
+    kept_index: torch.Tensor          # original positions of the tokens after the last pruning layer
+    lengths: list[int]                # N entering the model, then after each pruning layer
+    next_position: int                # rotary position of the first generated token
+    prune_ms: float                   # time spent scoring and selecting tokens
+
+    @property
+    def tokens_after(self) -> int:
+        """Planner-input tokens after compression (the last pruning layer's output)."""
+        return int(self.kept_index.numel())
+
+
+@dataclass
+class DecodeResult:
+    """Greedy decode output."""
+
+    token_ids: list[int] = field(default_factory=list)
+    stop_reason: str = "max_tokens"   # eos | max_tokens | deadline | stop
+
+
+class ErecapModel:
+    """A causal LM with E-RECAP progressive pruning in its prefill."""
+
+    def __init__(self, model, schedule: Optional[PruneSchedule] = None, predictors: Optional[PredictorBank] = None):
+        config = model.config
+        if config.model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(f"model type '{config.model_type}' is not supported (supported: {SUPPORTED_MODEL_TYPES})")
+        self.model = model.eval()
+        self.config = config
+        self.schedule = schedule or PruneSchedule(layers=(), keep_ratio=1.0)
+        self.schedule.validate(config.num_hidden_layers)
+        if self.schedule.layers and predictors is None:
+            raise ValueError("pruning layers are set but no predictor bank was given")
+        if predictors is not None:
+            predictors.check_compatible(config, list(self.schedule.layers))
+            predictors.to(model.device)
+        self.predictors = predictors
+        self.backbone = model.model
+        self._explicit_mask = config._attn_implementation not in ("sdpa", "flash_attention_2", "flash_attention_3")
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the model's weights."""
+        return self.model.device
+
+    def _causal_mask(self, n: int, dtype: torch.dtype) -> Optional[torch.Tensor]:
+        # SDPA / flash derive causality from a missing mask; eager attention needs it spelled out.
+        if not self._explicit_mask or n <= 1:
+            return None
+        mask = torch.full((n, n), torch.finfo(dtype).min, dtype=dtype, device=self.device).triu(1)
+        return mask[None, None]
+
+    def _run_layer(self, layer, hidden, positions, cache, mask):
+        position_ids = positions[None]
+        cos_sin = self.backbone.rotary_emb(hidden, position_ids=position_ids)
+        return layer(hidden, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
+                     use_cache=True, position_embeddings=cos_sin)
+
+    @torch.inference_mode()
+    def prefill(self, input_ids: torch.Tensor, token_budget: Optional[int] = None,
+                stop_after_pruning: bool = False, all_logits: bool = False) -> PrefillResult:
+        """Run the prompt through the model, pruning at the schedule's layers.
+
+        `token_budget` caps the tokens left after the last pruning layer (B_t).
+        `stop_after_pruning` stops after the last pruning layer (prompt-level
+        mode: only the kept positions are wanted; logits are then empty).
+        `all_logits` returns logits for every kept position (for tests).
+        """
+        if input_ids.dim() == 2:
+            if input_ids.shape[0] != 1:
+                raise ValueError("batch size must be 1")
+            input_ids = input_ids[0]
+        ids = input_ids.to(self.device)
+        n0 = int(ids.numel())
+        hidden = self.backbone.embed_tokens(ids)[None]
+        positions = torch.arange(n0, device=self.device)
+        cache = DynamicCache(config=self.config)
+        schedule = self.schedule
+        prune_layers = list(schedule.layers)
+        if token_budget is not None and token_budget < n0 and not prune_layers:
+            raise ValueError("a token budget below the prompt length needs at least one pruning layer")
+        last_prune = prune_layers[-1] if prune_layers else -1
+        lengths = [n0]
+        prune_s = 0.0
+        mask = self._causal_mask(n0, hidden.dtype)
+        for idx, layer in enumerate(self.backbone.layers[: self.config.num_hidden_layers]):
+            if idx in schedule.layers:
+                _sync(self.device)
+                t0 = time.perf_counter()
+                n = hidden.shape[1]
+                budget = token_budget if idx == last_prune else None
+                n_next = schedule.next_length(n, budget)
+                if n_next < n:
+                    scores = self.predictors.score(idx, hidden[0])
+                    keep = select_kept(scores, n_next, schedule.head_tokens, schedule.tail_size(n))
+                    hidden = hidden[:, keep]
+                    positions = positions[keep]
+                    mask = self._causal_mask(hidden.shape[1], hidden.dtype)
+                _sync(self.device)
+                prune_s += time.perf_counter() - t0
+                lengths.append(int(hidden.shape[1]))
+                if stop_after_pruning and idx == last_prune:
+                    empty = torch.empty(0, device=self.device)
+                    return PrefillResult(empty, cache, positions.clone(), lengths, n0, prune_s * 1000.0)
+            hidden = self._run_layer(layer, hidden, positions, cache, mask)
+        hidden = self.backbone.norm(hidden)
+        logits = self.model.lm_head(hidden[0] if all_logits else hidden[0, -1])
+        return PrefillResult(logits, cache, positions.clone(), lengths, n0, prune_s * 1000.0)
+
+    @torch.inference_mode()
+    def decode(self, prefill: PrefillResult, max_new_tokens: int, eos_token_ids: tuple[int, ...] = (),
+               deadline: Optional[float] = None, should_stop: Optional[Callable[[list[int]], bool]] = None) -> DecodeResult:
+        """Greedy decode on the pruned KV cache.
+
+        Stops at an EOS token, after `max_new_tokens`, when time.monotonic()
+        passes `deadline`, or when `should_stop(tokens)` returns true.
+        """
+        result = DecodeResult()
+        logits = prefill.logits
+        position = prefill.next_position
+        cache = prefill.cache
+        while True:
+            token = int(torch.argmax(logits))
+            result.token_ids.append(token)
+            if token in eos_token_ids:
+                result.stop_reason = "eos"
+                break
+            if len(result.token_ids) >= max_new_tokens:
+                result.stop_reason = "max_tokens"
+                break
+            if should_stop is not None and should_stop(result.token_ids):
+                result.stop_reason = "stop"
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                result.stop_reason = "deadline"
+                break
+            hidden = self.backbone.embed_tokens(torch.tensor([[token]], device=self.device))
+            positions = torch.tensor([position], device=self.device)
+            for layer in self.backbone.layers[: self.config.num_hidden_layers]:
+                hidden = self._run_layer(layer, hidden, positions, cache, None)
+            logits = self.model.lm_head(self.backbone.norm(hidden)[0, -1])
+            position += 1
+        return result

@@ -1,0 +1,97 @@
+"""Pruned prefill + decode on tiny random Llama / Qwen2 / Mistral models."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from tiny_models import tiny
+
+from erecap_planner.predictor import PredictorBank
+from erecap_planner.pruned_forward import ErecapModel
+from erecap_planner.pruning import PruneSchedule
+
+KINDS = ["llama", "qwen2", "mistral"]
+
+
+def ids(n: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, 256, (1, n), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_keep_ratio_one_equals_unmodified_model(kind, attn):
+    model = tiny(kind, attn)
+    x = ids(97)
+    with torch.no_grad():
+        reference = model(x).logits[0]
+    bank = PredictorBank.for_model(model.config, [1, 3])
+    runner = ErecapModel(model, PruneSchedule(layers=(1, 3), keep_ratio=1.0), bank)
+    out = runner.prefill(x, all_logits=True)
+    assert out.lengths == [97, 97, 97] and out.tokens_after == 97
+    torch.testing.assert_close(out.logits, reference, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_decode_with_r1_matches_generate(kind):
+    model = tiny(kind)
+    x = ids(40)
+    reference = model.generate(x, max_new_tokens=8, do_sample=False)[0, 40:].tolist()
+    runner = ErecapModel(model)
+    out = runner.decode(runner.prefill(x), max_new_tokens=8)
+    assert out.token_ids == reference and out.stop_reason == "max_tokens"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_progressive_pruning_lengths_and_kept_positions(kind):
+    model = tiny(kind)
+    layers = (1, 2, 4)
+    runner = ErecapModel(model, PruneSchedule(layers=layers, keep_ratio=0.7), PredictorBank.for_model(model.config, list(layers)))
+    out = runner.prefill(ids(300))
+    assert out.lengths == [300, 210, 147, 102]
+    kept = out.kept_index.tolist()
+    assert kept == sorted(set(kept)) and kept[:4] == [0, 1, 2, 3]
+    assert kept[-16:] == list(range(300 - 16, 300))  # tail window of the last pruning layer
+    # Each layer's KV cache holds only the tokens that layer saw.
+    cache_lengths = [out.cache.layers[i].keys.shape[-2] for i in range(model.config.num_hidden_layers)]
+    assert cache_lengths == [300, 210, 147, 147, 102, 102]
+    dec = runner.decode(out, max_new_tokens=3)
+    assert len(dec.token_ids) == 3
+
+
+@pytest.mark.parametrize("budget", [10, 20, 64, 150])
+def test_budget_is_never_exceeded(budget):
+    model = tiny("llama")
+    runner = ErecapModel(model, PruneSchedule(layers=(2, 4), keep_ratio=0.9), PredictorBank.for_model(model.config, [2, 4]))
+    out = runner.prefill(ids(200), token_budget=budget)
+    assert out.tokens_after <= budget
+    assert out.kept_index[-1].item() == 199  # the last prompt token survives
+
+
+def test_prompt_level_mode_stops_after_last_pruning_layer():
+    model = tiny("qwen2")
+    runner = ErecapModel(model, PruneSchedule(layers=(1, 2), keep_ratio=0.5), PredictorBank.for_model(model.config, [1, 2]))
+    out = runner.prefill(ids(120), token_budget=25, stop_after_pruning=True)
+    assert out.tokens_after == 25 and out.logits.numel() == 0
+    # Layers 0 and 1 ran; nothing from the last pruning layer (2) on did.
+    assert [out.cache.get_seq_length(i) for i in range(6)] == [120, 60, 0, 0, 0, 0]
+
+
+def test_decode_stops_at_deadline_and_eos():
+    model = tiny("llama")
+    runner = ErecapModel(model)
+    out = runner.prefill(ids(30))
+    assert runner.decode(out, max_new_tokens=50, deadline=time.monotonic() - 1).stop_reason == "deadline"
+    first = int(torch.argmax(runner.prefill(ids(30)).logits))
+    assert runner.decode(runner.prefill(ids(30)), 50, eos_token_ids=(first,)).stop_reason == "eos"
+
+
+def test_unsupported_and_misconfigured_models_are_rejected():
+    model = tiny("llama")
+    with pytest.raises(ValueError, match="depth"):
+        ErecapModel(model, PruneSchedule(layers=(9,)), PredictorBank.for_model(model.config, [9]))
+    with pytest.raises(ValueError, match="no predictor"):
+        ErecapModel(model, PruneSchedule(layers=(1,)))
+    with pytest.raises(ValueError, match="needs at least one pruning layer"):
+        ErecapModel(model).prefill(ids(50), token_budget=10)
