@@ -88,9 +88,14 @@ class ErecapModel:
         mask = torch.full((n, n), torch.finfo(dtype).min, dtype=dtype, device=self.device).triu(1)
         return mask[None, None]
 
-    def _run_layer(self, layer, hidden, positions, cache, mask):
+    def _rotary(self, hidden, positions):
+        # Rotary embeddings of the tokens' original positions; recomputed only when the set changes.
         position_ids = positions[None]
-        cos_sin = self.backbone.rotary_emb(hidden, position_ids=position_ids)
+        return position_ids, self.backbone.rotary_emb(hidden, position_ids=position_ids)
+
+    @staticmethod
+    def _run_layer(layer, hidden, rotary, cache, mask):
+        position_ids, cos_sin = rotary
         return layer(hidden, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
                      use_cache=True, position_embeddings=cos_sin)
 
@@ -121,6 +126,7 @@ class ErecapModel:
         lengths = [n0]
         prune_s = 0.0
         mask = self._causal_mask(n0, hidden.dtype)
+        rotary = self._rotary(hidden, positions)
         for idx, layer in enumerate(self.backbone.layers[: self.config.num_hidden_layers]):
             if idx in schedule.layers:
                 _sync(self.device)
@@ -134,13 +140,14 @@ class ErecapModel:
                     hidden = hidden[:, keep]
                     positions = positions[keep]
                     mask = self._causal_mask(hidden.shape[1], hidden.dtype)
+                    rotary = self._rotary(hidden, positions)
                 _sync(self.device)
                 prune_s += time.perf_counter() - t0
                 lengths.append(int(hidden.shape[1]))
                 if stop_after_pruning and idx == last_prune:
                     empty = torch.empty(0, device=self.device)
                     return PrefillResult(empty, cache, positions.clone(), lengths, n0, prune_s * 1000.0)
-            hidden = self._run_layer(layer, hidden, positions, cache, mask)
+            hidden = self._run_layer(layer, hidden, rotary, cache, mask)
         hidden = self.backbone.norm(hidden)
         logits = self.model.lm_head(hidden[0] if all_logits else hidden[0, -1])
         return PrefillResult(logits, cache, positions.clone(), lengths, n0, prune_s * 1000.0)
@@ -173,9 +180,9 @@ class ErecapModel:
                 result.stop_reason = "deadline"
                 break
             hidden = self.backbone.embed_tokens(torch.tensor([[token]], device=self.device))
-            positions = torch.tensor([position], device=self.device)
+            rotary = self._rotary(hidden, torch.tensor([position], device=self.device))
             for layer in self.backbone.layers[: self.config.num_hidden_layers]:
-                hidden = self._run_layer(layer, hidden, positions, cache, None)
+                hidden = self._run_layer(layer, hidden, rotary, cache, None)
             logits = self.model.lm_head(self.backbone.norm(hidden)[0, -1])
             position += 1
         return result
