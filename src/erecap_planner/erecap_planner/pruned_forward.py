@@ -101,13 +101,16 @@ class ErecapModel:
 
     @torch.inference_mode()
     def prefill(self, input_ids: torch.Tensor, token_budget: Optional[int] = None,
-                stop_after_pruning: bool = False, all_logits: bool = False) -> PrefillResult:
+                stop_after_pruning: bool = False, all_logits: bool = False,
+                protect: Optional[torch.Tensor] = None) -> PrefillResult:
         """Run the prompt through the model, pruning at the schedule's layers.
 
         `token_budget` caps the tokens left after the last pruning layer (B_t).
         `stop_after_pruning` stops after the last pruning layer (prompt-level
         mode: only the kept positions are wanted; logits are then empty).
         `all_logits` returns logits for every kept position (for tests).
+        `protect` ([N] bool) marks tokens that outrank every predictor score
+        (protected context blocks); they are kept while the budget allows.
         """
         if input_ids.dim() == 2:
             if input_ids.shape[0] != 1:
@@ -136,6 +139,8 @@ class ErecapModel:
                 n_next = schedule.next_length(n, budget)
                 if n_next < n:
                     scores = self.predictors.score(idx, hidden[0])
+                    if protect is not None:
+                        scores = scores.float().masked_fill(protect.to(self.device)[positions], float("inf"))
                     keep = select_kept(scores, n_next, schedule.head_tokens, schedule.tail_size(n))
                     hidden = hidden[:, keep]
                     positions = positions[keep]

@@ -83,7 +83,7 @@ def select_kept(scores: torch.Tensor, n_keep: int, head: int, tail: int) -> torc
         protected[n - tail:] = True
     rest = n_keep - head - tail
     if rest > 0:
-        masked = scores.float().masked_fill(protected, float("-inf"))
+        masked = (scores if scores.dtype == torch.float64 else scores.float()).masked_fill(protected, float("-inf"))
         top = torch.topk(masked, rest, sorted=False).indices
         protected[top] = True
     return torch.nonzero(protected, as_tuple=False).squeeze(-1)

@@ -1,0 +1,192 @@
+"""Context compressors with one interface, all forced to the same token budget B.
+
+Every compressor keeps the same forced set — head tokens, the tail window and
+the tokens of protected blocks / chat template — and differs only in how it
+fills the rest of the budget:
+
+  none     no compression (the "No BRACE" baseline): every token, budget ignored
+  random   uniformly random prunable tokens (seeded per call)
+  recency  the most recent prunable tokens
+  summary  whole history entries, extractively, by priority (failure traces,
+           outcomes, messages, observations; newest first) while they fit;
+           its forced set is the protected tokens (whole entries stand in
+           for the raw tail window)
+  erecap   the E-RECAP predictor's scores (prompt-level mode); in-model E-RECAP
+           prunes inside the planner's prefill instead (see call_path.py)
+
+The selection is Eq. 5 with a method-specific score, so "tokens after" is at
+most B for every method but `none`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from .context import RenderedContext
+from .pruning import PruneSchedule, select_kept
+
+_PROTECTED_SCORE = 1e9
+_KIND_PRIORITY = {"failure_trace": 3, "action_outcome": 2, "message": 1}
+
+
+@dataclass
+class Compressed:
+    """The compressor's output: kept token positions (ascending) and their ids."""
+
+    kept_index: list[int]
+    token_ids: list[int]
+    tokens_before: int
+
+    @property
+    def tokens_after(self) -> int:
+        """Tokens passed to the planner."""
+        return len(self.token_ids)
+
+
+def _protected_scores(ctx: RenderedContext) -> torch.Tensor:
+    # Protected tokens outrank everything; among them later ones win when the budget is short.
+    n = len(ctx)
+    index = torch.arange(n, dtype=torch.float64)
+    protected = torch.tensor(ctx.protected, dtype=torch.bool)
+    return torch.where(protected, _PROTECTED_SCORE + index, torch.full((n,), -math.inf, dtype=torch.float64))
+
+
+class Compressor:
+    """Base: keep the forced set, fill the rest of the budget by `prunable_scores`."""
+
+    name = "base"
+
+    def __init__(self, schedule: Optional[PruneSchedule] = None):
+        self.schedule = schedule or PruneSchedule(layers=(), keep_ratio=1.0)
+
+    def prunable_scores(self, ctx: RenderedContext) -> torch.Tensor:
+        """Score of every token (only prunable tokens' scores matter)."""
+        raise NotImplementedError
+
+    def compress(self, ctx: RenderedContext, budget: int) -> Compressed:
+        """Keep at most `budget` tokens of `ctx`."""
+        n = len(ctx)
+        if budget >= n:
+            return Compressed(list(range(n)), list(ctx.token_ids), n)
+        scores = self.prunable_scores(ctx).to(torch.float64)
+        scores = torch.where(torch.tensor(ctx.protected), _protected_scores(ctx), scores)
+        kept = select_kept(scores, budget, self.schedule.head_tokens, self.schedule.tail_size(n)).tolist()
+        return Compressed(kept, [ctx.token_ids[i] for i in kept], n)
+
+
+class NoCompression(Compressor):
+    """The No BRACE baseline: the whole context, whatever the budget."""
+
+    name = "none"
+
+    def compress(self, ctx: RenderedContext, budget: int) -> Compressed:
+        """Every token."""
+        return Compressed(list(range(len(ctx))), list(ctx.token_ids), len(ctx))
+
+
+class RandomTruncation(Compressor):
+    """Random prunable tokens, reproducible for the same context and seed."""
+
+    name = "random"
+
+    def __init__(self, schedule: Optional[PruneSchedule] = None, seed: int = 0):
+        super().__init__(schedule)
+        self.seed = seed
+
+    def prunable_scores(self, ctx: RenderedContext) -> torch.Tensor:
+        """Uniform random scores seeded by the context's content."""
+        digest = hashlib.sha256(f"{self.seed}:{ctx.text}".encode()).digest()
+        generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+        return torch.rand(len(ctx), generator=generator, dtype=torch.float64)
+
+
+class RecencyTruncation(Compressor):
+    """The most recent prunable tokens."""
+
+    name = "recency"
+
+    def prunable_scores(self, ctx: RenderedContext) -> torch.Tensor:
+        """Later tokens score higher."""
+        return torch.arange(len(ctx), dtype=torch.float64)
+
+
+class StructuredSummary(Compressor):
+    """Extractive summary: protected blocks verbatim, then whole history entries by priority."""
+
+    name = "summary"
+
+    def compress(self, ctx: RenderedContext, budget: int) -> Compressed:
+        """Forced set, then entries in priority order while they fit whole."""
+        n = len(ctx)
+        if budget >= n:
+            return Compressed(list(range(n)), list(ctx.token_ids), n)
+        # Whole entries replace the raw tail window here: only protected tokens are forced.
+        forced = _ForcedOnly(PruneSchedule(layers=(), head_tokens=0, tail_min=0, tail_frac=0.0)).compress(ctx, budget).kept_index
+        kept = set(forced)
+        room = budget - len(kept)
+        spans = ctx.entry_spans()
+        candidates = []
+        for entry_index, tokens in spans.items():
+            missing = [i for i in tokens if i not in kept]
+            if missing:
+                entry = ctx.entries[entry_index]
+                candidates.append((_KIND_PRIORITY.get(entry.kind, 0), entry.step, entry_index, missing))
+        for _, _, _, missing in sorted(candidates, key=lambda c: (-c[0], -c[1], -c[2])):
+            if len(missing) <= room:
+                kept.update(missing)
+                room -= len(missing)
+        order = sorted(kept)
+        return Compressed(order, [ctx.token_ids[i] for i in order], n)
+
+
+class _ForcedOnly(Compressor):
+    """Scores that keep only the forced set (prunable tokens never win)."""
+
+    def prunable_scores(self, ctx: RenderedContext) -> torch.Tensor:
+        return torch.full((len(ctx),), -1e18, dtype=torch.float64)
+
+    def compress(self, ctx: RenderedContext, budget: int) -> Compressed:
+        n_forced = sum(ctx.protected)
+        head, tail = self.schedule.head_tokens, self.schedule.tail_size(len(ctx))
+        n_forced += sum(1 for i in range(len(ctx)) if not ctx.protected[i] and (i < head or i >= len(ctx) - tail))
+        return Compressor.compress(self, ctx, min(budget, n_forced))
+
+
+class ErecapPromptCompressor(Compressor):
+    """Prompt-level E-RECAP: the pruned prefill's kept tokens become the prompt (for remote planners)."""
+
+    name = "erecap"
+
+    def __init__(self, scorer, schedule: Optional[PruneSchedule] = None):
+        super().__init__(schedule or scorer.schedule)
+        self.scorer = scorer
+
+    def compress(self, ctx: RenderedContext, budget: int) -> Compressed:
+        """Run the scorer model up to its last pruning layer with budget B and protected tokens."""
+        n = len(ctx)
+        if budget >= n:
+            return Compressed(list(range(n)), list(ctx.token_ids), n)
+        ids = torch.tensor(ctx.token_ids)
+        out = self.scorer.prefill(ids, token_budget=budget, stop_after_pruning=True,
+                                  protect=torch.tensor(ctx.protected))
+        kept = out.kept_index.tolist()
+        return Compressed(kept, [ctx.token_ids[i] for i in kept], n)
+
+
+BASELINES = {c.name: c for c in (NoCompression, RandomTruncation, RecencyTruncation, StructuredSummary)}
+
+
+def make_compressor(name: str, schedule: Optional[PruneSchedule] = None, scorer=None) -> Compressor:
+    """A compressor by name: none, random, recency, summary, erecap (needs `scorer`)."""
+    if name == "erecap":
+        if scorer is None:
+            raise ValueError("the erecap compressor needs a scorer model")
+        return ErecapPromptCompressor(scorer, schedule)
+    if name not in BASELINES:
+        raise ValueError(f"unknown compressor '{name}' (known: erecap, {', '.join(BASELINES)})")
+    return BASELINES[name](schedule)

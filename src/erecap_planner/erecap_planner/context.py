@@ -1,0 +1,167 @@
+"""The replanning context C_t (paper Eq. 3): typed blocks of per-agent entries, rendered for the planner.
+
+Blocks task, state, constraints and coordination are protected from pruning;
+history is prunable. State keeps only each agent's latest entry; the other
+blocks accumulate, so the context grows with time and with the number of
+agents. `render` produces the planner prompt through the model's chat template
+and labels every token with its block and entry, so compressors can respect
+protected blocks and count tokens exactly with the model's tokenizer.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+class Block(enum.IntEnum):
+    """Context blocks (ContextEntry.BLOCK_*)."""
+
+    TASK = 0
+    STATE = 1
+    CONSTRAINTS = 2
+    COORDINATION = 3
+    HISTORY = 4
+
+
+PROTECTED_BLOCKS = frozenset({Block.TASK, Block.STATE, Block.CONSTRAINTS, Block.COORDINATION})
+_ORDER = (Block.TASK, Block.CONSTRAINTS, Block.STATE, Block.COORDINATION, Block.HISTORY)
+_TITLES = {Block.TASK: "TASK", Block.CONSTRAINTS: "CONSTRAINTS", Block.STATE: "STATE",
+           Block.COORDINATION: "COORDINATION", Block.HISTORY: "HISTORY"}
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are the planner of an embodied agent team. Read the context and choose the next skill call "
+    "for the requested agent. Reply with exactly one JSON object."
+)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One context entry contributed by an agent at a controller step."""
+
+    agent_id: str
+    step: int
+    block: Block
+    text: str
+    kind: str = "observation"
+    stamp: float = 0.0
+
+    def line(self) -> str:
+        """How the entry reads in the prompt."""
+        return f"[t={self.step} {self.agent_id}] {self.text}"
+
+
+@dataclass
+class RenderedContext:
+    """A rendered prompt with a block / entry label for every token."""
+
+    text: str
+    token_ids: list[int]
+    protected: list[bool]                  # token must survive every compressor (template, request, protected blocks)
+    entry_of_token: list[int]              # index into `entries`, -1 for template / header / request tokens
+    entries: list[Entry] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def entry_spans(self) -> dict[int, list[int]]:
+        """Token indices of each entry."""
+        spans: dict[int, list[int]] = {}
+        for i, e in enumerate(self.entry_of_token):
+            if e >= 0:
+                spans.setdefault(e, []).append(i)
+        return spans
+
+
+class ContextBuffer:
+    """Accumulates ContextEntries; renders the planner prompt for one agent."""
+
+    def __init__(self, max_history: int = 100_000):
+        self.max_history = max_history
+        self.task: list[Entry] = []
+        self.constraints: list[Entry] = []
+        self.coordination: list[Entry] = []
+        self.history: list[Entry] = []
+        self.state: dict[str, Entry] = {}
+        self.dropped = 0
+
+    def add(self, entry: Entry) -> None:
+        """Add one entry; ValueError on an empty agent id or text, or an unknown block."""
+        if not entry.agent_id.strip():
+            raise ValueError("agent_id is empty")
+        if not entry.text.strip():
+            raise ValueError("text is empty")
+        block = Block(entry.block)
+        if block == Block.STATE:
+            self.state[entry.agent_id] = entry
+        elif block == Block.TASK:
+            self.task.append(entry)
+        elif block == Block.CONSTRAINTS:
+            self.constraints.append(entry)
+        elif block == Block.COORDINATION:
+            self.coordination.append(entry)
+        else:
+            self.history.append(entry)
+            if len(self.history) > self.max_history:
+                del self.history[0]
+                self.dropped += 1
+
+    def extend(self, entries: Iterable[Entry]) -> None:
+        """Add several entries."""
+        for entry in entries:
+            self.add(entry)
+
+    def clear(self) -> None:
+        """Forget everything (a new episode)."""
+        self.__init__(self.max_history)
+
+    def blocks(self) -> list[tuple[Block, list[Entry]]]:
+        """The blocks in prompt order with their entries."""
+        state = sorted(self.state.values(), key=lambda e: e.agent_id)
+        content = {Block.TASK: self.task, Block.CONSTRAINTS: self.constraints, Block.STATE: state,
+                   Block.COORDINATION: self.coordination, Block.HISTORY: self.history}
+        return [(b, content[b]) for b in _ORDER]
+
+    def render(self, tokenizer, agent_id: str, request: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+               entries: Optional[list[tuple[Block, list[Entry]]]] = None) -> RenderedContext:
+        """The chat-templated prompt asking for `agent_id`'s next step, with per-token labels."""
+        pieces: list[tuple[str, int, bool]] = []  # (text, entry index or -1, protected)
+        all_entries: list[Entry] = []
+        for block, block_entries in entries if entries is not None else self.blocks():
+            if not block_entries:
+                continue
+            pieces.append((f"{_TITLES[block]}:\n", -1, True))
+            for entry in block_entries:
+                all_entries.append(entry)
+                pieces.append((entry.line() + "\n", len(all_entries) - 1, block in PROTECTED_BLOCKS))
+        pieces.append((f"REQUEST: {request}", -1, True))
+        content = "".join(p[0] for p in pieces)
+        messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": content}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        offset = text.find(content)
+        if offset < 0:
+            raise ValueError("the chat template altered the context text")
+        starts, labels = [], []
+        pos = offset
+        for piece, entry_index, protected in pieces:
+            starts.append(pos)
+            labels.append((entry_index, protected))
+            pos += len(piece)
+        end = pos
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        protected_mask, entry_of_token = [], []
+        for begin, _ in enc["offset_mapping"]:
+            if offset <= begin < end:
+                entry_index, protected = labels[bisect.bisect_right(starts, begin) - 1]
+            else:
+                entry_index, protected = -1, True  # chat template: system prompt, role markers, generation prompt
+            protected_mask.append(protected)
+            entry_of_token.append(entry_index)
+        return RenderedContext(text, list(enc["input_ids"]), protected_mask, entry_of_token, all_entries)
+
+    def token_count(self, tokenizer, agent_id: str, request: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> int:
+        """N_t: exact tokens of the rendered prompt."""
+        return len(self.render(tokenizer, agent_id, request, system_prompt))

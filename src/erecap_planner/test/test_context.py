@@ -1,0 +1,55 @@
+"""Context buffer: blocks, growth, exact token labels through the chat template."""
+
+from __future__ import annotations
+
+import pytest
+from tiny_tokenizer import byte_tokenizer
+
+from erecap_planner.context import Block, ContextBuffer, Entry
+
+
+def buffer(history: int = 5) -> ContextBuffer:
+    c = ContextBuffer()
+    c.add(Entry("a", 0, Block.TASK, "fetch cup_3 to dock_2", "task"))
+    c.add(Entry("a", 0, Block.CONSTRAINTS, "never enter aisle 4", "constraint"))
+    for t in range(history):
+        c.add(Entry("a" if t % 2 else "b", t, Block.HISTORY, f"event {t}"))
+    c.add(Entry("b", 3, Block.STATE, "at (1, 2)"))
+    c.add(Entry("b", 4, Block.STATE, "at (1, 3)"))  # replaces the older state of b
+    c.add(Entry("b", 4, Block.COORDINATION, "b -> a: I hold the corridor", "message"))
+    return c
+
+
+def test_render_labels_every_token_and_round_trips():
+    tok = byte_tokenizer()
+    ctx = buffer().render(tok, "a", "next step for a?")
+    assert tok.decode(ctx.token_ids) == ctx.text
+    assert len(ctx.token_ids) == len(ctx.protected) == len(ctx.entry_of_token)
+    assert "at (1, 2)" not in ctx.text and "at (1, 3)" in ctx.text
+    spans = ctx.entry_spans()
+    for index, tokens in spans.items():
+        entry = ctx.entries[index]
+        assert tok.decode([ctx.token_ids[i] for i in tokens]) == entry.line() + "\n"
+        assert all(ctx.protected[i] == (entry.block != Block.HISTORY) for i in tokens)
+    # The request and the chat template are protected, the history is not.
+    assert ctx.protected[-1] and ctx.protected[0]
+    assert not all(ctx.protected)
+
+
+def test_context_grows_with_time_and_agents():
+    tok = byte_tokenizer()
+    sizes = [buffer(h).token_count(tok, "a", "go") for h in (0, 10, 20)]
+    assert sizes[0] < sizes[1] < sizes[2]
+
+
+@pytest.mark.parametrize("bad", [Entry("", 0, Block.HISTORY, "x"), Entry("a", 0, Block.HISTORY, "  ")])
+def test_bad_entries_are_rejected(bad):
+    with pytest.raises(ValueError):
+        ContextBuffer().add(bad)
+
+
+def test_history_cap_drops_oldest():
+    c = ContextBuffer(max_history=3)
+    for t in range(5):
+        c.add(Entry("a", t, Block.HISTORY, f"e{t}"))
+    assert [e.step for e in c.history] == [2, 3, 4] and c.dropped == 2

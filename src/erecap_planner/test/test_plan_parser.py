@@ -1,0 +1,78 @@
+"""Plan parsing and schema validation; a fuzz of 1,000 malformed outputs raises only PlanError."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from erecap_planner.plan_parser import ActionSchema, PlanError, parse_plan
+
+SCHEMA = ActionSchema.from_dict({
+    "max_steps": 4,
+    "actions": {
+        "move_to": {"target": {"choices": ["dock_1", "dock_2", "shelf_3"]}},
+        "pick": {"object": {"type": "string"}},
+        "wait": {"steps": {"type": "integer", "required": False}},
+    },
+})
+
+
+@pytest.mark.parametrize("text", [
+    '{"action": "move_to", "parameters": {"target": "dock_2"}}',
+    'Sure! ```json\n{"plan": [{"action": "pick", "parameters": {"object": "cup"}}]}\n```',
+    '[{"action": "wait"}, {"action": "move_to", "parameters": {"target": "shelf_3"}}]',
+    '{"current_step_analysis": {}, "next_step": {"action": "wait", "parameters": {"steps": 2}}}',
+])
+def test_valid_plans(text):
+    steps = parse_plan(text, SCHEMA)
+    assert steps and all(s.action in SCHEMA.actions for s in steps)
+    assert json.loads(steps[0].parameters_json()) == steps[0].parameters
+
+
+@pytest.mark.parametrize("text,reason", [
+    ("no json here", "no_json"),
+    ('{"action": "fly", "parameters": {}}', "unknown_action"),
+    ('{"action": "move_to", "parameters": {"target": "moon"}}', "hallucinated_value"),
+    ('{"action": "move_to", "parameters": {}}', "missing_parameter"),
+    ('{"action": "pick", "parameters": {"object": 3}}', "bad_parameter_type"),
+    ('{"action": "pick", "parameters": {"object": "a", "speed": 2}}', "unknown_parameter"),
+    ('{"action": "wait", "parameters": {"steps": true}}', "bad_parameter_type"),
+    ('{"plan": []}', "empty_plan"),
+    ('{"next_step": null}', "empty_plan"),
+    ('[' + ','.join(['{"action": "wait"}'] * 5) + ']', "too_long"),
+    ('{"foo": 1}', "bad_shape"),
+])
+def test_invalid_plans_give_reasons(text, reason):
+    with pytest.raises(PlanError) as err:
+        parse_plan(text, SCHEMA)
+    assert err.value.reason == reason
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["action", "parameters", "plan", "next_step", "target", "object", "steps", "x"]) | st.text(max_size=5),
+        inner, max_size=4),
+    max_leaves=12,
+)
+malformed = st.one_of(
+    st.text(max_size=200),
+    json_values.map(lambda v: json.dumps(v)),
+    json_values.map(lambda v: "prefix ```json\n" + json.dumps(v)[:-1]),  # truncated JSON
+    st.binary(max_size=64).map(lambda b: b.decode("latin-1")),
+    st.integers(1, 3000).map(lambda n: "[" * n),                     # deep nesting
+    st.none() | st.integers(),                                         # not even text
+)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=malformed)
+def test_fuzz_malformed_outputs_raise_only_plan_error(text):
+    try:
+        steps = parse_plan(text, SCHEMA)
+    except PlanError:
+        return
+    assert all(s.action in SCHEMA.actions for s in steps)
