@@ -63,6 +63,7 @@ class RenderedContext:
     protected: list[bool]                  # token must survive every compressor (template, request, protected blocks)
     entry_of_token: list[int]              # index into `entries`, -1 for template / header / request tokens
     entries: list[Entry] = field(default_factory=list)
+    request_start: int = -1                # first token of the REQUEST line (retrieved memory goes before it)
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -153,14 +154,18 @@ class ContextBuffer:
         end = pos
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         protected_mask, entry_of_token = [], []
+        request_char = starts[-1]
+        request_start = -1
         for begin, _ in enc["offset_mapping"]:
+            if request_start < 0 and begin >= request_char:
+                request_start = len(protected_mask)
             if offset <= begin < end:
                 entry_index, protected = labels[bisect.bisect_right(starts, begin) - 1]
             else:
                 entry_index, protected = -1, True  # chat template: system prompt, role markers, generation prompt
             protected_mask.append(protected)
             entry_of_token.append(entry_index)
-        return RenderedContext(text, list(enc["input_ids"]), protected_mask, entry_of_token, all_entries)
+        return RenderedContext(text, list(enc["input_ids"]), protected_mask, entry_of_token, all_entries, request_start)
 
     def token_count(self, tokenizer, agent_id: str, request: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> int:
         """N_t: exact tokens of the rendered prompt."""

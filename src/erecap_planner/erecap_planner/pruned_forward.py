@@ -26,6 +26,10 @@ from .pruning import PruneSchedule, select_kept
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 
 
+class CallAborted(RuntimeError):
+    """The prefill was stopped between layers (deadline passed or call cancelled)."""
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -102,7 +106,8 @@ class ErecapModel:
     @torch.inference_mode()
     def prefill(self, input_ids: torch.Tensor, token_budget: Optional[int] = None,
                 stop_after_pruning: bool = False, all_logits: bool = False,
-                protect: Optional[torch.Tensor] = None) -> PrefillResult:
+                protect: Optional[torch.Tensor] = None,
+                should_abort: Optional[Callable[[], bool]] = None) -> PrefillResult:
         """Run the prompt through the model, pruning at the schedule's layers.
 
         `token_budget` caps the tokens left after the last pruning layer (B_t).
@@ -111,6 +116,7 @@ class ErecapModel:
         `all_logits` returns logits for every kept position (for tests).
         `protect` ([N] bool) marks tokens that outrank every predictor score
         (protected context blocks); they are kept while the budget allows.
+        `should_abort()` is checked before every layer; true raises CallAborted.
         """
         if input_ids.dim() == 2:
             if input_ids.shape[0] != 1:
@@ -131,6 +137,8 @@ class ErecapModel:
         mask = self._causal_mask(n0, hidden.dtype)
         rotary = self._rotary(hidden, positions)
         for idx, layer in enumerate(self.backbone.layers[: self.config.num_hidden_layers]):
+            if should_abort is not None and should_abort():
+                raise CallAborted(f"stopped before layer {idx}")
             if idx in schedule.layers:
                 _sync(self.device)
                 t0 = time.perf_counter()

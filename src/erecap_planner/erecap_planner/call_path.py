@@ -1,0 +1,252 @@
+"""One replanning call with phase accounting (paper Sec. 3.4, Alg. 1 lines 8-10).
+
+context_compress -> retrieve -> prefill -> decode -> parse. Every phase records
+its wall time and tokens in / out. With in-model E-RECAP the pruning happens
+inside the prefill; its scoring and selection time is moved from the prefill
+phase to context_compress so the overhead is not hidden in the planner. A call
+checks its hard deadline (and a cancel request) before every decoder layer
+and every generated token, so nothing runs past it; a call past its deadline,
+cancelled, or with output that is not a valid plan returns no steps (the agent
+keeps its current plan) and a status saying why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Optional, Protocol
+
+import torch
+
+from .compressors import Compressor, make_compressor
+from .context import DEFAULT_SYSTEM_PROMPT, ContextBuffer, RenderedContext
+from .plan_parser import ActionSchema, PlanError, Step, parse_plan
+from .predictor import PredictorBank
+from .pruned_forward import CallAborted, ErecapModel
+from .pruning import PruneSchedule
+
+# Call statuses (ReplanCall.STATUS_*).
+STATUS_OK, STATUS_PLANNER_ERROR, STATUS_DEADLINE, STATUS_CANCELLED = 0, 1, 2, 3
+
+MODE_REQUESTS = {
+    0: "Plan the next steps for {agent} from its current state.",
+    1: "Repair the plan of {agent} from the failing or drifting step on.",
+    2: "Confirm or adjust the current subplan of {agent}.",
+}
+OUTPUT_FORMAT = ('Allowed actions: {actions}. Reply with one JSON object: '
+                 '{{"plan": [{{"action": "<name>", "parameters": {{...}}}}]}}')
+
+
+@dataclass
+class CallRequest:
+    """What the controller asked for (the Replan goal)."""
+
+    agent_id: str
+    token_budget: int
+    slo_ms: float
+    hard_deadline_ms: float
+    mode: int = 0
+    step: int = 0
+    decision_id: str = ""
+
+
+@dataclass
+class Phase:
+    """Wall time and tokens of one phase."""
+
+    phase: str
+    duration_ms: float
+    tokens_in: int
+    tokens_out: int
+    started: float = 0.0  # time.time() when the phase began
+
+
+@dataclass
+class CallOutcome:
+    """Everything the ReplanCall record and the Plan need."""
+
+    status: int
+    steps: list[Step] = field(default_factory=list)
+    phases: list[Phase] = field(default_factory=list)
+    tokens_before: int = 0
+    tokens_after: int = 0
+    latency_ms: float = 0.0
+    slo_ms: float = 0.0
+    output_text: str = ""
+    error: str = ""
+    compressor: str = ""
+
+    @property
+    def slo_met(self) -> bool:
+        """l_t <= SLO_t (Eq. 6 counts the complement); a deadline miss never meets it."""
+        return self.status != STATUS_DEADLINE and self.latency_ms <= self.slo_ms
+
+
+class Retriever(Protocol):
+    """A retrieval / memory module on the call path: text lines to add for an agent."""
+
+    def retrieve(self, agent_id: str, ctx: RenderedContext) -> list[str]:
+        """Lines to splice into the prompt before the request."""
+
+
+class NoRetrieval:
+    """The default: no retrieval (the phase is still timed, at ~0 ms)."""
+
+    def retrieve(self, agent_id: str, ctx: RenderedContext) -> list[str]:
+        """Nothing."""
+        return []
+
+
+def json_object_closed(text: str) -> bool:
+    """True once `text` holds a complete top-level JSON object or array (strings respected)."""
+    depth, in_string, escaped, started = 0, False, False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = started
+        elif ch in "{[":
+            depth += 1
+            started = True
+        elif ch in "}]" and started:
+            depth -= 1
+            if depth == 0:
+                return True
+    return False
+
+
+class PlannerCallPath:
+    """Runs replanning calls on one local transformers model with one compressor."""
+
+    def __init__(self, model, tokenizer, schema: ActionSchema, compressor: str = "erecap",
+                 schedule: Optional[PruneSchedule] = None, predictors: Optional[PredictorBank] = None,
+                 max_new_tokens: int = 64, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+                 retriever: Optional[Retriever] = None, protect_blocks: bool = True, model_name: str = ""):
+        self.tokenizer = tokenizer
+        self.schema = schema
+        self.compressor_name = compressor
+        self.max_new_tokens = max_new_tokens
+        self.system_prompt = system_prompt
+        self.retriever = retriever or NoRetrieval()
+        self.protect_blocks = protect_blocks
+        self.model_name = model_name or getattr(model.config, "_name_or_path", "") or model.config.model_type
+        self.plain = ErecapModel(model)
+        self.in_model = compressor == "erecap"
+        if self.in_model:
+            if schedule is None or predictors is None:
+                raise ValueError("in-model E-RECAP needs a pruning schedule and a predictor bank")
+            self.pruned = ErecapModel(model, schedule, predictors)
+            self.compressor: Optional[Compressor] = None
+        else:
+            self.pruned = None
+            self.compressor = make_compressor(compressor, schedule)
+        configured = getattr(model.generation_config, "eos_token_id", None)
+        configured = configured if isinstance(configured, (list, tuple)) else [configured]
+        self.eos_ids = tuple(sorted({int(e) for e in [tokenizer.eos_token_id, *configured] if e is not None}))
+
+    def request_text(self, agent_id: str, mode: int) -> str:
+        """The REQUEST line for a mode."""
+        ask = MODE_REQUESTS.get(mode, MODE_REQUESTS[0]).format(agent=agent_id)
+        return ask + " " + OUTPUT_FORMAT.format(actions=self.schema.describe())
+
+    def run(self, buffer: ContextBuffer, request: CallRequest, cancelled: Callable[[], bool] = lambda: False,
+            on_phase: Callable[[str, float], None] = lambda phase, elapsed_ms: None) -> CallOutcome:
+        """One call; never raises for planner output, deadline or cancellation."""
+        start = time.monotonic()
+        deadline = start + request.hard_deadline_ms / 1000.0
+        phases: list[Phase] = []
+        outcome = CallOutcome(status=STATUS_OK, slo_ms=request.slo_ms, compressor=self.compressor_name)
+
+        def abort() -> bool:
+            return cancelled() or time.monotonic() >= deadline
+
+        def begin(name: str) -> tuple[float, float]:
+            on_phase(name, (time.monotonic() - start) * 1000.0)
+            return time.monotonic(), time.time()
+
+        def end(name, t0, wall0, tokens_in, tokens_out, minus_ms: float = 0.0) -> Phase:
+            phase = Phase(name, max(0.0, (time.monotonic() - t0) * 1000.0 - minus_ms), tokens_in, tokens_out, wall0)
+            phases.append(phase)
+            return phase
+
+        try:
+            # context_compress
+            t0, w0 = begin("context_compress")
+            ctx = buffer.render(self.tokenizer, request.agent_id, self.request_text(request.agent_id, request.mode),
+                                self.system_prompt)
+            outcome.tokens_before = len(ctx)
+            if self.in_model:
+                kept_ids, protect = list(ctx.token_ids), list(ctx.protected) if self.protect_blocks else None
+                request_at = ctx.request_start
+            else:
+                compressed = self.compressor.compress(ctx, request.token_budget)
+                kept_ids = compressed.token_ids
+                request_at = next((j for j, i in enumerate(compressed.kept_index) if i >= ctx.request_start),
+                                  len(kept_ids))
+                protect = None
+            compress_phase = end("context_compress", t0, w0, len(ctx), len(kept_ids))
+
+            # retrieve
+            t0, w0 = begin("retrieve")
+            lines = self.retriever.retrieve(request.agent_id, ctx)
+            memory_ids: list[int] = []
+            if lines:
+                memory_ids = self.tokenizer("MEMORY:\n" + "".join(f"{line}\n" for line in lines),
+                                            add_special_tokens=False)["input_ids"]
+                kept_ids = kept_ids[:request_at] + memory_ids + kept_ids[request_at:]
+                if protect is not None:
+                    protect = protect[:request_at] + [True] * len(memory_ids) + protect[request_at:]
+            end("retrieve", t0, w0, 0, len(memory_ids))
+            if abort():
+                raise CallAborted("before prefill")
+
+            # prefill (in-model E-RECAP prunes here; its overhead is booked to context_compress)
+            t0, w0 = begin("prefill")
+            ids = torch.tensor(kept_ids)
+            if self.in_model:
+                budget = request.token_budget + len(memory_ids)
+                mask = torch.tensor(protect) if protect is not None else None
+                pre = self.pruned.prefill(ids, token_budget=budget, protect=mask, should_abort=abort)
+                compress_phase.duration_ms += pre.prune_ms
+                compress_phase.tokens_out = pre.tokens_after
+                tokens_after = pre.tokens_after
+            else:
+                pre = self.plain.prefill(ids, should_abort=abort)
+                tokens_after = len(kept_ids)
+            end("prefill", t0, w0, len(kept_ids), tokens_after, minus_ms=pre.prune_ms)
+            outcome.tokens_after = tokens_after
+
+            # decode
+            t0, w0 = begin("decode")
+            dec = self.plain.decode(pre, self.max_new_tokens, self.eos_ids, deadline=deadline,
+                                    should_stop=lambda toks: cancelled() or json_object_closed(
+                                        self.tokenizer.decode(toks, skip_special_tokens=True)))
+            text = self.tokenizer.decode(dec.token_ids, skip_special_tokens=True)
+            outcome.output_text = text
+            end("decode", t0, w0, tokens_after, len(dec.token_ids))
+            if dec.stop_reason == "deadline" or (time.monotonic() >= deadline):
+                raise CallAborted("deadline during decode")
+            if cancelled():
+                raise CallAborted("cancelled during decode")
+
+            # parse
+            t0, w0 = begin("parse")
+            try:
+                outcome.steps = parse_plan(text, self.schema)
+            except PlanError as exc:
+                outcome.status = STATUS_PLANNER_ERROR
+                outcome.error = str(exc)
+            end("parse", t0, w0, len(dec.token_ids), len(outcome.steps))
+        except CallAborted as exc:
+            outcome.steps = []
+            outcome.status = STATUS_CANCELLED if cancelled() else STATUS_DEADLINE
+            outcome.error = f"{'cancelled' if outcome.status == STATUS_CANCELLED else 'hard deadline passed'} ({exc})"
+        outcome.phases = phases
+        outcome.latency_ms = (time.monotonic() - start) * 1000.0
+        return outcome

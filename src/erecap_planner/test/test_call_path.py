@@ -1,0 +1,78 @@
+"""The call path on a tiny model: phases, budgets, deadline and cancellation."""
+
+from __future__ import annotations
+
+import pytest
+from test_context import buffer
+from test_plan_parser import SCHEMA
+from tiny_models import tiny
+from tiny_tokenizer import byte_tokenizer
+
+from erecap_planner.call_path import (
+    STATUS_CANCELLED,
+    STATUS_DEADLINE,
+    STATUS_PLANNER_ERROR,
+    CallRequest,
+    PlannerCallPath,
+    json_object_closed,
+)
+from erecap_planner.predictor import PredictorBank
+from erecap_planner.pruning import PruneSchedule
+
+PHASES = ["context_compress", "retrieve", "prefill", "decode", "parse"]
+
+
+def path(compressor: str, **kw) -> PlannerCallPath:
+    model = tiny("llama")
+    schedule = PruneSchedule(layers=(1, 3), keep_ratio=0.7)
+    return PlannerCallPath(model, byte_tokenizer(), SCHEMA, compressor, schedule,
+                           PredictorBank.for_model(model.config, [1, 3]), max_new_tokens=12, **kw)
+
+
+@pytest.mark.parametrize("compressor", ["erecap", "none", "random", "recency", "summary"])
+def test_phases_and_budget(compressor):
+    seen = []
+    out = path(compressor).run(buffer(30), CallRequest("a", token_budget=600, slo_ms=60_000, hard_deadline_ms=120_000),
+                               on_phase=lambda p, ms: seen.append(p))
+    assert [p.phase for p in out.phases] == PHASES == seen
+    assert out.tokens_before > 600
+    if compressor == "none":
+        assert out.tokens_after == out.tokens_before
+    else:
+        assert out.tokens_after <= 600
+    compress = out.phases[0]
+    assert (compress.tokens_in, compress.tokens_out) == (out.tokens_before, out.tokens_after)
+    # A random tiny model does not write a plan: a counted planner error, no steps, no exception.
+    assert out.status == STATUS_PLANNER_ERROR and out.steps == [] and out.error
+    assert out.latency_ms >= sum(p.duration_ms for p in out.phases) * 0.99
+    assert out.slo_met
+
+
+def test_hard_deadline_stops_the_call():
+    out = path("erecap").run(buffer(30), CallRequest("a", 600, slo_ms=0.5, hard_deadline_ms=1.0))
+    assert out.status == STATUS_DEADLINE and out.steps == [] and not out.slo_met
+    assert "deadline" in out.error
+
+
+def test_cancel_stops_the_call():
+    out = path("recency").run(buffer(30), CallRequest("a", 600, 60_000, 120_000), cancelled=lambda: True)
+    assert out.status == STATUS_CANCELLED and out.steps == []
+
+
+class LessonMemory:
+    def retrieve(self, agent_id, ctx):
+        return [f"lesson for {agent_id}: re-grasp slowly"]
+
+
+def test_retrieved_lines_are_spliced_before_the_request():
+    p = path("recency", retriever=LessonMemory())
+    out = p.run(buffer(5), CallRequest("a", 10_000, 60_000, 120_000))
+    retrieve = out.phases[1]
+    assert retrieve.tokens_out == len("MEMORY:\nlesson for a: re-grasp slowly\n")
+    assert out.tokens_after == out.tokens_before + retrieve.tokens_out
+
+
+def test_json_object_closed():
+    assert not json_object_closed('{"plan": [{"action": "a"')
+    assert json_object_closed('text {"plan": [{"action": "}"}]} trailing')
+    assert not json_object_closed('"}"')
