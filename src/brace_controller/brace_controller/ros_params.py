@@ -20,13 +20,15 @@ from .config import ConfigError, from_mapping
 
 T = TypeVar("T")
 
-def _descriptor(f: dataclasses.Field, default: Any) -> ParameterDescriptor:
+def _descriptor(f: dataclasses.Field, default: Any, ranges: bool = True) -> ParameterDescriptor:
     low, high = f.metadata.get("low"), f.metadata.get("high")
     text = f.metadata.get("description", "")
     if low is not None or high is not None:
         text += f" [range {low}..{high}]"
     descriptor = ParameterDescriptor(name=f.name, description=text, read_only=True)
     # Ranges are checked by validate() with clearer messages; the descriptor shows them to `ros2 param describe`.
+    if not ranges:
+        return descriptor
     if isinstance(default, float) and low is not None and high is not None:
         descriptor.floating_point_range = [FloatingPointRange(from_value=float(low), to_value=float(high), step=0.0)]
     elif isinstance(default, int) and not isinstance(default, bool) and low is not None and high is not None:
@@ -34,21 +36,46 @@ def _descriptor(f: dataclasses.Field, default: Any) -> ParameterDescriptor:
     return descriptor
 
 
-def declare_config(node: Node, cls: type[T]) -> T:
-    """Declare every field of `cls` on `node`, read the values, return the validated config."""
+def _array_type(f: dataclasses.Field) -> Parameter.Type:
+    annotation = str(f.type)
+    if "int" in annotation:
+        return Parameter.Type.INTEGER_ARRAY
+    if "float" in annotation:
+        return Parameter.Type.DOUBLE_ARRAY
+    return Parameter.Type.STRING_ARRAY
+
+
+def declare_parameters(node: Node, cls: type, enforce_ranges: bool = True) -> None:
+    """Declare every field of `cls` on `node` (values are checked later by `read_config`).
+
+    Lifecycle nodes pass `enforce_ranges=False` so an out-of-range value is
+    reported by `read_config` at configure rather than rejected in the constructor.
+    """
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        descriptor = _descriptor(f, default, enforce_ranges)
+        try:
+            if isinstance(default, list) and not default:
+                node.declare_parameter(f.name, _array_type(f), descriptor)
+            else:
+                node.declare_parameter(f.name, default, descriptor)
+        except (InvalidParameterValueException, InvalidParameterTypeException) as exc:
+            raise ConfigError(f.name, str(exc)) from None
+
+
+def read_config(node: Node, cls: type[T]) -> T:
+    """Read the declared fields of `cls` back from `node` and validate them."""
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        descriptor = _descriptor(f, default)
-        try:
-            if isinstance(default, list) and not default:
-                node.declare_parameter(f.name, Parameter.Type.STRING_ARRAY, descriptor)
-                value = node.get_parameter_or(f.name, Parameter(f.name, value=[])).value or []
-            else:
-                value = node.declare_parameter(f.name, default, descriptor).value
-            if isinstance(default, list):
-                value = list(value)
-        except (InvalidParameterValueException, InvalidParameterTypeException) as exc:
-            raise ConfigError(f.name, str(exc)) from None
+        value = node.get_parameter_or(f.name, Parameter(f.name, value=default)).value
+        if isinstance(default, list):
+            value = [] if value is None else list(value)
         values[f.name] = value
     return from_mapping(cls, values)
+
+
+def declare_config(node: Node, cls: type[T]) -> T:
+    """Declare every field of `cls` on `node`, read the values, return the validated config."""
+    declare_parameters(node, cls)
+    return read_config(node, cls)

@@ -1,18 +1,8 @@
-"""Test setup for brace_controller: make the shared helpers importable."""
+"""Test setup for brace_controller: shared helpers importable, the `ros` fixture."""
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-import pytest  # noqa: E402
-from ros_harness import RosHarness  # noqa: E402
-
-
-@pytest.fixture
-def ros():
-    """A fresh rclpy context with a spinning executor, torn down after the test."""
-    harness = RosHarness()
-    yield harness
-    harness.close()
+from brace_controller.testing import ros  # noqa: E402, F401

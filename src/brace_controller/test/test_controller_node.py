@@ -13,11 +13,11 @@ from brace_msgs.msg import Plan, ReplanDecision, TriggerEvent
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from ros_harness import PlannerDouble, wait_for
 
 from brace_controller import qos
 from brace_controller.config import ConfigError
 from brace_controller.controller_node import BraceControllerNode
+from brace_controller.testing import PlannerDouble, wait_for
 
 
 class Probe(Node):

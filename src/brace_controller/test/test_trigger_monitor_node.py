@@ -9,11 +9,11 @@ from brace_msgs.msg import AgentState, ExecutionOutcome, ReplanDecision, Trigger
 from geometry_msgs.msg import Point
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from ros_harness import PlannerDouble, wait_for
 
 from brace_controller import qos
 from brace_controller.config import ConfigError
 from brace_controller.controller_node import BraceControllerNode
+from brace_controller.testing import PlannerDouble, wait_for
 from brace_controller.trigger_monitor_node import TriggerMonitorNode
 
 

@@ -115,6 +115,14 @@ class ContextBuffer:
         for entry in entries:
             self.add(entry)
 
+    def snapshot(self) -> ContextBuffer:
+        """A copy that later `add` calls do not change (entries are immutable, lists are copied)."""
+        copy = ContextBuffer(self.max_history)
+        copy.task, copy.constraints = list(self.task), list(self.constraints)
+        copy.coordination, copy.history = list(self.coordination), list(self.history)
+        copy.state, copy.dropped = dict(self.state), self.dropped
+        return copy
+
     def clear(self) -> None:
         """Forget everything (a new episode)."""
         self.__init__(self.max_history)

@@ -1,6 +1,8 @@
-"""Test setup for erecap_planner: make the shared helpers importable."""
+"""Test setup for erecap_planner: shared helpers importable, the `ros` fixture."""
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from brace_controller.testing import ros  # noqa: E402, F401

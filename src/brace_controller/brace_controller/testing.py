@@ -1,4 +1,4 @@
-"""Real rclpy in one process: nodes on one multi-threaded executor, DDS on loopback.
+"""Test support for BRACE nodes: real rclpy in one process, nodes on one executor, DDS on loopback.
 
 `RosHarness` spins the executor in a background thread; tests add nodes and
 poll with `wait_for`. `PlannerDouble` is a test Replan action server standing
@@ -58,6 +58,7 @@ class RosHarness:
             self.executor.spin_once(timeout_sec=0.05)
 
     def add(self, node: Node) -> Node:
+        """Spin `node` on this harness's executor (destroyed at close)."""
         self.nodes.append(node)
         self.executor.add_node(node)
         return node
@@ -95,6 +96,7 @@ class PlannerDouble(Node):
         )
 
     def execute(self, goal_handle):
+        """Answer with a one-step plan, or hold until cancelled (or released at teardown)."""
         goal = goal_handle.request
         self.goals.append(goal)
         result = Replan.Result()
@@ -120,3 +122,18 @@ class PlannerDouble(Node):
         result.call.latency_ms = 12.0
         goal_handle.succeed()
         return result
+
+
+try:
+    import pytest
+except ImportError:  # pytest is only needed by test suites
+    pytest = None
+
+if pytest is not None:
+
+    @pytest.fixture
+    def ros():
+        """A fresh rclpy context with a spinning executor, torn down after the test (import into conftest)."""
+        harness = RosHarness()
+        yield harness
+        harness.close()

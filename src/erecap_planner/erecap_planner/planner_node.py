@@ -1,0 +1,259 @@
+"""erecap_planner lifecycle node: serves the Replan action with E-RECAP (or a baseline compressor).
+
+Subscribes  /brace/context (ContextEntry)
+Publishes   /brace/replan_calls (ReplanCall, one per call), /diagnostics
+Action server  /brace/replan (Replan): feedback per phase; result = Plan + ReplanCall.
+
+Lifecycle: configure loads the model, the predictor and the action schema and
+fails (naming the parameter) on an unknown model path, a keep ratio outside
+(0, 1], a pruning layer beyond the model's depth or a predictor made for
+another architecture; activate starts accepting goals; deactivate rejects
+them; cleanup frees the model. With `autostart` the node configures and
+activates itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+import time
+from typing import Optional
+
+import rclpy
+from brace_msgs.action import Replan
+from brace_msgs.msg import ContextEntry, ReplanCall
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+
+from brace_controller import qos
+from brace_controller.config import ConfigError
+from brace_controller.ros_params import declare_parameters, read_config
+
+from . import convert
+from .call_path import STATUS_CANCELLED, PlannerCallPath
+from .config import PlannerConfig
+from .context import ContextBuffer
+from .plan_parser import ActionSchema
+from .predictor import PredictorBank, PredictorMismatchError
+from .pruning import PruneSchedule, table8_layers
+
+STATUS_NAMES = {0: "ok", 1: "planner_error", 2: "deadline", 3: "cancelled", 4: "unavailable"}
+
+
+def build_call_path(cfg: PlannerConfig, logger=None) -> PlannerCallPath:
+    """Load model, predictor and schema for `cfg`; ConfigError naming the parameter on failure."""
+    import yaml
+
+    from .models import load_model
+
+    try:
+        schema = ActionSchema.from_dict(yaml.safe_load(cfg.schema_path().read_text()) or {})
+    except (OSError, ValueError, AttributeError, yaml.YAMLError) as exc:
+        raise ConfigError("action_schema_file", f"cannot load {cfg.schema_path()}: {exc}") from None
+    try:
+        model, tokenizer = load_model(cfg.model_path, cfg.device, cfg.dtype)
+    except (FileNotFoundError, OSError, ValueError) as exc:
+        raise ConfigError("model_path", str(exc)) from None
+    depth = model.config.num_hidden_layers
+    layers = cfg.pruning_layers or table8_layers(depth)
+    schedule = PruneSchedule(tuple(layers), cfg.keep_ratio, cfg.head_tokens, cfg.tail_min, cfg.tail_frac)
+    try:
+        schedule.validate(depth)
+    except ValueError as exc:
+        raise ConfigError("pruning_layers", str(exc)) from None
+    predictors: Optional[PredictorBank] = None
+    if cfg.compressor == "erecap":
+        if cfg.predictor_path:
+            try:
+                predictors = PredictorBank.load(cfg.predictor_path, model.config)
+                predictors.check_compatible(model.config, layers)
+            except (PredictorMismatchError, FileNotFoundError) as exc:
+                raise ConfigError("predictor_path", str(exc)) from None
+        else:
+            predictors = PredictorBank.for_model(model.config, layers)
+            if logger is not None:
+                logger.warning("no predictor_path: E-RECAP runs with an UNTRAINED predictor (random token scores)")
+    try:
+        return PlannerCallPath(model, tokenizer, schema, cfg.compressor, schedule, predictors, cfg.max_new_tokens,
+                               cfg.system_prompt, protect_blocks=cfg.protect_blocks, model_name=cfg.model_path)
+    except ValueError as exc:
+        raise ConfigError("compressor", str(exc)) from None
+
+
+class ErecapPlannerNode(LifecycleNode):
+    """Thin lifecycle shell around PlannerCallPath."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("erecap_planner", **kwargs)
+        declare_parameters(self, PlannerConfig, enforce_ranges=False)
+        self.config: Optional[PlannerConfig] = None
+        self.call_path: Optional[PlannerCallPath] = None
+        self.buffer = ContextBuffer()
+        self.buffer_lock = threading.Lock()
+        self.call_lock = threading.Lock()  # one model: calls run one at a time
+        self.active = False
+        self.last_error = ""
+        self.ids = itertools.count(1)
+        self.counts = {"calls": 0, "malformed_context": 0, "context_entries": 0, "goals_rejected": 0,
+                       **{f"status.{name}": 0 for name in STATUS_NAMES.values()}}
+        self.action_server: Optional[ActionServer] = None
+        self.calls_pub = None
+        self._subscription = None
+        self._diag_timer = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Validate parameters, load model / predictor / schema, create the ROS interfaces."""
+        try:
+            self.config = read_config(self, PlannerConfig)
+            started = time.monotonic()
+            self.call_path = build_call_path(self.config, self.get_logger())
+        except ConfigError as exc:
+            self.last_error = str(exc)
+            self.get_logger().error(f"configure failed: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        self.buffer = ContextBuffer(self.config.max_history)
+        self.calls_pub = self.create_publisher(ReplanCall, "/brace/replan_calls", qos.EVENTS)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.DIAGNOSTICS)
+        self._subscription = self.create_subscription(ContextEntry, "/brace/context", self.on_context, qos.EVENTS,
+                                                      callback_group=MutuallyExclusiveCallbackGroup())
+        self.action_server = ActionServer(
+            self, Replan, "/brace/replan", self.execute, goal_callback=self.on_goal,
+            cancel_callback=lambda _goal: CancelResponse.ACCEPT, callback_group=ReentrantCallbackGroup(),
+        )
+        self._diag_timer = self.create_timer(self.config.diagnostics_period_s, self.publish_diagnostics)
+        self.get_logger().info(
+            f"configured in {time.monotonic() - started:.1f} s: model '{self.config.model_path}' on "
+            f"{self.call_path.plain.device}, compressor '{self.config.compressor}', keep ratio {self.config.keep_ratio}, "
+            f"pruning layers {list(self.call_path.pruned.schedule.layers) if self.call_path.pruned else []}")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Start accepting Replan goals."""
+        self.active = True
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Reject new goals (running calls finish)."""
+        self.active = False
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Release the model and the ROS interfaces."""
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Same as cleanup."""
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def _release(self) -> None:
+        self.active = False
+        if self.action_server is not None:
+            self.action_server.destroy()
+            self.action_server = None
+        for entity in (self._subscription, self.calls_pub, self._diag_timer):
+            if entity is not None:
+                entity.destroy()
+        self._subscription = self.calls_pub = self._diag_timer = None
+        self.call_path = None
+
+    # ------------------------------------------------------------------ context
+
+    def on_context(self, msg: ContextEntry) -> None:
+        """Add a context entry; malformed entries are counted and dropped."""
+        try:
+            entry = convert.entry_from_msg(msg)
+        except ValueError as exc:
+            self.counts["malformed_context"] += 1
+            self.get_logger().warning(f"dropped malformed ContextEntry: {exc}", throttle_duration_sec=1.0)
+            return
+        with self.buffer_lock:
+            self.buffer.add(entry)
+        self.counts["context_entries"] += 1
+
+    # ------------------------------------------------------------------ calls
+
+    def on_goal(self, goal) -> GoalResponse:
+        """Accept goals only while active and for a named agent with a positive budget."""
+        if not self.active or self.call_path is None or not goal.agent_id or goal.token_budget <= 0 \
+                or not goal.hard_deadline_ms > 0:
+            self.counts["goals_rejected"] += 1
+            return GoalResponse.REJECT
+        return GoalResponse.ACCEPT
+
+    def execute(self, goal_handle) -> Replan.Result:
+        """Run one call: feedback per phase, record on /brace/replan_calls, result = Plan + record."""
+        request = convert.request_from_goal(goal_handle.request)
+        started_wall = time.time()
+        call_id = f"{self.get_name()}/{next(self.ids)}"
+
+        def feedback(phase: str, elapsed_ms: float) -> None:
+            fb = Replan.Feedback(phase=phase, elapsed_ms=float(elapsed_ms))
+            fb.header.stamp = self.get_clock().now().to_msg()
+            goal_handle.publish_feedback(fb)
+
+        with self.buffer_lock:
+            snapshot = self.buffer.snapshot()
+        with self.call_lock:
+            outcome = self.call_path.run(snapshot, request, cancelled=lambda: goal_handle.is_cancel_requested,
+                                         on_phase=feedback)
+        self.counts["calls"] += 1
+        self.counts[f"status.{STATUS_NAMES.get(outcome.status, 'ok')}"] += 1
+        if outcome.status != 0:
+            self.get_logger().warning(f"call {call_id} for {request.agent_id}: {outcome.error}", throttle_duration_sec=1.0)
+        record = convert.call_to_msg(outcome, request, call_id, self.config.model_path, started_wall)
+        if self.calls_pub is not None:
+            self.calls_pub.publish(record)
+        result = Replan.Result(call=record)
+        result.plan = convert.plan_to_msg(outcome, request, f"{call_id}/plan", self.get_clock().now().to_msg())
+        if outcome.status == STATUS_CANCELLED and goal_handle.is_cancel_requested:
+            goal_handle.canceled()
+        else:
+            goal_handle.succeed()
+        return result
+
+    # ------------------------------------------------------------------ monitoring
+
+    def publish_diagnostics(self) -> None:
+        """Call counts by status and malformed input on /diagnostics."""
+        problems = [k for k in ("malformed_context", "goals_rejected", "status.planner_error", "status.deadline")
+                    if self.counts[k]]
+        status = DiagnosticStatus(name=f"{self.get_name()}: replanning calls", hardware_id="brace",
+                                  level=DiagnosticStatus.WARN if problems else DiagnosticStatus.OK,
+                                  message=("counted: " + ", ".join(problems)) if problems else "ok")
+        values = {"active": self.active, "model": self.config.model_path if self.config else "",
+                  "compressor": self.config.compressor if self.config else "", **self.counts}
+        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self.diag_pub.publish(array)
+
+
+def main(args=None) -> int:
+    """`ros2 run erecap_planner erecap_planner`."""
+    try:
+        with rclpy.init(args=args):
+            node = ErecapPlannerNode()
+            if node.get_parameter("autostart").value:
+                node.trigger_configure()
+                if node.call_path is None:
+                    node.get_logger().fatal(f"invalid configuration: {node.last_error}")
+                    return 2
+                node.trigger_activate()
+            executor = MultiThreadedExecutor(num_threads=3)
+            executor.add_node(node)
+            executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

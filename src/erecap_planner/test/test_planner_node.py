@@ -1,0 +1,140 @@
+"""erecap_planner lifecycle node over real rclpy: goal -> result + call record, deadline, cancel, bad parameters."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from brace_msgs.action import Replan
+from brace_msgs.msg import ContextEntry, ReplanCall
+from rclpy.action import ActionClient
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from tiny_models import tiny
+from tiny_tokenizer import byte_tokenizer
+
+from brace_controller import qos
+from brace_controller.testing import wait_for
+from erecap_planner.planner_node import ErecapPlannerNode
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny_llama")
+    tiny("llama").save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return str(folder)
+
+
+class Client(Node):
+    def __init__(self):
+        super().__init__("planner_client")
+        self.context_pub = self.create_publisher(ContextEntry, "/brace/context", qos.EVENTS)
+        self.calls: list[ReplanCall] = []
+        self.create_subscription(ReplanCall, "/brace/replan_calls", self.calls.append, qos.EVENTS)
+        self.action = ActionClient(self, Replan, "/brace/replan")
+        self.feedback: list[str] = []
+
+    def send(self, **goal):
+        fields = dict(agent_id="a", token_budget=300, slo_ms=60_000.0, hard_deadline_ms=120_000.0, step=7,
+                      decision_id="d1")
+        fields.update(goal)
+        future = self.action.send_goal_async(Replan.Goal(**fields), feedback_callback=lambda f: self.feedback.append(
+            f.feedback.phase))
+        wait_for(future.done, what="goal response")
+        return future.result()
+
+
+def planner(model_dir: str, **params) -> ErecapPlannerNode:
+    params = {"model_path": model_dir, "pruning_layers": [1, 3], "max_new_tokens": 8, **params}
+    return ErecapPlannerNode(parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+
+
+def start(ros, node: ErecapPlannerNode) -> Client:
+    node.trigger_configure()
+    assert node.call_path is not None, node.last_error
+    node.trigger_activate()
+    ros.add(node)
+    client = ros.add(Client())
+    wait_for(client.action.server_is_ready, what="Replan server")
+    wait_for(lambda: client.context_pub.get_subscription_count() > 0, what="context subscription")
+    wait_for(lambda: node.calls_pub.get_subscription_count() > 0, what="calls subscription")
+    for t in range(40):
+        client.context_pub.publish(ContextEntry(agent_id="a" if t % 2 else "b", step=t, block=ContextEntry.BLOCK_HISTORY,
+                                            kind="observation", text=f"shelf {t} checked, aisle clear"))
+    client.context_pub.publish(ContextEntry(agent_id="a", step=0, block=ContextEntry.BLOCK_TASK, text="fetch cup_3"))
+    client.context_pub.publish(ContextEntry(agent_id="", step=0, block=ContextEntry.BLOCK_HISTORY, text="bad"))
+    wait_for(lambda: node.counts["context_entries"] == 41 and node.counts["malformed_context"] == 1,
+             what="context entries")
+    return client
+
+
+def test_goal_gets_plan_and_call_record(ros, model_dir):
+    node = planner(model_dir)
+    client = start(ros, node)
+    handle = client.send()
+    assert handle.accepted
+    result_future = handle.get_result_async()
+    wait_for(result_future.done, timeout=60, what="result")
+    result = result_future.result().result
+    call = result.call
+    assert [p.phase for p in call.phases] == ["context_compress", "retrieve", "prefill", "decode", "parse"]
+    assert call.tokens_before > 300 >= call.tokens_after and call.compressor == "erecap"
+    assert (call.agent_id, call.step, call.decision_id, call.token_budget) == ("a", 7, "d1", 300)
+    # A random tiny model does not write a valid plan: counted planner error, empty plan, no crash.
+    assert call.status == ReplanCall.STATUS_PLANNER_ERROR and not result.plan.steps and call.error
+    wait_for(lambda: len(client.calls) == 1, what="record on /brace/replan_calls")
+    assert client.calls[0].call_id == call.call_id
+    assert "prefill" in client.feedback
+
+
+def test_deadline_and_cancel(ros, model_dir):
+    node = planner(model_dir, max_new_tokens=4000)
+    client = start(ros, node)
+    handle = client.send(hard_deadline_ms=1.0, slo_ms=0.5)
+    result_future = handle.get_result_async()
+    wait_for(result_future.done, timeout=60, what="deadline result")
+    assert result_future.result().result.call.status == ReplanCall.STATUS_DEADLINE
+    assert not result_future.result().result.call.slo_met
+
+    handle = client.send()
+    time.sleep(0.3)
+    handle.cancel_goal_async()
+    result_future = handle.get_result_async()
+    wait_for(result_future.done, timeout=60, what="cancelled result")
+    assert result_future.result().result.call.status == ReplanCall.STATUS_CANCELLED
+
+
+def test_inactive_node_rejects_goals(ros, model_dir):
+    node = planner(model_dir)
+    start(ros, node)
+    node.trigger_deactivate()
+    client = ros.add(Client())
+    wait_for(client.action.server_is_ready, what="server")
+    assert not client.send().accepted
+
+
+@pytest.mark.parametrize("params,parameter", [
+    ({"keep_ratio": 1.5}, "keep_ratio"),
+    ({"model_path": "/nonexistent/model"}, "model_path"),
+    ({"pruning_layers": [2, 9]}, "pruning_layers"),
+    ({"compressor": "magic"}, "compressor"),
+    ({"predictor_path": "/nonexistent.safetensors"}, "predictor_path"),
+])
+def test_bad_parameters_fail_configure_naming_them(ros, model_dir, params, parameter):
+    node = planner(model_dir, **params)
+    node.trigger_configure()
+    assert node.call_path is None
+    assert f"'{parameter}'" in node.last_error
+    node.destroy_node()
+
+
+def test_predictor_for_another_architecture_fails_configure(ros, model_dir, tmp_path):
+    from erecap_planner.predictor import PredictorBank
+
+    path = tmp_path / "qwen_predictor.safetensors"
+    PredictorBank.for_model(tiny("qwen2").config, [1, 3]).save(path)
+    node = planner(model_dir, predictor_path=str(path))
+    node.trigger_configure()
+    assert node.call_path is None and "'predictor_path'" in node.last_error and "model_type" in node.last_error
+    node.destroy_node()
