@@ -47,6 +47,6 @@ fi
 # shellcheck source=/dev/null
 source "$ROOT/scripts/env.sh" --no-install
 colcon build --symlink-install --event-handlers console_cohesion- status- \
-  --cmake-args -DBUILD_TESTING=OFF "-DPython3_EXECUTABLE=$VENV/bin/python" \
+  --cmake-args -DBUILD_TESTING=OFF "-DPython3_EXECUTABLE=$VENV/bin/python" 2>&1 \
   | { grep -vE "^\s*$|doesn't contain any 'local_setup" || true; }
 echo "setup: workspace ready (source scripts/env.sh to use it)"

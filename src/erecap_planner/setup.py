@@ -19,5 +19,8 @@ setup(
     maintainer_email="brace-ros@example.org",
     description="E-RECAP pruning planner",
     license="Apache-2.0",
-    entry_points={"console_scripts": ["erecap_planner = erecap_planner.planner_node:main"]},
+    entry_points={"console_scripts": [
+        "erecap_planner = erecap_planner.planner_node:main",
+        "erecap-train = erecap_planner.train_cli:main",
+    ]},
 )
