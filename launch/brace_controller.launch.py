@@ -1,10 +1,10 @@
-"""Launch the BRACE controller and the trigger monitor with the workspace parameter files.
+"""Launch the BRACE controller, the trigger monitor and the E-RECAP planner with the workspace parameter files.
 
     ros2 launch launch/brace_controller.launch.py
     ros2 launch launch/brace_controller.launch.py controller_params:=/path/to/brace_controller.yaml
 
-The planner (Replan action server) and the agents' state/outcome sources are
-launched separately (later issues add the planner and simulator launch files).
+The agents' state / outcome / context sources (simulator or robot bridges) are
+launched separately.
 """
 
 from pathlib import Path
@@ -24,6 +24,10 @@ def generate_launch_description() -> LaunchDescription:
                               description="ros__parameters file of brace_controller"),
         DeclareLaunchArgument("monitor_params", default_value=str(CONFIG / "trigger_monitor.yaml"),
                               description="ros__parameters file of trigger_monitor"),
+        DeclareLaunchArgument("planner_params", default_value=str(CONFIG / "erecap_planner.yaml"),
+                              description="ros__parameters file of erecap_planner"),
+        Node(package="erecap_planner", executable="erecap_planner", name="erecap_planner",
+             parameters=[LaunchConfiguration("planner_params")], output="screen"),
         Node(package="brace_controller", executable="trigger_monitor", name="trigger_monitor",
              parameters=[LaunchConfiguration("monitor_params")], output="screen"),
         Node(package="brace_controller", executable="brace_controller", name="brace_controller",

@@ -12,6 +12,7 @@ keeps its current plan) and a status saying why.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from .plan_parser import ActionSchema, PlanError, Step, parse_plan
 from .predictor import PredictorBank
 from .pruned_forward import CallAborted, ErecapModel
 from .pruning import PruneSchedule
+from .scoring import best_step, enumerate_steps
 
 # Call statuses (ReplanCall.STATUS_*).
 STATUS_OK, STATUS_PLANNER_ERROR, STATUS_DEADLINE, STATUS_CANCELLED = 0, 1, 2, 3
@@ -127,13 +129,20 @@ class PlannerCallPath:
     def __init__(self, model, tokenizer, schema: ActionSchema, compressor: str = "erecap",
                  schedule: Optional[PruneSchedule] = None, predictors: Optional[PredictorBank] = None,
                  max_new_tokens: int = 64, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-                 retriever: Optional[Retriever] = None, protect_blocks: bool = True, model_name: str = ""):
+                 retriever: Optional[Retriever] = None, protect_blocks: bool = True, model_name: str = "",
+                 decoding: str = "json"):
         self.tokenizer = tokenizer
         self.schema = schema
         self.compressor_name = compressor
         self.max_new_tokens = max_new_tokens
         self.system_prompt = system_prompt
         self.retriever = retriever or NoRetrieval()
+        if decoding not in ("json", "candidates"):
+            raise ValueError(f"decoding '{decoding}' is not 'json' or 'candidates'")
+        self.decoding = decoding
+        self.candidates = enumerate_steps(schema) if decoding == "candidates" else []
+        if decoding == "candidates" and not self.candidates:
+            raise ValueError("candidate decoding needs actions whose parameters all have enumerated choices")
         self.protect_blocks = protect_blocks
         self.model_name = model_name or getattr(model.config, "_name_or_path", "") or model.config.model_type
         self.plain = ErecapModel(model)
@@ -222,27 +231,30 @@ class PlannerCallPath:
             end("prefill", t0, w0, len(kept_ids), tokens_after, minus_ms=pre.prune_ms)
             outcome.tokens_after = tokens_after
 
-            # decode
+            # decode (free JSON generation, or scoring every valid candidate), then parse
             t0, w0 = begin("decode")
-            dec = self.plain.decode(pre, self.max_new_tokens, self.eos_ids, deadline=deadline,
-                                    should_stop=lambda toks: cancelled() or json_object_closed(
-                                        self.tokenizer.decode(toks, skip_special_tokens=True)))
-            text = self.tokenizer.decode(dec.token_ids, skip_special_tokens=True)
+            if self.decoding == "candidates":
+                step, _ = best_step(self.plain, pre, self.tokenizer, self.candidates)
+                text = json.dumps({"plan": [{"action": step.action, "parameters": step.parameters}]})
+                produced = len(self.candidates)
+            else:
+                dec = self.plain.decode(pre, self.max_new_tokens, self.eos_ids, deadline=deadline,
+                                        should_stop=lambda toks: cancelled() or json_object_closed(
+                                            self.tokenizer.decode(toks, skip_special_tokens=True)))
+                text = self.tokenizer.decode(dec.token_ids, skip_special_tokens=True)
+                produced = len(dec.token_ids)
             outcome.output_text = text
-            end("decode", t0, w0, tokens_after, len(dec.token_ids))
-            if dec.stop_reason == "deadline" or (time.monotonic() >= deadline):
-                raise CallAborted("deadline during decode")
-            if cancelled():
-                raise CallAborted("cancelled during decode")
+            end("decode", t0, w0, tokens_after, produced)
+            if abort():
+                raise CallAborted("deadline or cancel during decode")
 
-            # parse
             t0, w0 = begin("parse")
             try:
                 outcome.steps = parse_plan(text, self.schema)
             except PlanError as exc:
                 outcome.status = STATUS_PLANNER_ERROR
                 outcome.error = str(exc)
-            end("parse", t0, w0, len(dec.token_ids), len(outcome.steps))
+            end("parse", t0, w0, produced, len(outcome.steps))
         except CallAborted as exc:
             outcome.steps = []
             outcome.status = STATUS_CANCELLED if cancelled() else STATUS_DEADLINE

@@ -45,6 +45,7 @@ class PlannerConfig:
     tail_frac: float = param(0.1, "tail window fraction of N", 0.0, 1.0)
     predictor_path: str = param("", "trained predictor checkpoint (.safetensors); empty = untrained predictor (warned)")
     max_new_tokens: int = param(64, "decode limit per call", 1, 8192)
+    decoding: str = param("json", "'json': generate the plan; 'candidates': score every valid skill call (small models)")
     action_schema_file: str = param("", "YAML action schema; empty = the one shipped with erecap_planner")
     system_prompt: str = param(DEFAULT_SYSTEM_PROMPT, "system prompt of every call")
     protect_blocks: bool = param(True, "task / state / constraints / coordination tokens outrank predictor scores")
@@ -61,6 +62,8 @@ class PlannerConfig:
             raise ConfigError("compressor", f"'{self.compressor}' is not one of {', '.join(COMPRESSORS)}")
         if any(layer < 0 for layer in self.pruning_layers) or self.pruning_layers != sorted(set(self.pruning_layers)):
             raise ConfigError("pruning_layers", "must be distinct, non-negative and increasing")
+        if self.decoding not in ("json", "candidates"):
+            raise ConfigError("decoding", f"'{self.decoding}' is not 'json' or 'candidates'")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError("dtype", f"'{self.dtype}' is not auto, float32, bfloat16 or float16")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):

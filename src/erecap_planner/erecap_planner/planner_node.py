@@ -79,9 +79,10 @@ def build_call_path(cfg: PlannerConfig, logger=None) -> PlannerCallPath:
                 logger.warning("no predictor_path: E-RECAP runs with an UNTRAINED predictor (random token scores)")
     try:
         return PlannerCallPath(model, tokenizer, schema, cfg.compressor, schedule, predictors, cfg.max_new_tokens,
-                               cfg.system_prompt, protect_blocks=cfg.protect_blocks, model_name=cfg.model_path)
+                               cfg.system_prompt, protect_blocks=cfg.protect_blocks, model_name=cfg.model_path,
+                               decoding=cfg.decoding)
     except ValueError as exc:
-        raise ConfigError("compressor", str(exc)) from None
+        raise ConfigError("decoding" if "decoding" in str(exc) else "compressor", str(exc)) from None
 
 
 class ErecapPlannerNode(LifecycleNode):

@@ -76,3 +76,16 @@ def test_json_object_closed():
     assert not json_object_closed('{"plan": [{"action": "a"')
     assert json_object_closed('text {"plan": [{"action": "}"}]} trailing')
     assert not json_object_closed('"}"')
+
+
+@pytest.mark.parametrize("compressor", ["erecap", "summary"])
+def test_candidate_decoding_always_yields_a_valid_plan(compressor):
+    p = path(compressor, decoding="candidates")
+    out = p.run(buffer(30), CallRequest("a", 600, 60_000, 120_000))
+    assert out.status == 0 and len(out.steps) == 1 and out.steps[0].action in SCHEMA.actions
+    assert out.phases[3].tokens_out == len(p.candidates) == 4  # move_to x 3 targets, wait
+
+
+def test_unknown_decoding_is_rejected():
+    with pytest.raises(ValueError, match="decoding"):
+        path("none", decoding="beam")

@@ -22,11 +22,13 @@ from brace_controller.config import (
     from_mapping,
     load_ros_parameters,
 )
+from erecap_planner.config import PlannerConfig
 
-WORKSPACE = Path(__file__).resolve().parents[3]
+WORKSPACE = Path(__file__).resolve().parents[3]  # src/<pkg>/test/<file>
 LAUNCH_FILES = sorted((WORKSPACE / "launch").glob("*.launch.py"))
 CONFIGS = {"brace_controller": (ControllerConfig, ControllerNodeConfig),
-           "trigger_monitor": (MonitorConfig, MonitorNodeConfig)}
+           "trigger_monitor": (MonitorConfig, MonitorNodeConfig),
+           "erecap_planner": (PlannerConfig, None)}
 
 
 def launched_nodes(path: Path) -> list[dict[str, str]]:
@@ -68,6 +70,7 @@ def test_launch_file_targets_exist(path):
             assert params_file.is_file(), params_file
             values = load_ros_parameters(params_file, node["name"])
             core_cls, node_cls = CONFIGS[node["name"]]
-            node_keys = set(node_cls.__dataclass_fields__)
+            node_keys = set(node_cls.__dataclass_fields__) if node_cls else set()
             from_mapping(core_cls, {k: v for k, v in values.items() if k not in node_keys}).validate()
-            from_mapping(node_cls, {k: v for k, v in values.items() if k in node_keys}).validate()
+            if node_cls:
+                from_mapping(node_cls, {k: v for k, v in values.items() if k in node_keys}).validate()

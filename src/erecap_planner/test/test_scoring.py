@@ -1,0 +1,52 @@
+"""Candidate scoring on the pruned cache equals the unmodified model's log-likelihood at r = 1."""
+
+from __future__ import annotations
+
+import torch
+from tiny_models import tiny
+from tiny_tokenizer import byte_tokenizer
+
+from erecap_planner.datagen import warehouse_schema
+from erecap_planner.plan_parser import ActionSchema, Step
+from erecap_planner.predictor import PredictorBank
+from erecap_planner.pruned_forward import ErecapModel
+from erecap_planner.pruning import PruneSchedule
+from erecap_planner.scoring import JSON_PREFIX, best_step, candidate_text, enumerate_steps, score_candidates
+
+TOK = byte_tokenizer()
+
+
+def reference_logprob(model, prompt: list[int], continuation: list[int]) -> float:
+    ids = torch.tensor([prompt + continuation])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0].float(), -1)
+    return sum(float(logp[len(prompt) - 1 + i, tok]) for i, tok in enumerate(continuation))
+
+
+def test_enumeration_covers_the_schema():
+    steps = enumerate_steps(warehouse_schema())
+    assert len(steps) == 9 + 5 + 5 * 3 + 5 * 4 + 1
+    schema = ActionSchema.from_dict({"actions": {"say": {"text": {}}, "wait": {}}})
+    assert [s.action for s in enumerate_steps(schema)] == ["wait"]  # free-text parameters cannot be enumerated
+
+
+def test_scores_match_the_unmodified_model():
+    model = tiny("qwen2")
+    prompt = TOK("some context about shelves and docks, plan now:", add_special_tokens=False)["input_ids"]
+    steps = [Step("move_to", {"target": "dock_1"}), Step("wait", {}), Step("pick", {"object": "cup_3"})]
+    runner = ErecapModel(model)
+    scores = score_candidates(runner, runner.prefill(torch.tensor(prompt)), TOK, steps)
+    prefix = TOK(JSON_PREFIX, add_special_tokens=False)["input_ids"]
+    for step, score in zip(steps, scores.tolist(), strict=True):
+        cont = TOK(candidate_text(step), add_special_tokens=False)["input_ids"]
+        assert abs(score - reference_logprob(model, prompt + prefix, cont)) < 1e-3
+
+
+def test_best_step_on_a_pruned_cache():
+    model = tiny("llama")
+    bank = PredictorBank.for_model(model.config, [1, 3])
+    runner = ErecapModel(model, PruneSchedule(layers=(1, 3), keep_ratio=0.6), bank)
+    prompt = torch.randint(0, 256, (400,), generator=torch.Generator().manual_seed(0))
+    steps = enumerate_steps(warehouse_schema())
+    step, score = best_step(runner, runner.prefill(prompt, token_budget=64), TOK, steps)
+    assert step in steps and score < 0
