@@ -173,20 +173,25 @@ def load_profiles(path: str | Path) -> dict[str, BudgetProfile]:
     return {name: _profile_from_dict(name, raw) for name, raw in raw_profiles.items()}
 
 
-def default_profiles_path() -> Path:
-    """The budget profiles shipped with the package (installed share, else the source tree)."""
+def package_file(package: str, relative: str, source_root: Path) -> Path:
+    """A file a package installs under share/<package>/, else the same path in its source tree."""
     try:
         from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
 
         try:
-            shared = Path(get_package_share_directory("brace_controller")) / "config" / "budget_profiles.yaml"
+            shared = Path(get_package_share_directory(package)) / relative
             if shared.is_file():
                 return shared
         except PackageNotFoundError:
             pass
     except ImportError:
         pass
-    return Path(__file__).resolve().parents[1] / "config" / "budget_profiles.yaml"
+    return source_root / relative
+
+
+def default_profiles_path() -> Path:
+    """The budget profiles shipped with the package (installed share, else the source tree)."""
+    return package_file("brace_controller", "config/budget_profiles.yaml", Path(__file__).resolve().parents[1])
 
 
 # --------------------------------------------------------------------------- controller

@@ -146,5 +146,10 @@ class CallRecord:
 
     @property
     def slo_met(self) -> bool:
-        """l_t <= SLO_t (Eq. 6 counts the complement); a call past its hard deadline never meets it."""
-        return self.status != CallStatus.DEADLINE and self.latency_ms <= self.slo_ms
+        """l_t <= SLO_t (Eq. 6 counts the complement)."""
+        return meets_slo(self.status, self.latency_ms, self.slo_ms)
+
+
+def meets_slo(status: int, latency_ms: float, slo_ms: float) -> bool:
+    """l_t <= SLO_t; a call past its hard deadline never meets it, whatever was measured."""
+    return status != CallStatus.DEADLINE and latency_ms <= slo_ms

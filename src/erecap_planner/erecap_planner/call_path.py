@@ -20,6 +20,8 @@ from typing import Optional, Protocol
 
 import torch
 
+from brace_controller.types import CallStatus, meets_slo
+
 from .compressors import Compressor, make_compressor
 from .context import DEFAULT_SYSTEM_PROMPT, ContextBuffer, RenderedContext
 from .plan_parser import ActionSchema, PlanError, Step, parse_plan
@@ -29,7 +31,8 @@ from .pruning import PruneSchedule
 from .scoring import best_step, enumerate_steps
 
 # Call statuses (ReplanCall.STATUS_*).
-STATUS_OK, STATUS_PLANNER_ERROR, STATUS_DEADLINE, STATUS_CANCELLED = 0, 1, 2, 3
+STATUS_OK, STATUS_PLANNER_ERROR, STATUS_DEADLINE, STATUS_CANCELLED = (
+    CallStatus.OK, CallStatus.PLANNER_ERROR, CallStatus.DEADLINE, CallStatus.CANCELLED)
 
 MODE_REQUESTS = {
     0: "Plan the next steps for {agent} from its current state.",
@@ -82,7 +85,7 @@ class CallOutcome:
     @property
     def slo_met(self) -> bool:
         """l_t <= SLO_t (Eq. 6 counts the complement); a deadline miss never meets it."""
-        return self.status != STATUS_DEADLINE and self.latency_ms <= self.slo_ms
+        return meets_slo(self.status, self.latency_ms, self.slo_ms)
 
 
 class Retriever(Protocol):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from brace_controller.config import ConfigError, check_fields, param
+from brace_controller.config import ConfigError, check_fields, package_file, param
 
 from .compressors import BASELINES
 from .context import DEFAULT_SYSTEM_PROMPT
@@ -15,18 +15,7 @@ COMPRESSORS = ("erecap", *BASELINES)
 
 def default_schema_path() -> Path:
     """The action schema shipped with the package (installed share, else the source tree)."""
-    try:
-        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
-
-        try:
-            shared = Path(get_package_share_directory("erecap_planner")) / "config" / "action_schema.yaml"
-            if shared.is_file():
-                return shared
-        except PackageNotFoundError:
-            pass
-    except ImportError:
-        pass
-    return Path(__file__).resolve().parents[1] / "config" / "action_schema.yaml"
+    return package_file("erecap_planner", "config/action_schema.yaml", Path(__file__).resolve().parents[1])
 
 
 @dataclass
