@@ -70,9 +70,21 @@ def _rng(case_id: str) -> random.Random:
     return random.Random(int.from_bytes(hashlib.sha256(case_id.encode()).digest()[:8], "little"))
 
 
-def _distractor(rng: random.Random) -> str:
-    return rng.choice(_DISTRACTORS).format(shelf=rng.choice(SHELVES), n=rng.randint(3, 90), pct=rng.randint(20, 99),
-                                           k=rng.randint(1, 9), t=rng.randint(12, 30), agent=rng.choice(AGENTS))
+# Coordination chatter: messages like the seed, so a compressor cannot find the seed by its kind alone.
+_CHATTER = (
+    "{agent} -> all: heading to the charger for a few minutes",
+    "{agent} -> all: aisle {k} is crowded, slowing down",
+    "{agent} -> all: I can help with lifting after my current task",
+    "{agent} -> all: {shelf} restock finished",
+    "{agent} -> all: scanner on {shelf} was slow, retried",
+)
+
+
+def _distractor(rng: random.Random) -> tuple[str, str]:
+    template, kind = (rng.choice(_CHATTER), "message") if rng.random() < 0.3 else (rng.choice(_DISTRACTORS), "observation")
+    text = template.format(shelf=rng.choice(SHELVES), n=rng.randint(3, 90), pct=rng.randint(20, 99),
+                           k=rng.randint(1, 9), t=rng.randint(12, 30), agent=rng.choice(AGENTS))
+    return text, kind
 
 
 def make_case(case_id: str, target_tokens: int, tokenizer, seed_kind: str | None = None,
@@ -103,15 +115,13 @@ def make_case(case_id: str, target_tokens: int, tokenizer, seed_kind: str | None
 
     # Stage 1 of App. E Alg. 1: distractors until the prompt reaches the target length, seed hidden among them.
     request = "Plan the next step for agent_0."
-    events: list[str] = []
     base = buffer.token_count(tokenizer, agent, request)
-    per_event = max(1, len(tokenizer(_distractor(rng) + " [t=00 agent_0]\n", add_special_tokens=False)["input_ids"]))
+    per_event = max(1, len(tokenizer(_distractor(rng)[0] + " [t=00 agent_0]\n", add_special_tokens=False)["input_ids"]))
     n_events = max(1, (target_tokens - base) // per_event)
-    events = [_distractor(rng) for _ in range(n_events)]
+    events = [(*_distractor(rng), rng.choice(AGENTS)) for _ in range(n_events)]
     position = seed_position if seed_position is not None else rng.uniform(0.05, 0.6)
     seed_at = min(len(events), int(position * len(events)))
-    events.insert(seed_at, seed)
-    for t, text in enumerate(events, start=1):
-        kind_label = "message" if text is seed else "observation"
-        buffer.add(Entry(rng.choice(AGENTS) if text is not seed else "supervisor", t, Block.HISTORY, text, kind_label))
+    events.insert(seed_at, (seed, "message", "supervisor"))
+    for t, (text, kind_label, source) in enumerate(events, start=1):
+        buffer.add(Entry(source, t, Block.HISTORY, text, kind_label))
     return Case(case_id, buffer, agent, target, kind, seed)

@@ -110,7 +110,8 @@ class ErecapModel:
                 should_abort: Optional[Callable[[], bool]] = None) -> PrefillResult:
         """Run the prompt through the model, pruning at the schedule's layers.
 
-        `token_budget` caps the tokens left after the last pruning layer (B_t).
+        `token_budget` caps the tokens left after the last pruning layer (B_t);
+        the per-layer ratio is raised to (B_t / N)^(1/|P|) when r alone would undershoot it.
         `stop_after_pruning` stops after the last pruning layer (prompt-level
         mode: only the kept positions are wanted; logits are then empty).
         `all_logits` returns logits for every kept position (for tests).
@@ -132,6 +133,12 @@ class ErecapModel:
         if token_budget is not None and token_budget < n0 and not prune_layers:
             raise ValueError("a token budget below the prompt length needs at least one pruning layer")
         last_prune = prune_layers[-1] if prune_layers else -1
+        # Aim the progressive pruning at the budget: per-layer ratio max(r, (B / N0)^(1/|P|)), so a
+        # generous budget is used rather than undershot; the last pruning layer then caps at B.
+        ratio, aiming = schedule.keep_ratio, False
+        if token_budget is not None and prune_layers and token_budget < n0:
+            budget_ratio = (token_budget / n0) ** (1.0 / len(prune_layers))
+            ratio, aiming = max(ratio, budget_ratio), budget_ratio > ratio
         lengths = [n0]
         prune_s = 0.0
         mask = self._causal_mask(n0, hidden.dtype)
@@ -144,7 +151,7 @@ class ErecapModel:
                 t0 = time.perf_counter()
                 n = hidden.shape[1]
                 budget = token_budget if idx == last_prune else None
-                n_next = schedule.next_length(n, budget)
+                n_next = schedule.next_length(n, budget, ratio, round_up=aiming)
                 if n_next < n:
                     scores = self.predictors.score(idx, hidden[0])
                     if protect is not None:

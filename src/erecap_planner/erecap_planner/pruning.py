@@ -61,9 +61,10 @@ class PruneSchedule:
         """Tail window for a sequence of n tokens: max(tail_min, ceil(tail_frac n))."""
         return max(self.tail_min, math.ceil(self.tail_frac * n))
 
-    def next_length(self, n: int, budget: int | None = None) -> int:
-        """N_{l+1} = floor(r N_l), capped by the budget when given."""
-        n_next = math.floor(self.keep_ratio * n + 1e-9)
+    def next_length(self, n: int, budget: int | None = None, ratio: float | None = None, round_up: bool = False) -> int:
+        """N_{l+1} = floor(r N_l) (r = `ratio` or the schedule's; ceil with `round_up`), capped by the budget."""
+        scaled = (self.keep_ratio if ratio is None else ratio) * n
+        n_next = math.ceil(scaled - 1e-9) if round_up else math.floor(scaled + 1e-9)
         if budget is not None:
             n_next = min(n_next, budget)
         return max(0, min(n, n_next))

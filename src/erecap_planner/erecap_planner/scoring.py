@@ -2,7 +2,7 @@
 
 Every valid skill call of the action schema is written as the JSON the planner
 would emit; after the prompt and a shared JSON prefix, each candidate's
-continuation is scored by its summed log-likelihood in one batched forward over
+continuation is scored by its mean log-likelihood per token in one batched forward over
 the prefill's cache (each layer attends over the keys it kept). The best
 candidate is the plan. Small models that cannot be trusted to write valid JSON
 still choose among valid actions, and pruning that drops what mattered changes
@@ -72,8 +72,12 @@ def _extend(runner: ErecapModel, cache: DynamicCache, ids: torch.Tensor, start_p
 
 
 @torch.inference_mode()
-def score_candidates(runner: ErecapModel, prefill: PrefillResult, tokenizer, steps: list[Step]) -> torch.Tensor:
-    """Summed log-likelihood of each candidate step after the prompt (shape [len(steps)])."""
+def score_candidates(runner: ErecapModel, prefill: PrefillResult, tokenizer, steps: list[Step],
+                     normalise: bool = True) -> torch.Tensor:
+    """Log-likelihood of each candidate step after the prompt, per token (or summed), shape [len(steps)].
+
+    Extends `prefill.cache` with the shared JSON prefix: the prefill cannot be decoded from afterwards.
+    """
     device = runner.device
     prefix = tokenizer(JSON_PREFIX, add_special_tokens=False)["input_ids"]
     cache = prefill.cache
@@ -93,11 +97,13 @@ def score_candidates(runner: ErecapModel, prefill: PrefillResult, tokenizer, ste
     first = torch.log_softmax(logits.float(), -1)[ids[:, 0]]
     rest = torch.log_softmax(out[:, :-1].float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
     rest = rest.masked_fill(~valid[:, 1:], 0.0)
-    return first + rest.sum(-1)
+    total = first + rest.sum(-1)
+    # Mean log-likelihood per token: summed scores would favour the shortest call (wait) whatever the context.
+    return total / valid.sum(-1) if normalise else total
 
 
 def best_step(runner: ErecapModel, prefill: PrefillResult, tokenizer, steps: list[Step]) -> tuple[Step, float]:
-    """The highest-scoring candidate and its log-likelihood."""
+    """The highest-scoring candidate and its mean log-likelihood per token."""
     scores = score_candidates(runner, prefill, tokenizer, steps)
     i = int(torch.argmax(scores))
     return steps[i], float(scores[i])

@@ -95,3 +95,12 @@ def test_unsupported_and_misconfigured_models_are_rejected():
         ErecapModel(model, PruneSchedule(layers=(1,)))
     with pytest.raises(ValueError, match="needs at least one pruning layer"):
         ErecapModel(model).prefill(ids(50), token_budget=10)
+
+
+def test_budget_sets_the_per_layer_ratio_when_r_would_undershoot():
+    model = tiny("llama")
+    runner = ErecapModel(model, PruneSchedule(layers=(1, 2, 4), keep_ratio=0.5),
+                         PredictorBank.for_model(model.config, [1, 2, 4]))
+    assert runner.prefill(ids(400)).tokens_after == 50           # r = 0.5 alone: 400 -> 200 -> 100 -> 50
+    assert runner.prefill(ids(400), token_budget=200).tokens_after == 200  # ratio raised to (200/400)^(1/3)
+    assert runner.prefill(ids(400), token_budget=20).tokens_after == 20    # r already below: capped at B

@@ -35,7 +35,7 @@ def test_scores_match_the_unmodified_model():
     prompt = TOK("some context about shelves and docks, plan now:", add_special_tokens=False)["input_ids"]
     steps = [Step("move_to", {"target": "dock_1"}), Step("wait", {}), Step("pick", {"object": "cup_3"})]
     runner = ErecapModel(model)
-    scores = score_candidates(runner, runner.prefill(torch.tensor(prompt)), TOK, steps)
+    scores = score_candidates(runner, runner.prefill(torch.tensor(prompt)), TOK, steps, normalise=False)
     prefix = TOK(JSON_PREFIX, add_special_tokens=False)["input_ids"]
     for step, score in zip(steps, scores.tolist(), strict=True):
         cont = TOK(candidate_text(step), add_special_tokens=False)["input_ids"]
