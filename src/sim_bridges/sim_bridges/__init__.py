@@ -1,0 +1,1 @@
+"""Simulator bridges: the embedded multi-agent warehouse (default), AirSim and Isaac Sim adapters."""

@@ -1,0 +1,383 @@
+"""Embedded 2D warehouse for K agents (1-8): shelves, objects, docks, fetch and handoff tasks.
+
+ROS-free and deterministic given a seed. Every step each agent executes one
+step of its plan (skills: move_to, pick, place, handoff, wait); execution can
+fail stochastically (grasp slips), objects can be moved by someone else
+(drift), agents closer than d_min are hazards, and agents that block each other
+stall (deadlock evidence). Every step produces the context entries the planner
+reads (observations, action outcomes, failure traces, coordination messages),
+so the context grows with time and with K (paper Eq. 3).
+
+Map legend: '#' wall, '.' floor, 'S' shelf (blocked; picked from the floor cell
+above it), 'D' dock (floor; place there). Each agent's start cell is its
+parking place `park_<i>`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Optional
+
+MAP = (
+    "##############",
+    "#............#",
+    "#.S.S.S.S.S..#",
+    "#............#",
+    "#.S.S.S.S.S..#",
+    "#............#",
+    "#D...D....D..#",
+    "##############",
+)
+
+Cell = tuple[int, int]  # (x, y)
+
+
+@dataclass
+class WorldConfig:
+    """Parameters of one episode."""
+
+    agents: int = 4
+    seed: int = 0
+    max_steps: int = 120
+    grasp_failure: float = 0.1      # probability a pick slips
+    drift: float = 0.01             # probability per step that a waiting object is moved to another shelf
+    hazard_distance: float = 1.01   # d_min in cells: adjacent agents are a hazard
+    handoff_tasks: int = 1          # two-agent handoff tasks (Pass-Shoe-like) among the tasks
+
+    def validate(self) -> None:
+        """ValueError naming the offending field."""
+        if not 1 <= self.agents <= 8:
+            raise ValueError(f"agents {self.agents} is outside 1..8")
+        for name in ("grasp_failure", "drift"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be a probability")
+        if self.max_steps < 1:
+            raise ValueError("max_steps must be >= 1")
+
+
+@dataclass
+class Step:
+    """One skill call of a plan."""
+
+    action: str
+    params: dict = field(default_factory=dict)
+
+    def text(self) -> str:
+        """How the skill call reads in the context."""
+        return f"{self.action}({', '.join(f'{v}' for v in self.params.values())})"
+
+
+@dataclass
+class Agent:
+    """An agent's physical and plan state."""
+
+    name: str
+    pos: Cell
+    holding: Optional[str] = None
+    plan: list[Step] = field(default_factory=list)
+    cursor: int = 0
+    stalled: int = 0
+    moved: int = 0
+    waited: int = 0
+
+    @property
+    def current(self) -> Optional[Step]:
+        """The plan step being executed, None when the plan is done."""
+        return self.plan[self.cursor] if self.cursor < len(self.plan) else None
+
+
+@dataclass
+class Task:
+    """Deliver `obj` to `dock`; a handoff task has `giver` pass it to `carrier` first."""
+
+    obj: str
+    dock: str
+    carrier: str
+    giver: Optional[str] = None
+    done: bool = False
+
+
+@dataclass
+class Event:
+    """What happened to one agent in one step (becomes ContextEntries and outcomes)."""
+
+    agent: str
+    step: int
+    kind: str          # observation | action_outcome | failure_trace | message
+    text: str
+    success: bool = True
+    action: str = ""
+
+
+class Warehouse:
+    """The world state and its step function."""
+
+    def __init__(self, config: WorldConfig):
+        config.validate()
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.t = 0
+        self.walls: set[Cell] = set()
+        self.shelves: dict[str, Cell] = {}
+        self.docks: dict[str, Cell] = {}
+        for y, row in enumerate(MAP):
+            for x, ch in enumerate(row):
+                if ch == "#":
+                    self.walls.add((x, y))
+                elif ch == "S":
+                    self.walls.add((x, y))
+                    self.shelves[f"shelf_{len(self.shelves) + 1}"] = (x, y)
+                elif ch == "D":
+                    self.docks[f"dock_{len(self.docks) + 1}"] = (x, y)
+        starts = [(x, 1) for x in range(1, len(MAP[0]) - 1)]
+        self.agents = {f"agent_{i}": Agent(f"agent_{i}", starts[2 * i % len(starts)]) for i in range(config.agents)}
+        # Each agent's start cell is its parking place: idle agents go there so they free shelves and docks.
+        self.parks = {f"park_{i}": starts[2 * i % len(starts)] for i in range(config.agents)}
+        names = ["cup_3", "box_7", "drill_2", "shoe_5", "can_9", "tray_1", "lamp_4", "book_6"]
+        shelf_names = list(self.shelves)
+        self.objects: dict[str, Optional[str]] = {}   # object -> shelf it is on (None when held / delivered)
+        self.tasks: list[Task] = []
+        agent_names = list(self.agents)
+        for i, agent in enumerate(agent_names):
+            obj = names[i]
+            self.objects[obj] = self.rng.choice(shelf_names)
+            dock = self.rng.choice(list(self.docks))
+            if i < config.handoff_tasks and len(agent_names) > 1:
+                self.tasks.append(Task(obj, dock, carrier=agent_names[(i + 1) % len(agent_names)], giver=agent))
+            else:
+                self.tasks.append(Task(obj, dock, carrier=agent))
+        self.delivered: set[str] = set()
+        self.near_misses = 0
+        self.collisions = 0
+        self.shortest = {name: self._oracle_length(name) for name in self.agents}
+
+    # ------------------------------------------------------------------ geometry
+
+    def access(self, place: str) -> Cell:
+        """The floor cell an agent stands on to use a shelf or dock."""
+        if place in self.docks:
+            return self.docks[place]
+        if place in self.parks:
+            return self.parks[place]
+        x, y = self.shelves[place]
+        return (x, y - 1)
+
+    def free(self, cell: Cell) -> bool:
+        """Inside the map and not a wall or shelf."""
+        return cell not in self.walls and 0 <= cell[1] < len(MAP) and 0 <= cell[0] < len(MAP[0])
+
+    def path(self, start: Cell, goal: Cell, blocked: frozenset = frozenset()) -> Optional[list[Cell]]:
+        """Shortest 4-connected path (excluding start) or None."""
+        if start == goal:
+            return []
+        prev: dict[Cell, Cell] = {start: start}
+        queue = deque([start])
+        while queue:
+            cell = queue.popleft()
+            for dx, dy in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+                nxt = (cell[0] + dx, cell[1] + dy)
+                if nxt in prev or not self.free(nxt) or (nxt in blocked and nxt != goal):
+                    continue
+                prev[nxt] = cell
+                if nxt == goal:
+                    out = [nxt]
+                    while prev[out[-1]] != start:
+                        out.append(prev[out[-1]])
+                    return out[::-1]
+                queue.append(nxt)
+        return None
+
+    # ------------------------------------------------------------------ oracle
+
+    def task_of(self, agent: str) -> Optional[Task]:
+        """The unfinished task this agent takes part in."""
+        return next((t for t in self.tasks if not t.done and agent in (t.carrier, t.giver)), None)
+
+    def oracle_plan(self, agent: str) -> list[Step]:
+        """The correct plan from the true world state (scores plans; makes training data).
+
+        Fetch: go to the object's shelf, pick, go to the dock, place. Handoff: the
+        giver fetches the object and brings it to the task's dock, where the carrier
+        waits, hands it over, and the carrier places it.
+        """
+        a = self.agents[agent]
+        task = self.task_of(agent)
+        park = f"park_{agent.split('_')[-1]}"
+        if task is None:
+            return ([Step("move_to", {"target": park})] if a.pos != self.parks[park] else []) + [Step("wait")]
+        plan: list[Step] = []
+
+        def go(place: str) -> None:
+            if a.pos != self.access(place):
+                plan.append(Step("move_to", {"target": place}))
+
+        if a.holding != task.obj:
+            if task.giver is not None and agent == task.carrier:
+                go(task.dock)
+                return plan + [Step("wait")]
+            shelf = self.objects.get(task.obj)
+            if shelf is None:  # someone else holds it
+                return [Step("wait")]
+            go(shelf)
+            plan.append(Step("pick", {"object": task.obj}))
+            a_pos, a.pos = a.pos, self.access(shelf)  # plan the rest from the shelf
+            go(task.dock)
+            a.pos = a_pos
+        else:
+            go(task.dock)
+        if task.giver == agent:
+            return plan + [Step("handoff", {"object": task.obj, "to_agent": task.carrier})]
+        return plan + [Step("place", {"object": task.obj, "target": task.dock})]
+
+    def _oracle_length(self, agent: str) -> int:
+        """Shortest move count of the agent's task from the start (for the SPL-like efficiency)."""
+        a = self.agents[agent]
+        pos, total = a.pos, 0
+        for step in self.oracle_plan(agent):
+            if step.action == "move_to":
+                goal = self.access(step.params["target"])
+                route = self.path(pos, goal)
+                total += len(route or [])
+                pos = goal
+        return total
+
+    # ------------------------------------------------------------------ step
+
+    def set_plan(self, agent: str, plan: list[Step]) -> bool:
+        """Replace an agent's plan; True when it differs from the current one."""
+        a = self.agents[agent]
+        changed = [(s.action, s.params) for s in plan] != [(s.action, s.params) for s in a.plan[a.cursor:]]
+        a.plan, a.cursor = list(plan), 0
+        return changed
+
+    def step(self) -> list[Event]:
+        """Advance the world one controller step; return what happened."""
+        self.t += 1
+        events: list[Event] = []
+        self._drift(events)
+        occupied = {a.pos for a in self.agents.values()}
+        for name in sorted(self.agents):
+            a = self.agents[name]
+            step = a.current
+            if step is None:
+                a.waited += 1
+                continue
+            occupied.discard(a.pos)
+            events.extend(self._execute(a, step, frozenset(occupied)))
+            occupied.add(a.pos)
+        self._hazards(events)
+        for name, a in sorted(self.agents.items()):
+            what = f"holding {a.holding}" if a.holding else "empty-handed"
+            nxt = a.current.text() if a.current else "no plan"
+            events.append(Event(name, self.t, "observation", f"at {a.pos}, {what}, next {nxt}"))
+        return events
+
+    def _execute(self, a: Agent, step: Step, occupied: frozenset) -> list[Event]:
+        act, p = step.action, step.params
+        if act == "wait":
+            a.waited += 1
+            a.cursor += 1
+            return []
+        if act == "move_to":
+            target = p.get("target", "")
+            if target not in self.shelves and target not in self.docks and target not in self.parks:
+                a.cursor += 1
+                return [Event(a.name, self.t, "failure_trace", f"unknown place {target}", False, act)]
+            goal = self.access(target)
+            if a.pos == goal:
+                a.cursor += 1
+                return [Event(a.name, self.t, "action_outcome", f"reached {target}", True, act)]
+            if goal in occupied and abs(a.pos[0] - goal[0]) + abs(a.pos[1] - goal[1]) == 1:
+                # Someone stands on the spot: stop next to it (a handoff there works; a pick will fail).
+                a.cursor += 1
+                return [Event(a.name, self.t, "action_outcome", f"stopped next to {target} (occupied)", True, act)]
+            route = self.path(a.pos, goal, occupied)
+            if not route or route[0] in occupied:
+                a.stalled += 1
+                a.waited += 1
+                return [Event(a.name, self.t, "message", f"{a.name} -> all: blocked on the way to {target}", True, act)]
+            a.pos = route[0]
+            a.moved += self.task_of(a.name) is not None  # parking trips after the task do not count
+            a.stalled = 0
+            if a.pos == goal:
+                a.cursor += 1
+                return [Event(a.name, self.t, "action_outcome", f"reached {target}", True, act)]
+            return []
+        a.cursor += 1
+        if act == "pick":
+            obj = p.get("object", "")
+            shelf = self.objects.get(obj)
+            if shelf is None or self.access(shelf) != a.pos:
+                return [Event(a.name, self.t, "failure_trace", f"pick {obj} failed: not here", False, act)]
+            if self.rng.random() < self.config.grasp_failure:
+                return [Event(a.name, self.t, "failure_trace", f"grasp of {obj} slipped", False, act)]
+            self.objects[obj] = None
+            a.holding = obj
+            return [Event(a.name, self.t, "action_outcome", f"picked {obj}", True, act)]
+        if act == "place":
+            obj, dock = p.get("object", ""), p.get("target", "")
+            if a.holding != obj or dock not in self.docks or self.docks[dock] != a.pos:
+                return [Event(a.name, self.t, "failure_trace", f"place {obj} at {dock} failed", False, act)]
+            a.holding = None
+            task = next((t for t in self.tasks if t.obj == obj and not t.done), None)
+            if task is not None and task.dock == dock:
+                task.done = True
+                self.delivered.add(obj)
+            return [Event(a.name, self.t, "action_outcome", f"placed {obj} at {dock}", True, act)]
+        if act == "handoff":
+            obj, other = p.get("object", ""), p.get("to_agent", "")
+            b = self.agents.get(other)
+            if a.holding != obj or b is None or b.holding is not None or \
+                    abs(a.pos[0] - b.pos[0]) + abs(a.pos[1] - b.pos[1]) > 1:
+                return [Event(a.name, self.t, "failure_trace", f"handoff of {obj} to {other} failed", False, act)]
+            a.holding, b.holding = None, obj
+            return [Event(a.name, self.t, "action_outcome", f"handed {obj} to {other}", True, act),
+                    Event(a.name, self.t, "message", f"{a.name} -> {other}: {obj} is yours", True, act)]
+        return [Event(a.name, self.t, "failure_trace", f"unknown skill {act}", False, act)]
+
+    def _drift(self, events: list[Event]) -> None:
+        for obj, shelf in sorted(self.objects.items()):
+            if shelf is not None and self.rng.random() < self.config.drift:
+                new = self.rng.choice([s for s in self.shelves if s != shelf])
+                self.objects[obj] = new
+                events.append(Event("supervisor", self.t, "message", f"{obj} was moved from {shelf} to {new}"))
+
+    def _hazards(self, events: list[Event]) -> None:
+        names = sorted(self.agents)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                pa, pb = self.agents[a].pos, self.agents[b].pos
+                d = ((pa[0] - pb[0]) ** 2 + (pa[1] - pb[1]) ** 2) ** 0.5
+                if d == 0:
+                    self.collisions += 1
+                elif d < self.config.hazard_distance:
+                    self.near_misses += 1
+
+    # ------------------------------------------------------------------ metrics
+
+    @property
+    def success(self) -> bool:
+        """Every task delivered."""
+        return all(t.done for t in self.tasks)
+
+    @property
+    def finished(self) -> bool:
+        """Success, or out of steps."""
+        return self.success or self.t >= self.config.max_steps
+
+    def metrics(self) -> dict:
+        """Per-episode metrics: success, SPL-like efficiency, coordination wait, near-misses, collisions."""
+        moved = sum(a.moved for a in self.agents.values())
+        shortest = sum(self.shortest.values())
+        spl = (shortest / max(moved, shortest)) if self.success and shortest else float(self.success)
+        return {"success": self.success, "steps": self.t, "delivered": len(self.delivered), "tasks": len(self.tasks),
+                "path_efficiency": round(spl, 4), "coordination_wait": sum(a.waited for a in self.agents.values()),
+                "near_misses": self.near_misses, "collisions": self.collisions}
+
+    def snapshot(self) -> str:
+        """A canonical JSON description of the state (determinism checks, logs)."""
+        return json.dumps({"t": self.t, "agents": {n: [a.pos, a.holding, a.cursor] for n, a in sorted(self.agents.items())},
+                           "objects": self.objects, "done": [t.done for t in self.tasks]}, sort_keys=True)

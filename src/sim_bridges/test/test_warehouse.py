@@ -1,0 +1,90 @@
+"""Embedded warehouse core: determinism, oracle-driven success, failures, drift, hazards, metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim_bridges.warehouse import Step, Warehouse, WorldConfig
+
+
+def run_oracle(world: Warehouse, replan_every: int = 1) -> list:
+    """Replan every agent from the oracle whenever its plan ends, fails, or every `replan_every` steps."""
+    events = []
+    for name in world.agents:
+        world.set_plan(name, world.oracle_plan(name))
+    while not world.finished:
+        step_events = world.step()
+        events.extend(step_events)
+        failed = {e.agent for e in step_events if not e.success}
+        for name, agent in world.agents.items():
+            if agent.current is None or name in failed or world.t % replan_every == 0:
+                world.set_plan(name, world.oracle_plan(name))
+    return events
+
+
+def test_same_seed_same_episode():
+    a, b = Warehouse(WorldConfig(agents=4, seed=7)), Warehouse(WorldConfig(agents=4, seed=7))
+    run_oracle(a)
+    run_oracle(b)
+    assert a.snapshot() == b.snapshot() and a.metrics() == b.metrics()
+    c = Warehouse(WorldConfig(agents=4, seed=8))
+    run_oracle(c)
+    assert c.snapshot() != a.snapshot()
+
+
+@pytest.mark.parametrize("agents", [1, 2, 4, 8])
+def test_oracle_policy_completes_most_episodes(agents):
+    wins = 0
+    for seed in range(6):
+        world = Warehouse(WorldConfig(agents=agents, seed=seed, max_steps=200))
+        run_oracle(world, replan_every=5)
+        wins += world.success
+        m = world.metrics()
+        assert m["collisions"] == 0 and 0.0 <= m["path_efficiency"] <= 1.0
+    assert wins >= 4
+
+
+def test_context_grows_with_time_and_agents():
+    small, large = Warehouse(WorldConfig(agents=1, seed=0)), Warehouse(WorldConfig(agents=8, seed=0))
+    assert len(run_oracle(small)[:0]) == 0
+    assert len(small.step()) < len(large.step())
+
+
+def test_grasp_failures_are_reported_as_failure_traces():
+    world = Warehouse(WorldConfig(agents=1, seed=3, grasp_failure=1.0, handoff_tasks=0))
+    events = run_oracle(world)
+    assert not world.success
+    assert any(e.kind == "failure_trace" and "slipped" in e.text and not e.success for e in events)
+
+
+def test_drift_moves_objects_and_says_so():
+    world = Warehouse(WorldConfig(agents=2, seed=1, drift=1.0, max_steps=3))
+    events = run_oracle(world)
+    assert any(e.agent == "supervisor" and "was moved from" in e.text for e in events)
+
+
+def test_hazards_counted_when_agents_are_adjacent():
+    world = Warehouse(WorldConfig(agents=2, seed=0))
+    world.agents["agent_1"].pos = (world.agents["agent_0"].pos[0] + 1, 1)
+    world.step()
+    assert world.near_misses >= 1
+
+
+def test_bad_skills_fail_without_crashing():
+    world = Warehouse(WorldConfig(agents=1, seed=0))
+    world.set_plan("agent_0", [Step("teleport"), Step("move_to", {"target": "moon"}), Step("pick", {"object": "x"})])
+    texts = [e.text for _ in range(3) for e in world.step() if not e.success]
+    assert texts == ["unknown skill teleport", "unknown place moon", "pick x failed: not here"]
+
+
+@pytest.mark.parametrize("bad", [dict(agents=0), dict(agents=9), dict(grasp_failure=1.5), dict(max_steps=0)])
+def test_config_validation(bad):
+    with pytest.raises(ValueError):
+        Warehouse(WorldConfig(**bad))
+
+
+def test_set_plan_reports_changes():
+    world = Warehouse(WorldConfig(agents=1, seed=0))
+    plan = world.oracle_plan("agent_0")
+    assert world.set_plan("agent_0", plan)
+    assert not world.set_plan("agent_0", list(plan))
