@@ -15,13 +15,14 @@ Run inside the workspace: `source scripts/env.sh && python bench/controller_over
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import random
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from report import write_csv  # bench/report.py (the script folder is on sys.path)
 
 from brace_controller.config import ControllerConfig
 from brace_controller.controller import BraceController
@@ -173,11 +174,7 @@ def main() -> int:
     rows.append({"benchmark": "dds trigger->decision", "unit": "ms", "count": s.count, "p50": s.p50, "p95": s.p95,
                  "p99": s.p99, "mean": s.mean, "target_p99": DDS_P99_TARGET_MS, "met": ok})
 
-    csv_path = OUT / "controller_overhead.csv"
-    with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    csv_path = write_csv(rows, OUT / "controller_overhead.csv")
     png_path = OUT / "controller_overhead.png"
     try:
         import matplotlib

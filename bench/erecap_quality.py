@@ -23,11 +23,11 @@ Writes bench/out/erecap_quality.{csv,png}. `source scripts/env.sh` first.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
 import torch
+from report import write_csv  # bench/report.py (the script folder is on sys.path)
 
 from erecap_planner.compressors import make_compressor
 from erecap_planner.datagen import AGENTS, DOCKS, OBJECTS, SHELVES, make_case
@@ -137,11 +137,7 @@ def main() -> int:
     for name, ok, value in checks:
         print(f"{'ok  ' if ok else 'MISS'} {name}: {value}")
 
-    OUT.mkdir(parents=True, exist_ok=True)
-    with (OUT / "erecap_quality.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, OUT / "erecap_quality.csv")
     try:
         import matplotlib
 

@@ -18,7 +18,6 @@ Writes bench/out/erecap_speed.{csv,png}. `source scripts/env.sh` first.
 from __future__ import annotations
 
 import argparse
-import csv
 import random
 import statistics
 import sys
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 
 import torch
+from report import write_csv  # bench/report.py (the script folder is on sys.path)
 
 from erecap_planner.datagen import make_case
 from erecap_planner.models import SMOLLM2, load_model
@@ -154,11 +154,7 @@ def main() -> int:
         print(f"{'ok  ' if ok else 'MISS'} {name}: {value}")
 
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.with_suffix(".csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, out.with_suffix(".csv"))
     try:
         import matplotlib
 

@@ -18,6 +18,7 @@ property of Appendix B holds per agent whatever the team does.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -107,7 +108,7 @@ class BraceController:
                 else:
                     token_budget = self.policy.min_token_budget if infeasible else fitted
                 predicted = self.latency_model.predict_p95(token_budget)
-            budget = type(budget)(budget.mode, token_budget, budget.slo_ms, budget.hard_deadline_ms)
+            budget = dataclasses.replace(budget, token_budget=token_budget)
 
         decision = self._make_decision(trigger, agent, reason, override, budget, predicted)
         self._apply(decision, agent, tally)
