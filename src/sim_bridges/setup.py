@@ -1,3 +1,5 @@
+from glob import glob
+
 from setuptools import find_packages, setup
 
 package_name = "sim_bridges"
@@ -9,6 +11,8 @@ setup(
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{package_name}"]),
         (f"share/{package_name}", ["package.xml"]),
+        (f"share/{package_name}/config", glob("config/*.yaml")),
+        (f"share/{package_name}/models", glob("models/*.safetensors")),
     ],
     install_requires=["setuptools"],
     zip_safe=True,
@@ -16,5 +20,9 @@ setup(
     maintainer_email="brace-ros@example.org",
     description="Simulator bridges: embedded warehouse, AirSim, Isaac Sim",
     license="Apache-2.0",
-    entry_points={"console_scripts": []},
+    entry_points={"console_scripts": [
+        "embedded_sim = sim_bridges.sim_node:main",
+        "brace-run = sim_bridges.runner:main",
+        "warehouse-finetune = sim_bridges.finetune_cli:main",
+    ]},
 )

@@ -266,6 +266,8 @@ class MonitorConfig:
     deadlock_threshold: int = param(3, "Z_t at or above which a deadlock trigger is raised", 1, 10**6)
     deadlock_progress_m: float = param(0.05, "movement per step below which an agent with a goal counts as stalled (m)", 0.0, 1e6)
     preempt_min_confidence: float = param(0.5, "verifier confidence needed to raise a preempt trigger", 0.0, 1.0)
+    initial_plan: bool = param(True, "after an episode start (/brace/episode), raise a periodic trigger for "
+                               "every agent at the episode's first step (false = no initial plan: the open-loop baseline)")
 
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid parameter."""

@@ -66,6 +66,12 @@ class BraceController:
         self._ids = itertools.count(1)
         self._id_prefix = id_prefix
 
+    def reset(self) -> None:
+        """A new episode: per-agent and team counters and plans restart; tallies and the latency model persist."""
+        self.agents = {}
+        self.team = AgentCounters()
+        self._plans = {}
+
     # ------------------------------------------------------------------ queries
 
     def counters(self, agent_id: str) -> AgentCounters:

@@ -1,8 +1,10 @@
 """brace_controller node: gates every trigger, budgets admitted ones, runs the Replan calls.
 
-Subscribes  /brace/triggers (TriggerEvent), /brace/replan_calls (ReplanCall)
+Subscribes  /brace/triggers (TriggerEvent), /brace/replan_calls (ReplanCall),
+            /brace/episode (Episode: counters restart at EVENT_START)
 Publishes   /brace/decisions (ReplanDecision, one per trigger), /brace/plan (Plan),
-            /brace/controller_state (ControllerState), /diagnostics
+            /brace/controller_state (ControllerState), /diagnostics,
+            /brace/replan_calls (ReplanCall) for admitted calls no planner answered
 Action client  Replan on `replan_action`; a goal still running at its hard
             deadline is cancelled and recorded as a deadline miss.
 """
@@ -16,7 +18,7 @@ from typing import Optional
 
 from action_msgs.msg import GoalStatus
 from brace_msgs.action import Replan
-from brace_msgs.msg import ControllerState, Plan, ReplanCall, ReplanDecision, TriggerEvent
+from brace_msgs.msg import ControllerState, Episode, Plan, ReplanCall, ReplanDecision, TriggerEvent
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.action import ActionClient
 from rclpy.node import Node
@@ -57,6 +59,8 @@ class BraceControllerNode(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.DIAGNOSTICS)
         self.create_subscription(TriggerEvent, "/brace/triggers", self.on_trigger, qos.EVENTS)
         self.create_subscription(ReplanCall, "/brace/replan_calls", self.on_call_record, qos.EVENTS)
+        self.create_subscription(Episode, "/brace/episode", self.on_episode, qos.EVENTS)
+        self.calls_pub = self.create_publisher(ReplanCall, "/brace/replan_calls", qos.EVENTS)
         self.replan_client = ActionClient(self, Replan, self.node_config.replan_action)
         self.create_timer(self.node_config.deadline_check_period_s, self.check_deadlines)
         self.create_timer(self.node_config.state_period_s, self.publish_state)
@@ -83,6 +87,11 @@ class BraceControllerNode(Node):
         if decision.admitted:
             self.start_call(decision)
 
+    def on_episode(self, msg: Episode) -> None:
+        """A new episode restarts the per-agent gate counters (steps restart at 0)."""
+        if msg.event == Episode.EVENT_START:
+            self.core.reset()
+
     def start_call(self, decision: Decision) -> None:
         """Send the Replan goal of an admitted decision (or record the planner as unavailable)."""
         if not self.replan_client.server_is_ready():
@@ -91,7 +100,7 @@ class BraceControllerNode(Node):
                 f"no planner on '{self.node_config.replan_action}'; decision {decision.decision_id} not executed",
                 throttle_duration_sec=5.0,
             )
-            self.finish(decision, CallStatus.UNAVAILABLE, 0.0)
+            self.finish(decision, CallStatus.UNAVAILABLE, 0.0, error="no planner server")
             return
         started = time.monotonic()
         call = PendingCall(decision, started + decision.hard_deadline_ms / 1000.0, started=started)
@@ -112,7 +121,8 @@ class BraceControllerNode(Node):
             self.counts["goals_rejected"] += 1
             self.get_logger().warning(f"planner rejected goal {decision_id}")
             self.pending.pop(decision_id, None)
-            self.finish(call.decision, CallStatus.UNAVAILABLE, (time.monotonic() - call.started) * 1000.0)
+            self.finish(call.decision, CallStatus.UNAVAILABLE, (time.monotonic() - call.started) * 1000.0,
+                        error="planner rejected the goal")
             return
         call.goal_handle = handle
         handle.get_result_async().add_done_callback(lambda f, d=decision_id: self.on_result(d, f))
@@ -142,9 +152,12 @@ class BraceControllerNode(Node):
         self.finish(call.decision, status, float(result.call.latency_ms), plan_changed, int(result.call.tokens_after))
 
     def finish(self, decision: Decision, status: CallStatus, latency_ms: float,
-               plan_changed: bool = False, tokens_after: int = 0) -> None:
-        """Tell the core a call is over."""
+               plan_changed: bool = False, tokens_after: int = 0, error: str = "") -> None:
+        """Tell the core a call is over; audit a call no planner answered."""
         self.counts["calls_finished"] += 1
+        if error:
+            self.calls_pub.publish(convert.unanswered_call_to_msg(
+                decision, status, latency_ms, self.get_clock().now().to_msg(), error))
         self.core.record_call(CallRecord(
             agent_id=decision.trigger.agent_id, step=decision.trigger.step, status=status,
             plan_changed=plan_changed, latency_ms=latency_ms, tokens_after=tokens_after,

@@ -8,9 +8,10 @@ import math
 from brace_msgs.action import Replan
 from brace_msgs.msg import ControllerState, Plan, ReplanCall, ReplanDecision, TriggerEvent
 from builtin_interfaces.msg import Time
+from std_msgs.msg import Header
 
 from .gate import AgentCounters
-from .types import CallRecord, CallStatus, Decision, Mode, Trigger, TriggerKind
+from .types import CallRecord, CallStatus, Decision, Mode, Reason, Trigger, TriggerKind
 
 
 def _never(value):
@@ -77,6 +78,23 @@ def decision_to_msg(decision: Decision, source: TriggerEvent, stamp: Time) -> Re
     return msg
 
 
+def decision_from_msg(msg: ReplanDecision) -> Decision:
+    """ReplanDecision -> Decision (audit replay); ValueError when the message is malformed."""
+    try:
+        reason, mode = Reason(msg.reason), Mode(msg.mode)
+    except ValueError as exc:
+        raise ValueError(f"decision {msg.decision_id}: {exc}") from None
+    return Decision(
+        decision_id=msg.decision_id, trigger=trigger_from_msg(msg.trigger), admitted=bool(msg.admitted),
+        reason=reason, mode=mode, token_budget=int(msg.token_budget), slo_ms=float(msg.slo_ms),
+        hard_deadline_ms=float(msg.hard_deadline_ms), override=bool(msg.override),
+        steps_since_call=None if msg.steps_since_call < 0 else int(msg.steps_since_call),
+        steps_since_change=None if msg.steps_since_change < 0 else int(msg.steps_since_change),
+        consecutive_failures=int(msg.consecutive_failures), consecutive_deferrals=int(msg.consecutive_deferrals),
+        predicted_p95_ms=float(msg.predicted_p95_ms),
+    )
+
+
 def goal_from_decision(decision: Decision, stamp: Time) -> Replan.Goal:
     """The Replan action goal of an admitted decision."""
     goal = Replan.Goal()
@@ -113,6 +131,17 @@ def call_record_from_msg(msg: ReplanCall, plan_changed: bool) -> CallRecord:
         tokens_before=int(msg.tokens_before),
         mode=Mode(msg.mode) if msg.mode in Mode._value2member_map_ else Mode.FULL_REPLAN,
         phase_ms={p.phase: float(p.duration_ms) for p in msg.phases},
+    )
+
+
+def unanswered_call_to_msg(decision: Decision, status: CallStatus, latency_ms: float, stamp: Time,
+                           error: str) -> ReplanCall:
+    """The audit record of an admitted call no planner answered (so every admitted call has one)."""
+    return ReplanCall(
+        header=Header(stamp=stamp), call_id=f"{decision.decision_id}/unanswered", decision_id=decision.decision_id,
+        agent_id=decision.trigger.agent_id, step=decision.trigger.step, mode=int(decision.mode),
+        token_budget=decision.token_budget, slo_ms=decision.slo_ms, hard_deadline_ms=decision.hard_deadline_ms,
+        latency_ms=float(latency_ms), slo_met=False, status=int(status), error=error,
     )
 
 

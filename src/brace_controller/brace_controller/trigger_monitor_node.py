@@ -1,7 +1,8 @@
 """trigger_monitor node: turns agent states, execution outcomes and verifier verdicts into triggers.
 
 Subscribes  /brace/agent_states (AgentState), /brace/outcomes (ExecutionOutcome),
-            /brace/verdicts (VerifierVerdict)
+            /brace/verdicts (VerifierVerdict), /brace/episode (Episode: detectors restart
+            at EVENT_START and the episode's first step asks for initial plans)
 Publishes   /brace/triggers (TriggerEvent), /diagnostics
 
 The controller step advances on a timer (`step_source: timer`) or follows the
@@ -14,7 +15,7 @@ from __future__ import annotations
 import math
 import sys
 
-from brace_msgs.msg import AgentState, ExecutionOutcome, TriggerEvent, VerifierVerdict
+from brace_msgs.msg import AgentState, Episode, ExecutionOutcome, TriggerEvent, VerifierVerdict
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
 
@@ -43,6 +44,7 @@ class TriggerMonitorNode(Node):
         self.create_subscription(AgentState, "/brace/agent_states", self.on_state, qos.STATE)
         self.create_subscription(ExecutionOutcome, "/brace/outcomes", self.on_outcome, qos.EVENTS)
         self.create_subscription(VerifierVerdict, "/brace/verdicts", self.on_verdict, qos.EVENTS)
+        self.create_subscription(Episode, "/brace/episode", self.on_episode, qos.EVENTS)
         if self.config.step_source == "timer":
             self.create_timer(self.config.step_period_s, self.on_tick)
         self.create_timer(self.node_config.diagnostics_period_s, self.publish_diagnostics)
@@ -54,6 +56,11 @@ class TriggerMonitorNode(Node):
             self.sequence += 1
             self.raised[trigger.kind.label] = self.raised.get(trigger.kind.label, 0) + 1
             self.trigger_pub.publish(convert.trigger_to_msg(trigger, stamp, f"{self.get_name()}/{self.sequence}"))
+
+    def on_episode(self, msg: Episode) -> None:
+        """EVENT_START: forget the previous episode (steps restart at 0)."""
+        if msg.event == Episode.EVENT_START:
+            self.monitor.reset(episode_start=True)
 
     def on_tick(self) -> None:
         """Timer step source: advance one step and evaluate the detectors."""

@@ -181,8 +181,15 @@ class TriggerMonitor:
     states: dict[str, AgentObservation] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.config.validate()
+        self.reset(episode_start=False)
+
+    def reset(self, episode_start: bool = True) -> None:
+        """Forget every agent's state and counters; at an episode start the first step asks for initial plans."""
         c = self.config
-        c.validate()
+        self.step = 0
+        self.states = {}
+        self.initial_pending = episode_start and c.initial_plan
         self.periodic = PeriodicDetector(c.periodic_interval_steps)
         self.failure = FailureDetector(c.failure_threshold)
         self.drift = DriftDetector(c.drift_threshold_m, c.drift_steps)
@@ -216,6 +223,9 @@ class TriggerMonitor:
         """Advance to `step` and evaluate the per-step detectors on the latest states."""
         self.step = step
         raised = self.periodic.check(step, self.agents())
+        if self.initial_pending and not raised:
+            raised = [Trigger(TriggerKind.PERIODIC, a, step, severity=1.0, detail="initial plan") for a in self.agents()]
+        self.initial_pending = False
         for agent, state in sorted(self.states.items()):
             for trigger in (self.drift.update(agent, step, state.tracking_error), self.deadlock.update(agent, step, state)):
                 if trigger:

@@ -23,6 +23,7 @@ import torch
 from brace_controller.types import CallStatus, meets_slo
 
 from .compressors import Compressor, make_compressor
+from .constrained import ConstrainedPlanDecoder
 from .context import DEFAULT_SYSTEM_PROMPT, ContextBuffer, RenderedContext
 from .plan_parser import ActionSchema, PlanError, Step, parse_plan
 from .predictor import PredictorBank
@@ -34,6 +35,9 @@ from .scoring import best_step, enumerate_steps
 STATUS_OK, STATUS_PLANNER_ERROR, STATUS_DEADLINE, STATUS_CANCELLED = (
     CallStatus.OK, CallStatus.PLANNER_ERROR, CallStatus.DEADLINE, CallStatus.CANCELLED)
 
+# json: free generation, parsed afterwards; candidates: the best single skill call by likelihood;
+# constrained: a whole plan generated greedily within the schema's valid skill calls.
+DECODINGS = ("json", "candidates", "constrained")
 MODE_REQUESTS = {
     0: "Plan the next steps for {agent} from its current state.",
     1: "Repair the plan of {agent} from the failing or drifting step on.",
@@ -126,6 +130,12 @@ def json_object_closed(text: str) -> bool:
     return False
 
 
+def request_text(schema: ActionSchema, agent_id: str, mode: int) -> str:
+    """The REQUEST line of a call for `agent_id` in `mode` (ReplanDecision.MODE_*)."""
+    ask = MODE_REQUESTS.get(mode, MODE_REQUESTS[0]).format(agent=agent_id)
+    return ask + " " + OUTPUT_FORMAT.format(actions=schema.describe())
+
+
 class PlannerCallPath:
     """Runs replanning calls on one local transformers model with one compressor."""
 
@@ -140,12 +150,14 @@ class PlannerCallPath:
         self.max_new_tokens = max_new_tokens
         self.system_prompt = system_prompt
         self.retriever = retriever or NoRetrieval()
-        if decoding not in ("json", "candidates"):
-            raise ValueError(f"decoding '{decoding}' is not 'json' or 'candidates'")
+        if decoding not in DECODINGS:
+            raise ValueError(f"decoding '{decoding}' is not one of {', '.join(DECODINGS)}")
         self.decoding = decoding
-        self.candidates = enumerate_steps(schema) if decoding == "candidates" else []
-        if decoding == "candidates" and not self.candidates:
-            raise ValueError("candidate decoding needs actions whose parameters all have enumerated choices")
+        self.candidates = enumerate_steps(schema) if decoding != "json" else []
+        if decoding != "json" and not self.candidates:
+            raise ValueError(f"{decoding} decoding needs actions whose parameters all have enumerated choices")
+        self.constrained = (ConstrainedPlanDecoder(tokenizer, self.candidates, schema.max_steps)
+                            if decoding == "constrained" else None)
         self.protect_blocks = protect_blocks
         self.model_name = model_name or getattr(model.config, "_name_or_path", "") or model.config.model_type
         self.plain = ErecapModel(model)
@@ -164,8 +176,7 @@ class PlannerCallPath:
 
     def request_text(self, agent_id: str, mode: int) -> str:
         """The REQUEST line for a mode."""
-        ask = MODE_REQUESTS.get(mode, MODE_REQUESTS[0]).format(agent=agent_id)
-        return ask + " " + OUTPUT_FORMAT.format(actions=self.schema.describe())
+        return request_text(self.schema, agent_id, mode)
 
     def run(self, buffer: ContextBuffer, request: CallRequest, cancelled: Callable[[], bool] = lambda: False,
             on_phase: Callable[[str, float], None] = lambda phase, elapsed_ms: None) -> CallOutcome:
@@ -240,6 +251,9 @@ class PlannerCallPath:
                 step, _ = best_step(self.plain, pre, self.tokenizer, self.candidates)
                 text = json.dumps({"plan": [{"action": step.action, "parameters": step.parameters}]})
                 produced = len(self.candidates)
+            elif self.decoding == "constrained":
+                constrained = self.constrained.decode(self.plain, pre, should_abort=abort)
+                text, produced = constrained.text, constrained.tokens
             else:
                 dec = self.plain.decode(pre, self.max_new_tokens, self.eos_ids, deadline=deadline,
                                         should_stop=lambda toks: cancelled() or json_object_closed(

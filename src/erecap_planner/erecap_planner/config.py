@@ -18,6 +18,14 @@ def default_schema_path() -> Path:
     return package_file("erecap_planner", "config/action_schema.yaml", Path(__file__).resolve().parents[1])
 
 
+def resolve_path(path: str) -> str:
+    """A file path, or 'package://<pkg>/<relative>': the file installed under share/<pkg>/ (else in src/<pkg>/)."""
+    if not path.startswith("package://"):
+        return path
+    pkg, _, relative = path[len("package://"):].partition("/")
+    return str(package_file(pkg, relative, Path(__file__).resolve().parents[2] / pkg))
+
+
 @dataclass
 class PlannerConfig:
     """Parameters of the erecap_planner node."""
@@ -32,9 +40,13 @@ class PlannerConfig:
     head_tokens: int = param(4, "head tokens always kept (Eq. 5)", 0, 1024)
     tail_min: int = param(16, "minimum tail window (Eq. 5: max(tail_min, ceil(tail_frac N)))", 0, 100000)
     tail_frac: float = param(0.1, "tail window fraction of N", 0.0, 1.0)
-    predictor_path: str = param("", "trained predictor checkpoint (.safetensors); empty = untrained predictor (warned)")
+    adapter_path: str = param("", "LoRA adapter merged into the model at configure (.safetensors; "
+                              "'package://<pkg>/<path>' = a file installed with a package); empty = none")
+    predictor_path: str = param("", "trained predictor checkpoint (.safetensors; 'package://<pkg>/<path>' "
+                                "allowed); empty = untrained predictor (warned)")
     max_new_tokens: int = param(64, "decode limit per call", 1, 8192)
-    decoding: str = param("json", "'json': generate the plan; 'candidates': score every valid skill call (small models)")
+    decoding: str = param("json", "'json': generate the plan; 'candidates': score every valid skill call; "
+                          "'constrained': generate a plan restricted to valid skill calls (small models)")
     action_schema_file: str = param("", "YAML action schema; empty = the one shipped with erecap_planner")
     system_prompt: str = param(DEFAULT_SYSTEM_PROMPT, "system prompt of every call")
     protect_blocks: bool = param(True, "task / state / constraints / coordination tokens outrank predictor scores")
@@ -51,15 +63,17 @@ class PlannerConfig:
             raise ConfigError("compressor", f"'{self.compressor}' is not one of {', '.join(COMPRESSORS)}")
         if any(layer < 0 for layer in self.pruning_layers) or self.pruning_layers != sorted(set(self.pruning_layers)):
             raise ConfigError("pruning_layers", "must be distinct, non-negative and increasing")
-        if self.decoding not in ("json", "candidates"):
-            raise ConfigError("decoding", f"'{self.decoding}' is not 'json' or 'candidates'")
+        if self.decoding not in ("json", "candidates", "constrained"):
+            raise ConfigError("decoding", f"'{self.decoding}' is not 'json', 'candidates' or 'constrained'")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError("dtype", f"'{self.dtype}' is not auto, float32, bfloat16 or float16")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise ConfigError("device", f"'{self.device}' is not auto, cpu, cuda or cuda:N")
-        if self.predictor_path and not Path(self.predictor_path).is_file():
-            raise ConfigError("predictor_path", f"no such file: {self.predictor_path}")
+        for name in ("predictor_path", "adapter_path"):
+            value = getattr(self, name)
+            if value and not Path(resolve_path(value)).is_file():
+                raise ConfigError(name, f"no such file: {value}")
 
     def schema_path(self) -> Path:
         """The action schema file this config names."""
-        return Path(self.action_schema_file) if self.action_schema_file else default_schema_path()
+        return Path(resolve_path(self.action_schema_file)) if self.action_schema_file else default_schema_path()

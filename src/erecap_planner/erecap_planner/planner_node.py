@@ -1,6 +1,7 @@
 """erecap_planner lifecycle node: serves the Replan action with E-RECAP (or a baseline compressor).
 
-Subscribes  /brace/context (ContextEntry)
+Subscribes  /brace/context (ContextEntry; an entry of kind "episode_start" clears the
+            context first: a new episode starts from an empty context)
 Publishes   /brace/replan_calls (ReplanCall, one per call), /diagnostics
 Action server  /brace/replan (Replan): feedback per phase; result = Plan + ReplanCall.
 
@@ -35,12 +36,13 @@ from brace_controller.ros_params import declare_parameters, read_config
 
 from . import convert
 from .call_path import STATUS_CANCELLED, PlannerCallPath
-from .config import PlannerConfig
+from .config import PlannerConfig, resolve_path
 from .context import ContextBuffer
 from .plan_parser import ActionSchema
 from .predictor import PredictorBank, PredictorMismatchError
 from .pruning import PruneSchedule, table8_layers
 
+EPISODE_START = "episode_start"  # ContextEntry.kind that opens a new episode
 STATUS_NAMES = {0: "ok", 1: "planner_error", 2: "deadline", 3: "cancelled", 4: "unavailable"}
 
 
@@ -58,6 +60,13 @@ def build_call_path(cfg: PlannerConfig, logger=None) -> PlannerCallPath:
         model, tokenizer = load_model(cfg.model_path, cfg.device, cfg.dtype)
     except (FileNotFoundError, OSError, ValueError) as exc:
         raise ConfigError("model_path", str(exc)) from None
+    if cfg.adapter_path:
+        from .adapter import AdapterMismatchError, merge_adapter
+
+        try:
+            merge_adapter(model, resolve_path(cfg.adapter_path))
+        except (AdapterMismatchError, FileNotFoundError, OSError) as exc:
+            raise ConfigError("adapter_path", str(exc)) from None
     depth = model.config.num_hidden_layers
     layers = cfg.pruning_layers or table8_layers(depth)
     schedule = PruneSchedule(tuple(layers), cfg.keep_ratio, cfg.head_tokens, cfg.tail_min, cfg.tail_frac)
@@ -69,7 +78,7 @@ def build_call_path(cfg: PlannerConfig, logger=None) -> PlannerCallPath:
     if cfg.compressor == "erecap":
         if cfg.predictor_path:
             try:
-                predictors = PredictorBank.load(cfg.predictor_path, model.config)
+                predictors = PredictorBank.load(resolve_path(cfg.predictor_path), model.config)
                 predictors.check_compatible(model.config, layers)
             except (PredictorMismatchError, FileNotFoundError) as exc:
                 raise ConfigError("predictor_path", str(exc)) from None
@@ -176,6 +185,8 @@ class ErecapPlannerNode(LifecycleNode):
             self.get_logger().warning(f"dropped malformed ContextEntry: {exc}", throttle_duration_sec=1.0)
             return
         with self.buffer_lock:
+            if entry.kind == EPISODE_START:
+                self.buffer.clear()
             self.buffer.add(entry)
         self.counts["context_entries"] += 1
 

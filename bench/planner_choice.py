@@ -1,0 +1,111 @@
+"""Which way of using the pretrained LM plans best on the embedded warehouse?
+
+Runs oracle-driven episodes (so every decision point is a realistic state),
+renders the planner context the embedded_sim would publish, and asks each
+planner configuration for the requested agent's plan. Reports oracle agreement
+(first step equals the oracle's first step), full-plan agreement and call
+latency, side by side in one run. ROS-free (the same core as the nodes).
+
+    python bench/planner_choice.py --episodes 3 --agents 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import yaml
+from report import write_csv
+
+from erecap_planner.call_path import CallRequest, PlannerCallPath
+from erecap_planner.context import Block, ContextBuffer, Entry
+from erecap_planner.models import load_model
+from erecap_planner.plan_parser import ActionSchema
+from erecap_planner.predictor import PredictorBank
+from erecap_planner.pruning import PruneSchedule, table8_layers
+from erecap_planner.train_cli import default_output
+from sim_bridges.feed import action_schema, episode_entries, step_entries
+from sim_bridges.warehouse import Step, Warehouse, WorldConfig
+
+OUT = Path(__file__).parent / "out"
+
+
+def to_entry(e) -> Entry:
+    """FeedEntry -> planner Entry."""
+    return Entry(e.agent_id, e.step, Block(e.block), e.text, e.kind)
+
+
+def decision_points(episodes: int, agents: int, every: int, observe_every: int):
+    """Yield (world, buffer snapshot, agent) at every `every` steps of oracle-driven episodes."""
+    for seed in range(episodes):
+        world = Warehouse(WorldConfig(agents=agents, seed=seed, max_steps=60, drift=0.03))
+        buf = ContextBuffer()
+        buf.extend(to_entry(e) for e in episode_entries(world, seed))
+        for name in world.agents:
+            world.set_plan(name, world.oracle_plan(name))
+        while not world.finished:
+            events = world.step()
+            buf.extend(to_entry(e) for e in step_entries(world, events, observe_every))
+            failed = {e.agent for e in events if not e.success}
+            for name, a in world.agents.items():
+                if a.current is None or name in failed or world.t % every == 0:
+                    yield world, buf.snapshot(), name
+                    world.set_plan(name, world.oracle_plan(name))
+
+
+def main() -> None:
+    """Compare decodings / compressors by oracle agreement."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--episodes", type=int, default=2)
+    ap.add_argument("--agents", type=int, default=4)
+    ap.add_argument("--every", type=int, default=8)
+    ap.add_argument("--observe-every", type=int, default=4)
+    ap.add_argument("--limit", type=int, default=40, help="decision points per configuration")
+    ap.add_argument("--budget", type=int, default=384)
+    args = ap.parse_args()
+
+    model, tok = load_model("smollm2-135m-instruct")
+    depth = model.config.num_hidden_layers
+    layers = table8_layers(depth)
+    schedule = PruneSchedule(tuple(layers), 0.7)
+    trained = PredictorBank.load(default_output(), model.config) if default_output().exists() else None
+    world0 = Warehouse(WorldConfig(agents=args.agents))
+    schema = ActionSchema.from_dict(action_schema(world0))
+    configs = {
+        "candidates/none": PlannerCallPath(model, tok, schema, "none", schedule, None, decoding="candidates"),
+        "constrained/none": PlannerCallPath(model, tok, schema, "none", schedule, None, decoding="constrained"),
+        "constrained/erecap": PlannerCallPath(model, tok, schema, "erecap", schedule,
+                                              trained or PredictorBank.for_model(model.config, layers),
+                                              decoding="constrained"),
+        "constrained/random": PlannerCallPath(model, tok, schema, "random", schedule, None, decoding="constrained"),
+    }
+    points = list(decision_points(args.episodes, args.agents, args.every, args.observe_every))[: args.limit]
+    rows = []
+    for name, path in configs.items():
+        first = full = 0
+        lat, toks = [], []
+        started = time.monotonic()
+        for world, buf, agent in points:
+            oracle = world.oracle_plan(agent)
+            out = path.run(buf, CallRequest(agent, args.budget, 60_000, 120_000))
+            plan = [Step(s.action, s.parameters) for s in out.steps]
+            first += bool(plan) and (plan[0].action, plan[0].params) == (oracle[0].action, oracle[0].params)
+            full += [(s.action, s.params) for s in plan] == [(s.action, s.params) for s in oracle]
+            lat.append(out.latency_ms)
+            toks.append((out.tokens_before, out.tokens_after))
+        n = len(points)
+        rows.append({"config": name, "points": n, "first_step_agreement": round(first / n, 3),
+                     "plan_agreement": round(full / n, 3), "latency_p50_ms": round(statistics.median(lat), 1),
+                     "tokens_before": round(statistics.mean(t[0] for t in toks)),
+                     "tokens_after": round(statistics.mean(t[1] for t in toks)),
+                     "wall_s": round(time.monotonic() - started, 1)})
+        print(rows[-1], flush=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, OUT / "planner_choice.csv")
+    print(yaml.safe_dump(rows, sort_keys=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""`brace-audit`: recompute a run's tables from its bag, or replay the bag on ROS 2.
+
+    brace-audit report <bag | run folder> [--csv DIR]
+    brace-audit replay <bag> [--rate X] [--topics T ...]
+
+`report` reads the bag alone (every table of `audit_report`); a run folder with
+several bags (one per variant) gives one row per bag. A truncated or corrupt
+bag is reported with what was recovered and the tables of the recovered part.
+`replay` republishes the recorded topics with their recorded timing (scaled by
+--rate) for RViz. `RecordCollector` turns messages into RunRecords and is
+shared by the live run and the report, so both compute the same numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+from brace_msgs.msg import Episode, Plan, ReplanCall, ReplanDecision
+from rclpy.serialization import deserialize_message
+
+from . import convert
+from .audit_recorder_node import message_class
+from .audit_report import CallRow, RunRecords, phase_breakdown, report, summary, suppression_rows
+from .bag import BagError, read_bag
+
+REPORTED = {"/brace/replan_calls": ReplanCall, "/brace/decisions": ReplanDecision, "/brace/plan": Plan,
+            "/brace/episode": Episode}
+
+
+class RecordCollector:
+    """Accumulates RunRecords from call records, decisions, plans and episode events, in arrival order."""
+
+    def __init__(self, variant: str = ""):
+        self.records = RunRecords(variant=variant)
+        self.episode = 0
+        self.malformed = 0
+        self.first_ns: int | None = None
+        self.last_ns = 0
+
+    def add(self, topic: str, msg, time_ns: int) -> None:
+        """One message of a reported topic."""
+        self.first_ns = time_ns if self.first_ns is None else self.first_ns
+        self.last_ns = max(self.last_ns, time_ns)
+        self.records.duration_s = (self.last_ns - self.first_ns) / 1e9
+        if topic == "/brace/episode":
+            if msg.event == Episode.EVENT_START:
+                self.episode = int(msg.episode)
+                self.records.variant = self.records.variant or msg.variant
+            else:
+                self.records.episodes.append({
+                    "episode": int(msg.episode), "seed": int(msg.seed), "success": bool(msg.success),
+                    "steps": int(msg.steps), "delivered": int(msg.delivered), "tasks": int(msg.tasks),
+                    "path_efficiency": round(float(msg.path_efficiency), 4),
+                    "coordination_wait": int(msg.coordination_wait), "near_misses": int(msg.near_misses),
+                    "collisions": int(msg.collisions), "plans": int(msg.plans),
+                    "plans_agreeing": int(msg.plans_agreeing)})
+        elif topic == "/brace/replan_calls":
+            phases = {p.phase: (float(p.duration_ms), int(p.tokens_in), int(p.tokens_out)) for p in msg.phases}
+            self.records.calls.append(CallRow(self.episode, msg.agent_id, int(msg.status), float(msg.latency_ms),
+                                              float(msg.slo_ms), bool(msg.slo_met), int(msg.tokens_before),
+                                              int(msg.tokens_after), msg.compressor, phases))
+        elif topic == "/brace/decisions":
+            try:
+                self.records.decisions.append((self.episode, convert.decision_from_msg(msg)))
+            except ValueError:
+                self.malformed += 1
+        elif topic == "/brace/plan":
+            self.records.plans.append((self.episode, msg.agent_id, convert.plan_signature(msg)))
+
+
+def records_from_bag(bag: Path, variant: str = "") -> tuple[RunRecords, str]:
+    """RunRecords of a bag and a note on damage ('' when the bag is intact)."""
+    contents = read_bag(bag)
+    collector = RecordCollector(variant)
+    for m in contents.messages:
+        cls = REPORTED.get(m.topic)
+        if cls is None:
+            continue
+        try:
+            msg = deserialize_message(m.data, cls)
+        except Exception:  # noqa: BLE001 (any deserialisation failure is counted, never fatal)
+            collector.malformed += 1
+            continue
+        collector.add(m.topic, msg, m.log_time_ns)
+    note = str(contents.damage) if contents.damage else ""
+    if collector.malformed:
+        note += f"{'; ' if note else ''}{collector.malformed} malformed messages skipped"
+    return collector.records, note
+
+
+def find_bags(path: Path) -> list[Path]:
+    """The bag itself, or every bag (a folder with metadata.yaml or .mcap files) directly under a run folder."""
+    if path.is_file() or (path / "metadata.yaml").is_file() or list(path.glob("*.mcap")):
+        return [path]
+    bags = sorted(p for p in path.rglob("metadata.yaml"))
+    return [b.parent for b in bags]
+
+
+def write_csvs(runs: list[RunRecords], folder: Path) -> None:
+    """summary.csv, phases.csv and suppression.csv of the runs."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tables = {"summary.csv": [summary(r) for r in runs],
+              "phases.csv": [{"variant": r.variant, **row} for r in runs for row in phase_breakdown(r)],
+              "suppression.csv": [{"variant": r.variant, **row} for r in runs for row in suppression_rows(r)]}
+    for name, rows in tables.items():
+        if rows:
+            with (folder / name).open("w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+                writer.writeheader()
+                writer.writerows(rows)
+
+
+def cmd_report(args) -> int:
+    """Print the tables of one bag or of every bag in a run folder."""
+    bags = find_bags(Path(args.bag))
+    if not bags:
+        print(f"brace-audit: no bag under {args.bag}", file=sys.stderr)
+        return 1
+    runs = []
+    for bag in bags:
+        try:
+            records, note = records_from_bag(bag, variant=bag.name)
+        except BagError as exc:
+            print(f"brace-audit: {exc}", file=sys.stderr)
+            return 1
+        if note:
+            print(f"WARNING {bag}: {note}", file=sys.stderr)
+        runs.append(records)
+    print(report(runs))
+    if args.json:
+        print(json.dumps([summary(r) for r in runs], indent=1, default=str))
+    if args.csv:
+        write_csvs(runs, Path(args.csv))
+    return 0
+
+
+def cmd_replay(args) -> int:
+    """Republish the bag's topics with their recorded timing."""
+    import rclpy
+    from rclpy.executors import ExternalShutdownException
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+    contents = read_bag(Path(args.bag))
+    if contents.damage:
+        print(f"WARNING: {contents.damage}; replaying what was recovered", file=sys.stderr)
+    messages = [m for m in contents.messages if not args.topics or m.topic in args.topics]
+    if not messages:
+        print("brace-audit: nothing to replay", file=sys.stderr)
+        return 1
+    try:
+        with rclpy.init():
+            node = rclpy.create_node("brace_audit_replay")
+            latched = QoSProfile(depth=64, reliability=ReliabilityPolicy.RELIABLE,
+                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
+            pubs = {}
+            for m in messages:
+                if m.topic not in pubs:
+                    pubs[m.topic] = node.create_publisher(message_class(m.type), m.topic,
+                                                          latched if m.topic == "/brace/plan" else 100)
+            time.sleep(args.wait)  # let subscribers discover the publishers
+            start_wall, start_bag = time.monotonic(), messages[0].log_time_ns
+            for m in messages:
+                due = start_wall + (m.log_time_ns - start_bag) / 1e9 / args.rate
+                delay = due - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                pubs[m.topic].publish(m.data)  # serialized bytes are published as they were recorded
+            print(f"replayed {len(messages)} messages on {len(pubs)} topics", file=sys.stderr)
+            node.destroy_node()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    return 0
+
+
+def main(argv=None) -> int:
+    """`brace-audit report|replay`."""
+    ap = argparse.ArgumentParser(prog="brace-audit", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    rep = sub.add_parser("report", help="recompute every table from the bag alone")
+    rep.add_argument("bag")
+    rep.add_argument("--csv", help="also write summary.csv / phases.csv / suppression.csv here")
+    rep.add_argument("--json", action="store_true", help="also print the summary rows as JSON")
+    rep.set_defaults(func=cmd_report)
+    play = sub.add_parser("replay", help="republish the recorded topics with their recorded timing")
+    play.add_argument("bag")
+    play.add_argument("--rate", type=float, default=1.0)
+    play.add_argument("--topics", nargs="*", default=[])
+    play.add_argument("--wait", type=float, default=1.0, help="seconds to wait for subscribers before replaying")
+    play.set_defaults(func=cmd_replay)
+    args = ap.parse_args(argv)
+    if getattr(args, "rate", 1.0) <= 0:
+        ap.error("--rate must be > 0")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

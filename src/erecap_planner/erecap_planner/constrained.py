@@ -1,0 +1,122 @@
+"""Schema-constrained plan decoding: greedy generation restricted to valid skill calls.
+
+The planner writes `{"plan": [step, step, ...]}` token by token, but at every
+position only tokens that continue a valid skill call of the action schema (or
+close the plan) are allowed: a token trie over the tokenised candidate steps.
+Where the trie has one continuation the token is forced (no choice, fed to the
+model in one batch with the next ones); where it branches, the model's logits
+over the allowed tokens choose. The output is always a parseable plan, every
+choice is the model's, and pruning that removed what mattered changes the
+choices. Runs over the (pruned) KV cache of the prefill.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import torch
+
+from .plan_parser import Step
+from .pruned_forward import ErecapModel, PrefillResult
+from .scoring import _extend
+
+PLAN_OPEN = '{"plan": ['
+STEP_SEPARATOR = ", "
+PLAN_CLOSE = "]}"
+
+
+def step_json(step: Step) -> str:
+    """A skill call as the plan's JSON writes it."""
+    return json.dumps({"action": step.action, "parameters": step.parameters})
+
+
+@dataclass
+class _Node:
+    children: dict[int, _Node] = field(default_factory=dict)
+    option: int = -1  # index of the option that ends here (-1: none)
+
+
+class TokenTrie:
+    """Token sequences of a fixed option set, merged on shared prefixes."""
+
+    def __init__(self, sequences: list[list[int]]):
+        self.root = _Node()
+        for index, seq in enumerate(sequences):
+            if not seq:
+                raise ValueError(f"option {index} tokenises to nothing")
+            node = self.root
+            for token in seq:
+                node = node.children.setdefault(token, _Node())
+            if node.children:
+                raise ValueError(f"option {index} is a prefix of another option")
+            node.option = index
+
+
+@dataclass
+class ConstrainedResult:
+    """The decoded plan text, its steps, and how many tokens / model forwards it took."""
+
+    text: str
+    steps: list[Step]
+    tokens: int
+    forwards: int
+
+
+class ConstrainedPlanDecoder:
+    """Greedy decoding of a plan whose every step is one of `steps` (at most `max_steps` of them)."""
+
+    def __init__(self, tokenizer, steps: list[Step], max_steps: int):
+        if not steps:
+            raise ValueError("constrained decoding needs at least one candidate step")
+        if max_steps < 1:
+            raise ValueError("max_steps must be >= 1")
+        self.steps = steps
+        self.max_steps = max_steps
+
+        def encode(text: str) -> list[int]:
+            return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+        self.open_ids = encode(PLAN_OPEN)
+        # Options 0..n-1 write a step and close the plan; n..2n-1 write a step and continue.
+        self.more = TokenTrie([encode(step_json(s) + PLAN_CLOSE) for s in steps]
+                              + [encode(step_json(s) + STEP_SEPARATOR) for s in steps])
+        self.last = TokenTrie([encode(step_json(s) + PLAN_CLOSE) for s in steps])
+
+    @torch.inference_mode()
+    def decode(self, runner: ErecapModel, prefill: PrefillResult, should_abort=lambda: False) -> ConstrainedResult:
+        """Decode over `prefill.cache` (extended in place); raises CallAborted via `should_abort` checks."""
+        from .pruned_forward import CallAborted
+
+        cache, position = prefill.cache, prefill.next_position
+        pending: list[int] = list(self.open_ids)
+        produced: list[int] = []
+        chosen: list[Step] = []
+        forwards = 0
+        n = len(self.steps)
+        while True:
+            trie = self.last if len(chosen) == self.max_steps - 1 else self.more
+            node = trie.root
+            while node.option < 0:
+                if len(node.children) == 1:
+                    token = next(iter(node.children))
+                else:
+                    if should_abort():
+                        raise CallAborted("deadline or cancel during constrained decoding")
+                    ids = torch.tensor([pending], device=runner.device)
+                    logits = _extend(runner, cache, ids, position)[0, -1]
+                    forwards += 1
+                    position += len(pending)
+                    produced.extend(pending)
+                    pending = []
+                    allowed = list(node.children)
+                    token = allowed[int(torch.argmax(logits[torch.tensor(allowed, device=logits.device)]))]
+                pending.append(token)
+                node = node.children[token]
+            index = node.option
+            chosen.append(self.steps[index % n])
+            if index < n:  # the option closed the plan
+                break
+        produced.extend(pending)
+        text = PLAN_OPEN + STEP_SEPARATOR.join(step_json(s) for s in chosen) + PLAN_CLOSE
+        return ConstrainedResult(text, chosen, len(produced), forwards)

@@ -1,0 +1,74 @@
+"""Schema-constrained plan decoding on a tiny model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_context import buffer
+from test_plan_parser import SCHEMA
+from tiny_models import tiny
+from tiny_tokenizer import byte_tokenizer
+
+from erecap_planner.call_path import CallRequest, PlannerCallPath
+from erecap_planner.constrained import PLAN_OPEN, ConstrainedPlanDecoder, TokenTrie, step_json
+from erecap_planner.plan_parser import parse_plan
+from erecap_planner.predictor import PredictorBank
+from erecap_planner.pruned_forward import CallAborted, ErecapModel
+from erecap_planner.pruning import PruneSchedule
+from erecap_planner.scoring import enumerate_steps
+
+
+def test_trie_rejects_prefix_options():
+    with pytest.raises(ValueError, match="prefix"):
+        TokenTrie([[1, 2, 3], [1, 2]])
+    trie = TokenTrie([[1, 2], [1, 3]])
+    assert set(trie.root.children[1].children) == {2, 3}
+
+
+@pytest.mark.parametrize("compressor", ["erecap", "recency"])
+def test_constrained_plans_are_valid_and_bounded(compressor):
+    model = tiny("llama")
+    schedule = PruneSchedule(layers=(1, 3), keep_ratio=0.7)
+    p = PlannerCallPath(model, byte_tokenizer(), SCHEMA, compressor, schedule,
+                        PredictorBank.for_model(model.config, [1, 3]), decoding="constrained")
+    out = p.run(buffer(30), CallRequest("a", 600, 60_000, 120_000))
+    assert out.status == 0, out.error
+    assert 1 <= len(out.steps) <= SCHEMA.max_steps
+    assert parse_plan(out.output_text, SCHEMA) == out.steps
+
+
+def test_greedy_choice_matches_a_full_forward():
+    """Each chosen token is the argmax over the allowed tokens of the unmodified model on the whole text."""
+    model, tok = tiny("llama"), byte_tokenizer()
+    runner = ErecapModel(model)
+    steps = enumerate_steps(SCHEMA)
+    prompt = tok("plan for agent a:", add_special_tokens=False)["input_ids"]
+    dec = ConstrainedPlanDecoder(tok, steps, max_steps=2)
+    out = dec.decode(runner, runner.prefill(torch.tensor(prompt)))
+    # Replay: at every branch of the trie, the full-sequence logits must pick the same token.
+    text_ids = tok(out.text, add_special_tokens=False)["input_ids"]
+    open_len = len(tok(PLAN_OPEN, add_special_tokens=False)["input_ids"])
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt + text_ids])).logits[0]
+    node, consumed, tries = dec.more.root, 0, 0
+    for i, token in enumerate(text_ids[open_len:], start=len(prompt) + open_len):
+        if len(node.children) > 1:
+            allowed = list(node.children)
+            best = allowed[int(torch.argmax(logits[i - 1, allowed]))]
+            assert best == token
+            tries += 1
+        node = node.children[token]
+        consumed += 1
+        if node.option >= 0:
+            node = dec.last.root if node.option >= len(steps) else node
+    assert tries >= 1 and out.forwards == tries
+    assert out.steps and all(step_json(s) in out.text for s in out.steps)
+
+
+def test_abort_is_checked_at_every_model_forward():
+    model, tok = tiny("llama"), byte_tokenizer()
+    runner = ErecapModel(model)
+    dec = ConstrainedPlanDecoder(tok, enumerate_steps(SCHEMA), max_steps=3)
+    pre = runner.prefill(torch.tensor(tok("x", add_special_tokens=False)["input_ids"]))
+    with pytest.raises(CallAborted):
+        dec.decode(runner, pre, should_abort=lambda: True)

@@ -1,0 +1,171 @@
+"""What the embedded warehouse tells the rest of the stack: context entries, outcomes, agent states.
+
+ROS-free. The node turns these into ContextEntry / ExecutionOutcome / AgentState
+messages. Blocks follow the planner's context layout (paper Eq. 3): the task and
+the constraints open an episode (protected), each agent's latest observation is
+its state (protected), agent-to-agent messages are coordination (protected), and
+action outcomes, failure traces, supervisor notices (an object was moved) and a
+periodic observation log are history (prunable), so the context grows with
+time and with the number of agents, and pruning can remove what mattered.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from .warehouse import Event, Step, Warehouse
+
+# ContextEntry.BLOCK_* (brace_msgs), repeated here so the core needs no ROS.
+BLOCK_TASK, BLOCK_STATE, BLOCK_CONSTRAINTS, BLOCK_COORDINATION, BLOCK_HISTORY = range(5)
+EPISODE_START = "episode_start"  # kind of the first entry of an episode: the planner clears its context
+SUPERVISOR = "supervisor"        # agent id of entries that no agent contributed
+
+
+@dataclass(frozen=True)
+class FeedEntry:
+    """One context entry (becomes a ContextEntry message)."""
+
+    agent_id: str
+    step: int
+    block: int
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class AgentReport:
+    """One agent's state after a step (becomes an AgentState message)."""
+
+    agent_id: str
+    step: int
+    x: float
+    y: float
+    tracking_error: float
+    has_goal: bool
+
+
+def place_near(world: Warehouse, cell: tuple[int, int]) -> str:
+    """The place whose access cell is `cell`, or ''."""
+    for name in (*world.docks, *world.parks, *world.shelves):
+        if world.access(name) == cell:
+            return name
+    return ""
+
+
+def episode_entries(world: Warehouse, episode: int) -> list[FeedEntry]:
+    """Task and constraint entries that open an episode."""
+    places = f"{', '.join(world.shelves)} (pick from the aisle cell above a shelf), {', '.join(world.docks)}"
+    out = [FeedEntry(SUPERVISOR, 0, BLOCK_TASK, EPISODE_START,
+                     f"Warehouse episode {episode} with {len(world.agents)} agents. Places: {places}; "
+                     f"each agent has a parking place park_<i>.")]
+    for task in world.tasks:
+        shelf = world.objects.get(task.obj)
+        if task.giver is None:
+            out.append(FeedEntry(task.carrier, 0, BLOCK_TASK, "task",
+                                 f"{task.carrier} must deliver {task.obj} to {task.dock}. {task.obj} is on {shelf}."))
+        else:
+            out.append(FeedEntry(task.giver, 0, BLOCK_TASK, "task",
+                                 f"{task.giver} must fetch {task.obj} from {shelf} and hand it to {task.carrier} "
+                                 f"at {task.dock}."))
+            out.append(FeedEntry(task.carrier, 0, BLOCK_TASK, "task",
+                                 f"{task.carrier} must wait at {task.dock}, take {task.obj} from {task.giver} "
+                                 f"and place it at {task.dock}."))
+    out.append(FeedEntry(SUPERVISOR, 0, BLOCK_CONSTRAINTS, "constraint",
+                         "Two agents never share a cell. Objects may be moved between shelves by others: "
+                         "the latest notice says where an object is. An agent with nothing to do goes to its park."))
+    return out
+
+
+def state_text(world: Warehouse, agent: str) -> str:
+    """An agent's observation as the planner reads it."""
+    a = world.agents[agent]
+    near = place_near(world, a.pos)
+    where = f"at {near} {a.pos}" if near else f"at {a.pos}"
+    what = f"holding {a.holding}" if a.holding else "empty-handed"
+    nxt = a.current.text() if a.current else "no plan"
+    return f"{where}, {what}, next {nxt}"
+
+
+def step_entries(world: Warehouse, events: list[Event], observe_every: int) -> list[FeedEntry]:
+    """Entries of one step: history for outcomes, failures and notices; coordination for messages; states."""
+    out: list[FeedEntry] = []
+    for e in events:
+        if e.kind == "observation":
+            continue
+        if e.kind == "message" and e.agent != SUPERVISOR:
+            out.append(FeedEntry(e.agent, e.step, BLOCK_COORDINATION, "message", e.text))
+        else:
+            out.append(FeedEntry(e.agent, e.step, BLOCK_HISTORY, e.kind, e.text))
+    for name in sorted(world.agents):
+        text = state_text(world, name)
+        out.append(FeedEntry(name, world.t, BLOCK_STATE, "observation", text))
+        if observe_every > 0 and world.t % observe_every == 0:
+            out.append(FeedEntry(name, world.t, BLOCK_HISTORY, "observation", text))
+    return out
+
+
+def outcomes(events: list[Event]) -> list[Event]:
+    """The events that are execution outcomes (success or failure of a skill)."""
+    return [e for e in events if e.action and e.kind in ("action_outcome", "failure_trace")]
+
+
+def tracking_error(world: Warehouse, agent: str) -> float:
+    """Drift sensor: how far (cells) the object the agent is about to fetch is from the shelf its plan goes to.
+
+    0 when the plan's next pick finds its object where the plan expects it, or the plan has no pick.
+    """
+    a = world.agents[agent]
+    target: Optional[str] = None
+    for step in a.plan[a.cursor:]:
+        if step.action == "move_to":
+            target = step.params.get("target")
+        elif step.action == "pick":
+            shelf = world.objects.get(step.params.get("object", ""))
+            if shelf is None or target not in world.shelves or target == shelf:
+                return 0.0
+            (x1, y1), (x2, y2) = world.shelves[target], world.shelves[shelf]
+            return math.hypot(x1 - x2, y1 - y2)
+    return 0.0
+
+
+def agent_reports(world: Warehouse) -> list[AgentReport]:
+    """Every agent's state after the current step."""
+    return [AgentReport(n, world.t, float(a.pos[0]), float(a.pos[1]), tracking_error(world, n), a.current is not None)
+            for n, a in sorted(world.agents.items())]
+
+
+def action_schema(world: Warehouse, max_steps: int = 6) -> dict:
+    """The agents' allowed skill calls with every parameter enumerated from the world (planner schema)."""
+    places = [*world.shelves, *world.docks, *world.parks]
+    objects = sorted(world.objects)
+    return {"max_steps": max_steps, "actions": {
+        "move_to": {"target": {"type": "string", "choices": places}},
+        "pick": {"object": {"type": "string", "choices": objects}},
+        "place": {"object": {"type": "string", "choices": objects},
+                  "target": {"type": "string", "choices": list(world.docks)}},
+        "handoff": {"object": {"type": "string", "choices": objects},
+                    "to_agent": {"type": "string", "choices": sorted(world.agents)}},
+        "wait": {"steps": {"type": "integer", "required": False}},
+    }}
+
+
+def plan_from_steps(raw: list[tuple[str, str]]) -> list[Step]:
+    """World steps from (action, parameters_json) pairs; ValueError on parameters that are not a JSON object."""
+    steps = []
+    for action, params_json in raw:
+        params = json.loads(params_json or "{}")
+        if not isinstance(params, dict):
+            raise ValueError(f"parameters of {action} are not a JSON object")
+        steps.append(Step(action, params))
+    return steps
+
+
+def agrees_with_oracle(world: Warehouse, agent: str, plan: list[Step]) -> bool:
+    """The plan's first step is the oracle's first step from the true state."""
+    oracle = world.oracle_plan(agent)
+    if not plan or not oracle:
+        return not plan and not oracle
+    return (plan[0].action, plan[0].params) == (oracle[0].action, oracle[0].params)

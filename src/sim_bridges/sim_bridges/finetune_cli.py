@@ -1,0 +1,101 @@
+"""`warehouse-finetune`: fine-tune the planner LM (LoRA) on the embedded warehouse's oracle plans.
+
+Renders every oracle decision point exactly as the planner node would (same
+context layout, chat template, request line and plan JSON as constrained
+decoding writes it), trains a low-rank adapter on the plan tokens, and writes
+it where `config/erecap_planner_sim.yaml` looks for it. Progress on stderr.
+
+    python -m sim_bridges.finetune_cli --episodes 40 --epochs 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+from erecap_planner.adapter import PlanExample, save_adapter, train_adapter
+from erecap_planner.call_path import request_text
+from erecap_planner.constrained import PLAN_CLOSE, PLAN_OPEN, STEP_SEPARATOR, step_json
+from erecap_planner.context import Block, ContextBuffer, Entry
+from erecap_planner.models import SMOLLM2, cache_root, load_model
+from erecap_planner.plan_parser import ActionSchema
+from erecap_planner.plan_parser import Step as PlanStep
+
+from .feed import action_schema
+from .plan_data import DecisionPoint, decision_points
+from .warehouse import Warehouse, WorldConfig
+
+
+def default_adapter() -> Path:
+    """Where the warehouse adapter is cached."""
+    return cache_root() / "adapters" / "smollm2-135m-instruct-warehouse-lora.safetensors"
+
+
+def target_text(point: DecisionPoint) -> str:
+    """The oracle plan as constrained decoding writes it."""
+    return PLAN_OPEN + STEP_SEPARATOR.join(step_json(PlanStep(s.action, dict(s.params))) for s in point.oracle) \
+        + PLAN_CLOSE
+
+
+def render(point: DecisionPoint, tokenizer, schema: ActionSchema, mode: int) -> list[int]:
+    """The prompt token ids the planner would see for this decision point."""
+    buf = ContextBuffer()
+    buf.extend(Entry(e.agent_id, e.step, Block(e.block), e.text, e.kind) for e in point.entries)
+    return buf.render(tokenizer, point.agent_id, request_text(schema, point.agent_id, mode)).token_ids
+
+
+def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int, max_tokens: int,
+                   rng: random.Random) -> list[PlanExample]:
+    """Examples from oracle episodes for every K in `agents` (prompts longer than max_tokens skipped)."""
+    out = []
+    for k in agents:
+        schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(agents=k))))
+        for point in decision_points(range(seed0, seed0 + episodes), k, observe_every=rng.choice([4, 6, 8])):
+            ids = render(point, tokenizer, schema, rng.choice([0, 1, 2]))
+            if len(ids) <= max_tokens:
+                out.append(PlanExample(ids, target_text(point)))
+    return out
+
+
+def main(argv=None) -> int:
+    """Train and save the adapter."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=SMOLLM2)
+    ap.add_argument("--episodes", type=int, default=30, help="oracle episodes per K")
+    ap.add_argument("--agents", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--seed", type=int, default=1000, help="first training seed (evaluation uses seeds < 1000)")
+    ap.add_argument("--examples", type=int, default=600, help="at most this many examples (sampled)")
+    ap.add_argument("--max-tokens", type=int, default=1400)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--rank", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--output", type=Path, default=default_adapter())
+    args = ap.parse_args(argv)
+    rng = random.Random(args.seed)
+    model, tok = load_model(args.model, device="auto", dtype="float32")
+    examples = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng)
+    if len(examples) > args.examples:
+        examples = rng.sample(examples, args.examples)
+    print(f"{len(examples)} examples, mean prompt {sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} tokens",
+          file=sys.stderr)
+    started, window = time.monotonic(), []
+
+    def progress(i: int, total: int, loss: float) -> None:
+        window.append(loss)
+        if i % 10 == 0 or i == total:
+            print(f"\r[{i}/{total}] loss {sum(window) / len(window):.3f}  {time.monotonic() - started:.0f} s",
+                  end="", file=sys.stderr, flush=True)
+            window.clear()
+
+    tensors = train_adapter(model, tok, examples, rank=args.rank, epochs=args.epochs, lr=args.lr, progress=progress)
+    path = save_adapter(tensors, model, args.output)
+    print(f"\nadapter: {path} ({path.stat().st_size / 1e6:.1f} MB) in {time.monotonic() - started:.0f} s",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Oracle-labelled decision points of the embedded warehouse (planner fine-tuning and evaluation data).
+
+ROS-free. Episodes are driven by the oracle (each agent replans when its plan
+ends, a step fails, or every `every` steps), and at every such moment the
+feed's entries so far, the requested agent and the oracle's plan from the true
+state are one decision point: what the planner would have been asked in the
+closed loop, with the answer that is correct.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .feed import FeedEntry, episode_entries, step_entries
+from .warehouse import Step, Warehouse, WorldConfig
+
+
+@dataclass
+class DecisionPoint:
+    """The context entries so far, the agent asked about, and the oracle's plan."""
+
+    entries: list[FeedEntry]
+    agent_id: str
+    oracle: list[Step]
+    step: int
+    seed: int
+
+
+def decision_points(seeds: range, agents: int, every: int = 8, observe_every: int = 4,
+                    max_steps: int = 60, drift: float = 0.03, grasp_failure: float = 0.1) -> Iterator[DecisionPoint]:
+    """Decision points of oracle-driven episodes, one episode per seed."""
+    for seed in seeds:
+        world = Warehouse(WorldConfig(agents=agents, seed=seed, max_steps=max_steps, drift=drift,
+                                      grasp_failure=grasp_failure))
+        entries = list(episode_entries(world, seed))
+        for name in world.agents:
+            yield DecisionPoint(list(entries), name, world.oracle_plan(name), 0, seed)
+            world.set_plan(name, world.oracle_plan(name))
+        last = {name: a.plan for name, a in world.agents.items()}
+        while not world.finished:
+            events = world.step()
+            entries.extend(step_entries(world, events, observe_every))
+            failed = {e.agent for e in events if not e.success}
+            for name, a in world.agents.items():
+                if a.current is None or name in failed or world.t % every == 0:
+                    oracle = world.oracle_plan(name)
+                    if oracle != last[name] or name in failed or world.t % every == 0:  # no repeats of an idle wait
+                        yield DecisionPoint(list(entries), name, oracle, world.t, seed)
+                    world.set_plan(name, oracle)
+                    last[name] = oracle

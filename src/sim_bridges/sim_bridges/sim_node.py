@@ -1,0 +1,245 @@
+"""embedded_sim node: the embedded multi-agent warehouse on ROS 2.
+
+Subscribes  /brace/plan (Plan), /brace/decisions (ReplanDecision), /brace/replan_calls (ReplanCall)
+Publishes   /brace/context (ContextEntry), /brace/agent_states (AgentState),
+            /brace/outcomes (ExecutionOutcome), /brace/episode (Episode), /clock (rosgraph_msgs/Clock),
+            /brace/markers (visualization_msgs/MarkerArray), /diagnostics
+
+Runs `episodes` seeded episodes one after another. Every step each agent
+executes one step of its plan; the step's context entries, execution outcomes
+and agent states are published. With `hold_while_planning` the world does not
+step while a call admitted by the controller has not returned (a plan, or a
+call record saying it failed): the closed loop is in lockstep and an episode's
+course depends on the plans, not on how fast the machine is. Plans are applied
+when they arrive; a malformed plan is counted and dropped.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Optional
+
+import rclpy
+from brace_msgs.msg import AgentState, ContextEntry, Episode, ExecutionOutcome, Plan, ReplanCall, ReplanDecision
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rosgraph_msgs.msg import Clock
+from visualization_msgs.msg import MarkerArray
+
+from brace_controller import qos
+from brace_controller.config import ConfigError
+from brace_controller.ros_params import declare_config
+
+from . import feed
+from .config import SimConfig
+from .markers import CallEvents, world_markers
+from .warehouse import Warehouse
+
+
+class EmbeddedSimNode(Node):
+    """Thin rclpy shell around Warehouse and the feed."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("embedded_sim", **kwargs)
+        self.config = declare_config(self, SimConfig)
+        self.config.validate()
+        self.world: Optional[Warehouse] = None
+        self.episode = -1
+        self.done = False
+        self.results: list[dict] = []
+        self.waiting: dict[str, float] = {}       # decision_id -> monotonic time the hold gives up
+        self.episode_decisions: set[str] = set()
+        self.plans = self.agreeing = 0
+        self.calls = CallEvents()
+        self.counts = {"steps": 0, "held_ticks": 0, "hold_timeouts": 0, "malformed_plans": 0,
+                       "plans_applied": 0, "stale_plans": 0}
+
+        self.context_pub = self.create_publisher(ContextEntry, "/brace/context", qos.EVENTS)
+        self.state_pub = self.create_publisher(AgentState, "/brace/agent_states", qos.EVENTS)
+        self.outcome_pub = self.create_publisher(ExecutionOutcome, "/brace/outcomes", qos.EVENTS)
+        self.episode_pub = self.create_publisher(Episode, "/brace/episode", qos.EVENTS)
+        self.clock_pub = self.create_publisher(Clock, "/clock", 10)
+        self.marker_pub = self.create_publisher(MarkerArray, "/brace/markers", 10)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.DIAGNOSTICS)
+        self.create_subscription(Plan, "/brace/plan", self.on_plan, qos.PLANS)
+        self.create_subscription(ReplanDecision, "/brace/decisions", self.on_decision, qos.EVENTS)
+        self.create_subscription(ReplanCall, "/brace/replan_calls", self.on_call, qos.EVENTS)
+        self.timer = self.create_timer(self.config.step_period_s, self.tick)
+        self.create_timer(1.0, self.publish_diagnostics)
+
+    # ------------------------------------------------------------------ inputs
+
+    def on_decision(self, msg: ReplanDecision) -> None:
+        """An admitted call holds the world until it returns."""
+        if msg.admitted and self.world is not None:
+            self.waiting[msg.decision_id] = time.monotonic() + self.config.hold_timeout_s
+            self.episode_decisions.add(msg.decision_id)
+
+    def on_call(self, msg: ReplanCall) -> None:
+        """A call that produced no plan releases the hold; every call is drawn as a replanning event."""
+        if msg.status != ReplanCall.STATUS_OK:
+            self.waiting.pop(msg.decision_id, None)
+        if self.world is not None and msg.agent_id in self.world.agents:
+            x, y = self.world.agents[msg.agent_id].pos
+            self.calls.add(float(x), float(y), msg.slo_met, msg.agent_id, msg.tokens_before, msg.tokens_after,
+                           msg.latency_ms, msg.slo_ms)
+
+    def on_plan(self, msg: Plan) -> None:
+        """Apply a plan of this episode to its agent (malformed: counted and dropped)."""
+        self.waiting.pop(msg.decision_id, None)
+        if self.world is None or msg.decision_id not in self.episode_decisions:
+            self.counts["stale_plans"] += 1
+            return
+        if msg.agent_id not in self.world.agents:
+            self.counts["malformed_plans"] += 1
+            self.get_logger().warning(f"dropped plan for unknown agent '{msg.agent_id}'", throttle_duration_sec=1.0)
+            return
+        try:
+            steps = feed.plan_from_steps([(s.action, s.parameters_json) for s in msg.steps])
+        except ValueError as exc:
+            self.counts["malformed_plans"] += 1
+            self.get_logger().warning(f"dropped malformed plan {msg.plan_id}: {exc}", throttle_duration_sec=1.0)
+            return
+        self.plans += 1
+        self.agreeing += feed.agrees_with_oracle(self.world, msg.agent_id, steps)
+        self.world.set_plan(msg.agent_id, steps)
+        self.counts["plans_applied"] += 1
+
+    # ------------------------------------------------------------------ stepping
+
+    def held(self) -> bool:
+        """True while an admitted call has neither returned nor timed out."""
+        if not self.config.hold_while_planning or not self.waiting:
+            return False
+        now = time.monotonic()
+        for decision_id, until in list(self.waiting.items()):
+            if now >= until:
+                self.waiting.pop(decision_id)
+                self.counts["hold_timeouts"] += 1
+                self.get_logger().warning(f"no answer to call {decision_id} within hold_timeout_s; stepping on")
+        return bool(self.waiting)
+
+    def tick(self) -> None:
+        """Start an episode, step the world, or close the episode."""
+        if self.done:
+            return
+        if self.held():
+            self.counts["held_ticks"] += 1
+            return
+        if self.world is None:
+            self.start_episode()
+        elif self.world.finished:
+            self.end_episode()
+        else:
+            self.step()
+
+    def start_episode(self) -> None:
+        """Reset the world, announce the episode, publish its task and initial states."""
+        self.episode += 1
+        self.world = Warehouse(self.config.world(self.episode))
+        self.episode_decisions.clear()
+        self.plans = self.agreeing = 0
+        self.episode_pub.publish(self._episode_msg(Episode.EVENT_START))
+        self._publish_entries(feed.episode_entries(self.world, self.episode))
+        self._publish_entries(feed.step_entries(self.world, [], 0))
+        self._publish_states()
+
+    def step(self) -> None:
+        """One world step and everything it produced."""
+        events = self.world.step()
+        self.counts["steps"] += 1
+        stamp = self.get_clock().now().to_msg()
+        for e in feed.outcomes(events):
+            msg = ExecutionOutcome(agent_id=e.agent, step=e.step, action=e.action, success=e.success, detail=e.text)
+            msg.header.stamp = stamp
+            self.outcome_pub.publish(msg)
+        self._publish_entries(feed.step_entries(self.world, events, self.config.observe_every))
+        self._publish_states()
+
+    def end_episode(self) -> None:
+        """Publish the episode's metrics; stop after the last episode."""
+        msg = self._episode_msg(Episode.EVENT_END)
+        self.episode_pub.publish(msg)
+        m = self.world.metrics()
+        self.results.append({"episode": self.episode, "seed": int(msg.seed), **m,
+                             "plans": self.plans, "plans_agreeing": self.agreeing})
+        self.get_logger().info(f"episode {self.episode}: success={m['success']} steps={m['steps']} "
+                               f"delivered={m['delivered']}/{m['tasks']} plans={self.plans} "
+                               f"oracle-agreeing={self.agreeing}")
+        self.world = None
+        if self.episode + 1 >= self.config.episodes:
+            self.done = True
+            self.timer.cancel()
+
+    # ------------------------------------------------------------------ outputs
+
+    def _episode_msg(self, event: int) -> Episode:
+        msg = Episode(event=event, episode=self.episode, seed=self.config.seed + self.episode,
+                      agents=self.config.agents, world="warehouse", variant=self.config.variant)
+        msg.header.stamp = self.get_clock().now().to_msg()
+        if event == Episode.EVENT_END:
+            m = self.world.metrics()
+            msg.success, msg.steps, msg.delivered, msg.tasks = m["success"], m["steps"], m["delivered"], m["tasks"]
+            msg.path_efficiency = float(m["path_efficiency"])
+            msg.coordination_wait, msg.near_misses, msg.collisions = (
+                m["coordination_wait"], m["near_misses"], m["collisions"])
+            msg.plans, msg.plans_agreeing = self.plans, self.agreeing
+        return msg
+
+    def _publish_entries(self, entries: list[feed.FeedEntry]) -> None:
+        stamp = self.get_clock().now().to_msg()
+        for e in entries:
+            msg = ContextEntry(agent_id=e.agent_id, step=e.step, block=e.block, kind=e.kind, text=e.text)
+            msg.header.stamp = stamp
+            self.context_pub.publish(msg)
+
+    def _publish_states(self) -> None:
+        stamp = self.get_clock().now().to_msg()
+        for r in feed.agent_reports(self.world):
+            msg = AgentState(agent_id=r.agent_id, step=r.step, tracking_error=r.tracking_error, has_goal=r.has_goal)
+            msg.header.stamp, msg.header.frame_id = stamp, self.config.frame_id
+            msg.position.x, msg.position.y = r.x, r.y
+            self.state_pub.publish(msg)
+        sim = self.world.t * self.config.sim_step_s
+        clock = Clock()
+        clock.clock.sec, clock.clock.nanosec = int(sim), int((sim % 1) * 1e9)
+        self.clock_pub.publish(clock)
+        if self.config.markers:
+            markers = world_markers(self.world, self.config.frame_id, stamp)
+            markers.markers.extend(self.calls.markers(self.config.frame_id, stamp, (6.5, 9.0)).markers)
+            self.marker_pub.publish(markers)
+
+    def publish_diagnostics(self) -> None:
+        """Episode progress, holds and dropped plans on /diagnostics."""
+        problems = [k for k in ("hold_timeouts", "malformed_plans") if self.counts[k]]
+        status = DiagnosticStatus(name=f"{self.get_name()}: embedded warehouse", hardware_id="brace",
+                                  level=DiagnosticStatus.WARN if problems else DiagnosticStatus.OK,
+                                  message=("counted: " + ", ".join(problems)) if problems else "ok")
+        values = {"episode": self.episode, "step": self.world.t if self.world else 0, "done": self.done,
+                  "calls_waited_on": len(self.waiting), **self.counts}
+        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self.diag_pub.publish(array)
+
+
+def main(args=None) -> int:
+    """`ros2 run sim_bridges embedded_sim`."""
+    try:
+        with rclpy.init(args=args):
+            try:
+                node = EmbeddedSimNode()
+            except ConfigError as exc:
+                rclpy.logging.get_logger("embedded_sim").fatal(f"invalid configuration: {exc}")
+                return 2
+            while rclpy.ok() and not (node.done and node.config.shutdown_when_done):
+                rclpy.spin_once(node, timeout_sec=0.1)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
