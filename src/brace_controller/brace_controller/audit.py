@@ -124,7 +124,8 @@ def cmd_report(args) -> int:
     runs = []
     for bag in bags:
         try:
-            records, note = records_from_bag(bag, variant=bag.name)
+            records, note = records_from_bag(bag)
+            records.variant = records.variant or (bag.parent.name if bag.name == "bag" else bag.name)
         except BagError as exc:
             print(f"brace-audit: {exc}", file=sys.stderr)
             return 1

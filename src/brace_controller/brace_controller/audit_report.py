@@ -66,7 +66,7 @@ def summary(run: RunRecords) -> dict:
     """Table 2 / 15 row: success, tokens, latency tail, SLO violation, calls, churn, oracle agreement."""
     n_ep = len(run.episodes)
     calls = run.calls
-    answered = [c for c in calls if c.tokens_before > 0]
+    answered = [c for c in calls if c.status in (0, 1)]  # the call path ran to the end (plan or planner error)
     lat = latency_summary([c.latency_ms for c in calls]) if calls else None
     before = _mean(c.tokens_before for c in answered)
     after = _mean(c.tokens_after for c in answered)
@@ -87,7 +87,9 @@ def summary(run: RunRecords) -> dict:
         "latency_p99_ms": lat.p99 if lat else math.nan,
         "slo_ms": _mean(c.slo_ms for c in calls),
         "slo_violation": (sum(not c.slo_met for c in calls) / len(calls)) if calls else math.nan,
-        "planner_errors": sum(c.status not in (0,) for c in calls),
+        "planner_errors": sum(c.status == 1 for c in calls),
+        "deadline_misses": sum(c.status in (2, 3) for c in calls),
+        "unanswered": sum(c.status == 4 for c in calls),
         "changes_per_episode": changes / n_ep if n_ep else math.nan,
         "churn": churn_ratio(len(calls), changes),
         "oracle_agreement": (sum(e.get("plans_agreeing", 0) for e in run.episodes) / plans) if plans else math.nan,
@@ -169,7 +171,8 @@ def report(runs: list[RunRecords]) -> str:
              "\n## Episodes and churn\n",
              markdown([summary(r) for r in runs], ["variant", "delivered", "steps", "path_efficiency",
                                                    "coordination_wait", "near_misses", "collisions", "calls",
-                                                   "planner_errors", "changes_per_episode", "churn"])]
+                                                   "planner_errors", "deadline_misses", "unanswered",
+                                                   "changes_per_episode", "churn"])]
     for r in runs:
         parts += [f"\n## Phase breakdown, {r.variant or 'run'} (paper Table 16 columns)\n", markdown(phase_breakdown(r)),
                   f"\n## Suppressed triggers, {r.variant or 'run'} (paper Table 10)\n", markdown(suppression_rows(r)),

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from brace_controller.audit_recorder_node import RecorderConfig
 from brace_controller.config import (
     ControllerConfig,
     ControllerNodeConfig,
@@ -23,12 +24,15 @@ from brace_controller.config import (
     load_ros_parameters,
 )
 from erecap_planner.config import PlannerConfig
+from sim_bridges.config import SimConfig
 
 WORKSPACE = Path(__file__).resolve().parents[3]  # src/<pkg>/test/<file>
 LAUNCH_FILES = sorted((WORKSPACE / "launch").glob("*.launch.py"))
 CONFIGS = {"brace_controller": (ControllerConfig, ControllerNodeConfig),
            "trigger_monitor": (MonitorConfig, MonitorNodeConfig),
-           "erecap_planner": (PlannerConfig, None)}
+           "erecap_planner": (PlannerConfig, None),
+           "embedded_sim": (SimConfig, None),
+           "audit_recorder": (RecorderConfig, None)}
 
 
 def launched_nodes(path: Path) -> list[dict[str, str]]:

@@ -123,6 +123,13 @@ def run_variant(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dic
     params["embedded_sim"].setdefault("agents", 4)
     agents = int(params["embedded_sim"]["agents"])
     params["trigger_monitor"]["agents"] = [f"agent_{i}" for i in range(agents)]
+    if str(params["erecap_planner"].get("action_schema_file", "")).endswith("warehouse_actions.yaml") and agents != 4:
+        from .feed import action_schema
+        from .warehouse import Warehouse, WorldConfig
+
+        schema_file = folder / "warehouse_actions.yaml"  # the shipped schema is K = 4's; this world's entities
+        schema_file.write_text(yaml.safe_dump(action_schema(Warehouse(WorldConfig(agents=agents))), sort_keys=False))
+        params["erecap_planner"]["action_schema_file"] = str(schema_file)
     params_file = folder / "params.yaml"
     params_file.write_text(yaml.safe_dump({n: {"ros__parameters": v} for n, v in params.items()}, sort_keys=False))
 

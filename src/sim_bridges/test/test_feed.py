@@ -1,0 +1,73 @@
+"""What the warehouse publishes: blocks, growth, drift sensor, schema, plans from messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim_bridges import feed
+from sim_bridges.plan_data import decision_points
+from sim_bridges.warehouse import Step, Warehouse, WorldConfig
+
+
+def test_episode_opens_with_task_and_constraints():
+    world = Warehouse(WorldConfig(agents=3, seed=1))
+    entries = feed.episode_entries(world, 0)
+    assert entries[0].kind == feed.EPISODE_START and entries[0].block == feed.BLOCK_TASK
+    tasks = [e for e in entries if e.kind == "task"]
+    assert len(tasks) == len(world.tasks) + sum(t.giver is not None for t in world.tasks)
+    for task in world.tasks:
+        assert any(task.obj in e.text and task.dock in e.text for e in tasks)
+    assert any(e.block == feed.BLOCK_CONSTRAINTS for e in entries)
+
+
+def test_history_grows_with_time_and_agents():
+    def history(k: int, steps: int) -> int:
+        world = Warehouse(WorldConfig(agents=k, seed=0))
+        for name in world.agents:
+            world.set_plan(name, world.oracle_plan(name))
+        n = 0
+        for _ in range(steps):
+            n += sum(e.block == feed.BLOCK_HISTORY for e in feed.step_entries(world, world.step(), 2))
+        return n
+
+    assert history(2, 20) > history(2, 10) > 0
+    assert history(4, 10) > history(1, 10)
+
+
+def test_drift_sensor_sees_a_moved_object():
+    world = Warehouse(WorldConfig(agents=1, seed=0, handoff_tasks=0, drift=0.0))
+    task = world.tasks[0]
+    world.set_plan("agent_0", world.oracle_plan("agent_0"))
+    assert feed.tracking_error(world, "agent_0") == 0.0
+    old = world.objects[task.obj]
+    world.objects[task.obj] = next(s for s in world.shelves if s != old)
+    assert feed.tracking_error(world, "agent_0") > 0.0
+    report = feed.agent_reports(world)[0]
+    assert report.has_goal and report.tracking_error > 0.0
+
+
+def test_schema_enumerates_the_world():
+    world = Warehouse(WorldConfig(agents=2))
+    schema = feed.action_schema(world)
+    assert set(schema["actions"]["move_to"]["target"]["choices"]) == {*world.shelves, *world.docks, *world.parks}
+    assert schema["actions"]["handoff"]["to_agent"]["choices"] == ["agent_0", "agent_1"]
+
+
+def test_plans_from_messages():
+    steps = feed.plan_from_steps([("move_to", '{"target": "dock_1"}'), ("wait", "")])
+    assert steps == [Step("move_to", {"target": "dock_1"}), Step("wait", {})]
+    with pytest.raises(ValueError):
+        feed.plan_from_steps([("move_to", "[1, 2]")])
+
+
+def test_oracle_agreement_compares_first_steps():
+    world = Warehouse(WorldConfig(agents=1, seed=2, handoff_tasks=0))
+    oracle = world.oracle_plan("agent_0")
+    assert feed.agrees_with_oracle(world, "agent_0", oracle)
+    assert not feed.agrees_with_oracle(world, "agent_0", [Step("wait")])
+
+
+def test_decision_points_carry_the_oracle_answer():
+    points = list(decision_points(range(1), agents=2, max_steps=20))
+    assert points and all(p.oracle for p in points)
+    assert points[-1].step > 0 and len(points[-1].entries) > len(points[0].entries)
