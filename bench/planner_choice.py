@@ -1,6 +1,6 @@
 """Which way of using the pretrained LM plans best on the embedded warehouse?
 
-Runs oracle-driven episodes (so every decision point is a realistic state),
+Uses the oracle-driven decision points of sim_bridges.plan_data (realistic states),
 renders the planner context the embedded_sim would publish, and asks each
 planner configuration for the requested agent's plan. Reports oracle agreement
 (first step equals the oracle's first step), full-plan agreement and call
@@ -20,39 +20,17 @@ import yaml
 from report import write_csv
 
 from erecap_planner.call_path import CallRequest, PlannerCallPath
-from erecap_planner.context import Block, ContextBuffer, Entry
 from erecap_planner.models import load_model
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
 from erecap_planner.train_cli import default_output
-from sim_bridges.feed import action_schema, episode_entries, step_entries
+from sim_bridges.feed import action_schema
+from sim_bridges.finetune_cli import context_buffer
+from sim_bridges.plan_data import decision_points
 from sim_bridges.warehouse import Step, Warehouse, WorldConfig
 
 OUT = Path(__file__).parent / "out"
-
-
-def to_entry(e) -> Entry:
-    """FeedEntry -> planner Entry."""
-    return Entry(e.agent_id, e.step, Block(e.block), e.text, e.kind)
-
-
-def decision_points(episodes: int, agents: int, every: int, observe_every: int):
-    """Yield (world, buffer snapshot, agent) at every `every` steps of oracle-driven episodes."""
-    for seed in range(episodes):
-        world = Warehouse(WorldConfig(agents=agents, seed=seed, max_steps=60, drift=0.03))
-        buf = ContextBuffer()
-        buf.extend(to_entry(e) for e in episode_entries(world, seed))
-        for name in world.agents:
-            world.set_plan(name, world.oracle_plan(name))
-        while not world.finished:
-            events = world.step()
-            buf.extend(to_entry(e) for e in step_entries(world, events, observe_every))
-            failed = {e.agent for e in events if not e.success}
-            for name, a in world.agents.items():
-                if a.current is None or name in failed or world.t % every == 0:
-                    yield world, buf.snapshot(), name
-                    world.set_plan(name, world.oracle_plan(name))
 
 
 def main() -> None:
@@ -81,15 +59,15 @@ def main() -> None:
                                               decoding="constrained"),
         "constrained/random": PlannerCallPath(model, tok, schema, "random", schedule, None, decoding="constrained"),
     }
-    points = list(decision_points(args.episodes, args.agents, args.every, args.observe_every))[: args.limit]
+    points = list(decision_points(range(args.episodes), args.agents, args.every, args.observe_every))[: args.limit]
     rows = []
     for name, path in configs.items():
         first = full = 0
         lat, toks = [], []
         started = time.monotonic()
-        for world, buf, agent in points:
-            oracle = world.oracle_plan(agent)
-            out = path.run(buf, CallRequest(agent, args.budget, 60_000, 120_000))
+        for point in points:
+            oracle = point.oracle
+            out = path.run(context_buffer(point.entries), CallRequest(point.agent_id, args.budget, 60_000, 120_000))
             plan = [Step(s.action, s.parameters) for s in out.steps]
             first += bool(plan) and (plan[0].action, plan[0].params) == (oracle[0].action, oracle[0].params)
             full += [(s.action, s.params) for s in plan] == [(s.action, s.params) for s in oracle]

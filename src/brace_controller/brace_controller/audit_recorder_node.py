@@ -19,9 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 
@@ -29,6 +27,7 @@ from . import qos
 from .bag import BagWriter
 from .config import ConfigError, check_fields, param
 from .ros_params import declare_config
+from .spin import spin_node
 
 # topic -> (type, QoS the publishers offer)
 TOPICS: dict[str, tuple[str, QoSProfile]] = {
@@ -83,7 +82,6 @@ class AuditRecorderNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("audit_recorder", **kwargs)
         self.config = declare_config(self, RecorderConfig)
-        self.config.validate()
         out = self.config.output_dir or f"brace_audit_{time.strftime('%Y%m%d_%H%M%S')}"
         try:
             self.writer = BagWriter(Path(out), chunk_size=self.config.chunk_kb * 1024)
@@ -128,21 +126,7 @@ class AuditRecorderNode(Node):
 
 def main(args=None) -> int:
     """`ros2 run brace_controller audit_recorder`; the bag is finished on SIGINT / SIGTERM."""
-    node = None
-    try:
-        with rclpy.init(args=args):
-            try:
-                node = AuditRecorderNode()
-            except ConfigError as exc:
-                rclpy.logging.get_logger("audit_recorder").fatal(f"invalid configuration: {exc}")
-                return 2
-            rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.close()
-    return 0
+    return spin_node(AuditRecorderNode, "audit_recorder", args, on_exit=AuditRecorderNode.close)
 
 
 if __name__ == "__main__":

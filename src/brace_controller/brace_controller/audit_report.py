@@ -167,9 +167,10 @@ TABLE2_COLUMNS = ["variant", "episodes", "success", "tokens_before", "tokens_aft
 
 def report(runs: list[RunRecords]) -> str:
     """Every table of one or more runs as markdown."""
-    parts = ["## Summary (paper Table 2 shape)\n", markdown([summary(r) for r in runs], TABLE2_COLUMNS),
+    rows = [summary(r) for r in runs]
+    parts = ["## Summary (paper Table 2 shape)\n", markdown(rows, TABLE2_COLUMNS),
              "\n## Episodes and churn\n",
-             markdown([summary(r) for r in runs], ["variant", "delivered", "steps", "path_efficiency",
+             markdown(rows, ["variant", "delivered", "steps", "path_efficiency",
                                                    "coordination_wait", "near_misses", "collisions", "calls",
                                                    "planner_errors", "deadline_misses", "unanswered",
                                                    "changes_per_episode", "churn"])]

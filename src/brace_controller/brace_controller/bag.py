@@ -57,8 +57,7 @@ def _dependencies(text: str, pkg: str) -> list[str]:
         line = line.split("#", 1)[0].strip()
         if not line or "=" in line.split()[0] or len(line.split()) < 2:
             continue
-        base = re.sub(r"(\[.*\]|<=\d+)$", "", line.split()[0])
-        base = re.sub(r"<=\d+$", "", base)
+        base = re.sub(r"(<=\d+)?(\[.*\])?$", "", line.split()[0])  # string<=N, T[], T[N], T[<=N]
         if base in PRIMITIVES:
             continue
         if base == "Header":

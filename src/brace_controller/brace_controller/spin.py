@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Optional
 
 import rclpy
 from rclpy.executors import ExternalShutdownException
@@ -11,8 +12,14 @@ from rclpy.node import Node
 from .config import ConfigError
 
 
-def spin_node(factory: Callable[[], Node], name: str, args=None) -> int:
-    """Run one node until Ctrl-C / shutdown; exit code 2 when its configuration is invalid."""
+def spin_node(factory: Callable[[], Node], name: str, args=None,
+              until: Optional[Callable[[Node], bool]] = None,
+              on_exit: Optional[Callable[[Node], None]] = None) -> int:
+    """Run one node until Ctrl-C / shutdown (or `until(node)`); exit code 2 when its configuration is invalid.
+
+    `on_exit(node)` runs however spinning ended (shutdown, SIGINT, SIGTERM), e.g. to finish a file.
+    """
+    node = None
     try:
         with rclpy.init(args=args):
             try:
@@ -20,7 +27,14 @@ def spin_node(factory: Callable[[], Node], name: str, args=None) -> int:
             except ConfigError as exc:
                 rclpy.logging.get_logger(name).fatal(f"invalid configuration: {exc}")
                 return 2
-            rclpy.spin(node)
+            if until is None:
+                rclpy.spin(node)
+            else:
+                while rclpy.ok() and not until(node):
+                    rclpy.spin_once(node, timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    finally:
+        if node is not None and on_exit is not None:
+            on_exit(node)
     return 0

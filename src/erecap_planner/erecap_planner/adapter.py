@@ -97,7 +97,7 @@ def train_adapter(model, tokenizer, examples: list[PlanExample], rank: int = 8, 
             loss.backward()
             optim.step()
             if progress is not None:
-                progress(n + 1, len(order), float(loss))
+                progress(n + 1, len(order), loss.item())
     finally:
         model.eval()
         for name, w in wrapped.items():

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .plan_parser import Step
-from .pruned_forward import ErecapModel, PrefillResult
+from .pruned_forward import CallAborted, ErecapModel, PrefillResult
 from .scoring import _extend
 
 PLAN_OPEN = '{"plan": ['
@@ -86,8 +86,6 @@ class ConstrainedPlanDecoder:
     @torch.inference_mode()
     def decode(self, runner: ErecapModel, prefill: PrefillResult, should_abort=lambda: False) -> ConstrainedResult:
         """Decode over `prefill.cache` (extended in place); raises CallAborted via `should_abort` checks."""
-        from .pruned_forward import CallAborted
-
         cache, position = prefill.cache, prefill.next_position
         pending: list[int] = list(self.open_ids)
         produced: list[int] = []

@@ -24,7 +24,7 @@ from erecap_planner.models import SMOLLM2, cache_root, load_model
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.plan_parser import Step as PlanStep
 
-from .feed import action_schema
+from .feed import FeedEntry, action_schema
 from .plan_data import DecisionPoint, decision_points
 from .warehouse import Warehouse, WorldConfig
 
@@ -40,10 +40,16 @@ def target_text(point: DecisionPoint) -> str:
         + PLAN_CLOSE
 
 
+def context_buffer(entries: list[FeedEntry]) -> ContextBuffer:
+    """The planner's context after these feed entries (what the node's buffer holds)."""
+    buf = ContextBuffer()
+    buf.extend(Entry(e.agent_id, e.step, Block(e.block), e.text, e.kind) for e in entries)
+    return buf
+
+
 def render(point: DecisionPoint, tokenizer, schema: ActionSchema, mode: int) -> list[int]:
     """The prompt token ids the planner would see for this decision point."""
-    buf = ContextBuffer()
-    buf.extend(Entry(e.agent_id, e.step, Block(e.block), e.text, e.kind) for e in point.entries)
+    buf = context_buffer(point.entries)
     return buf.render(tokenizer, point.agent_id, request_text(schema, point.agent_id, mode)).token_ids
 
 

@@ -20,17 +20,15 @@ import sys
 import time
 from typing import Optional
 
-import rclpy
 from brace_msgs.msg import AgentState, ContextEntry, Episode, ExecutionOutcome, Plan, ReplanCall, ReplanDecision
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
 from visualization_msgs.msg import MarkerArray
 
 from brace_controller import qos
-from brace_controller.config import ConfigError
 from brace_controller.ros_params import declare_config
+from brace_controller.spin import spin_node
 
 from . import feed
 from .config import SimConfig
@@ -44,7 +42,6 @@ class EmbeddedSimNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("embedded_sim", **kwargs)
         self.config = declare_config(self, SimConfig)
-        self.config.validate()
         self.world: Optional[Warehouse] = None
         self.episode = -1
         self.done = False
@@ -226,19 +223,9 @@ class EmbeddedSimNode(Node):
 
 
 def main(args=None) -> int:
-    """`ros2 run sim_bridges embedded_sim`."""
-    try:
-        with rclpy.init(args=args):
-            try:
-                node = EmbeddedSimNode()
-            except ConfigError as exc:
-                rclpy.logging.get_logger("embedded_sim").fatal(f"invalid configuration: {exc}")
-                return 2
-            while rclpy.ok() and not (node.done and node.config.shutdown_when_done):
-                rclpy.spin_once(node, timeout_sec=0.1)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    return 0
+    """`ros2 run sim_bridges embedded_sim`; with `shutdown_when_done` it exits after the last episode."""
+    return spin_node(EmbeddedSimNode, "embedded_sim", args,
+                     until=lambda node: node.done and node.config.shutdown_when_done)
 
 
 if __name__ == "__main__":
