@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from .metrics import churn_ratio, latency_summary, suppression_audit, trigger_audit
 from .types import Decision
 
-PHASES = ("context_compress", "retrieve", "prefill", "decode", "parse")
+PHASES = ("queue", "context_compress", "retrieve", "prefill", "decode", "parse")
 
 
 @dataclass

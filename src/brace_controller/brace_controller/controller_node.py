@@ -191,7 +191,8 @@ class BraceControllerNode(Node):
             self.get_logger().warning(f"dropped malformed call record '{msg.call_id}': {exc}", throttle_duration_sec=1.0)
             return
         if record.status in (CallStatus.OK, CallStatus.PLANNER_ERROR):
-            self.core.observe_latency(record.tokens_after, record.latency_ms)
+            # The model fits the call path's cost; the wait for the planner is predicted from the backlog.
+            self.core.observe_latency(record.tokens_after, record.latency_ms - record.phase_ms.get("queue", 0.0))
 
     # ------------------------------------------------------------------ monitoring
 

@@ -1,11 +1,14 @@
 """One replanning call with phase accounting (paper Sec. 3.4, Alg. 1 lines 8-10).
 
-context_compress -> retrieve -> prefill -> decode -> parse. Every phase records
+[queue ->] context_compress -> retrieve -> prefill -> decode -> parse. Every phase records
 its wall time and tokens in / out. With in-model E-RECAP the pruning happens
 inside the prefill; its scoring and selection time is moved from the prefill
 phase to context_compress so the overhead is not hidden in the planner. A call
 checks its hard deadline (and a cancel request) before every decoder layer
-and every generated token, so nothing runs past it; a call past its deadline,
+and every generated token, so nothing runs past it. A call that waited for the
+model (another call was running) starts its clock when it was queued: the wait
+is its `queue` phase, counts in its latency and uses up its deadline, since the
+agent waits for it too. A call past its deadline,
 cancelled, or with output that is not a valid plan returns no steps (the agent
 keeps its current plan) and a status saying why.
 """
@@ -179,11 +182,19 @@ class PlannerCallPath:
         return request_text(self.schema, agent_id, mode)
 
     def run(self, buffer: ContextBuffer, request: CallRequest, cancelled: Callable[[], bool] = lambda: False,
-            on_phase: Callable[[str, float], None] = lambda phase, elapsed_ms: None) -> CallOutcome:
-        """One call; never raises for planner output, deadline or cancellation."""
-        start = time.monotonic()
+            on_phase: Callable[[str, float], None] = lambda phase, elapsed_ms: None,
+            queued_at: Optional[float] = None) -> CallOutcome:
+        """One call; never raises for planner output, deadline or cancellation.
+
+        `queued_at` (time.monotonic()) is when the call was accepted, if it then
+        waited for the model; latency and deadline run from there.
+        """
+        now = time.monotonic()
+        start = min(queued_at, now) if queued_at is not None else now
         deadline = start + request.hard_deadline_ms / 1000.0
         phases: list[Phase] = []
+        if queued_at is not None:
+            phases.append(Phase("queue", (now - start) * 1000.0, 0, 0, time.time() - (now - start)))
         outcome = CallOutcome(status=STATUS_OK, slo_ms=request.slo_ms, compressor=self.compressor_name)
 
         def abort() -> bool:

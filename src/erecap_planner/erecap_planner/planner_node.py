@@ -202,8 +202,8 @@ class ErecapPlannerNode(LifecycleNode):
 
     def execute(self, goal_handle) -> Replan.Result:
         """Run one call: feedback per phase, record on /brace/replan_calls, result = Plan + record."""
+        queued_at, started_wall = time.monotonic(), time.time()
         request = convert.request_from_goal(goal_handle.request)
-        started_wall = time.time()
         call_id = f"{self.get_name()}/{next(self.ids)}"
 
         def feedback(phase: str, elapsed_ms: float) -> None:
@@ -215,7 +215,7 @@ class ErecapPlannerNode(LifecycleNode):
             snapshot = self.buffer.snapshot()
         with self.call_lock:
             outcome = self.call_path.run(snapshot, request, cancelled=lambda: goal_handle.is_cancel_requested,
-                                         on_phase=feedback)
+                                         on_phase=feedback, queued_at=queued_at)
         self.counts["calls"] += 1
         self.counts[f"status.{STATUS_NAMES.get(outcome.status, 'ok')}"] += 1
         if outcome.status != 0:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from test_context import buffer
 from test_plan_parser import SCHEMA
@@ -52,6 +54,17 @@ def test_hard_deadline_stops_the_call():
     out = path("erecap").run(buffer(30), CallRequest("a", 600, slo_ms=0.5, hard_deadline_ms=1.0))
     assert out.status == STATUS_DEADLINE and out.steps == [] and not out.slo_met
     assert "deadline" in out.error
+
+
+def test_queue_wait_counts_in_latency_and_uses_up_the_deadline():
+    now = time.monotonic()
+    out = path("none").run(buffer(30), CallRequest("a", 600, 60_000, 120_000), queued_at=now - 0.25)
+    assert out.phases[0].phase == "queue" and out.phases[0].duration_ms >= 250
+    assert [p.phase for p in out.phases[1:]] == PHASES
+    assert out.latency_ms >= sum(p.duration_ms for p in out.phases) * 0.99 >= 250
+    late = path("none").run(buffer(30), CallRequest("a", 600, slo_ms=100, hard_deadline_ms=200),
+                            queued_at=time.monotonic() - 0.3)
+    assert late.status == STATUS_DEADLINE and late.steps == [] and not any(p.phase == "prefill" for p in late.phases)
 
 
 def test_cancel_stops_the_call():
