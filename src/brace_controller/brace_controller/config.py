@@ -214,14 +214,15 @@ class ControllerConfig:
     reuse_severity: float = param(0.5, "periodic triggers below this severity reuse the current subplan", 0.0, 1.0)
     budget_profile: str = param("default", "name of the budget profile of Eq. 2 in budget_profiles_file")
     budget_profiles_file: str = param("", "YAML file of budget profiles; empty = the one shipped with brace_controller")
-    adaptive_budget: bool = param(True, "fit latency vs tokens online and lower B_t so predicted P95 <= SLO_t x guard "
+    adaptive_budget: bool = param(True, "fit latency vs tokens online and lower B_t so backlog + predicted P95 <= SLO_t x guard "
         "(off = paper-faithful)")
     adaptive_guard_ratio: float = param(0.9, "fraction of SLO_t the predicted P95 may use", 0.05, 1.0)
     adaptive_window: int = param(256, "recent calls the latency model is fitted on", 8, 100000)
     adaptive_min_samples: int = param(8, "calls needed before the latency model is used", 3, 100000)
     adaptive_tail_quantile: float = param(0.95, "quantile of fit residuals added as tail margin", 0.5, 0.999)
-    defer_when_infeasible: bool = param(True, "defer non-critical triggers when even the "
-        "minimum budget is predicted to miss the SLO")
+    defer_when_infeasible: bool = param(True, "defer non-critical triggers when the planner backlog plus the call "
+        "is predicted to miss SLO_t x guard even at the minimum budget (at B_t without adaptive_budget; "
+        "off with adaptive_budget off = paper-faithful)")
 
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid parameter."""
@@ -256,6 +257,8 @@ class MonitorConfig:
     step_source: str = param("timer", "'timer': step advances every step_period_s; 'agent_state': step follows AgentState.step")
     step_period_s: float = param(0.1, "controller step period when step_source is 'timer' (s)", 0.001, 3600.0)
     periodic_interval_steps: int = param(10, "steps between periodic triggers per agent (0 = off)", 0, 10**6)
+    periodic_stagger_steps: int = param(0, "the i-th agent's periodic (and initial-plan) triggers come i x this many "
+        "steps after the first agent's (0 = all agents at the same step)", 0, 10**6)
     failure_threshold: int = param(2, "k: consecutive failed outcomes that raise a failure trigger (0 = off)", 0, 10**6)
     drift_threshold_m: float = param(0.5, "tracking error above which a step counts as drifting (m)", 0.0, 1e6)
     drift_steps: int = param(3, "m: consecutive drifting steps that raise a drift trigger (0 = off)", 0, 10**6)
@@ -267,7 +270,8 @@ class MonitorConfig:
     deadlock_progress_m: float = param(0.05, "movement per step below which an agent with a goal counts as stalled (m)", 0.0, 1e6)
     preempt_min_confidence: float = param(0.5, "verifier confidence needed to raise a preempt trigger", 0.0, 1.0)
     initial_plan: bool = param(True, "after an episode start (/brace/episode), raise a periodic trigger for "
-                               "every agent at the episode's first step (false = no initial plan: the open-loop baseline)")
+                               "every agent at the episode's first step, staggered like the periodic ones "
+                               "(false = no initial plan: the open-loop baseline)")
 
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid parameter."""

@@ -7,11 +7,15 @@ Order of checks for a well-formed trigger of agent a at step t:
   3. Eq. 1 on a's counters (cooldown, commit)    -> suppressed (cooldown | commit)
   4. defer guard (a deferred N times in a row)   -> admitted (defer_guard), skips 5 and 6
   5. Eq. 1 on the team counters                  -> suppressed (team_cooldown | team_commit)
-  6. adaptive budget: even B_min misses SLO      -> suppressed (slo_infeasible) for periodic/drift
+  6. SLO admission: backlog + call predicted to  -> suppressed (slo_infeasible) for periodic/drift
+     miss SLO even at B_min (B_t without adaptive)
   7. otherwise                                   -> admitted (gate_open)
 
 Admitted triggers get (m_t, B_t, SLO_t) from the BudgetPolicy, lowered by the
-LatencyModel when the adaptive budget is on. The defer guard never bypasses an
+LatencyModel when the adaptive budget is on. Both rule 6 and the adaptive
+budget (beyond the paper; off = paper-faithful) count the planner's backlog:
+one planner serves calls in turn, so a call admitted while others are in
+flight waits for them, and that wait is part of its latency. The defer guard never bypasses an
 agent's own cooldown or commit window, so without overrides the anti-churn
 property of Appendix B holds per agent whatever the team does.
 """
@@ -63,6 +67,7 @@ class BraceController:
         self.team = AgentCounters()
         self.tally: dict[str, AgentTally] = {}
         self._plans: dict[str, tuple] = {}
+        self._in_flight: dict[str, int] = {}  # agent -> token budget of its call in flight
         self._ids = itertools.count(1)
         self._id_prefix = id_prefix
 
@@ -71,6 +76,7 @@ class BraceController:
         self.agents = {}
         self.team = AgentCounters()
         self._plans = {}
+        self._in_flight = {}
 
     # ------------------------------------------------------------------ queries
 
@@ -104,16 +110,19 @@ class BraceController:
         if reason.admits:
             budget = self.policy.budget(trigger, override, trigger.consecutive_failures)
             token_budget = budget.token_budget
-            if self.config.adaptive_budget and self.latency_model.ready:
-                fitted = self.latency_model.budget_for(
-                    budget.slo_ms * self.config.adaptive_guard_ratio, self.policy.min_token_budget, token_budget
-                )
+            if self.latency_model.ready and (self.config.adaptive_budget or self.config.defer_when_infeasible):
+                backlog = self.backlog_ms()
+                target = budget.slo_ms * self.config.adaptive_guard_ratio - backlog
+                if self.config.adaptive_budget:
+                    fitted = self.latency_model.budget_for(target, self.policy.min_token_budget, token_budget)
+                else:
+                    fitted = token_budget if self.latency_model.predict_p95(token_budget) <= target else None
                 infeasible = fitted is None
                 if infeasible and reason == Reason.GATE_OPEN and self._deferrable(trigger):
                     reason = Reason.SLO_INFEASIBLE
-                else:
+                elif self.config.adaptive_budget:
                     token_budget = self.policy.min_token_budget if infeasible else fitted
-                predicted = self.latency_model.predict_p95(token_budget)
+                predicted = backlog + self.latency_model.predict_p95(token_budget)
             budget = dataclasses.replace(budget, token_budget=token_budget)
 
         decision = self._make_decision(trigger, agent, reason, override, budget, predicted)
@@ -136,6 +145,10 @@ class BraceController:
             if not verdict.open:
                 return verdict.reason
         return Reason.GATE_OPEN
+
+    def backlog_ms(self) -> float:
+        """Predicted wait for the planner: the mean cost of every call in flight (one planner serves them in turn)."""
+        return sum(float(self.latency_model.predict_mean(b)) for b in self._in_flight.values())
 
     def _deferrable(self, trigger: Trigger) -> bool:
         return self.config.defer_when_infeasible and trigger.kind not in _CRITICAL_KINDS
@@ -171,6 +184,7 @@ class BraceController:
         step = decision.trigger.step
         agent.last_call_step = step
         agent.call_in_flight = True
+        self._in_flight[decision.trigger.agent_id] = decision.token_budget
         agent.consecutive_deferrals = 0
         if agent is not self.team:
             self.team.last_call_step = step
@@ -187,6 +201,7 @@ class BraceController:
         """
         agent = self.counters(record.agent_id)
         agent.call_in_flight = False
+        self._in_flight.pop(record.agent_id, None)
         if record.status == CallStatus.OK and record.plan_changed:
             changed_at = max(record.step, self.team.latest_step)
             agent.last_change_step = changed_at

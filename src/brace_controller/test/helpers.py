@@ -23,7 +23,7 @@ def profile(min_budget: int = 32, max_budget: int = 2048) -> BudgetProfile:
 
 
 def controller(**overrides) -> BraceController:
-    defaults = dict(adaptive_budget=False, max_consecutive_deferrals=0)
+    defaults = dict(adaptive_budget=False, defer_when_infeasible=False, max_consecutive_deferrals=0)
     defaults.update(overrides)
     return BraceController(ControllerConfig(**defaults), profile())
 

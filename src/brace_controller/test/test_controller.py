@@ -84,6 +84,30 @@ def test_infeasible_slo_defers_periodic_but_not_hazard():
     assert hazard.admitted and hazard.token_budget == c.profile.min_token_budget
 
 
+def test_backlog_of_calls_in_flight_defers_periodic_until_the_planner_is_free():
+    c = controller(defer_when_infeasible=True)  # B_t fixed (adaptive off); 20 + N ms per call
+    _warm(c, 1.0)
+    assert c.decide(trig(1)).admitted  # partial_replan: B 512, ~532 ms, SLO 1000 x 0.9
+    waiting = c.decide(trig(1, agent="b"))  # would wait ~532 ms for a's call first
+    assert not waiting.admitted and waiting.reason == Reason.SLO_INFEASIBLE
+    assert c.decide(trig(1, agent="c", kind=TriggerKind.HAZARD)).admitted  # critical: admitted anyway
+    done(c, step=1)
+    done(c, agent="c", step=1)
+    again = c.decide(trig(2, agent="b"))
+    assert again.admitted and again.token_budget == 512 and again.predicted_p95_ms <= 0.9 * again.slo_ms
+
+
+def test_adaptive_budget_leaves_room_for_the_backlog():
+    c = controller(adaptive_budget=True, defer_when_infeasible=True)
+    _warm(c, 1.0)
+    first = c.decide(trig(1))
+    assert first.admitted and first.token_budget == 512
+    second = c.decide(trig(1, agent="b"))
+    assert second.admitted and second.token_budget < 512
+    assert second.predicted_p95_ms <= 0.9 * second.slo_ms + 1e-6
+    assert second.predicted_p95_ms > c.latency_model.predict_p95(second.token_budget)  # the wait is in it
+
+
 def test_every_trigger_gets_a_decision_with_unique_id():
     c = controller(cooldown_steps=2)
     ids = {c.decide(trig(s)).decision_id for s in range(10)}

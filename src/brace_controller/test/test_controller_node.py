@@ -48,6 +48,7 @@ class Probe(Node):
 
 def controller(**params) -> BraceControllerNode:
     params.setdefault("adaptive_budget", False)
+    params.setdefault("defer_when_infeasible", False)
     params.setdefault("diagnostics_period_s", 0.1)
     return BraceControllerNode(parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
 
