@@ -37,7 +37,7 @@ def generate_launch_description() -> LaunchDescription:
         Node(package="sim_bridges", executable="embedded_sim", name="embedded_sim",
              parameters=[LaunchConfiguration("sim_params")], output="screen"),
         Node(package="brace_controller", executable="trigger_monitor", name="trigger_monitor",
-             parameters=[LaunchConfiguration("monitor_params")], output="screen"),
+             parameters=[LaunchConfiguration("monitor_params"), {"periodic_stagger_steps": 1}], output="screen"),
         Node(package="brace_controller", executable="brace_controller", name="brace_controller",
              parameters=[LaunchConfiguration("controller_params"), {"budget_profile": "embedded"}],
              output="screen"),

@@ -32,16 +32,23 @@ def _clip01(x: float) -> float:
 
 
 class PeriodicDetector:
-    """Raises a periodic trigger for every agent once every `interval` steps."""
+    """Raises a periodic trigger for every agent once every `interval` steps.
 
-    def __init__(self, interval: int):
+    With `stagger` > 0 the i-th agent's triggers come `i * stagger` steps after
+    the first agent's, so a team's periodic calls do not all queue for the
+    planner at the same step.
+    """
+
+    def __init__(self, interval: int, stagger: int = 0):
         self.interval = interval
+        self.stagger = stagger
 
     def check(self, step: int, agents: Iterable[str]) -> list[Trigger]:
-        """Triggers for `step` (none when interval is 0 or step is not a multiple)."""
-        if self.interval <= 0 or step == 0 or step % self.interval:
+        """Triggers for `step` (none when interval is 0 or no agent's phase is due)."""
+        if self.interval <= 0:
             return []
-        return [Trigger(TriggerKind.PERIODIC, a, step, severity=1.0, detail=f"every {self.interval} steps") for a in agents]
+        return [Trigger(TriggerKind.PERIODIC, a, step, severity=1.0, detail=f"every {self.interval} steps")
+                for i, a in enumerate(agents) if step - i * self.stagger > 0 and (step - i * self.stagger) % self.interval == 0]
 
 
 class FailureDetector:
@@ -189,8 +196,9 @@ class TriggerMonitor:
         c = self.config
         self.step = 0
         self.states = {}
-        self.initial_pending = episode_start and c.initial_plan
-        self.periodic = PeriodicDetector(c.periodic_interval_steps)
+        self.initial_pending: set[str] = set(self.agents()) if episode_start and c.initial_plan else set()
+        self.first_step: Optional[int] = None
+        self.periodic = PeriodicDetector(c.periodic_interval_steps, c.periodic_stagger_steps)
         self.failure = FailureDetector(c.failure_threshold)
         self.drift = DriftDetector(c.drift_threshold_m, c.drift_steps)
         self.hazard = HazardDetector(c.hazard_distance_m, c.hazard_repeat_steps)
@@ -222,10 +230,15 @@ class TriggerMonitor:
     def on_step(self, step: int) -> list[Trigger]:
         """Advance to `step` and evaluate the per-step detectors on the latest states."""
         self.step = step
-        raised = self.periodic.check(step, self.agents())
-        if self.initial_pending and not raised:
-            raised = [Trigger(TriggerKind.PERIODIC, a, step, severity=1.0, detail="initial plan") for a in self.agents()]
-        self.initial_pending = False
+        agents = self.agents()
+        raised = self.periodic.check(step, agents)
+        if self.first_step is None:
+            self.first_step = step
+        due = {a for i, a in enumerate(agents)
+               if a in self.initial_pending and step >= self.first_step + i * self.config.periodic_stagger_steps}
+        due -= {t.agent_id for t in raised}  # a periodic trigger at this step asks for the plan already
+        raised += [Trigger(TriggerKind.PERIODIC, a, step, severity=1.0, detail="initial plan") for a in sorted(due)]
+        self.initial_pending -= due | {t.agent_id for t in raised}
         for agent, state in sorted(self.states.items()):
             for trigger in (self.drift.update(agent, step, state.tracking_error), self.deadlock.update(agent, step, state)):
                 if trigger:

@@ -26,6 +26,24 @@ def test_periodic_every_interval():
     assert PeriodicDetector(0).check(10, ["a"]) == []
 
 
+def test_periodic_stagger_spreads_agents_over_steps():
+    det = PeriodicDetector(5, stagger=2)
+    fired = {s: [t.agent_id for t in det.check(s, ["a", "b", "c"])] for s in range(0, 13)}
+    assert {s: f for s, f in fired.items() if f} == {5: ["a"], 7: ["b"], 9: ["c"], 10: ["a"], 12: ["b"]}
+
+
+def test_initial_plans_at_episode_start_follow_the_stagger():
+    monitor = TriggerMonitor(MonitorConfig(agents=["a", "b", "c"], periodic_interval_steps=10, periodic_stagger_steps=1))
+    monitor.reset(episode_start=True)
+    initial = {s: [(t.agent_id, t.detail) for t in monitor.on_step(s)] for s in range(3, 7)}
+    assert initial == {3: [("a", "initial plan")], 4: [("b", "initial plan")], 5: [("c", "initial plan")], 6: []}
+    monitor.reset(episode_start=False)
+    assert [t for s in range(1, 5) for t in monitor.on_step(s)] == []
+    off = TriggerMonitor(MonitorConfig(agents=["a", "b"], initial_plan=False))
+    off.reset(episode_start=True)
+    assert off.on_step(1) == []
+
+
 def test_failure_after_k_consecutive_and_reset_on_success():
     det = FailureDetector(2)
     assert det.update("a", 1, False) is None
