@@ -1,7 +1,11 @@
 """The replanning context C_t (paper Eq. 3): typed blocks of per-agent entries, rendered for the planner.
 
-Blocks task, state, constraints and coordination are protected from pruning;
-history is prunable. State keeps only each agent's latest entry; the other
+Blocks task, state, constraints and coordination are protected from pruning
+in what concerns the requested agent: its own entries, entries no agent
+contributed (an agent contributes a state entry; a supervisor does not), and
+entries that name it (a teammate's handoff task or message to it). Other
+agents' entries in those blocks, and the whole history, are prunable, so the
+protected part of a call's prompt stays small as the team grows. State keeps only each agent's latest entry; the other
 blocks accumulate, so the context grows with time and with the number of
 agents. `render` produces the planner prompt through the model's chat template
 and labels every token with its block and entry, so compressors can respect
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Optional
@@ -139,13 +144,16 @@ class ContextBuffer:
         """The chat-templated prompt asking for `agent_id`'s next step, with per-token labels."""
         pieces: list[tuple[str, int, bool]] = []  # (text, entry index or -1, protected)
         all_entries: list[Entry] = []
+        agents = set(self.state)
+        named = re.compile(rf"\b{re.escape(agent_id)}\b")
         for block, block_entries in entries if entries is not None else self.blocks():
             if not block_entries:
                 continue
             pieces.append((f"{_TITLES[block]}:\n", -1, True))
             for entry in block_entries:
                 all_entries.append(entry)
-                pieces.append((entry.line() + "\n", len(all_entries) - 1, block in PROTECTED_BLOCKS))
+                concerns = entry.agent_id == agent_id or entry.agent_id not in agents or bool(named.search(entry.text))
+                pieces.append((entry.line() + "\n", len(all_entries) - 1, block in PROTECTED_BLOCKS and concerns))
         pieces.append((f"REQUEST: {request}", -1, True))
         content = "".join(p[0] for p in pieces)
         messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": content}]

@@ -116,7 +116,8 @@ class ErecapModel:
         mode: only the kept positions are wanted; logits are then empty).
         `all_logits` returns logits for every kept position (for tests).
         `protect` ([N] bool) marks tokens that outrank every predictor score
-        (protected context blocks); they are kept while the budget allows.
+        (protected context blocks); they are kept while the budget allows, and
+        when it does not, the predictor chooses among them too.
         `should_abort()` is checked before every layer; true raises CallAborted.
         """
         if input_ids.dim() == 2:
@@ -154,8 +155,10 @@ class ErecapModel:
                 n_next = schedule.next_length(n, budget, ratio, round_up=aiming)
                 if n_next < n:
                     scores = self.predictors.score(idx, hidden[0])
-                    if protect is not None:
-                        scores = scores.float().masked_fill(protect.to(self.device)[positions], float("inf"))
+                    if protect is not None:  # protected tokens outrank the rest; the predictor still orders them
+                        scores = scores.float()
+                        lift = (scores.max() - scores.min() + 1.0).clamp(min=1.0)
+                        scores = scores + protect.to(self.device)[positions].float() * lift
                     keep = select_kept(scores, n_next, schedule.head_tokens, schedule.tail_size(n))
                     hidden = hidden[:, keep]
                     positions = positions[keep]

@@ -30,7 +30,10 @@ def test_render_labels_every_token_and_round_trips():
     for index, tokens in spans.items():
         entry = ctx.entries[index]
         assert tok.decode([ctx.token_ids[i] for i in tokens]) == entry.line() + "\n"
-        assert all(ctx.protected[i] == (entry.block != Block.HISTORY) for i in tokens)
+        # Protected blocks are protected where they concern agent a: its entries, and b's message to it.
+        concerns_a = entry.agent_id == "a" or "-> a:" in entry.text
+        assert all(ctx.protected[i] == (entry.block != Block.HISTORY and concerns_a) for i in tokens)
+    assert any(e.block == Block.STATE and e.agent_id == "b" for e in ctx.entries)  # b's state: present, prunable
     # The request and the chat template are protected, the history is not.
     assert ctx.protected[-1] and ctx.protected[0]
     assert not all(ctx.protected)

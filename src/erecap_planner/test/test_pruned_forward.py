@@ -69,6 +69,18 @@ def test_budget_is_never_exceeded(budget):
     assert out.kept_index[-1].item() == 199  # the last prompt token survives
 
 
+def test_protected_tokens_outrank_the_rest_and_are_ordered_by_the_predictor():
+    model = tiny("llama")
+    bank = PredictorBank.for_model(model.config, [2])
+    bank.score = lambda layer, hidden: -torch.arange(hidden.shape[0], dtype=torch.float32)  # earlier = better
+    runner = ErecapModel(model, PruneSchedule(layers=(2,), keep_ratio=0.9, head_tokens=4, tail_min=4, tail_frac=0.0),
+                         bank)
+    protect = torch.zeros(100, dtype=torch.bool)
+    protect[40:90] = True  # 50 protected tokens, 22 places left after head and tail
+    out = runner.prefill(ids(100), token_budget=30, protect=protect)
+    assert out.kept_index.tolist() == [0, 1, 2, 3, *range(40, 62), 96, 97, 98, 99]
+
+
 def test_prompt_level_mode_stops_after_last_pruning_layer():
     model = tiny("qwen2")
     runner = ErecapModel(model, PruneSchedule(layers=(1, 2), keep_ratio=0.5), PredictorBank.for_model(model.config, [1, 2]))
