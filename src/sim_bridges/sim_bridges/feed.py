@@ -3,9 +3,10 @@
 ROS-free. The node turns these into ContextEntry / ExecutionOutcome / AgentState
 messages. Blocks follow the planner's context layout (paper Eq. 3): the task and
 the constraints open an episode (protected), each agent's latest observation is
-its state (protected), agent-to-agent messages are coordination (protected), and
-action outcomes, failure traces, supervisor notices (an object was moved) and a
-periodic observation log are history (prunable), so the context grows with
+its state (protected), messages from one agent to another are coordination
+(protected), and action outcomes, failure traces, broadcasts ("blocked on the
+way"), supervisor notices (an object was moved) and a periodic observation log
+are history (prunable), so the context grows with
 time and with the number of agents, and pruning can remove what mattered.
 """
 
@@ -57,10 +58,10 @@ def place_near(world: Warehouse, cell: tuple[int, int]) -> str:
 
 def episode_entries(world: Warehouse, episode: int) -> list[FeedEntry]:
     """Task and constraint entries that open an episode."""
-    places = f"{', '.join(world.shelves)} (pick from the aisle cell above a shelf), {', '.join(world.docks)}"
+    shelves, docks = list(world.shelves), list(world.docks)
     out = [FeedEntry(SUPERVISOR, 0, BLOCK_TASK, EPISODE_START,
-                     f"Warehouse episode {episode} with {len(world.agents)} agents. Places: {places}; "
-                     f"each agent has a parking place park_<i>.")]
+                     f"Warehouse episode {episode}, {len(world.agents)} agents. Places: {shelves[0]} to {shelves[-1]}, "
+                     f"{docks[0]} to {docks[-1]}, park_<i> for agent_<i>.")]
     for task in world.tasks:
         shelf = world.objects.get(task.obj)
         if task.giver is None:
@@ -74,8 +75,8 @@ def episode_entries(world: Warehouse, episode: int) -> list[FeedEntry]:
                                  f"{task.carrier} must wait at {task.dock}, take {task.obj} from {task.giver} "
                                  f"and place it at {task.dock}."))
     out.append(FeedEntry(SUPERVISOR, 0, BLOCK_CONSTRAINTS, "constraint",
-                         "Two agents never share a cell. Objects may be moved between shelves by others: "
-                         "the latest notice says where an object is. An agent with nothing to do goes to its park."))
+                         "One agent per cell. Objects may be moved: the latest notice says where. "
+                         "Idle agents go to their park."))
     return out
 
 
@@ -95,7 +96,7 @@ def step_entries(world: Warehouse, events: list[Event], observe_every: int) -> l
     for e in events:
         if e.kind == "observation":
             continue
-        if e.kind == "message" and e.agent != SUPERVISOR:
+        if e.kind == "message" and e.agent != SUPERVISOR and "-> all:" not in e.text:
             out.append(FeedEntry(e.agent, e.step, BLOCK_COORDINATION, "message", e.text))
         else:
             out.append(FeedEntry(e.agent, e.step, BLOCK_HISTORY, e.kind, e.text))

@@ -6,7 +6,7 @@ import pytest
 
 from sim_bridges import feed
 from sim_bridges.plan_data import decision_points
-from sim_bridges.warehouse import Step, Warehouse, WorldConfig
+from sim_bridges.warehouse import Event, Step, Warehouse, WorldConfig
 
 
 def test_episode_opens_with_task_and_constraints():
@@ -32,6 +32,16 @@ def test_history_grows_with_time_and_agents():
 
     assert history(2, 20) > history(2, 10) > 0
     assert history(4, 10) > history(1, 10)
+
+
+def test_directed_messages_are_coordination_broadcasts_are_history():
+    world = Warehouse(WorldConfig(agents=2, seed=0))
+    events = [Event("agent_0", 1, "message", "agent_0 -> agent_1: box_7 is yours"),
+              Event("agent_1", 1, "message", "agent_1 -> all: blocked on the way to dock_1"),
+              Event("supervisor", 1, "message", "cup_3 was moved from shelf_1 to shelf_2")]
+    blocks = {e.text: e.block for e in feed.step_entries(world, events, 0)}
+    assert blocks[events[0].text] == feed.BLOCK_COORDINATION
+    assert blocks[events[1].text] == blocks[events[2].text] == feed.BLOCK_HISTORY
 
 
 def test_drift_sensor_sees_a_moved_object():
