@@ -47,10 +47,10 @@ class LoRALinear(nn.Module):
 
 @dataclass
 class PlanExample:
-    """One training pair: the rendered prompt's token ids and the target plan text."""
+    """One training pair: the rendered prompt's token ids and the target plan's token ids (as the decoder writes them)."""
 
     prompt_ids: list[int]
-    target: str
+    target_ids: list[int]
 
 
 def _projections(model) -> dict[str, nn.Linear]:
@@ -64,7 +64,7 @@ def _signature(model) -> dict[str, str]:
             "num_hidden_layers": str(c.num_hidden_layers)}
 
 
-def train_adapter(model, tokenizer, examples: list[PlanExample], rank: int = 8, alpha: float = 16.0,
+def train_adapter(model, examples: list[PlanExample], rank: int = 8, alpha: float = 16.0,
                   epochs: int = 1, lr: float = 1e-3, seed: int = 0,
                   progress: Optional[Callable[[int, int, float], None]] = None) -> dict[str, torch.Tensor]:
     """Train LoRA on `examples` (loss on target tokens); return the adapter tensors. `model` is left unchanged."""
@@ -81,15 +81,13 @@ def train_adapter(model, tokenizer, examples: list[PlanExample], rank: int = 8, 
     for p in params:
         p.requires_grad_(True)
     optim = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    eos = tokenizer.eos_token or ""
     device = next(model.parameters()).device
     model.train()
     try:
         order = [i for _ in range(epochs) for i in rng.sample(range(len(examples)), len(examples))]
         for n, i in enumerate(order):
             ex = examples[i]
-            target = tokenizer(ex.target + eos, add_special_tokens=False)["input_ids"]
-            ids = torch.tensor([ex.prompt_ids + target], device=device)
+            ids = torch.tensor([ex.prompt_ids + ex.target_ids], device=device)
             labels = ids.clone()
             labels[0, : len(ex.prompt_ids)] = -100
             loss = model(input_ids=ids, labels=labels).loss

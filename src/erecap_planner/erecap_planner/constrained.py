@@ -77,11 +77,25 @@ class ConstrainedPlanDecoder:
         def encode(text: str) -> list[int]:
             return tokenizer(text, add_special_tokens=False)["input_ids"]
 
+        self.encode = encode
         self.open_ids = encode(PLAN_OPEN)
         # Options 0..n-1 write a step and close the plan; n..2n-1 write a step and continue.
         self.more = TokenTrie([encode(step_json(s) + PLAN_CLOSE) for s in steps]
                               + [encode(step_json(s) + STEP_SEPARATOR) for s in steps])
         self.last = TokenTrie([encode(step_json(s) + PLAN_CLOSE) for s in steps])
+
+    def token_ids(self, steps: list[Step]) -> list[int]:
+        """The token ids this decoder produces for `steps`: what a fine-tune must train on.
+
+        Tokenising the plan text in one piece merges tokens across step
+        boundaries (' [{', ' {"'), which this decoder never writes.
+        """
+        if not 1 <= len(steps) <= self.max_steps:
+            raise ValueError(f"a plan has 1..{self.max_steps} steps, not {len(steps)}")
+        ids = list(self.open_ids)
+        for i, step in enumerate(steps):
+            ids += self.encode(step_json(step) + (PLAN_CLOSE if i == len(steps) - 1 else STEP_SEPARATOR))
+        return ids
 
     @torch.inference_mode()
     def decode(self, runner: ErecapModel, prefill: PrefillResult, should_abort=lambda: False) -> ConstrainedResult:

@@ -65,6 +65,25 @@ def test_greedy_choice_matches_a_full_forward():
     assert out.steps and all(step_json(s) in out.text for s in out.steps)
 
 
+def test_token_ids_are_what_the_decoder_writes():
+    """A fine-tune trains on token_ids(plan); walking the decoder's tries with them must reach that plan."""
+    tok = byte_tokenizer()
+    steps = enumerate_steps(SCHEMA)
+    dec = ConstrainedPlanDecoder(tok, steps, max_steps=3)
+    plan = [steps[0], steps[-1], steps[1]]
+    ids = dec.token_ids(plan)
+    assert tok.decode(ids) == PLAN_OPEN + ", ".join(step_json(s) for s in plan) + "]}"
+    rest, chosen = ids[len(dec.open_ids):], []
+    while rest:
+        node = (dec.last if len(chosen) == 2 else dec.more).root
+        while node.option < 0:
+            node = node.children[rest.pop(0)]
+        chosen.append(steps[node.option % len(steps)])
+    assert chosen == plan
+    with pytest.raises(ValueError):
+        dec.token_ids(plan + [steps[0]])
+
+
 def test_abort_is_checked_at_every_model_forward():
     model, tok = tiny("llama"), byte_tokenizer()
     runner = ErecapModel(model)

@@ -18,11 +18,12 @@ from pathlib import Path
 
 from erecap_planner.adapter import PlanExample, save_adapter, train_adapter
 from erecap_planner.call_path import request_text
-from erecap_planner.constrained import PLAN_CLOSE, PLAN_OPEN, STEP_SEPARATOR, step_json
+from erecap_planner.constrained import ConstrainedPlanDecoder
 from erecap_planner.context import Block, ContextBuffer, Entry
 from erecap_planner.models import SMOLLM2, cache_root, load_model
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.plan_parser import Step as PlanStep
+from erecap_planner.scoring import enumerate_steps
 
 from .feed import FeedEntry, action_schema
 from .plan_data import DecisionPoint, decision_points
@@ -34,10 +35,9 @@ def default_adapter() -> Path:
     return cache_root() / "adapters" / "smollm2-135m-instruct-warehouse-lora.safetensors"
 
 
-def target_text(point: DecisionPoint) -> str:
-    """The oracle plan as constrained decoding writes it."""
-    return PLAN_OPEN + STEP_SEPARATOR.join(step_json(PlanStep(s.action, dict(s.params))) for s in point.oracle) \
-        + PLAN_CLOSE
+def target_ids(point: DecisionPoint, decoder: ConstrainedPlanDecoder) -> list[int]:
+    """The oracle plan's token ids exactly as constrained decoding writes them."""
+    return decoder.token_ids([PlanStep(s.action, dict(s.params)) for s in point.oracle])
 
 
 def context_buffer(entries: list[FeedEntry]) -> ContextBuffer:
@@ -59,10 +59,11 @@ def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int
     out = []
     for k in agents:
         schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(agents=k))))
+        decoder = ConstrainedPlanDecoder(tokenizer, enumerate_steps(schema), schema.max_steps)
         for point in decision_points(range(seed0, seed0 + episodes), k, observe_every=rng.choice([4, 6, 8])):
             ids = render(point, tokenizer, schema, rng.choice([0, 1, 2]))
             if len(ids) <= max_tokens:
-                out.append(PlanExample(ids, target_text(point)))
+                out.append(PlanExample(ids, target_ids(point, decoder)))
     return out
 
 
@@ -96,7 +97,7 @@ def main(argv=None) -> int:
                   end="", file=sys.stderr, flush=True)
             window.clear()
 
-    tensors = train_adapter(model, tok, examples, rank=args.rank, epochs=args.epochs, lr=args.lr, progress=progress)
+    tensors = train_adapter(model, examples, rank=args.rank, epochs=args.epochs, lr=args.lr, progress=progress)
     path = save_adapter(tensors, model, args.output)
     print(f"\nadapter: {path} ({path.stat().st_size / 1e6:.1f} MB) in {time.monotonic() - started:.0f} s",
           file=sys.stderr)
