@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := source scripts/env.sh
 
-.PHONY: help setup test lint demo bench bench-erecap clean
+.PHONY: help setup test lint demo bench bench-erecap bench-reproduce clean
 
 PREDICTOR := $(HOME)/.cache/brace_ros/predictors/smollm2-135m-instruct-erecap.safetensors
 
@@ -12,6 +12,7 @@ help:
 	@echo "make test   - setup, ruff, then every package's tests"
 	@echo "make demo   - setup, then the closed loop on the embedded warehouse (runs/<time>/: bags, CSV, plots)"
 	@echo "make bench  - setup, then the benchmarks under bench/ (trains the E-RECAP predictor first if missing)"
+	@echo "make bench-reproduce - setup, then the paper's tables from closed-loop runs (hours on 2 cores; see README)"
 
 setup:
 	@bash scripts/setup.sh
@@ -35,6 +36,10 @@ bench-erecap: setup
 	-@$(ENV) && python bench/erecap_speed.py
 	@$(ENV) && { [ -f "$(PREDICTOR)" ] || python -m erecap_planner.train_cli --cases 32 --tokens 512 --epochs 2; }
 	-@$(ENV) && python bench/erecap_quality.py --cases 16 --budgets 0.5 0.3
+
+# The paper's tables in shape from closed-loop runs (every table: hours on 2 CPU cores).
+bench-reproduce: setup
+	@$(ENV) && python bench/reproduce.py --quiet
 
 clean:
 	rm -rf build install log

@@ -7,6 +7,7 @@ planner configuration for the requested agent's plan. Reports oracle agreement
 latency, side by side in one run. ROS-free (the same core as the nodes).
 
     python bench/planner_choice.py --episodes 3 --agents 4
+    python bench/planner_choice.py --adapter ''    # the off-the-shelf model
 """
 
 from __future__ import annotations
@@ -19,18 +20,22 @@ from pathlib import Path
 import yaml
 from report import write_csv
 
+from erecap_planner.adapter import merge_adapter
 from erecap_planner.call_path import CallRequest, PlannerCallPath
+from erecap_planner.config import resolve_path
 from erecap_planner.models import load_model
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
-from erecap_planner.train_cli import default_output
 from sim_bridges.feed import action_schema
 from sim_bridges.finetune_cli import context_buffer
 from sim_bridges.plan_data import decision_points
 from sim_bridges.warehouse import Step, Warehouse, WorldConfig
 
 OUT = Path(__file__).parent / "out"
+PREDICTOR = "package://erecap_planner/models/smollm2-135m-instruct-erecap.safetensors"
+ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors"
+CONFIGS = ["candidates/none", "constrained/none", "constrained/erecap", "constrained/random", "constrained/recency"]
 
 
 def main() -> None:
@@ -42,23 +47,29 @@ def main() -> None:
     ap.add_argument("--observe-every", type=int, default=4)
     ap.add_argument("--limit", type=int, default=40, help="decision points per configuration")
     ap.add_argument("--budget", type=int, default=384)
+    ap.add_argument("--adapter", default=ADAPTER, help="LoRA adapter merged into the model ('' = off-the-shelf)")
+    ap.add_argument("--configs", nargs="+", default=CONFIGS, choices=CONFIGS)
     args = ap.parse_args()
 
     model, tok = load_model("smollm2-135m-instruct")
+    if args.adapter:
+        merge_adapter(model, resolve_path(args.adapter))
     depth = model.config.num_hidden_layers
     layers = table8_layers(depth)
     schedule = PruneSchedule(tuple(layers), 0.7)
-    trained = PredictorBank.load(default_output(), model.config) if default_output().exists() else None
+    trained = PredictorBank.load(resolve_path(PREDICTOR), model.config)
     world0 = Warehouse(WorldConfig(agents=args.agents))
     schema = ActionSchema.from_dict(action_schema(world0))
     configs = {
         "candidates/none": PlannerCallPath(model, tok, schema, "none", schedule, None, decoding="candidates"),
         "constrained/none": PlannerCallPath(model, tok, schema, "none", schedule, None, decoding="constrained"),
         "constrained/erecap": PlannerCallPath(model, tok, schema, "erecap", schedule,
-                                              trained or PredictorBank.for_model(model.config, layers),
+                                              trained,
                                               decoding="constrained"),
         "constrained/random": PlannerCallPath(model, tok, schema, "random", schedule, None, decoding="constrained"),
+        "constrained/recency": PlannerCallPath(model, tok, schema, "recency", schedule, None, decoding="constrained"),
     }
+    configs = {name: configs[name] for name in args.configs}
     points = list(decision_points(range(args.episodes), args.agents, args.every, args.observe_every))[: args.limit]
     rows = []
     for name, path in configs.items():
@@ -74,7 +85,7 @@ def main() -> None:
             lat.append(out.latency_ms)
             toks.append((out.tokens_before, out.tokens_after))
         n = len(points)
-        rows.append({"config": name, "points": n, "first_step_agreement": round(first / n, 3),
+        rows.append({"config": name, "adapter": bool(args.adapter), "points": n, "first_step_agreement": round(first / n, 3),
                      "plan_agreement": round(full / n, 3), "latency_p50_ms": round(statistics.median(lat), 1),
                      "tokens_before": round(statistics.mean(t[0] for t in toks)),
                      "tokens_after": round(statistics.mean(t[1] for t in toks)),

@@ -1,0 +1,183 @@
+"""The paper's tables in shape, from our own closed-loop runs on the embedded warehouse.
+
+Every row is one `brace-run` variant (config/runs/variants.yaml: the five nodes
+on one executor over real DDS, audit bag per row) with the row's overrides:
+
+  table2   No BRACE vs BRACE + E-RECAP (paper Table 2)
+  table15  every variant at one matched budget B, adaptive budget off (Table 15)
+  table6   a harder world (more grasp slips and drift): open loop, frozen plan,
+           No BRACE, BRACE + E-RECAP (Table 6)
+  table30  the delta / omega / w sweep of BRACE + E-RECAP in a deadlock-prone
+           world (K = 8, tight hazard distance) (Table 30)
+  table5   K = 1, 2, 4, 8 with unpruned, E-RECAP and random context at the same B (Table 5 shape)
+
+Writes <out>/<table>.md, .csv and .png and <out>/reproduce.md (all tables),
+prints each table as it finishes. Rows run one after another (one planner, two
+cores: side by side in one run). Example, the subset in the README:
+
+    python bench/reproduce.py --tables table2 --episodes 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from report import write_csv
+
+from brace_controller.audit_report import markdown, summary
+from brace_controller.types import TriggerKind
+from sim_bridges.runner import RunConfig, run_variant
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = Path(__file__).parent / "out" / "reproduce"
+
+
+@dataclass
+class Row:
+    """One row: a label, the variant of variants.yaml it runs, and its overrides per node."""
+
+    label: str
+    variant: str
+    extra: dict[str, dict] = field(default_factory=dict)
+
+
+@dataclass
+class Table:
+    """A table: its rows, the columns it prints, and the metric its plot shows."""
+
+    name: str
+    title: str
+    rows: list[Row]
+    columns: list[str]
+    plot: str = "slo_violation"
+
+
+T2_COLUMNS = ["label", "episodes", "success", "tokens_before", "tokens_after", "token_reduction", "latency_p50_ms",
+              "latency_p95_ms", "slo_ms", "slo_violation", "calls_per_episode", "oracle_agreement"]
+T15_COLUMNS = ["label", "episodes", "success", "oracle_agreement", "tokens_after", "token_reduction",
+               "latency_p95_ms", "slo_violation", "calls_per_episode", "churn"]
+T6_COLUMNS = ["label", "episodes", "success", "delivered", "path_efficiency", "calls_per_episode", "latency_p95_ms",
+              "slo_violation", "near_misses", "collisions"]
+T30_COLUMNS = ["label", "episodes", "calls_per_episode", "changes_per_episode", "churn", "deadlocks_per_episode",
+               "success", "slo_violation"]
+T5_COLUMNS = ["label", "agents", "episodes", "tokens_before", "tokens_after", "latency_p50_ms", "latency_p95_ms",
+              "slo_violation", "success", "oracle_agreement"]
+
+HARD = {"embedded_sim": {"grasp_failure": 0.3, "drift": 0.05}}
+DEADLOCK_PRONE = {"embedded_sim": {"agents": 8, "hazard_distance": 1.5}}
+
+
+def _merge(*layers: dict[str, dict]) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for layer in layers:
+        for node, values in layer.items():
+            out.setdefault(node, {}).update(values)
+    return out
+
+
+def tables() -> dict[str, Table]:
+    """The five tables and their rows."""
+    adaptive = {"brace_controller": {"adaptive_budget": True}}
+    t15 = [Row(v, v) for v in ("open_loop", "frozen_plan", "no_brace", "brace", "no_brace_erecap", "brace_erecap",
+                               "random", "recency", "summary")]
+    t30 = [Row(f"delta={d} omega={o} w={w}", "brace_erecap", _merge(
+        DEADLOCK_PRONE, {"brace_controller": {"cooldown_steps": d, "commit_steps": o},
+                         "trigger_monitor": {"deadlock_window": w, "deadlock_threshold": min(3, w)}}))
+           for d, o, w in ((0, 0, 3), (3, 2, 3), (6, 4, 3), (3, 2, 6))]
+    t5 = [Row(f"K={k} {name}", "brace_erecap" if comp == "erecap" else "brace",
+              _merge({"embedded_sim": {"agents": k}, "erecap_planner": {"compressor": comp}}))
+          for k in (1, 2, 4, 8) for name, comp in (("unpruned", "none"), ("E-RECAP", "erecap"), ("random", "random"))]
+    return {
+        "table2": Table("table2", "No BRACE vs BRACE + E-RECAP (paper Table 2 shape)",
+                        [Row("No BRACE", "no_brace"), Row("BRACE + E-RECAP", "brace_erecap", adaptive)],
+                        T2_COLUMNS),
+        "table15": Table("table15", "Every variant at one matched budget B, adaptive budget off (paper Table 15 shape)",
+                         t15, T15_COLUMNS, plot="success"),
+        "table6": Table("table6", "Harder world: grasp slips 0.3, drift 0.05 (paper Table 6 shape)",
+                        [Row("open loop", "open_loop", HARD), Row("frozen plan", "frozen_plan", HARD),
+                         Row("No BRACE", "no_brace", HARD),
+                         Row("BRACE + E-RECAP", "brace_erecap", _merge(HARD, adaptive))], T6_COLUMNS, plot="success"),
+        "table30": Table("table30", "delta / omega / w sweep, deadlock-prone world K = 8 (paper Table 30 shape)",
+                         t30, T30_COLUMNS, plot="churn"),
+        "table5": Table("table5", "Scaling with K: unpruned vs E-RECAP vs random at the same B (paper Table 5 shape)",
+                        t5, T5_COLUMNS, plot="latency_p95_ms"),
+    }
+
+
+def row_metrics(label: str, records, agents: int) -> dict:
+    """The summary row plus the sweep's deadlock count."""
+    out = {"label": label, "agents": agents, **summary(records)}
+    deadlocks = sum(d.trigger.kind == TriggerKind.DEADLOCK for _, d in records.decisions)
+    out["deadlocks_per_episode"] = deadlocks / out["episodes"] if out["episodes"] else math.nan
+    return out
+
+
+def plot(table: Table, rows: list[dict], path: Path) -> Path:
+    """A bar chart of the table's headline metric."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(rows) + 2), 4))
+    values = [r.get(table.plot, math.nan) for r in rows]
+    ax.bar(range(len(rows)), [0 if isinstance(v, float) and math.isnan(v) else v for v in values])
+    ax.set_xticks(range(len(rows)), [r["label"] for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(table.plot)
+    ax.set_title(table.title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def run_table(cfg: RunConfig, table: Table, episodes: int, out: Path, quiet: bool) -> str:
+    """Run every row; write the table's markdown, CSV and PNG; return the markdown."""
+    rows = []
+    folder = out / table.name
+    for i, row in enumerate(table.rows):
+        extra = _merge(row.extra, {"embedded_sim": {"episodes": episodes}})
+        started = time.monotonic()
+        records, _bag, _ = run_variant(cfg, row.variant, folder / f"{i:02d}_{row.variant}", extra, quiet)
+        records.variant = row.label
+        agents = int(cfg.parameters(row.variant, extra)["embedded_sim"].get("agents", 4))
+        rows.append(row_metrics(row.label, records, agents))
+        print(f"  {table.name} row {i + 1}/{len(table.rows)} '{row.label}': {time.monotonic() - started:.0f} s",
+              file=sys.stderr)
+    text = f"### {table.title}\n\n{markdown(rows, table.columns)}"
+    (out / f"{table.name}.md").write_text(text)
+    write_csv(rows, out / f"{table.name}.csv")
+    plot(table, rows, out / f"{table.name}.png")
+    return text
+
+
+def main() -> int:
+    """Run the chosen tables."""
+    all_tables = tables()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tables", nargs="+", choices=list(all_tables), default=list(all_tables))
+    ap.add_argument("--episodes", type=int, default=3, help="seeded episodes per row (seeds 0..N-1)")
+    ap.add_argument("--config", type=Path, default=ROOT / "config" / "runs" / "variants.yaml")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--quiet", action="store_true", help="no per-step progress line")
+    args = ap.parse_args()
+    cfg = RunConfig.load(args.config)
+    args.out.mkdir(parents=True, exist_ok=True)
+    parts = []
+    for name in args.tables:
+        started = time.monotonic()
+        text = run_table(cfg, all_tables[name], args.episodes, args.out, args.quiet)
+        print(f"\n{text}\n({name}: {time.monotonic() - started:.0f} s, {args.episodes} episodes per row)\n", flush=True)
+        parts.append(text)
+    (args.out / "reproduce.md").write_text("\n".join(parts))
+    print(f"tables in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
