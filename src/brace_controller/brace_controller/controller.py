@@ -8,7 +8,7 @@ Order of checks for a well-formed trigger of agent a at step t:
   4. defer guard (a deferred N times in a row)   -> admitted (defer_guard), skips 5 and 6
   5. Eq. 1 on the team counters                  -> suppressed (team_cooldown | team_commit)
   6. SLO admission: backlog + call predicted to  -> suppressed (slo_infeasible) for periodic/drift
-     miss SLO even at B_min (B_t without adaptive)
+     miss SLO even at B_min (B_t without adaptive)     of agents that already have a plan
   7. otherwise                                   -> admitted (gate_open)
 
 Admitted triggers get (m_t, B_t, SLO_t) from the BudgetPolicy, lowered by the
@@ -151,7 +151,9 @@ class BraceController:
         return sum(float(self.latency_model.predict_mean(b)) for b in self._in_flight.values())
 
     def _deferrable(self, trigger: Trigger) -> bool:
-        return self.config.defer_when_infeasible and trigger.kind not in _CRITICAL_KINDS
+        # An agent with no plan in this episode is never deferred: a late plan beats no plan.
+        return self.config.defer_when_infeasible and trigger.kind not in _CRITICAL_KINDS \
+            and trigger.agent_id in self._plans
 
     def _make_decision(self, trigger, agent, reason, override, budget, predicted) -> Decision:
         admitted = reason.admits

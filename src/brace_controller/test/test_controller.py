@@ -78,7 +78,11 @@ def test_infeasible_slo_defers_periodic_but_not_hazard():
     c = controller(adaptive_budget=True, defer_when_infeasible=True)
     for tokens in range(100, 2100, 100):
         c.observe_latency(tokens, 5000.0 + tokens)  # even the minimum budget misses every SLO
-    periodic = c.decide(trig(1, severity=0.9))
+    first = c.decide(trig(1, severity=0.9))
+    assert first.admitted  # no plan yet in this episode: never deferred
+    c.accept_plan("a", ("plan",))
+    done(c, step=1)
+    periodic = c.decide(trig(1 + c.config.cooldown_steps, severity=0.9))
     assert not periodic.admitted and periodic.reason == Reason.SLO_INFEASIBLE
     hazard = c.decide(trig(1, agent="b", kind=TriggerKind.HAZARD))
     assert hazard.admitted and hazard.token_budget == c.profile.min_token_budget
@@ -87,6 +91,7 @@ def test_infeasible_slo_defers_periodic_but_not_hazard():
 def test_backlog_of_calls_in_flight_defers_periodic_until_the_planner_is_free():
     c = controller(defer_when_infeasible=True)  # B_t fixed (adaptive off); 20 + N ms per call
     _warm(c, 1.0)
+    c.accept_plan("b", ("plan",))  # b has a plan (agents without one are never deferred)
     assert c.decide(trig(1)).admitted  # partial_replan: B 512, ~532 ms, SLO 1000 x 0.9
     waiting = c.decide(trig(1, agent="b"))  # would wait ~532 ms for a's call first
     assert not waiting.admitted and waiting.reason == Reason.SLO_INFEASIBLE
