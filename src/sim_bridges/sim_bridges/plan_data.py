@@ -28,21 +28,33 @@ class DecisionPoint:
 
 
 def decision_points(seeds: range, agents: int, every: int = 8, observe_every: int = 4,
-                    max_steps: int = 60, drift: float = 0.03, grasp_failure: float = 0.1) -> Iterator[DecisionPoint]:
-    """Decision points of oracle-driven episodes, one episode per seed."""
+                    max_steps: int = 60, drift: float = 0.03, grasp_failure: float = 0.1,
+                    stagger: int = 1) -> Iterator[DecisionPoint]:
+    """Decision points of oracle-driven episodes, one episode per seed.
+
+    As in the closed loop: the episode opens with the task, constraints and every
+    agent's state at its park; agent i is asked for its initial plan at step
+    1 + i * stagger (agents without a plan idle), then when its plan ends, a
+    step fails, or every `every` steps.
+    """
     for seed in seeds:
         world = Warehouse(WorldConfig(agents=agents, seed=seed, max_steps=max_steps, drift=drift,
                                       grasp_failure=grasp_failure))
-        entries = list(episode_entries(world, seed))
-        for name in world.agents:
-            yield DecisionPoint(list(entries), name, world.oracle_plan(name), 0, seed)
-            world.set_plan(name, world.oracle_plan(name))
-        last = {name: a.plan for name, a in world.agents.items()}
+        entries = list(episode_entries(world, seed)) + step_entries(world, [], 0)
+        names = sorted(world.agents)
+        last: dict[str, list[Step]] = {}
         while not world.finished:
             events = world.step()
             entries.extend(step_entries(world, events, observe_every))
             failed = {e.agent for e in events if not e.success}
-            for name, a in world.agents.items():
+            for i, name in enumerate(names):
+                a = world.agents[name]
+                if name not in last:
+                    if world.t >= 1 + i * stagger:
+                        last[name] = world.oracle_plan(name)
+                        yield DecisionPoint(list(entries), name, last[name], world.t, seed)
+                        world.set_plan(name, last[name])
+                    continue
                 if a.current is None or name in failed or world.t % every == 0:
                     oracle = world.oracle_plan(name)
                     if oracle != last[name] or name in failed or world.t % every == 0:  # no repeats of an idle wait
