@@ -66,14 +66,25 @@ def _signature(model) -> dict[str, str]:
 
 def train_adapter(model, examples: list[PlanExample], rank: int = 8, alpha: float = 16.0,
                   epochs: int = 1, lr: float = 1e-3, seed: int = 0,
-                  progress: Optional[Callable[[int, int, float], None]] = None) -> dict[str, torch.Tensor]:
-    """Train LoRA on `examples` (loss on target tokens); return the adapter tensors. `model` is left unchanged."""
+                  progress: Optional[Callable[[int, int, float], None]] = None,
+                  init: Optional[dict[str, torch.Tensor]] = None) -> dict[str, torch.Tensor]:
+    """Train LoRA on `examples` (loss on target tokens); return the adapter tensors. `model` is left unchanged.
+
+    `init` (a saved adapter's tensors, same rank) continues an earlier training instead of starting from B = 0.
+    """
     torch.manual_seed(seed)
     rng = random.Random(seed)
     wrapped: dict[str, LoRALinear] = {}
     for name, linear in _projections(model).items():
         parent = model.get_submodule(name.rsplit(".", 1)[0])
         wrapped[name] = LoRALinear(linear, rank, alpha).to(linear.weight.device)
+        if init is not None:
+            a, b = init[f"{name}.lora_a"], init[f"{name}.lora_b"]
+            if a.shape != wrapped[name].lora_a.shape:
+                raise AdapterMismatchError(f"init adapter has rank {a.shape[0]}, training uses rank {rank}")
+            with torch.no_grad():
+                wrapped[name].lora_a.copy_(a.float())
+                wrapped[name].lora_b.copy_(b.float() / wrapped[name].scale)  # saved with the scale folded in
         setattr(parent, name.rsplit(".", 1)[-1], wrapped[name])
     for p in model.parameters():
         p.requires_grad_(False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from tiny_models import tiny
 
 from erecap_planner.adapter import AdapterMismatchError, PlanExample, merge_adapter, save_adapter, train_adapter
@@ -35,6 +36,17 @@ def test_training_lowers_the_plan_loss_and_merging_reproduces_it(tmp_path):
     assert merge_adapter(model, path) == 4 * model.config.num_hidden_layers
     after = [plan_loss(model, ex) for ex in data]
     assert all(a < b - 0.5 for a, b in zip(after, before, strict=True))  # ~5.5 -> ~4.4 nats
+
+
+def test_training_continues_from_a_saved_adapter(tmp_path):
+    model = tiny("llama")
+    tensors = train_adapter(model, examples(), rank=2, epochs=2, lr=3e-3)
+    saved = load_file(str(save_adapter(tensors, model, tmp_path / "a.safetensors", dtype=torch.float32)))
+    resumed = train_adapter(model, examples(), rank=2, epochs=0, init=saved)  # no steps: the init comes back
+    for name, value in tensors.items():
+        torch.testing.assert_close(resumed[name], value)
+    with pytest.raises(AdapterMismatchError):
+        train_adapter(model, examples(), rank=4, epochs=0, init=saved)
 
 
 def test_adapter_for_another_architecture_is_refused(tmp_path):

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from safetensors.torch import load_file
+
 from erecap_planner.adapter import PlanExample, save_adapter, train_adapter
 from erecap_planner.call_path import request_text
 from erecap_planner.constrained import ConstrainedPlanDecoder
@@ -80,6 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--output", type=Path, default=default_adapter())
+    ap.add_argument("--init", type=Path, help="continue training this adapter (same rank)")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     model, tok = load_model(args.model, device="auto", dtype="float32")
@@ -97,7 +100,9 @@ def main(argv=None) -> int:
                   end="", file=sys.stderr, flush=True)
             window.clear()
 
-    tensors = train_adapter(model, examples, rank=args.rank, epochs=args.epochs, lr=args.lr, progress=progress)
+    init = load_file(str(args.init)) if args.init else None
+    tensors = train_adapter(model, examples, rank=args.rank, epochs=args.epochs, lr=args.lr, progress=progress,
+                            init=init)
     path = save_adapter(tensors, model, args.output)
     print(f"\nadapter: {path} ({path.stat().st_size / 1e6:.1f} MB) in {time.monotonic() - started:.0f} s",
           file=sys.stderr)
