@@ -8,7 +8,7 @@ on one executor over real DDS, audit bag per row) with the row's overrides:
   table6   a harder world (more grasp slips and drift): open loop, frozen plan,
            No BRACE, BRACE + E-RECAP (Table 6)
   table30  the delta / omega / w sweep of BRACE + E-RECAP in a deadlock-prone
-           world (K = 8, tight hazard distance) (Table 30)
+           world (K = 6 in the same aisles) (Table 30)
   table5   K = 1, 2, 4, 8 with unpruned, E-RECAP and random context at the same B (Table 5 shape)
 
 Writes <out>/<table>.md, .csv and .png and <out>/reproduce.md (all tables),
@@ -69,7 +69,7 @@ T5_COLUMNS = ["label", "agents", "episodes", "tokens_before", "tokens_after", "l
               "slo_violation", "success", "oracle_agreement"]
 
 HARD = {"embedded_sim": {"grasp_failure": 0.3, "drift": 0.05}}
-DEADLOCK_PRONE = {"embedded_sim": {"agents": 8, "hazard_distance": 1.5}}
+DEADLOCK_PRONE = {"embedded_sim": {"agents": 6}}  # six agents in the same aisles
 
 
 def _merge(*layers: dict[str, dict]) -> dict[str, dict]:
@@ -102,7 +102,7 @@ def tables() -> dict[str, Table]:
                         [Row("open loop", "open_loop", HARD), Row("frozen plan", "frozen_plan", HARD),
                          Row("No BRACE", "no_brace", HARD),
                          Row("BRACE + E-RECAP", "brace_erecap", _merge(HARD, adaptive))], T6_COLUMNS, plot="success"),
-        "table30": Table("table30", "delta / omega / w sweep, deadlock-prone world K = 8 (paper Table 30 shape)",
+        "table30": Table("table30", "delta / omega / w sweep, deadlock-prone world K = 6 (paper Table 30 shape)",
                          t30, T30_COLUMNS, plot="churn"),
         "table5": Table("table5", "Scaling with K: unpruned vs E-RECAP vs random at the same B (paper Table 5 shape)",
                         t5, T5_COLUMNS, plot="latency_p95_ms"),

@@ -138,8 +138,11 @@ def agent_reports(world: Warehouse) -> list[AgentReport]:
             for n, a in sorted(world.agents.items())]
 
 
-def action_schema(world: Warehouse, max_steps: int = 6) -> dict:
-    """The agents' allowed skill calls with every parameter enumerated from the world (planner schema)."""
+def action_schema(world: Warehouse, max_steps: int = 4) -> dict:
+    """The agents' allowed skill calls with every parameter enumerated from the world (planner schema).
+
+    Four steps hold every oracle plan (go, pick, go, place / handoff); a longer plan only costs decoding time.
+    """
     places = [*world.shelves, *world.docks, *world.parks]
     objects = sorted(world.objects)
     return {"max_steps": max_steps, "actions": {
