@@ -51,6 +51,17 @@ def test_defer_guard_admits_agent_starved_by_team_cooldown():
     assert c.agents["a"].consecutive_deferrals == 0
 
 
+def test_defer_guard_waits_for_the_planner_to_be_free():
+    c = controller(cooldown_steps=0, commit_steps=0, defer_when_infeasible=True, max_consecutive_deferrals=1)
+    _warm(c, 1.0)
+    c.accept_plan("a", ("plan",))
+    assert c.decide(trig(1, agent="b")).admitted  # b's call is in flight
+    assert c.decide(trig(1)).reason == Reason.SLO_INFEASIBLE  # a would wait for b's call
+    assert c.decide(trig(2)).reason == Reason.SLO_INFEASIBLE  # guard reached, but b is still in flight
+    done(c, agent="b", step=2)
+    assert c.decide(trig(3)).admitted
+
+
 def test_team_trigger_uses_team_counters():
     c = controller(cooldown_steps=2, commit_steps=0)
     assert c.decide(trig(0, agent="team", kind=TriggerKind.DEADLOCK)).admitted
