@@ -82,7 +82,6 @@ def _merge(*layers: dict[str, dict]) -> dict[str, dict]:
 
 def tables() -> dict[str, Table]:
     """The five tables and their rows."""
-    adaptive = {"brace_controller": {"adaptive_budget": True}}
     t15 = [Row(v, v) for v in ("open_loop", "frozen_plan", "no_brace", "brace", "no_brace_erecap", "brace_erecap",
                                "random", "recency", "summary")]
     t30 = [Row(f"delta={d} omega={o} w={w}", "brace_erecap", _merge(
@@ -94,14 +93,14 @@ def tables() -> dict[str, Table]:
           for k in (1, 2, 4, 8) for name, comp in (("unpruned", "none"), ("E-RECAP", "erecap"), ("random", "random"))]
     return {
         "table2": Table("table2", "No BRACE vs BRACE + E-RECAP (paper Table 2 shape)",
-                        [Row("No BRACE", "no_brace"), Row("BRACE + E-RECAP", "brace_erecap", adaptive)],
+                        [Row("No BRACE", "no_brace"), Row("BRACE + E-RECAP", "brace_erecap")],
                         T2_COLUMNS),
         "table15": Table("table15", "Every variant at one matched budget B, adaptive budget off (paper Table 15 shape)",
                          t15, T15_COLUMNS, plot="success"),
         "table6": Table("table6", "Harder world: grasp slips 0.3, drift 0.05 (paper Table 6 shape)",
                         [Row("open loop", "open_loop", HARD), Row("frozen plan", "frozen_plan", HARD),
                          Row("No BRACE", "no_brace", HARD),
-                         Row("BRACE + E-RECAP", "brace_erecap", _merge(HARD, adaptive))], T6_COLUMNS, plot="success"),
+                         Row("BRACE + E-RECAP", "brace_erecap", HARD)], T6_COLUMNS, plot="success"),
         "table30": Table("table30", "delta / omega / w sweep, deadlock-prone world K = 6 (paper Table 30 shape)",
                          t30, T30_COLUMNS, plot="churn"),
         "table5": Table("table5", "Scaling with K: unpruned vs E-RECAP vs random at the same B (paper Table 5 shape)",
