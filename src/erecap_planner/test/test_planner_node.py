@@ -78,7 +78,9 @@ def test_goal_gets_plan_and_call_record(ros, model_dir):
     wait_for(result_future.done, timeout=60, what="result")
     result = result_future.result().result
     call = result.call
-    assert [p.phase for p in call.phases] == ["context_compress", "retrieve", "prefill", "decode", "parse"]
+    # The node books the wait for the model (none here) as the queue phase, then the call path's phases.
+    assert [p.phase for p in call.phases] == ["queue", "context_compress", "retrieve", "prefill", "decode", "parse"]
+    assert call.latency_ms >= sum(p.duration_ms for p in call.phases) * 0.99
     assert call.tokens_before > 300 >= call.tokens_after and call.compressor == "erecap"
     assert (call.agent_id, call.step, call.decision_id, call.token_budget) == ("a", 7, "d1", 300)
     # A random tiny model does not write a valid plan: counted planner error, empty plan, no crash.

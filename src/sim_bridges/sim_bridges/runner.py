@@ -161,7 +161,7 @@ def run_variant(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dic
         episodes = sim.config.episodes
         while not sim.done and context.ok():
             executor.spin_once(timeout_sec=0.05)
-            if not quiet and time.monotonic() - last_print > 1.0:
+            if not quiet and time.monotonic() - last_print > (1.0 if sys.stdout.isatty() else 15.0):  # logs: sparse
                 line = _progress(variant, sim, collector, started, episodes)
                 print("\r" + line if sys.stdout.isatty() else line, end="" if sys.stdout.isatty() else "\n",
                       flush=True)
