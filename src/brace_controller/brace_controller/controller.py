@@ -16,9 +16,9 @@ Admitted triggers get (m_t, B_t, SLO_t) from the BudgetPolicy, lowered by the
 LatencyModel when the adaptive budget is on. Both rule 6 and the adaptive
 budget (beyond the paper; off = paper-faithful) count the planner's backlog:
 one planner serves calls in turn, so a call admitted while others are in
-flight waits for them, and that wait is part of its latency. The defer guard never bypasses an
-agent's own cooldown or commit window, so without overrides the anti-churn
-property of Appendix B holds per agent whatever the team does.
+flight waits for them, and that wait is part of its latency. The defer guard
+never bypasses an agent's own cooldown or commit window, so without overrides
+the anti-churn property of Appendix B holds per agent whatever the team does.
 """
 
 from __future__ import annotations
@@ -68,7 +68,6 @@ class BraceController:
         self.team = AgentCounters()
         self.tally: dict[str, AgentTally] = {}
         self._plans: dict[str, tuple] = {}
-        self._in_flight: dict[str, int] = {}  # agent -> token budget of its call in flight
         self._ids = itertools.count(1)
         self._id_prefix = id_prefix
 
@@ -77,7 +76,6 @@ class BraceController:
         self.agents = {}
         self.team = AgentCounters()
         self._plans = {}
-        self._in_flight = {}
 
     # ------------------------------------------------------------------ queries
 
@@ -139,7 +137,7 @@ class BraceController:
         if not verdict.open:
             return verdict.reason
         guard = self.config.max_consecutive_deferrals
-        if guard > 0 and agent.consecutive_deferrals >= guard and not self._in_flight:
+        if guard > 0 and agent.consecutive_deferrals >= guard and not self._calls_in_flight():
             return Reason.DEFER_GUARD  # only once the planner is free: admitted behind a backlog it would wait anyway
         if trigger.agent_id != TEAM_AGENT:
             verdict = self.gate.team_verdict(self.team, trigger.step)
@@ -147,9 +145,12 @@ class BraceController:
                 return verdict.reason
         return Reason.GATE_OPEN
 
+    def _calls_in_flight(self) -> list[AgentCounters]:
+        return [c for c in (*self.agents.values(), self.team) if c.call_in_flight]
+
     def backlog_ms(self) -> float:
         """Predicted wait for the planner: the mean cost of every call in flight (one planner serves them in turn)."""
-        return sum(float(self.latency_model.predict_mean(b)) for b in self._in_flight.values())
+        return sum(float(self.latency_model.predict_mean(c.in_flight_budget)) for c in self._calls_in_flight())
 
     def _deferrable(self, trigger: Trigger) -> bool:
         # An agent with no plan in this episode is never deferred: a late plan beats no plan.
@@ -187,7 +188,7 @@ class BraceController:
         step = decision.trigger.step
         agent.last_call_step = step
         agent.call_in_flight = True
-        self._in_flight[decision.trigger.agent_id] = decision.token_budget
+        agent.in_flight_budget = decision.token_budget
         agent.consecutive_deferrals = 0
         if agent is not self.team:
             self.team.last_call_step = step
@@ -204,7 +205,6 @@ class BraceController:
         """
         agent = self.counters(record.agent_id)
         agent.call_in_flight = False
-        self._in_flight.pop(record.agent_id, None)
         if record.status == CallStatus.OK and record.plan_changed:
             changed_at = max(record.step, self.team.latest_step)
             agent.last_change_step = changed_at

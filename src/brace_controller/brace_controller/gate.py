@@ -24,6 +24,7 @@ class AgentCounters:
     last_change_step: Optional[int] = None
     latest_step: int = 0
     call_in_flight: bool = False
+    in_flight_budget: int = 0  # B_t of the call in flight (the controller predicts the planner's backlog from it)
     consecutive_failures: int = 0
     consecutive_deferrals: int = 0
 

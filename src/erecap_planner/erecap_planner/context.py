@@ -5,9 +5,9 @@ in what concerns the requested agent: its own entries, entries no agent
 contributed (an agent contributes a state entry; a supervisor does not), and
 entries that name it (a teammate's handoff task or message to it). Other
 agents' entries in those blocks, and the whole history, are prunable, so the
-protected part of a call's prompt stays small as the team grows. State keeps only each agent's latest entry; the other
-blocks accumulate, so the context grows with time and with the number of
-agents. `render` produces the planner prompt through the model's chat template
+protected part of a call's prompt stays small as the team grows. State keeps
+only each agent's latest entry; the other blocks accumulate, so the context
+grows with time and with the number of agents. `render` produces the planner prompt through the model's chat template
 and labels every token with its block and entry, so compressors can respect
 protected blocks and count tokens exactly with the model's tokenizer.
 """

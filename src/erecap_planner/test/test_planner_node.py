@@ -10,8 +10,7 @@ from brace_msgs.msg import ContextEntry, ReplanCall
 from rclpy.action import ActionClient
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from tiny_models import tiny
-from tiny_tokenizer import byte_tokenizer
+from tiny_models import saved_tiny_llama, tiny
 
 from brace_controller import qos
 from brace_controller.testing import wait_for
@@ -20,10 +19,7 @@ from erecap_planner.planner_node import ErecapPlannerNode
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny_llama")
-    tiny("llama").save_pretrained(folder)
-    byte_tokenizer().save_pretrained(folder)
-    return str(folder)
+    return saved_tiny_llama(tmp_path_factory.mktemp("tiny_llama"))
 
 
 class Client(Node):

@@ -22,3 +22,12 @@ def tiny(kind: str = "llama", attn: str = "sdpa", seed: int = 0, **overrides):
         raise ValueError(kind)
     model.config._attn_implementation = attn
     return model.eval()
+
+
+def saved_tiny_llama(folder) -> str:
+    """A tiny Llama with the byte tokenizer saved as a local model folder (what `model_path` names)."""
+    from tiny_tokenizer import byte_tokenizer
+
+    tiny("llama").save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return str(folder)

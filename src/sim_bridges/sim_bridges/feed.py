@@ -96,7 +96,7 @@ def step_entries(world: Warehouse, events: list[Event], observe_every: int) -> l
     for e in events:
         if e.kind == "observation":
             continue
-        if e.kind == "message" and e.agent != SUPERVISOR and "-> all:" not in e.text:
+        if e.kind == "message" and e.to:
             out.append(FeedEntry(e.agent, e.step, BLOCK_COORDINATION, "message", e.text))
         else:
             out.append(FeedEntry(e.agent, e.step, BLOCK_HISTORY, e.kind, e.text))

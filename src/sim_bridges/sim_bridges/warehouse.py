@@ -110,6 +110,7 @@ class Event:
     text: str
     success: bool = True
     action: str = ""
+    to: str = ""       # the agent a message is addressed to ("" = a broadcast or a notice)
 
 
 class Warehouse:
@@ -335,7 +336,7 @@ class Warehouse:
                 return [Event(a.name, self.t, "failure_trace", f"handoff of {obj} to {other} failed", False, act)]
             a.holding, b.holding = None, obj
             return [Event(a.name, self.t, "action_outcome", f"handed {obj} to {other}", True, act),
-                    Event(a.name, self.t, "message", f"{a.name} -> {other}: {obj} is yours", True, act)]
+                    Event(a.name, self.t, "message", f"{a.name} -> {other}: {obj} is yours", True, act, to=other)]
         return [Event(a.name, self.t, "failure_trace", f"unknown skill {act}", False, act)]
 
     def _drift(self, events: list[Event]) -> None:

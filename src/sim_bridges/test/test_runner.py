@@ -6,8 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
-from tiny_models import tiny
-from tiny_tokenizer import byte_tokenizer
+from tiny_models import saved_tiny_llama
 
 from brace_controller.audit import records_from_bag
 from brace_controller.audit_report import summary
@@ -18,10 +17,7 @@ WORKSPACE = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny_llama")
-    tiny("llama").save_pretrained(folder)
-    byte_tokenizer().save_pretrained(folder)
-    return str(folder)
+    return saved_tiny_llama(tmp_path_factory.mktemp("tiny_llama"))
 
 
 def same(a, b) -> bool:
