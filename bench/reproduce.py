@@ -8,7 +8,7 @@ on one executor over real DDS, audit bag per row) with the row's overrides:
   table6   a harder world (more grasp slips and drift): open loop, frozen plan,
            No BRACE, BRACE + E-RECAP (Table 6)
   table30  the delta / omega / w sweep of BRACE + E-RECAP in a deadlock-prone
-           world (K = 6 in the same aisles) (Table 30)
+           world (K = 6, every task to one dock) (Table 30)
   table5   K = 1, 2, 4, 8 with unpruned, E-RECAP and random context at the same B (Table 5 shape)
 
 Writes <out>/<table>.md, .csv and .png and <out>/reproduce.md (all tables),
@@ -69,7 +69,7 @@ T5_COLUMNS = ["label", "agents", "episodes", "tokens_before", "tokens_after", "l
               "slo_violation", "success", "oracle_agreement"]
 
 HARD = {"embedded_sim": {"grasp_failure": 0.3, "drift": 0.05}}
-DEADLOCK_PRONE = {"embedded_sim": {"agents": 6}}  # six agents in the same aisles
+DEADLOCK_PRONE = {"embedded_sim": {"agents": 6, "task_docks": 1}}  # six agents, one dock: they queue and block
 
 
 def _merge(*layers: dict[str, dict]) -> dict[str, dict]:

@@ -21,6 +21,7 @@ class SimConfig:
     drift: float = param(0.02, "probability per step that a waiting object is moved to another shelf", 0.0, 1.0)
     hazard_distance: float = param(1.01, "d_min in cells for the near-miss count", 0.0, 100.0)
     handoff_tasks: int = param(1, "two-agent handoff tasks among the tasks", 0, 8)
+    task_docks: int = param(0, "tasks deliver to the first n docks only (0 = any dock; 1 = one congested dock)", 0, 3)
     observe_every: int = param(4, "every N steps each agent's observation also goes to the history (0 = never)",
                                0, 10**6)
     step_period_s: float = param(0.05, "wall time between steps when no call is in flight (s)", 0.001, 60.0)
@@ -42,4 +43,5 @@ class SimConfig:
         """The world configuration of episode `episode`."""
         return WorldConfig(agents=self.agents, seed=self.seed + episode, max_steps=self.max_steps,
                            grasp_failure=self.grasp_failure, drift=self.drift,
-                           hazard_distance=self.hazard_distance, handoff_tasks=self.handoff_tasks)
+                           hazard_distance=self.hazard_distance, handoff_tasks=self.handoff_tasks,
+                           task_docks=self.task_docks)

@@ -46,6 +46,7 @@ class WorldConfig:
     drift: float = 0.01             # probability per step that a waiting object is moved to another shelf
     hazard_distance: float = 1.01   # d_min in cells: adjacent agents are a hazard
     handoff_tasks: int = 1          # two-agent handoff tasks (Pass-Shoe-like) among the tasks
+    task_docks: int = 0             # tasks deliver to the first n docks only (0 = any dock); 1 = one congested dock
 
     def validate(self) -> None:
         """ValueError naming the offending field."""
@@ -54,6 +55,8 @@ class WorldConfig:
         for name in ("grasp_failure", "drift"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be a probability")
+        if self.task_docks < 0:
+            raise ValueError("task_docks must be >= 0")
         if self.max_steps < 1:
             raise ValueError("max_steps must be >= 1")
 
@@ -145,7 +148,7 @@ class Warehouse:
         for i, agent in enumerate(agent_names):
             obj = names[i]
             self.objects[obj] = self.rng.choice(shelf_names)
-            dock = self.rng.choice(list(self.docks))
+            dock = self.rng.choice(list(self.docks)[: config.task_docks or None])
             if i < config.handoff_tasks and len(agent_names) > 1:
                 self.tasks.append(Task(obj, dock, carrier=agent_names[(i + 1) % len(agent_names)], giver=agent))
             else:

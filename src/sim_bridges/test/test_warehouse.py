@@ -77,7 +77,21 @@ def test_bad_skills_fail_without_crashing():
     assert texts == ["unknown skill teleport", "unknown place moon", "pick x failed: not here"]
 
 
-@pytest.mark.parametrize("bad", [dict(agents=0), dict(agents=9), dict(grasp_failure=1.5), dict(max_steps=0)])
+def test_one_task_dock_congests_the_team():
+    """task_docks = 1: every task ends at dock_1, and agents stall behind each other far more often."""
+    stalls = {}
+    for docks in (0, 1):
+        stalls[docks] = 0
+        for seed in range(4):
+            world = Warehouse(WorldConfig(agents=6, seed=seed, task_docks=docks))
+            if docks:
+                assert {t.dock for t in world.tasks} == {"dock_1"}
+            stalls[docks] += sum("blocked on the way" in e.text for e in run_oracle(world, replan_every=10))
+    assert stalls[1] > 2 * stalls[0]
+
+
+@pytest.mark.parametrize("bad", [dict(agents=0), dict(agents=9), dict(grasp_failure=1.5), dict(max_steps=0),
+                                 dict(task_docks=-1)])
 def test_config_validation(bad):
     with pytest.raises(ValueError):
         Warehouse(WorldConfig(**bad))
