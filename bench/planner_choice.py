@@ -27,7 +27,7 @@ from erecap_planner.models import load_model
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
-from sim_bridges.feed import action_schema
+from sim_bridges.feed import action_schema, same_first_step
 from sim_bridges.finetune_cli import context_buffer
 from sim_bridges.plan_data import decision_points
 from sim_bridges.warehouse import Step, Warehouse, WorldConfig
@@ -80,7 +80,7 @@ def main() -> None:
             oracle = point.oracle
             out = path.run(context_buffer(point.entries), CallRequest(point.agent_id, args.budget, 60_000, 120_000))
             plan = [Step(s.action, s.parameters) for s in out.steps]
-            first += bool(plan) and (plan[0].action, plan[0].params) == (oracle[0].action, oracle[0].params)
+            first += same_first_step(plan, oracle, point.here)
             full += [(s.action, s.params) for s in plan] == [(s.action, s.params) for s in oracle]
             lat.append(out.latency_ms)
             toks.append((out.tokens_before, out.tokens_after))

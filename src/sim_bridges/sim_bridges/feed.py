@@ -167,9 +167,20 @@ def plan_from_steps(raw: list[tuple[str, str]]) -> list[Step]:
     return steps
 
 
-def agrees_with_oracle(world: Warehouse, agent: str, plan: list[Step]) -> bool:
-    """The plan's first step is the oracle's first step from the true state."""
-    oracle = world.oracle_plan(agent)
+def same_first_step(plan: list[Step], oracle: list[Step], here: str) -> bool:
+    """The plan's first effective step is the oracle's first step.
+
+    A leading move_to the place the agent stands at (`here`) is a no-op, and the
+    oracle never writes one: it does not count against the plan.
+    """
+    plan = list(plan)
+    while plan and here and plan[0].action == "move_to" and plan[0].params.get("target") == here:
+        plan.pop(0)
     if not plan or not oracle:
         return not plan and not oracle
     return (plan[0].action, plan[0].params) == (oracle[0].action, oracle[0].params)
+
+
+def agrees_with_oracle(world: Warehouse, agent: str, plan: list[Step]) -> bool:
+    """The plan's first effective step is the oracle's first step from the true state."""
+    return same_first_step(plan, world.oracle_plan(agent), place_near(world, world.agents[agent].pos))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .feed import FeedEntry, episode_entries, step_entries
+from .feed import FeedEntry, episode_entries, place_near, step_entries
 from .warehouse import Step, Warehouse, WorldConfig
 
 
@@ -25,6 +25,7 @@ class DecisionPoint:
     oracle: list[Step]
     step: int
     seed: int
+    here: str = ""  # the place the agent stands at ('' between places)
 
 
 def decision_points(seeds: range, agents: int, every: int = 8, observe_every: int = 4,
@@ -52,12 +53,12 @@ def decision_points(seeds: range, agents: int, every: int = 8, observe_every: in
                 if name not in last:
                     if world.t >= 1 + i * stagger:
                         last[name] = world.oracle_plan(name)
-                        yield DecisionPoint(list(entries), name, last[name], world.t, seed)
+                        yield DecisionPoint(list(entries), name, last[name], world.t, seed, place_near(world, a.pos))
                         world.set_plan(name, last[name])
                     continue
                 if a.current is None or name in failed or world.t % every == 0:
                     oracle = world.oracle_plan(name)
                     if oracle != last[name] or name in failed or world.t % every == 0:  # no repeats of an idle wait
-                        yield DecisionPoint(list(entries), name, oracle, world.t, seed)
+                        yield DecisionPoint(list(entries), name, oracle, world.t, seed, place_near(world, a.pos))
                     world.set_plan(name, oracle)
                     last[name] = oracle

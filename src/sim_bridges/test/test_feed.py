@@ -75,6 +75,11 @@ def test_oracle_agreement_compares_first_steps():
     oracle = world.oracle_plan("agent_0")
     assert feed.agrees_with_oracle(world, "agent_0", oracle)
     assert not feed.agrees_with_oracle(world, "agent_0", [Step("wait")])
+    # A leading move_to where the agent already stands is a no-op: the next step is what is compared.
+    here = feed.place_near(world, world.agents["agent_0"].pos)
+    assert here == "park_0"
+    assert feed.agrees_with_oracle(world, "agent_0", [Step("move_to", {"target": here}), *oracle])
+    assert not feed.agrees_with_oracle(world, "agent_0", [Step("move_to", {"target": here}), Step("wait")])
 
 
 def test_decision_points_carry_the_oracle_answer():
