@@ -116,7 +116,7 @@ class ConstrainedPlanDecoder:
                     if should_abort():
                         raise CallAborted("deadline or cancel during constrained decoding")
                     ids = torch.tensor([pending], device=runner.device)
-                    logits = _extend(runner, cache, ids, position)[0, -1]
+                    logits = _extend(runner, cache, ids, position, last_only=True)[0, -1]
                     forwards += 1
                     position += len(pending)
                     produced.extend(pending)

@@ -56,8 +56,8 @@ def _mask(q: int, past: int, valid: Optional[torch.Tensor], dtype, device) -> to
 
 @torch.inference_mode()
 def _extend(runner: ErecapModel, cache: DynamicCache, ids: torch.Tensor, start_pos: int,
-            valid: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Run [B, q] new tokens over `cache` (appending to it); return logits [B, q, vocab]."""
+            valid: Optional[torch.Tensor] = None, last_only: bool = False) -> torch.Tensor:
+    """Run [B, q] new tokens over `cache` (appending to it); return logits [B, q, vocab] ([B, 1, vocab] last_only)."""
     backbone = runner.backbone
     hidden = backbone.embed_tokens(ids)
     q = ids.shape[1]
@@ -68,6 +68,8 @@ def _extend(runner: ErecapModel, cache: DynamicCache, ids: torch.Tensor, start_p
         mask = _mask(q, past, valid, hidden.dtype, hidden.device)
         hidden = layer(hidden, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
                        use_cache=True, position_embeddings=cos_sin)
+    if last_only:  # the vocabulary projection is a fifth of a token's cost: skip it where no one reads it
+        hidden = hidden[:, -1:]
     return runner.model.lm_head(backbone.norm(hidden))
 
 
@@ -81,7 +83,8 @@ def score_candidates(runner: ErecapModel, prefill: PrefillResult, tokenizer, ste
     device = runner.device
     prefix = tokenizer(JSON_PREFIX, add_special_tokens=False)["input_ids"]
     cache = prefill.cache
-    logits = _extend(runner, cache, torch.tensor([prefix], device=device), prefill.next_position)[0, -1]
+    logits = _extend(runner, cache, torch.tensor([prefix], device=device), prefill.next_position,
+                     last_only=True)[0, -1]
     texts = [tokenizer(candidate_text(s), add_special_tokens=False)["input_ids"] for s in steps]
     width = max(len(t) for t in texts)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
