@@ -24,5 +24,6 @@ setup(
         "embedded_sim = sim_bridges.sim_node:main",
         "brace-run = sim_bridges.runner:main",
         "warehouse-finetune = sim_bridges.finetune_cli:main",
+        "warehouse-predictor = sim_bridges.predictor_cli:main",
     ]},
 )

@@ -7,9 +7,13 @@ entries that name it (a teammate's handoff task or message to it). Other
 agents' entries in those blocks, and the whole history, are prunable, so the
 protected part of a call's prompt stays small as the team grows. State keeps
 only each agent's latest entry; the other blocks accumulate, so the context
-grows with time and with the number of agents. `render` produces the planner prompt through the model's chat template
-and labels every token with its block and entry, so compressors can respect
-protected blocks and count tokens exactly with the model's tokenizer.
+grows with time and with the number of agents. The requested agent's own
+task, state and the messages that name it are rendered last, in a `FOR
+<agent>` section next to the request, where a small model reads them most
+reliably (the tail of the prompt also survives every compressor). `render`
+produces the planner prompt through the model's chat template and labels every
+token with its block and entry, so compressors can respect protected blocks and
+count tokens exactly with the model's tokenizer.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ class Block(enum.IntEnum):
 
 PROTECTED_BLOCKS = frozenset({Block.TASK, Block.STATE, Block.CONSTRAINTS, Block.COORDINATION})
 _ORDER = (Block.TASK, Block.CONSTRAINTS, Block.STATE, Block.COORDINATION, Block.HISTORY)
+# The requested agent's own task, messages to it and its state close the context, next to the request.
+FOCUS_BLOCKS = frozenset({Block.TASK, Block.STATE, Block.COORDINATION})
+_FOCUS_ORDER = (Block.TASK, Block.COORDINATION, Block.STATE)
 _TITLES = {Block.TASK: "TASK", Block.CONSTRAINTS: "CONSTRAINTS", Block.STATE: "STATE",
            Block.COORDINATION: "COORDINATION", Block.HISTORY: "HISTORY"}
 
@@ -146,14 +153,25 @@ class ContextBuffer:
         all_entries: list[Entry] = []
         agents = set(self.state)
         named = re.compile(rf"\b{re.escape(agent_id)}\b")
-        for block, block_entries in entries if entries is not None else self.blocks():
-            if not block_entries:
-                continue
-            pieces.append((f"{_TITLES[block]}:\n", -1, True))
+        focus: list[Entry] = []
+
+        def emit(title: str, block_entries: list[Entry]) -> None:
+            pieces.append((f"{title}:\n", -1, True))
             for entry in block_entries:
                 all_entries.append(entry)
                 concerns = entry.agent_id == agent_id or entry.agent_id not in agents or bool(named.search(entry.text))
-                pieces.append((entry.line() + "\n", len(all_entries) - 1, block in PROTECTED_BLOCKS and concerns))
+                pieces.append((entry.line() + "\n", len(all_entries) - 1, entry.block in PROTECTED_BLOCKS and concerns))
+
+        for block, block_entries in entries if entries is not None else self.blocks():
+            if block in FOCUS_BLOCKS:
+                mine = [e for e in block_entries if e.agent_id == agent_id or named.search(e.text)]
+                focus.extend(mine)
+                block_entries = [e for e in block_entries if not (e.agent_id == agent_id or named.search(e.text))]
+            if block_entries:
+                emit(_TITLES[block], block_entries)
+        if focus:
+            focus.sort(key=lambda e: _FOCUS_ORDER.index(e.block))
+            emit(f"FOR {agent_id}", focus)
         pieces.append((f"REQUEST: {request}", -1, True))
         content = "".join(p[0] for p in pieces)
         messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": content}]

@@ -34,6 +34,11 @@ def test_render_labels_every_token_and_round_trips():
         concerns_a = entry.agent_id == "a" or "-> a:" in entry.text
         assert all(ctx.protected[i] == (entry.block != Block.HISTORY and concerns_a) for i in tokens)
     assert any(e.block == Block.STATE and e.agent_id == "b" for e in ctx.entries)  # b's state: present, prunable
+    # What concerns a (its task, b's message to it) closes the context, after the history, next to the request.
+    focus = ctx.text.index("FOR a:\n")
+    assert ctx.text.index("HISTORY:") < focus < ctx.text.index("fetch cup_3") < ctx.text.index("I hold") < \
+        ctx.text.index("REQUEST:")
+    assert "TASK:" not in ctx.text and "COORDINATION:" not in ctx.text  # nothing else is in those blocks
     # The request and the chat template are protected, the history is not.
     assert ctx.protected[-1] and ctx.protected[0]
     assert not all(ctx.protected)
