@@ -33,7 +33,7 @@ from sim_bridges.plan_data import decision_points
 from sim_bridges.warehouse import Step, Warehouse, WorldConfig
 
 OUT = Path(__file__).parent / "out"
-PREDICTOR = "package://erecap_planner/models/smollm2-135m-instruct-erecap.safetensors"
+PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap.safetensors"
 ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors"
 CONFIGS = ["candidates/none", "constrained/none", "constrained/erecap", "constrained/random", "constrained/recency"]
 
@@ -48,16 +48,18 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=40, help="decision points per configuration")
     ap.add_argument("--budget", type=int, default=384)
     ap.add_argument("--adapter", default=ADAPTER, help="LoRA adapter merged into the model ('' = off-the-shelf)")
+    ap.add_argument("--predictor", default=PREDICTOR, help="E-RECAP predictor checkpoint of constrained/erecap")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="model weights on the CPU")
     ap.add_argument("--configs", nargs="+", default=CONFIGS, choices=CONFIGS)
     args = ap.parse_args()
 
-    model, tok = load_model("smollm2-135m-instruct")
+    model, tok = load_model("smollm2-135m-instruct", dtype=args.dtype)
     if args.adapter:
         merge_adapter(model, resolve_path(args.adapter))
     depth = model.config.num_hidden_layers
     layers = table8_layers(depth)
     schedule = PruneSchedule(tuple(layers), 0.7)
-    trained = PredictorBank.load(resolve_path(PREDICTOR), model.config)
+    trained = PredictorBank.load(resolve_path(args.predictor), model.config)
     world0 = Warehouse(WorldConfig(agents=args.agents))
     schema = ActionSchema.from_dict(action_schema(world0))
     configs = {
