@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -139,6 +140,7 @@ def run_table(cfg: RunConfig, table: Table, episodes: int, out: Path, quiet: boo
     """Run every row; write the table's markdown, CSV and PNG; return the markdown."""
     rows = []
     folder = out / table.name
+    shutil.rmtree(folder, ignore_errors=True)  # a rerun replaces the table's earlier rows (and their bags)
     for i, row in enumerate(table.rows):
         extra = _merge(row.extra, {"embedded_sim": {"episodes": episodes}})
         started = time.monotonic()

@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
@@ -81,6 +82,7 @@ class AuditRecorderNode(Node):
 
     def __init__(self, **kwargs) -> None:
         super().__init__("audit_recorder", **kwargs)
+        self.writer: Optional[BagWriter] = None  # none when configuration fails: shutdown must still work
         self.config = declare_config(self, RecorderConfig)
         out = self.config.output_dir or f"brace_audit_{time.strftime('%Y%m%d_%H%M%S')}"
         try:
@@ -99,12 +101,12 @@ class AuditRecorderNode(Node):
 
     def on_message(self, topic: str, data: bytes) -> None:
         """Append one serialized message, stamped with its receive time."""
-        if not self.writer.closed:
+        if self.writer is not None and not self.writer.closed:
             self.writer.write(topic, data, self.get_clock().now().nanoseconds)
 
     def close(self) -> None:
         """Finish the bag (idempotent)."""
-        if not self.writer.closed:
+        if self.writer is not None and not self.writer.closed:
             self.writer.close()
             total = sum(t.count for t in self.writer.topics.values())
             self.get_logger().info(f"bag {self.path} closed: {total} messages")

@@ -78,6 +78,24 @@ def test_not_a_bag(tmp_path):
         BagWriter(tmp_path).add_topic("/x", "no_such_pkg/msg/Nothing")
 
 
+def test_recorder_refuses_a_used_output_dir_by_name(tmp_path):
+    import rclpy
+    from rclpy.parameter import Parameter
+
+    from brace_controller.audit_recorder_node import AuditRecorderNode
+    from brace_controller.config import ConfigError
+
+    (tmp_path / "old.mcap").write_bytes(b"x")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    try:
+        with pytest.raises(ConfigError, match="output_dir"):
+            AuditRecorderNode(context=context, parameter_overrides=[Parameter("output_dir", value=str(tmp_path))])
+    finally:
+        context.try_shutdown()  # destroys the half-made node: must not raise
+    assert (tmp_path / "old.mcap").read_bytes() == b"x"
+
+
 def test_recorder_finishes_the_bag_on_sigterm(tmp_path):
     bag = tmp_path / "rec"
     env = dict(os.environ)
