@@ -155,18 +155,20 @@ class ContextBuffer:
         named = re.compile(rf"\b{re.escape(agent_id)}\b")
         focus: list[Entry] = []
 
+        def mine(entry: Entry) -> bool:  # the requested agent's entry, or one that names it
+            return entry.agent_id == agent_id or bool(named.search(entry.text))
+
         def emit(title: str, block_entries: list[Entry]) -> None:
             pieces.append((f"{title}:\n", -1, True))
             for entry in block_entries:
                 all_entries.append(entry)
-                concerns = entry.agent_id == agent_id or entry.agent_id not in agents or bool(named.search(entry.text))
+                concerns = mine(entry) or entry.agent_id not in agents
                 pieces.append((entry.line() + "\n", len(all_entries) - 1, entry.block in PROTECTED_BLOCKS and concerns))
 
         for block, block_entries in entries if entries is not None else self.blocks():
             if block in FOCUS_BLOCKS:
-                mine = [e for e in block_entries if e.agent_id == agent_id or named.search(e.text)]
-                focus.extend(mine)
-                block_entries = [e for e in block_entries if not (e.agent_id == agent_id or named.search(e.text))]
+                focus.extend(e for e in block_entries if mine(e))
+                block_entries = [e for e in block_entries if not mine(e)]
             if block_entries:
                 emit(_TITLES[block], block_entries)
         if focus:

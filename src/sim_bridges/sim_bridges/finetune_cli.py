@@ -69,16 +69,21 @@ def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int
     return out
 
 
+def add_data_arguments(ap: argparse.ArgumentParser, episodes: int, seed: int, max_tokens: int, epochs: int) -> None:
+    """The model and oracle decision-point arguments of the warehouse training commands."""
+    ap.add_argument("--model", default=SMOLLM2)
+    ap.add_argument("--episodes", type=int, default=episodes, help="oracle episodes per K")
+    ap.add_argument("--agents", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--seed", type=int, default=seed, help="first training seed (evaluation uses seeds < 1000)")
+    ap.add_argument("--max-tokens", type=int, default=max_tokens, help="longer prompts are skipped")
+    ap.add_argument("--epochs", type=int, default=epochs)
+
+
 def main(argv=None) -> int:
     """Train and save the adapter."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=SMOLLM2)
-    ap.add_argument("--episodes", type=int, default=30, help="oracle episodes per K")
-    ap.add_argument("--agents", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--seed", type=int, default=1000, help="first training seed (evaluation uses seeds < 1000)")
+    add_data_arguments(ap, episodes=30, seed=1000, max_tokens=1400, epochs=1)
     ap.add_argument("--examples", type=int, default=600, help="at most this many examples (sampled)")
-    ap.add_argument("--max-tokens", type=int, default=1400)
-    ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--output", type=Path, default=default_adapter())

@@ -22,12 +22,12 @@ import torch
 
 from erecap_planner.adapter import merge_adapter
 from erecap_planner.config import resolve_path
-from erecap_planner.models import SMOLLM2, load_model
+from erecap_planner.models import load_model
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
 from erecap_planner.training import Example, PredictorTrainer, mean_loss
 
-from .finetune_cli import build_examples
+from .finetune_cli import add_data_arguments, build_examples
 
 ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors"
 
@@ -35,14 +35,9 @@ ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.saf
 def main(argv=None) -> int:
     """Train and save the predictor bank."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=SMOLLM2)
+    add_data_arguments(ap, episodes=4, seed=2000, max_tokens=1600, epochs=2)
     ap.add_argument("--adapter", default=ADAPTER, help="LoRA adapter merged first ('' = the off-the-shelf model)")
-    ap.add_argument("--episodes", type=int, default=4, help="oracle episodes per K")
-    ap.add_argument("--agents", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--seed", type=int, default=2000, help="first seed (evaluation uses seeds < 1000)")
     ap.add_argument("--cases", type=int, default=48, help="at most this many decision points (sampled)")
-    ap.add_argument("--max-tokens", type=int, default=1600)
-    ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--keep-ratio", type=float, default=0.7)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--init", help="continue from this predictor checkpoint")
