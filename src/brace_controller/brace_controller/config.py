@@ -259,6 +259,8 @@ class MonitorConfig:
     periodic_interval_steps: int = param(10, "steps between periodic triggers per agent (0 = off)", 0, 10**6)
     periodic_stagger_steps: int = param(0, "the i-th agent's periodic (and initial-plan) triggers come i x this many "
         "steps after the first agent's (0 = all agents at the same step)", 0, 10**6)
+    plan_done_idle_steps: int = param(0, "an agent without a goal for this many steps that moved more than "
+        "deadlock_progress_m since its last such trigger raises a periodic trigger 'plan finished' (0 = off)", 0, 10**6)
     failure_threshold: int = param(2, "k: consecutive failed outcomes that raise a failure trigger (0 = off)", 0, 10**6)
     drift_threshold_m: float = param(0.5, "tracking error above which a step counts as drifting (m)", 0.0, 1e6)
     drift_steps: int = param(3, "m: consecutive drifting steps that raise a drift trigger (0 = off)", 0, 10**6)

@@ -1,4 +1,4 @@
-"""Trigger detectors: periodic, failure, drift, hazard, deadlock (Eq. 12), preempt.
+"""Trigger detectors: periodic (and plan finished), failure, drift, hazard, deadlock (Eq. 12), preempt.
 
 Each detector is a small stateful object fed with observations and returning
 the Triggers it raises. `TriggerMonitor` composes them behind two entry points:
@@ -49,6 +49,36 @@ class PeriodicDetector:
             return []
         return [Trigger(TriggerKind.PERIODIC, a, step, severity=1.0, detail=f"every {self.interval} steps")
                 for i, a in enumerate(agents) if step - i * self.stagger > 0 and (step - i * self.stagger) % self.interval == 0]
+
+
+class PlanDoneDetector:
+    """Raises a periodic trigger when an agent's plan has run out after the agent moved.
+
+    An agent without a goal for `idle_steps` steps, that moved more than
+    `progress_m` since the episode started or since its previous such trigger,
+    finished a plan and waits for the next one; asking now spares it the wait for
+    its periodic trigger. An agent that idles where it was (a handoff carrier
+    waiting, a parked agent) raises nothing again until it moves.
+    """
+
+    def __init__(self, idle_steps: int, progress_m: float):
+        self.idle_steps = idle_steps
+        self.progress_m = progress_m
+        self.idle: dict[str, int] = {}
+        self.anchor: dict[str, tuple[float, float, float]] = {}
+
+    def update(self, agent: str, step: int, state: AgentObservation) -> Optional[Trigger]:
+        """One step of one agent's state."""
+        anchor = self.anchor.setdefault(agent, state.position)
+        if self.idle_steps <= 0:
+            return None
+        self.idle[agent] = 0 if state.has_goal else self.idle.get(agent, 0) + 1
+        moved = math.dist(anchor, state.position)
+        if self.idle[agent] != self.idle_steps or moved <= self.progress_m:
+            return None
+        self.anchor[agent] = state.position
+        return Trigger(TriggerKind.PERIODIC, agent, step, severity=1.0,
+                       detail=f"plan finished: idle {self.idle_steps} steps after moving {moved:.2f} m")
 
 
 class FailureDetector:
@@ -199,6 +229,7 @@ class TriggerMonitor:
         self.initial_pending: set[str] = set(self.agents()) if episode_start and c.initial_plan else set()
         self.first_step: Optional[int] = None
         self.periodic = PeriodicDetector(c.periodic_interval_steps, c.periodic_stagger_steps)
+        self.plan_done = PlanDoneDetector(c.plan_done_idle_steps, c.deadlock_progress_m)
         self.failure = FailureDetector(c.failure_threshold)
         self.drift = DriftDetector(c.drift_threshold_m, c.drift_steps)
         self.hazard = HazardDetector(c.hazard_distance_m, c.hazard_repeat_steps)
@@ -239,8 +270,11 @@ class TriggerMonitor:
         due -= {t.agent_id for t in raised}  # a periodic trigger at this step asks for the plan already
         raised += [Trigger(TriggerKind.PERIODIC, a, step, severity=1.0, detail="initial plan") for a in sorted(due)]
         self.initial_pending -= due | {t.agent_id for t in raised}
+        periodic_now = {t.agent_id for t in raised}
         for agent, state in sorted(self.states.items()):
-            for trigger in (self.drift.update(agent, step, state.tracking_error), self.deadlock.update(agent, step, state)):
+            done = self.plan_done.update(agent, step, state)
+            for trigger in (None if agent in periodic_now else done,
+                            self.drift.update(agent, step, state.tracking_error), self.deadlock.update(agent, step, state)):
                 if trigger:
                     raised.append(trigger)
         raised.extend(self.hazard.check(step, self.states))

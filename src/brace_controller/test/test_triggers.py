@@ -10,6 +10,7 @@ from brace_controller.triggers import (
     FailureDetector,
     HazardDetector,
     PeriodicDetector,
+    PlanDoneDetector,
     TriggerMonitor,
 )
 from brace_controller.types import TriggerKind
@@ -85,6 +86,29 @@ def test_deadlock_evidence_over_window():
 def test_deadlock_ignores_agents_without_goal():
     det = DeadlockDetector(window=1, threshold=1, progress_m=0.05)
     assert not any(det.update("a", s, at(0.0, goal=False)) for s in range(5))
+
+
+def test_plan_done_after_idle_steps_only_when_the_agent_moved():
+    det = PlanDoneDetector(idle_steps=2, progress_m=0.05)
+    # (x, has_goal): starts idle where it is, moves with a plan, finishes, idles, waits at the end, moves again.
+    track = [(0, False), (0, False), (0, False), (1, True), (2, True), (2, False), (2, False), (2, False),
+             (2, False), (2, False), (3, True), (3, False), (3, False)]
+    fired = [(s, t.kind, t.detail) for s, (x, goal) in enumerate(track) if (t := det.update("a", s, at(x, goal=goal)))]
+    assert [s for s, _, _ in fired] == [6, 12]
+    assert all(kind == TriggerKind.PERIODIC and detail.startswith("plan finished") for _, kind, detail in fired)
+    assert not any(PlanDoneDetector(0, 0.05).update("a", s, at(float(s), goal=s < 3)) for s in range(8))
+
+
+def test_monitor_raises_one_periodic_trigger_when_plan_done_and_periodic_coincide():
+    mon = TriggerMonitor(MonitorConfig(agents=["a"], periodic_interval_steps=3, plan_done_idle_steps=1))
+    mon.on_state("a", at(0.0))
+    mon.on_step(1)
+    mon.on_state("a", at(1.0, goal=False))
+    assert [t.detail for t in mon.on_step(2)] == ["plan finished: idle 1 steps after moving 1.00 m"]
+    mon.on_state("a", at(2.0))
+    mon.on_step(3)
+    mon.on_state("a", at(3.0, goal=False))
+    assert [t.detail for t in mon.on_step(6)] == ["every 3 steps"]
 
 
 def test_monitor_attaches_failure_count_to_every_trigger():
