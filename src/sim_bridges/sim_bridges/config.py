@@ -20,7 +20,8 @@ class SimConfig:
     grasp_failure: float = param(0.1, "probability that a pick slips", 0.0, 1.0)
     drift: float = param(0.02, "probability per step that a waiting object is moved to another shelf", 0.0, 1.0)
     hazard_distance: float = param(1.01, "d_min in cells for the near-miss count", 0.0, 100.0)
-    handoff_tasks: int = param(1, "two-agent handoff tasks among the tasks", 0, 8)
+    handoff_tasks: int = param(1, "two-agent handoff tasks (agents 0+1, 2+3, ... pair up; every agent has one task)",
+                               0, 4)
     task_docks: int = param(0, "tasks deliver to the first n docks only (0 = any dock; 1 = one congested dock)", 0, 3)
     observe_every: int = param(4, "every N steps each agent's observation also goes to the history (0 = never)",
                                0, 10**6)

@@ -4,7 +4,7 @@ ROS-free. The node turns these into ContextEntry / ExecutionOutcome / AgentState
 messages. Blocks follow the planner's context layout (paper Eq. 3): the task and
 the constraints open an episode (protected), each agent's latest observation is
 its state (protected), messages from one agent to another are coordination
-(protected), and action outcomes, failure traces, broadcasts ("blocked on the
+(protected), a finished task is a task entry (protected), and action outcomes, failure traces, broadcasts ("blocked on the
 way"), supervisor notices (an object was moved) and a periodic observation log
 are history (prunable), so the context grows with
 time and with the number of agents, and pruning can remove what mattered.
@@ -91,12 +91,14 @@ def state_text(world: Warehouse, agent: str) -> str:
 
 
 def step_entries(world: Warehouse, events: list[Event], observe_every: int) -> list[FeedEntry]:
-    """Entries of one step: history for outcomes, failures and notices; coordination for messages; states."""
+    """Entries of one step: outcomes, failures, notices as history; messages as coordination; done tasks; states."""
     out: list[FeedEntry] = []
     for e in events:
         if e.kind == "observation":
             continue
-        if e.kind == "message" and e.to:
+        if e.kind == "task_status":
+            out.append(FeedEntry(e.agent, e.step, BLOCK_TASK, "task_done", e.text))
+        elif e.kind == "message" and e.to:
             out.append(FeedEntry(e.agent, e.step, BLOCK_COORDINATION, "message", e.text))
         else:
             out.append(FeedEntry(e.agent, e.step, BLOCK_HISTORY, e.kind, e.text))

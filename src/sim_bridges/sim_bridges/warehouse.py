@@ -45,7 +45,7 @@ class WorldConfig:
     grasp_failure: float = 0.1      # probability a pick slips
     drift: float = 0.01             # probability per step that a waiting object is moved to another shelf
     hazard_distance: float = 1.01   # d_min in cells: adjacent agents are a hazard
-    handoff_tasks: int = 1          # two-agent handoff tasks (Pass-Shoe-like) among the tasks
+    handoff_tasks: int = 1          # two-agent handoff tasks (Pass-Shoe-like): agents 0+1, 2+3, ... pair up
     task_docks: int = 0             # tasks deliver to the first n docks only (0 = any dock); 1 = one congested dock
 
     def validate(self) -> None:
@@ -109,7 +109,7 @@ class Event:
 
     agent: str
     step: int
-    kind: str          # observation | action_outcome | failure_trace | message
+    kind: str          # observation | action_outcome | failure_trace | message | task_status
     text: str
     success: bool = True
     action: str = ""
@@ -144,15 +144,16 @@ class Warehouse:
         shelf_names = list(self.shelves)
         self.objects: dict[str, Optional[str]] = {}   # object -> shelf it is on (None when held / delivered)
         self.tasks: list[Task] = []
+        # Every agent takes part in exactly one task: agents 0 and 1, 2 and 3, ... pair up for the handoffs
+        # (the first hands over to the second), the others fetch alone.
         agent_names = list(self.agents)
-        for i, agent in enumerate(agent_names):
-            obj = names[i]
+        pairs = min(config.handoff_tasks, len(agent_names) // 2)
+        roles = [(agent_names[2 * i + 1], agent_names[2 * i]) for i in range(pairs)]
+        roles += [(agent, None) for agent in agent_names[2 * pairs:]]
+        for obj, (carrier, giver) in zip(names[: len(roles)], roles, strict=True):
             self.objects[obj] = self.rng.choice(shelf_names)
             dock = self.rng.choice(list(self.docks)[: config.task_docks or None])
-            if i < config.handoff_tasks and len(agent_names) > 1:
-                self.tasks.append(Task(obj, dock, carrier=agent_names[(i + 1) % len(agent_names)], giver=agent))
-            else:
-                self.tasks.append(Task(obj, dock, carrier=agent))
+            self.tasks.append(Task(obj, dock, carrier=carrier, giver=giver))
         self.delivered: set[str] = set()
         self.near_misses = 0
         self.collisions = 0
@@ -172,6 +173,11 @@ class Warehouse:
     def free(self, cell: Cell) -> bool:
         """Inside the map and not a wall or shelf."""
         return cell not in self.walls and 0 <= cell[1] < len(MAP) and 0 <= cell[0] < len(MAP[0])
+
+    @staticmethod
+    def _adjacent(a: Cell, b: Cell) -> bool:
+        """Within reach for a handoff (the same or a 4-neighbouring cell)."""
+        return abs(a[0] - b[0]) + abs(a[1] - b[1]) <= 1
 
     def path(self, start: Cell, goal: Cell, blocked: frozenset = frozenset()) -> Optional[list[Cell]]:
         """Shortest 4-connected path (excluding start) or None."""
@@ -230,8 +236,8 @@ class Warehouse:
             a_pos, a.pos = a.pos, self.access(shelf)  # plan the rest from the shelf
             go(task.dock)
             a.pos = a_pos
-        else:
-            go(task.dock)
+        elif not (task.giver == agent and self._adjacent(a.pos, self.agents[task.carrier].pos)):
+            go(task.dock)  # a giver next to its carrier hands over where it stands
         if task.giver == agent:
             return plan + [Step("handoff", {"object": task.obj, "to_agent": task.carrier})]
         return plan + [Step("place", {"object": task.obj, "target": task.dock})]
@@ -327,15 +333,17 @@ class Warehouse:
                 return [Event(a.name, self.t, "failure_trace", f"place {obj} at {dock} failed", False, act)]
             a.holding = None
             task = next((t for t in self.tasks if t.obj == obj and not t.done), None)
+            placed = [Event(a.name, self.t, "action_outcome", f"placed {obj} at {dock}", True, act)]
             if task is not None and task.dock == dock:
                 task.done = True
                 self.delivered.add(obj)
-            return [Event(a.name, self.t, "action_outcome", f"placed {obj} at {dock}", True, act)]
+                team = f"{task.giver} and {task.carrier}" if task.giver else task.carrier
+                placed.append(Event(a.name, self.t, "task_status", f"task done: {obj} delivered at {dock} by {team}"))
+            return placed
         if act == "handoff":
             obj, other = p.get("object", ""), p.get("to_agent", "")
             b = self.agents.get(other)
-            if a.holding != obj or b is None or b.holding is not None or \
-                    abs(a.pos[0] - b.pos[0]) + abs(a.pos[1] - b.pos[1]) > 1:
+            if a.holding != obj or b is None or b.holding is not None or not self._adjacent(a.pos, b.pos):
                 return [Event(a.name, self.t, "failure_trace", f"handoff of {obj} to {other} failed", False, act)]
             a.holding, b.holding = None, obj
             return [Event(a.name, self.t, "action_outcome", f"handed {obj} to {other}", True, act),

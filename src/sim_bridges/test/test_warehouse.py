@@ -44,6 +44,16 @@ def test_oracle_policy_completes_most_episodes(agents):
     assert wins >= 4
 
 
+@pytest.mark.parametrize("agents, handoffs", [(1, 1), (2, 1), (3, 1), (4, 2), (5, 8), (8, 0)])
+def test_every_agent_takes_part_in_exactly_one_task(agents, handoffs):
+    world = Warehouse(WorldConfig(agents=agents, seed=0, handoff_tasks=handoffs))
+    roles = [name for t in world.tasks for name in (t.carrier, t.giver) if name]
+    assert sorted(roles) == sorted(world.agents)
+    pairs = [(t.giver, t.carrier) for t in world.tasks if t.giver]
+    assert len(pairs) == min(handoffs, agents // 2)
+    assert all(int(carrier.split("_")[1]) == int(giver.split("_")[1]) + 1 for giver, carrier in pairs)
+
+
 def test_context_grows_with_time_and_agents():
     small, large = Warehouse(WorldConfig(agents=1, seed=0)), Warehouse(WorldConfig(agents=8, seed=0))
     assert len(run_oracle(small)[:0]) == 0
