@@ -56,13 +56,14 @@ def render(point: DecisionPoint, tokenizer, schema: ActionSchema, mode: int) -> 
 
 
 def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int, max_tokens: int,
-                   rng: random.Random) -> list[PlanExample]:
+                   rng: random.Random, detour: float = 0.0) -> list[PlanExample]:
     """Examples from oracle episodes for every K in `agents` (prompts longer than max_tokens skipped)."""
     out = []
     for k in agents:
         schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(agents=k))))
         decoder = ConstrainedPlanDecoder(tokenizer, enumerate_steps(schema), schema.max_steps)
-        for point in decision_points(range(seed0, seed0 + episodes), k, observe_every=rng.choice([4, 6, 8])):
+        for point in decision_points(range(seed0, seed0 + episodes), k, observe_every=rng.choice([4, 6, 8]),
+                                     detour=detour):
             ids = render(point, tokenizer, schema, rng.choice([0, 1, 2]))
             if len(ids) <= max_tokens:
                 out.append(PlanExample(ids, target_ids(point, decoder)))
@@ -77,6 +78,8 @@ def add_data_arguments(ap: argparse.ArgumentParser, episodes: int, seed: int, ma
     ap.add_argument("--seed", type=int, default=seed, help="first training seed (evaluation uses seeds < 1000)")
     ap.add_argument("--max-tokens", type=int, default=max_tokens, help="longer prompts are skipped")
     ap.add_argument("--epochs", type=int, default=epochs)
+    ap.add_argument("--detour", type=float, default=0.25,
+                    help="probability that the world executes a plausible wrong plan instead of the oracle's")
 
 
 def main(argv=None) -> int:
@@ -91,7 +94,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     model, tok = load_model(args.model, device="auto", dtype="float32")
-    examples = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng)
+    examples = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng, args.detour)
     if len(examples) > args.examples:
         examples = rng.sample(examples, args.examples)
     print(f"{len(examples)} examples, mean prompt {sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} tokens",

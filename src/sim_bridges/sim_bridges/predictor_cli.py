@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     bank = (PredictorBank.load(resolve_path(args.init), model.config) if args.init
             else PredictorBank.for_model(model.config, layers, seed=args.seed))
     trainer = PredictorTrainer(model, bank, PruneSchedule(tuple(layers), args.keep_ratio), lr=args.lr, seed=args.seed)
-    points = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng)
+    points = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng, args.detour)
     if not points:
         ap.error(f"no decision point fits in --max-tokens {args.max_tokens}")
     points = rng.sample(points, min(args.cases, len(points)))

@@ -44,6 +44,20 @@ def test_directed_messages_are_coordination_broadcasts_are_history():
     assert blocks[events[1].text] == blocks[events[2].text] == feed.BLOCK_HISTORY
 
 
+def test_a_finished_task_is_a_task_entry_naming_its_agents():
+    world = Warehouse(WorldConfig(agents=2, seed=0, drift=0.0, grasp_failure=0.0))
+    entries = []
+    while not world.finished:
+        for name in world.agents:
+            world.set_plan(name, world.oracle_plan(name))
+        entries += feed.step_entries(world, world.step(), 0)
+    assert world.success
+    done = [e for e in entries if e.kind == "task_done"]
+    task = world.tasks[0]
+    assert [(e.block, e.agent_id) for e in done] == [(feed.BLOCK_TASK, task.carrier)]
+    assert done[0].text == f"task done: {task.obj} delivered at {task.dock} by {task.giver} and {task.carrier}"
+
+
 def test_drift_sensor_sees_a_moved_object():
     world = Warehouse(WorldConfig(agents=1, seed=0, handoff_tasks=0, drift=0.0))
     task = world.tasks[0]
@@ -86,3 +100,14 @@ def test_decision_points_carry_the_oracle_answer():
     points = list(decision_points(range(1), agents=2, max_steps=20))
     assert points and all(p.oracle for p in points)
     assert points[-1].step > 0 and len(points[-1].entries) > len(points[0].entries)
+
+
+def test_detours_execute_mistakes_but_keep_the_oracle_labels():
+    def picks(points):
+        return sum("picked" in e.text for e in points[-1].entries)
+
+    clean = list(decision_points(range(1), agents=2, max_steps=30))
+    detoured = list(decision_points(range(1), agents=2, max_steps=30, detour=1.0))
+    assert picks(clean) > 0 and picks(detoured) == 0  # every executed plan was a detour: nothing was ever picked
+    assert all(p.oracle for p in detoured)
+    assert any(p.oracle[0].action == "move_to" and p.step > 10 for p in detoured)
