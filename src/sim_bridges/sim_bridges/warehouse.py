@@ -216,7 +216,8 @@ class Warehouse:
         a = self.agents[agent]
         task = self.task_of(agent)
         park = f"park_{agent.split('_')[-1]}"
-        if task is None:
+        handed_over = task is not None and task.giver == agent and self.agents[task.carrier].holding == task.obj
+        if task is None or handed_over:  # nothing (more) to do: free the shelves and docks
             return ([Step("move_to", {"target": park})] if a.pos != self.parks[park] else []) + [Step("wait")]
         plan: list[Step] = []
 

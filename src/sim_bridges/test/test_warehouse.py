@@ -112,3 +112,12 @@ def test_set_plan_reports_changes():
     plan = world.oracle_plan("agent_0")
     assert world.set_plan("agent_0", plan)
     assert not world.set_plan("agent_0", list(plan))
+
+
+def test_giver_goes_to_its_park_once_the_carrier_holds_the_object():
+    world = Warehouse(WorldConfig(agents=2, seed=0))
+    task = world.tasks[0]
+    world.agents[task.carrier].holding = task.obj
+    world.objects[task.obj] = None
+    assert world.oracle_plan(task.giver) == [Step("move_to", {"target": "park_0"}), Step("wait")] or \
+        world.agents[task.giver].pos == world.parks["park_0"]
