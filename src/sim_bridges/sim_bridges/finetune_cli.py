@@ -78,7 +78,7 @@ def add_data_arguments(ap: argparse.ArgumentParser, episodes: int, seed: int, ma
     ap.add_argument("--seed", type=int, default=seed, help="first training seed (evaluation uses seeds < 1000)")
     ap.add_argument("--max-tokens", type=int, default=max_tokens, help="longer prompts are skipped")
     ap.add_argument("--epochs", type=int, default=epochs)
-    ap.add_argument("--detour", type=float, default=0.25,
+    ap.add_argument("--detour", type=float, default=0.0,
                     help="probability that the world executes a plausible wrong plan instead of the oracle's")
 
 
