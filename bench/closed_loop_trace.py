@@ -1,0 +1,120 @@
+"""Where does the planner go wrong in the closed loop? One episode, every call next to the oracle's plan.
+
+ROS-free and in one process: the embedded warehouse, the trigger monitor core with
+`config/trigger_monitor.yaml` (periodic triggers staggered one agent per step, as
+in the sim runs), and the planner call path as `config/erecap_planner_sim.yaml`
+runs it (shipped adapter and warehouse predictor). Every trigger is served at
+once and the world waits for the plan (No BRACE's lockstep, no gate). Prints each
+call with the plan, the oracle's plan from the true state and whether the first
+steps agree, then the world events and the episode metrics; writes the calls to
+bench/out/closed_loop_trace.csv.
+
+    python bench/closed_loop_trace.py --agents 4 --seed 1 --compressor erecap
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from report import write_csv
+
+from brace_controller.config import MonitorConfig, from_mapping, load_ros_parameters
+from brace_controller.triggers import AgentObservation, TriggerMonitor
+from erecap_planner.adapter import merge_adapter
+from erecap_planner.call_path import CallRequest, PlannerCallPath
+from erecap_planner.config import resolve_path
+from erecap_planner.models import load_model
+from erecap_planner.plan_parser import ActionSchema
+from erecap_planner.predictor import PredictorBank
+from erecap_planner.pruning import PruneSchedule, table8_layers
+from sim_bridges.feed import (
+    action_schema,
+    agent_reports,
+    episode_entries,
+    outcomes,
+    place_near,
+    same_first_step,
+    step_entries,
+)
+from sim_bridges.finetune_cli import context_buffer
+from sim_bridges.warehouse import Step, Warehouse, WorldConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = Path(__file__).parent / "out"
+PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap.safetensors"
+ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors"
+
+
+def monitor_for(names: list[str]) -> TriggerMonitor:
+    """The trigger monitor with the sim runs' parameters."""
+    raw = load_ros_parameters(ROOT / "config" / "trigger_monitor.yaml", "trigger_monitor")
+    known = {f.name for f in dataclasses.fields(MonitorConfig)}
+    values = {k: v for k, v in raw.items() if k in known}
+    values.update(agents=names, periodic_stagger_steps=1)
+    monitor = TriggerMonitor(from_mapping(MonitorConfig, values))
+    monitor.reset(episode_start=True)
+    return monitor
+
+
+def main() -> None:
+    """Run one traced episode."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--agents", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-steps", type=int, default=60)
+    ap.add_argument("--compressor", default="none", choices=["none", "erecap", "random", "recency", "summary"])
+    ap.add_argument("--budget", type=int, default=384, help="B of a compressed call")
+    ap.add_argument("--adapter", default=ADAPTER)
+    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    args = ap.parse_args()
+
+    model, tok = load_model("smollm2-135m-instruct", dtype=args.dtype)
+    if args.adapter:
+        merge_adapter(model, resolve_path(args.adapter))
+    predictors = PredictorBank.load(resolve_path(PREDICTOR), model.config) if args.compressor == "erecap" else None
+    world = Warehouse(WorldConfig(agents=args.agents, seed=args.seed, max_steps=args.max_steps, drift=0.02))
+    path = PlannerCallPath(model, tok, ActionSchema.from_dict(action_schema(world)), args.compressor,
+                           PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7), predictors,
+                           decoding="constrained")
+    names = sorted(world.agents)
+    monitor = monitor_for(names)
+    entries = list(episode_entries(world, args.seed)) + step_entries(world, [], 0)
+    for task in world.tasks:
+        print(f"task: {task.obj} to {task.dock}, carrier {task.carrier}" + (f", giver {task.giver}" if task.giver else ""))
+    rows = []
+    while not world.finished:
+        events = world.step()
+        entries.extend(step_entries(world, events, 4))
+        for e in events:
+            if e.kind != "observation" and "blocked on the way" not in e.text:
+                print(f"  t={world.t} {e.agent}: {e.text}")
+        triggers = [t for e in outcomes(events) for t in monitor.on_outcome(e.agent, e.success, e.text)]
+        for r in agent_reports(world):
+            monitor.on_state(r.agent_id, AgentObservation((r.x, r.y, 0.0), r.tracking_error, r.has_goal))
+        triggers += monitor.on_step(world.t)
+        for agent in dict.fromkeys(t.agent_id for t in triggers if t.agent_id in world.agents):
+            detail = next(t.detail for t in triggers if t.agent_id == agent)
+            budget = args.budget if args.compressor != "none" else 0
+            out = path.run(context_buffer(entries), CallRequest(agent, budget, 60_000, 120_000))
+            plan = [Step(s.action, s.parameters) for s in out.steps]
+            oracle = world.oracle_plan(agent)
+            agrees = same_first_step(plan, oracle, place_near(world, world.agents[agent].pos))
+            print(f"CALL t={world.t} {agent} [{detail}] {'ok ' if agrees else 'BAD'} plan {[s.text() for s in plan]} "
+                  f"oracle {[s.text() for s in oracle]} ({out.tokens_before} -> {out.tokens_after} tokens, "
+                  f"{out.latency_ms:.0f} ms)", flush=True)
+            rows.append({"step": world.t, "agent": agent, "trigger": detail, "agrees": agrees,
+                         "plan": " ".join(s.text() for s in plan), "oracle": " ".join(s.text() for s in oracle),
+                         "tokens_before": out.tokens_before, "tokens_after": out.tokens_after,
+                         "latency_ms": round(out.latency_ms, 1)})
+            world.set_plan(agent, plan)
+    metrics = world.metrics()
+    agreement = sum(r["agrees"] for r in rows) / max(len(rows), 1)
+    print(f"episode: {metrics} calls {len(rows)} oracle agreement {agreement:.0%}")
+    OUT.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, OUT / "closed_loop_trace.csv")
+
+
+if __name__ == "__main__":
+    main()
