@@ -15,12 +15,11 @@ bench/out/closed_loop_trace.csv.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 
 from report import write_csv
 
-from brace_controller.config import MonitorConfig, from_mapping, load_ros_parameters
+from brace_controller.config import MonitorConfig, MonitorNodeConfig, config_from_file
 from brace_controller.triggers import AgentObservation, TriggerMonitor
 from erecap_planner.adapter import merge_adapter
 from erecap_planner.call_path import CallRequest, PlannerCallPath
@@ -29,6 +28,7 @@ from erecap_planner.models import load_model
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
+from sim_bridges.config import SimConfig
 from sim_bridges.feed import (
     action_schema,
     agent_reports,
@@ -39,23 +39,12 @@ from sim_bridges.feed import (
     step_entries,
 )
 from sim_bridges.finetune_cli import context_buffer
-from sim_bridges.warehouse import Step, Warehouse, WorldConfig
+from sim_bridges.warehouse import Step, Warehouse
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).parent / "out"
 PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap.safetensors"
 ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors"
-
-
-def monitor_for(names: list[str]) -> TriggerMonitor:
-    """The trigger monitor with the sim runs' parameters."""
-    raw = load_ros_parameters(ROOT / "config" / "trigger_monitor.yaml", "trigger_monitor")
-    known = {f.name for f in dataclasses.fields(MonitorConfig)}
-    values = {k: v for k, v in raw.items() if k in known}
-    values.update(agents=names, periodic_stagger_steps=1)
-    monitor = TriggerMonitor(from_mapping(MonitorConfig, values))
-    monitor.reset(episode_start=True)
-    return monitor
 
 
 def main() -> None:
@@ -74,19 +63,23 @@ def main() -> None:
     if args.adapter:
         merge_adapter(model, resolve_path(args.adapter))
     predictors = PredictorBank.load(resolve_path(PREDICTOR), model.config) if args.compressor == "erecap" else None
-    world = Warehouse(WorldConfig(agents=args.agents, seed=args.seed, max_steps=args.max_steps, drift=0.02))
+    sim = config_from_file(SimConfig, ROOT / "config" / "embedded_sim.yaml", "embedded_sim", agents=args.agents,
+                           seed=args.seed, max_steps=args.max_steps)
+    world = Warehouse(sim.world(0))
     path = PlannerCallPath(model, tok, ActionSchema.from_dict(action_schema(world)), args.compressor,
                            PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7), predictors,
                            decoding="constrained")
-    names = sorted(world.agents)
-    monitor = monitor_for(names)
+    monitor = TriggerMonitor(config_from_file(MonitorConfig, ROOT / "config" / "trigger_monitor.yaml", "trigger_monitor",
+                                              MonitorNodeConfig, agents=sorted(world.agents), periodic_stagger_steps=1))
+    monitor.reset(episode_start=True)
     entries = list(episode_entries(world, args.seed)) + step_entries(world, [], 0)
     for task in world.tasks:
         print(f"task: {task.obj} to {task.dock}, carrier {task.carrier}" + (f", giver {task.giver}" if task.giver else ""))
+    budget = args.budget if args.compressor != "none" else 0
     rows = []
     while not world.finished:
         events = world.step()
-        entries.extend(step_entries(world, events, 4))
+        entries.extend(step_entries(world, events, sim.observe_every))
         for e in events:
             if e.kind != "observation" and "blocked on the way" not in e.text:
                 print(f"  t={world.t} {e.agent}: {e.text}")
@@ -94,9 +87,11 @@ def main() -> None:
         for r in agent_reports(world):
             monitor.on_state(r.agent_id, AgentObservation((r.x, r.y, 0.0), r.tracking_error, r.has_goal))
         triggers += monitor.on_step(world.t)
-        for agent in dict.fromkeys(t.agent_id for t in triggers if t.agent_id in world.agents):
-            detail = next(t.detail for t in triggers if t.agent_id == agent)
-            budget = args.budget if args.compressor != "none" else 0
+        first = {}  # an agent's first trigger of the step asks for its plan
+        for t in triggers:
+            if t.agent_id in world.agents:
+                first.setdefault(t.agent_id, t.detail)
+        for agent, detail in first.items():
             out = path.run(context_buffer(entries), CallRequest(agent, budget, 60_000, 120_000))
             plan = [Step(s.action, s.parameters) for s in out.steps]
             oracle = world.oracle_plan(agent)

@@ -84,6 +84,14 @@ def load_ros_parameters(path: str | Path, node_name: str) -> dict[str, Any]:
     raise ConfigError("ros__parameters", f"{path} has no section for node '{node_name}'")
 
 
+def config_from_file(cls: type, path: str | Path, node_name: str, node_cls: Optional[type] = None,
+                     **overrides: Any) -> Any:
+    """Build config `cls` from a node's ROS parameter file, without `node_cls`'s (ROS-side) keys, with overrides."""
+    values = load_ros_parameters(path, node_name)
+    node_keys = {f.name for f in dataclasses.fields(node_cls)} if node_cls else set()
+    return from_mapping(cls, {**{k: v for k, v in values.items() if k not in node_keys}, **overrides})
+
+
 # --------------------------------------------------------------------------- budget profiles
 
 

@@ -9,11 +9,13 @@ import pytest
 from brace_controller.config import (
     ConfigError,
     ControllerConfig,
+    ControllerNodeConfig,
     MonitorConfig,
+    MonitorNodeConfig,
+    config_from_file,
     default_profiles_path,
     from_mapping,
     load_profiles,
-    load_ros_parameters,
 )
 from brace_controller.types import Mode
 
@@ -76,9 +78,7 @@ def test_malformed_profile_files(tmp_path, body, match):
 
 
 def test_workspace_parameter_files_build_valid_configs():
-    controller = load_ros_parameters(WORKSPACE / "config" / "brace_controller.yaml", "brace_controller")
-    node_keys = {"replan_action", "deadline_check_period_s", "state_period_s", "diagnostics_period_s"}
-    cfg = from_mapping(ControllerConfig, {k: v for k, v in controller.items() if k not in node_keys})
+    cfg = config_from_file(ControllerConfig, WORKSPACE / "config" / "brace_controller.yaml", "brace_controller",
+                           ControllerNodeConfig)
     cfg.load_profile()
-    monitor = load_ros_parameters(WORKSPACE / "config" / "trigger_monitor.yaml", "trigger_monitor")
-    from_mapping(MonitorConfig, {k: v for k, v in monitor.items() if k != "diagnostics_period_s"})
+    config_from_file(MonitorConfig, WORKSPACE / "config" / "trigger_monitor.yaml", "trigger_monitor", MonitorNodeConfig)
