@@ -111,7 +111,8 @@ class ErecapModel:
         """Run the prompt through the model, pruning at the schedule's layers.
 
         `token_budget` caps the tokens left after the last pruning layer (B_t);
-        the per-layer ratio is raised to (B_t / N)^(1/|P|) when r alone would undershoot it.
+        the per-layer ratio is raised to (B_t / N)^(1/|P|) when r alone would undershoot it,
+        so a prompt of at most B_t tokens is not pruned. Without a budget, r alone applies.
         `stop_after_pruning` stops after the last pruning layer (prompt-level
         mode: only the kept positions are wanted; logits are then empty).
         `all_logits` returns logits for every kept position (for tests).
@@ -134,11 +135,12 @@ class ErecapModel:
         if token_budget is not None and token_budget < n0 and not prune_layers:
             raise ValueError("a token budget below the prompt length needs at least one pruning layer")
         last_prune = prune_layers[-1] if prune_layers else -1
-        # Aim the progressive pruning at the budget: per-layer ratio max(r, (B / N0)^(1/|P|)), so a
-        # generous budget is used rather than undershot; the last pruning layer then caps at B.
+        # Aim the progressive pruning at the budget: per-layer ratio max(r, (min(B, N0) / N0)^(1/|P|)), so
+        # a generous budget is used rather than undershot (a prompt already within B is kept whole, as every
+        # other compressor keeps it); the last pruning layer then caps at B.
         ratio, aiming = schedule.keep_ratio, False
-        if token_budget is not None and prune_layers and token_budget < n0:
-            budget_ratio = (token_budget / n0) ** (1.0 / len(prune_layers))
+        if token_budget is not None and prune_layers:
+            budget_ratio = (min(token_budget, n0) / n0) ** (1.0 / len(prune_layers))
             ratio, aiming = max(ratio, budget_ratio), budget_ratio > ratio
         lengths = [n0]
         prune_s = 0.0

@@ -116,3 +116,8 @@ def test_budget_sets_the_per_layer_ratio_when_r_would_undershoot():
     assert runner.prefill(ids(400)).tokens_after == 50           # r = 0.5 alone: 400 -> 200 -> 100 -> 50
     assert runner.prefill(ids(400), token_budget=200).tokens_after == 200  # ratio raised to (200/400)^(1/3)
     assert runner.prefill(ids(400), token_budget=20).tokens_after == 20    # r already below: capped at B
+    # A prompt within the budget is kept whole: no jump from B kept at N = B + 1 to r^3 N kept at N = B.
+    for budget in (400, 1000):
+        out = runner.prefill(ids(400), token_budget=budget)
+        assert out.tokens_after == 400 and out.lengths == [400, 400, 400, 400]
+    assert runner.prefill(ids(400), token_budget=399).tokens_after == 399
