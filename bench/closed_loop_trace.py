@@ -47,42 +47,23 @@ PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap
 ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors"
 
 
-def main() -> None:
-    """Run one traced episode."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--agents", type=int, default=4)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-steps", type=int, default=60)
-    ap.add_argument("--compressor", default="none", choices=["none", "erecap", "random", "recency", "summary"])
-    ap.add_argument("--budget", type=int, default=384, help="B of a compressed call")
-    ap.add_argument("--adapter", default=ADAPTER)
-    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
-    args = ap.parse_args()
-
-    model, tok = load_model("smollm2-135m-instruct", dtype=args.dtype)
-    if args.adapter:
-        merge_adapter(model, resolve_path(args.adapter))
-    predictors = PredictorBank.load(resolve_path(PREDICTOR), model.config) if args.compressor == "erecap" else None
-    sim = config_from_file(SimConfig, ROOT / "config" / "embedded_sim.yaml", "embedded_sim", agents=args.agents,
-                           seed=args.seed, max_steps=args.max_steps)
-    world = Warehouse(sim.world(0))
-    path = PlannerCallPath(model, tok, ActionSchema.from_dict(action_schema(world)), args.compressor,
-                           PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7), predictors,
-                           decoding="constrained")
-    monitor = TriggerMonitor(config_from_file(MonitorConfig, ROOT / "config" / "trigger_monitor.yaml", "trigger_monitor",
-                                              MonitorNodeConfig, agents=sorted(world.agents), periodic_stagger_steps=1))
+def episode(path: PlannerCallPath, sim: SimConfig, monitor: TriggerMonitor, budget: int, index: int,
+            verbose: bool) -> tuple[dict, list[dict]]:
+    """Closed-loop episode `index` of the sim (seed sim.seed + index): its metrics and one row per call."""
+    seed = sim.seed + index
+    world = Warehouse(sim.world(index))
     monitor.reset(episode_start=True)
-    entries = list(episode_entries(world, args.seed)) + step_entries(world, [], 0)
+    entries = list(episode_entries(world, seed)) + step_entries(world, [], 0)
+    say = print if verbose else (lambda *a, **k: None)
     for task in world.tasks:
-        print(f"task: {task.obj} to {task.dock}, carrier {task.carrier}" + (f", giver {task.giver}" if task.giver else ""))
-    budget = args.budget if args.compressor != "none" else 0
+        say(f"task: {task.obj} to {task.dock}, carrier {task.carrier}" + (f", giver {task.giver}" if task.giver else ""))
     rows = []
     while not world.finished:
         events = world.step()
         entries.extend(step_entries(world, events, sim.observe_every))
         for e in events:
             if e.kind != "observation" and "blocked on the way" not in e.text:
-                print(f"  t={world.t} {e.agent}: {e.text}")
+                say(f"  t={world.t} {e.agent}: {e.text}")
         triggers = [t for e in outcomes(events) for t in monitor.on_outcome(e.agent, e.success, e.text)]
         for r in agent_reports(world):
             monitor.on_state(r.agent_id, AgentObservation((r.x, r.y, 0.0), r.tracking_error, r.has_goal))
@@ -96,17 +77,58 @@ def main() -> None:
             plan = [Step(s.action, s.parameters) for s in out.steps]
             oracle = world.oracle_plan(agent)
             agrees = same_first_step(plan, oracle, place_near(world, world.agents[agent].pos))
-            print(f"CALL t={world.t} {agent} [{detail}] {'ok ' if agrees else 'BAD'} plan {[s.text() for s in plan]} "
-                  f"oracle {[s.text() for s in oracle]} ({out.tokens_before} -> {out.tokens_after} tokens, "
-                  f"{out.latency_ms:.0f} ms)", flush=True)
-            rows.append({"step": world.t, "agent": agent, "trigger": detail, "agrees": agrees,
+            say(f"CALL t={world.t} {agent} [{detail}] {'ok ' if agrees else 'BAD'} plan {[s.text() for s in plan]} "
+                f"oracle {[s.text() for s in oracle]} ({out.tokens_before} -> {out.tokens_after} tokens, "
+                f"{out.latency_ms:.0f} ms)", flush=True)
+            rows.append({"seed": seed, "step": world.t, "agent": agent, "trigger": detail, "agrees": agrees,
                          "plan": " ".join(s.text() for s in plan), "oracle": " ".join(s.text() for s in oracle),
                          "tokens_before": out.tokens_before, "tokens_after": out.tokens_after,
                          "latency_ms": round(out.latency_ms, 1)})
             world.set_plan(agent, plan)
-    metrics = world.metrics()
-    agreement = sum(r["agrees"] for r in rows) / max(len(rows), 1)
-    print(f"episode: {metrics} calls {len(rows)} oracle agreement {agreement:.0%}")
+    return world.metrics(), rows
+
+
+def main() -> None:
+    """Run the traced episodes."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--agents", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--episodes", type=int, default=1, help="seeds seed, seed + 1, …")
+    ap.add_argument("--max-steps", type=int, default=60)
+    ap.add_argument("--compressor", default="none", choices=["none", "erecap", "random", "recency", "summary"])
+    ap.add_argument("--budget", type=int, default=384, help="B of a compressed call")
+    ap.add_argument("--adapter", default=ADAPTER)
+    ap.add_argument("--predictor", default=PREDICTOR)
+    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    ap.add_argument("--quiet", action="store_true", help="only the episode lines and the summary")
+    args = ap.parse_args()
+
+    model, tok = load_model("smollm2-135m-instruct", dtype=args.dtype)
+    if args.adapter:
+        merge_adapter(model, resolve_path(args.adapter))
+    predictors = PredictorBank.load(resolve_path(args.predictor), model.config) if args.compressor == "erecap" else None
+    sim = config_from_file(SimConfig, ROOT / "config" / "embedded_sim.yaml", "embedded_sim", agents=args.agents,
+                           seed=args.seed, max_steps=args.max_steps)
+    first = Warehouse(sim.world(0))
+    schema = ActionSchema.from_dict(action_schema(first))
+    path = PlannerCallPath(model, tok, schema, args.compressor,
+                           PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7), predictors,
+                           decoding="constrained")
+    monitor = TriggerMonitor(config_from_file(MonitorConfig, ROOT / "config" / "trigger_monitor.yaml", "trigger_monitor",
+                                              MonitorNodeConfig, agents=sorted(first.agents),
+                                              periodic_stagger_steps=1))
+    budget = args.budget if args.compressor != "none" else 0
+    rows, results = [], []
+    for index in range(args.episodes):
+        metrics, calls = episode(path, sim, monitor, budget, index, not args.quiet)
+        agreement = sum(r["agrees"] for r in calls) / max(len(calls), 1)
+        print(f"episode seed {sim.seed + index}: {metrics} calls {len(calls)} oracle agreement {agreement:.0%}", flush=True)
+        rows += calls
+        results.append(metrics)
+    if len(results) > 1:
+        print(f"{len(results)} episodes: success {sum(m['success'] for m in results)}/{len(results)}, delivered "
+              f"{sum(m['delivered'] for m in results)}/{sum(m['tasks'] for m in results)}, calls {len(rows)}, "
+              f"oracle agreement {sum(r['agrees'] for r in rows) / max(len(rows), 1):.0%}")
     OUT.mkdir(parents=True, exist_ok=True)
     write_csv(rows, OUT / "closed_loop_trace.csv")
 
