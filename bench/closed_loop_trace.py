@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from report import write_csv
+from report import sim_planner_checkpoint, write_csv
 
 from brace_controller.config import MonitorConfig, MonitorNodeConfig, config_from_file
 from brace_controller.triggers import AgentObservation, TriggerMonitor
@@ -43,8 +43,8 @@ from sim_bridges.warehouse import Step, Warehouse
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).parent / "out"
-PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap.safetensors"
-ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors"
+PREDICTOR = sim_planner_checkpoint("predictor_path")
+ADAPTER = sim_planner_checkpoint("adapter_path")
 
 
 def episode(path: PlannerCallPath, sim: SimConfig, monitor: TriggerMonitor, budget: int, index: int,

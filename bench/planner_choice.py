@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import yaml
-from report import write_csv
+from report import sim_planner_checkpoint, write_csv
 
 from erecap_planner.adapter import merge_adapter
 from erecap_planner.call_path import CallRequest, PlannerCallPath
@@ -33,8 +33,8 @@ from sim_bridges.plan_data import decision_points
 from sim_bridges.warehouse import Step, Warehouse, WorldConfig
 
 OUT = Path(__file__).parent / "out"
-PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap.safetensors"
-ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors"
+PREDICTOR = sim_planner_checkpoint("predictor_path")
+ADAPTER = sim_planner_checkpoint("adapter_path")
 CONFIGS = ["candidates/none", "constrained/none", "constrained/erecap", "constrained/random", "constrained/recency"]
 
 

@@ -14,3 +14,11 @@ def write_csv(rows: list[dict], path: Path) -> Path:
         writer.writeheader()
         writer.writerows(rows)
     return path
+
+
+def sim_planner_checkpoint(name: str) -> str:
+    """`adapter_path` or `predictor_path` as config/erecap_planner_sim.yaml ships it (the benches' default)."""
+    from brace_controller.config import load_ros_parameters
+
+    sim = Path(__file__).resolve().parent.parent / "config" / "erecap_planner_sim.yaml"
+    return str(load_ros_parameters(sim, "erecap_planner")[name])
