@@ -5,7 +5,10 @@ instead of a copy of the model. Training wraps the attention projections with
 trainable low-rank updates (W x + s B A x, A random, B zero at start) and
 minimises the LM loss on the plan tokens only. Loading merges W += s B A into
 the base weights, so inference (pruned prefill, decoding) runs the unmodified
-code path at no extra cost. Checkpoints record the base architecture and are
+code path at no extra cost. An example with a token budget is trained
+pruning-aware: its prompt is pruned inside the forward exactly as E-RECAP
+prunes it at inference (`pruned_target_loss`), so the adapter learns to plan
+from what E-RECAP keeps. Checkpoints record the base architecture and are
 refused for another one.
 """
 
@@ -21,6 +24,10 @@ from typing import Optional
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
+
+from .predictor import PredictorBank
+from .pruned_forward import pruned_target_loss
+from .pruning import PruneSchedule
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
@@ -51,6 +58,8 @@ class PlanExample:
 
     prompt_ids: list[int]
     target_ids: list[int]
+    token_budget: Optional[int] = None     # train under E-RECAP pruning to this B_t (needs `pruning`)
+    protect: Optional[list[bool]] = None   # protected prompt tokens (RenderedContext.protected)
 
 
 def _projections(model) -> dict[str, nn.Linear]:
@@ -67,11 +76,15 @@ def _signature(model) -> dict[str, str]:
 def train_adapter(model, examples: list[PlanExample], rank: int = 8, alpha: float = 16.0,
                   epochs: int = 1, lr: float = 1e-3, seed: int = 0,
                   progress: Optional[Callable[[int, int, float], None]] = None,
-                  init: Optional[dict[str, torch.Tensor]] = None) -> dict[str, torch.Tensor]:
+                  init: Optional[dict[str, torch.Tensor]] = None,
+                  pruning: Optional[tuple[PruneSchedule, PredictorBank]] = None) -> dict[str, torch.Tensor]:
     """Train LoRA on `examples` (loss on target tokens); return the adapter tensors. `model` is left unchanged.
 
     `init` (a saved adapter's tensors, same rank) continues an earlier training instead of starting from B = 0.
+    `pruning` (schedule, predictors) is the E-RECAP that examples with a token budget are trained under.
     """
+    if pruning is None and any(ex.token_budget is not None for ex in examples):
+        raise ValueError("examples with a token budget need `pruning` (schedule, predictors)")
     torch.manual_seed(seed)
     rng = random.Random(seed)
     wrapped: dict[str, LoRALinear] = {}
@@ -98,10 +111,15 @@ def train_adapter(model, examples: list[PlanExample], rank: int = 8, alpha: floa
         order = [i for _ in range(epochs) for i in rng.sample(range(len(examples)), len(examples))]
         for n, i in enumerate(order):
             ex = examples[i]
-            ids = torch.tensor([ex.prompt_ids + ex.target_ids], device=device)
-            labels = ids.clone()
-            labels[0, : len(ex.prompt_ids)] = -100
-            loss = model(input_ids=ids, labels=labels).loss
+            if ex.token_budget is not None:
+                protect = torch.tensor(ex.protect) if ex.protect is not None else None
+                loss = pruned_target_loss(model, *pruning, torch.tensor(ex.prompt_ids), torch.tensor(ex.target_ids),
+                                          ex.token_budget, protect)
+            else:
+                ids = torch.tensor([ex.prompt_ids + ex.target_ids], device=device)
+                labels = ids.clone()
+                labels[0, : len(ex.prompt_ids)] = -100
+                loss = model(input_ids=ids, labels=labels).loss
             optim.zero_grad()
             loss.backward()
             optim.step()

@@ -30,6 +30,52 @@ class CallAborted(RuntimeError):
     """The prefill was stopped between layers (deadline passed or call cancelled)."""
 
 
+class PruningPass:
+    """Which tokens each pruning layer keeps in one prompt's forward (Eq. 4-5 aimed at the budget B_t).
+
+    Shared by the pruned prefill and pruning-aware training, so both select
+    exactly the same tokens. The per-layer ratio is max(r, (min(B, N0)/N0)^(1/|P|)):
+    a generous budget is used rather than undershot (a prompt already within B is
+    kept whole, as every other compressor keeps it); the last pruning layer then
+    caps at B. `protect` ([N0] bool) marks tokens that outrank every predictor
+    score while the budget allows; the predictor still orders them.
+    """
+
+    def __init__(self, schedule: PruneSchedule, predictors: Optional[PredictorBank], n0: int,
+                 token_budget: Optional[int] = None, protect: Optional[torch.Tensor] = None):
+        self.schedule = schedule
+        self.predictors = predictors
+        self.token_budget = token_budget
+        self.protect = protect
+        layers = list(schedule.layers)
+        if token_budget is not None and token_budget < n0 and not layers:
+            raise ValueError("a token budget below the prompt length needs at least one pruning layer")
+        self.last_layer = layers[-1] if layers else -1
+        self.ratio, self.aiming = schedule.keep_ratio, False
+        if token_budget is not None and layers:
+            budget_ratio = (min(token_budget, n0) / n0) ** (1.0 / len(layers))
+            self.ratio, self.aiming = max(self.ratio, budget_ratio), budget_ratio > self.ratio
+
+    def keep(self, idx: int, hidden: torch.Tensor, positions: torch.Tensor) -> Optional[torch.Tensor]:
+        """Indices (into the current sequence) that layer `idx` keeps, or None when it keeps every token.
+
+        `hidden` [N_l, d] are the prompt tokens' states entering the layer, `positions` their original positions.
+        """
+        if idx not in self.schedule.layers:
+            return None
+        n = hidden.shape[0]
+        budget = self.token_budget if idx == self.last_layer else None
+        n_next = self.schedule.next_length(n, budget, self.ratio, round_up=self.aiming)
+        if n_next >= n:
+            return None
+        scores = self.predictors.score(idx, hidden)
+        if self.protect is not None:
+            scores = scores.float()
+            lift = (scores.max() - scores.min() + 1.0).clamp(min=1.0)
+            scores = scores + self.protect.to(hidden.device)[positions].float() * lift
+        return select_kept(scores, n_next, self.schedule.head_tokens, self.schedule.tail_size(n))
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -131,17 +177,7 @@ class ErecapModel:
         positions = torch.arange(n0, device=self.device)
         cache = DynamicCache(config=self.config)
         schedule = self.schedule
-        prune_layers = list(schedule.layers)
-        if token_budget is not None and token_budget < n0 and not prune_layers:
-            raise ValueError("a token budget below the prompt length needs at least one pruning layer")
-        last_prune = prune_layers[-1] if prune_layers else -1
-        # Aim the progressive pruning at the budget: per-layer ratio max(r, (min(B, N0) / N0)^(1/|P|)), so
-        # a generous budget is used rather than undershot (a prompt already within B is kept whole, as every
-        # other compressor keeps it); the last pruning layer then caps at B.
-        ratio, aiming = schedule.keep_ratio, False
-        if token_budget is not None and prune_layers:
-            budget_ratio = (min(token_budget, n0) / n0) ** (1.0 / len(prune_layers))
-            ratio, aiming = max(ratio, budget_ratio), budget_ratio > ratio
+        pruning = PruningPass(schedule, self.predictors, n0, token_budget, protect)
         lengths = [n0]
         prune_s = 0.0
         mask = self._causal_mask(n0, hidden.dtype)
@@ -152,16 +188,8 @@ class ErecapModel:
             if idx in schedule.layers:
                 _sync(self.device)
                 t0 = time.perf_counter()
-                n = hidden.shape[1]
-                budget = token_budget if idx == last_prune else None
-                n_next = schedule.next_length(n, budget, ratio, round_up=aiming)
-                if n_next < n:
-                    scores = self.predictors.score(idx, hidden[0])
-                    if protect is not None:  # protected tokens outrank the rest; the predictor still orders them
-                        scores = scores.float()
-                        lift = (scores.max() - scores.min() + 1.0).clamp(min=1.0)
-                        scores = scores + protect.to(self.device)[positions].float() * lift
-                    keep = select_kept(scores, n_next, schedule.head_tokens, schedule.tail_size(n))
+                keep = pruning.keep(idx, hidden[0], positions)
+                if keep is not None:
                     hidden = hidden[:, keep]
                     positions = positions[keep]
                     mask = self._causal_mask(hidden.shape[1], hidden.dtype)
@@ -169,7 +197,7 @@ class ErecapModel:
                 _sync(self.device)
                 prune_s += time.perf_counter() - t0
                 lengths.append(int(hidden.shape[1]))
-                if stop_after_pruning and idx == last_prune:
+                if stop_after_pruning and idx == pruning.last_layer:
                     empty = torch.empty(0, device=self.device)
                     return PrefillResult(empty, cache, positions.clone(), lengths, n0, prune_s * 1000.0)
             hidden = self._run_layer(layer, hidden, rotary, cache, mask)
@@ -211,3 +239,37 @@ class ErecapModel:
             logits = self.model.lm_head(self.backbone.norm(hidden)[0, -1])
             position += 1
         return result
+
+
+def pruned_target_loss(model, schedule: PruneSchedule, predictors: PredictorBank, prompt_ids: torch.Tensor,
+                       target_ids: torch.Tensor, token_budget: Optional[int] = None,
+                       protect: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Next-token loss of `target_ids` read from the prompt as the pruned prefill leaves it.
+
+    The prompt is pruned at every pruning layer exactly as `ErecapModel.prefill`
+    prunes it (same PruningPass); the target tokens are never pruned and, like
+    the decode, attend at each layer to the prompt tokens that layer kept. The
+    loss is differentiable in the model's weights (pruning-aware fine-tuning);
+    the selection itself is not.
+    """
+    backbone = model.model
+    device = next(model.parameters()).device
+    ids = torch.cat([prompt_ids.reshape(-1), target_ids.reshape(-1)]).to(device)
+    n_prompt = int(prompt_ids.numel())
+    pruning = PruningPass(schedule, predictors, n_prompt, token_budget, protect)
+    hidden = backbone.embed_tokens(ids)[None]
+    positions = torch.arange(ids.numel(), device=device)
+    for idx, layer in enumerate(backbone.layers[: model.config.num_hidden_layers]):
+        with torch.no_grad():
+            keep = pruning.keep(idx, hidden[0, :n_prompt].detach(), positions[:n_prompt])
+        if keep is not None:
+            keep = torch.cat([keep, torch.arange(n_prompt, hidden.shape[1], device=device)])
+            n_prompt -= hidden.shape[1] - keep.numel()
+            hidden, positions = hidden[:, keep], positions[keep]
+        n = hidden.shape[1]
+        mask = torch.full((n, n), torch.finfo(hidden.dtype).min, dtype=hidden.dtype, device=device).triu(1)
+        cos_sin = backbone.rotary_emb(hidden, position_ids=positions[None])
+        hidden = layer(hidden, attention_mask=mask[None, None], position_ids=positions[None], past_key_values=None,
+                       use_cache=False, position_embeddings=cos_sin)
+    logits = model.lm_head(backbone.norm(hidden))[0, n_prompt - 1:-1]
+    return torch.nn.functional.cross_entropy(logits.float(), target_ids.reshape(-1).to(device))

@@ -54,3 +54,28 @@ def test_adapter_for_another_architecture_is_refused(tmp_path):
     path = save_adapter(train_adapter(model, examples()[:1], rank=2), model, tmp_path / "a.safetensors")
     with pytest.raises(AdapterMismatchError):
         merge_adapter(tiny("llama", hidden_size=32, intermediate_size=64), path)
+
+
+def test_pruning_aware_training_lowers_the_pruned_plan_loss(tmp_path):
+    from erecap_planner.predictor import PredictorBank
+    from erecap_planner.pruned_forward import pruned_target_loss
+    from erecap_planner.pruning import PruneSchedule
+
+    model = tiny("llama")
+    schedule = PruneSchedule(layers=(1, 3), keep_ratio=0.7)
+    bank = PredictorBank.for_model(model.config, [1, 3])
+    data = [PlanExample(ex.prompt_ids, ex.target_ids, token_budget=12, protect=[i < 20 for i in range(30)])
+            for ex in examples()]
+
+    def pruned_loss(ex: PlanExample) -> float:
+        with torch.no_grad():
+            return float(pruned_target_loss(model, schedule, bank, torch.tensor(ex.prompt_ids),
+                                            torch.tensor(ex.target_ids), ex.token_budget, torch.tensor(ex.protect)))
+
+    before = [pruned_loss(ex) for ex in data]
+    with pytest.raises(ValueError, match="pruning"):
+        train_adapter(model, data, rank=4, epochs=1)
+    tensors = train_adapter(model, data, rank=4, alpha=8, epochs=30, lr=3e-3, pruning=(schedule, bank))
+    merge_adapter(model, save_adapter(tensors, model, tmp_path / "a.safetensors", dtype=torch.float32))
+    after = [pruned_loss(ex) for ex in data]
+    assert all(a < b - 0.5 for a, b in zip(after, before, strict=True))

@@ -121,3 +121,30 @@ def test_budget_sets_the_per_layer_ratio_when_r_would_undershoot():
         out = runner.prefill(ids(400), token_budget=budget)
         assert out.tokens_after == 400 and out.lengths == [400, 400, 400, 400]
     assert runner.prefill(ids(400), token_budget=399).tokens_after == 399
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pruned_target_loss_equals_the_loss_read_through_the_pruned_prefill(kind):
+    # Pruning-aware training sees what inference sees: the same kept tokens per layer, the target attending to them.
+    from erecap_planner.pruned_forward import pruned_target_loss
+    from erecap_planner.scoring import _extend
+
+    model = tiny(kind)
+    layers = (1, 2, 4)
+    schedule = PruneSchedule(layers=layers, keep_ratio=0.7)
+    bank = PredictorBank.for_model(model.config, list(layers))
+    prompt, target = ids(200)[0], ids(6, seed=5)[0]
+    protect = torch.zeros(200, dtype=torch.bool)
+    protect[50:70] = True
+    runner = ErecapModel(model, schedule, bank)
+    pre = runner.prefill(prompt, token_budget=60, protect=protect)
+    assert pre.tokens_after == 60 and set(range(50, 70)) <= set(pre.kept_index.tolist())
+    later = _extend(runner, pre.cache, target[None, :-1], pre.next_position)[0]
+    logits = torch.cat([pre.logits[None], later])
+    reference = torch.nn.functional.cross_entropy(logits.float(), target)
+    loss = pruned_target_loss(model, schedule, bank, prompt, target, token_budget=60, protect=protect)
+    torch.testing.assert_close(loss, reference, atol=1e-4, rtol=0)
+    # Without pruning it is the model's own loss on the target.
+    plain = model(torch.cat([prompt, target])[None]).logits[0, 199:-1]
+    unpruned = pruned_target_loss(model, PruneSchedule(layers=()), None, prompt, target)
+    torch.testing.assert_close(unpruned, torch.nn.functional.cross_entropy(plain.float(), target), atol=1e-4, rtol=0)

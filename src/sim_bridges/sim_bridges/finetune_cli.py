@@ -3,7 +3,11 @@
 Renders every oracle decision point exactly as the planner node would (same
 context layout, chat template, request line and plan JSON as constrained
 decoding writes it), trains a low-rank adapter on the plan tokens, and writes
-it where `config/erecap_planner_sim.yaml` looks for it. Progress on stderr.
+it where `config/erecap_planner_sim.yaml` looks for it. With `--pruned F` a
+share F of the examples whose prompt exceeds `--budget` is trained
+pruning-aware: the prompt is pruned inside the forward by E-RECAP with the
+warehouse predictor, as the planner prunes it, so one adapter serves the
+unpruned and the compressed variants. Progress on stderr.
 
     python -m sim_bridges.finetune_cli --episodes 40 --epochs 1
 """
@@ -20,16 +24,21 @@ from safetensors.torch import load_file
 
 from erecap_planner.adapter import PlanExample, save_adapter, train_adapter
 from erecap_planner.call_path import request_text
+from erecap_planner.config import resolve_path
 from erecap_planner.constrained import ConstrainedPlanDecoder
-from erecap_planner.context import Block, ContextBuffer, Entry
+from erecap_planner.context import Block, ContextBuffer, Entry, RenderedContext
 from erecap_planner.models import SMOLLM2, cache_root, load_model
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.plan_parser import Step as PlanStep
+from erecap_planner.predictor import PredictorBank
+from erecap_planner.pruning import PruneSchedule, table8_layers
 from erecap_planner.scoring import enumerate_steps
 
 from .feed import FeedEntry, action_schema
 from .plan_data import DecisionPoint, decision_points
 from .warehouse import Warehouse, WorldConfig
+
+PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap.safetensors"
 
 
 def default_adapter() -> Path:
@@ -49,10 +58,10 @@ def context_buffer(entries: list[FeedEntry]) -> ContextBuffer:
     return buf
 
 
-def render(point: DecisionPoint, tokenizer, schema: ActionSchema, mode: int) -> list[int]:
-    """The prompt token ids the planner would see for this decision point."""
+def render(point: DecisionPoint, tokenizer, schema: ActionSchema, mode: int) -> RenderedContext:
+    """The prompt the planner would see for this decision point (token ids and protected mask)."""
     buf = context_buffer(point.entries)
-    return buf.render(tokenizer, point.agent_id, request_text(schema, point.agent_id, mode)).token_ids
+    return buf.render(tokenizer, point.agent_id, request_text(schema, point.agent_id, mode))
 
 
 def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int, max_tokens: int,
@@ -64,9 +73,9 @@ def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int
         decoder = ConstrainedPlanDecoder(tokenizer, enumerate_steps(schema), schema.max_steps)
         for point in decision_points(range(seed0, seed0 + episodes), k, observe_every=rng.choice([4, 6, 8]),
                                      detour=detour):
-            ids = render(point, tokenizer, schema, rng.choice([0, 1, 2]))
-            if len(ids) <= max_tokens:
-                out.append(PlanExample(ids, target_ids(point, decoder)))
+            ctx = render(point, tokenizer, schema, rng.choice([0, 1, 2]))
+            if len(ctx) <= max_tokens:
+                out.append(PlanExample(list(ctx.token_ids), target_ids(point, decoder), protect=list(ctx.protected)))
     return out
 
 
@@ -91,14 +100,27 @@ def main(argv=None) -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--output", type=Path, default=default_adapter())
     ap.add_argument("--init", type=Path, help="continue training this adapter (same rank)")
+    ap.add_argument("--pruned", type=float, default=0.0,
+                    help="share of the examples longer than --budget trained under E-RECAP pruning")
+    ap.add_argument("--budget", type=int, default=384, help="B_t of the pruning-aware examples")
+    ap.add_argument("--predictor", default=PREDICTOR, help="E-RECAP predictor bank of the pruning-aware examples")
     args = ap.parse_args(argv)
+    if not 0.0 <= args.pruned <= 1.0:
+        ap.error(f"--pruned {args.pruned} is outside [0, 1]")
     rng = random.Random(args.seed)
     model, tok = load_model(args.model, device="auto", dtype="float32")
     examples = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng, args.detour)
     if len(examples) > args.examples:
         examples = rng.sample(examples, args.examples)
-    print(f"{len(examples)} examples, mean prompt {sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} tokens",
-          file=sys.stderr)
+    pruning = None
+    if args.pruned > 0:
+        bank = PredictorBank.load(resolve_path(args.predictor), model.config).to(model.device)
+        pruning = (PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7), bank)
+        for ex in examples:
+            if len(ex.prompt_ids) > args.budget and rng.random() < args.pruned:
+                ex.token_budget = args.budget
+    print(f"{len(examples)} examples, mean prompt {sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} "
+          f"tokens, {sum(e.token_budget is not None for e in examples)} pruned to B = {args.budget}", file=sys.stderr)
     started, window = time.monotonic(), []
 
     def progress(i: int, total: int, loss: float) -> None:
@@ -110,7 +132,7 @@ def main(argv=None) -> int:
 
     init = load_file(str(args.init)) if args.init else None
     tensors = train_adapter(model, examples, rank=args.rank, epochs=args.epochs, lr=args.lr, progress=progress,
-                            init=init)
+                            init=init, pruning=pruning)
     path = save_adapter(tensors, model, args.output)
     print(f"\nadapter: {path} ({path.stat().st_size / 1e6:.1f} MB) in {time.monotonic() - started:.0f} s",
           file=sys.stderr)
