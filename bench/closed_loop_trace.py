@@ -6,8 +6,9 @@ in the sim runs), and the planner call path as `config/erecap_planner_sim.yaml`
 runs it (shipped adapter and warehouse predictor). Every trigger is served at
 once and the world waits for the plan (No BRACE's lockstep, no gate). Prints each
 call with the plan, the oracle's plan from the true state and whether the first
-steps agree, then the world events and the episode metrics; writes the calls to
-bench/out/closed_loop_trace.csv.
+steps agree, then the world events and the episode metrics; with --episodes N
+a summary of success, deliveries, agreement, tokens before / after and call
+latency P50 / P95 follows. Writes the calls to bench/out/closed_loop_trace.csv.
 
     python bench/closed_loop_trace.py --agents 4 --seed 1 --compressor erecap
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from report import sim_planner_checkpoint, write_csv
 
 from brace_controller.config import MonitorConfig, MonitorNodeConfig, config_from_file
+from brace_controller.metrics import percentile
 from brace_controller.triggers import AgentObservation, TriggerMonitor
 from erecap_planner.adapter import merge_adapter
 from erecap_planner.call_path import CallRequest, PlannerCallPath
@@ -125,10 +127,14 @@ def main() -> None:
         print(f"episode seed {sim.seed + index}: {metrics} calls {len(calls)} oracle agreement {agreement:.0%}", flush=True)
         rows += calls
         results.append(metrics)
-    if len(results) > 1:
+    if len(results) > 1 and rows:
+        latency = [r["latency_ms"] for r in rows]
+        before, after = sum(r["tokens_before"] for r in rows), sum(r["tokens_after"] for r in rows)
         print(f"{len(results)} episodes: success {sum(m['success'] for m in results)}/{len(results)}, delivered "
               f"{sum(m['delivered'] for m in results)}/{sum(m['tasks'] for m in results)}, calls {len(rows)}, "
-              f"oracle agreement {sum(r['agrees'] for r in rows) / max(len(rows), 1):.0%}")
+              f"oracle agreement {sum(r['agrees'] for r in rows) / len(rows):.0%}, tokens {before / len(rows):.0f} -> "
+              f"{after / len(rows):.0f} (reduction {1 - after / before:.1%}), latency P50 / P95 "
+              f"{percentile(latency, 50):.0f} / {percentile(latency, 95):.0f} ms")
     OUT.mkdir(parents=True, exist_ok=True)
     write_csv(rows, OUT / "closed_loop_trace.csv")
 
