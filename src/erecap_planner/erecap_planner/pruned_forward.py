@@ -76,6 +76,11 @@ class PruningPass:
         return select_kept(scores, n_next, self.schedule.head_tokens, self.schedule.tail_size(n))
 
 
+def causal_mask(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """[1, 1, n, n] additive causal mask (0 on and below the diagonal, the dtype's minimum above)."""
+    return torch.full((n, n), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)[None, None]
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -135,8 +140,7 @@ class ErecapModel:
         # SDPA / flash derive causality from a missing mask; eager attention needs it spelled out.
         if not self._explicit_mask or n <= 1:
             return None
-        mask = torch.full((n, n), torch.finfo(dtype).min, dtype=dtype, device=self.device).triu(1)
-        return mask[None, None]
+        return causal_mask(n, dtype, self.device)
 
     def _rotary(self, hidden, positions):
         # Rotary embeddings of the tokens' original positions; recomputed only when the set changes.
@@ -259,17 +263,18 @@ def pruned_target_loss(model, schedule: PruneSchedule, predictors: PredictorBank
     pruning = PruningPass(schedule, predictors, n_prompt, token_budget, protect)
     hidden = backbone.embed_tokens(ids)[None]
     positions = torch.arange(ids.numel(), device=device)
+    mask = causal_mask(ids.numel(), hidden.dtype, device)
+    cos_sin = backbone.rotary_emb(hidden, position_ids=positions[None])
     for idx, layer in enumerate(backbone.layers[: model.config.num_hidden_layers]):
         with torch.no_grad():
             keep = pruning.keep(idx, hidden[0, :n_prompt].detach(), positions[:n_prompt])
-        if keep is not None:
+        if keep is not None:  # mask and rotary embeddings change only with the kept set
             keep = torch.cat([keep, torch.arange(n_prompt, hidden.shape[1], device=device)])
             n_prompt -= hidden.shape[1] - keep.numel()
             hidden, positions = hidden[:, keep], positions[keep]
-        n = hidden.shape[1]
-        mask = torch.full((n, n), torch.finfo(hidden.dtype).min, dtype=hidden.dtype, device=device).triu(1)
-        cos_sin = backbone.rotary_emb(hidden, position_ids=positions[None])
-        hidden = layer(hidden, attention_mask=mask[None, None], position_ids=positions[None], past_key_values=None,
+            mask = causal_mask(hidden.shape[1], hidden.dtype, device)
+            cos_sin = backbone.rotary_emb(hidden, position_ids=positions[None])
+        hidden = layer(hidden, attention_mask=mask, position_ids=positions[None], past_key_values=None,
                        use_cache=False, position_embeddings=cos_sin)
     logits = model.lm_head(backbone.norm(hidden))[0, n_prompt - 1:-1]
     return torch.nn.functional.cross_entropy(logits.float(), target_ids.reshape(-1).to(device))

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .predictor import PredictorBank
+from .pruned_forward import causal_mask
 from .pruning import PruneSchedule
 
 
@@ -64,10 +65,6 @@ def _layer_loop(model, embeds: torch.Tensor, mask: Optional[torch.Tensor], hook=
     return model.lm_head(backbone.norm(hidden))
 
 
-def _causal(n: int, dtype, device) -> torch.Tensor:
-    return torch.full((n, n), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)[None, None]
-
-
 def _target_loss(logits: torch.Tensor, ids: torch.Tensor, n_prompt: int) -> torch.Tensor:
     # Next-token loss on the target part only.
     return F.cross_entropy(logits[0, n_prompt - 1:-1].float(), ids[n_prompt:])
@@ -87,7 +84,7 @@ def compute_saliency(model, example: Example, layers: list[int]) -> dict[int, to
 
     embeds = model.model.embed_tokens(ids)[None].detach().requires_grad_(True)
     with torch.enable_grad():
-        logits = _layer_loop(model, embeds, _causal(ids.numel(), embeds.dtype, device), hook)
+        logits = _layer_loop(model, embeds, causal_mask(ids.numel(), embeds.dtype, device), hook)
         loss = _target_loss(logits, ids, n_prompt)
         # Gradients w.r.t. the hidden states only: the model's own weights get no .grad.
         grads = torch.autograd.grad(loss, [captured[i] for i in layers])
@@ -160,7 +157,7 @@ class PredictorTrainer:
             return F.logsigmoid(score).masked_fill(protected, 0.0).to(hidden.dtype)
 
         embeds = self.model.model.embed_tokens(ids)[None].detach()
-        logits = _layer_loop(self.model, embeds, _causal(n, embeds.dtype, device), hook)
+        logits = _layer_loop(self.model, embeds, causal_mask(n, embeds.dtype, device), hook)
         return _target_loss(logits, ids, n_prompt)
 
     def step(self, ex: Example) -> StepLosses:
