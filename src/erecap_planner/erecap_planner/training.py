@@ -16,6 +16,7 @@ L = L_L + lambda1 L_M + lambda2 L_R (Eq. 9). Only predictor weights are trained.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .predictor import PredictorBank
 from .pruned_forward import causal_mask
@@ -54,14 +56,18 @@ def _layer_loop(model, embeds: torch.Tensor, mask: Optional[torch.Tensor], hook=
     cos_sin = backbone.rotary_emb(embeds, position_ids=positions)
     hidden = embeds
     bias = None
-    for idx, layer in enumerate(backbone.layers[: model.config.num_hidden_layers]):
-        if hook is not None:
-            extra = hook(idx, hidden)
-            if extra is not None:
-                bias = extra if bias is None else bias + extra
-        layer_mask = mask if bias is None else mask + bias[None, None, None, :]
-        hidden = layer(hidden, attention_mask=layer_mask, position_ids=positions, past_key_values=None,
-                       use_cache=False, position_embeddings=cos_sin)
+    # CUDA's memory-efficient attention cannot back-propagate into an additive mask of arbitrary length
+    # ("LSE is not correctly aligned"); the math kernel can. CPU keeps its default kernel.
+    backend = sdpa_kernel(SDPBackend.MATH) if embeds.device.type == "cuda" else contextlib.nullcontext()
+    with backend:
+        for idx, layer in enumerate(backbone.layers[: model.config.num_hidden_layers]):
+            if hook is not None:
+                extra = hook(idx, hidden)
+                if extra is not None:
+                    bias = extra if bias is None else bias + extra
+            layer_mask = mask if bias is None else mask + bias[None, None, None, :]
+            hidden = layer(hidden, attention_mask=layer_mask, position_ids=positions, past_key_values=None,
+                           use_cache=False, position_embeddings=cos_sin)
     return model.lm_head(backbone.norm(hidden))
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 from tiny_models import tiny
 from tiny_tokenizer import byte_tokenizer
@@ -51,3 +54,15 @@ def test_training_loss_decreases_on_a_toy_run():
     assert len(history) == 32 and bank.trained
     assert mean_loss(history, first=False) < mean_loss(history, first=True)
     assert all(p.grad is None or p.grad.abs().sum() == 0 for p in model.parameters())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_training_runs_on_cuda():
+    # The soft-pruned LM loss back-propagates into an additive attention mask, which CUDA's memory-efficient
+    # kernel refuses for arbitrary lengths ("LSE is not correctly aligned", seen on an H100).
+    model = tiny("llama").to("cuda")
+    schedule = PruneSchedule(layers=(1, 3), keep_ratio=0.7)
+    bank = PredictorBank.for_model(model.config, [1, 3], seed=1)
+    trainer = PredictorTrainer(model, bank, schedule, lr=3e-3, pairs=512)
+    history = trainer.fit(trainer.prepare(examples(2, tokens=301)), epochs=1)
+    assert len(history) == 2 and all(math.isfinite(h.total) for h in history)
