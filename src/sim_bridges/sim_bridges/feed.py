@@ -4,10 +4,11 @@ ROS-free. The node turns these into ContextEntry / ExecutionOutcome / AgentState
 messages. Blocks follow the planner's context layout (paper Eq. 3): the task and
 the constraints open an episode (protected), each agent's latest observation is
 its state (protected), messages from one agent to another are coordination
-(protected), a finished task is a task entry (protected), and action outcomes, failure traces, broadcasts ("blocked on the
-way"), supervisor notices (an object was moved) and a periodic observation log
-are history (prunable), so the context grows with
-time and with the number of agents, and pruning can remove what mattered.
+(protected) — the supervisor's notice that an object was moved is one, addressed to the
+agent that fetches it —, a finished task is a task entry (protected), and action outcomes,
+failure traces, broadcasts ("blocked on the way", a moved object no task needs) and a
+periodic observation log are history (prunable), so the context grows with time and with
+the number of agents, and pruning can remove what mattered.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 ROS-free and deterministic given a seed. Every step each agent executes one
 step of its plan (skills: move_to, pick, place, handoff, wait); execution can
 fail stochastically (grasp slips), objects can be moved by someone else
-(drift), agents closer than d_min are hazards, and agents that block each other
-stall (deadlock evidence). Every step produces the context entries the planner
+(drift; the supervisor tells the agent that fetches the object), agents
+closer than d_min are hazards, and agents that block each other stall
+(deadlock evidence). Every step produces the context entries the planner
 reads (observations, action outcomes, failure traces, coordination messages),
 so the context grows with time and with K (paper Eq. 3).
 
@@ -356,7 +357,10 @@ class Warehouse:
             if shelf is not None and self.rng.random() < self.config.drift:
                 new = self.rng.choice([s for s in self.shelves if s != shelf])
                 self.objects[obj] = new
-                events.append(Event("supervisor", self.t, "message", f"{obj} was moved from {shelf} to {new}"))
+                fetcher = next((t.giver or t.carrier for t in self.tasks if t.obj == obj and not t.done), "")
+                to = f"supervisor -> {fetcher}: " if fetcher else ""
+                events.append(Event("supervisor", self.t, "message", f"{to}{obj} was moved from {shelf} to {new}",
+                                    to=fetcher))
 
     def _hazards(self, events: list[Event]) -> None:
         names = sorted(self.agents)

@@ -38,9 +38,11 @@ def test_directed_messages_are_coordination_broadcasts_are_history():
     world = Warehouse(WorldConfig(agents=2, seed=0))
     events = [Event("agent_0", 1, "message", "agent_0 -> agent_1: box_7 is yours", to="agent_1"),
               Event("agent_1", 1, "message", "agent_1 -> all: blocked on the way to dock_1"),
-              Event("supervisor", 1, "message", "cup_3 was moved from shelf_1 to shelf_2")]
+              Event("supervisor", 1, "message", "cup_3 was moved from shelf_1 to shelf_2"),
+              Event("supervisor", 1, "message", "supervisor -> agent_0: box_7 was moved from shelf_1 to shelf_2",
+                    to="agent_0")]
     blocks = {e.text: e.block for e in feed.step_entries(world, events, 0)}
-    assert blocks[events[0].text] == feed.BLOCK_COORDINATION
+    assert blocks[events[0].text] == blocks[events[3].text] == feed.BLOCK_COORDINATION
     assert blocks[events[1].text] == blocks[events[2].text] == feed.BLOCK_HISTORY
 
 

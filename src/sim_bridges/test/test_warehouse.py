@@ -67,10 +67,18 @@ def test_grasp_failures_are_reported_as_failure_traces():
     assert any(e.kind == "failure_trace" and "slipped" in e.text and not e.success for e in events)
 
 
-def test_drift_moves_objects_and_says_so():
-    world = Warehouse(WorldConfig(agents=2, seed=1, drift=1.0, max_steps=3))
-    events = run_oracle(world)
-    assert any(e.agent == "supervisor" and "was moved from" in e.text for e in events)
+def test_drift_moves_objects_and_tells_the_agent_fetching_it():
+    world = Warehouse(WorldConfig(agents=3, seed=1, drift=1.0, max_steps=1))
+    before = dict(world.objects)
+    events = [e for e in world.step() if e.agent == "supervisor"]
+    fetchers = {t.obj: t.giver or t.carrier for t in world.tasks}
+    assert events and len(events) == sum(shelf is not None for shelf in before.values())
+    for e in events:
+        obj = e.text.split(": ")[-1].split()[0]
+        assert world.objects[obj] != before[obj]
+        assert e.kind == "message" and e.to == fetchers.get(obj, "")
+        assert e.text == (f"supervisor -> {e.to}: " if e.to else "") + f"{obj} was moved from {before[obj]} to " \
+            f"{world.objects[obj]}"
 
 
 def test_hazards_counted_when_agents_are_adjacent():
