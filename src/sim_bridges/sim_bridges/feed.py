@@ -92,7 +92,8 @@ def state_text(world: Warehouse, agent: str) -> str:
 
 
 def step_entries(world: Warehouse, events: list[Event], observe_every: int) -> list[FeedEntry]:
-    """Entries of one step: outcomes, failures, notices as history; messages as coordination; done tasks; states."""
+    """Entries of one step: outcomes, failures, broadcasts as history; addressed messages as coordination; done
+    tasks; states."""
     out: list[FeedEntry] = []
     for e in events:
         if e.kind == "observation":

@@ -114,7 +114,7 @@ class Event:
     text: str
     success: bool = True
     action: str = ""
-    to: str = ""       # the agent a message is addressed to ("" = a broadcast or a notice)
+    to: str = ""       # the agent a message is addressed to ("" = a broadcast)
 
 
 class Warehouse:
