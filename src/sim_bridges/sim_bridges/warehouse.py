@@ -137,10 +137,12 @@ class Warehouse:
                     self.shelves[f"shelf_{len(self.shelves) + 1}"] = (x, y)
                 elif ch == "D":
                     self.docks[f"dock_{len(self.docks) + 1}"] = (x, y)
-        starts = [(x, 1) for x in range(1, len(MAP[0]) - 1)]
-        self.agents = {f"agent_{i}": Agent(f"agent_{i}", starts[2 * i % len(starts)]) for i in range(config.agents)}
         # Each agent's start cell is its parking place: idle agents go there so they free shelves and docks.
-        self.parks = {f"park_{i}": starts[2 * i % len(starts)] for i in range(config.agents)}
+        # Every other cell of the top row, then (K > 6) the cells between them: never two agents in one cell.
+        row = [(x, 1) for x in range(1, len(MAP[0]) - 1)]
+        starts = [row[2 * i % len(row) + 2 * i // len(row)] for i in range(config.agents)]
+        self.agents = {f"agent_{i}": Agent(f"agent_{i}", cell) for i, cell in enumerate(starts)}
+        self.parks = {f"park_{i}": cell for i, cell in enumerate(starts)}
         names = ["cup_3", "box_7", "drill_2", "shoe_5", "can_9", "tray_1", "lamp_4", "book_6"]
         shelf_names = list(self.shelves)
         self.objects: dict[str, Optional[str]] = {}   # object -> shelf it is on (None when held / delivered)

@@ -22,6 +22,16 @@ def run_oracle(world: Warehouse, replan_every: int = 1) -> list:
     return events
 
 
+@pytest.mark.parametrize("agents", range(1, 9))
+def test_every_agent_starts_alone_at_its_own_park(agents):
+    world = Warehouse(WorldConfig(agents=agents, seed=0))
+    cells = [a.pos for a in world.agents.values()]
+    assert len(set(cells)) == agents == len(set(world.parks.values()))
+    assert all(world.parks[f"park_{i}"] == world.agents[f"agent_{i}"].pos for i in range(agents))
+    world.step()
+    assert world.collisions == 0
+
+
 def test_same_seed_same_episode():
     a, b = Warehouse(WorldConfig(agents=4, seed=7)), Warehouse(WorldConfig(agents=4, seed=7))
     run_oracle(a)
