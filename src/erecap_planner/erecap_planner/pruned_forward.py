@@ -12,12 +12,14 @@ With keep ratio 1 and no budget the result equals the unmodified model.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import DynamicCache
 
 from .predictor import PredictorBank
@@ -79,6 +81,16 @@ class PruningPass:
 def causal_mask(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """[1, 1, n, n] additive causal mask (0 on and below the diagonal, the dtype's minimum above)."""
     return torch.full((n, n), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)[None, None]
+
+
+def masked_training_attention(device: torch.device):
+    """Attention kernel for training forwards that pass an explicit additive mask.
+
+    CUDA's memory-efficient SDPA kernel cannot back-propagate through an additive
+    mask of arbitrary length ("LSE is not correctly aligned", seen on an H100);
+    the math kernel can. CPU keeps its default kernel.
+    """
+    return sdpa_kernel(SDPBackend.MATH) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def _sync(device: torch.device) -> None:
@@ -265,16 +277,17 @@ def pruned_target_loss(model, schedule: PruneSchedule, predictors: PredictorBank
     positions = torch.arange(ids.numel(), device=device)
     mask = causal_mask(ids.numel(), hidden.dtype, device)
     cos_sin = backbone.rotary_emb(hidden, position_ids=positions[None])
-    for idx, layer in enumerate(backbone.layers[: model.config.num_hidden_layers]):
-        with torch.no_grad():
-            keep = pruning.keep(idx, hidden[0, :n_prompt].detach(), positions[:n_prompt])
-        if keep is not None:  # mask and rotary embeddings change only with the kept set
-            keep = torch.cat([keep, torch.arange(n_prompt, hidden.shape[1], device=device)])
-            n_prompt -= hidden.shape[1] - keep.numel()
-            hidden, positions = hidden[:, keep], positions[keep]
-            mask = causal_mask(hidden.shape[1], hidden.dtype, device)
-            cos_sin = backbone.rotary_emb(hidden, position_ids=positions[None])
-        hidden = layer(hidden, attention_mask=mask, position_ids=positions[None], past_key_values=None,
-                       use_cache=False, position_embeddings=cos_sin)
+    with masked_training_attention(device):
+        for idx, layer in enumerate(backbone.layers[: model.config.num_hidden_layers]):
+            with torch.no_grad():
+                keep = pruning.keep(idx, hidden[0, :n_prompt].detach(), positions[:n_prompt])
+            if keep is not None:  # mask and rotary embeddings change only with the kept set
+                keep = torch.cat([keep, torch.arange(n_prompt, hidden.shape[1], device=device)])
+                n_prompt -= hidden.shape[1] - keep.numel()
+                hidden, positions = hidden[:, keep], positions[keep]
+                mask = causal_mask(hidden.shape[1], hidden.dtype, device)
+                cos_sin = backbone.rotary_emb(hidden, position_ids=positions[None])
+            hidden = layer(hidden, attention_mask=mask, position_ids=positions[None], past_key_values=None,
+                           use_cache=False, position_embeddings=cos_sin)
     logits = model.lm_head(backbone.norm(hidden))[0, n_prompt - 1:-1]
     return torch.nn.functional.cross_entropy(logits.float(), target_ids.reshape(-1).to(device))

@@ -16,7 +16,6 @@ L = L_L + lambda1 L_M + lambda2 L_R (Eq. 9). Only predictor weights are trained.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,10 +23,9 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .predictor import PredictorBank
-from .pruned_forward import causal_mask
+from .pruned_forward import causal_mask, masked_training_attention
 from .pruning import PruneSchedule
 
 
@@ -56,10 +54,7 @@ def _layer_loop(model, embeds: torch.Tensor, mask: Optional[torch.Tensor], hook=
     cos_sin = backbone.rotary_emb(embeds, position_ids=positions)
     hidden = embeds
     bias = None
-    # CUDA's memory-efficient attention cannot back-propagate into an additive mask of arbitrary length
-    # ("LSE is not correctly aligned"); the math kernel can. CPU keeps its default kernel.
-    backend = sdpa_kernel(SDPBackend.MATH) if embeds.device.type == "cuda" else contextlib.nullcontext()
-    with backend:
+    with masked_training_attention(embeds.device):
         for idx, layer in enumerate(backbone.layers[: model.config.num_hidden_layers]):
             if hook is not None:
                 extra = hook(idx, hidden)
