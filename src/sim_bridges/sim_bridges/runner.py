@@ -107,6 +107,25 @@ def _progress(variant: str, sim, collector: LiveCollector, started: float, episo
             f"SLO missed {missed:3d} | {time.monotonic() - started:5.0f} s")
 
 
+def _drain(executor, recorder, collector: LiveCollector, episodes: int, settle_s: float = 1.0,
+           limit_s: float = 30.0) -> None:
+    """Spin until the recorder and the collector hold every episode's end (the last messages of a run).
+
+    At least `settle_s` (calls and decisions still in flight), at most `limit_s`; a fixed wait alone lost the
+    last episode's end from the bag on a loaded machine.
+    """
+    started = time.monotonic()
+
+    def complete() -> bool:
+        ends = recorder.writer.topics.get("/brace/episode") if recorder.writer is not None else None
+        with collector.lock:
+            collected = len(collector.collector.records.episodes)
+        return collected >= episodes and (ends is None or ends.count >= 2 * episodes)
+
+    while time.monotonic() - started < limit_s and (time.monotonic() - started < settle_s or not complete()):
+        executor.spin_once(timeout_sec=0.05)
+
+
 def run_variant(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dict], quiet: bool = False):
     """Run one variant to completion; return its live RunRecords and bag path."""
     from brace_controller.audit_recorder_node import AuditRecorderNode
@@ -166,9 +185,7 @@ def run_variant(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dic
                 print("\r" + line if sys.stdout.isatty() else line, end="" if sys.stdout.isatty() else "\n",
                       flush=True)
                 last_print = time.monotonic()
-        drain = time.monotonic() + 1.0  # the recorder and the collector receive the last messages
-        while time.monotonic() < drain:
-            executor.spin_once(timeout_sec=0.05)
+        _drain(executor, recorder, collector, len(sim.results))
         if not quiet:
             print(("\r" if sys.stdout.isatty() else "") + _progress(variant, sim, collector, started, episodes)
                   + " done", flush=True)
