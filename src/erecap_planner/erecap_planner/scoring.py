@@ -16,10 +16,10 @@ import json
 from typing import Optional
 
 import torch
-from transformers import DynamicCache
 
 from .plan_parser import ActionSchema, Step
 from .pruned_forward import ErecapModel, PrefillResult
+from .transformer import KVCache
 
 JSON_PREFIX = '{"plan": [{"action": "'
 
@@ -42,35 +42,11 @@ def candidate_text(step: Step) -> str:
     return f'{step.action}", "parameters": {json.dumps(step.parameters)}}}]}}'
 
 
-def _mask(q: int, past: int, valid: Optional[torch.Tensor], dtype, device) -> torch.Tensor:
-    # Queries see every cached key and, causally, the new tokens; padding keys are never attended.
-    neg = torch.finfo(dtype).min
-    new = torch.full((q, q), neg, dtype=dtype, device=device).triu(1)
-    mask = torch.cat([torch.zeros((q, past), dtype=dtype, device=device), new], dim=1)[None, None]
-    if valid is not None:  # [B, q] key validity of the new tokens
-        pad = torch.zeros((valid.shape[0], 1, 1, past + q), dtype=dtype, device=device)
-        pad[:, 0, 0, past:] = torch.where(valid, 0.0, neg).to(dtype)
-        mask = mask + pad
-    return mask
-
-
-@torch.inference_mode()
-def _extend(runner: ErecapModel, cache: DynamicCache, ids: torch.Tensor, start_pos: int,
-            valid: Optional[torch.Tensor] = None, last_only: bool = False) -> torch.Tensor:
-    """Run [B, q] new tokens over `cache` (appending to it); return logits [B, q, vocab] ([B, 1, vocab] last_only)."""
-    backbone = runner.backbone
-    hidden = backbone.embed_tokens(ids)
-    q = ids.shape[1]
-    position_ids = (torch.arange(q, device=ids.device) + start_pos)[None].expand(ids.shape[0], -1)
-    cos_sin = backbone.rotary_emb(hidden, position_ids=position_ids)
-    for idx, layer in enumerate(backbone.layers[: runner.config.num_hidden_layers]):
-        past = cache.get_seq_length(idx)
-        mask = _mask(q, past, valid, hidden.dtype, hidden.device)
-        hidden = layer(hidden, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
-                       use_cache=True, position_embeddings=cos_sin)
-    if last_only:  # the vocabulary projection is a fifth of a token's cost: skip it where no one reads it
-        hidden = hidden[:, -1:]
-    return runner.model.lm_head(backbone.norm(hidden))
+def _extend(runner: ErecapModel, cache: KVCache, ids: torch.Tensor, start_pos: int,
+            valid: Optional[torch.Tensor] = None, last_only: bool = False, store: bool = True) -> torch.Tensor:
+    """Run [B, q] new tokens over `cache` (appending to it unless `store` is false); logits [B, q | 1, vocab]."""
+    with torch.inference_mode():
+        return runner.stack.extend(cache, ids, start_pos, valid=valid, last_only=last_only, store=store)
 
 
 @torch.inference_mode()
@@ -93,10 +69,8 @@ def score_candidates(runner: ErecapModel, prefill: PrefillResult, tokenizer, ste
     for i, t in enumerate(texts):
         ids[i, : len(t)] = torch.tensor(t)
         valid[i, : len(t)] = True
-    batch = DynamicCache(config=runner.config)
-    for idx, layer in enumerate(cache.layers[: runner.config.num_hidden_layers]):
-        batch.update(layer.keys.expand(len(texts), -1, -1, -1), layer.values.expand(len(texts), -1, -1, -1), idx)
-    out = _extend(runner, batch, ids, prefill.next_position + len(prefix), valid)
+    # Every candidate attends to the shared cache; their own keys are not kept (store=False).
+    out = _extend(runner, cache, ids, prefill.next_position + len(prefix), valid, store=False)
     first = torch.log_softmax(logits.float(), -1)[ids[:, 0]]
     rest = torch.log_softmax(out[:, :-1].float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
     rest = rest.masked_fill(~valid[:, 1:], 0.0)

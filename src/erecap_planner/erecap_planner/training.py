@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from .predictor import PredictorBank
 from .pruned_forward import causal_mask, masked_training_attention
 from .pruning import PruneSchedule
+from .transformer import DecoderStack
 
 
 @dataclass
@@ -46,24 +47,13 @@ def target_text(step) -> str:
 
 
 def _layer_loop(model, embeds: torch.Tensor, mask: Optional[torch.Tensor], hook=None):
-    """Run the decoder layers (no cache) with an explicit float attention mask; `hook(idx, hidden)` may
+    """Logits of the decoder layers (no cache) under an explicit float attention mask; `hook(idx, hidden)` may
     return an additive key bias that is added to the mask from that layer on."""
-    backbone = model.model
-    n = embeds.shape[1]
-    positions = torch.arange(n, device=embeds.device)[None]
-    cos_sin = backbone.rotary_emb(embeds, position_ids=positions)
-    hidden = embeds
-    bias = None
+    stack = DecoderStack(model, packed=False)
+    positions = torch.arange(embeds.shape[1], device=embeds.device)
     with masked_training_attention(embeds.device):
-        for idx, layer in enumerate(backbone.layers[: model.config.num_hidden_layers]):
-            if hook is not None:
-                extra = hook(idx, hidden)
-                if extra is not None:
-                    bias = extra if bias is None else bias + extra
-            layer_mask = mask if bias is None else mask + bias[None, None, None, :]
-            hidden = layer(hidden, attention_mask=layer_mask, position_ids=positions, past_key_values=None,
-                           use_cache=False, position_embeddings=cos_sin)
-    return model.lm_head(backbone.norm(hidden))
+        out = stack.forward(embeds, positions, key_bias=hook, mask=mask)
+    return stack.logits(out.hidden)
 
 
 def _target_loss(logits: torch.Tensor, ids: torch.Tensor, n_prompt: int) -> torch.Tensor:
@@ -165,8 +155,17 @@ class PredictorTrainer:
         """One optimisation step on one example."""
         device = self.model.device
         ids = ex.prompt_ids.to(device)
+        hidden_states: dict[int, torch.Tensor] = {}
+
+        def capture(idx: int, hidden: torch.Tensor) -> None:
+            if idx in self.layers:
+                hidden_states[idx] = hidden
+            return None
+
         with torch.no_grad():
-            hidden_states = self.model(ids[None], output_hidden_states=True).hidden_states
+            stack = DecoderStack(self.model, packed=False)
+            stack.forward(stack.embed(ids[None]), torch.arange(ids.numel(), device=device), key_bias=capture,
+                          stop=max(self.layers) + 1)
         magnitude = torch.zeros((), device=device)
         ranking = torch.zeros((), device=device)
         for idx in self.layers:

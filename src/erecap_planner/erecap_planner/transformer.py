@@ -1,0 +1,442 @@
+"""The planner's one decoder-layer loop: every forward of the planner LM runs through `DecoderStack`.
+
+A Llama-family decoder (Llama, Qwen2, Mistral) written over the Hugging Face
+model's own weights: RMSNorm, grouped-query attention with rotary position
+embeddings (transformers' own rotary module, so every RoPE variant is
+computed as the model defines it), SwiGLU MLP. The pruned prefill, the
+decode, constrained decoding and candidate scoring (inference), and predictor
+and pruning-aware adapter training (autograd) all call `DecoderStack.forward`;
+what differs between them is passed in: a per-layer token selection
+(E-RECAP pruning), an additive key bias (soft pruning in training), a KV cache
+or none, an abort check.
+
+Inference packs each layer's weights once: q|k|v and gate|up become one matrix
+each (the modules' weights become views into them, so nothing is duplicated).
+A decode step is bound by reading every weight once; `decode_weights` keeps a
+smaller copy of them for decode-sized forwards (a few new tokens: decode
+steps, batched forced tokens), while the prefill keeps the model's weights:
+
+  float16  half the bytes, float32 accumulation (PyTorch's half GEMV, F16C on
+           x86); logits within ~1e-3 of float32. Up to HALF_MAX_TOKENS new
+           tokens: without native half arithmetic a longer GEMM is slower than
+           float32's.
+  int8     a quarter of the bytes: int8 weight x dynamically quantised
+           activation GEMMs (PyTorch's fbgemm / x86 engine; reduce_range, so AVX2
+           and VNNI CPUs compute the same integers), up to INT8_MAX_TOKENS new
+           tokens. Lossy: 7-bit activations move logits by ~10%
+           (bench/planner_choice.py measures what it costs the plans).
+  model    no copy (a bf16 model already reads half of float32's bytes).
+
+A decode step issues ~20 operators per layer. Training keeps the modules
+(`packed=False`) so LoRA wrappers and gradients work.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+DECODE_WEIGHTS = ("model", "float16", "int8")
+HALF_MAX_TOKENS = 4
+"""Forwards of at most this many new tokens read float16 weights; longer ones are faster with the model's."""
+INT8_MAX_TOKENS = 32
+"""Forwards of at most this many new tokens read int8 weights."""
+
+
+class CallAborted(RuntimeError):
+    """A forward was stopped between layers (deadline passed or call cancelled)."""
+
+
+class KVCache:
+    """Per-layer key / value buffers, grown in place; each layer holds its own number of tokens (pruning).
+
+    Keys and values are [batch, kv_heads, capacity, head_dim]; `lengths[i]` of
+    them are filled. Appending writes into spare capacity (`reserve` extra
+    slots are allocated on first use and on growth), so a decode step copies
+    one token per layer instead of re-concatenating the cache.
+    """
+
+    def __init__(self, num_layers: int, reserve: int = 64, expected: int = 0):
+        self.keys: list[Optional[torch.Tensor]] = [None] * num_layers
+        self.values: list[Optional[torch.Tensor]] = [None] * num_layers
+        self.lengths = [0] * num_layers
+        self.reserve = max(0, int(reserve))
+        self.expected = max(0, int(expected))  # tokens the first allocation makes room for (the prompt)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def seq_length(self, layer: int) -> int:
+        """Tokens cached at `layer`."""
+        return self.lengths[layer]
+
+    def append(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store [b, h, q, d] new keys / values at `layer`; return views of everything cached there."""
+        n, q = self.lengths[layer], keys.shape[2]
+        buf = self.keys[layer]
+        if buf is None or n + q > buf.shape[2]:
+            capacity = max(n + q, self.expected if buf is None else 0) + max(self.reserve, n // 2)
+            shape = (keys.shape[0], keys.shape[1], capacity, keys.shape[3])
+            new_k = torch.empty(shape, dtype=keys.dtype, device=keys.device)
+            new_v = torch.empty(shape, dtype=values.dtype, device=values.device)
+            if n:
+                new_k[:, :, :n] = buf[:, :, :n]
+                new_v[:, :, :n] = self.values[layer][:, :, :n]
+            self.keys[layer], self.values[layer] = new_k, new_v
+        self.keys[layer][:, :, n:n + q] = keys
+        self.values[layer][:, :, n:n + q] = values
+        self.lengths[layer] = n + q
+        return self.keys[layer][:, :, :n + q], self.values[layer][:, :, :n + q]
+
+    def view(self, layer: int) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """The cached keys and values of `layer` (None when empty)."""
+        n = self.lengths[layer]
+        if not n:
+            return None, None
+        return self.keys[layer][:, :, :n], self.values[layer][:, :, :n]
+
+    def nbytes(self) -> int:
+        """Bytes of the filled part of the cache."""
+        total = 0
+        for layer in range(len(self)):
+            k, v = self.view(layer)
+            if k is not None:
+                total += k.numel() * k.element_size() + v.numel() * v.element_size()
+        return total
+
+
+# ---------------------------------------------------------------------------- projections
+
+
+class ModuleProjections:
+    """A layer's projections as its nn.Linear modules compute them (autograd, LoRA wrappers)."""
+
+    def __init__(self, layer):
+        self.attn, self.mlp = layer.self_attn, layer.mlp
+
+    def qkv(self, x: torch.Tensor) -> torch.Tensor:
+        """q | k | v along the last dimension."""
+        return torch.cat([self.attn.q_proj(x), self.attn.k_proj(x), self.attn.v_proj(x)], dim=-1)
+
+    def o(self, x: torch.Tensor) -> torch.Tensor:
+        """Attention output projection."""
+        return self.attn.o_proj(x)
+
+    def gate_up(self, x: torch.Tensor) -> torch.Tensor:
+        """gate | up along the last dimension."""
+        return torch.cat([self.mlp.gate_proj(x), self.mlp.up_proj(x)], dim=-1)
+
+    def down(self, x: torch.Tensor) -> torch.Tensor:
+        """MLP output projection."""
+        return self.mlp.down_proj(x)
+
+
+def _fuse(linears: list) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """One weight (and bias) for several nn.Linear with the same input; the modules then view into it."""
+    weight = torch.cat([m.weight.detach() for m in linears], dim=0).contiguous()
+    biases = [m.bias for m in linears]
+    bias = None
+    if any(b is not None for b in biases):
+        bias = torch.cat([b.detach() if b is not None else weight.new_zeros(m.out_features)
+                          for b, m in zip(biases, linears, strict=True)]).contiguous()
+    row = 0
+    for m in linears:
+        rows = m.out_features
+        m.weight.data = weight[row:row + rows]
+        if m.bias is not None:
+            m.bias.data = bias[row:row + rows]
+        row += rows
+    return weight, bias
+
+
+def _int8_packed(weight: torch.Tensor, bias: Optional[torch.Tensor]):
+    """fbgemm / x86 packed int8 weight (symmetric, per output channel) for quantized::linear_dynamic."""
+    w = weight.detach().float()
+    scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12).double()
+    with warnings.catch_warnings():  # quantized-tensor constructors warn of a future deprecation
+        warnings.simplefilter("ignore")
+        q = torch.quantize_per_channel(w, scale, torch.zeros(w.shape[0], dtype=torch.long), 0, torch.qint8)
+        return torch.ops.quantized.linear_prepack(q, None if bias is None else bias.detach().float())
+
+
+class PackedProjections:
+    """A layer's projections as fused matrices of the model's dtype, with a smaller copy for decode-sized forwards."""
+
+    def __init__(self, layer, decode_weights: str = "model"):
+        attn, mlp = layer.self_attn, layer.mlp
+        self.qkv_w, self.qkv_b = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
+        self.gu_w, self.gu_b = _fuse([mlp.gate_proj, mlp.up_proj])
+        self.o_w, self.o_b = attn.o_proj.weight.detach(), _detached(attn.o_proj.bias)
+        self.down_w, self.down_b = mlp.down_proj.weight.detach(), _detached(mlp.down_proj.bias)
+        pairs = ((self.qkv_w, self.qkv_b), (self.o_w, self.o_b), (self.gu_w, self.gu_b), (self.down_w, self.down_b))
+        self.decode = None
+        if decode_weights in ("int8", "float16"):
+            self.decode = tuple(_decode_copy(w, b, decode_weights) for w, b in pairs)
+        self.decode_linear = _int8_linear if decode_weights == "int8" else _half_linear
+        self.use_decode = False  # set per forward by DecoderStack
+
+    def _linear(self, x: torch.Tensor, which: int, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+        if self.use_decode:
+            return self.decode_linear(x, self.decode[which])
+        return F.linear(x, weight, bias)
+
+    def qkv(self, x: torch.Tensor) -> torch.Tensor:
+        """q | k | v along the last dimension."""
+        return self._linear(x, 0, self.qkv_w, self.qkv_b)
+
+    def o(self, x: torch.Tensor) -> torch.Tensor:
+        """Attention output projection."""
+        return self._linear(x, 1, self.o_w, self.o_b)
+
+    def gate_up(self, x: torch.Tensor) -> torch.Tensor:
+        """gate | up along the last dimension."""
+        return self._linear(x, 2, self.gu_w, self.gu_b)
+
+    def down(self, x: torch.Tensor) -> torch.Tensor:
+        """MLP output projection."""
+        return self._linear(x, 3, self.down_w, self.down_b)
+
+
+def _decode_copy(weight: torch.Tensor, bias: Optional[torch.Tensor], kind: str):
+    if kind == "int8":
+        return _int8_packed(weight, bias)
+    return weight.detach().half(), None if bias is None else bias.detach().half()
+
+
+def _half_linear(x: torch.Tensor, weight_bias) -> torch.Tensor:
+    weight, bias = weight_bias
+    return F.linear(x.half(), weight, bias).to(x.dtype)
+
+
+def _int8_linear(x: torch.Tensor, packed) -> torch.Tensor:
+    # quantized::linear_dynamic takes float32 activations; reduce_range keeps AVX2 and VNNI results identical.
+    if x.dtype == torch.float32:
+        return torch.ops.quantized.linear_dynamic(x, packed, True)
+    return torch.ops.quantized.linear_dynamic(x.float(), packed, True).to(x.dtype)
+
+
+def _detached(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    return None if t is None else t.detach()
+
+
+def int8_available() -> tuple[bool, str]:
+    """Whether dynamic int8 GEMMs run here, and why not when they do not."""
+    engine = torch.backends.quantized.engine
+    if engine not in ("x86", "fbgemm", "qnnpack", "onednn"):
+        return False, f"no quantized engine (torch.backends.quantized.engine = {engine!r})"
+    try:
+        packed = _int8_packed(torch.ones(2, 2), None)
+        torch.ops.quantized.linear_dynamic(torch.ones(1, 2), packed, True)
+    except (RuntimeError, NotImplementedError) as exc:
+        return False, f"quantized::linear_dynamic failed: {exc}"
+    return True, f"quantized engine {engine}"
+
+
+# ---------------------------------------------------------------------------- the stack
+
+
+@dataclass
+class ForwardOut:
+    """Hidden states after the last layer run, and the original positions of the tokens they belong to."""
+
+    hidden: torch.Tensor      # [batch, n, d]
+    positions: torch.Tensor   # [n]
+
+
+Selection = Callable[[int, torch.Tensor, torch.Tensor], Optional[torch.Tensor]]
+KeyBias = Callable[[int, torch.Tensor], Optional[torch.Tensor]]
+
+
+class DecoderStack:
+    """The decoder layers of a Llama-family causal LM, run one by one."""
+
+    def __init__(self, model, packed: bool = True, decode_weights: str = "model"):
+        config = model.config
+        if config.model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(f"model type '{config.model_type}' is not supported (supported: {SUPPORTED_MODEL_TYPES})")
+        if decode_weights not in DECODE_WEIGHTS:
+            raise ValueError(f"decode_weights '{decode_weights}' is not one of {DECODE_WEIGHTS}")
+        if decode_weights != "model" and not packed:
+            raise ValueError("decode weights need packed projections")
+        if decode_weights == "int8" and model.device.type != "cpu":
+            raise ValueError("int8 decode weights run on the CPU only")
+        self.model = model
+        self.config = config
+        self.backbone = model.model
+        self.num_layers = config.num_hidden_layers
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_dim ** -0.5
+        self.sliding_window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) \
+            else None
+        from transformers.activations import ACT2FN
+
+        self.act = ACT2FN[config.hidden_act]
+        layers = list(self.backbone.layers[: self.num_layers])
+        self.norms = [(layer.input_layernorm, layer.post_attention_layernorm) for layer in layers]
+        self.decode_weights = decode_weights
+        self.projections = [PackedProjections(layer, decode_weights) if packed else ModuleProjections(layer)
+                            for layer in layers]
+        self._decode = False
+        self.decode_max_tokens = {"int8": INT8_MAX_TOKENS, "float16": HALF_MAX_TOKENS}.get(decode_weights, 0)
+        self.head_decode = None
+        if decode_weights != "model":
+            head = model.lm_head
+            self.head_decode = _decode_copy(head.weight, getattr(head, "bias", None), decode_weights)
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the weights."""
+        return self.model.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Dtype of the hidden states."""
+        return self.backbone.embed_tokens.weight.dtype
+
+    # ------------------------------------------------------------------ pieces
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """[batch, n] token ids -> [batch, n, d] embeddings."""
+        return self.backbone.embed_tokens(ids.to(self.device))
+
+    def rotary(self, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [1, n, head_dim] of the tokens' original positions."""
+        return self.backbone.rotary_emb(hidden, position_ids=positions[None])
+
+    def logits(self, hidden: torch.Tensor, token_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Final norm + LM head of [..., d] hidden states; only the `token_ids` columns when given."""
+        normed = self.backbone.norm(hidden)
+        head = self.model.lm_head
+        if token_ids is None:
+            if self._decode and self.head_decode is not None:
+                return self.projections[0].decode_linear(normed, self.head_decode)
+            return head(normed)
+        weight = head.weight.index_select(0, token_ids.to(head.weight.device))
+        bias = head.bias.index_select(0, token_ids) if getattr(head, "bias", None) is not None else None
+        return F.linear(normed, weight, bias)
+
+    @staticmethod
+    def _norm(module, x: torch.Tensor) -> torch.Tensor:
+        # transformers' RMSNorm: normalise in float32, cast back, then scale.
+        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=module.variance_epsilon)
+        return module.weight * normed.to(x.dtype)
+
+    @staticmethod
+    def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        # x [b, n, heads, d]; cos / sin [1, n, d]
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos[:, :, None] + rotated * sin[:, :, None]
+
+    def layer(self, idx: int, hidden: torch.Tensor, cos_sin, cache: Optional[KVCache] = None,
+              mask: Optional[torch.Tensor] = None, store: bool = True) -> torch.Tensor:
+        """One decoder layer. `mask`: additive or boolean [b|1, 1, q, kv] attention mask; None = causal."""
+        proj = self.projections[idx]
+        norm_in, norm_post = self.norms[idx]
+        b, q, _ = hidden.shape
+        nh, nkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
+        qkv = proj.qkv(self._norm(norm_in, hidden)).view(b, q, nh + 2 * nkv, hd)
+        cos, sin = cos_sin
+        qk = self._rope(qkv[:, :, : nh + nkv], cos, sin)
+        query = qk[:, :, :nh].transpose(1, 2)
+        keys = qk[:, :, nh:].transpose(1, 2)
+        values = qkv[:, :, nh + nkv:].transpose(1, 2)
+        past = cache.seq_length(idx) if cache is not None else 0
+        if cache is not None:
+            if store:
+                keys, values = cache.append(idx, keys, values)
+            elif past:
+                past_k, past_v = cache.view(idx)
+                keys = torch.cat([past_k.expand(b, -1, -1, -1), keys], dim=2)
+                values = torch.cat([past_v.expand(b, -1, -1, -1), values], dim=2)
+        causal = False
+        if mask is None and q > 1:
+            if past:
+                mask = torch.ones(q, past + q, dtype=torch.bool, device=hidden.device).tril(past)[None, None]
+            else:
+                causal = True
+        attn = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, is_causal=causal,
+                                              scale=self.scaling, enable_gqa=nkv != nh)
+        hidden = hidden + proj.o(attn.transpose(1, 2).reshape(b, q, nh * hd))
+        gate_up = proj.gate_up(self._norm(norm_post, hidden))
+        inter = gate_up.shape[-1] // 2
+        return hidden + proj.down(self.act(gate_up[..., :inter]) * gate_up[..., inter:])
+
+    # ------------------------------------------------------------------ the loop
+
+    def forward(self, hidden: torch.Tensor, positions: torch.Tensor, cache: Optional[KVCache] = None, *,
+                start: int = 0, stop: Optional[int] = None, select: Optional[Selection] = None,
+                key_bias: Optional[KeyBias] = None, mask: Optional[torch.Tensor] = None,
+                should_abort: Optional[Callable[[], bool]] = None, store: bool = True) -> ForwardOut:
+        """Run layers [start, stop) on `hidden` [batch, n, d] whose tokens sit at original `positions` [n].
+
+        `select(idx, hidden[0], positions)` may return the indices of the tokens
+        layer idx and every later layer keep (pruning; rotary embeddings
+        follow the kept tokens' original positions, causality the compacted
+        order). `key_bias(idx, hidden)` may return an additive [n] key bias
+        that applies from that layer on (soft pruning; needs `mask`).
+        `should_abort()` is checked before every layer and raises CallAborted.
+        With `cache` each layer appends its keys / values there (or, with
+        `store=False`, only attends to them).
+        """
+        if self.sliding_window and int(positions.max()) >= self.sliding_window:
+            raise ValueError(f"the context exceeds the model's sliding window ({self.sliding_window} tokens)")
+        stop = self.num_layers if stop is None else stop
+        self._set_decode(hidden.shape[0] * hidden.shape[1])
+        cos_sin = self.rotary(hidden, positions)
+        bias = None
+        for idx in range(start, stop):
+            if should_abort is not None and should_abort():
+                raise CallAborted(f"stopped before layer {idx}")
+            if select is not None:
+                keep = select(idx, hidden[0], positions)
+                if keep is not None:
+                    hidden, positions = hidden[:, keep], positions[keep]
+                    cos_sin = self.rotary(hidden, positions)
+                    self._set_decode(hidden.shape[0] * hidden.shape[1])
+            if key_bias is not None:
+                extra = key_bias(idx, hidden)
+                if extra is not None:
+                    bias = extra if bias is None else bias + extra
+            layer_mask = mask if bias is None else mask + bias[None, None, None, :]
+            hidden = self.layer(idx, hidden, cos_sin, cache, layer_mask, store)
+        return ForwardOut(hidden, positions)
+
+    def _set_decode(self, new_tokens: int) -> None:
+        use = new_tokens <= self.decode_max_tokens
+        if use != self._decode:
+            for proj in self.projections:
+                proj.use_decode = use
+            self._decode = use
+
+    def extend(self, cache: KVCache, ids: torch.Tensor, start_pos: int, valid: Optional[torch.Tensor] = None,
+               last_only: bool = False, token_ids: Optional[torch.Tensor] = None, store: bool = True) -> torch.Tensor:
+        """Run [batch, q] new tokens after everything in `cache`; logits [batch, q | 1, vocab | len(token_ids)].
+
+        `valid` [batch, q] marks padding keys of the new tokens that no query may attend to.
+        """
+        hidden = self.embed(ids)
+        b, q = ids.shape
+        positions = torch.arange(start_pos, start_pos + q, device=hidden.device)
+        self._set_decode(b * q)
+        cos_sin = self.rotary(hidden, positions)
+        for idx in range(self.num_layers):
+            mask = None
+            if valid is not None:
+                past = cache.seq_length(idx)
+                allowed = torch.ones(q, past + q, dtype=torch.bool, device=hidden.device).tril(past)[None, None]
+                pad = torch.ones(b, 1, 1, past + q, dtype=torch.bool, device=hidden.device)
+                pad[:, 0, 0, past:] = valid
+                mask = allowed & pad
+            hidden = self.layer(idx, hidden, cos_sin, cache, mask, store)
+        if last_only:  # the vocabulary projection is a fifth of a token's cost: skip it where no one reads it
+            hidden = hidden[:, -1:]
+        return self.logits(hidden, token_ids)
