@@ -1,18 +1,19 @@
-"""E-RECAP pruned prefill and KV-cached decode for Llama / Qwen2 / Mistral (transformers 5.x).
+"""E-RECAP pruned prefill and KV-cached decode for Llama / Qwen2 / Mistral (on `transformer.DecoderStack`).
 
 The decoder layers are run one by one. Before each pruning layer the predictor
 scores the tokens, `select_kept` keeps N_{l+1} of them (Eq. 4-5), and the hidden
 states, their original positions and hence the rotary embeddings shrink with
 them; every later layer, and its KV cache, holds only the kept tokens. The
 causal mask is built on the compacted sequence (the kept tokens stay in order),
-never from the gappy positions, which transformers would read as packed-sequence
-boundaries. The decode that follows attends over each layer's shorter cache.
-With keep ratio 1 and no budget the result equals the unmodified model.
+never from the gappy positions. The decode that follows attends over each
+layer's shorter cache. With keep ratio 1 and no budget the result equals the
+unmodified model.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,16 +21,14 @@ from typing import Optional
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from transformers import DynamicCache
 
 from .predictor import PredictorBank
+from .prefix_cache import PrefixCache, PrefixEntry
 from .pruning import PruneSchedule, select_kept
+from .transformer import SUPPORTED_MODEL_TYPES, CallAborted, DecoderStack, KVCache
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
-
-
-class CallAborted(RuntimeError):
-    """The prefill was stopped between layers (deadline passed or call cancelled)."""
+__all__ = ["SUPPORTED_MODEL_TYPES", "CallAborted", "DecodeResult", "ErecapModel", "PrefillResult", "PruningPass",
+           "causal_mask", "masked_training_attention", "pruned_target_loss"]
 
 
 class PruningPass:
@@ -39,8 +38,10 @@ class PruningPass:
     exactly the same tokens. The per-layer ratio is max(r, (min(B, N0)/N0)^(1/|P|)):
     a generous budget is used rather than undershot (a prompt already within B is
     kept whole, as every other compressor keeps it); the last pruning layer then
-    caps at B. `protect` ([N0] bool) marks tokens that outrank every predictor
-    score while the budget allows; the predictor still orders them.
+    caps at B. With the schedule's `first_cut` (two-stage) the first pruning
+    layer keeps at most ceil(first_cut B) tokens and the ratio aims from there to B
+    over the remaining layers. `protect` ([N0] bool) marks tokens that outrank
+    every predictor score while the budget allows; the predictor still orders them.
     """
 
     def __init__(self, schedule: PruneSchedule, predictors: Optional[PredictorBank], n0: int,
@@ -53,9 +54,16 @@ class PruningPass:
         if token_budget is not None and token_budget < n0 and not layers:
             raise ValueError("a token budget below the prompt length needs at least one pruning layer")
         self.last_layer = layers[-1] if layers else -1
+        self.first_layer = layers[0] if layers else -1
+        self.first_keep: Optional[int] = None
+        aim_from, aim_layers = n0, len(layers)
+        if token_budget is not None and layers and schedule.first_cut > 0:
+            cut = math.ceil(schedule.first_cut * token_budget)
+            if cut < n0:
+                self.first_keep, aim_from, aim_layers = cut, cut, len(layers) - 1
         self.ratio, self.aiming = schedule.keep_ratio, False
-        if token_budget is not None and layers:
-            budget_ratio = (min(token_budget, n0) / n0) ** (1.0 / len(layers))
+        if token_budget is not None and aim_layers > 0:
+            budget_ratio = (min(token_budget, aim_from) / aim_from) ** (1.0 / aim_layers)
             self.ratio, self.aiming = max(self.ratio, budget_ratio), budget_ratio > self.ratio
 
     def keep(self, idx: int, hidden: torch.Tensor, positions: torch.Tensor) -> Optional[torch.Tensor]:
@@ -67,7 +75,10 @@ class PruningPass:
             return None
         n = hidden.shape[0]
         budget = self.token_budget if idx == self.last_layer else None
-        n_next = self.schedule.next_length(n, budget, self.ratio, round_up=self.aiming)
+        if idx == self.first_layer and self.first_keep is not None:
+            n_next = min(n, self.first_keep, budget if budget is not None else n)
+        else:
+            n_next = self.schedule.next_length(n, budget, self.ratio, round_up=self.aiming)
         if n_next >= n:
             return None
         scores = self.predictors.score(idx, hidden)
@@ -103,11 +114,12 @@ class PrefillResult:
     """What the pruned prefill leaves for the decode and for accounting."""
 
     logits: torch.Tensor              # [vocab] next-token logits after the prompt
-    cache: DynamicCache               # per-layer KV of the tokens each layer kept
+    cache: KVCache                    # per-layer KV of the tokens each layer kept
     kept_index: torch.Tensor          # original positions of the tokens after the last pruning layer
     lengths: list[int]                # N entering the model, then after each pruning layer
     next_position: int                # rotary position of the first generated token
     prune_ms: float                   # time spent scoring and selecting tokens
+    tokens_reused: int = 0            # prompt tokens whose early-layer prefill came from the prefix cache
 
     @property
     def tokens_after(self) -> int:
@@ -124,9 +136,15 @@ class DecodeResult:
 
 
 class ErecapModel:
-    """A causal LM with E-RECAP progressive pruning in its prefill."""
+    """A causal LM with E-RECAP progressive pruning in its prefill.
 
-    def __init__(self, model, schedule: Optional[PruneSchedule] = None, predictors: Optional[PredictorBank] = None):
+    `stack` shares one packed DecoderStack between several ErecapModels of the
+    same model (the planner's pruned and unpruned paths); without it one is
+    built with `decode_weights`.
+    """
+
+    def __init__(self, model, schedule: Optional[PruneSchedule] = None, predictors: Optional[PredictorBank] = None,
+                 stack: Optional[DecoderStack] = None, decode_weights: str = "model", cache_reserve: int = 128):
         config = model.config
         if config.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(f"model type '{config.model_type}' is not supported (supported: {SUPPORTED_MODEL_TYPES})")
@@ -140,36 +158,20 @@ class ErecapModel:
             predictors.check_compatible(config, list(self.schedule.layers))
             predictors.to(model.device)
         self.predictors = predictors
-        self.backbone = model.model
-        self._explicit_mask = config._attn_implementation not in ("sdpa", "flash_attention_2", "flash_attention_3")
+        self.stack = stack if stack is not None else DecoderStack(model, packed=True, decode_weights=decode_weights)
+        self.cache_reserve = cache_reserve
 
     @property
     def device(self) -> torch.device:
         """Device of the model's weights."""
         return self.model.device
 
-    def _causal_mask(self, n: int, dtype: torch.dtype) -> Optional[torch.Tensor]:
-        # SDPA / flash derive causality from a missing mask; eager attention needs it spelled out.
-        if not self._explicit_mask or n <= 1:
-            return None
-        return causal_mask(n, dtype, self.device)
-
-    def _rotary(self, hidden, positions):
-        # Rotary embeddings of the tokens' original positions; recomputed only when the set changes.
-        position_ids = positions[None]
-        return position_ids, self.backbone.rotary_emb(hidden, position_ids=position_ids)
-
-    @staticmethod
-    def _run_layer(layer, hidden, rotary, cache, mask):
-        position_ids, cos_sin = rotary
-        return layer(hidden, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
-                     use_cache=True, position_embeddings=cos_sin)
-
     @torch.inference_mode()
     def prefill(self, input_ids: torch.Tensor, token_budget: Optional[int] = None,
                 stop_after_pruning: bool = False, all_logits: bool = False,
                 protect: Optional[torch.Tensor] = None,
-                should_abort: Optional[Callable[[], bool]] = None) -> PrefillResult:
+                should_abort: Optional[Callable[[], bool]] = None,
+                prefix: Optional[PrefixCache] = None) -> PrefillResult:
         """Run the prompt through the model, pruning at the schedule's layers.
 
         `token_budget` caps the tokens left after the last pruning layer (B_t);
@@ -182,6 +184,8 @@ class ErecapModel:
         (protected context blocks); they are kept while the budget allows, and
         when it does not, the predictor chooses among them too.
         `should_abort()` is checked before every layer; true raises CallAborted.
+        `prefix` reuses the previous prompt's prefill for the common prefix in
+        the layers before the first pruning layer (exact) and keeps this one's.
         """
         if input_ids.dim() == 2:
             if input_ids.shape[0] != 1:
@@ -189,37 +193,60 @@ class ErecapModel:
             input_ids = input_ids[0]
         ids = input_ids.to(self.device)
         n0 = int(ids.numel())
-        hidden = self.backbone.embed_tokens(ids)[None]
+        stack = self.stack
         positions = torch.arange(n0, device=self.device)
-        cache = DynamicCache(config=self.config)
-        schedule = self.schedule
-        pruning = PruningPass(schedule, self.predictors, n0, token_budget, protect)
+        cache = KVCache(stack.num_layers, self.cache_reserve, expected=n0)
+        start, reused = 0, 0
+        if prefix is not None:
+            start = self.schedule.layers[0] if self.schedule.layers else stack.num_layers
+            hidden, reused = self._early_layers(ids, cache, start, prefix, should_abort)
+        else:
+            hidden = stack.embed(ids[None])
+        pruning = PruningPass(self.schedule, self.predictors, n0, token_budget, protect)
         lengths = [n0]
-        prune_s = 0.0
-        mask = self._causal_mask(n0, hidden.dtype)
-        rotary = self._rotary(hidden, positions)
-        for idx, layer in enumerate(self.backbone.layers[: self.config.num_hidden_layers]):
-            if should_abort is not None and should_abort():
-                raise CallAborted(f"stopped before layer {idx}")
-            if idx in schedule.layers:
-                _sync(self.device)
-                t0 = time.perf_counter()
-                keep = pruning.keep(idx, hidden[0], positions)
-                if keep is not None:
-                    hidden = hidden[:, keep]
-                    positions = positions[keep]
-                    mask = self._causal_mask(hidden.shape[1], hidden.dtype)
-                    rotary = self._rotary(hidden, positions)
-                _sync(self.device)
-                prune_s += time.perf_counter() - t0
-                lengths.append(int(hidden.shape[1]))
-                if stop_after_pruning and idx == pruning.last_layer:
-                    empty = torch.empty(0, device=self.device)
-                    return PrefillResult(empty, cache, positions.clone(), lengths, n0, prune_s * 1000.0)
-            hidden = self._run_layer(layer, hidden, rotary, cache, mask)
-        hidden = self.backbone.norm(hidden)
-        logits = self.model.lm_head(hidden[0] if all_logits else hidden[0, -1])
-        return PrefillResult(logits, cache, positions.clone(), lengths, n0, prune_s * 1000.0)
+        prune_s = [0.0]
+
+        def select(idx: int, h: torch.Tensor, pos: torch.Tensor) -> Optional[torch.Tensor]:
+            if idx not in self.schedule.layers:
+                return None
+            _sync(self.device)
+            t0 = time.perf_counter()
+            keep = pruning.keep(idx, h, pos)
+            _sync(self.device)
+            prune_s[0] += time.perf_counter() - t0
+            lengths.append(int(h.shape[0]) if keep is None else int(keep.numel()))
+            return keep
+
+        if stop_after_pruning and pruning.last_layer >= 0:
+            out = stack.forward(hidden, positions, cache, start=start, stop=pruning.last_layer, select=select,
+                                should_abort=should_abort)
+            keep = select(pruning.last_layer, out.hidden[0], out.positions)
+            kept = out.positions if keep is None else out.positions[keep]
+            return PrefillResult(torch.empty(0, device=self.device), cache, kept.clone(), lengths, n0,
+                                 prune_s[0] * 1000.0, reused)
+        out = stack.forward(hidden, positions, cache, start=start, select=select, should_abort=should_abort)
+        if all_logits and reused:
+            raise ValueError("all_logits needs the whole prompt computed (no prefix reuse)")
+        logits = stack.logits(out.hidden[0] if all_logits else out.hidden[0, -1])
+        return PrefillResult(logits, cache, out.positions.clone(), lengths, n0, prune_s[0] * 1000.0, reused)
+
+    def _early_layers(self, ids: torch.Tensor, cache: KVCache, upto: int, prefix: PrefixCache,
+                      should_abort: Optional[Callable[[], bool]]) -> tuple[torch.Tensor, int]:
+        """Layers [0, upto) of the prompt, reusing the cached common prefix; the hidden states entering `upto`."""
+        stack = self.stack
+        n0 = int(ids.numel())
+        p = prefix.common_prefix(ids, upto)
+        entry = prefix.entry
+        for layer in range(upto):
+            if p:
+                cache.append(layer, entry.keys[layer][:, :, :p], entry.values[layer][:, :, :p])
+        out = stack.forward(stack.embed(ids[None, p:]), torch.arange(p, n0, device=self.device), cache, stop=upto,
+                            should_abort=should_abort)
+        hidden = torch.cat([entry.hidden[:, :p], out.hidden], dim=1) if p else out.hidden
+        views = [cache.view(layer) for layer in range(upto)]
+        prefix.store(PrefixEntry(ids.clone(), upto, [k for k, _ in views], [v for _, v in views], hidden))
+        prefix.record(p, n0)
+        return hidden, p
 
     @torch.inference_mode()
     def decode(self, prefill: PrefillResult, max_new_tokens: int, eos_token_ids: tuple[int, ...] = (),
@@ -232,7 +259,6 @@ class ErecapModel:
         result = DecodeResult()
         logits = prefill.logits
         position = prefill.next_position
-        cache = prefill.cache
         while True:
             token = int(torch.argmax(logits))
             result.token_ids.append(token)
@@ -248,11 +274,8 @@ class ErecapModel:
             if deadline is not None and time.monotonic() >= deadline:
                 result.stop_reason = "deadline"
                 break
-            hidden = self.backbone.embed_tokens(torch.tensor([[token]], device=self.device))
-            rotary = self._rotary(hidden, torch.tensor([position], device=self.device))
-            for layer in self.backbone.layers[: self.config.num_hidden_layers]:
-                hidden = self._run_layer(layer, hidden, rotary, cache, None)
-            logits = self.model.lm_head(self.backbone.norm(hidden)[0, -1])
+            ids = torch.tensor([[token]], device=self.device)
+            logits = self.stack.extend(prefill.cache, ids, position, last_only=True)[0, -1]
             position += 1
         return result
 
@@ -268,26 +291,22 @@ def pruned_target_loss(model, schedule: PruneSchedule, predictors: PredictorBank
     loss is differentiable in the model's weights (pruning-aware fine-tuning);
     the selection itself is not.
     """
-    backbone = model.model
+    stack = DecoderStack(model, packed=False)
     device = next(model.parameters()).device
     ids = torch.cat([prompt_ids.reshape(-1), target_ids.reshape(-1)]).to(device)
-    n_prompt = int(prompt_ids.numel())
-    pruning = PruningPass(schedule, predictors, n_prompt, token_budget, protect)
-    hidden = backbone.embed_tokens(ids)[None]
-    positions = torch.arange(ids.numel(), device=device)
-    mask = causal_mask(ids.numel(), hidden.dtype, device)
-    cos_sin = backbone.rotary_emb(hidden, position_ids=positions[None])
+    n_prompt = [int(prompt_ids.numel())]
+    pruning = PruningPass(schedule, predictors, n_prompt[0], token_budget, protect)
+
+    def select(idx: int, hidden: torch.Tensor, positions: torch.Tensor) -> Optional[torch.Tensor]:
+        n = n_prompt[0]
+        with torch.no_grad():
+            keep = pruning.keep(idx, hidden[:n].detach(), positions[:n])
+        if keep is None:
+            return None
+        n_prompt[0] = int(keep.numel())
+        return torch.cat([keep, torch.arange(n, hidden.shape[0], device=device)])  # the target is never pruned
+
     with masked_training_attention(device):
-        for idx, layer in enumerate(backbone.layers[: model.config.num_hidden_layers]):
-            with torch.no_grad():
-                keep = pruning.keep(idx, hidden[0, :n_prompt].detach(), positions[:n_prompt])
-            if keep is not None:  # mask and rotary embeddings change only with the kept set
-                keep = torch.cat([keep, torch.arange(n_prompt, hidden.shape[1], device=device)])
-                n_prompt -= hidden.shape[1] - keep.numel()
-                hidden, positions = hidden[:, keep], positions[keep]
-                mask = causal_mask(hidden.shape[1], hidden.dtype, device)
-                cos_sin = backbone.rotary_emb(hidden, position_ids=positions[None])
-            hidden = layer(hidden, attention_mask=mask, position_ids=positions[None], past_key_values=None,
-                           use_cache=False, position_embeddings=cos_sin)
-    logits = model.lm_head(backbone.norm(hidden))[0, n_prompt - 1:-1]
+        out = stack.forward(stack.embed(ids[None]), torch.arange(ids.numel(), device=device), select=select)
+    logits = stack.logits(out.hidden)[0, n_prompt[0] - 1:-1]
     return torch.nn.functional.cross_entropy(logits.float(), target_ids.reshape(-1).to(device))

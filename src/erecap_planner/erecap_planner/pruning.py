@@ -5,6 +5,12 @@ first `head` tokens, a tail window of max(tail_min, ceil(tail_frac N_l)) tokens,
 and the top-scoring rest, in their original order. When the token budget B is
 smaller than head + tail, the tail shrinks first, then the head, so the budget
 is never exceeded.
+
+Two-stage prefill (`first_cut` > 0, beyond the paper): the first pruning layer
+keeps at most ceil(first_cut x B) tokens, and the later pruning layers go on
+from there to B progressively. The layers after the first cut then run on
+O(B) tokens whatever N is, so the prefill's cost follows the budget the
+controller chose instead of the context's length.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ class PruneSchedule:
     head_tokens: int = 4
     tail_min: int = 16
     tail_frac: float = 0.1
+    first_cut: float = 0.0  # two-stage: the first pruning layer keeps <= ceil(first_cut x B) tokens (0 = off)
     extra: dict = field(default_factory=dict, compare=False)
 
     def validate(self, num_layers: int) -> None:
@@ -56,6 +63,8 @@ class PruneSchedule:
             raise ValueError(f"pruning layers {list(self.layers)} must be strictly increasing")
         if self.head_tokens < 0 or self.tail_min < 0 or not 0.0 <= self.tail_frac <= 1.0:
             raise ValueError("head_tokens, tail_min must be >= 0 and tail_frac in [0, 1]")
+        if self.first_cut != 0.0 and self.first_cut < 1.0:
+            raise ValueError(f"first_cut {self.first_cut} must be 0 (off) or >= 1")
 
     def tail_size(self, n: int) -> int:
         """Tail window for a sequence of n tokens: max(tail_min, ceil(tail_frac n))."""

@@ -54,7 +54,7 @@ def test_progressive_pruning_lengths_and_kept_positions(kind):
     assert kept == sorted(set(kept)) and kept[:4] == [0, 1, 2, 3]
     assert kept[-16:] == list(range(300 - 16, 300))  # tail window of the last pruning layer
     # Each layer's KV cache holds only the tokens that layer saw.
-    cache_lengths = [out.cache.layers[i].keys.shape[-2] for i in range(model.config.num_hidden_layers)]
+    cache_lengths = [out.cache.seq_length(i) for i in range(model.config.num_hidden_layers)]
     assert cache_lengths == [300, 210, 147, 147, 102, 102]
     dec = runner.decode(out, max_new_tokens=3)
     assert len(dec.token_ids) == 3
@@ -87,7 +87,7 @@ def test_prompt_level_mode_stops_after_last_pruning_layer():
     out = runner.prefill(ids(120), token_budget=25, stop_after_pruning=True)
     assert out.tokens_after == 25 and out.logits.numel() == 0
     # Layers 0 and 1 ran; nothing from the last pruning layer (2) on did.
-    assert [out.cache.get_seq_length(i) for i in range(6)] == [120, 60, 0, 0, 0, 0]
+    assert [out.cache.seq_length(i) for i in range(6)] == [120, 60, 0, 0, 0, 0]
 
 
 def test_decode_stops_at_deadline_and_eos():
@@ -148,3 +148,45 @@ def test_pruned_target_loss_equals_the_loss_read_through_the_pruned_prefill(kind
     plain = model(torch.cat([prompt, target])[None]).logits[0, 199:-1]
     unpruned = pruned_target_loss(model, PruneSchedule(layers=()), None, prompt, target)
     torch.testing.assert_close(unpruned, torch.nn.functional.cross_entropy(plain.float(), target), atol=1e-4, rtol=0)
+
+
+def test_two_stage_first_cut_then_progressive_to_the_budget():
+    model = tiny("llama")
+    layers = (1, 2, 4)
+    bank = PredictorBank.for_model(model.config, list(layers))
+    runner = ErecapModel(model, PruneSchedule(layers=layers, keep_ratio=0.7, first_cut=1.5), bank)
+    out = runner.prefill(ids(400), token_budget=40)
+    # Layer 1 keeps ceil(1.5 x 40) = 60; layers 2 and 4 go on from 60 to 40 at (40/60)^(1/2) each.
+    assert out.lengths == [400, 60, 49, 40] and out.tokens_after == 40
+    assert [out.cache.seq_length(i) for i in range(6)] == [400, 60, 49, 49, 40, 40]
+    # A prompt within first_cut x B is not cut early: the Table 8 schedule aims at B as before.
+    assert runner.prefill(ids(55), token_budget=40).lengths == ErecapModel(
+        model, PruneSchedule(layers=layers, keep_ratio=0.7), bank).prefill(ids(55), token_budget=40).lengths
+    with pytest.raises(ValueError, match="first_cut"):
+        PruneSchedule(layers=layers, first_cut=0.5).validate(6)
+
+
+@pytest.mark.parametrize("layers", [(), (2, 4)])
+def test_prefix_reuse_is_exact_and_counted(layers):
+    from erecap_planner.prefix_cache import PrefixCache
+
+    model = tiny("llama")
+    bank = PredictorBank.for_model(model.config, list(layers)) if layers else None
+    runner = ErecapModel(model, PruneSchedule(layers=layers, keep_ratio=0.7), bank)
+    first, grown = ids(150)[0], torch.cat([ids(150)[0], ids(30, seed=9)[0]])  # the context grew at its end
+    budget = 60 if layers else None
+    cache = PrefixCache()
+    runner.prefill(first, token_budget=budget, prefix=cache)
+    reused = runner.prefill(grown, token_budget=budget, prefix=cache)
+    fresh = runner.prefill(grown, token_budget=budget)
+    assert reused.tokens_reused == 150 and fresh.tokens_reused == 0
+    assert reused.lengths == fresh.lengths and reused.kept_index.tolist() == fresh.kept_index.tolist()
+    torch.testing.assert_close(reused.logits, fresh.logits, atol=1e-5, rtol=0)
+    dec = [runner.decode(p, 5).token_ids for p in (reused, fresh)]
+    assert dec[0] == dec[1]
+    # A prompt that differs early reuses nothing; one identical to the cached prompt still computes its last token.
+    other = runner.prefill(ids(150, seed=3)[0], token_budget=budget, prefix=cache)
+    assert other.tokens_reused == 0
+    again = runner.prefill(ids(150, seed=3)[0], token_budget=budget, prefix=cache)
+    assert again.tokens_reused == 149
+    assert cache.stats.lookups == 4 and cache.stats.hits == 2
