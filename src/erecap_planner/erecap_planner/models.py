@@ -79,18 +79,17 @@ def resolve_model_path(model_path: str) -> Path:
 
 
 def load_model(model_path: str, device: str = "auto", dtype: str = "auto"):
-    """(model, tokenizer) from `model_path`, on the GPU when present and `device` is 'auto'."""
+    """(model, tokenizer) from `model_path`; 'auto' device / dtype as `precision.resolve` chooses them."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .precision import resolve
+
     folder = resolve_model_path(model_path)
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if dtype == "auto":
-        torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    else:
-        torch_dtype = getattr(torch, dtype)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype, attn_implementation="sdpa")
+    if device == "auto" or dtype == "auto":
+        chosen = resolve(device, dtype, "model")
+        device, dtype = chosen.device, chosen.dtype
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype), attn_implementation="sdpa")
     tokenizer = AutoTokenizer.from_pretrained(folder)
     return model.to(device).eval(), tokenizer
