@@ -4,6 +4,10 @@ Subscribes  /brace/context (ContextEntry; an entry of kind "episode_start" clear
             context first: a new episode starts from an empty context)
 Publishes   /brace/replan_calls (ReplanCall, one per call), /diagnostics
 Action server  /brace/replan (Replan): feedback per phase; result = Plan + ReplanCall.
+            One model serves one call at a time; accepted calls wait in an
+            earliest-deadline-first queue (call_queue.py), where a newer call for
+            an agent supersedes its waiting older one and a call past its hard
+            deadline leaves unserved. A waiting goal holds no executor thread.
 
 Lifecycle: configure loads the model, the predictor and the action schema and
 fails (naming the parameter) on an unknown model path, a keep ratio outside
@@ -35,7 +39,8 @@ from brace_controller.config import ConfigError
 from brace_controller.ros_params import declare_parameters, read_config
 
 from . import convert
-from .call_path import STATUS_CANCELLED, PlannerCallPath
+from .call_path import STATUS_CANCELLED, CallOutcome, PlannerCallPath, unserved_outcome
+from .call_queue import CallQueue, QueuedCall
 from .config import PlannerConfig, resolve_path
 from .context import ContextBuffer
 from .plan_parser import ActionSchema
@@ -43,7 +48,12 @@ from .predictor import PredictorBank, PredictorMismatchError
 from .pruning import PruneSchedule, table8_layers
 
 EPISODE_START = "episode_start"  # ContextEntry.kind that opens a new episode
+QUEUE_CHECK_PERIOD_S = 0.05  # how often waiting calls are checked against their hard deadlines
 STATUS_NAMES = {0: "ok", 1: "planner_error", 2: "deadline", 3: "cancelled", 4: "unavailable"}
+
+
+def _goal_key(goal_handle) -> bytes:
+    return bytes(goal_handle.goal_id.uuid)
 
 
 def build_call_path(cfg: PlannerConfig, logger=None) -> PlannerCallPath:
@@ -51,13 +61,20 @@ def build_call_path(cfg: PlannerConfig, logger=None) -> PlannerCallPath:
     import yaml
 
     from .models import load_model
+    from .precision import resolve
 
     try:
         schema = ActionSchema.from_dict(yaml.safe_load(cfg.schema_path().read_text()) or {})
     except (OSError, ValueError, AttributeError, yaml.YAMLError) as exc:
         raise ConfigError("action_schema_file", f"cannot load {cfg.schema_path()}: {exc}") from None
     try:
-        model, tokenizer = load_model(cfg.model_path, cfg.device, cfg.dtype)
+        precision = resolve(cfg.device, cfg.dtype, cfg.decode_weights)
+    except ValueError as exc:
+        raise ConfigError("decode_weights", str(exc)) from None
+    if logger is not None:
+        logger.info(f"precision: {precision.device}, {precision.reason}")
+    try:
+        model, tokenizer = load_model(cfg.model_path, precision.device, precision.dtype)
     except (FileNotFoundError, OSError, ValueError) as exc:
         raise ConfigError("model_path", str(exc)) from None
     if cfg.adapter_path:
@@ -69,7 +86,7 @@ def build_call_path(cfg: PlannerConfig, logger=None) -> PlannerCallPath:
             raise ConfigError("adapter_path", str(exc)) from None
     depth = model.config.num_hidden_layers
     layers = cfg.pruning_layers or table8_layers(depth)
-    schedule = PruneSchedule(tuple(layers), cfg.keep_ratio, cfg.head_tokens, cfg.tail_min, cfg.tail_frac)
+    schedule = PruneSchedule(tuple(layers), cfg.keep_ratio, cfg.head_tokens, cfg.tail_min, cfg.tail_frac, cfg.first_cut)
     try:
         schedule.validate(depth)
     except ValueError as exc:
@@ -89,7 +106,9 @@ def build_call_path(cfg: PlannerConfig, logger=None) -> PlannerCallPath:
     try:
         return PlannerCallPath(model, tokenizer, schema, cfg.compressor, schedule, predictors, cfg.max_new_tokens,
                                cfg.system_prompt, protect_blocks=cfg.protect_blocks, model_name=cfg.model_path,
-                               decoding=cfg.decoding)
+                               decoding=cfg.decoding, decode_weights=precision.decode_weights,
+                               plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n},
+                               layout=cfg.context_layout, prefix_reuse=cfg.prefix_reuse)
     except ValueError as exc:
         raise ConfigError("decoding" if "decoding" in str(exc) else "compressor", str(exc)) from None
 
@@ -104,7 +123,8 @@ class ErecapPlannerNode(LifecycleNode):
         self.call_path: Optional[PlannerCallPath] = None
         self.buffer = ContextBuffer()
         self.buffer_lock = threading.Lock()
-        self.call_lock = threading.Lock()  # one model: calls run one at a time
+        self.queue = CallQueue()  # one model: calls run one at a time, earliest deadline first
+        self.calls: dict[bytes, QueuedCall] = {}  # goal id -> its call
         self.active = False
         self.last_error = ""
         self.ids = itertools.count(1)
@@ -114,6 +134,7 @@ class ErecapPlannerNode(LifecycleNode):
         self.calls_pub = None
         self._subscription = None
         self._diag_timer = None
+        self._queue_timer = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -134,9 +155,11 @@ class ErecapPlannerNode(LifecycleNode):
                                                       callback_group=MutuallyExclusiveCallbackGroup())
         self.action_server = ActionServer(
             self, Replan, "/brace/replan", self.execute, goal_callback=self.on_goal,
-            cancel_callback=lambda _goal: CancelResponse.ACCEPT, callback_group=ReentrantCallbackGroup(),
+            handle_accepted_callback=self.on_accepted, cancel_callback=self.on_cancel,
+            callback_group=ReentrantCallbackGroup(),
         )
         self._diag_timer = self.create_timer(self.config.diagnostics_period_s, self.publish_diagnostics)
+        self._queue_timer = self.create_timer(QUEUE_CHECK_PERIOD_S, self.expire_waiting)
         self.get_logger().info(
             f"configured in {time.monotonic() - started:.1f} s: model '{self.config.model_path}' on "
             f"{self.call_path.plain.device}, compressor '{self.config.compressor}', keep ratio {self.config.keep_ratio}, "
@@ -168,10 +191,10 @@ class ErecapPlannerNode(LifecycleNode):
         if self.action_server is not None:
             self.action_server.destroy()
             self.action_server = None
-        for entity in (self._subscription, self.calls_pub, self._diag_timer):
+        for entity in (self._subscription, self.calls_pub, self._diag_timer, self._queue_timer):
             if entity is not None:
                 entity.destroy()
-        self._subscription = self.calls_pub = self._diag_timer = None
+        self._subscription = self.calls_pub = self._diag_timer = self._queue_timer = None
         self.call_path = None
 
     # ------------------------------------------------------------------ context
@@ -200,36 +223,73 @@ class ErecapPlannerNode(LifecycleNode):
             return GoalResponse.REJECT
         return GoalResponse.ACCEPT
 
-    def execute(self, goal_handle) -> Replan.Result:
-        """Run one call: feedback per phase, record on /brace/replan_calls, result = Plan + record."""
-        queued_at, started_wall = time.monotonic(), time.time()
+    def on_accepted(self, goal_handle) -> None:
+        """Queue an accepted goal (EDF); answer the agent's older waiting call it supersedes; start one if idle."""
         request = convert.request_from_goal(goal_handle.request)
-        call_id = f"{self.get_name()}/{next(self.ids)}"
+        call = QueuedCall(f"{self.get_name()}/{next(self.ids)}", request.agent_id, time.monotonic(), request.slo_ms,
+                          request.hard_deadline_ms, handle=(goal_handle, request, time.time()))
+        self.calls[_goal_key(goal_handle)] = call
+        older = self.queue.submit(call)
+        if older is not None:
+            older.handle[0].execute()  # answered at once: superseded
+        self._dispatch()
 
+    def on_cancel(self, goal_handle) -> CancelResponse:
+        """Accept every cancel: a waiting call is answered at once, the running one stops at its next check."""
+        call = self.calls.get(_goal_key(goal_handle))
+        if call is not None and self.queue.remove(call.call_id, "cancelled") is not None:
+            goal_handle.execute()
+        return CancelResponse.ACCEPT
+
+    def expire_waiting(self) -> None:
+        """Answer every waiting call whose hard deadline has passed (it would only be cancelled later)."""
+        for call in self.queue.expired(time.monotonic()):
+            call.handle[0].execute()
+
+    def _dispatch(self) -> None:
+        call = self.queue.start_next()
+        if call is not None:
+            call.handle[0].execute()
+
+    def execute(self, goal_handle) -> Replan.Result:
+        """Run (or answer without running) one call: feedback per phase, record on /brace/replan_calls."""
+        call = self.calls.pop(_goal_key(goal_handle))
+        _, request, started_wall = call.handle
+        try:
+            if call.outcome == "running":
+                outcome = self._run(goal_handle, call, request)
+            else:
+                outcome = unserved_outcome(call, self.config.compressor)
+        finally:
+            if call.outcome == "running":
+                self.queue.finish(call)
+                self._dispatch()
+        self.counts["calls"] += 1
+        self.counts[f"status.{STATUS_NAMES.get(outcome.status, 'ok')}"] += 1
+        if outcome.status != 0:
+            self.get_logger().warning(f"call {call.call_id} for {request.agent_id}: {outcome.error}",
+                                      throttle_duration_sec=1.0)
+        record = convert.call_to_msg(outcome, request, call.call_id, self.config.model_path, started_wall)
+        if self.calls_pub is not None:
+            self.calls_pub.publish(record)
+        result = Replan.Result(call=record)
+        result.plan = convert.plan_to_msg(outcome, request, f"{call.call_id}/plan", self.get_clock().now().to_msg())
+        if outcome.status == STATUS_CANCELLED and goal_handle.is_cancel_requested:
+            goal_handle.canceled()
+        else:
+            goal_handle.succeed()
+        return result
+
+    def _run(self, goal_handle, call: QueuedCall, request) -> CallOutcome:
         def feedback(phase: str, elapsed_ms: float) -> None:
             fb = Replan.Feedback(phase=phase, elapsed_ms=float(elapsed_ms))
             fb.header.stamp = self.get_clock().now().to_msg()
             goal_handle.publish_feedback(fb)
 
         with self.buffer_lock:
-            snapshot = self.buffer.snapshot()
-        with self.call_lock:
-            outcome = self.call_path.run(snapshot, request, cancelled=lambda: goal_handle.is_cancel_requested,
-                                         on_phase=feedback, queued_at=queued_at)
-        self.counts["calls"] += 1
-        self.counts[f"status.{STATUS_NAMES.get(outcome.status, 'ok')}"] += 1
-        if outcome.status != 0:
-            self.get_logger().warning(f"call {call_id} for {request.agent_id}: {outcome.error}", throttle_duration_sec=1.0)
-        record = convert.call_to_msg(outcome, request, call_id, self.config.model_path, started_wall)
-        if self.calls_pub is not None:
-            self.calls_pub.publish(record)
-        result = Replan.Result(call=record)
-        result.plan = convert.plan_to_msg(outcome, request, f"{call_id}/plan", self.get_clock().now().to_msg())
-        if outcome.status == STATUS_CANCELLED and goal_handle.is_cancel_requested:
-            goal_handle.canceled()
-        else:
-            goal_handle.succeed()
-        return result
+            snapshot = self.buffer.snapshot()  # the newest context: a call that waited plans from what is known now
+        return self.call_path.run(snapshot, request, cancelled=lambda: goal_handle.is_cancel_requested,
+                                  on_phase=feedback, queued_at=call.accepted_at)
 
     # ------------------------------------------------------------------ monitoring
 

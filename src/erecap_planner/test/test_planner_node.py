@@ -136,3 +136,34 @@ def test_predictor_for_another_architecture_fails_configure(ros, model_dir, tmp_
     node.trigger_configure()
     assert node.call_path is None and "'predictor_path'" in node.last_error and "model_type" in node.last_error
     node.destroy_node()
+
+
+def test_waiting_calls_are_served_earliest_deadline_first(ros, model_dir):
+    # One model, one call at a time: while a long call runs, the waiting ones are ordered by SLO deadline, the
+    # agent's newer call supersedes its older waiting one, and a call past its hard deadline leaves unserved.
+    node = planner(model_dir, max_new_tokens=4000, compressor="none")
+    client = start(ros, node)
+    running = client.send(agent_id="a", decision_id="long")
+    wait_for(lambda: node.queue.running is not None, what="the long call to start")
+    handles = {
+        "b_old": client.send(agent_id="b", decision_id="b_old", slo_ms=50_000.0),
+        "c": client.send(agent_id="c", decision_id="c", slo_ms=2_000.0, hard_deadline_ms=5_000.0),
+        "b_new": client.send(agent_id="b", decision_id="b_new", slo_ms=60_000.0, hard_deadline_ms=8_000.0),
+        "d": client.send(agent_id="d", decision_id="d", slo_ms=100.0, hard_deadline_ms=300.0),
+    }
+    assert all(h.accepted for h in handles.values())
+    results = {name: h.get_result_async() for name, h in handles.items()}
+    wait_for(lambda: results["b_old"].done() and results["d"].done(), timeout=30, what="unserved answers")
+    assert node.queue.running is not None and node.queue.running.agent_id == "a"  # answered while a still runs
+    b_old, d = results["b_old"].result().result.call, results["d"].result().result.call
+    assert b_old.status == ReplanCall.STATUS_CANCELLED and "superseded" in b_old.error
+    assert d.status == ReplanCall.STATUS_DEADLINE and "waiting" in d.error and d.latency_ms >= 300.0
+    assert [p.phase for p in d.phases] == ["queue"]
+    running.cancel_goal_async()
+    wait_for(lambda: results["c"].done() and results["b_new"].done(), timeout=60, what="served calls")
+    order = [c.decision_id for c in client.calls]
+    assert order.index("long") < order.index("c") < order.index("b_new")  # c's deadline is earlier
+    assert all(c.latency_ms <= c.hard_deadline_ms + 1000.0 for c in client.calls)  # none outlived its deadline
+    c_call = results["c"].result().result.call
+    assert c_call.phases[0].phase == "queue" and c_call.phases[0].duration_ms > 0.0
+    assert node.queue.counts == {"superseded": 1, "expired_waiting": 1, "cancelled_waiting": 0}

@@ -1,0 +1,119 @@
+"""Calls waiting for the planner model, served earliest deadline first.
+
+One model serves one call at a time; the calls that wait for it are ordered by
+their SLO deadline (accepted time + SLO_t), so a short-deadline call from a
+hazard is not stuck behind a long periodic one. A newer call for an agent
+supersedes its older call that is still waiting (the older one would plan from
+an older context, and the agent waits for the newer plan anyway). A waiting
+call whose hard deadline has passed leaves the queue unserved. Thread-safe:
+goals arrive on executor threads while a call runs on another.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class QueuedCall:
+    """A call accepted by the planner and not finished yet."""
+
+    call_id: str
+    agent_id: str
+    accepted_at: float            # time.monotonic() at acceptance
+    slo_ms: float
+    hard_deadline_ms: float
+    handle: Any = None            # what the node needs to answer it (the action goal handle)
+    outcome: str = "waiting"      # waiting | running | superseded | expired | cancelled | done
+    superseded_by: str = ""
+    seq: int = field(default=0, compare=False)
+
+    @property
+    def slo_deadline(self) -> float:
+        """When the call misses its SLO (monotonic seconds): the EDF key."""
+        return self.accepted_at + self.slo_ms / 1000.0
+
+    @property
+    def hard_deadline(self) -> float:
+        """When the call is past its hard deadline (monotonic seconds)."""
+        return self.accepted_at + self.hard_deadline_ms / 1000.0
+
+
+class CallQueue:
+    """EDF queue of waiting calls with per-agent supersession; at most one call runs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._heap: list[tuple[float, int, QueuedCall]] = []
+        self._waiting: dict[str, QueuedCall] = {}   # agent -> its waiting call
+        self._seq = itertools.count()
+        self.running: Optional[QueuedCall] = None
+        self.counts = {"superseded": 0, "expired_waiting": 0, "cancelled_waiting": 0}
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._waiting)
+
+    def submit(self, call: QueuedCall) -> Optional[QueuedCall]:
+        """Queue a call; return the agent's older waiting call it supersedes (no longer queued), if any."""
+        with self._lock:
+            older = self._waiting.pop(call.agent_id, None)
+            if older is not None:
+                older.outcome, older.superseded_by = "superseded", call.call_id
+                self.counts["superseded"] += 1
+            call.seq = next(self._seq)
+            call.outcome = "waiting"
+            self._waiting[call.agent_id] = call
+            heapq.heappush(self._heap, (call.slo_deadline, call.seq, call))
+            return older
+
+    def start_next(self) -> Optional[QueuedCall]:
+        """If no call runs, take the waiting call with the earliest SLO deadline and mark it running."""
+        with self._lock:
+            if self.running is not None:
+                return None
+            while self._heap:
+                _, _, call = heapq.heappop(self._heap)
+                if call.outcome == "waiting" and self._waiting.get(call.agent_id) is call:
+                    del self._waiting[call.agent_id]
+                    call.outcome = "running"
+                    self.running = call
+                    return call
+            return None
+
+    def finish(self, call: QueuedCall) -> None:
+        """The running call is done; the next one may start."""
+        with self._lock:
+            call.outcome = "done"
+            if self.running is call:
+                self.running = None
+
+    def remove(self, call_id: str, outcome: str) -> Optional[QueuedCall]:
+        """Take a waiting call out (outcome 'cancelled' or 'expired'); None when it is not waiting."""
+        with self._lock:
+            for agent, call in list(self._waiting.items()):
+                if call.call_id == call_id:
+                    del self._waiting[agent]
+                    call.outcome = outcome
+                    self.counts[f"{outcome}_waiting"] += 1
+                    return call
+            return None
+
+    def expired(self, now: float) -> list[QueuedCall]:
+        """Take out every waiting call whose hard deadline has passed."""
+        with self._lock:
+            gone = [c for c in self._waiting.values() if now >= c.hard_deadline]
+            for call in gone:
+                del self._waiting[call.agent_id]
+                call.outcome = "expired"
+                self.counts["expired_waiting"] += 1
+            return gone
+
+    def waiting(self) -> list[QueuedCall]:
+        """The waiting calls in service order."""
+        with self._lock:
+            return sorted(self._waiting.values(), key=lambda c: (c.slo_deadline, c.seq))
