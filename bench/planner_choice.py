@@ -13,8 +13,10 @@ latency, side by side in one run. ROS-free (the same core as the nodes).
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -51,6 +53,13 @@ def main() -> None:
     ap.add_argument("--predictor", default=PREDICTOR, help="E-RECAP predictor checkpoint of constrained/erecap")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="model weights on the CPU")
     ap.add_argument("--configs", nargs="+", default=CONFIGS, choices=CONFIGS)
+    ap.add_argument("--first-cut", nargs="+", type=float, default=[0.0],
+                    help="E-RECAP configs run with each: two-stage prefill keeping first_cut x B at the first pruning "
+                         "layer (0 = Table 8 progressive)")
+    ap.add_argument("--layout", nargs="+", default=["focus"], choices=["focus", "stable_first"],
+                    help="run every config with each context layout")
+    ap.add_argument("--decode-weights", nargs="+", default=["model"], choices=["model", "float16", "int8"],
+                    help="run every config with each (decode-sized forwards read these weights)")
     args = ap.parse_args()
 
     model, tok = load_model("smollm2-135m-instruct", dtype=args.dtype)
@@ -62,16 +71,15 @@ def main() -> None:
     trained = PredictorBank.load(resolve_path(args.predictor), model.config)
     world0 = Warehouse(WorldConfig(agents=args.agents))
     schema = ActionSchema.from_dict(action_schema(world0))
-    configs = {
-        "candidates/none": PlannerCallPath(model, tok, schema, "none", schedule, None, decoding="candidates"),
-        "constrained/none": PlannerCallPath(model, tok, schema, "none", schedule, None, decoding="constrained"),
-        "constrained/erecap": PlannerCallPath(model, tok, schema, "erecap", schedule,
-                                              trained,
-                                              decoding="constrained"),
-        "constrained/random": PlannerCallPath(model, tok, schema, "random", schedule, None, decoding="constrained"),
-        "constrained/recency": PlannerCallPath(model, tok, schema, "recency", schedule, None, decoding="constrained"),
-    }
-    configs = {name: configs[name] for name in args.configs}
+    configs = {}
+    for weights, layout, name in itertools.product(args.decode_weights, args.layout, args.configs):
+        decoding, compressor = name.split("/")
+        for cut in (args.first_cut if compressor == "erecap" else [0.0]):
+            label = (name + (f"+cut{cut:g}" if cut else "") + ("" if weights == "model" else f"@{weights}")
+                     + ("" if layout == "focus" else f"[{layout}]"))
+            configs[label] = PlannerCallPath(model, tok, schema, compressor, replace(schedule, first_cut=cut),
+                                             trained if compressor == "erecap" else None, decoding=decoding,
+                                             decode_weights=weights, layout=layout)
     points = list(decision_points(range(args.episodes), args.agents, args.every, args.observe_every))[: args.limit]
     rows = []
     for name, path in configs.items():

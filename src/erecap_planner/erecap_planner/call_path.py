@@ -27,12 +27,14 @@ from brace_controller.types import CallStatus, meets_slo
 
 from .compressors import Compressor, make_compressor
 from .constrained import ConstrainedPlanDecoder
-from .context import DEFAULT_SYSTEM_PROMPT, ContextBuffer, RenderedContext
+from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextBuffer, RenderedContext
 from .plan_parser import ActionSchema, PlanError, Step, parse_plan
 from .predictor import PredictorBank
+from .prefix_cache import PrefixCache
 from .pruned_forward import CallAborted, ErecapModel
 from .pruning import PruneSchedule
 from .scoring import best_step, enumerate_steps
+from .transformer import DecoderStack
 
 # Call statuses (ReplanCall.STATUS_*).
 STATUS_OK, STATUS_PLANNER_ERROR, STATUS_DEADLINE, STATUS_CANCELLED = (
@@ -83,6 +85,7 @@ class CallOutcome:
     phases: list[Phase] = field(default_factory=list)
     tokens_before: int = 0
     tokens_after: int = 0
+    tokens_reused: int = 0
     latency_ms: float = 0.0
     slo_ms: float = 0.0
     output_text: str = ""
@@ -108,6 +111,19 @@ class NoRetrieval:
     def retrieve(self, agent_id: str, ctx: RenderedContext) -> list[str]:
         """Nothing."""
         return []
+
+
+def unserved_outcome(call, compressor: str) -> CallOutcome:
+    """The outcome of a queued call answered without running: superseded, cancelled or expired while waiting."""
+    waited_ms = (time.monotonic() - call.accepted_at) * 1000.0
+    status, error = {
+        "superseded": (STATUS_CANCELLED, f"superseded while waiting by the agent's newer call {call.superseded_by}"),
+        "cancelled": (STATUS_CANCELLED, "cancelled while waiting for the planner"),
+        "expired": (STATUS_DEADLINE, "hard deadline passed while waiting for the planner"),
+    }[call.outcome]
+    phase = Phase("queue", waited_ms, 0, 0, time.time() - waited_ms / 1000.0)
+    return CallOutcome(status=status, phases=[phase], latency_ms=waited_ms, slo_ms=call.slo_ms, error=error,
+                       compressor=compressor)
 
 
 def json_object_closed(text: str) -> bool:
@@ -146,7 +162,8 @@ class PlannerCallPath:
                  schedule: Optional[PruneSchedule] = None, predictors: Optional[PredictorBank] = None,
                  max_new_tokens: int = 64, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
                  retriever: Optional[Retriever] = None, protect_blocks: bool = True, model_name: str = "",
-                 decoding: str = "json"):
+                 decoding: str = "json", decode_weights: str = "model",
+                 plan_steps: Optional[dict[int, int]] = None, layout: str = "focus", prefix_reuse: bool = False):
         self.tokenizer = tokenizer
         self.schema = schema
         self.compressor_name = compressor
@@ -162,13 +179,19 @@ class PlannerCallPath:
         self.constrained = (ConstrainedPlanDecoder(tokenizer, self.candidates, schema.max_steps)
                             if decoding == "constrained" else None)
         self.protect_blocks = protect_blocks
+        self.plan_steps = dict(plan_steps or {})  # mode -> most steps of its plans (constrained decoding)
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout '{layout}' is not one of {LAYOUTS}")
+        self.layout = layout
+        self.prefix = PrefixCache() if prefix_reuse else None
         self.model_name = model_name or getattr(model.config, "_name_or_path", "") or model.config.model_type
-        self.plain = ErecapModel(model)
+        self.stack = DecoderStack(model, packed=True, decode_weights=decode_weights)
+        self.plain = ErecapModel(model, stack=self.stack)
         self.in_model = compressor == "erecap"
         if self.in_model:
             if schedule is None or predictors is None:
                 raise ValueError("in-model E-RECAP needs a pruning schedule and a predictor bank")
-            self.pruned = ErecapModel(model, schedule, predictors)
+            self.pruned = ErecapModel(model, schedule, predictors, stack=self.stack)
             self.compressor: Optional[Compressor] = None
         else:
             self.pruned = None
@@ -213,7 +236,7 @@ class PlannerCallPath:
             # context_compress
             t0, w0 = begin("context_compress")
             ctx = buffer.render(self.tokenizer, request.agent_id, self.request_text(request.agent_id, request.mode),
-                                self.system_prompt)
+                                self.system_prompt, layout=self.layout)
             outcome.tokens_before = len(ctx)
             if self.in_model:
                 kept_ids, protect = list(ctx.token_ids), list(ctx.protected) if self.protect_blocks else None
@@ -246,15 +269,16 @@ class PlannerCallPath:
             if self.in_model:
                 budget = request.token_budget + len(memory_ids)
                 mask = torch.tensor(protect) if protect is not None else None
-                pre = self.pruned.prefill(ids, token_budget=budget, protect=mask, should_abort=abort)
+                pre = self.pruned.prefill(ids, token_budget=budget, protect=mask, should_abort=abort, prefix=self.prefix)
                 compress_phase.duration_ms += pre.prune_ms
                 compress_phase.tokens_out = pre.tokens_after
                 tokens_after = pre.tokens_after
             else:
-                pre = self.plain.prefill(ids, should_abort=abort)
+                pre = self.plain.prefill(ids, should_abort=abort, prefix=self.prefix)
                 tokens_after = len(kept_ids)
             end("prefill", t0, w0, len(kept_ids), tokens_after, minus_ms=pre.prune_ms)
             outcome.tokens_after = tokens_after
+            outcome.tokens_reused = pre.tokens_reused
 
             # decode (free JSON generation, or scoring every valid candidate), then parse
             t0, w0 = begin("decode")
@@ -263,7 +287,8 @@ class PlannerCallPath:
                 text = json.dumps({"plan": [{"action": step.action, "parameters": step.parameters}]})
                 produced = len(self.candidates)
             elif self.decoding == "constrained":
-                constrained = self.constrained.decode(self.plain, pre, should_abort=abort)
+                constrained = self.constrained.decode(self.plain, pre, should_abort=abort,
+                                                      max_steps=self.plan_steps.get(request.mode))
                 text, produced = constrained.text, constrained.tokens
             else:
                 dec = self.plain.decode(pre, self.max_new_tokens, self.eos_ids, deadline=deadline,

@@ -8,7 +8,8 @@ from pathlib import Path
 from brace_controller.config import ConfigError, check_fields, package_file, param
 
 from .compressors import BASELINES
-from .context import DEFAULT_SYSTEM_PROMPT
+from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS
+from .precision import DECODE_WEIGHTS, DTYPES
 
 COMPRESSORS = ("erecap", *BASELINES)
 
@@ -33,11 +34,17 @@ class PlannerConfig:
     model_path: str = param("smollm2-135m-instruct",
                             "'smollm2-135m-instruct' (packaged, converted once) or a local HF model folder")
     device: str = param("auto", "'auto' (GPU when present), 'cpu', 'cuda', 'cuda:N'")
-    dtype: str = param("auto", "'auto' (bfloat16 on GPU, float32 on CPU), 'float32', 'bfloat16', 'float16'")
+    dtype: str = param("auto", "'auto' (bfloat16 where the CPU or GPU computes it natively, else float32), "
+                       "'float32', 'bfloat16', 'float16'")
+    decode_weights: str = param("auto", "weights of decode-sized forwards: 'auto' (float16 for a float32 model on the "
+                                "CPU, else the model's), 'model', 'float16', 'int8' (lossy: 7-bit activations)")
     compressor: str = param("erecap", "erecap (in-model pruning) | none | random | recency | summary")
     keep_ratio: float = param(0.7, "r: per-pruning-layer keep ratio (Eq. 4)", 1e-6, 1.0)
     pruning_layers: list[int] = param([], "layers that prune; empty = paper Table 8 scaled to the model depth")
     head_tokens: int = param(4, "head tokens always kept (Eq. 5)", 0, 1024)
+    first_cut: float = param(0.0, "two-stage prefill: the first pruning layer keeps at most first_cut x B_t tokens "
+                             "and the later ones go on to B_t, so the prefill's cost follows B_t; 0 = the paper's "
+                             "Table 8 progressive schedule", 0.0, 100.0)
     tail_min: int = param(16, "minimum tail window (Eq. 5: max(tail_min, ceil(tail_frac N)))", 0, 100000)
     tail_frac: float = param(0.1, "tail window fraction of N", 0.0, 1.0)
     adapter_path: str = param("", "LoRA adapter merged into the model at configure (.safetensors; "
@@ -45,11 +52,19 @@ class PlannerConfig:
     predictor_path: str = param("", "trained predictor checkpoint (.safetensors; 'package://<pkg>/<path>' "
                                 "allowed); empty = untrained predictor (warned)")
     max_new_tokens: int = param(64, "decode limit per call", 1, 8192)
+    plan_steps: list[int] = param([0, 0, 2], "most steps of a plan per mode [full_replan, partial_replan, "
+                                  "reuse_subplan] with constrained decoding (0 = the action schema's max_steps): "
+                                  "a reuse call confirms a short subplan, so it decodes less")
     decoding: str = param("json", "'json': generate the plan; 'candidates': score every valid skill call; "
                           "'constrained': generate a plan restricted to valid skill calls (small models)")
     action_schema_file: str = param("", "YAML action schema; empty = the one shipped with erecap_planner")
     system_prompt: str = param(DEFAULT_SYSTEM_PROMPT, "system prompt of every call")
     protect_blocks: bool = param(True, "task / state / constraints / coordination tokens outrank predictor scores")
+    context_layout: str = param("focus", "'focus': the agent's own entries moved to a FOR section next to the request; "
+                                "'stable_first': growing blocks first, whole, the same for every agent (calls share "
+                                "a prefix), changing ones last")
+    prefix_reuse: bool = param(False, "reuse the previous call's prefill of the common prompt prefix in the layers "
+                               "before the first pruning layer (exact); pays with context_layout stable_first")
     max_history: int = param(100000, "history entries kept in the context buffer (oldest dropped)", 1, 10**8)
     autostart: bool = param(True, "configure and activate at start (no lifecycle manager needed)")
     diagnostics_period_s: float = param(1.0, "period of /diagnostics (s)", 0.05, 3600.0)
@@ -61,12 +76,20 @@ class PlannerConfig:
             raise ConfigError("keep_ratio", f"{self.keep_ratio} is outside (0, 1]")
         if self.compressor not in COMPRESSORS:
             raise ConfigError("compressor", f"'{self.compressor}' is not one of {', '.join(COMPRESSORS)}")
+        if len(self.plan_steps) != 3 or any(n < 0 for n in self.plan_steps):
+            raise ConfigError("plan_steps", f"{self.plan_steps} must be three non-negative counts (0 = schema's)")
+        if self.first_cut != 0.0 and self.first_cut < 1.0:
+            raise ConfigError("first_cut", f"{self.first_cut} must be 0 (off) or >= 1")
         if any(layer < 0 for layer in self.pruning_layers) or self.pruning_layers != sorted(set(self.pruning_layers)):
             raise ConfigError("pruning_layers", "must be distinct, non-negative and increasing")
+        if self.context_layout not in LAYOUTS:
+            raise ConfigError("context_layout", f"'{self.context_layout}' is not one of {', '.join(LAYOUTS)}")
         if self.decoding not in ("json", "candidates", "constrained"):
             raise ConfigError("decoding", f"'{self.decoding}' is not 'json', 'candidates' or 'constrained'")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ConfigError("dtype", f"'{self.dtype}' is not auto, float32, bfloat16 or float16")
+        if self.dtype not in DTYPES:
+            raise ConfigError("dtype", f"'{self.dtype}' is not one of {', '.join(DTYPES)}")
+        if self.decode_weights not in DECODE_WEIGHTS:
+            raise ConfigError("decode_weights", f"'{self.decode_weights}' is not one of {', '.join(DECODE_WEIGHTS)}")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise ConfigError("device", f"'{self.device}' is not auto, cpu, cuda or cuda:N")
         for name in ("predictor_path", "adapter_path"):

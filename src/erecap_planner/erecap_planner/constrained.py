@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 
 from .plan_parser import Step
 from .pruned_forward import CallAborted, ErecapModel, PrefillResult
-from .scoring import _extend
 
 PLAN_OPEN = '{"plan": ['
 STEP_SEPARATOR = ", "
@@ -98,8 +98,13 @@ class ConstrainedPlanDecoder:
         return ids
 
     @torch.inference_mode()
-    def decode(self, runner: ErecapModel, prefill: PrefillResult, should_abort=lambda: False) -> ConstrainedResult:
-        """Decode over `prefill.cache` (extended in place); raises CallAborted via `should_abort` checks."""
+    def decode(self, runner: ErecapModel, prefill: PrefillResult, should_abort=lambda: False,
+               max_steps: Optional[int] = None) -> ConstrainedResult:
+        """Decode over `prefill.cache` (extended in place); raises CallAborted via `should_abort` checks.
+
+        `max_steps` (<= the decoder's) caps this plan's length: a short plan for a small replanning mode.
+        """
+        limit = self.max_steps if not max_steps else max(1, min(self.max_steps, max_steps))
         cache, position = prefill.cache, prefill.next_position
         pending: list[int] = list(self.open_ids)
         produced: list[int] = []
@@ -107,7 +112,7 @@ class ConstrainedPlanDecoder:
         forwards = 0
         n = len(self.steps)
         while True:
-            trie = self.last if len(chosen) == self.max_steps - 1 else self.more
+            trie = self.last if len(chosen) == limit - 1 else self.more
             node = trie.root
             while node.option < 0:
                 if len(node.children) == 1:
@@ -116,13 +121,16 @@ class ConstrainedPlanDecoder:
                     if should_abort():
                         raise CallAborted("deadline or cancel during constrained decoding")
                     ids = torch.tensor([pending], device=runner.device)
-                    logits = _extend(runner, cache, ids, position, last_only=True)[0, -1]
+                    allowed = list(node.children)
+                    # Only the allowed tokens' logits are computed: the choice needs nothing else, and they come
+                    # from the float LM head rows even when the decode's projections run in int8.
+                    logits = runner.stack.extend(cache, ids, position, last_only=True,
+                                                 token_ids=torch.tensor(allowed, device=runner.device))[0, -1]
                     forwards += 1
                     position += len(pending)
                     produced.extend(pending)
                     pending = []
-                    allowed = list(node.children)
-                    token = allowed[int(torch.argmax(logits[torch.tensor(allowed, device=logits.device)]))]
+                    token = allowed[int(torch.argmax(logits))]
                 pending.append(token)
                 node = node.children[token]
             index = node.option

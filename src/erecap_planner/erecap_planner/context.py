@@ -14,6 +14,16 @@ reliably (the tail of the prompt also survives every compressor). `render`
 produces the planner prompt through the model's chat template and labels every
 token with its block and entry, so compressors can respect protected blocks and
 count tokens exactly with the model's tokenizer.
+
+Two layouts. `focus` (the planner's original): the requested agent's own task,
+messages and state are moved out of their blocks into the FOR section.
+`stable_first`: every block that only grows (task, constraints, coordination,
+history) comes first, whole and in the same order for every agent, and what
+changes from call to call (the agents' states, the FOR section, the request)
+comes last; the FOR section repeats the agent's own task and messages (the
+copies in the blocks are then prunable). Consecutive calls then share their
+prompt up to the newest entry, whichever agent they plan for, so the prefill
+of that shared prefix can be reused (`prefix_cache.py`).
 """
 
 from __future__ import annotations
@@ -38,6 +48,8 @@ class Block(enum.IntEnum):
 
 PROTECTED_BLOCKS = frozenset({Block.TASK, Block.STATE, Block.CONSTRAINTS, Block.COORDINATION})
 _ORDER = (Block.TASK, Block.CONSTRAINTS, Block.STATE, Block.COORDINATION, Block.HISTORY)
+_STABLE_ORDER = (Block.TASK, Block.CONSTRAINTS, Block.COORDINATION, Block.HISTORY, Block.STATE)
+LAYOUTS = ("focus", "stable_first")
 # The requested agent's own task, messages to it and its state close the context, next to the request.
 FOCUS_BLOCKS = frozenset({Block.TASK, Block.STATE, Block.COORDINATION})
 _FOCUS_ORDER = (Block.TASK, Block.COORDINATION, Block.STATE)
@@ -139,16 +151,19 @@ class ContextBuffer:
         """Forget everything (a new episode)."""
         self.__init__(self.max_history)
 
-    def blocks(self) -> list[tuple[Block, list[Entry]]]:
+    def blocks(self, layout: str = "focus") -> list[tuple[Block, list[Entry]]]:
         """The blocks in prompt order with their entries."""
         state = sorted(self.state.values(), key=lambda e: e.agent_id)
         content = {Block.TASK: self.task, Block.CONSTRAINTS: self.constraints, Block.STATE: state,
                    Block.COORDINATION: self.coordination, Block.HISTORY: self.history}
-        return [(b, content[b]) for b in _ORDER]
+        return [(b, content[b]) for b in (_STABLE_ORDER if layout == "stable_first" else _ORDER)]
 
     def render(self, tokenizer, agent_id: str, request: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-               entries: Optional[list[tuple[Block, list[Entry]]]] = None) -> RenderedContext:
+               entries: Optional[list[tuple[Block, list[Entry]]]] = None, layout: str = "focus") -> RenderedContext:
         """The chat-templated prompt asking for `agent_id`'s next step, with per-token labels."""
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout '{layout}' is not one of {LAYOUTS}")
+        stable = layout == "stable_first"
         pieces: list[tuple[str, int, bool]] = []  # (text, entry index or -1, protected)
         all_entries: list[Entry] = []
         agents = set(self.state)
@@ -158,19 +173,22 @@ class ContextBuffer:
         def mine(entry: Entry) -> bool:  # the requested agent's entry, or one that names it
             return entry.agent_id == agent_id or bool(named.search(entry.text))
 
-        def emit(title: str, block_entries: list[Entry]) -> None:
+        def emit(title: str, block_entries: list[Entry], copied: bool = False) -> None:
             pieces.append((f"{title}:\n", -1, True))
             for entry in block_entries:
                 all_entries.append(entry)
-                concerns = mine(entry) or entry.agent_id not in agents
+                # The agent's own entries are protected where the FOR section has them, not in their block too.
+                concerns = (mine(entry) and not copied) or entry.agent_id not in agents
                 pieces.append((entry.line() + "\n", len(all_entries) - 1, entry.block in PROTECTED_BLOCKS and concerns))
 
-        for block, block_entries in entries if entries is not None else self.blocks():
+        for block, block_entries in entries if entries is not None else self.blocks(layout):
+            copied = stable and block != Block.STATE
             if block in FOCUS_BLOCKS:
                 focus.extend(e for e in block_entries if mine(e))
-                block_entries = [e for e in block_entries if not mine(e)]
+                if not copied:  # stable_first keeps the growing blocks whole, the same for every agent
+                    block_entries = [e for e in block_entries if not mine(e)]
             if block_entries:
-                emit(_TITLES[block], block_entries)
+                emit(_TITLES[block], block_entries, copied and block in FOCUS_BLOCKS)
         if focus:
             focus.sort(key=lambda e: _FOCUS_ORDER.index(e.block))
             emit(f"FOR {agent_id}", focus)
@@ -203,6 +221,7 @@ class ContextBuffer:
             entry_of_token.append(entry_index)
         return RenderedContext(text, list(enc["input_ids"]), protected_mask, entry_of_token, all_entries, request_start)
 
-    def token_count(self, tokenizer, agent_id: str, request: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> int:
+    def token_count(self, tokenizer, agent_id: str, request: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+                    layout: str = "focus") -> int:
         """N_t: exact tokens of the rendered prompt."""
-        return len(self.render(tokenizer, agent_id, request, system_prompt))
+        return len(self.render(tokenizer, agent_id, request, system_prompt, layout=layout))

@@ -50,6 +50,7 @@ def call_to_msg(outcome: CallOutcome, request: CallRequest, call_id: str, model:
     msg.hard_deadline_ms = float(request.hard_deadline_ms)
     msg.tokens_before = outcome.tokens_before
     msg.tokens_after = outcome.tokens_after
+    msg.tokens_reused = outcome.tokens_reused
     msg.latency_ms = float(outcome.latency_ms)
     msg.slo_met = outcome.slo_met
     msg.status = outcome.status

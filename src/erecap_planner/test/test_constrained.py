@@ -91,3 +91,21 @@ def test_abort_is_checked_at_every_model_forward():
     pre = runner.prefill(torch.tensor(tok("x", add_special_tokens=False)["input_ids"]))
     with pytest.raises(CallAborted):
         dec.decode(runner, pre, should_abort=lambda: True)
+
+
+def test_plan_length_follows_the_cap_of_the_call():
+    from erecap_planner.plan_parser import Step
+
+    model = tiny("llama")
+    tok = byte_tokenizer()
+    steps = [Step("wait", {}), Step("move_to", {"target": "dock_1"})]
+    decoder = ConstrainedPlanDecoder(tok, steps, max_steps=4)
+    runner = ErecapModel(model)
+    long_plan = None
+    for word in ("plan:", "next:", "go", "steps", "a", "bb", "ccc", "dddd"):
+        ids = torch.tensor(tok(word, add_special_tokens=False)["input_ids"])
+        if len(decoder.decode(runner, runner.prefill(ids)).steps) >= 2:
+            long_plan = ids
+            break
+    assert long_plan is not None, "no prompt gave the random model a plan of two steps or more"
+    assert len(decoder.decode(runner, runner.prefill(long_plan), max_steps=1).steps) == 1

@@ -61,3 +61,30 @@ def test_history_cap_drops_oldest():
     for t in range(5):
         c.add(Entry("a", t, Block.HISTORY, f"e{t}"))
     assert [e.step for e in c.history] == [2, 3, 4] and c.dropped == 2
+
+
+def test_stable_first_layout_shares_the_prefix_across_agents_and_steps():
+    tok = byte_tokenizer()
+    c = buffer(6)
+    c.add(Entry("b", 0, Block.TASK, "fetch shoe_5 to dock_1", "task"))
+    c.add(Entry("a", 4, Block.STATE, "at (0, 0)"))
+    for_a, for_b = (c.render(tok, agent, f"next step for {agent}?", layout="stable_first") for agent in ("a", "b"))
+    # Everything up to the agents' states is the same for both agents: the growing blocks, whole and in order.
+    shared = for_a.text.index("STATE:")
+    assert for_a.text[:shared] == for_b.text[:shared] and "HISTORY:" in for_a.text[:shared]
+    assert for_a.text.index("TASK:") < for_a.text.index("COORDINATION:") < for_a.text.index("HISTORY:") < shared
+    # The agent's own task and the message to it are repeated next to the request, protected there only.
+    focus = for_a.text.index("FOR a:\n")
+    assert for_a.text.index("fetch cup_3", focus) > focus and for_a.text.index("I hold", focus) > focus
+    spans = for_a.entry_spans()
+    protected_copies = [all(for_a.protected[i] for i in spans[k]) for k, e in enumerate(for_a.entries)
+                        if e.text == "fetch cup_3 to dock_2"]
+    assert protected_copies == [False, True]
+    # A later step's prompt starts with the earlier one up to where the new history entry goes.
+    c.add(Entry("a", 9, Block.HISTORY, "event 9"))
+    c.add(Entry("b", 9, Block.STATE, "at (2, 3)"))
+    later = c.render(tok, "b", "next step for b?", layout="stable_first")
+    grown = later.text.index("[t=9 a] event 9")
+    assert later.text[:grown] == for_b.text[:grown]
+    with pytest.raises(ValueError, match="layout"):
+        c.render(tok, "a", "x", layout="mixed")
