@@ -26,6 +26,7 @@ from report import write_csv  # bench/report.py (the script folder is on sys.pat
 
 from brace_controller.config import ControllerConfig
 from brace_controller.controller import BraceController
+from brace_controller.latency_model import CallSample
 from brace_controller.metrics import latency_summary
 from brace_controller.types import CallRecord, CallStatus, Trigger, TriggerKind
 
@@ -56,14 +57,17 @@ def bench_core(n: int, adaptive: bool) -> list[float]:
         rng = random.Random(1)
         for _ in range(256):
             tokens = rng.randint(64, 4096)
-            core.observe_latency(tokens, 40.0 + 0.4 * tokens + 5e-5 * tokens * tokens + rng.uniform(0, 30))
+            kept = rng.randint(64, tokens)
+            prefill = 40.0 + 0.1 * tokens + 0.4 * kept + 5e-5 * kept * kept
+            core.observe_latency(CallSample(tokens, kept, 0, 5.0, prefill, 300.0, prefill + 305.0 + rng.uniform(0, 30)))
     times = []
     for trigger in trigger_stream(n):
         t0 = time.perf_counter_ns()
         decision = core.decide(trigger)
         times.append((time.perf_counter_ns() - t0) / 1000.0)
         if decision.admitted:  # the call returns before the agent's next trigger
-            core.record_call(CallRecord(trigger.agent_id, trigger.step, CallStatus.OK, True, 100.0, 256))
+            core.record_call(CallRecord(trigger.agent_id, trigger.step, CallStatus.OK, True, 100.0, 256,
+                                        tokens_before=2048))
     return times
 
 

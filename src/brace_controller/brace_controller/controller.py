@@ -9,14 +9,19 @@ Order of checks for a well-formed trigger of agent a at step t:
      no call in flight)
   5. Eq. 1 on the team counters                  -> suppressed (team_cooldown | team_commit)
   6. SLO admission: backlog + call predicted to  -> suppressed (slo_infeasible) for periodic/drift
-     miss SLO even at B_min (B_t without adaptive)     of agents that already have a plan
+     miss SLO even at B_min (B_t without adaptive)     of agents still executing a plan
   7. otherwise                                   -> admitted (gate_open)
 
-Admitted triggers get (m_t, B_t, SLO_t) from the BudgetPolicy, lowered by the
-LatencyModel when the adaptive budget is on. Both rule 6 and the adaptive
-budget (beyond the paper; off = paper-faithful) count the planner's backlog:
-one planner serves calls in turn, so a call admitted while others are in
-flight waits for them, and that wait is part of its latency. The defer guard
+Admitted triggers get (m_t, B_t, SLO_t) from the BudgetPolicy; with the
+adaptive budget (beyond the paper; off = paper-faithful) B_t is then the
+largest budget up to the policy's whose predicted tail latency, after the
+planner's backlog, fits SLO_t x guard. The LatencyModel predicts a call from
+what sets its cost: the context N the agent's last call read (contexts only
+grow within an episode), the budget, the mode. Both rule 6 and the adaptive
+budget count the backlog: one planner serves calls in turn, so a call admitted
+while others are in flight waits for them, and that wait is part of its
+latency. An agent that has no unfinished plan (its plan ran out, or it never
+had one) is never deferred: a late plan beats an idle agent. The defer guard
 never bypasses an agent's own cooldown or commit window, so without overrides
 the anti-churn property of Appendix B holds per agent whatever the team does.
 """
@@ -27,10 +32,11 @@ import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Optional
 
 from .config import BudgetProfile, ControllerConfig
 from .gate import AgentCounters, StabilityGate
-from .latency_model import LatencyModel
+from .latency_model import CallSample, LatencyModel
 from .policy import BudgetPolicy
 from .types import TEAM_AGENT, CallRecord, CallStatus, Decision, Mode, Reason, Trigger, TriggerKind
 
@@ -106,27 +112,40 @@ class BraceController:
 
         budget = None
         predicted = math.nan
+        cost_ms = 0.0
         if reason.admits:
             budget = self.policy.budget(trigger, override, trigger.consecutive_failures)
             token_budget = budget.token_budget
-            if self.latency_model.ready and (self.config.adaptive_budget or self.config.defer_when_infeasible):
+            n = self.expected_tokens(agent)
+            model = self.latency_model
+            if model.ready and n is not None and (self.config.adaptive_budget or self.config.defer_when_infeasible):
                 backlog = self.backlog_ms()
                 target = budget.slo_ms * self.config.adaptive_guard_ratio - backlog
+                mode = int(budget.mode)
                 if self.config.adaptive_budget:
-                    fitted = self.latency_model.budget_for(target, self.policy.min_token_budget, token_budget)
+                    fitted = model.budget_for(target, n, mode, min(self.policy.min_token_budget, token_budget),
+                                              token_budget)
                 else:
-                    fitted = token_budget if self.latency_model.predict_p95(token_budget) <= target else None
+                    fitted = token_budget if model.predict_p95(n, min(n, token_budget), mode) <= target else None
                 infeasible = fitted is None
                 if infeasible and reason == Reason.GATE_OPEN and self._deferrable(trigger):
                     reason = Reason.SLO_INFEASIBLE
                 elif self.config.adaptive_budget:
-                    token_budget = self.policy.min_token_budget if infeasible else fitted
-                predicted = backlog + self.latency_model.predict_p95(token_budget)
+                    token_budget = min(self.policy.min_token_budget, token_budget) if infeasible else fitted
+                predicted = backlog + model.predict_p95(n, min(n, token_budget), mode)
+                cost_ms = model.predict_mean(n, min(n, token_budget), mode)
             budget = dataclasses.replace(budget, token_budget=token_budget)
 
         decision = self._make_decision(trigger, agent, reason, override, budget, predicted)
         self._apply(decision, agent, tally)
+        if decision.admitted:
+            agent.in_flight_cost_ms = cost_ms
         return decision
+
+    def expected_tokens(self, agent: AgentCounters) -> Optional[int]:
+        """N the agent's next call will read: the largest context any call of this episode read (contexts grow)."""
+        seen = [c.tokens_before for c in (agent, *self.agents.values()) if c.tokens_before is not None]
+        return max(seen) if seen else None
 
     def _admission_reason(self, trigger: Trigger, agent: AgentCounters, override: bool) -> Reason:
         if agent.call_in_flight:
@@ -150,12 +169,12 @@ class BraceController:
 
     def backlog_ms(self) -> float:
         """Predicted wait for the planner: the mean cost of every call in flight (one planner serves them in turn)."""
-        return sum(float(self.latency_model.predict_mean(c.in_flight_budget)) for c in self._calls_in_flight())
+        return sum(c.in_flight_cost_ms for c in self._calls_in_flight())
 
     def _deferrable(self, trigger: Trigger) -> bool:
-        # An agent with no plan in this episode is never deferred: a late plan beats no plan.
+        # An agent without an unfinished plan is never deferred: a late plan beats an idle agent.
         return self.config.defer_when_infeasible and trigger.kind not in _CRITICAL_KINDS \
-            and trigger.agent_id in self._plans
+            and trigger.agent_id in self._plans and trigger.has_goal
 
     def _make_decision(self, trigger, agent, reason, override, budget, predicted) -> Decision:
         admitted = reason.admits
@@ -205,6 +224,9 @@ class BraceController:
         """
         agent = self.counters(record.agent_id)
         agent.call_in_flight = False
+        agent.in_flight_cost_ms = 0.0
+        if record.tokens_before > 0:
+            agent.tokens_before = record.tokens_before
         if record.status == CallStatus.OK and record.plan_changed:
             changed_at = max(record.step, self.team.latest_step)
             agent.last_change_step = changed_at
@@ -217,6 +239,6 @@ class BraceController:
         self._plans[agent_id] = signature
         return changed
 
-    def observe_latency(self, tokens_after: int, latency_ms: float) -> None:
-        """Feed one call's (tokens after compression, end-to-end latency) to the latency model."""
-        self.latency_model.observe(tokens_after, latency_ms)
+    def observe_latency(self, sample: CallSample) -> None:
+        """Feed one finished call's phase timings to the latency model."""
+        self.latency_model.observe(sample)

@@ -149,10 +149,11 @@ class BraceControllerNode(Node):
             plan.decision_id = plan.decision_id or decision_id
             plan_changed = self.core.accept_plan(plan.agent_id, convert.plan_signature(plan))
             self.plan_pub.publish(plan)
-        self.finish(call.decision, status, float(result.call.latency_ms), plan_changed, int(result.call.tokens_after))
+        self.finish(call.decision, status, float(result.call.latency_ms), plan_changed, int(result.call.tokens_after),
+                    tokens_before=int(result.call.tokens_before))
 
     def finish(self, decision: Decision, status: CallStatus, latency_ms: float,
-               plan_changed: bool = False, tokens_after: int = 0, error: str = "") -> None:
+               plan_changed: bool = False, tokens_after: int = 0, error: str = "", tokens_before: int = 0) -> None:
         """Tell the core a call is over; audit a call no planner answered."""
         self.counts["calls_finished"] += 1
         if error:
@@ -161,7 +162,7 @@ class BraceControllerNode(Node):
         self.core.record_call(CallRecord(
             agent_id=decision.trigger.agent_id, step=decision.trigger.step, status=status,
             plan_changed=plan_changed, latency_ms=latency_ms, tokens_after=tokens_after,
-            slo_ms=decision.slo_ms, decision_id=decision.decision_id, mode=decision.mode,
+            slo_ms=decision.slo_ms, decision_id=decision.decision_id, mode=decision.mode, tokens_before=tokens_before,
         ))
 
     def check_deadlines(self) -> None:
@@ -192,7 +193,7 @@ class BraceControllerNode(Node):
             return
         if record.status in (CallStatus.OK, CallStatus.PLANNER_ERROR):
             # The model fits the call path's cost; the wait for the planner is predicted from the backlog.
-            self.core.observe_latency(record.tokens_after, record.latency_ms - record.phase_ms.get("queue", 0.0))
+            self.core.observe_latency(convert.latency_sample(record))
 
     # ------------------------------------------------------------------ monitoring
 
@@ -218,8 +219,7 @@ class BraceControllerNode(Node):
             "calls_in_flight": len(self.pending),
             "latency_model_samples": model.samples,
             "latency_model_ready": model.ready,
-            "latency_model_coef_ms": "{:.3g} + {:.3g} N + {:.3g} N^2".format(*model.coef),
-            "latency_model_tail_margin_ms": round(model.margin_ms, 3),
+            **{f"latency_model_{k}": v for k, v in model.describe().items()},
             **{f"reason.{k}": v for k, v in sorted(totals.items())},
             **self.counts,
         }

@@ -11,6 +11,7 @@ from builtin_interfaces.msg import Time
 from std_msgs.msg import Header
 
 from .gate import AgentCounters
+from .latency_model import CallSample
 from .types import CallRecord, CallStatus, Decision, Mode, Reason, Trigger, TriggerKind
 
 
@@ -38,6 +39,7 @@ def trigger_from_msg(msg: TriggerEvent) -> Trigger:
         trigger_id=msg.trigger_id,
         detail=msg.detail,
         stamp=time_to_sec(msg.header.stamp),
+        has_goal=bool(msg.has_goal),
     )
     trigger.validate()
     return trigger
@@ -54,6 +56,7 @@ def trigger_to_msg(trigger: Trigger, stamp: Time, trigger_id: str = "") -> Trigg
     msg.severity = float(trigger.severity)
     msg.consecutive_failures = int(trigger.consecutive_failures)
     msg.detail = trigger.detail
+    msg.has_goal = bool(trigger.has_goal)
     return msg
 
 
@@ -107,6 +110,16 @@ def goal_from_decision(decision: Decision, stamp: Time) -> Replan.Goal:
     goal.slo_ms = float(decision.slo_ms)
     goal.hard_deadline_ms = float(decision.hard_deadline_ms)
     return goal
+
+
+def latency_sample(record: CallRecord) -> CallSample:
+    """What the latency model learns from a finished call: tokens, mode and phase times, the queue wait left out."""
+    phases = record.phase_ms
+    return CallSample(
+        tokens_before=record.tokens_before, tokens_after=record.tokens_after, mode=int(record.mode),
+        compress_ms=phases.get("context_compress", 0.0) + phases.get("retrieve", 0.0),
+        prefill_ms=phases.get("prefill", 0.0), decode_ms=phases.get("decode", 0.0) + phases.get("parse", 0.0),
+        total_ms=record.latency_ms - phases.get("queue", 0.0))
 
 
 def call_record_from_msg(msg: ReplanCall, plan_changed: bool) -> CallRecord:

@@ -24,7 +24,9 @@ class AgentCounters:
     last_change_step: Optional[int] = None
     latest_step: int = 0
     call_in_flight: bool = False
-    in_flight_budget: int = 0  # B_t of the call in flight (the controller predicts the planner's backlog from it)
+    in_flight_budget: int = 0  # B_t of the call in flight
+    in_flight_cost_ms: float = 0.0  # its predicted mean cost: the planner's backlog is the sum over calls in flight
+    tokens_before: Optional[int] = None  # N of the agent's last call this episode (the next call's N is predicted from it)
     consecutive_failures: int = 0
     consecutive_deferrals: int = 0
 

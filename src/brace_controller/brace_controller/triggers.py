@@ -251,7 +251,7 @@ class TriggerMonitor:
     def on_outcome(self, agent: str, success: bool, detail: str = "") -> list[Trigger]:
         """An execution outcome; may raise a failure trigger."""
         trigger = self.failure.update(agent, self.step, success, detail)
-        return [trigger] if trigger else []
+        return [self._with_failures(trigger)] if trigger else []
 
     def on_verdict(self, agent: str, violation: bool, confidence: float, detail: str = "") -> list[Trigger]:
         """A verifier verdict; may raise a preempt trigger."""
@@ -281,5 +281,8 @@ class TriggerMonitor:
         return [self._with_failures(t) for t in raised]
 
     def _with_failures(self, trigger: Trigger) -> Trigger:
-        # Every trigger carries the agent's failure count, so the controller's override rule sees it.
-        return replace(trigger, consecutive_failures=self.failures(trigger.agent_id))
+        # Every trigger carries the agent's failure count (the controller's override rule reads it) and whether
+        # the agent still has an unfinished plan (an agent waiting for one is never deferred).
+        state = self.states.get(trigger.agent_id)
+        return replace(trigger, consecutive_failures=self.failures(trigger.agent_id),
+                       has_goal=bool(state is not None and state.has_goal))

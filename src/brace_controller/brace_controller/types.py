@@ -93,6 +93,7 @@ class Trigger:
     trigger_id: str = ""
     detail: str = ""
     stamp: float = 0.0
+    has_goal: bool = False  # the agent was executing an unfinished plan (false: it waits for one)
 
     def validate(self) -> None:
         """Raise ValueError naming the offending field when the trigger is malformed."""

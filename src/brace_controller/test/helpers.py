@@ -29,5 +29,5 @@ def controller(**overrides) -> BraceController:
 
 
 def trig(step: int, agent: str = "a", kind: TriggerKind = TriggerKind.PERIODIC, failures: int = 0,
-         severity: float = 1.0) -> Trigger:
-    return Trigger(kind, agent, step, severity=severity, consecutive_failures=failures)
+         severity: float = 1.0, has_goal: bool = True) -> Trigger:
+    return Trigger(kind, agent, step, severity=severity, consecutive_failures=failures, has_goal=has_goal)

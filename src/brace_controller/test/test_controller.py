@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 from helpers import controller, trig
 
+from brace_controller.latency_model import CallSample
 from brace_controller.types import CallRecord, CallStatus, Mode, Reason, Trigger, TriggerKind
 
+CONTEXT = 2000  # tokens the agents' calls read in these tests
 
-def done(c, agent="a", step=0, changed=False):
-    c.record_call(CallRecord(agent, step, CallStatus.OK, changed, 10.0, 100))
+
+def done(c, agent="a", step=0, changed=False, tokens_before=CONTEXT):
+    c.record_call(CallRecord(agent, step, CallStatus.OK, changed, 10.0, 100, tokens_before=tokens_before))
 
 
 def test_in_flight_suppresses_until_result():
@@ -68,27 +72,51 @@ def test_team_trigger_uses_team_counters():
     assert c.decide(trig(1, agent="team", kind=TriggerKind.DEADLOCK)).reason == Reason.IN_FLIGHT
 
 
-def _warm(c, slope_ms_per_token: float):
-    for tokens in range(100, 2100, 100):
-        c.observe_latency(tokens, 20.0 + slope_ms_per_token * tokens)
+def _warm(c, ms_per_kept_token: float, ms_per_token: float = 0.0, base: float = 20.0, context: int = CONTEXT):
+    """Calls costing base + ms_per_kept_token A + ms_per_token N (A = tokens after compression); a call of this
+    episode read `context` tokens."""
+    rng = random.Random(0)
+    for _ in range(c.config.adaptive_window):
+        tokens = rng.randint(500, 3000)
+        kept = rng.randint(64, tokens)
+        cost = base + ms_per_kept_token * kept + ms_per_token * tokens
+        c.observe_latency(CallSample(tokens, kept, 0, 0.0, cost, 0.0, cost))
+    c.record_call(CallRecord("z", 0, CallStatus.OK, False, 10.0, 100, tokens_before=context))
 
 
 def test_adaptive_budget_lowers_budget_to_meet_slo():
     c = controller(adaptive_budget=True, adaptive_guard_ratio=0.9, adaptive_window=20)
-    _warm(c, 1.0)  # 1 ms per token: full_replan SLO 2000 ms -> ~1780 tokens fit; deadlock asks 1024
+    _warm(c, 1.0)  # 1 ms per kept token: full_replan SLO 2000 ms -> ~1780 tokens fit; deadlock asks 1024
     d = c.decide(trig(1, kind=TriggerKind.DEADLOCK))
     assert d.token_budget == 1024 and d.predicted_p95_ms <= 0.9 * d.slo_ms
     done(c, step=1)
-    _warm(c, 4.0)  # the window now holds only 4 ms per token: 20 + 4 N <= 1800 -> N <= 445
+    _warm(c, 4.0)  # the window now holds only 4 ms per kept token: 20 + 4 B <= 1800 -> B <= 445
     d = c.decide(trig(2, agent="b", kind=TriggerKind.DEADLOCK))
     assert abs(d.token_budget - 445) <= 1  # floating-point rounding at the boundary
     assert d.predicted_p95_ms <= 0.9 * d.slo_ms + 1e-6
 
 
+def test_adaptive_budget_reads_the_context_the_agents_read():
+    c = controller(adaptive_budget=True, adaptive_window=40)
+    _warm(c, 1.0, ms_per_token=0.5, context=1000)  # a prefill that reads N before its first cut
+    small = c.decide(trig(1, kind=TriggerKind.DEADLOCK))
+    done(c, step=1, tokens_before=3000)  # the context grew: 0.5 ms per token more of it leaves less for B
+    large = c.decide(trig(2, agent="b", kind=TriggerKind.DEADLOCK))
+    assert small.token_budget == 1024 and large.token_budget < small.token_budget
+    assert abs(large.token_budget - (1800 - 20 - 1500)) <= 1
+
+
+def test_without_a_context_seen_this_episode_the_budget_is_the_policys():
+    c = controller(adaptive_budget=True, defer_when_infeasible=True, adaptive_window=20)
+    _warm(c, 100.0)  # nothing fits
+    c.reset()  # a new episode: no call has read its context yet
+    d = c.decide(trig(1))
+    assert d.admitted and d.token_budget == 512 and math.isnan(d.predicted_p95_ms)
+
+
 def test_infeasible_slo_defers_periodic_but_not_hazard():
     c = controller(adaptive_budget=True, defer_when_infeasible=True)
-    for tokens in range(100, 2100, 100):
-        c.observe_latency(tokens, 5000.0 + tokens)  # even the minimum budget misses every SLO
+    _warm(c, 1.0, base=5000.0)  # even the minimum budget misses every SLO
     first = c.decide(trig(1, severity=0.9))
     assert first.admitted  # no plan yet in this episode: never deferred
     c.accept_plan("a", ("plan",))
@@ -97,6 +125,15 @@ def test_infeasible_slo_defers_periodic_but_not_hazard():
     assert not periodic.admitted and periodic.reason == Reason.SLO_INFEASIBLE
     hazard = c.decide(trig(1, agent="b", kind=TriggerKind.HAZARD))
     assert hazard.admitted and hazard.token_budget == c.profile.min_token_budget
+
+
+def test_an_agent_without_an_unfinished_plan_is_never_deferred():
+    c = controller(adaptive_budget=True, defer_when_infeasible=True)
+    _warm(c, 1.0, base=5000.0)
+    c.accept_plan("a", ("plan",))
+    finished = c.decide(trig(1, has_goal=False))  # its plan ran out: it idles until it gets a new one
+    assert finished.admitted and finished.reason == Reason.GATE_OPEN
+    assert finished.token_budget == c.profile.min_token_budget
 
 
 def test_backlog_of_calls_in_flight_defers_periodic_until_the_planner_is_free():
@@ -121,7 +158,7 @@ def test_adaptive_budget_leaves_room_for_the_backlog():
     second = c.decide(trig(1, agent="b"))
     assert second.admitted and second.token_budget < 512
     assert second.predicted_p95_ms <= 0.9 * second.slo_ms + 1e-6
-    assert second.predicted_p95_ms > c.latency_model.predict_p95(second.token_budget)  # the wait is in it
+    assert second.predicted_p95_ms > c.latency_model.predict_p95(CONTEXT, second.token_budget)  # the wait is in it
 
 
 def test_every_trigger_gets_a_decision_with_unique_id():

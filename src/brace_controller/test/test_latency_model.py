@@ -1,70 +1,96 @@
-"""Online latency model: fit, tail margin, closed-form budget inverse."""
+"""Online latency model: per-phase fit in N, A = min(N, B_t) and the mode; tail margin; budget inverse."""
 
 from __future__ import annotations
 
 import math
 import random
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from brace_controller.latency_model import LatencyModel
+from brace_controller.latency_model import CallSample, LatencyModel
 
 
-def fitted(a=50.0, b=0.5, c=1e-4, noise=5.0, n=200, seed=0) -> LatencyModel:
+def sample(n, a, prefill, decode=0.0, compress=0.0, mode=0, extra=0.0) -> CallSample:
+    return CallSample(n, a, mode, compress, prefill, decode, compress + prefill + decode + extra)
+
+
+def two_stage(n_ms=0.2, a_ms=2.0, a2_ms=0.0, base=30.0, noise=5.0, n=200, seed=0) -> LatencyModel:
+    """Calls whose prefill costs base + n_ms N + a_ms A (+ a2_ms A^2/1000): a pruned prefill that tracks B_t."""
     rng = random.Random(seed)
     model = LatencyModel(window=256, min_samples=8)
     for _ in range(n):
-        tokens = rng.randint(64, 4096)
-        model.observe(tokens, a + b * tokens + c * tokens * tokens + rng.uniform(0, noise))
+        tokens = rng.randint(256, 4096)
+        kept = rng.randint(64, tokens)
+        prefill = base + n_ms * tokens + a_ms * kept + a2_ms * kept * kept / 1000.0
+        model.observe(sample(tokens, kept, prefill, decode=400.0 + 0.1 * kept, compress=5.0 + 0.01 * tokens,
+                             extra=rng.uniform(0, noise)))
     return model
 
 
 def test_not_ready_returns_upper_bound_and_nan():
     model = LatencyModel(min_samples=8)
-    model.observe(100, 10.0)
+    model.observe(sample(100, 100, 10.0))
     assert not model.ready
-    assert model.budget_for(100.0, 16, 1024) == 1024
-    assert math.isnan(model.predict_p95(100))
+    assert model.budget_for(100.0, 2000, 0, 16, 1024) == 1024
+    assert math.isnan(model.predict_p95(100, 100))
 
 
-def test_fit_recovers_quadratic_and_margin_covers_noise():
-    model = fitted()
-    a, b, c = model.coef
-    assert a == pytest.approx(52.5, abs=3.0)
-    assert b == pytest.approx(0.5, rel=0.05)
-    assert c == pytest.approx(1e-4, rel=0.1)
+def test_phases_are_fitted_separately_and_recovered():
+    model = two_stage(a2_ms=0.5)
+    p = model.prefill_coef  # [1, N/1k, A/1k, (N/1k)^2, (A/1k)^2] in ms
+    assert abs(p[0] - 30.0) < 3.0 and abs(p[1] - 200.0) < 5.0 and abs(p[2] - 2000.0) < 20.0 and abs(p[4] - 500.0) < 10.0
+    phases = model.predict_phases(2000, 384, 0)
+    assert abs(phases["decode"] - (400.0 + 38.4)) < 5.0 and abs(phases["context_compress"] - 25.0) < 2.0
     assert 0.0 < model.margin_ms <= 5.0
 
 
+def test_the_budget_decides_the_cost_only_when_the_prefill_tracks_it():
+    tracked = two_stage(n_ms=0.05, a_ms=2.0)
+    assert tracked.predict_mean(4096, 384) < 0.5 * tracked.predict_mean(4096, 4096)
+    flat = two_stage(n_ms=2.0, a_ms=0.0)  # one-stage pruning: the prefill is set by N, B_t buys nothing there
+    assert abs(flat.predict_phases(4096, 384, 0)["prefill"] - flat.predict_phases(4096, 4096, 0)["prefill"]) < 50.0
+    assert flat.budget_for(flat.predict_p95(4096, 4096) - 500.0, 4096, 0, 64, 2048) is None
+
+
+def test_decode_follows_the_mode():
+    model = LatencyModel(min_samples=4)
+    for i in range(20):
+        model.observe(sample(1000 + i, 300, 500.0, decode=900.0 if i % 2 else 300.0, mode=i % 2))
+    assert model.predict_phases(1000, 300, 1)["decode"] > model.predict_phases(1000, 300, 0)["decode"] + 500.0
+
+
+_QUADRATIC = two_stage(a2_ms=0.3)
+
+
 @settings(max_examples=200, deadline=None)
-@given(target=st.floats(min_value=10.0, max_value=5000.0), low=st.integers(1, 200), span=st.integers(0, 4000))
-def test_budget_is_largest_meeting_target(target, low, span):
-    model = fitted()
+@given(target=st.floats(min_value=10.0, max_value=20000.0), n=st.integers(64, 8192), low=st.integers(1, 200),
+       span=st.integers(0, 4000))
+def test_budget_is_the_largest_meeting_the_target(target, n, low, span):
+    model = _QUADRATIC
     high = low + span
-    budget = model.budget_for(target, low, high)
+    budget = model.budget_for(target, n, 0, low, high)
     if budget is None:
-        assert model.predict_p95(low) > target
+        assert model.predict_p95(n, min(n, low)) > target
         return
     assert low <= budget <= high
-    assert model.predict_p95(budget) <= target + 1e-6
+    assert model.predict_p95(n, min(n, budget)) <= target + 1e-6
     if budget < high:
-        assert model.predict_p95(budget + 1) > target - 1e-6
+        assert model.predict_p95(n, min(n, budget + 1)) > target - 1e-6
 
 
 def test_fit_stays_non_decreasing_on_decreasing_data():
     model = LatencyModel(min_samples=8)
     for tokens in range(100, 2000, 100):
-        model.observe(tokens, 3000.0 - tokens)
-    _, b, c = model.coef
-    assert b >= 0.0 and c >= 0.0
-    assert model.budget_for(1e9, 16, 512) == 512
+        model.observe(sample(tokens, tokens, 3000.0 - tokens))
+    assert all(v >= 0.0 for v in model.prefill_coef[1:])
+    assert model.predict_mean(1900, 1900) >= model.predict_mean(100, 100) - 1e-9
+    assert model.budget_for(1e9, 2000, 0, 16, 512) == 512
 
 
 def test_bad_samples_are_ignored():
     model = LatencyModel(min_samples=3)
     for bad in (math.nan, math.inf, -1.0):
-        model.observe(100, bad)
-    model.observe(-5, 10.0)
+        model.observe(sample(100, 100, bad))
+    model.observe(sample(-5, 10, 10.0))
     assert model.samples == 0
