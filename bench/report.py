@@ -22,3 +22,52 @@ def sim_planner_checkpoint(name: str) -> str:
 
     sim = Path(__file__).resolve().parent.parent / "config" / "erecap_planner_sim.yaml"
     return str(load_ros_parameters(sim, "erecap_planner")[name])
+
+
+# PyTorch's, oneDNN's, MKL's and fbgemm's own dispatch caps: on a newer CPU they approximate an AVX2-only one.
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+            "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def reexec_as_avx2() -> None:
+    """Re-execute this script with AVX2_ENV set (it must be set before torch is imported); no-op when it is."""
+    import os
+    import sys
+
+    if all(os.environ.get(k) == v for k, v in AVX2_ENV.items()):
+        return
+    os.environ.update(AVX2_ENV)
+    os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+def cpu_report() -> dict:
+    """The CPU a figure ran on: model, PyTorch's dispatch level, the flags that matter, threads, emulation."""
+    import os
+    import platform
+
+    import torch
+
+    model = platform.processor() or platform.machine()
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and model in ("", platform.machine(), platform.processor()):
+                    model = value.strip()
+                elif key.strip() in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    wanted = ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "asimd", "sve", "bf16")
+    emulated = all(os.environ.get(k) == v for k, v in AVX2_ENV.items())
+    return {"cpu": model, "torch_capability": torch.backends.cpu.get_cpu_capability(),
+            "flags": " ".join(f for f in wanted if f in flags), "threads": torch.get_num_threads(),
+            "avx2_emulated": emulated}
+
+
+def describe_cpu(info: dict) -> str:
+    """One line for a table's caption."""
+    return (f"{info['cpu']}, PyTorch capability {info['torch_capability']}"
+            f"{' (AVX2 dispatch caps set on a newer CPU)' if info['avx2_emulated'] else ''}, "
+            f"flags: {info['flags']}, {info['threads']} threads")

@@ -83,8 +83,9 @@ def _merge(*layers: dict[str, dict]) -> dict[str, dict]:
 
 def tables() -> dict[str, Table]:
     """The five tables and their rows."""
-    t15 = [Row(v, v) for v in ("open_loop", "frozen_plan", "no_brace", "brace", "no_brace_erecap", "brace_erecap",
-                               "random", "recency", "summary")]
+    matched = {"brace_controller": {"adaptive_budget": False}}  # Table 15 compares reducers at one B
+    t15 = [Row(v, v, matched) for v in ("open_loop", "frozen_plan", "no_brace", "brace", "no_brace_erecap",
+                                        "brace_erecap", "brace_erecap_table8", "random", "recency", "summary")]
     t30 = [Row(f"delta={d} omega={o} w={w}", "brace_erecap", _merge(
         DEADLOCK_PRONE, {"brace_controller": {"cooldown_steps": d, "commit_steps": o},
                          "trigger_monitor": {"deadlock_window": w, "deadlock_threshold": min(3, w)}}))

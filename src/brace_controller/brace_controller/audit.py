@@ -63,7 +63,8 @@ class RecordCollector:
             phases = {p.phase: (float(p.duration_ms), int(p.tokens_in), int(p.tokens_out)) for p in msg.phases}
             self.records.calls.append(CallRow(self.episode, msg.agent_id, int(msg.status), float(msg.latency_ms),
                                               float(msg.slo_ms), bool(msg.slo_met), int(msg.tokens_before),
-                                              int(msg.tokens_after), msg.compressor, phases))
+                                              int(msg.tokens_after), msg.compressor, phases,
+                                              int(getattr(msg, "tokens_reused", 0))))
         elif topic == "/brace/decisions":
             try:
                 self.records.decisions.append((self.episode, convert.decision_from_msg(msg)))

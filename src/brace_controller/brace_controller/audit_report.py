@@ -33,6 +33,7 @@ class CallRow:
     tokens_after: int
     compressor: str = ""
     phases: dict[str, tuple[float, int, int]] = field(default_factory=dict)  # phase -> (ms, in, out)
+    tokens_reused: int = 0
 
 
 @dataclass
@@ -82,6 +83,7 @@ def summary(run: RunRecords) -> dict:
         "tokens_before": before,
         "tokens_after": after,
         "token_reduction": (1.0 - after / before) if answered and before > 0 else math.nan,
+        "prefix_reused": (_mean(c.tokens_reused for c in answered) / before) if answered and before > 0 else math.nan,
         "latency_p50_ms": lat.p50 if lat else math.nan,
         "latency_p95_ms": lat.p95 if lat else math.nan,
         "latency_p99_ms": lat.p99 if lat else math.nan,

@@ -120,3 +120,11 @@ def test_monitor_attaches_failure_count_to_every_trigger():
     preempt = mon.on_verdict("a", True, 0.9, "cup fell")
     assert preempt[0].kind == TriggerKind.PREEMPT and preempt[0].consecutive_failures == 2
     assert mon.on_verdict("a", True, 0.1) == [] and mon.on_verdict("a", False, 1.0) == []
+
+
+def test_monitor_says_whether_the_agent_still_has_an_unfinished_plan():
+    mon = TriggerMonitor(MonitorConfig(agents=["a", "b", "c"], periodic_interval_steps=2, plan_done_idle_steps=0))
+    mon.on_state("a", at(0.0, goal=True))
+    mon.on_state("b", at(1.0, goal=False))  # idle: a deferred trigger would leave it waiting
+    triggers = mon.on_step(2)
+    assert {t.agent_id: t.has_goal for t in triggers} == {"a": True, "b": False, "c": False}  # c: no state yet

@@ -301,7 +301,16 @@ class ErecapPlannerNode(LifecycleNode):
                                   level=DiagnosticStatus.WARN if problems else DiagnosticStatus.OK,
                                   message=("counted: " + ", ".join(problems)) if problems else "ok")
         values = {"active": self.active, "model": self.config.model_path if self.config else "",
-                  "compressor": self.config.compressor if self.config else "", **self.counts}
+                  "compressor": self.config.compressor if self.config else "", **self.counts,
+                  "queue.waiting": len(self.queue), **{f"queue.{k}": v for k, v in self.queue.counts.items()}}
+        path = self.call_path
+        if path is not None:
+            values.update({"dtype": str(path.stack.dtype).replace("torch.", ""),
+                           "decode_weights": path.stack.decode_weights, "context_layout": path.layout})
+            if path.prefix is not None:
+                stats = path.prefix.stats
+                values.update({"prefix.hit_rate": round(stats.hit_rate, 3), "prefix.reused_share":
+                               round(stats.reuse_share, 3), "prefix.tokens_reused": stats.tokens_reused})
         status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
         array = DiagnosticArray(status=[status])
         array.header.stamp = self.get_clock().now().to_msg()

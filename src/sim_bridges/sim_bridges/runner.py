@@ -262,6 +262,8 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", nargs="*", help="subset of the config's variants (default: all, in order)")
     ap.add_argument("--episodes", type=int)
     ap.add_argument("--agents", type=int)
+    ap.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
+                    help="override one parameter of every variant (YAML value), e.g. embedded_sim.max_steps=80")
     ap.add_argument("--output", type=Path, default=Path("runs"))
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -276,6 +278,14 @@ def main(argv=None) -> int:
         print(f"brace-run: unknown variants {missing}; the config has {list(cfg.variants)}", file=sys.stderr)
         return 2
     extra = {"embedded_sim": {k: v for k, v in (("episodes", args.episodes), ("agents", args.agents)) if v}}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        node, dot, param = key.partition(".")
+        if not sep or not dot or node not in NODES or not param:
+            print(f"brace-run: --set '{item}' is not NODE.PARAM=VALUE with NODE one of {', '.join(NODES)}",
+                  file=sys.stderr)
+            return 2
+        extra.setdefault(node, {})[param] = yaml.safe_load(value)
     try:
         folder, runs = run(cfg, variants, args.output, extra, args.quiet)
     except ConfigError as exc:

@@ -31,6 +31,19 @@ def test_demo_config_loads():
     params = cfg.parameters("no_brace", {})
     assert params["erecap_planner"]["compressor"] == "none" and params["brace_controller"]["cooldown_steps"] == 0
     assert params["erecap_planner"]["decoding"] == "constrained"
+    # Every BRACE variant runs the adaptive budget (No BRACE has none); no dtype is pinned for one machine.
+    assert cfg.parameters("brace_erecap", {})["brace_controller"]["adaptive_budget"] is True
+    assert params["brace_controller"]["adaptive_budget"] is False
+    assert all(p["erecap_planner"].get("dtype", "auto") == "auto" for p in map(lambda v: cfg.parameters(v, {}),
+                                                                                  cfg.variants))
+
+
+def test_set_overrides_must_name_a_node_and_parameter(capsys):
+    from sim_bridges.runner import main
+
+    assert main([str(WORKSPACE / "config" / "runs" / "demo.yaml"), "--set", "max_steps=80"]) == 2
+    assert main([str(WORKSPACE / "config" / "runs" / "demo.yaml"), "--set", "robot.max_steps=80"]) == 2
+    assert "NODE.PARAM=VALUE" in capsys.readouterr().err
 
 
 def test_closed_loop_runs_and_the_bag_reproduces_the_live_numbers(model_dir, tmp_path, monkeypatch):
