@@ -4,7 +4,9 @@ ROS-free and in one process: the embedded warehouse, the trigger monitor core wi
 `config/trigger_monitor.yaml` (periodic triggers staggered one agent per step, as
 in the sim runs), and the planner call path as `config/erecap_planner_sim.yaml`
 runs it (shipped adapter and warehouse predictor). Every trigger is served at
-once and the world waits for the plan (No BRACE's lockstep, no gate). Prints each
+once and the world waits for the plan (No BRACE's lockstep, no gate), with the mode
+and B_t the controller's budget policy gives the trigger (profile `embedded`) unless
+--budget fixes B. Prints each
 call with the plan, the oracle's plan from the true state and whether the first
 steps agree, then the world events and the episode metrics; with --episodes N
 a summary of success, deliveries, agreement, tokens before / after and call
@@ -20,14 +22,23 @@ from pathlib import Path
 
 from report import sim_planner_checkpoint, write_csv
 
-from brace_controller.config import MonitorConfig, MonitorNodeConfig, config_from_file
+from brace_controller.config import (
+    ControllerConfig,
+    ControllerNodeConfig,
+    MonitorConfig,
+    MonitorNodeConfig,
+    config_from_file,
+    load_ros_parameters,
+)
 from brace_controller.metrics import percentile
+from brace_controller.policy import BudgetPolicy, select_mode
 from brace_controller.triggers import AgentObservation, TriggerMonitor
 from erecap_planner.adapter import merge_adapter
 from erecap_planner.call_path import CallRequest, PlannerCallPath
 from erecap_planner.config import resolve_path
 from erecap_planner.models import load_model
 from erecap_planner.plan_parser import ActionSchema
+from erecap_planner.precision import resolve
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
 from sim_bridges.config import SimConfig
@@ -49,9 +60,12 @@ PREDICTOR = sim_planner_checkpoint("predictor_path")
 ADAPTER = sim_planner_checkpoint("adapter_path")
 
 
-def episode(path: PlannerCallPath, sim: SimConfig, monitor: TriggerMonitor, budget: int, index: int,
+def episode(path: PlannerCallPath, sim: SimConfig, monitor: TriggerMonitor, budget, index: int,
             verbose: bool) -> tuple[dict, list[dict]]:
-    """Closed-loop episode `index` of the sim (seed sim.seed + index): its metrics and one row per call."""
+    """Closed-loop episode `index` of the sim (seed sim.seed + index): its metrics and one row per call.
+
+    `budget(trigger)` gives the call's (mode, B_t).
+    """
     seed = sim.seed + index
     world = Warehouse(sim.world(index))
     monitor.reset(episode_start=True)
@@ -73,9 +87,11 @@ def episode(path: PlannerCallPath, sim: SimConfig, monitor: TriggerMonitor, budg
         first = {}  # an agent's first trigger of the step asks for its plan
         for t in triggers:
             if t.agent_id in world.agents:
-                first.setdefault(t.agent_id, t.detail)
-        for agent, detail in first.items():
-            out = path.run(context_buffer(entries), CallRequest(agent, budget, 60_000, 120_000))
+                first.setdefault(t.agent_id, t)
+        for agent, trigger in first.items():
+            detail = trigger.detail
+            mode, token_budget = budget(trigger)
+            out = path.run(context_buffer(entries), CallRequest(agent, token_budget, 60_000, 120_000, mode=int(mode)))
             plan = [Step(s.action, s.parameters) for s in out.steps]
             oracle = world.oracle_plan(agent)
             agrees = same_first_step(plan, oracle, place_near(world, world.agents[agent].pos))
@@ -98,10 +114,15 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=1, help="seeds seed, seed + 1, …")
     ap.add_argument("--max-steps", type=int, default=60)
     ap.add_argument("--compressor", default="none", choices=["none", "erecap", "random", "recency", "summary"])
-    ap.add_argument("--budget", type=int, default=384, help="B of a compressed call")
+    ap.add_argument("--budget", type=int, default=0,
+                    help="B of every call; 0 = the mode and B_t the controller's policy gives the trigger (profile "
+                         "'embedded', as the sim runs)")
+    ap.add_argument("--first-cut", type=float, help="E-RECAP two-stage first cut (default: the sim config's)")
+    ap.add_argument("--layout", choices=["focus", "stable_first"], help="context layout (default: the sim config's)")
+    ap.add_argument("--no-reuse", action="store_true", help="no prefix reuse (default: the sim config's)")
     ap.add_argument("--adapter", default=ADAPTER)
     ap.add_argument("--predictor", default=PREDICTOR)
-    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--quiet", action="store_true", help="only the episode lines and the summary")
     args = ap.parse_args()
 
@@ -113,16 +134,34 @@ def main() -> None:
                            seed=args.seed, max_steps=args.max_steps)
     first = Warehouse(sim.world(0))
     schema = ActionSchema.from_dict(action_schema(first))
+    planner = {**load_ros_parameters(ROOT / "config" / "erecap_planner.yaml", "erecap_planner"),
+               **load_ros_parameters(ROOT / "config" / "erecap_planner_sim.yaml", "erecap_planner")}
+    cut = planner["first_cut"] if args.first_cut is None else args.first_cut
+    layout = args.layout or planner["context_layout"]
+    reuse = planner["prefix_reuse"] and not args.no_reuse
     path = PlannerCallPath(model, tok, schema, args.compressor,
-                           PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7), predictors,
-                           decoding="constrained")
+                           PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7, first_cut=cut),
+                           predictors, decoding="constrained", decode_weights=resolve("cpu", args.dtype).decode_weights,
+                           plan_steps={m: n for m, n in enumerate(planner["plan_steps"]) if n}, layout=layout,
+                           prefix_reuse=reuse)
+    controller = config_from_file(ControllerConfig, ROOT / "config" / "brace_controller.yaml", "brace_controller",
+                                  ControllerNodeConfig, budget_profile="embedded")
+    policy = BudgetPolicy(controller.load_profile(), controller)
+
+    def budget_of(trigger):
+        if args.compressor == "none":
+            return select_mode(trigger, False, controller.reuse_severity), 100_000
+        chosen = policy.budget(trigger, False, 0)
+        return chosen.mode, args.budget or chosen.token_budget
+
+    print(f"planner: {args.compressor}, first_cut {cut}, layout {layout}, prefix reuse {reuse}, "
+          f"B {args.budget or 'per mode (profile embedded)'}", flush=True)
     monitor = TriggerMonitor(config_from_file(MonitorConfig, ROOT / "config" / "trigger_monitor.yaml", "trigger_monitor",
                                               MonitorNodeConfig, agents=sorted(first.agents),
                                               periodic_stagger_steps=1))
-    budget = args.budget if args.compressor != "none" else 0
     rows, results = [], []
     for index in range(args.episodes):
-        metrics, calls = episode(path, sim, monitor, budget, index, not args.quiet)
+        metrics, calls = episode(path, sim, monitor, budget_of, index, not args.quiet)
         agreement = sum(r["agrees"] for r in calls) / max(len(calls), 1)
         print(f"episode seed {sim.seed + index}: {metrics} calls {len(calls)} oracle agreement {agreement:.0%}", flush=True)
         rows += calls

@@ -74,7 +74,7 @@ def main() -> int:
     if args.quick:
         args.cases, args.budgets = 8, [0.4]
     if not Path(args.predictor).expanduser().is_file():
-        print(f"no trained predictor at {args.predictor}: run `erecap-train` first (see README)")
+        print(f"no trained predictor at {args.predictor}: run `erecap-train` first (see docs/planner.md)")
         return 2
 
     model, tokenizer = load_model(args.model, args.device)

@@ -13,7 +13,7 @@ on one executor over real DDS, audit bag per row) with the row's overrides:
 
 Writes <out>/<table>.md, .csv and .png and <out>/reproduce.md (all tables),
 prints each table as it finishes. Rows run one after another (one planner, two
-cores: side by side in one run). Example, the subset in the README:
+cores: side by side in one run). Example, the subset in docs/results.md:
 
     python bench/reproduce.py --tables table2 --episodes 4
 """

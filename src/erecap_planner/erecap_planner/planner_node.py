@@ -196,6 +196,8 @@ class ErecapPlannerNode(LifecycleNode):
                 entity.destroy()
         self._subscription = self.calls_pub = self._diag_timer = self._queue_timer = None
         self.call_path = None
+        # Waiting goals belonged to the destroyed server: their callers see no result and cancel at their deadlines.
+        self.queue, self.calls = CallQueue(), {}
 
     # ------------------------------------------------------------------ context
 
