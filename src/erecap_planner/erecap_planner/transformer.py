@@ -337,8 +337,12 @@ class DecoderStack:
         return x * cos[:, :, None] + rotated * sin[:, :, None]
 
     def layer(self, idx: int, hidden: torch.Tensor, cos_sin, cache: Optional[KVCache] = None,
-              mask: Optional[torch.Tensor] = None, store: bool = True) -> torch.Tensor:
-        """One decoder layer. `mask`: additive or boolean [b|1, 1, q, kv] attention mask; None = causal."""
+              mask: Optional[torch.Tensor] = None, store: bool = True,
+              valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """One decoder layer. `mask`: additive or boolean [b|1, 1, q, kv] attention mask; None = causal.
+
+        `valid` [b, q] marks which new tokens may be attended to as keys (padding of a batch of candidates).
+        """
         proj = self.projections[idx]
         norm_in, norm_post = self.norms[idx]
         b, q, _ = hidden.shape
@@ -358,9 +362,13 @@ class DecoderStack:
                 keys = torch.cat([past_k.expand(b, -1, -1, -1), keys], dim=2)
                 values = torch.cat([past_v.expand(b, -1, -1, -1), values], dim=2)
         causal = False
-        if mask is None and q > 1:
-            if past:
+        if mask is None and (q > 1 or valid is not None):
+            if past or valid is not None:
                 mask = torch.ones(q, past + q, dtype=torch.bool, device=hidden.device).tril(past)[None, None]
+                if valid is not None:
+                    keys_ok = torch.ones(b, 1, 1, past + q, dtype=torch.bool, device=hidden.device)
+                    keys_ok[:, 0, 0, past:] = valid
+                    mask = mask & keys_ok
             else:
                 causal = True
         attn = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, is_causal=causal,
@@ -375,7 +383,8 @@ class DecoderStack:
     def forward(self, hidden: torch.Tensor, positions: torch.Tensor, cache: Optional[KVCache] = None, *,
                 start: int = 0, stop: Optional[int] = None, select: Optional[Selection] = None,
                 key_bias: Optional[KeyBias] = None, mask: Optional[torch.Tensor] = None,
-                should_abort: Optional[Callable[[], bool]] = None, store: bool = True) -> ForwardOut:
+                should_abort: Optional[Callable[[], bool]] = None, store: bool = True,
+                valid: Optional[torch.Tensor] = None) -> ForwardOut:
         """Run layers [start, stop) on `hidden` [batch, n, d] whose tokens sit at original `positions` [n].
 
         `select(idx, hidden[0], positions)` may return the indices of the tokens
@@ -385,7 +394,8 @@ class DecoderStack:
         that applies from that layer on (soft pruning; needs `mask`).
         `should_abort()` is checked before every layer and raises CallAborted.
         With `cache` each layer appends its keys / values there (or, with
-        `store=False`, only attends to them).
+        `store=False`, only attends to them); `valid` [batch, n] marks padding
+        tokens no query may attend to.
         """
         if self.sliding_window and int(positions.max()) >= self.sliding_window:
             raise ValueError(f"the context exceeds the model's sliding window ({self.sliding_window} tokens)")
@@ -407,7 +417,7 @@ class DecoderStack:
                 if extra is not None:
                     bias = extra if bias is None else bias + extra
             layer_mask = mask if bias is None else mask + bias[None, None, None, :]
-            hidden = self.layer(idx, hidden, cos_sin, cache, layer_mask, store)
+            hidden = self.layer(idx, hidden, cos_sin, cache, layer_mask, store, valid)
         return ForwardOut(hidden, positions)
 
     def _set_decode(self, new_tokens: int) -> None:
@@ -423,20 +433,9 @@ class DecoderStack:
 
         `valid` [batch, q] marks padding keys of the new tokens that no query may attend to.
         """
-        hidden = self.embed(ids)
-        b, q = ids.shape
-        positions = torch.arange(start_pos, start_pos + q, device=hidden.device)
-        self._set_decode(b * q)
-        cos_sin = self.rotary(hidden, positions)
-        for idx in range(self.num_layers):
-            mask = None
-            if valid is not None:
-                past = cache.seq_length(idx)
-                allowed = torch.ones(q, past + q, dtype=torch.bool, device=hidden.device).tril(past)[None, None]
-                pad = torch.ones(b, 1, 1, past + q, dtype=torch.bool, device=hidden.device)
-                pad[:, 0, 0, past:] = valid
-                mask = allowed & pad
-            hidden = self.layer(idx, hidden, cos_sin, cache, mask, store)
+        q = ids.shape[1]
+        positions = torch.arange(start_pos, start_pos + q, device=self.device)
+        hidden = self.forward(self.embed(ids), positions, cache, store=store, valid=valid).hidden
         if last_only:  # the vocabulary projection is a fifth of a token's cost: skip it where no one reads it
             hidden = hidden[:, -1:]
         return self.logits(hidden, token_ids)
