@@ -61,8 +61,8 @@ class PlannerConfig:
     system_prompt: str = param(DEFAULT_SYSTEM_PROMPT, "system prompt of every call")
     protect_blocks: bool = param(True, "task / state / constraints / coordination tokens outrank predictor scores")
     context_layout: str = param("focus", "'focus': the agent's own entries moved to a FOR section next to the request; "
-                                "'stable_first': growing blocks first, whole, the same for every agent (calls share "
-                                "a prefix), changing ones last")
+                                "'stable_first': everything that only grows first, in arrival order (a new entry "
+                                "only appends, so calls share a prefix), the states and the FOR section last")
     prefix_reuse: bool = param(False, "reuse the previous call's prefill of the common prompt prefix in the layers "
                                "before the first pruning layer (exact); pays with context_layout stable_first")
     max_history: int = param(100000, "history entries kept in the context buffer (oldest dropped)", 1, 10**8)

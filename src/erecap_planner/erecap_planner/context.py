@@ -17,13 +17,17 @@ count tokens exactly with the model's tokenizer.
 
 Two layouts. `focus` (the planner's original): the requested agent's own task,
 messages and state are moved out of their blocks into the FOR section.
-`stable_first`: every block that only grows (task, constraints, coordination,
-history) comes first, whole and in the same order for every agent, and what
-changes from call to call (the agents' states, the FOR section, the request)
-comes last; the FOR section repeats the agent's own task and messages (the
-copies in the blocks are then prunable). Consecutive calls then share their
-prompt up to the newest entry, whichever agent they plan for, so the prefill
-of that shared prefix can be reused (`prefix_cache.py`).
+`stable_first`: everything that only grows (task, constraints, coordination,
+history) comes first, in the order it arrived, as runs of consecutive entries
+of one block under that block's title, the same for every agent; what changes
+from call to call (the agents' states, the FOR section, the request) comes
+last, and the FOR section repeats the agent's own task and messages (the
+copies in the log are then prunable). A new entry of any block only appends to
+that log, so consecutive calls share their prompt up to the newest entry,
+whichever agent they plan for, and the prefill of that shared prefix can be
+reused (`prefix_cache.py`). (Whole blocks in a fixed order would not do: a new
+coordination message or finished task would land before the history and
+invalidate all of it; at K = 8 those calls ran cold.)
 """
 
 from __future__ import annotations
@@ -48,7 +52,6 @@ class Block(enum.IntEnum):
 
 PROTECTED_BLOCKS = frozenset({Block.TASK, Block.STATE, Block.CONSTRAINTS, Block.COORDINATION})
 _ORDER = (Block.TASK, Block.CONSTRAINTS, Block.STATE, Block.COORDINATION, Block.HISTORY)
-_STABLE_ORDER = (Block.TASK, Block.CONSTRAINTS, Block.COORDINATION, Block.HISTORY, Block.STATE)
 LAYOUTS = ("focus", "stable_first")
 # The requested agent's own task, messages to it and its state close the context, next to the request.
 FOCUS_BLOCKS = frozenset({Block.TASK, Block.STATE, Block.COORDINATION})
@@ -102,16 +105,41 @@ class RenderedContext:
 
 
 class ContextBuffer:
-    """Accumulates ContextEntries; renders the planner prompt for one agent."""
+    """Accumulates ContextEntries; renders the planner prompt for one agent.
+
+    Every entry but the agents' states is kept in one log in arrival order (the
+    blocks are views of it); each agent's latest state replaces its previous one.
+    """
 
     def __init__(self, max_history: int = 100_000):
         self.max_history = max_history
-        self.task: list[Entry] = []
-        self.constraints: list[Entry] = []
-        self.coordination: list[Entry] = []
-        self.history: list[Entry] = []
+        self.log: list[Entry] = []
         self.state: dict[str, Entry] = {}
         self.dropped = 0
+        self._history_count = 0
+
+    def _block(self, block: Block) -> list[Entry]:
+        return [e for e in self.log if e.block == block]
+
+    @property
+    def task(self) -> list[Entry]:
+        """Task entries in arrival order."""
+        return self._block(Block.TASK)
+
+    @property
+    def constraints(self) -> list[Entry]:
+        """Constraint entries in arrival order."""
+        return self._block(Block.CONSTRAINTS)
+
+    @property
+    def coordination(self) -> list[Entry]:
+        """Coordination entries in arrival order."""
+        return self._block(Block.COORDINATION)
+
+    @property
+    def history(self) -> list[Entry]:
+        """History entries in arrival order (the oldest beyond `max_history` dropped)."""
+        return self._block(Block.HISTORY)
 
     def add(self, entry: Entry) -> None:
         """Add one entry; ValueError on an empty agent id or text, or an unknown block."""
@@ -122,16 +150,14 @@ class ContextBuffer:
         block = Block(entry.block)
         if block == Block.STATE:
             self.state[entry.agent_id] = entry
-        elif block == Block.TASK:
-            self.task.append(entry)
-        elif block == Block.CONSTRAINTS:
-            self.constraints.append(entry)
-        elif block == Block.COORDINATION:
-            self.coordination.append(entry)
-        else:
-            self.history.append(entry)
-            if len(self.history) > self.max_history:
-                del self.history[0]
+            return
+        self.log.append(entry)
+        if block == Block.HISTORY:
+            self._history_count += 1
+            if self._history_count > self.max_history:
+                oldest = next(i for i, e in enumerate(self.log) if e.block == Block.HISTORY)
+                del self.log[oldest]
+                self._history_count -= 1
                 self.dropped += 1
 
     def extend(self, entries: Iterable[Entry]) -> None:
@@ -140,11 +166,10 @@ class ContextBuffer:
             self.add(entry)
 
     def snapshot(self) -> ContextBuffer:
-        """A copy that later `add` calls do not change (entries are immutable, lists are copied)."""
+        """A copy that later `add` calls do not change (entries are immutable, containers are copied)."""
         copy = ContextBuffer(self.max_history)
-        copy.task, copy.constraints = list(self.task), list(self.constraints)
-        copy.coordination, copy.history = list(self.coordination), list(self.history)
-        copy.state, copy.dropped = dict(self.state), self.dropped
+        copy.log, copy.state = list(self.log), dict(self.state)
+        copy.dropped, copy._history_count = self.dropped, self._history_count
         return copy
 
     def clear(self) -> None:
@@ -152,11 +177,21 @@ class ContextBuffer:
         self.__init__(self.max_history)
 
     def blocks(self, layout: str = "focus") -> list[tuple[Block, list[Entry]]]:
-        """The blocks in prompt order with their entries."""
+        """The blocks in prompt order with their entries.
+
+        `focus`: one run per block in a fixed order. `stable_first`: the log's
+        runs of consecutive same-block entries in arrival order, then the states.
+        """
         state = sorted(self.state.values(), key=lambda e: e.agent_id)
-        content = {Block.TASK: self.task, Block.CONSTRAINTS: self.constraints, Block.STATE: state,
-                   Block.COORDINATION: self.coordination, Block.HISTORY: self.history}
-        return [(b, content[b]) for b in (_STABLE_ORDER if layout == "stable_first" else _ORDER)]
+        if layout != "stable_first":
+            return [(b, state if b == Block.STATE else self._block(b)) for b in _ORDER]
+        runs: list[tuple[Block, list[Entry]]] = []
+        for entry in self.log:
+            if runs and runs[-1][0] == entry.block:
+                runs[-1][1].append(entry)
+            else:
+                runs.append((Block(entry.block), [entry]))
+        return [*runs, (Block.STATE, state)]
 
     def render(self, tokenizer, agent_id: str, request: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
                entries: Optional[list[tuple[Block, list[Entry]]]] = None, layout: str = "focus") -> RenderedContext:

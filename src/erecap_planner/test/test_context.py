@@ -69,10 +69,13 @@ def test_stable_first_layout_shares_the_prefix_across_agents_and_steps():
     c.add(Entry("b", 0, Block.TASK, "fetch shoe_5 to dock_1", "task"))
     c.add(Entry("a", 4, Block.STATE, "at (0, 0)"))
     for_a, for_b = (c.render(tok, agent, f"next step for {agent}?", layout="stable_first") for agent in ("a", "b"))
-    # Everything up to the agents' states is the same for both agents: the growing blocks, whole and in order.
+    # Everything up to the agents' states is the same for both agents: the log, whole and in arrival order,
+    # as runs of one block under its title (a block may open several runs).
     shared = for_a.text.index("STATE:")
     assert for_a.text[:shared] == for_b.text[:shared] and "HISTORY:" in for_a.text[:shared]
-    assert for_a.text.index("TASK:") < for_a.text.index("COORDINATION:") < for_a.text.index("HISTORY:") < shared
+    titles = [line for line in for_a.text[:shared].splitlines()
+              if line in ("TASK:", "CONSTRAINTS:", "HISTORY:", "COORDINATION:")]
+    assert titles == ["TASK:", "CONSTRAINTS:", "HISTORY:", "COORDINATION:", "TASK:"]
     # The agent's own task and the message to it are repeated next to the request, protected there only.
     focus = for_a.text.index("FOR a:\n")
     assert for_a.text.index("fetch cup_3", focus) > focus and for_a.text.index("I hold", focus) > focus
@@ -80,11 +83,32 @@ def test_stable_first_layout_shares_the_prefix_across_agents_and_steps():
     protected_copies = [all(for_a.protected[i] for i in spans[k]) for k, e in enumerate(for_a.entries)
                         if e.text == "fetch cup_3 to dock_2"]
     assert protected_copies == [False, True]
-    # A later step's prompt starts with the earlier one up to where the new history entry goes.
-    c.add(Entry("a", 9, Block.HISTORY, "event 9"))
-    c.add(Entry("b", 9, Block.STATE, "at (2, 3)"))
-    later = c.render(tok, "b", "next step for b?", layout="stable_first")
-    grown = later.text.index("[t=9 a] event 9")
-    assert later.text[:grown] == for_b.text[:grown]
     with pytest.raises(ValueError, match="layout"):
         c.render(tok, "a", "x", layout="mixed")
+
+
+@pytest.mark.parametrize("block", [Block.HISTORY, Block.COORDINATION, Block.TASK])
+def test_stable_first_prompt_only_grows_at_the_end_of_the_log(block):
+    """A new entry of any block keeps the earlier prompt as the prefix of the later one, up to the states."""
+    tok = byte_tokenizer()
+    c = buffer(6)
+    before = c.render(tok, "a", "next step for a?", layout="stable_first")
+    c.add(Entry("b", 9, block, "b -> a: task done, corridor free"))
+    c.add(Entry("b", 9, Block.STATE, "at (2, 3)"))
+    later = c.render(tok, "b", "next step for b?", layout="stable_first")
+    grown = later.text.index("[t=9 b] b -> a: task done")
+    log_end = before.text.index("STATE:")
+    assert later.text[:log_end] == before.text[:log_end] and grown >= log_end
+    p = 0
+    while before.token_ids[p] == later.token_ids[p]:
+        p += 1
+    assert p >= len(tok(before.text[:log_end], add_special_tokens=False)["input_ids"]) - 1
+
+
+def test_history_cap_keeps_the_log_order():
+    c = ContextBuffer(max_history=2)
+    c.add(Entry("a", 0, Block.TASK, "t"))
+    for t in range(3):
+        c.add(Entry("a", t, Block.HISTORY, f"e{t}"))
+        c.add(Entry("a", t, Block.COORDINATION, f"m{t}"))
+    assert [e.text for e in c.log] == ["t", "m0", "e1", "m1", "e2", "m2"] and c.dropped == 1
