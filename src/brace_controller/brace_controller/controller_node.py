@@ -11,7 +11,9 @@ Action client  Replan on `replan_action`; a goal still running at its hard
 
 from __future__ import annotations
 
+import functools
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -29,6 +31,21 @@ from .controller import BraceController
 from .ros_params import declare_config
 from .spin import spin_node
 from .types import CallRecord, CallStatus, Decision
+
+
+def _serialized(method):
+    """Run `method` under the node's lock.
+
+    Action futures run their done-callbacks as executor tasks outside the
+    node's callback group, so on a multi-threaded executor a call's result can
+    arrive while the deadline watchdog or a trigger is being handled; the core
+    and the pending calls are touched by one callback at a time.
+    """
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return wrapper
 
 
 @dataclass
@@ -50,6 +67,7 @@ class BraceControllerNode(Node):
         self.node_config = declare_config(self, ControllerNodeConfig)
         self.core = BraceController(self.config, self.config.load_profile(), id_prefix=self.get_name())
         self.pending: dict[str, PendingCall] = {}
+        self._lock = threading.RLock()
         self.counts = {"malformed_triggers": 0, "malformed_calls": 0, "planner_unavailable": 0,
                        "goals_rejected": 0, "deadline_cancellations": 0, "calls_finished": 0}
 
@@ -73,6 +91,7 @@ class BraceControllerNode(Node):
 
     # ------------------------------------------------------------------ triggers
 
+    @_serialized
     def on_trigger(self, msg: TriggerEvent) -> None:
         """Decide on one trigger; publish the decision; start the call if admitted."""
         try:
@@ -87,6 +106,7 @@ class BraceControllerNode(Node):
         if decision.admitted:
             self.start_call(decision)
 
+    @_serialized
     def on_episode(self, msg: Episode) -> None:
         """A new episode restarts the per-agent gate counters (steps restart at 0)."""
         if msg.event == Episode.EVENT_START:
@@ -109,6 +129,7 @@ class BraceControllerNode(Node):
         future = self.replan_client.send_goal_async(goal)
         future.add_done_callback(lambda f, d=decision.decision_id: self.on_goal_response(d, f))
 
+    @_serialized
     def on_goal_response(self, decision_id: str, future) -> None:
         """Keep the goal handle, or close the call when the planner rejected it."""
         call = self.pending.get(decision_id)
@@ -127,6 +148,7 @@ class BraceControllerNode(Node):
         call.goal_handle = handle
         handle.get_result_async().add_done_callback(lambda f, d=decision_id: self.on_result(d, f))
 
+    @_serialized
     def on_result(self, decision_id: str, future) -> None:
         """Close a finished call: publish its plan, update the gate's counters."""
         call = self.pending.pop(decision_id, None)
@@ -165,13 +187,13 @@ class BraceControllerNode(Node):
             slo_ms=decision.slo_ms, decision_id=decision.decision_id, mode=decision.mode, tokens_before=tokens_before,
         ))
 
+    @_serialized
     def check_deadlines(self) -> None:
         """Cancel every call past its hard deadline and record it as a deadline miss."""
         now = time.monotonic()
         for decision_id, call in list(self.pending.items()):
-            if now < call.deadline:
-                continue
-            self.pending.pop(decision_id)
+            if now < call.deadline or self.pending.pop(decision_id, None) is None:
+                continue  # not due, or closed meanwhile by its result
             if call.goal_handle is not None:
                 call.goal_handle.cancel_goal_async()
             self.counts["deadline_cancellations"] += 1
@@ -183,6 +205,7 @@ class BraceControllerNode(Node):
 
     # ------------------------------------------------------------------ call records
 
+    @_serialized
     def on_call_record(self, msg: ReplanCall) -> None:
         """Feed the latency model with every audited call (from any controller)."""
         try:
@@ -197,6 +220,7 @@ class BraceControllerNode(Node):
 
     # ------------------------------------------------------------------ monitoring
 
+    @_serialized
     def publish_state(self) -> None:
         """ControllerState for every agent and the team."""
         stamp = self.get_clock().now().to_msg()
@@ -204,6 +228,7 @@ class BraceControllerNode(Node):
             self.state_pub.publish(convert.state_to_msg(agent_id, counters, self.core.tally.get(agent_id), stamp))
         self.state_pub.publish(convert.state_to_msg("team", self.core.team, self.core.tally.get("team"), stamp))
 
+    @_serialized
     def publish_diagnostics(self) -> None:
         """Gate counts, errors and the latency model's state on /diagnostics."""
         status = DiagnosticStatus(name=f"{self.get_name()}: replanning gate", hardware_id="brace")

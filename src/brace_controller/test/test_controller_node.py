@@ -191,3 +191,23 @@ def test_workspace_parameter_file_configures_the_node(ros):
     assert node.config.cooldown_steps == 3 and node.config.budget_profile == "default"
     assert node.node_config.replan_action == "/brace/replan"
     assert node.get_parameter("cooldown_steps").value == 3
+
+
+def test_a_call_closed_by_its_result_while_the_watchdog_scans_is_skipped(ros):
+    # Action futures run their callbacks outside the node's callback group: a result may close a call between the
+    # watchdog's snapshot of the pending calls and its pop (seen as a KeyError that stopped a K = 8 run).
+    from brace_controller.controller_node import PendingCall
+    from brace_controller.types import Trigger, TriggerKind
+
+    node = ros.add(controller())
+    decision = node.core.decide(Trigger(TriggerKind.PERIODIC, "a", 0))
+
+    class ClosedDuringScan(dict):
+        def items(self):
+            snapshot = list(super().items())
+            self.clear()  # the result arrives right after the snapshot
+            return snapshot
+
+    node.pending = ClosedDuringScan({decision.decision_id: PendingCall(decision, deadline=0.0)})
+    node.check_deadlines()
+    assert node.counts["deadline_cancellations"] == 0
