@@ -313,7 +313,7 @@ class DecoderStack:
 
     def logits(self, hidden: torch.Tensor, token_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Final norm + LM head of [..., d] hidden states; only the `token_ids` columns when given."""
-        normed = self.backbone.norm(hidden)
+        normed = self._norm(self.backbone.norm, hidden)
         head = self.model.lm_head
         if token_ids is None:
             if self._decode and self.head_decode is not None:
@@ -325,7 +325,10 @@ class DecoderStack:
 
     @staticmethod
     def _norm(module, x: torch.Tensor) -> torch.Tensor:
-        # transformers' RMSNorm: normalise in float32, cast back, then scale.
+        # transformers' RMSNorm: normalise in float32, cast back, then scale. In float32 that is one fused
+        # operator with the weight (the same values; a decode step runs 61 of them).
+        if x.dtype == torch.float32 and module.weight.dtype == torch.float32:
+            return F.rms_norm(x, (x.shape[-1],), module.weight, eps=module.variance_epsilon)
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=module.variance_epsilon)
         return module.weight * normed.to(x.dtype)
 
