@@ -26,7 +26,7 @@ test: setup lint
 
 # The closed loop on the embedded warehouse: No BRACE vs BRACE + E-RECAP, K = 4, two seeded episodes.
 demo: setup
-	@$(ENV) && python -m sim_bridges.runner config/runs/demo.yaml --output runs
+	@$(ENV) && python -m brace_bringup.runner config/runs/demo.yaml --output runs
 
 # Each benchmark exits non-zero when it misses a target; `make bench` still runs them all.
 bench: setup
@@ -45,7 +45,7 @@ bench-budget: bench-setup
 
 bench-erecap: setup
 	-@$(ENV) && python bench/erecap_speed.py
-	@$(ENV) && { [ -f "$(PREDICTOR)" ] || python -m erecap_planner.train_cli --cases 32 --tokens 512 --epochs 2; }
+	@$(ENV) && { [ -f "$(PREDICTOR)" ] || python -m brace_training.erecap_train_cli --cases 32 --tokens 512 --epochs 2; }
 	-@$(ENV) && python bench/erecap_quality.py --cases 16 --budgets 0.5 0.3
 
 # The paper's tables in shape from closed-loop runs (every table: hours on 2 CPU cores).

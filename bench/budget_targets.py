@@ -116,11 +116,11 @@ def decode_rates(model, tokenizer, prompt: list[int], tokens: int, repeats: int)
 
 def growth_stream(agents: int, seed: int, tokenizer, schema, longest: int):
     """Feed entries of one oracle-driven episode, its history replayed at later steps until the context is long."""
+    from brace_common.vocabulary import Block
+    from brace_training.finetune_cli import context_buffer
+    from brace_training.plan_data import decision_points
     from erecap_planner.call_path import request_text
-    from erecap_planner.context import Block
     from sim_bridges.feed import FeedEntry
-    from sim_bridges.finetune_cli import context_buffer
-    from sim_bridges.plan_data import decision_points
 
     entries = list(decision_points(range(seed, seed + 1), agents, max_steps=80))[-1].entries
     history = [e for e in entries if e.block == Block.HISTORY]
@@ -133,8 +133,8 @@ def growth_stream(agents: int, seed: int, tokenizer, schema, longest: int):
 
 def position_of(entries, tokens: int, tokenizer, schema) -> int:
     """The first prefix of `entries` whose context reaches `tokens` tokens."""
+    from brace_training.finetune_cli import context_buffer
     from erecap_planner.call_path import request_text
-    from sim_bridges.finetune_cli import context_buffer
 
     lo, hi = 1, len(entries)
     while lo < hi:
@@ -146,13 +146,14 @@ def position_of(entries, tokens: int, tokenizer, schema) -> int:
 
 def growth(model, tokenizer, calls: int, grow: int) -> tuple[list[dict], list[dict]]:
     """Per path and N: P50 / P95 call latency, phases, reuse; and every call."""
+    from brace_common.config import resolve_path
+    from brace_common.vocabulary import Mode
+    from brace_training.finetune_cli import context_buffer
     from erecap_planner.call_path import CallRequest, PlannerCallPath
-    from erecap_planner.config import resolve_path
     from erecap_planner.plan_parser import ActionSchema
     from erecap_planner.predictor import PredictorBank
     from erecap_planner.pruning import PruneSchedule, table8_layers
     from sim_bridges.feed import action_schema
-    from sim_bridges.finetune_cli import context_buffer
     from sim_bridges.warehouse import Warehouse, WorldConfig
 
     agents = 8
@@ -182,7 +183,7 @@ def growth(model, tokenizer, calls: int, grow: int) -> tuple[list[dict], list[di
             order = list(paths)
             rng.shuffle(order)
             for name in order:
-                out = paths[name].run(buffer, CallRequest(agent, BUDGET, 600_000.0, 1_200_000.0, mode=1))
+                out = paths[name].run(buffer, CallRequest(agent, BUDGET, 600_000.0, 1_200_000.0, mode=Mode.PARTIAL_REPLAN))
                 if i == 0:
                     continue
                 phases = {p.phase: p.duration_ms for p in out.phases}
@@ -228,7 +229,7 @@ def run_closed_loop(label: str, out: Path) -> Path:
     env = {**os.environ, **env_extra}
     folder_root = out / label
     before = set(folder_root.glob("*")) if folder_root.exists() else set()
-    cmd = [sys.executable, "-m", "sim_bridges.runner", str(ROOT / "config/runs/demo.yaml"), "--output",
+    cmd = [sys.executable, "-m", "brace_bringup.runner", str(ROOT / "config/runs/demo.yaml"), "--output",
            str(folder_root), *args]
     print(f"  closed loop '{label}': {' '.join(cmd[1:])} {' '.join(f'{k}={v}' for k, v in env_extra.items())}",
           flush=True)
@@ -263,8 +264,8 @@ def main() -> int:
         reexec_as_avx2()
     import torch  # noqa: F401  (after the dispatch caps are set)
 
+    from brace_common.config import resolve_path
     from erecap_planner.adapter import merge_adapter
-    from erecap_planner.config import resolve_path
     from erecap_planner.models import load_model
     from erecap_planner.precision import resolve
 

@@ -22,20 +22,14 @@ from pathlib import Path
 
 from report import sim_planner_checkpoint, write_csv
 
-from brace_controller.config import (
-    ControllerConfig,
-    ControllerNodeConfig,
-    MonitorConfig,
-    MonitorNodeConfig,
-    config_from_file,
-    load_ros_parameters,
-)
+from brace_common.config import config_from_file, load_ros_parameters, resolve_path
+from brace_controller.config import ControllerConfig, ControllerNodeConfig, MonitorConfig, MonitorNodeConfig
 from brace_controller.metrics import percentile
 from brace_controller.policy import BudgetPolicy, select_mode
 from brace_controller.triggers import AgentObservation, TriggerMonitor
+from brace_training.finetune_cli import context_buffer
 from erecap_planner.adapter import merge_adapter
 from erecap_planner.call_path import CallRequest, PlannerCallPath
-from erecap_planner.config import resolve_path
 from erecap_planner.models import load_model
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.precision import resolve
@@ -51,7 +45,6 @@ from sim_bridges.feed import (
     same_first_step,
     step_entries,
 )
-from sim_bridges.finetune_cli import context_buffer
 from sim_bridges.warehouse import Step, Warehouse
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,11 +24,12 @@ from pathlib import Path
 
 from report import write_csv  # bench/report.py (the script folder is on sys.path)
 
+from brace_common.vocabulary import CallStatus, TriggerKind
 from brace_controller.config import ControllerConfig
 from brace_controller.controller import BraceController
 from brace_controller.latency_model import CallSample
 from brace_controller.metrics import latency_summary
-from brace_controller.types import CallRecord, CallStatus, Trigger, TriggerKind
+from brace_controller.types import CallRecord, Trigger
 
 OUT = Path(__file__).resolve().parent / "out"
 AGENTS = [f"agent_{i}" for i in range(8)]
@@ -77,7 +78,7 @@ def bench_dds(duration_s: float, rate_hz: float) -> tuple[list[float], int, int]
     from brace_msgs.msg import ReplanDecision, TriggerEvent
     from rclpy.executors import SingleThreadedExecutor
 
-    from brace_controller import qos
+    from brace_common import qos
 
     env = dict(os.environ)
     env.setdefault("ROS_DOMAIN_ID", str(170 + os.getpid() % 50))

@@ -2,7 +2,7 @@
 """E-RECAP quality at matched budgets: does the planner still pick the correct next action?
 
 Cases are OmniAct App. E-style contexts (one task-relevant seed constraint hidden
-among distractor events; see erecap_planner/datagen.py) that the predictor was
+among distractor events; see brace_training/datagen.py) that the predictor was
 not trained on. For every case and budget B, each method compresses the same
 rendered context to at most B tokens and the planner (SmolLM2-135M-Instruct by
 default) chooses among the case's valid skill calls by log-likelihood
@@ -29,15 +29,15 @@ from pathlib import Path
 import torch
 from report import write_csv  # bench/report.py (the script folder is on sys.path)
 
+from brace_training.datagen import AGENTS, DOCKS, OBJECTS, SHELVES, make_case
+from brace_training.erecap_train_cli import REQUEST, default_output
 from erecap_planner.compressors import make_compressor
-from erecap_planner.datagen import AGENTS, DOCKS, OBJECTS, SHELVES, make_case
 from erecap_planner.models import SMOLLM2, load_model
 from erecap_planner.plan_parser import Step
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruned_forward import ErecapModel
 from erecap_planner.pruning import PruneSchedule, table8_layers
 from erecap_planner.scoring import best_step
-from erecap_planner.train_cli import REQUEST, default_output
 
 OUT = Path(__file__).resolve().parent / "out"
 METHODS = ["none", "erecap", "erecap_untrained", "random", "recency", "summary"]

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from report import write_csv  # bench/report.py (the script folder is on sys.path)
 
-from erecap_planner.datagen import make_case
+from brace_training.datagen import make_case
 from erecap_planner.models import SMOLLM2, load_model
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruned_forward import ErecapModel

@@ -1,6 +1,6 @@
 """Which way of using the pretrained LM plans best on the embedded warehouse?
 
-Uses the oracle-driven decision points of sim_bridges.plan_data (realistic states),
+Uses the oracle-driven decision points of brace_training.plan_data (realistic states),
 renders the planner context the embedded_sim would publish, and asks each
 planner configuration for the requested agent's plan. Reports oracle agreement
 (first step equals the oracle's first step), full-plan agreement and call
@@ -22,16 +22,16 @@ from pathlib import Path
 import yaml
 from report import sim_planner_checkpoint, write_csv
 
+from brace_common.config import resolve_path
+from brace_training.finetune_cli import context_buffer
+from brace_training.plan_data import decision_points
 from erecap_planner.adapter import merge_adapter
 from erecap_planner.call_path import CallRequest, PlannerCallPath
-from erecap_planner.config import resolve_path
 from erecap_planner.models import load_model
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
 from sim_bridges.feed import action_schema, same_first_step
-from sim_bridges.finetune_cli import context_buffer
-from sim_bridges.plan_data import decision_points
 from sim_bridges.warehouse import Step, Warehouse, WorldConfig
 
 OUT = Path(__file__).parent / "out"

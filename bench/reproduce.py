@@ -30,9 +30,10 @@ from pathlib import Path
 
 from report import write_csv
 
+from brace_bringup.run_config import RunConfig
+from brace_bringup.runner import run_variant
+from brace_common.vocabulary import TriggerKind
 from brace_controller.audit_report import markdown, summary
-from brace_controller.types import TriggerKind
-from sim_bridges.runner import RunConfig, run_variant
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).parent / "out" / "reproduce"

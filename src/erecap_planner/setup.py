@@ -22,6 +22,5 @@ setup(
     license="Apache-2.0",
     entry_points={"console_scripts": [
         "erecap_planner = erecap_planner.planner_node:main",
-        "erecap-train = erecap_planner.train_cli:main",
     ]},
 )

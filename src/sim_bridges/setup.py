@@ -22,8 +22,5 @@ setup(
     license="Apache-2.0",
     entry_points={"console_scripts": [
         "embedded_sim = sim_bridges.sim_node:main",
-        "brace-run = sim_bridges.runner:main",
-        "warehouse-finetune = sim_bridges.finetune_cli:main",
-        "warehouse-predictor = sim_bridges.predictor_cli:main",
     ]},
 )

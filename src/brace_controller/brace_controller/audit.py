@@ -23,13 +23,22 @@ from pathlib import Path
 from brace_msgs.msg import Episode, Plan, ReplanCall, ReplanDecision
 from rclpy.serialization import deserialize_message
 
+from brace_common import names
+from brace_common.vocabulary import CallStatus, EpisodeEvent
+
 from . import convert
 from .audit_recorder_node import message_class
 from .audit_report import CallRow, RunRecords, phase_breakdown, report, summary, suppression_rows
 from .bag import BagError, read_bag
 
-REPORTED = {"/brace/replan_calls": ReplanCall, "/brace/decisions": ReplanDecision, "/brace/plan": Plan,
-            "/brace/episode": Episode}
+REPORTED = {names.REPLAN_CALLS: ReplanCall, names.DECISIONS: ReplanDecision, names.PLAN: Plan,
+            names.EPISODE: Episode}
+"""The topics a report reads, by their relative name (a bag of any namespace reads the same)."""
+
+
+def topic_role(topic: str) -> str:
+    """The relative name of a recorded topic: '/brace/replan_calls' -> 'replan_calls'."""
+    return topic.rsplit("/", 1)[-1]
 
 
 class RecordCollector:
@@ -47,30 +56,30 @@ class RecordCollector:
         self.first_ns = time_ns if self.first_ns is None else self.first_ns
         self.last_ns = max(self.last_ns, time_ns)
         self.records.duration_s = (self.last_ns - self.first_ns) / 1e9
-        if topic == "/brace/episode":
-            if msg.event == Episode.EVENT_START:
+        role = topic_role(topic)
+        if role == names.EPISODE:
+            if msg.event == EpisodeEvent.START:
                 self.episode = int(msg.episode)
                 self.records.variant = self.records.variant or msg.variant
             else:
-                self.records.episodes.append({
-                    "episode": int(msg.episode), "seed": int(msg.seed), "success": bool(msg.success),
-                    "steps": int(msg.steps), "delivered": int(msg.delivered), "tasks": int(msg.tasks),
-                    "path_efficiency": round(float(msg.path_efficiency), 4),
-                    "coordination_wait": int(msg.coordination_wait), "near_misses": int(msg.near_misses),
-                    "collisions": int(msg.collisions), "plans": int(msg.plans),
-                    "plans_agreeing": int(msg.plans_agreeing)})
-        elif topic == "/brace/replan_calls":
+                self.records.episodes.append(convert.episode_from_msg(msg))
+        elif role == names.REPLAN_CALLS:
             phases = {p.phase: (float(p.duration_ms), int(p.tokens_in), int(p.tokens_out)) for p in msg.phases}
-            self.records.calls.append(CallRow(self.episode, msg.agent_id, int(msg.status), float(msg.latency_ms),
+            try:
+                status = CallStatus(msg.status)
+            except ValueError:
+                self.malformed += 1
+                return
+            self.records.calls.append(CallRow(self.episode, msg.agent_id, status, float(msg.latency_ms),
                                               float(msg.slo_ms), bool(msg.slo_met), int(msg.tokens_before),
                                               int(msg.tokens_after), msg.compressor, phases,
                                               int(getattr(msg, "tokens_reused", 0))))
-        elif topic == "/brace/decisions":
+        elif role == names.DECISIONS:
             try:
                 self.records.decisions.append((self.episode, convert.decision_from_msg(msg)))
             except ValueError:
                 self.malformed += 1
-        elif topic == "/brace/plan":
+        elif role == names.PLAN:
             self.records.plans.append((self.episode, msg.agent_id, convert.plan_signature(msg)))
 
 
@@ -79,7 +88,7 @@ def records_from_bag(bag: Path, variant: str = "") -> tuple[RunRecords, str]:
     contents = read_bag(bag)
     collector = RecordCollector(variant)
     for m in contents.messages:
-        cls = REPORTED.get(m.topic)
+        cls = REPORTED.get(topic_role(m.topic))
         if cls is None:
             continue
         try:
@@ -163,7 +172,7 @@ def cmd_replay(args) -> int:
             for m in messages:
                 if m.topic not in pubs:
                     pubs[m.topic] = node.create_publisher(message_class(m.type), m.topic,
-                                                          latched if m.topic == "/brace/plan" else 100)
+                                                          latched if topic_role(m.topic) == names.PLAN else 100)
             time.sleep(args.wait)  # let subscribers discover the publishers
             start_wall, start_bag = time.monotonic(), messages[0].log_time_ns
             for m in messages:

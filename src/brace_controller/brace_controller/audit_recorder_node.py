@@ -1,7 +1,9 @@
 """audit_recorder node: records every /brace/* topic into a rosbag2 directory in MCAP storage.
 
-Subscribes  the topics in `topics` (default: every /brace/* topic and /clock), as serialized
-            messages with each topic's QoS (best-effort topics best-effort, plans latched)
+Subscribes  the topics in `topics` (default: every topic of the stack, relative to the node's
+            namespace, and /clock), as serialized messages with each topic's QoS
+            (best-effort topics best-effort, plans latched); the bag names them resolved
+            (/brace/triggers, ...)
 Writes      `output_dir`: metadata.yaml + <name>_0.mcap, readable by `ros2 bag info/play`,
             Foxglove and the rosbags / mcap readers
 Publishes   /diagnostics
@@ -20,30 +22,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 
-from . import qos
-from .bag import BagWriter
-from .config import ConfigError, check_fields, param
-from .ros_params import declare_config
-from .spin import spin_node
+from brace_common import names, qos
+from brace_common.clock import steady_timer
+from brace_common.config import ConfigError, check_fields, param
+from brace_common.diagnostics import diagnostic_array
+from brace_common.params import declare_config
+from brace_common.spin import spin_node
 
-# topic -> (type, QoS the publishers offer)
+from .bag import BagWriter
+
+# topic (as the nodes name it) -> (type, QoS the publishers offer)
 TOPICS: dict[str, tuple[str, QoSProfile]] = {
-    "/brace/triggers": ("brace_msgs/msg/TriggerEvent", qos.EVENTS),
-    "/brace/decisions": ("brace_msgs/msg/ReplanDecision", qos.EVENTS),
-    "/brace/replan_calls": ("brace_msgs/msg/ReplanCall", qos.EVENTS),
-    "/brace/plan": ("brace_msgs/msg/Plan", qos.PLANS),
-    "/brace/context": ("brace_msgs/msg/ContextEntry", qos.EVENTS),
-    "/brace/agent_states": ("brace_msgs/msg/AgentState", qos.STATE),
-    "/brace/outcomes": ("brace_msgs/msg/ExecutionOutcome", qos.EVENTS),
-    "/brace/verdicts": ("brace_msgs/msg/VerifierVerdict", qos.EVENTS),
-    "/brace/episode": ("brace_msgs/msg/Episode", qos.EVENTS),
-    "/brace/controller_state": ("brace_msgs/msg/ControllerState", qos.STATE),
-    "/brace/markers": ("visualization_msgs/msg/MarkerArray", QoSProfile(depth=10)),
-    "/clock": ("rosgraph_msgs/msg/Clock", QoSProfile(depth=10)),
+    names.TRIGGERS: ("brace_msgs/msg/TriggerEvent", qos.EVENTS),
+    names.DECISIONS: ("brace_msgs/msg/ReplanDecision", qos.EVENTS),
+    names.REPLAN_CALLS: ("brace_msgs/msg/ReplanCall", qos.EVENTS),
+    names.PLAN: ("brace_msgs/msg/Plan", qos.PLANS),
+    names.CONTEXT: ("brace_msgs/msg/ContextEntry", qos.EVENTS),
+    names.AGENT_STATES: ("brace_msgs/msg/AgentState", qos.STATE),
+    names.OUTCOMES: ("brace_msgs/msg/ExecutionOutcome", qos.EVENTS),
+    names.VERDICTS: ("brace_msgs/msg/VerifierVerdict", qos.EVENTS),
+    names.EPISODE: ("brace_msgs/msg/Episode", qos.EVENTS),
+    names.CONTROLLER_STATE: ("brace_msgs/msg/ControllerState", qos.STATE),
+    names.MARKERS: ("visualization_msgs/msg/MarkerArray", qos.MARKERS),
+    names.CLOCK: ("rosgraph_msgs/msg/Clock", qos.CLOCK),
 }
 
 
@@ -64,7 +70,8 @@ class RecorderConfig:
     """Parameters of audit_recorder."""
 
     output_dir: str = param("", "bag directory to create (must not exist or be empty); '' = ./brace_audit_<time>")
-    topics: list[str] = param(list(TOPICS), "topics to record (each must be one of the known BRACE topics)")
+    topics: list[str] = param(list(TOPICS), "topics to record, as the nodes name them (each one of the stack's "
+                              "topics; relative ones resolve in this node's namespace)")
     chunk_kb: int = param(64, "MCAP chunk size (KiB): what a killed recorder can lose at most", 1, 1 << 20)
 
     def validate(self) -> None:
@@ -84,6 +91,9 @@ class AuditRecorderNode(Node):
         super().__init__("audit_recorder", **kwargs)
         self.writer: Optional[BagWriter] = None  # none when configuration fails: shutdown must still work
         self.config = declare_config(self, RecorderConfig)
+        # Receive times are system time, as rosbag2 records them, whether or not the stack runs on /clock
+        # (a simulator holding its clock while planning would put a whole step's messages at one instant).
+        self._receive_clock = Clock(clock_type=ClockType.SYSTEM_TIME)
         out = self.config.output_dir or f"brace_audit_{time.strftime('%Y%m%d_%H%M%S')}"
         try:
             self.writer = BagWriter(Path(out), chunk_size=self.config.chunk_kb * 1024)
@@ -92,17 +102,18 @@ class AuditRecorderNode(Node):
         self.path = self.writer.directory
         for topic in self.config.topics:
             type_name, profile = TOPICS[topic]
-            self.writer.add_topic(topic, type_name, qos_yaml(profile))
+            resolved = self.resolve_topic_name(topic)
+            self.writer.add_topic(resolved, type_name, qos_yaml(profile))
             self.create_subscription(message_class(type_name), topic,
-                                     lambda data, t=topic: self.on_message(t, data), profile, raw=True)
-        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.DIAGNOSTICS)
-        self.create_timer(1.0, self.publish_diagnostics)
+                                     lambda data, t=resolved: self.on_message(t, data), profile, raw=True)
+        self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
+        steady_timer(self, 1.0, self.publish_diagnostics)
         self.get_logger().info(f"recording {len(self.config.topics)} topics to {self.path}")
 
     def on_message(self, topic: str, data: bytes) -> None:
         """Append one serialized message, stamped with its receive time."""
         if self.writer is not None and not self.writer.closed:
-            self.writer.write(topic, data, self.get_clock().now().nanoseconds)
+            self.writer.write(topic, data, self._receive_clock.now().nanoseconds)
 
     def close(self) -> None:
         """Finish the bag (idempotent)."""
@@ -118,12 +129,9 @@ class AuditRecorderNode(Node):
 
     def publish_diagnostics(self) -> None:
         """Messages recorded per topic on /diagnostics."""
-        status = DiagnosticStatus(name=f"{self.get_name()}: audit bag", hardware_id="brace",
-                                  level=DiagnosticStatus.OK, message=str(self.path))
-        status.values = [KeyValue(key=t, value=str(i.count)) for t, i in self.writer.topics.items()]
-        array = DiagnosticArray(status=[status])
-        array.header.stamp = self.get_clock().now().to_msg()
-        self.diag_pub.publish(array)
+        counts = {t: i.count for t, i in self.writer.topics.items()} if self.writer is not None else {}
+        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: audit bag", counts, self.get_clock().now().to_msg(),
+                                               message=str(self.path)))
 
 
 def main(args=None) -> int:

@@ -13,10 +13,16 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from brace_common.episode import EpisodeResult
+from brace_common.vocabulary import CallStatus, Phase
+
 from .metrics import churn_ratio, latency_summary, suppression_audit, trigger_audit
 from .types import Decision
 
-PHASES = ("queue", "context_compress", "retrieve", "prefill", "decode", "parse")
+PHASES = tuple(p.value for p in Phase if p != Phase.DISPATCH)
+"""The call path's phases in the order they run (dispatch is the executor's, not the planner's)."""
+ANSWERED = (CallStatus.OK, CallStatus.PLANNER_ERROR)
+"""Statuses of calls whose call path ran to the end (a plan, or output that was not one)."""
 
 
 @dataclass
@@ -25,7 +31,7 @@ class CallRow:
 
     episode: int
     agent_id: str
-    status: int
+    status: CallStatus
     latency_ms: float
     slo_ms: float
     slo_met: bool
@@ -44,7 +50,7 @@ class RunRecords:
     calls: list[CallRow] = field(default_factory=list)
     decisions: list[tuple[int, Decision]] = field(default_factory=list)   # (episode, decision)
     plans: list[tuple[int, str, tuple]] = field(default_factory=list)     # (episode, agent, signature)
-    episodes: list[dict] = field(default_factory=list)                    # Episode END fields
+    episodes: list[EpisodeResult] = field(default_factory=list)
     duration_s: float = 0.0
 
 
@@ -67,17 +73,17 @@ def summary(run: RunRecords) -> dict:
     """Table 2 / 15 row: success, tokens, latency tail, SLO violation, calls, churn, oracle agreement."""
     n_ep = len(run.episodes)
     calls = run.calls
-    answered = [c for c in calls if c.status in (0, 1)]  # the call path ran to the end (plan or planner error)
+    answered = [c for c in calls if c.status in ANSWERED]
     lat = latency_summary([c.latency_ms for c in calls]) if calls else None
     before = _mean(c.tokens_before for c in answered)
     after = _mean(c.tokens_after for c in answered)
-    plans = sum(e.get("plans", 0) for e in run.episodes)
+    plans = sum(e.plans for e in run.episodes)
     changes = plan_changes(run.plans)
     return {
         "variant": run.variant,
         "episodes": n_ep,
-        "success": _mean(float(e["success"]) for e in run.episodes),
-        "delivered": f"{sum(e['delivered'] for e in run.episodes)}/{sum(e['tasks'] for e in run.episodes)}",
+        "success": _mean(float(e.success) for e in run.episodes),
+        "delivered": f"{sum(e.delivered for e in run.episodes)}/{sum(e.tasks for e in run.episodes)}",
         "calls": len(calls),
         "calls_per_episode": len(calls) / n_ep if n_ep else math.nan,
         "tokens_before": before,
@@ -89,19 +95,19 @@ def summary(run: RunRecords) -> dict:
         "latency_p99_ms": lat.p99 if lat else math.nan,
         "slo_ms": _mean(c.slo_ms for c in calls),
         "slo_violation": (sum(not c.slo_met for c in calls) / len(calls)) if calls else math.nan,
-        "planner_errors": sum(c.status == 1 for c in calls),
-        "deadline_misses": sum(c.status in (2, 3) for c in calls),
-        "unanswered": sum(c.status == 4 for c in calls),
+        "planner_errors": sum(c.status == CallStatus.PLANNER_ERROR for c in calls),
+        "deadline_misses": sum(c.status in (CallStatus.DEADLINE, CallStatus.CANCELLED) for c in calls),
+        "unanswered": sum(c.status == CallStatus.UNAVAILABLE for c in calls),
         "changes_per_episode": changes / n_ep if n_ep else math.nan,
         "churn": churn_ratio(len(calls), changes),
-        "oracle_agreement": (sum(e.get("plans_agreeing", 0) for e in run.episodes) / plans) if plans else math.nan,
+        "oracle_agreement": (sum(e.plans_agreeing for e in run.episodes) / plans) if plans else math.nan,
         "triggers": len(run.decisions),
         "suppressed": sum(not d.admitted for _, d in run.decisions),
-        "path_efficiency": _mean(e["path_efficiency"] for e in run.episodes),
-        "coordination_wait": _mean(e["coordination_wait"] for e in run.episodes),
-        "near_misses": _mean(e["near_misses"] for e in run.episodes),
-        "collisions": _mean(e["collisions"] for e in run.episodes),
-        "steps": _mean(e["steps"] for e in run.episodes),
+        "path_efficiency": _mean(e.path_efficiency for e in run.episodes),
+        "coordination_wait": _mean(e.coordination_wait for e in run.episodes),
+        "near_misses": _mean(e.near_misses for e in run.episodes),
+        "collisions": _mean(e.collisions for e in run.episodes),
+        "steps": _mean(e.steps for e in run.episodes),
     }
 
 

@@ -9,88 +9,15 @@ the parameter. The same dataclasses load from a ROS parameter YAML file
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import yaml
 
-from .types import Mode, TriggerKind
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value; `parameter` names the offending parameter."""
-
-    def __init__(self, parameter: str, message: str) -> None:
-        super().__init__(f"parameter '{parameter}': {message}")
-        self.parameter = parameter
-
-
-def param(default: Any, description: str, low: Optional[float] = None, high: Optional[float] = None) -> Any:
-    """A dataclass field that is also a documented ROS parameter with an optional range."""
-    metadata = {"description": description, "low": low, "high": high}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
-def check_fields(cfg: Any) -> None:
-    """Check every field against its declared range and finiteness; raise ConfigError."""
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f.name, f"{value} is not a finite number")
-        low, high = f.metadata.get("low"), f.metadata.get("high")
-        if low is not None and value < low:
-            raise ConfigError(f.name, f"{value} is below the minimum {low}")
-        if high is not None and value > high:
-            raise ConfigError(f.name, f"{value} is above the maximum {high}")
-
-
-def from_mapping(cls: type, values: dict[str, Any]) -> Any:
-    """Build config dataclass `cls` from a parameter mapping, coercing ints to floats.
-
-    Unknown keys raise ConfigError so a typo in a parameter file is not silently ignored.
-    """
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
-    for key, value in values.items():
-        if key not in known:
-            raise ConfigError(key, f"unknown parameter for {cls.__name__}")
-        default = known[key].default
-        if default is dataclasses.MISSING:
-            default = known[key].default_factory()
-        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if type(default) is not type(value):
-            raise ConfigError(key, f"expected {type(default).__name__}, got {type(value).__name__} ({value!r})")
-        kwargs[key] = value
-    cfg = cls(**kwargs)
-    cfg.validate()
-    return cfg
-
-
-def load_ros_parameters(path: str | Path, node_name: str) -> dict[str, Any]:
-    """Return the `ros__parameters` of `node_name` (or of `/**`) from a ROS parameter file."""
-    data = yaml.safe_load(Path(path).read_text()) or {}
-    for key in (node_name, f"/{node_name}", "/**"):
-        section = data.get(key)
-        if isinstance(section, dict) and "ros__parameters" in section:
-            return dict(section["ros__parameters"] or {})
-    raise ConfigError("ros__parameters", f"{path} has no section for node '{node_name}'")
-
-
-def config_from_file(cls: type, path: str | Path, node_name: str, node_cls: Optional[type] = None,
-                     **overrides: Any) -> Any:
-    """Build config `cls` from a node's ROS parameter file, without `node_cls`'s (ROS-side) keys, with overrides."""
-    values = load_ros_parameters(path, node_name)
-    node_keys = {f.name for f in dataclasses.fields(node_cls)} if node_cls else set()
-    return from_mapping(cls, {**{k: v for k, v in values.items() if k not in node_keys}, **overrides})
-
+from brace_common.config import ConfigError, check_fields, package_file, param
+from brace_common.vocabulary import Mode, TriggerKind
 
 # --------------------------------------------------------------------------- budget profiles
 
@@ -181,22 +108,6 @@ def load_profiles(path: str | Path) -> dict[str, BudgetProfile]:
     return {name: _profile_from_dict(name, raw) for name, raw in raw_profiles.items()}
 
 
-def package_file(package: str, relative: str, source_root: Path) -> Path:
-    """A file a package installs under share/<package>/, else the same path in its source tree."""
-    try:
-        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
-
-        try:
-            shared = Path(get_package_share_directory(package)) / relative
-            if shared.is_file():
-                return shared
-        except PackageNotFoundError:
-            pass
-    except ImportError:
-        pass
-    return source_root / relative
-
-
 def default_profiles_path() -> Path:
     """The budget profiles shipped with the package (installed share, else the source tree)."""
     return package_file("brace_controller", "config/budget_profiles.yaml", Path(__file__).resolve().parents[1])
@@ -279,7 +190,7 @@ class MonitorConfig:
     deadlock_threshold: int = param(3, "Z_t at or above which a deadlock trigger is raised", 1, 10**6)
     deadlock_progress_m: float = param(0.05, "movement per step below which an agent with a goal counts as stalled (m)", 0.0, 1e6)
     preempt_min_confidence: float = param(0.5, "verifier confidence needed to raise a preempt trigger", 0.0, 1.0)
-    initial_plan: bool = param(True, "after an episode start (/brace/episode), raise a periodic trigger for "
+    initial_plan: bool = param(True, "after an episode start (episode topic), raise a periodic trigger for "
                                "every agent at the episode's first step, staggered like the periodic ones "
                                "(false = no initial plan: the open-loop baseline)")
 
@@ -300,10 +211,11 @@ class MonitorConfig:
 class ControllerNodeConfig:
     """Parameters of the controller node that are about ROS, not about the gate."""
 
-    replan_action: str = param("/brace/replan", "name of the Replan action served by the planner")
+    replan_action: str = param("replan", "name of the Replan action served by the planner (relative: in the "
+                               "node's namespace)")
     deadline_check_period_s: float = param(0.01, "how often in-flight calls are checked against "
         "their hard deadline (s)", 0.001, 10.0)
-    state_period_s: float = param(0.5, "period of /brace/controller_state (s)", 0.01, 3600.0)
+    state_period_s: float = param(0.5, "period of controller_state (s)", 0.01, 3600.0)
     diagnostics_period_s: float = param(1.0, "period of /diagnostics (s)", 0.05, 3600.0)
 
     def validate(self) -> None:

@@ -1,12 +1,18 @@
 """brace_controller node: gates every trigger, budgets admitted ones, runs the Replan calls.
 
-Subscribes  /brace/triggers (TriggerEvent), /brace/replan_calls (ReplanCall),
-            /brace/episode (Episode: counters restart at EVENT_START)
-Publishes   /brace/decisions (ReplanDecision, one per trigger), /brace/plan (Plan),
-            /brace/controller_state (ControllerState), /diagnostics,
-            /brace/replan_calls (ReplanCall) for admitted calls no planner answered
-Action client  Replan on `replan_action`; a goal still running at its hard
-            deadline is cancelled and recorded as a deadline miss.
+Names are relative (the stack's namespace, /brace by default, comes from launch).
+
+Subscribes  triggers (TriggerEvent), replan_calls (ReplanCall),
+            episode (Episode: counters restart at EVENT_START)
+Publishes   decisions (ReplanDecision, one per trigger), plan (Plan),
+            controller_state (ControllerState), /diagnostics,
+            replan_calls (ReplanCall) for admitted calls no planner answered
+Action client  Replan on `replan_action`. An admitted call waits for the
+            server when none is up yet (the graph starts in no order) and is
+            sent as soon as one is; a call that has no server by its hard
+            deadline, or whose goal still runs at it, is closed there
+            (unavailable / cancelled as a deadline miss). Deadlines and the
+            watchdog run on the steady clock, stamps on the node's clock.
 """
 
 from __future__ import annotations
@@ -21,16 +27,21 @@ from typing import Optional
 from action_msgs.msg import GoalStatus
 from brace_msgs.action import Replan
 from brace_msgs.msg import ControllerState, Episode, Plan, ReplanCall, ReplanDecision, TriggerEvent
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.action import ActionClient
 from rclpy.node import Node
 
-from . import convert, qos
+from brace_common import names, qos
+from brace_common.clock import steady_timer
+from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.params import declare_config
+from brace_common.spin import spin_node
+from brace_common.vocabulary import TEAM_AGENT, CallStatus, EpisodeEvent
+
+from . import convert
 from .config import ControllerConfig, ControllerNodeConfig
 from .controller import BraceController
-from .ros_params import declare_config
-from .spin import spin_node
-from .types import CallRecord, CallStatus, Decision
+from .types import CallRecord, Decision
 
 
 def _serialized(method):
@@ -56,6 +67,7 @@ class PendingCall:
     deadline: float  # time.monotonic() past which the call is cancelled
     goal_handle: Optional[object] = None
     started: float = 0.0
+    sent: bool = False  # the goal went to a server (false: waiting for one)
 
 
 class BraceControllerNode(Node):
@@ -69,20 +81,21 @@ class BraceControllerNode(Node):
         self.pending: dict[str, PendingCall] = {}
         self._lock = threading.RLock()
         self.counts = {"malformed_triggers": 0, "malformed_calls": 0, "planner_unavailable": 0,
-                       "goals_rejected": 0, "deadline_cancellations": 0, "calls_finished": 0}
+                       "goals_rejected": 0, "deadline_cancellations": 0, "calls_finished": 0,
+                       "calls_waited_for_planner": 0}
 
-        self.decisions_pub = self.create_publisher(ReplanDecision, "/brace/decisions", qos.EVENTS)
-        self.plan_pub = self.create_publisher(Plan, "/brace/plan", qos.PLANS)
-        self.state_pub = self.create_publisher(ControllerState, "/brace/controller_state", qos.STATE)
-        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.DIAGNOSTICS)
-        self.create_subscription(TriggerEvent, "/brace/triggers", self.on_trigger, qos.EVENTS)
-        self.create_subscription(ReplanCall, "/brace/replan_calls", self.on_call_record, qos.EVENTS)
-        self.create_subscription(Episode, "/brace/episode", self.on_episode, qos.EVENTS)
-        self.calls_pub = self.create_publisher(ReplanCall, "/brace/replan_calls", qos.EVENTS)
+        self.decisions_pub = self.create_publisher(ReplanDecision, names.DECISIONS, qos.EVENTS)
+        self.plan_pub = self.create_publisher(Plan, names.PLAN, qos.PLANS)
+        self.state_pub = self.create_publisher(ControllerState, names.CONTROLLER_STATE, qos.STATE)
+        self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
+        self.create_subscription(TriggerEvent, names.TRIGGERS, self.on_trigger, qos.EVENTS)
+        self.create_subscription(ReplanCall, names.REPLAN_CALLS, self.on_call_record, qos.EVENTS)
+        self.create_subscription(Episode, names.EPISODE, self.on_episode, qos.EVENTS)
+        self.calls_pub = self.create_publisher(ReplanCall, names.REPLAN_CALLS, qos.EVENTS)
         self.replan_client = ActionClient(self, Replan, self.node_config.replan_action)
-        self.create_timer(self.node_config.deadline_check_period_s, self.check_deadlines)
-        self.create_timer(self.node_config.state_period_s, self.publish_state)
-        self.create_timer(self.node_config.diagnostics_period_s, self.publish_diagnostics)
+        steady_timer(self, self.node_config.deadline_check_period_s, self.check_deadlines)
+        steady_timer(self, self.node_config.state_period_s, self.publish_state)
+        steady_timer(self, self.node_config.diagnostics_period_s, self.publish_diagnostics)
         self.get_logger().info(
             f"profile '{self.core.profile.name}', delta={self.config.cooldown_steps}, "
             f"omega={self.config.commit_steps}, k={self.config.override_after_failures}, "
@@ -109,25 +122,28 @@ class BraceControllerNode(Node):
     @_serialized
     def on_episode(self, msg: Episode) -> None:
         """A new episode restarts the per-agent gate counters (steps restart at 0)."""
-        if msg.event == Episode.EVENT_START:
+        if msg.event == EpisodeEvent.START:
             self.core.reset()
 
     def start_call(self, decision: Decision) -> None:
-        """Send the Replan goal of an admitted decision (or record the planner as unavailable)."""
-        if not self.replan_client.server_is_ready():
-            self.counts["planner_unavailable"] += 1
-            self.get_logger().warning(
-                f"no planner on '{self.node_config.replan_action}'; decision {decision.decision_id} not executed",
-                throttle_duration_sec=5.0,
-            )
-            self.finish(decision, CallStatus.UNAVAILABLE, 0.0, error="no planner server")
-            return
+        """Send the Replan goal of an admitted decision, or keep it until a server is up (at most its deadline)."""
         started = time.monotonic()
         call = PendingCall(decision, started + decision.hard_deadline_ms / 1000.0, started=started)
         self.pending[decision.decision_id] = call
-        goal = convert.goal_from_decision(decision, self.get_clock().now().to_msg())
+        if self.replan_client.server_is_ready():
+            self.send(call)
+        else:
+            self.counts["calls_waited_for_planner"] += 1
+            self.get_logger().warning(
+                f"no Replan server on '{self.node_config.replan_action}' yet; call {decision.decision_id} waits "
+                "for one until its hard deadline", throttle_duration_sec=5.0)
+
+    def send(self, call: PendingCall) -> None:
+        """Send a pending call's goal."""
+        call.sent = True
+        goal = convert.goal_from_decision(call.decision, self.get_clock().now().to_msg())
         future = self.replan_client.send_goal_async(goal)
-        future.add_done_callback(lambda f, d=decision.decision_id: self.on_goal_response(d, f))
+        future.add_done_callback(lambda f, d=call.decision.decision_id: self.on_goal_response(d, f))
 
     @_serialized
     def on_goal_response(self, decision_id: str, future) -> None:
@@ -189,11 +205,24 @@ class BraceControllerNode(Node):
 
     @_serialized
     def check_deadlines(self) -> None:
-        """Cancel every call past its hard deadline and record it as a deadline miss."""
+        """Send calls that waited for a server now up; close every call past its hard deadline."""
         now = time.monotonic()
+        server_ready = None
         for decision_id, call in list(self.pending.items()):
+            if not call.sent and now < call.deadline:
+                server_ready = self.replan_client.server_is_ready() if server_ready is None else server_ready
+                if server_ready:
+                    self.send(call)
+                continue
             if now < call.deadline or self.pending.pop(decision_id, None) is None:
                 continue  # not due, or closed meanwhile by its result
+            if not call.sent:
+                self.counts["planner_unavailable"] += 1
+                self.get_logger().warning(f"call {decision_id} for {call.decision.trigger.agent_id}: no Replan server "
+                                          "by its hard deadline", throttle_duration_sec=5.0)
+                self.finish(call.decision, CallStatus.UNAVAILABLE, (now - call.started) * 1000.0,
+                            error="no planner server by the hard deadline")
+                continue
             if call.goal_handle is not None:
                 call.goal_handle.cancel_goal_async()
             self.counts["deadline_cancellations"] += 1
@@ -209,7 +238,7 @@ class BraceControllerNode(Node):
     def on_call_record(self, msg: ReplanCall) -> None:
         """Feed the latency model with every audited call (from any controller)."""
         try:
-            record = convert.call_record_from_msg(msg, plan_changed=False)
+            record = convert.call_record_from_msg(msg)
         except ValueError as exc:
             self.counts["malformed_calls"] += 1
             self.get_logger().warning(f"dropped malformed call record '{msg.call_id}': {exc}", throttle_duration_sec=1.0)
@@ -226,36 +255,37 @@ class BraceControllerNode(Node):
         stamp = self.get_clock().now().to_msg()
         for agent_id, counters in sorted(self.core.agents.items()):
             self.state_pub.publish(convert.state_to_msg(agent_id, counters, self.core.tally.get(agent_id), stamp))
-        self.state_pub.publish(convert.state_to_msg("team", self.core.team, self.core.tally.get("team"), stamp))
+        self.state_pub.publish(convert.state_to_msg(TEAM_AGENT, self.core.team, self.core.tally.get(TEAM_AGENT), stamp))
 
     @_serialized
     def publish_diagnostics(self) -> None:
-        """Gate counts, errors and the latency model's state on /diagnostics."""
-        status = DiagnosticStatus(name=f"{self.get_name()}: replanning gate", hardware_id="brace")
+        """Gate counts, errors, the planner's presence and the latency model's state on /diagnostics."""
         totals: dict[str, int] = {}
         for tally in self.core.tally.values():
             for reason, n in tally.by_reason.items():
                 totals[reason] = totals.get(reason, 0) + n
         model = self.core.latency_model
+        server = self.replan_client.server_is_ready()
+        waiting = sum(not c.sent for c in self.pending.values())
         values = {
             "triggers": sum(t.triggers for t in self.core.tally.values()),
             "admitted": sum(t.admitted for t in self.core.tally.values()),
             "suppressed": sum(t.suppressed for t in self.core.tally.values()),
-            "calls_in_flight": len(self.pending),
+            "calls_in_flight": len(self.pending) - waiting,
+            "calls_waiting_for_planner": waiting,
+            "planner_server": server,
             "latency_model_samples": model.samples,
             "latency_model_ready": model.ready,
             **{f"latency_model_{k}": v for k, v in model.describe().items()},
             **{f"reason.{k}": v for k, v in sorted(totals.items())},
             **self.counts,
         }
-        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
-        problems = [k for k in ("malformed_triggers", "malformed_calls", "planner_unavailable",
-                                "goals_rejected", "deadline_cancellations") if self.counts[k]]
-        status.level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK
-        status.message = ("counted: " + ", ".join(problems)) if problems else "ok"
-        array = DiagnosticArray(status=[status])
-        array.header.stamp = self.get_clock().now().to_msg()
-        self.diag_pub.publish(array)
+        warnings = nonzero(self.counts, ("malformed_triggers", "malformed_calls", "planner_unavailable",
+                                         "goals_rejected", "deadline_cancellations"))
+        if not server:
+            warnings.append(f"no Replan server on '{self.node_config.replan_action}'")
+        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: replanning gate", values,
+                                               self.get_clock().now().to_msg(), warnings))
 
 
 def main(args=None) -> int:

@@ -6,13 +6,16 @@ import json
 import math
 
 from brace_msgs.action import Replan
-from brace_msgs.msg import ControllerState, Plan, ReplanCall, ReplanDecision, TriggerEvent
+from brace_msgs.msg import ControllerState, Episode, Plan, ReplanCall, ReplanDecision, TriggerEvent
 from builtin_interfaces.msg import Time
 from std_msgs.msg import Header
 
+from brace_common.episode import EpisodeResult
+from brace_common.vocabulary import CallStatus, Mode, Phase, Reason, TriggerKind
+
 from .gate import AgentCounters
 from .latency_model import CallSample
-from .types import CallRecord, CallStatus, Decision, Mode, Reason, Trigger, TriggerKind
+from .types import CallRecord, Decision, Trigger
 
 
 def _never(value):
@@ -117,13 +120,14 @@ def latency_sample(record: CallRecord) -> CallSample:
     phases = record.phase_ms
     return CallSample(
         tokens_before=record.tokens_before, tokens_after=record.tokens_after, mode=int(record.mode),
-        compress_ms=phases.get("context_compress", 0.0) + phases.get("retrieve", 0.0),
-        prefill_ms=phases.get("prefill", 0.0), decode_ms=phases.get("decode", 0.0) + phases.get("parse", 0.0),
-        total_ms=record.latency_ms - phases.get("queue", 0.0))
+        compress_ms=phases.get(Phase.CONTEXT_COMPRESS.value, 0.0) + phases.get(Phase.RETRIEVE.value, 0.0),
+        prefill_ms=phases.get(Phase.PREFILL.value, 0.0),
+        decode_ms=phases.get(Phase.DECODE.value, 0.0) + phases.get(Phase.PARSE.value, 0.0),
+        total_ms=record.latency_ms - phases.get(Phase.QUEUE.value, 0.0))
 
 
-def call_record_from_msg(msg: ReplanCall, plan_changed: bool) -> CallRecord:
-    """ReplanCall -> CallRecord; `plan_changed` is decided by the controller, not the planner."""
+def call_record_from_msg(msg: ReplanCall) -> CallRecord:
+    """ReplanCall -> CallRecord (what the latency model learns; plan changes are the controller's own record)."""
     try:
         status = CallStatus(msg.status)
     except ValueError:
@@ -136,7 +140,7 @@ def call_record_from_msg(msg: ReplanCall, plan_changed: bool) -> CallRecord:
         agent_id=msg.agent_id,
         step=int(msg.step),
         status=status,
-        plan_changed=plan_changed,
+        plan_changed=False,
         latency_ms=float(msg.latency_ms),
         tokens_after=int(msg.tokens_after),
         slo_ms=float(msg.slo_ms),
@@ -185,3 +189,12 @@ def state_to_msg(agent_id: str, counters: AgentCounters, tally, stamp: Time) -> 
             tally.triggers, tally.admitted, tally.suppressed, tally.overrides,
         )
     return msg
+
+
+def episode_from_msg(msg: Episode) -> EpisodeResult:
+    """An Episode EVENT_END message -> EpisodeResult."""
+    return EpisodeResult(
+        success=bool(msg.success), steps=int(msg.steps), delivered=int(msg.delivered), tasks=int(msg.tasks),
+        path_efficiency=round(float(msg.path_efficiency), 4), coordination_wait=int(msg.coordination_wait),
+        near_misses=int(msg.near_misses), collisions=int(msg.collisions), episode=int(msg.episode),
+        seed=int(msg.seed), plans=int(msg.plans), plans_agreeing=int(msg.plans_agreeing))

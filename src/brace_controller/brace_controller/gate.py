@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .types import Reason
+from brace_common.vocabulary import Reason
 
 
 @dataclass

@@ -31,6 +31,8 @@ from typing import Optional
 
 import numpy as np
 
+from brace_common.vocabulary import Phase
+
 _SCALE = 1000.0  # tokens are fitted in thousands to keep the normal equations well conditioned
 
 
@@ -135,7 +137,7 @@ class LatencyModel:
         offset = self.mode_decode_ms.get(int(mode), float(np.mean(list(self.mode_decode_ms.values())))
                                          if self.mode_decode_ms else 0.0)
         decode = max(0.0, float(self.decode_coef @ np.array([1.0, a / _SCALE])) + offset)
-        return {"context_compress": compress, "prefill": prefill, "decode": decode}
+        return {Phase.CONTEXT_COMPRESS.value: compress, Phase.PREFILL.value: prefill, Phase.DECODE.value: decode}
 
     def predict_mean(self, tokens_before: float, tokens_after: float, mode: int = 0) -> float:
         """Predicted mean latency of a call (ms, queue excluded)."""

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .types import Decision, Reason, TriggerKind
+from brace_common.vocabulary import Reason, TriggerKind
+
+from .types import Decision
 
 
 def percentile(values: Sequence[float], q: float) -> float:

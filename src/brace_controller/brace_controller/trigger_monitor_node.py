@@ -1,9 +1,11 @@
 """trigger_monitor node: turns agent states, execution outcomes and verifier verdicts into triggers.
 
-Subscribes  /brace/agent_states (AgentState), /brace/outcomes (ExecutionOutcome),
-            /brace/verdicts (VerifierVerdict), /brace/episode (Episode: detectors restart
+Names are relative (the stack's namespace, /brace by default, comes from launch).
+
+Subscribes  agent_states (AgentState), outcomes (ExecutionOutcome),
+            verdicts (VerifierVerdict), episode (Episode: detectors restart
             at EVENT_START and the episode's first step asks for initial plans)
-Publishes   /brace/triggers (TriggerEvent), /diagnostics
+Publishes   triggers (TriggerEvent), /diagnostics
 
 The controller step advances on a timer (`step_source: timer`) or follows the
 steps in AgentState (`step_source: agent_state`: step s is evaluated once the
@@ -16,13 +18,18 @@ import math
 import sys
 
 from brace_msgs.msg import AgentState, Episode, ExecutionOutcome, TriggerEvent, VerifierVerdict
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 
-from . import convert, qos
+from brace_common import names, qos
+from brace_common.clock import steady_timer
+from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.params import declare_config
+from brace_common.spin import spin_node
+from brace_common.vocabulary import EpisodeEvent
+
+from . import convert
 from .config import MonitorConfig, MonitorNodeConfig
-from .ros_params import declare_config
-from .spin import spin_node
 from .triggers import AgentObservation, TriggerMonitor
 from .types import Trigger
 
@@ -39,15 +46,16 @@ class TriggerMonitorNode(Node):
         self.counts = {"malformed_states": 0, "malformed_outcomes": 0, "malformed_verdicts": 0}
         self.raised: dict[str, int] = {}
 
-        self.trigger_pub = self.create_publisher(TriggerEvent, "/brace/triggers", qos.EVENTS)
-        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.DIAGNOSTICS)
-        self.create_subscription(AgentState, "/brace/agent_states", self.on_state, qos.STATE)
-        self.create_subscription(ExecutionOutcome, "/brace/outcomes", self.on_outcome, qos.EVENTS)
-        self.create_subscription(VerifierVerdict, "/brace/verdicts", self.on_verdict, qos.EVENTS)
-        self.create_subscription(Episode, "/brace/episode", self.on_episode, qos.EVENTS)
+        self.trigger_pub = self.create_publisher(TriggerEvent, names.TRIGGERS, qos.EVENTS)
+        self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
+        self.create_subscription(AgentState, names.AGENT_STATES, self.on_state, qos.STATE)
+        self.create_subscription(ExecutionOutcome, names.OUTCOMES, self.on_outcome, qos.EVENTS)
+        self.create_subscription(VerifierVerdict, names.VERDICTS, self.on_verdict, qos.EVENTS)
+        self.create_subscription(Episode, names.EPISODE, self.on_episode, qos.EVENTS)
         if self.config.step_source == "timer":
+            # The step is controller time: with use_sim_time it follows /clock.
             self.create_timer(self.config.step_period_s, self.on_tick)
-        self.create_timer(self.node_config.diagnostics_period_s, self.publish_diagnostics)
+        steady_timer(self, self.node_config.diagnostics_period_s, self.publish_diagnostics)
 
     def publish(self, triggers: list[Trigger]) -> None:
         """Publish triggers with unique ids."""
@@ -59,7 +67,7 @@ class TriggerMonitorNode(Node):
 
     def on_episode(self, msg: Episode) -> None:
         """EVENT_START: forget the previous episode (steps restart at 0)."""
-        if msg.event == Episode.EVENT_START:
+        if msg.event == EpisodeEvent.START:
             self.monitor.reset(episode_start=True)
 
     def on_tick(self) -> None:
@@ -98,18 +106,10 @@ class TriggerMonitorNode(Node):
 
     def publish_diagnostics(self) -> None:
         """Raised triggers per kind and malformed inputs on /diagnostics."""
-        problems = [k for k, v in self.counts.items() if v]
-        status = DiagnosticStatus(
-            name=f"{self.get_name()}: trigger detection", hardware_id="brace",
-            level=DiagnosticStatus.WARN if problems else DiagnosticStatus.OK,
-            message=("counted: " + ", ".join(problems)) if problems else "ok",
-        )
         values = {"step": self.monitor.step, "agents": len(self.monitor.agents()),
                   **{f"raised.{k}": v for k, v in sorted(self.raised.items())}, **self.counts}
-        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
-        array = DiagnosticArray(status=[status])
-        array.header.stamp = self.get_clock().now().to_msg()
-        self.diag_pub.publish(array)
+        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: trigger detection", values,
+                                               self.get_clock().now().to_msg(), nonzero(self.counts, self.counts)))
 
 
 def main(args=None) -> int:

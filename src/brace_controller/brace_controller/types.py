@@ -1,84 +1,15 @@
-"""Core vocabulary shared by the gate, the policy, the detectors and the metrics.
+"""The controller core's records: a trigger, a decision, a finished call.
 
-Plain dataclasses and enums; nothing here imports ROS. The enum values equal
-the constants of brace_msgs so conversion is a lookup, not a translation table.
+Plain dataclasses over the vocabulary of brace_common; nothing here imports ROS.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-TEAM_AGENT = "team"
-"""Agent id of team-wide triggers and of the team-level controller counters."""
-
-
-class _LabelledEnum(enum.IntEnum):
-    """An IntEnum whose members are also known by their lower-case name."""
-
-    @property
-    def label(self) -> str:
-        """Lower-case name used in logs, CSV columns and YAML keys."""
-        return self.name.lower()
-
-    @classmethod
-    def from_label(cls, label: str):
-        """Parse a lower-case name such as 'hazard' or 'full_replan'; ValueError when unknown."""
-        try:
-            return cls[label.upper()]
-        except KeyError:
-            raise ValueError(f"unknown {cls.__name__} '{label}'") from None
-
-
-class TriggerKind(_LabelledEnum):
-    """Why a potential replanning point was raised (TriggerEvent.KIND_*)."""
-
-    PERIODIC = 0
-    FAILURE = 1
-    DRIFT = 2
-    HAZARD = 3
-    DEADLOCK = 4
-    PREEMPT = 5
-
-
-class Mode(_LabelledEnum):
-    """Replanning mode m_t of Eq. 2 (ReplanDecision.MODE_*)."""
-
-    FULL_REPLAN = 0
-    PARTIAL_REPLAN = 1
-    REUSE_SUBPLAN = 2
-    DEFER_REPLAN = 3
-
-
-class Reason(str, enum.Enum):
-    """Why a trigger was admitted or suppressed (ReplanDecision.REASON_*)."""
-
-    GATE_OPEN = "gate_open"
-    OVERRIDE = "failure_override"
-    DEFER_GUARD = "defer_guard"
-    COOLDOWN = "cooldown"
-    COMMIT = "commit"
-    TEAM_COOLDOWN = "team_cooldown"
-    TEAM_COMMIT = "team_commit"
-    IN_FLIGHT = "in_flight"
-    SLO_INFEASIBLE = "slo_infeasible"
-
-    @property
-    def admits(self) -> bool:
-        """True for the reasons that come with an admitted call."""
-        return self in (Reason.GATE_OPEN, Reason.OVERRIDE, Reason.DEFER_GUARD)
-
-
-class CallStatus(enum.IntEnum):
-    """Outcome of a replanning call (ReplanCall.STATUS_*)."""
-
-    OK = 0
-    PLANNER_ERROR = 1
-    DEADLINE = 2
-    CANCELLED = 3
-    UNAVAILABLE = 4
+from brace_common.vocabulary import CallStatus, Mode, Reason, TriggerKind, meets_slo
 
 
 @dataclass(frozen=True)
@@ -149,8 +80,3 @@ class CallRecord:
     def slo_met(self) -> bool:
         """l_t <= SLO_t (Eq. 6 counts the complement)."""
         return meets_slo(self.status, self.latency_ms, self.slo_ms)
-
-
-def meets_slo(status: int, latency_ms: float, slo_ms: float) -> bool:
-    """l_t <= SLO_t; a call past its hard deadline never meets it, whatever was measured."""
-    return status != CallStatus.DEADLINE and latency_ms <= slo_ms

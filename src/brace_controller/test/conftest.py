@@ -5,4 +5,4 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from brace_controller.testing import ros  # noqa: E402, F401
+from brace_common.testing import ros  # noqa: E402, F401

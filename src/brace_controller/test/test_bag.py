@@ -82,8 +82,8 @@ def test_recorder_refuses_a_used_output_dir_by_name(tmp_path):
     import rclpy
     from rclpy.parameter import Parameter
 
+    from brace_common.config import ConfigError
     from brace_controller.audit_recorder_node import AuditRecorderNode
-    from brace_controller.config import ConfigError
 
     (tmp_path / "old.mcap").write_bytes(b"x")
     context = rclpy.Context()
@@ -100,11 +100,11 @@ def test_recorder_finishes_the_bag_on_sigterm(tmp_path):
     bag = tmp_path / "rec"
     env = dict(os.environ)
     proc = subprocess.Popen([sys.executable, "-m", "brace_controller.audit_recorder_node", "--ros-args",
-                             "-p", f"output_dir:={bag}", "-p", "topics:=['/brace/episode']"], env=env,
+                             "-p", f"output_dir:={bag}", "-p", "topics:=['episode']", "-r", "__ns:=/brace"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     import rclpy
 
-    from brace_controller import qos
+    from brace_common import qos
     try:
         with rclpy.init():
             node = rclpy.create_node("bag_test_publisher")
@@ -126,4 +126,5 @@ def test_recorder_finishes_the_bag_on_sigterm(tmp_path):
     contents = read_bag(bag)
     assert contents.damage is None
     assert [deserialize_message(m.data, Episode).episode for m in contents.messages] == list(range(20))
+    assert {m.topic for m in contents.messages} == {"/brace/episode"}  # the relative name, resolved in its namespace
     assert (bag / "metadata.yaml").is_file()

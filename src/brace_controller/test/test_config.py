@@ -6,18 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from brace_common.config import ConfigError, config_from_file, from_mapping
+from brace_common.vocabulary import Mode
 from brace_controller.config import (
-    ConfigError,
     ControllerConfig,
     ControllerNodeConfig,
     MonitorConfig,
     MonitorNodeConfig,
-    config_from_file,
     default_profiles_path,
-    from_mapping,
     load_profiles,
 )
-from brace_controller.types import Mode
 
 WORKSPACE = Path(__file__).resolve().parents[3]
 

@@ -14,10 +14,11 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from brace_controller import qos
-from brace_controller.config import ConfigError
+from brace_common import qos
+from brace_common.config import ConfigError
+from brace_common.names import DEFAULT_NAMESPACE as NS
+from brace_common.testing import PlannerDouble, wait_for
 from brace_controller.controller_node import BraceControllerNode
-from brace_controller.testing import PlannerDouble, wait_for
 
 
 class Probe(Node):
@@ -50,7 +51,7 @@ def controller(**params) -> BraceControllerNode:
     params.setdefault("adaptive_budget", False)
     params.setdefault("defer_when_infeasible", False)
     params.setdefault("diagnostics_period_s", 0.1)
-    return BraceControllerNode(parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    return BraceControllerNode(namespace=NS, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
 
 
 def connect(ros, node: BraceControllerNode, planner: PlannerDouble | None = None) -> Probe:
@@ -150,10 +151,25 @@ def test_malformed_triggers_are_counted_not_fatal(ros):
     wait_for(lambda: len(probe.decisions) == 1, what="decision for the valid trigger")
     assert probe.decisions[0].trigger.step == 4
     assert node.counts["malformed_triggers"] == 3
-    # No planner is running: the admitted call is recorded as unavailable, not left in flight.
+    # No planner is running: the admitted call waits for one until its hard deadline (5 s), then is recorded as
+    # unavailable, not left in flight.
+    assert node.counts["calls_waited_for_planner"] == 1
     wait_for(lambda: node.counts["planner_unavailable"] == 1 and not node.core.agents["a"].call_in_flight,
              what="call recorded as unavailable")
     wait_for(lambda: probe.diag_value("malformed_triggers") == "3", what="diagnostics count")
+
+
+def test_a_call_admitted_before_the_planner_is_up_is_sent_when_it_comes(ros):
+    node = controller()
+    probe = connect(ros, node)
+    probe.send(1)
+    wait_for(lambda: len(probe.decisions) == 1 and node.counts["calls_waited_for_planner"] == 1,
+             what="admitted call waiting for a server")
+    assert probe.decisions[0].admitted and not node.replan_client.server_is_ready()
+    planner = ros.add(PlannerDouble())  # the planner comes up after the decision (launch starts in no order)
+    wait_for(lambda: len(planner.goals) == 1, what="the waiting call sent to the new server")
+    wait_for(lambda: len(probe.plans) == 1, what="its plan")
+    assert node.counts["planner_unavailable"] == 0
 
 
 @pytest.mark.parametrize("params,parameter", [
@@ -187,17 +203,18 @@ def test_executable_exits_with_message_on_bad_parameter():
 
 def test_workspace_parameter_file_configures_the_node(ros):
     params = Path(__file__).resolve().parents[3] / "config" / "brace_controller.yaml"
-    node = ros.add(BraceControllerNode(cli_args=["--ros-args", "--params-file", str(params)]))
+    node = ros.add(BraceControllerNode(namespace=NS, cli_args=["--ros-args", "--params-file", str(params)]))
     assert node.config.cooldown_steps == 3 and node.config.budget_profile == "default"
-    assert node.node_config.replan_action == "/brace/replan"
+    assert node.node_config.replan_action == "replan"  # relative: the server in the node's namespace
     assert node.get_parameter("cooldown_steps").value == 3
 
 
 def test_a_call_closed_by_its_result_while_the_watchdog_scans_is_skipped(ros):
     # Action futures run their callbacks outside the node's callback group: a result may close a call between the
     # watchdog's snapshot of the pending calls and its pop (seen as a KeyError that stopped a K = 8 run).
+    from brace_common.vocabulary import TriggerKind
     from brace_controller.controller_node import PendingCall
-    from brace_controller.types import Trigger, TriggerKind
+    from brace_controller.types import Trigger
 
     node = ros.add(controller())
     decision = node.core.decide(Trigger(TriggerKind.PERIODIC, "a", 0))

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from brace_common.vocabulary import Mode, Reason, TriggerKind
 from brace_controller.metrics import (
     churn_ratio,
     latency_summary,
@@ -14,7 +15,7 @@ from brace_controller.metrics import (
     suppression_audit,
     trigger_audit,
 )
-from brace_controller.types import Decision, Mode, Reason, Trigger, TriggerKind
+from brace_controller.types import Decision, Trigger
 
 
 def test_percentiles():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from helpers import profile, trig
 
+from brace_common.vocabulary import Mode, TriggerKind
 from brace_controller.config import ControllerConfig
 from brace_controller.policy import BudgetPolicy, select_mode
-from brace_controller.types import Mode, TriggerKind
 
 
 def test_mode_first_match_order():

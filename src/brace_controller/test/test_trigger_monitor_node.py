@@ -10,10 +10,11 @@ from geometry_msgs.msg import Point
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from brace_controller import qos
-from brace_controller.config import ConfigError
+from brace_common import qos
+from brace_common.config import ConfigError
+from brace_common.names import DEFAULT_NAMESPACE as NS
+from brace_common.testing import PlannerDouble, wait_for
 from brace_controller.controller_node import BraceControllerNode
-from brace_controller.testing import PlannerDouble, wait_for
 from brace_controller.trigger_monitor_node import TriggerMonitorNode
 
 
@@ -42,7 +43,7 @@ def monitor(**params) -> TriggerMonitorNode:
     params.setdefault("agents", ["a", "b"])
     params.setdefault("step_source", "agent_state")
     params.setdefault("periodic_interval_steps", 0)
-    return TriggerMonitorNode(parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    return TriggerMonitorNode(namespace=NS, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
 
 
 def connect(ros, node: TriggerMonitorNode) -> World:
@@ -108,7 +109,7 @@ def test_bad_monitor_parameter_is_rejected(ros):
 def test_chain_outcomes_to_monitor_to_controller_to_planner(ros):
     """Failed outcomes -> failure trigger -> admitted partial replan -> Replan goal at the planner."""
     node = monitor(failure_threshold=2)
-    controller = BraceControllerNode(parameter_overrides=[Parameter("adaptive_budget", value=False)])
+    controller = BraceControllerNode(namespace=NS, parameter_overrides=[Parameter("adaptive_budget", value=False)])
     planner = PlannerDouble()
     world = connect(ros, node)
     ros.add(controller)

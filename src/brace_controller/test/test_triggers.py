@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from brace_common.vocabulary import TriggerKind
 from brace_controller.config import MonitorConfig
 from brace_controller.triggers import (
     AgentObservation,
@@ -13,7 +14,6 @@ from brace_controller.triggers import (
     PlanDoneDetector,
     TriggerMonitor,
 )
-from brace_controller.types import TriggerKind
 
 
 def at(x, y=0.0, goal=True, err=float("nan")):

@@ -23,7 +23,7 @@ from typing import Optional, Protocol
 
 import torch
 
-from brace_controller.types import CallStatus, meets_slo
+from brace_common.vocabulary import CallStatus, Mode, Phase, meets_slo
 
 from .compressors import Compressor, make_compressor
 from .constrained import ConstrainedPlanDecoder
@@ -36,17 +36,13 @@ from .pruning import PruneSchedule
 from .scoring import best_step, enumerate_steps
 from .transformer import DecoderStack
 
-# Call statuses (ReplanCall.STATUS_*).
-STATUS_OK, STATUS_PLANNER_ERROR, STATUS_DEADLINE, STATUS_CANCELLED = (
-    CallStatus.OK, CallStatus.PLANNER_ERROR, CallStatus.DEADLINE, CallStatus.CANCELLED)
-
 # json: free generation, parsed afterwards; candidates: the best single skill call by likelihood;
 # constrained: a whole plan generated greedily within the schema's valid skill calls.
 DECODINGS = ("json", "candidates", "constrained")
 MODE_REQUESTS = {
-    0: "Plan the next steps for {agent} from its current state.",
-    1: "Repair the plan of {agent} from the failing or drifting step on.",
-    2: "Confirm or adjust the current subplan of {agent}.",
+    Mode.FULL_REPLAN: "Plan the next steps for {agent} from its current state.",
+    Mode.PARTIAL_REPLAN: "Repair the plan of {agent} from the failing or drifting step on.",
+    Mode.REUSE_SUBPLAN: "Confirm or adjust the current subplan of {agent}.",
 }
 OUTPUT_FORMAT = ('Allowed actions: {actions}. Reply with one JSON object: '
                  '{{"plan": [{{"action": "<name>", "parameters": {{...}}}}]}}')
@@ -66,23 +62,23 @@ class CallRequest:
 
 
 @dataclass
-class Phase:
-    """Wall time and tokens of one phase."""
+class PhaseRecord:
+    """Wall time and tokens of one phase of a call."""
 
-    phase: str
+    phase: str  # a Phase value (PhaseTiming.PHASE_*)
     duration_ms: float
     tokens_in: int
     tokens_out: int
-    started: float = 0.0  # time.time() when the phase began
+    offset_ms: float = 0.0  # when the phase began, after the call's start (steady clock)
 
 
 @dataclass
 class CallOutcome:
     """Everything the ReplanCall record and the Plan need."""
 
-    status: int
+    status: CallStatus
     steps: list[Step] = field(default_factory=list)
-    phases: list[Phase] = field(default_factory=list)
+    phases: list[PhaseRecord] = field(default_factory=list)
     tokens_before: int = 0
     tokens_after: int = 0
     tokens_reused: int = 0
@@ -117,11 +113,11 @@ def unserved_outcome(call, compressor: str) -> CallOutcome:
     """The outcome of a queued call answered without running: superseded, cancelled or expired while waiting."""
     waited_ms = (time.monotonic() - call.accepted_at) * 1000.0
     status, error = {
-        "superseded": (STATUS_CANCELLED, f"superseded while waiting by the agent's newer call {call.superseded_by}"),
-        "cancelled": (STATUS_CANCELLED, "cancelled while waiting for the planner"),
-        "expired": (STATUS_DEADLINE, "hard deadline passed while waiting for the planner"),
+        "superseded": (CallStatus.CANCELLED, f"superseded while waiting by the agent's newer call {call.superseded_by}"),
+        "cancelled": (CallStatus.CANCELLED, "cancelled while waiting for the planner"),
+        "expired": (CallStatus.DEADLINE, "hard deadline passed while waiting for the planner"),
     }[call.outcome]
-    phase = Phase("queue", waited_ms, 0, 0, time.time() - waited_ms / 1000.0)
+    phase = PhaseRecord(Phase.QUEUE.value, waited_ms, 0, 0)
     return CallOutcome(status=status, phases=[phase], latency_ms=waited_ms, slo_ms=call.slo_ms, error=error,
                        compressor=compressor)
 
@@ -151,7 +147,7 @@ def json_object_closed(text: str) -> bool:
 
 def request_text(schema: ActionSchema, agent_id: str, mode: int) -> str:
     """The REQUEST line of a call for `agent_id` in `mode` (ReplanDecision.MODE_*)."""
-    ask = MODE_REQUESTS.get(mode, MODE_REQUESTS[0]).format(agent=agent_id)
+    ask = MODE_REQUESTS.get(mode, MODE_REQUESTS[Mode.FULL_REPLAN]).format(agent=agent_id)
     return ask + " " + OUTPUT_FORMAT.format(actions=schema.describe())
 
 
@@ -215,26 +211,27 @@ class PlannerCallPath:
         now = time.monotonic()
         start = min(queued_at, now) if queued_at is not None else now
         deadline = start + request.hard_deadline_ms / 1000.0
-        phases: list[Phase] = []
+        phases: list[PhaseRecord] = []
         if queued_at is not None:
-            phases.append(Phase("queue", (now - start) * 1000.0, 0, 0, time.time() - (now - start)))
-        outcome = CallOutcome(status=STATUS_OK, slo_ms=request.slo_ms, compressor=self.compressor_name)
+            phases.append(PhaseRecord(Phase.QUEUE.value, (now - start) * 1000.0, 0, 0))
+        outcome = CallOutcome(status=CallStatus.OK, slo_ms=request.slo_ms, compressor=self.compressor_name)
 
         def abort() -> bool:
             return cancelled() or time.monotonic() >= deadline
 
-        def begin(name: str) -> tuple[float, float]:
-            on_phase(name, (time.monotonic() - start) * 1000.0)
-            return time.monotonic(), time.time()
+        def begin(name: Phase) -> float:
+            on_phase(name.value, (time.monotonic() - start) * 1000.0)
+            return time.monotonic()
 
-        def end(name, t0, wall0, tokens_in, tokens_out, minus_ms: float = 0.0) -> Phase:
-            phase = Phase(name, max(0.0, (time.monotonic() - t0) * 1000.0 - minus_ms), tokens_in, tokens_out, wall0)
+        def end(name: Phase, t0: float, tokens_in: int, tokens_out: int, minus_ms: float = 0.0) -> PhaseRecord:
+            phase = PhaseRecord(name.value, max(0.0, (time.monotonic() - t0) * 1000.0 - minus_ms), tokens_in, tokens_out,
+                                (t0 - start) * 1000.0)
             phases.append(phase)
             return phase
 
         try:
             # context_compress
-            t0, w0 = begin("context_compress")
+            t0 = begin(Phase.CONTEXT_COMPRESS)
             ctx = buffer.render(self.tokenizer, request.agent_id, self.request_text(request.agent_id, request.mode),
                                 self.system_prompt, layout=self.layout)
             outcome.tokens_before = len(ctx)
@@ -247,10 +244,10 @@ class PlannerCallPath:
                 request_at = next((j for j, i in enumerate(compressed.kept_index) if i >= ctx.request_start),
                                   len(kept_ids))
                 protect = None
-            compress_phase = end("context_compress", t0, w0, len(ctx), len(kept_ids))
+            compress_phase = end(Phase.CONTEXT_COMPRESS, t0, len(ctx), len(kept_ids))
 
             # retrieve
-            t0, w0 = begin("retrieve")
+            t0 = begin(Phase.RETRIEVE)
             lines = self.retriever.retrieve(request.agent_id, ctx)
             memory_ids: list[int] = []
             if lines:
@@ -259,12 +256,12 @@ class PlannerCallPath:
                 kept_ids = kept_ids[:request_at] + memory_ids + kept_ids[request_at:]
                 if protect is not None:
                     protect = protect[:request_at] + [True] * len(memory_ids) + protect[request_at:]
-            end("retrieve", t0, w0, 0, len(memory_ids))
+            end(Phase.RETRIEVE, t0, 0, len(memory_ids))
             if abort():
                 raise CallAborted("before prefill")
 
             # prefill (in-model E-RECAP prunes here; its overhead is booked to context_compress)
-            t0, w0 = begin("prefill")
+            t0 = begin(Phase.PREFILL)
             ids = torch.tensor(kept_ids)
             if self.in_model:
                 budget = request.token_budget + len(memory_ids)
@@ -276,12 +273,12 @@ class PlannerCallPath:
             else:
                 pre = self.plain.prefill(ids, should_abort=abort, prefix=self.prefix)
                 tokens_after = len(kept_ids)
-            end("prefill", t0, w0, len(kept_ids), tokens_after, minus_ms=pre.prune_ms)
+            end(Phase.PREFILL, t0, len(kept_ids), tokens_after, minus_ms=pre.prune_ms)
             outcome.tokens_after = tokens_after
             outcome.tokens_reused = pre.tokens_reused
 
             # decode (free JSON generation, or scoring every valid candidate), then parse
-            t0, w0 = begin("decode")
+            t0 = begin(Phase.DECODE)
             if self.decoding == "candidates":
                 step, _ = best_step(self.plain, pre, self.tokenizer, self.candidates)
                 text = json.dumps({"plan": [{"action": step.action, "parameters": step.parameters}]})
@@ -297,21 +294,21 @@ class PlannerCallPath:
                 text = self.tokenizer.decode(dec.token_ids, skip_special_tokens=True)
                 produced = len(dec.token_ids)
             outcome.output_text = text
-            end("decode", t0, w0, tokens_after, produced)
+            end(Phase.DECODE, t0, tokens_after, produced)
             if abort():
                 raise CallAborted("deadline or cancel during decode")
 
-            t0, w0 = begin("parse")
+            t0 = begin(Phase.PARSE)
             try:
                 outcome.steps = parse_plan(text, self.schema)
             except PlanError as exc:
-                outcome.status = STATUS_PLANNER_ERROR
+                outcome.status = CallStatus.PLANNER_ERROR
                 outcome.error = str(exc)
-            end("parse", t0, w0, produced, len(outcome.steps))
+            end(Phase.PARSE, t0, produced, len(outcome.steps))
         except CallAborted as exc:
             outcome.steps = []
-            outcome.status = STATUS_CANCELLED if cancelled() else STATUS_DEADLINE
-            outcome.error = f"{'cancelled' if outcome.status == STATUS_CANCELLED else 'hard deadline passed'} ({exc})"
+            outcome.status = CallStatus.CANCELLED if cancelled() else CallStatus.DEADLINE
+            outcome.error = f"{'cancelled' if outcome.status == CallStatus.CANCELLED else 'hard deadline passed'} ({exc})"
         outcome.phases = phases
         outcome.latency_ms = (time.monotonic() - start) * 1000.0
         return outcome

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from brace_controller.config import ConfigError, check_fields, package_file, param
+from brace_common.config import ConfigError, check_fields, package_file, param, resolve_path
 
 from .compressors import BASELINES
 from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS
@@ -17,14 +17,6 @@ COMPRESSORS = ("erecap", *BASELINES)
 def default_schema_path() -> Path:
     """The action schema shipped with the package (installed share, else the source tree)."""
     return package_file("erecap_planner", "config/action_schema.yaml", Path(__file__).resolve().parents[1])
-
-
-def resolve_path(path: str) -> str:
-    """A file path, or 'package://<pkg>/<relative>': the file installed under share/<pkg>/ (else in src/<pkg>/)."""
-    if not path.startswith("package://"):
-        return path
-    pkg, _, relative = path[len("package://"):].partition("/")
-    return str(package_file(pkg, relative, Path(__file__).resolve().parents[2] / pkg))
 
 
 @dataclass
@@ -66,6 +58,8 @@ class PlannerConfig:
     prefix_reuse: bool = param(False, "reuse the previous call's prefill of the common prompt prefix in the layers "
                                "before the first pruning layer (exact); pays with context_layout stable_first")
     max_history: int = param(100000, "history entries kept in the context buffer (oldest dropped)", 1, 10**8)
+    replan_action: str = param("replan", "name of the Replan action this planner serves (relative: in the node's "
+                               "namespace)")
     autostart: bool = param(True, "configure and activate at start (no lifecycle manager needed)")
     diagnostics_period_s: float = param(1.0, "period of /diagnostics (s)", 0.05, 3600.0)
 
@@ -82,6 +76,8 @@ class PlannerConfig:
             raise ConfigError("first_cut", f"{self.first_cut} must be 0 (off) or >= 1")
         if any(layer < 0 for layer in self.pruning_layers) or self.pruning_layers != sorted(set(self.pruning_layers)):
             raise ConfigError("pruning_layers", "must be distinct, non-negative and increasing")
+        if not self.replan_action.strip():
+            raise ConfigError("replan_action", "must name an action")
         if self.context_layout not in LAYOUTS:
             raise ConfigError("context_layout", f"'{self.context_layout}' is not one of {', '.join(LAYOUTS)}")
         if self.decoding not in ("json", "candidates", "constrained"):

@@ -33,22 +33,12 @@ invalidate all of it; at K = 8 those calls ran cold.)
 from __future__ import annotations
 
 import bisect
-import enum
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Optional
 
-
-class Block(enum.IntEnum):
-    """Context blocks (ContextEntry.BLOCK_*)."""
-
-    TASK = 0
-    STATE = 1
-    CONSTRAINTS = 2
-    COORDINATION = 3
-    HISTORY = 4
-
+from brace_common.vocabulary import Block, EntryKind
 
 PROTECTED_BLOCKS = frozenset({Block.TASK, Block.STATE, Block.CONSTRAINTS, Block.COORDINATION})
 _ORDER = (Block.TASK, Block.CONSTRAINTS, Block.STATE, Block.COORDINATION, Block.HISTORY)
@@ -73,7 +63,7 @@ class Entry:
     step: int
     block: Block
     text: str
-    kind: str = "observation"
+    kind: str = EntryKind.OBSERVATION.value
     stamp: float = 0.0
 
     def line(self) -> str:
@@ -173,8 +163,17 @@ class ContextBuffer:
         return copy
 
     def clear(self) -> None:
-        """Forget everything (a new episode)."""
+        """Forget everything."""
         self.__init__(self.max_history)
+
+    def forget_before(self, stamp: float) -> int:
+        """Forget every entry stamped before `stamp` (a new episode began then); how many were forgotten."""
+        kept = [e for e in self.log if e.stamp >= stamp]
+        states = {a: e for a, e in self.state.items() if e.stamp >= stamp}
+        forgotten = len(self.log) - len(kept) + len(self.state) - len(states)
+        self.log, self.state = kept, states
+        self._history_count = sum(e.block == Block.HISTORY for e in kept)
+        return forgotten
 
     def blocks(self, layout: str = "focus") -> list[tuple[Block, list[Entry]]]:
         """The blocks in prompt order with their entries.

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import time
-
 from brace_msgs.msg import ContextEntry, PhaseTiming, Plan, PlanStep, ReplanCall
 from builtin_interfaces.msg import Time
 
+from brace_common.clock import seconds_of, stamp_after
+from brace_common.vocabulary import Block, EntryKind
+
 from .call_path import CallOutcome, CallRequest
-from .context import Block, Entry
+from .context import Entry
 
 
 def entry_from_msg(msg: ContextEntry) -> Entry:
@@ -21,13 +22,8 @@ def entry_from_msg(msg: ContextEntry) -> Entry:
         block = Block(msg.block)
     except ValueError:
         raise ValueError(f"unknown block {msg.block}") from None
-    stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
-    return Entry(msg.agent_id, int(msg.step), block, msg.text, msg.kind or "observation", stamp)
-
-
-def _stamp(wall: float) -> Time:
-    sec = int(wall)
-    return Time(sec=sec, nanosec=int((wall - sec) * 1e9))
+    return Entry(msg.agent_id, int(msg.step), block, msg.text, msg.kind or EntryKind.OBSERVATION.value,
+                 seconds_of(msg.header.stamp))
 
 
 def request_from_goal(goal) -> CallRequest:
@@ -36,10 +32,10 @@ def request_from_goal(goal) -> CallRequest:
                        int(goal.mode), int(goal.step), goal.decision_id)
 
 
-def call_to_msg(outcome: CallOutcome, request: CallRequest, call_id: str, model: str, started_wall: float) -> ReplanCall:
-    """CallOutcome -> the ReplanCall audit record."""
+def call_to_msg(outcome: CallOutcome, request: CallRequest, call_id: str, model: str, accepted: Time) -> ReplanCall:
+    """CallOutcome -> the ReplanCall audit record, stamped with the ROS time the call was `accepted`."""
     msg = ReplanCall()
-    msg.header.stamp = _stamp(started_wall)
+    msg.header.stamp = accepted
     msg.call_id = call_id
     msg.decision_id = request.decision_id
     msg.agent_id = request.agent_id
@@ -53,15 +49,14 @@ def call_to_msg(outcome: CallOutcome, request: CallRequest, call_id: str, model:
     msg.tokens_reused = outcome.tokens_reused
     msg.latency_ms = float(outcome.latency_ms)
     msg.slo_met = outcome.slo_met
-    msg.status = outcome.status
-    msg.plan_changed = False  # the controller compares plans; the planner does not know the current one
+    msg.status = int(outcome.status)
     msg.compressor = outcome.compressor
     msg.model = model
     msg.error = outcome.error
     for phase in outcome.phases:
         timing = PhaseTiming(phase=phase.phase, duration_ms=float(phase.duration_ms),
                              tokens_in=int(phase.tokens_in), tokens_out=int(phase.tokens_out))
-        timing.header.stamp = _stamp(phase.started or time.time())
+        timing.header.stamp = stamp_after(accepted, phase.offset_ms)
         msg.phases.append(timing)
     return msg
 

@@ -1,20 +1,25 @@
 """erecap_planner lifecycle node: serves the Replan action with E-RECAP (or a baseline compressor).
 
-Subscribes  /brace/context (ContextEntry; an entry of kind "episode_start" clears the
-            context first: a new episode starts from an empty context)
-Publishes   /brace/replan_calls (ReplanCall, one per call), /diagnostics
-Action server  /brace/replan (Replan): feedback per phase; result = Plan + ReplanCall.
-            One model serves one call at a time; accepted calls wait in an
-            earliest-deadline-first queue (call_queue.py), where a newer call for
-            an agent supersedes its waiting older one and a call past its hard
-            deadline leaves unserved. A waiting goal holds no executor thread.
+Names are relative (the stack's namespace, /brace by default, comes from launch).
+
+Subscribes  context (ContextEntry), episode (Episode: at EVENT_START every entry
+            stamped before the episode's start is forgotten)
+Publishes   replan_calls (ReplanCall, one per call; lifecycle publisher), /diagnostics
+Action server  `replan_action` (Replan), present only while the node is active,
+            so a client that sees the server can be served: feedback per
+            phase; result = Plan + ReplanCall. One model serves one call at a
+            time; accepted calls wait in an earliest-deadline-first queue
+            (call_queue.py), where a newer call for an agent supersedes its
+            waiting older one and a call past its hard deadline leaves
+            unserved. A waiting goal holds no executor thread.
 
 Lifecycle: configure loads the model, the predictor and the action schema and
 fails (naming the parameter) on an unknown model path, a keep ratio outside
 (0, 1], a pruning layer beyond the model's depth or a predictor made for
-another architecture; activate starts accepting goals; deactivate rejects
-them; cleanup frees the model. With `autostart` the node configures and
-activates itself.
+another architecture; activate creates the action server; deactivate removes
+it (running calls finish); cleanup frees the model. With `autostart` the node
+configures and activates itself (brace_common.spin). Stamps are ROS time
+(/clock with use_sim_time); latencies and deadlines run on the steady clock.
 """
 
 from __future__ import annotations
@@ -25,31 +30,32 @@ import threading
 import time
 from typing import Optional
 
-import rclpy
 from brace_msgs.action import Replan
-from brace_msgs.msg import ContextEntry, ReplanCall
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from brace_msgs.msg import ContextEntry, Episode, ReplanCall
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 
-from brace_controller import qos
-from brace_controller.config import ConfigError
-from brace_controller.ros_params import declare_parameters, read_config
+from brace_common import names, qos
+from brace_common.clock import seconds_of, steady_timer
+from brace_common.config import ConfigError, resolve_path
+from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.params import declare_parameters, read_config
+from brace_common.spin import spin_node
+from brace_common.vocabulary import CallStatus, EpisodeEvent
 
 from . import convert
-from .call_path import STATUS_CANCELLED, CallOutcome, PlannerCallPath, unserved_outcome
+from .call_path import CallOutcome, PlannerCallPath, unserved_outcome
 from .call_queue import CallQueue, QueuedCall
-from .config import PlannerConfig, resolve_path
+from .config import PlannerConfig
 from .context import ContextBuffer
 from .plan_parser import ActionSchema
 from .predictor import PredictorBank, PredictorMismatchError
 from .pruning import PruneSchedule, table8_layers
 
-EPISODE_START = "episode_start"  # ContextEntry.kind that opens a new episode
 QUEUE_CHECK_PERIOD_S = 0.05  # how often waiting calls are checked against their hard deadlines
-STATUS_NAMES = {0: "ok", 1: "planner_error", 2: "deadline", 3: "cancelled", 4: "unavailable"}
+EXECUTOR_THREADS = 3  # the running call, the context subscription, goals / cancels / timers
 
 
 def _goal_key(goal_handle) -> bytes:
@@ -125,21 +131,25 @@ class ErecapPlannerNode(LifecycleNode):
         self.buffer_lock = threading.Lock()
         self.queue = CallQueue()  # one model: calls run one at a time, earliest deadline first
         self.calls: dict[bytes, QueuedCall] = {}  # goal id -> its call
-        self.active = False
+        self.state_label = "unconfigured"
         self.last_error = ""
         self.ids = itertools.count(1)
         self.counts = {"calls": 0, "malformed_context": 0, "context_entries": 0, "goals_rejected": 0,
-                       **{f"status.{name}": 0 for name in STATUS_NAMES.values()}}
+                       "entries_forgotten": 0, **{f"status.{s.label}": 0 for s in CallStatus}}
         self.action_server: Optional[ActionServer] = None
         self.calls_pub = None
-        self._subscription = None
-        self._diag_timer = None
+        self._subscriptions: list = []
         self._queue_timer = None
+        # Diagnostics live as long as the node, in every lifecycle state (they say which).
+        self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
+        self._timers_group = MutuallyExclusiveCallbackGroup()  # not the default group (see brace_common.clock)
+        steady_timer(self, self.get_parameter("diagnostics_period_s").value, self.publish_diagnostics,
+                     self._timers_group)
 
     # ------------------------------------------------------------------ lifecycle
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Validate parameters, load model / predictor / schema, create the ROS interfaces."""
+        """Validate parameters, load model / predictor / schema, create the topics."""
         try:
             self.config = read_config(self, PlannerConfig)
             started = time.monotonic()
@@ -149,17 +159,15 @@ class ErecapPlannerNode(LifecycleNode):
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
         self.buffer = ContextBuffer(self.config.max_history)
-        self.calls_pub = self.create_publisher(ReplanCall, "/brace/replan_calls", qos.EVENTS)
-        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.DIAGNOSTICS)
-        self._subscription = self.create_subscription(ContextEntry, "/brace/context", self.on_context, qos.EVENTS,
-                                                      callback_group=MutuallyExclusiveCallbackGroup())
-        self.action_server = ActionServer(
-            self, Replan, "/brace/replan", self.execute, goal_callback=self.on_goal,
-            handle_accepted_callback=self.on_accepted, cancel_callback=self.on_cancel,
-            callback_group=ReentrantCallbackGroup(),
-        )
-        self._diag_timer = self.create_timer(self.config.diagnostics_period_s, self.publish_diagnostics)
-        self._queue_timer = self.create_timer(QUEUE_CHECK_PERIOD_S, self.expire_waiting)
+        self.calls_pub = self.create_lifecycle_publisher(ReplanCall, names.REPLAN_CALLS, qos.EVENTS)
+        context_group = MutuallyExclusiveCallbackGroup()  # entries and episode starts in arrival order
+        self._subscriptions = [
+            self.create_subscription(ContextEntry, names.CONTEXT, self.on_context, qos.EVENTS,
+                                     callback_group=context_group),
+            self.create_subscription(Episode, names.EPISODE, self.on_episode, qos.EVENTS,
+                                     callback_group=context_group)]
+        self._queue_timer = steady_timer(self, QUEUE_CHECK_PERIOD_S, self.expire_waiting, self._timers_group)
+        self.state_label = "inactive"
         self.get_logger().info(
             f"configured in {time.monotonic() - started:.1f} s: model '{self.config.model_path}' on "
             f"{self.call_path.plain.device}, compressor '{self.config.compressor}', keep ratio {self.config.keep_ratio}, "
@@ -167,34 +175,47 @@ class ErecapPlannerNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Start accepting Replan goals."""
-        self.active = True
+        """Serve the Replan action (a client that sees the server is served from now on)."""
+        self.action_server = ActionServer(
+            self, Replan, self.config.replan_action, self.execute, goal_callback=self.on_goal,
+            handle_accepted_callback=self.on_accepted, cancel_callback=self.on_cancel,
+            callback_group=ReentrantCallbackGroup(),
+        )
+        self.state_label = "active"
+        self.get_logger().info(f"serving Replan on '{self.config.replan_action}'")
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Reject new goals (running calls finish)."""
-        self.active = False
+        """Stop serving (a running call finishes; waiting calls are answered when their deadline passes)."""
+        self._destroy_server()
+        self.state_label = "inactive"
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Release the model and the ROS interfaces."""
+        """Release the model and the topics."""
         self._release()
+        self.state_label = "unconfigured"
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Same as cleanup."""
         self._release()
+        self.state_label = "finalized"
         return TransitionCallbackReturn.SUCCESS
 
-    def _release(self) -> None:
-        self.active = False
+    def _destroy_server(self) -> None:
         if self.action_server is not None:
             self.action_server.destroy()
             self.action_server = None
-        for entity in (self._subscription, self.calls_pub, self._diag_timer, self._queue_timer):
+
+    def _release(self) -> None:
+        self._destroy_server()
+        for entity in (*self._subscriptions, self._queue_timer):
             if entity is not None:
                 entity.destroy()
-        self._subscription = self.calls_pub = self._diag_timer = self._queue_timer = None
+        if self.calls_pub is not None:
+            self.destroy_lifecycle_publisher(self.calls_pub)
+        self._subscriptions, self.calls_pub, self._queue_timer = [], None, None
         self.call_path = None
         # Waiting goals belonged to the destroyed server: their callers see no result and cancel at their deadlines.
         self.queue, self.calls = CallQueue(), {}
@@ -210,16 +231,21 @@ class ErecapPlannerNode(LifecycleNode):
             self.get_logger().warning(f"dropped malformed ContextEntry: {exc}", throttle_duration_sec=1.0)
             return
         with self.buffer_lock:
-            if entry.kind == EPISODE_START:
-                self.buffer.clear()
             self.buffer.add(entry)
         self.counts["context_entries"] += 1
+
+    def on_episode(self, msg: Episode) -> None:
+        """A new episode: forget what was said before it began (entries of the new one may already be in)."""
+        if msg.event != EpisodeEvent.START:
+            return
+        with self.buffer_lock:
+            self.counts["entries_forgotten"] += self.buffer.forget_before(seconds_of(msg.header.stamp))
 
     # ------------------------------------------------------------------ calls
 
     def on_goal(self, goal) -> GoalResponse:
         """Accept goals only while active and for a named agent with a positive budget."""
-        if not self.active or self.call_path is None or not goal.agent_id or goal.token_budget <= 0 \
+        if self.action_server is None or self.call_path is None or not goal.agent_id or goal.token_budget <= 0 \
                 or not goal.hard_deadline_ms > 0:
             self.counts["goals_rejected"] += 1
             return GoalResponse.REJECT
@@ -229,7 +255,7 @@ class ErecapPlannerNode(LifecycleNode):
         """Queue an accepted goal (EDF); answer the agent's older waiting call it supersedes; start one if idle."""
         request = convert.request_from_goal(goal_handle.request)
         call = QueuedCall(f"{self.get_name()}/{next(self.ids)}", request.agent_id, time.monotonic(), request.slo_ms,
-                          request.hard_deadline_ms, handle=(goal_handle, request, time.time()))
+                          request.hard_deadline_ms, handle=(goal_handle, request, self.get_clock().now().to_msg()))
         self.calls[_goal_key(goal_handle)] = call
         older = self.queue.submit(call)
         if older is not None:
@@ -254,9 +280,9 @@ class ErecapPlannerNode(LifecycleNode):
             call.handle[0].execute()
 
     def execute(self, goal_handle) -> Replan.Result:
-        """Run (or answer without running) one call: feedback per phase, record on /brace/replan_calls."""
+        """Run (or answer without running) one call: feedback per phase, record on replan_calls."""
         call = self.calls.pop(_goal_key(goal_handle))
-        _, request, started_wall = call.handle
+        _, request, accepted = call.handle
         try:
             if call.outcome == "running":
                 outcome = self._run(goal_handle, call, request)
@@ -267,16 +293,16 @@ class ErecapPlannerNode(LifecycleNode):
                 self.queue.finish(call)
                 self._dispatch()
         self.counts["calls"] += 1
-        self.counts[f"status.{STATUS_NAMES.get(outcome.status, 'ok')}"] += 1
-        if outcome.status != 0:
+        self.counts[f"status.{CallStatus(outcome.status).label}"] += 1
+        if outcome.status != CallStatus.OK:
             self.get_logger().warning(f"call {call.call_id} for {request.agent_id}: {outcome.error}",
                                       throttle_duration_sec=1.0)
-        record = convert.call_to_msg(outcome, request, call.call_id, self.config.model_path, started_wall)
-        if self.calls_pub is not None:
+        record = convert.call_to_msg(outcome, request, call.call_id, self.config.model_path, accepted)
+        if self.calls_pub is not None and self.calls_pub.is_activated:
             self.calls_pub.publish(record)
         result = Replan.Result(call=record)
         result.plan = convert.plan_to_msg(outcome, request, f"{call.call_id}/plan", self.get_clock().now().to_msg())
-        if outcome.status == STATUS_CANCELLED and goal_handle.is_cancel_requested:
+        if outcome.status == CallStatus.CANCELLED and goal_handle.is_cancel_requested:
             goal_handle.canceled()
         else:
             goal_handle.succeed()
@@ -296,13 +322,8 @@ class ErecapPlannerNode(LifecycleNode):
     # ------------------------------------------------------------------ monitoring
 
     def publish_diagnostics(self) -> None:
-        """Call counts by status and malformed input on /diagnostics."""
-        problems = [k for k in ("malformed_context", "goals_rejected", "status.planner_error", "status.deadline")
-                    if self.counts[k]]
-        status = DiagnosticStatus(name=f"{self.get_name()}: replanning calls", hardware_id="brace",
-                                  level=DiagnosticStatus.WARN if problems else DiagnosticStatus.OK,
-                                  message=("counted: " + ", ".join(problems)) if problems else "ok")
-        values = {"active": self.active, "model": self.config.model_path if self.config else "",
+        """Lifecycle state, call counts by status, the queue, prefix reuse and malformed input on /diagnostics."""
+        values = {"state": self.state_label, "model": self.config.model_path if self.config else "",
                   "compressor": self.config.compressor if self.config else "", **self.counts,
                   "queue.waiting": len(self.queue), **{f"queue.{k}": v for k, v in self.queue.counts.items()}}
         path = self.call_path
@@ -313,29 +334,16 @@ class ErecapPlannerNode(LifecycleNode):
                 stats = path.prefix.stats
                 values.update({"prefix.hit_rate": round(stats.hit_rate, 3), "prefix.reused_share":
                                round(stats.reuse_share, 3), "prefix.tokens_reused": stats.tokens_reused})
-        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
-        array = DiagnosticArray(status=[status])
-        array.header.stamp = self.get_clock().now().to_msg()
-        self.diag_pub.publish(array)
+        warnings = nonzero(self.counts, ("malformed_context", "goals_rejected", "status.planner_error",
+                                         "status.deadline"))
+        errors = [f"configure failed: {self.last_error}"] if self.last_error and self.call_path is None else []
+        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: replanning calls", values,
+                                               self.get_clock().now().to_msg(), warnings, errors))
 
 
 def main(args=None) -> int:
-    """`ros2 run erecap_planner erecap_planner`."""
-    try:
-        with rclpy.init(args=args):
-            node = ErecapPlannerNode()
-            if node.get_parameter("autostart").value:
-                node.trigger_configure()
-                if node.call_path is None:
-                    node.get_logger().fatal(f"invalid configuration: {node.last_error}")
-                    return 2
-                node.trigger_activate()
-            executor = MultiThreadedExecutor(num_threads=3)
-            executor.add_node(node)
-            executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    return 0
+    """`ros2 run erecap_planner erecap_planner` (configures and activates itself with `autostart`)."""
+    return spin_node(ErecapPlannerNode, "erecap_planner", args, threads=EXECUTOR_THREADS)
 
 
 if __name__ == "__main__":

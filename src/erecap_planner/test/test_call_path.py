@@ -7,19 +7,12 @@ import time
 import pytest
 from test_context import buffer
 from test_plan_parser import SCHEMA
-from tiny_models import tiny
-from tiny_tokenizer import byte_tokenizer
 
-from erecap_planner.call_path import (
-    STATUS_CANCELLED,
-    STATUS_DEADLINE,
-    STATUS_PLANNER_ERROR,
-    CallRequest,
-    PlannerCallPath,
-    json_object_closed,
-)
+from brace_common.vocabulary import CallStatus
+from erecap_planner.call_path import CallRequest, PlannerCallPath, json_object_closed
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule
+from erecap_planner.testing import byte_tokenizer, tiny
 
 PHASES = ["context_compress", "retrieve", "prefill", "decode", "parse"]
 
@@ -45,14 +38,14 @@ def test_phases_and_budget(compressor):
     compress = out.phases[0]
     assert (compress.tokens_in, compress.tokens_out) == (out.tokens_before, out.tokens_after)
     # A random tiny model does not write a plan: a counted planner error, no steps, no exception.
-    assert out.status == STATUS_PLANNER_ERROR and out.steps == [] and out.error
+    assert out.status == CallStatus.PLANNER_ERROR and out.steps == [] and out.error
     assert out.latency_ms >= sum(p.duration_ms for p in out.phases) * 0.99
     assert out.slo_met
 
 
 def test_hard_deadline_stops_the_call():
     out = path("erecap").run(buffer(30), CallRequest("a", 600, slo_ms=0.5, hard_deadline_ms=1.0))
-    assert out.status == STATUS_DEADLINE and out.steps == [] and not out.slo_met
+    assert out.status == CallStatus.DEADLINE and out.steps == [] and not out.slo_met
     assert "deadline" in out.error
 
 
@@ -64,12 +57,12 @@ def test_queue_wait_counts_in_latency_and_uses_up_the_deadline():
     assert out.latency_ms >= sum(p.duration_ms for p in out.phases) * 0.99 >= 250
     late = path("none").run(buffer(30), CallRequest("a", 600, slo_ms=100, hard_deadline_ms=200),
                             queued_at=time.monotonic() - 0.3)
-    assert late.status == STATUS_DEADLINE and late.steps == [] and not any(p.phase == "prefill" for p in late.phases)
+    assert late.status == CallStatus.DEADLINE and late.steps == [] and not any(p.phase == "prefill" for p in late.phases)
 
 
 def test_cancel_stops_the_call():
     out = path("recency").run(buffer(30), CallRequest("a", 600, 60_000, 120_000), cancelled=lambda: True)
-    assert out.status == STATUS_CANCELLED and out.steps == []
+    assert out.status == CallStatus.CANCELLED and out.steps == []
 
 
 class LessonMemory:
@@ -95,7 +88,7 @@ def test_json_object_closed():
 def test_candidate_decoding_always_yields_a_valid_plan(compressor):
     p = path(compressor, decoding="candidates")
     out = p.run(buffer(30), CallRequest("a", 600, 60_000, 120_000))
-    assert out.status == 0 and len(out.steps) == 1 and out.steps[0].action in SCHEMA.actions
+    assert out.status == CallStatus.OK and len(out.steps) == 1 and out.steps[0].action in SCHEMA.actions
     assert out.phases[3].tokens_out == len(p.candidates) == 4  # move_to x 3 targets, wait
 
 

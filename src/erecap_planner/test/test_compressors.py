@@ -7,14 +7,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_context import buffer
-from tiny_models import tiny
-from tiny_tokenizer import byte_tokenizer
 
+from brace_common.vocabulary import Block
 from erecap_planner.compressors import ErecapPromptCompressor, make_compressor
-from erecap_planner.context import Block, ContextBuffer, Entry
+from erecap_planner.context import ContextBuffer, Entry
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruned_forward import ErecapModel
 from erecap_planner.pruning import PruneSchedule
+from erecap_planner.testing import byte_tokenizer, tiny
 
 TOK = byte_tokenizer()
 CTX = buffer(40).render(TOK, "a", "next step for a?")

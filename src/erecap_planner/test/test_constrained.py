@@ -6,9 +6,8 @@ import pytest
 import torch
 from test_context import buffer
 from test_plan_parser import SCHEMA
-from tiny_models import tiny
-from tiny_tokenizer import byte_tokenizer
 
+from brace_common.vocabulary import CallStatus
 from erecap_planner.call_path import CallRequest, PlannerCallPath
 from erecap_planner.constrained import PLAN_OPEN, ConstrainedPlanDecoder, TokenTrie, step_json
 from erecap_planner.plan_parser import parse_plan
@@ -16,6 +15,7 @@ from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruned_forward import CallAborted, ErecapModel
 from erecap_planner.pruning import PruneSchedule
 from erecap_planner.scoring import enumerate_steps
+from erecap_planner.testing import byte_tokenizer, tiny
 
 
 def test_trie_rejects_prefix_options():
@@ -32,7 +32,7 @@ def test_constrained_plans_are_valid_and_bounded(compressor):
     p = PlannerCallPath(model, byte_tokenizer(), SCHEMA, compressor, schedule,
                         PredictorBank.for_model(model.config, [1, 3]), decoding="constrained")
     out = p.run(buffer(30), CallRequest("a", 600, 60_000, 120_000))
-    assert out.status == 0, out.error
+    assert out.status == CallStatus.OK, out.error
     assert 1 <= len(out.steps) <= SCHEMA.max_steps
     assert parse_plan(out.output_text, SCHEMA) == out.steps
 

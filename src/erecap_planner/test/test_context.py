@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from tiny_tokenizer import byte_tokenizer
 
-from erecap_planner.context import Block, ContextBuffer, Entry
+from brace_common.vocabulary import Block
+from erecap_planner.context import ContextBuffer, Entry
+from erecap_planner.testing import byte_tokenizer
 
 
 def buffer(history: int = 5) -> ContextBuffer:

@@ -10,11 +10,12 @@ from brace_msgs.msg import ContextEntry, ReplanCall
 from rclpy.action import ActionClient
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from tiny_models import saved_tiny_llama, tiny
 
-from brace_controller import qos
-from brace_controller.testing import wait_for
+from brace_common import qos
+from brace_common.names import DEFAULT_NAMESPACE as NS
+from brace_common.testing import wait_for
 from erecap_planner.planner_node import ErecapPlannerNode
+from erecap_planner.testing import saved_tiny_llama, tiny
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ class Client(Node):
 
 def planner(model_dir: str, **params) -> ErecapPlannerNode:
     params = {"model_path": model_dir, "pruning_layers": [1, 3], "max_new_tokens": 8, **params}
-    return ErecapPlannerNode(parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    return ErecapPlannerNode(namespace=NS, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
 
 
 def start(ros, node: ErecapPlannerNode) -> Client:
@@ -103,13 +104,17 @@ def test_deadline_and_cancel(ros, model_dir):
     assert result_future.result().result.call.status == ReplanCall.STATUS_CANCELLED
 
 
-def test_inactive_node_rejects_goals(ros, model_dir):
+def test_the_server_is_up_exactly_while_the_node_is_active(ros, model_dir):
     node = planner(model_dir)
     start(ros, node)
-    node.trigger_deactivate()
     client = ros.add(Client())
-    wait_for(client.action.server_is_ready, what="server")
-    assert not client.send().accepted
+    wait_for(client.action.server_is_ready, what="server while active")
+    node.trigger_deactivate()
+    wait_for(lambda: not client.action.server_is_ready(), what="no server while inactive")
+    assert node.action_server is None
+    node.trigger_activate()
+    wait_for(client.action.server_is_ready, what="server again after activate")
+    assert client.send().accepted
 
 
 @pytest.mark.parametrize("params,parameter", [

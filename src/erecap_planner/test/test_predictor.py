@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import tiny
 
 from erecap_planner.predictor import PredictorBank, PredictorMismatchError, TokenPredictor
+from erecap_planner.testing import tiny
 
 
 def test_predictor_shape():

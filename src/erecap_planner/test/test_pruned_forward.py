@@ -6,11 +6,11 @@ import time
 
 import pytest
 import torch
-from tiny_models import tiny
 
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruned_forward import ErecapModel
 from erecap_planner.pruning import PruneSchedule
+from erecap_planner.testing import tiny
 
 KINDS = ["llama", "qwen2", "mistral"]
 

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import torch
-from tiny_models import tiny
-from tiny_tokenizer import byte_tokenizer
 
-from erecap_planner.datagen import warehouse_schema
 from erecap_planner.plan_parser import ActionSchema, Step
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruned_forward import ErecapModel
 from erecap_planner.pruning import PruneSchedule
 from erecap_planner.scoring import JSON_PREFIX, best_step, candidate_text, enumerate_steps, score_candidates
+from erecap_planner.testing import byte_tokenizer, tiny
 
 TOK = byte_tokenizer()
+SHELVES, DOCKS = [f"shelf_{i}" for i in range(6)], ["dock_1", "dock_2", "dock_3"]
+OBJECTS, AGENTS = ["cup_3", "box_1", "shoe_5", "book_2", "can_4"], [f"agent_{i}" for i in range(4)]
+
+
+def warehouse_schema() -> ActionSchema:
+    """Warehouse-like skills with every value enumerated (9 targets, 5 objects, 3 docks, 4 agents)."""
+    return ActionSchema.from_dict({"max_steps": 8, "actions": {
+        "move_to": {"target": {"choices": SHELVES + DOCKS}},
+        "pick": {"object": {"choices": OBJECTS}},
+        "place": {"object": {"choices": OBJECTS}, "target": {"choices": DOCKS}},
+        "handoff": {"object": {"choices": OBJECTS}, "to_agent": {"choices": AGENTS}},
+        "wait": {}}})
 
 
 def reference_logprob(model, prompt: list[int], continuation: list[int]) -> float:

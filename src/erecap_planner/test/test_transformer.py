@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import tiny
 
+from erecap_planner.testing import tiny
 from erecap_planner.transformer import DecoderStack, KVCache, int8_available
 
 KINDS = ["llama", "qwen2", "mistral"]

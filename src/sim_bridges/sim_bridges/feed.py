@@ -18,12 +18,9 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from .warehouse import Event, Step, Warehouse
+from brace_common.vocabulary import Block, EntryKind
 
-# ContextEntry.BLOCK_* (brace_msgs), repeated here so the core needs no ROS.
-BLOCK_TASK, BLOCK_STATE, BLOCK_CONSTRAINTS, BLOCK_COORDINATION, BLOCK_HISTORY = range(5)
-EPISODE_START = "episode_start"  # kind of the first entry of an episode: the planner clears its context
-SUPERVISOR = "supervisor"        # agent id of entries that no agent contributed
+from .warehouse import SUPERVISOR, Event, Step, Warehouse
 
 
 @dataclass(frozen=True)
@@ -32,8 +29,8 @@ class FeedEntry:
 
     agent_id: str
     step: int
-    block: int
-    kind: str
+    block: Block
+    kind: str  # an EntryKind value
     text: str
 
 
@@ -60,22 +57,22 @@ def place_near(world: Warehouse, cell: tuple[int, int]) -> str:
 def episode_entries(world: Warehouse, episode: int) -> list[FeedEntry]:
     """Task and constraint entries that open an episode."""
     shelves, docks = list(world.shelves), list(world.docks)
-    out = [FeedEntry(SUPERVISOR, 0, BLOCK_TASK, EPISODE_START,
+    out = [FeedEntry(SUPERVISOR, 0, Block.TASK, EntryKind.TASK.value,
                      f"Warehouse episode {episode}, {len(world.agents)} agents. Places: {shelves[0]} to {shelves[-1]}, "
                      f"{docks[0]} to {docks[-1]}, park_<i> for agent_<i>.")]
     for task in world.tasks:
         shelf = world.objects.get(task.obj)
         if task.giver is None:
-            out.append(FeedEntry(task.carrier, 0, BLOCK_TASK, "task",
+            out.append(FeedEntry(task.carrier, 0, Block.TASK, EntryKind.TASK.value,
                                  f"{task.carrier} must deliver {task.obj} to {task.dock}. {task.obj} is on {shelf}."))
         else:
-            out.append(FeedEntry(task.giver, 0, BLOCK_TASK, "task",
+            out.append(FeedEntry(task.giver, 0, Block.TASK, EntryKind.TASK.value,
                                  f"{task.giver} must fetch {task.obj} from {shelf} and hand it to {task.carrier} "
                                  f"at {task.dock}."))
-            out.append(FeedEntry(task.carrier, 0, BLOCK_TASK, "task",
+            out.append(FeedEntry(task.carrier, 0, Block.TASK, EntryKind.TASK.value,
                                  f"{task.carrier} must wait at {task.dock}, take {task.obj} from {task.giver} "
                                  f"and place it at {task.dock}."))
-    out.append(FeedEntry(SUPERVISOR, 0, BLOCK_CONSTRAINTS, "constraint",
+    out.append(FeedEntry(SUPERVISOR, 0, Block.CONSTRAINTS, EntryKind.CONSTRAINT.value,
                          "One agent per cell. Objects may be moved: the latest notice says where. "
                          "Idle agents go to their park."))
     return out
@@ -96,25 +93,25 @@ def step_entries(world: Warehouse, events: list[Event], observe_every: int) -> l
     tasks; states."""
     out: list[FeedEntry] = []
     for e in events:
-        if e.kind == "observation":
+        if e.kind == EntryKind.OBSERVATION:
             continue
-        if e.kind == "task_status":
-            out.append(FeedEntry(e.agent, e.step, BLOCK_TASK, "task_done", e.text))
-        elif e.kind == "message" and e.to:
-            out.append(FeedEntry(e.agent, e.step, BLOCK_COORDINATION, "message", e.text))
+        if e.kind == EntryKind.TASK_DONE:
+            out.append(FeedEntry(e.agent, e.step, Block.TASK, EntryKind(e.kind).value, e.text))
+        elif e.kind == EntryKind.MESSAGE and e.to:
+            out.append(FeedEntry(e.agent, e.step, Block.COORDINATION, EntryKind(e.kind).value, e.text))
         else:
-            out.append(FeedEntry(e.agent, e.step, BLOCK_HISTORY, e.kind, e.text))
+            out.append(FeedEntry(e.agent, e.step, Block.HISTORY, EntryKind(e.kind).value, e.text))
     for name in sorted(world.agents):
         text = state_text(world, name)
-        out.append(FeedEntry(name, world.t, BLOCK_STATE, "observation", text))
+        out.append(FeedEntry(name, world.t, Block.STATE, EntryKind.OBSERVATION.value, text))
         if observe_every > 0 and world.t % observe_every == 0:
-            out.append(FeedEntry(name, world.t, BLOCK_HISTORY, "observation", text))
+            out.append(FeedEntry(name, world.t, Block.HISTORY, EntryKind.OBSERVATION.value, text))
     return out
 
 
 def outcomes(events: list[Event]) -> list[Event]:
     """The events that are execution outcomes (success or failure of a skill)."""
-    return [e for e in events if e.action and e.kind in ("action_outcome", "failure_trace")]
+    return [e for e in events if e.action and e.kind in (EntryKind.ACTION_OUTCOME, EntryKind.FAILURE_TRACE)]
 
 
 def tracking_error(world: Warehouse, agent: str) -> float:

@@ -1,9 +1,21 @@
 """embedded_sim node: the embedded multi-agent warehouse on ROS 2.
 
-Subscribes  /brace/plan (Plan), /brace/decisions (ReplanDecision), /brace/replan_calls (ReplanCall)
-Publishes   /brace/context (ContextEntry), /brace/agent_states (AgentState),
-            /brace/outcomes (ExecutionOutcome), /brace/episode (Episode), /clock (rosgraph_msgs/Clock),
-            /brace/markers (visualization_msgs/MarkerArray), /diagnostics
+Names are relative (the stack's namespace, /brace by default, comes from launch).
+
+Subscribes  plan (Plan), decisions (ReplanDecision), replan_calls (ReplanCall)
+Publishes   context (ContextEntry), agent_states (AgentState), outcomes (ExecutionOutcome),
+            episode (Episode), /clock (rosgraph_msgs/Clock), markers (visualization_msgs/MarkerArray),
+            /diagnostics
+
+Readiness: the first episode starts only once the nodes in `wait_for_nodes`
+are in the graph and the `replan_action` server answers (they may start in
+any order, the planner takes seconds to load its model); past
+`wait_timeout_s` diagnostics say ERROR and it keeps waiting.
+
+Time: the simulator is the clock. It publishes /clock (simulated time, one
+`sim_step_s` per step, monotonic over the run) and stamps everything it
+publishes with it when `use_sim_time` is set (the node's clock otherwise);
+it paces its own steps on the steady clock.
 
 Runs `episodes` seeded episodes one after another. Every step each agent
 executes one step of its plan; the step's context entries, execution outcomes
@@ -20,15 +32,23 @@ import sys
 import time
 from typing import Optional
 
+from brace_msgs.action import Replan
 from brace_msgs.msg import AgentState, ContextEntry, Episode, ExecutionOutcome, Plan, ReplanCall, ReplanDecision
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from builtin_interfaces.msg import Time
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.action import ActionClient
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
 from visualization_msgs.msg import MarkerArray
 
-from brace_controller import qos
-from brace_controller.ros_params import declare_config
-from brace_controller.spin import spin_node
+from brace_common import names, qos
+from brace_common.clock import stamp_of, steady_timer
+from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.episode import EpisodeResult
+from brace_common.params import declare_config
+from brace_common.readiness import PeerWait
+from brace_common.spin import spin_node
+from brace_common.vocabulary import CallStatus, EpisodeEvent
 
 from . import feed
 from .config import SimConfig
@@ -45,26 +65,32 @@ class EmbeddedSimNode(Node):
         self.world: Optional[Warehouse] = None
         self.episode = -1
         self.done = False
-        self.results: list[dict] = []
+        self.sim_steps = 0  # steps (and episode starts) so far: /clock = sim_steps x sim_step_s
+        self.results: list[EpisodeResult] = []
         self.waiting: dict[str, float] = {}       # decision_id -> monotonic time the hold gives up
         self.episode_decisions: set[str] = set()
         self.plans = self.agreeing = 0
         self.calls = CallEvents()
         self.counts = {"steps": 0, "held_ticks": 0, "hold_timeouts": 0, "malformed_plans": 0,
-                       "plans_applied": 0, "stale_plans": 0}
+                       "plans_applied": 0, "stale_plans": 0, "ticks_waiting_for_peers": 0}
+        self.sim_time = self.get_parameter("use_sim_time").value
 
-        self.context_pub = self.create_publisher(ContextEntry, "/brace/context", qos.EVENTS)
-        self.state_pub = self.create_publisher(AgentState, "/brace/agent_states", qos.EVENTS)
-        self.outcome_pub = self.create_publisher(ExecutionOutcome, "/brace/outcomes", qos.EVENTS)
-        self.episode_pub = self.create_publisher(Episode, "/brace/episode", qos.EVENTS)
-        self.clock_pub = self.create_publisher(Clock, "/clock", 10)
-        self.marker_pub = self.create_publisher(MarkerArray, "/brace/markers", 10)
-        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.DIAGNOSTICS)
-        self.create_subscription(Plan, "/brace/plan", self.on_plan, qos.PLANS)
-        self.create_subscription(ReplanDecision, "/brace/decisions", self.on_decision, qos.EVENTS)
-        self.create_subscription(ReplanCall, "/brace/replan_calls", self.on_call, qos.EVENTS)
-        self.timer = self.create_timer(self.config.step_period_s, self.tick)
-        self.create_timer(1.0, self.publish_diagnostics)
+        self.context_pub = self.create_publisher(ContextEntry, names.CONTEXT, qos.EVENTS)
+        self.state_pub = self.create_publisher(AgentState, names.AGENT_STATES, qos.EVENTS)
+        self.outcome_pub = self.create_publisher(ExecutionOutcome, names.OUTCOMES, qos.EVENTS)
+        self.episode_pub = self.create_publisher(Episode, names.EPISODE, qos.EVENTS)
+        self.clock_pub = self.create_publisher(Clock, names.CLOCK, qos.CLOCK)
+        self.marker_pub = self.create_publisher(MarkerArray, names.MARKERS, qos.MARKERS)
+        self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
+        self.create_subscription(Plan, names.PLAN, self.on_plan, qos.PLANS)
+        self.create_subscription(ReplanDecision, names.DECISIONS, self.on_decision, qos.EVENTS)
+        self.create_subscription(ReplanCall, names.REPLAN_CALLS, self.on_call, qos.EVENTS)
+        actions = {self.config.replan_action: ActionClient(self, Replan, self.config.replan_action)} \
+            if self.config.replan_action else {}
+        self.peers = PeerWait(self, self.config.wait_for_nodes, actions, self.config.wait_settle_s,
+                              self.config.wait_timeout_s)
+        self.timer = steady_timer(self, self.config.step_period_s, self.tick)
+        steady_timer(self, 1.0, self.publish_diagnostics)
 
     # ------------------------------------------------------------------ inputs
 
@@ -76,7 +102,7 @@ class EmbeddedSimNode(Node):
 
     def on_call(self, msg: ReplanCall) -> None:
         """A call that produced no plan releases the hold; every call is drawn as a replanning event."""
-        if msg.status != ReplanCall.STATUS_OK:
+        if msg.status != CallStatus.OK:
             self.waiting.pop(msg.decision_id, None)
         if self.world is not None and msg.agent_id in self.world.agents:
             x, y = self.world.agents[msg.agent_id].pos
@@ -119,8 +145,15 @@ class EmbeddedSimNode(Node):
         return bool(self.waiting)
 
     def tick(self) -> None:
-        """Start an episode, step the world, or close the episode."""
+        """Wait for the peers, start an episode, step the world, or close the episode."""
         if self.done:
+            return
+        if not self.peers.ready():
+            self.counts["ticks_waiting_for_peers"] += 1
+            if self.counts["ticks_waiting_for_peers"] == 1 or self.peers.overdue():
+                self.get_logger().info(f"waiting for {', '.join(self.peers.missing()) or 'the graph to settle'}",
+                                       throttle_duration_sec=10.0)
+            self._publish_clock()
             return
         if self.held():
             self.counts["held_ticks"] += 1
@@ -138,7 +171,8 @@ class EmbeddedSimNode(Node):
         self.world = Warehouse(self.config.world(self.episode))
         self.episode_decisions.clear()
         self.plans = self.agreeing = 0
-        self.episode_pub.publish(self._episode_msg(Episode.EVENT_START))
+        self.sim_steps += 1  # the episode starts after everything the previous one said (the planner forgets that)
+        self.episode_pub.publish(self._episode_msg(EpisodeEvent.START))
         self._publish_entries(feed.episode_entries(self.world, self.episode))
         self._publish_entries(feed.step_entries(self.world, [], 0))
         self._publish_states()
@@ -147,7 +181,8 @@ class EmbeddedSimNode(Node):
         """One world step and everything it produced."""
         events = self.world.step()
         self.counts["steps"] += 1
-        stamp = self.get_clock().now().to_msg()
+        self.sim_steps += 1
+        stamp = self.stamp()
         for e in feed.outcomes(events):
             msg = ExecutionOutcome(agent_id=e.agent, step=e.step, action=e.action, success=e.success, detail=e.text)
             msg.header.stamp = stamp
@@ -157,13 +192,12 @@ class EmbeddedSimNode(Node):
 
     def end_episode(self) -> None:
         """Publish the episode's metrics; stop after the last episode."""
-        msg = self._episode_msg(Episode.EVENT_END)
-        self.episode_pub.publish(msg)
-        m = self.world.metrics()
-        self.results.append({"episode": self.episode, "seed": int(msg.seed), **m,
-                             "plans": self.plans, "plans_agreeing": self.agreeing})
-        self.get_logger().info(f"episode {self.episode}: success={m['success']} steps={m['steps']} "
-                               f"delivered={m['delivered']}/{m['tasks']} plans={self.plans} "
+        result = EpisodeResult(**vars(self.world.metrics()), episode=self.episode,
+                               seed=self.config.seed + self.episode, plans=self.plans, plans_agreeing=self.agreeing)
+        self.episode_pub.publish(self._episode_msg(EpisodeEvent.END, result))
+        self.results.append(result)
+        self.get_logger().info(f"episode {self.episode}: success={result.success} steps={result.steps} "
+                               f"delivered={result.delivered}/{result.tasks} plans={self.plans} "
                                f"oracle-agreeing={self.agreeing}")
         self.world = None
         if self.episode + 1 >= self.config.episodes:
@@ -172,54 +206,63 @@ class EmbeddedSimNode(Node):
 
     # ------------------------------------------------------------------ outputs
 
-    def _episode_msg(self, event: int) -> Episode:
-        msg = Episode(event=event, episode=self.episode, seed=self.config.seed + self.episode,
+    def stamp(self) -> Time:
+        """The stamp of what the simulator publishes now: simulated time with use_sim_time, else the node's clock."""
+        if self.sim_time:
+            return stamp_of(self.sim_steps * self.config.sim_step_s)
+        return self.get_clock().now().to_msg()
+
+    def _episode_msg(self, event: EpisodeEvent, result: Optional[EpisodeResult] = None) -> Episode:
+        msg = Episode(event=int(event), episode=self.episode, seed=self.config.seed + self.episode,
                       agents=self.config.agents, world="warehouse", variant=self.config.variant)
-        msg.header.stamp = self.get_clock().now().to_msg()
-        if event == Episode.EVENT_END:
-            m = self.world.metrics()
-            msg.success, msg.steps, msg.delivered, msg.tasks = m["success"], m["steps"], m["delivered"], m["tasks"]
-            msg.path_efficiency = float(m["path_efficiency"])
+        msg.header.stamp = self.stamp()
+        if result is not None:
+            msg.success, msg.steps, msg.delivered, msg.tasks = (result.success, result.steps, result.delivered,
+                                                                result.tasks)
+            msg.path_efficiency = float(result.path_efficiency)
             msg.coordination_wait, msg.near_misses, msg.collisions = (
-                m["coordination_wait"], m["near_misses"], m["collisions"])
-            msg.plans, msg.plans_agreeing = self.plans, self.agreeing
+                result.coordination_wait, result.near_misses, result.collisions)
+            msg.plans, msg.plans_agreeing = result.plans, result.plans_agreeing
         return msg
 
     def _publish_entries(self, entries: list[feed.FeedEntry]) -> None:
-        stamp = self.get_clock().now().to_msg()
+        stamp = self.stamp()
         for e in entries:
-            msg = ContextEntry(agent_id=e.agent_id, step=e.step, block=e.block, kind=e.kind, text=e.text)
+            msg = ContextEntry(agent_id=e.agent_id, step=e.step, block=int(e.block), kind=e.kind, text=e.text)
             msg.header.stamp = stamp
             self.context_pub.publish(msg)
 
+    def _publish_clock(self) -> None:
+        clock = Clock()
+        clock.clock = stamp_of(self.sim_steps * self.config.sim_step_s)
+        self.clock_pub.publish(clock)
+
     def _publish_states(self) -> None:
-        stamp = self.get_clock().now().to_msg()
+        stamp = self.stamp()
         for r in feed.agent_reports(self.world):
             msg = AgentState(agent_id=r.agent_id, step=r.step, tracking_error=r.tracking_error, has_goal=r.has_goal)
             msg.header.stamp, msg.header.frame_id = stamp, self.config.frame_id
             msg.position.x, msg.position.y = r.x, r.y
             self.state_pub.publish(msg)
-        sim = self.world.t * self.config.sim_step_s
-        clock = Clock()
-        clock.clock.sec, clock.clock.nanosec = int(sim), int((sim % 1) * 1e9)
-        self.clock_pub.publish(clock)
+        self._publish_clock()
         if self.config.markers:
             markers = world_markers(self.world, self.config.frame_id, stamp)
             markers.markers.extend(self.calls.markers(self.config.frame_id, stamp, (6.5, 9.0)).markers)
             self.marker_pub.publish(markers)
 
     def publish_diagnostics(self) -> None:
-        """Episode progress, holds and dropped plans on /diagnostics."""
-        problems = [k for k in ("hold_timeouts", "malformed_plans") if self.counts[k]]
-        status = DiagnosticStatus(name=f"{self.get_name()}: embedded warehouse", hardware_id="brace",
-                                  level=DiagnosticStatus.WARN if problems else DiagnosticStatus.OK,
-                                  message=("counted: " + ", ".join(problems)) if problems else "ok")
+        """Readiness, episode progress, holds and dropped plans on /diagnostics."""
+        waiting = not self.peers.done
         values = {"episode": self.episode, "step": self.world.t if self.world else 0, "done": self.done,
-                  "calls_waited_on": len(self.waiting), **self.counts}
-        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
-        array = DiagnosticArray(status=[status])
-        array.header.stamp = self.get_clock().now().to_msg()
-        self.diag_pub.publish(array)
+                  "waiting_for_peers": waiting, "calls_waited_on": len(self.waiting), **self.counts}
+        errors = []
+        if self.peers.overdue():
+            errors.append(f"no {', '.join(self.peers.missing()) or 'settled graph'} after "
+                          f"{self.peers.waited_s():.0f} s: episodes do not start")
+        self.diag_pub.publish(diagnostic_array(
+            f"{self.get_name()}: embedded warehouse", values, self.get_clock().now().to_msg(),
+            nonzero(self.counts, ("hold_timeouts", "malformed_plans")), errors,
+            message="waiting for peers" if waiting and not errors else ""))
 
 
 def main(args=None) -> int:

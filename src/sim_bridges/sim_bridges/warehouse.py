@@ -16,11 +16,19 @@ parking place `park_<i>`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
+
+from brace_common.config import check_fields, param
+from brace_common.episode import EpisodeMetrics
+from brace_common.vocabulary import EntryKind
+
+SUPERVISOR = "supervisor"
+"""Agent id of what no agent did: the world's own notices (an object moved) and the episode's framing."""
 
 MAP = (
     "##############",
@@ -38,28 +46,25 @@ Cell = tuple[int, int]  # (x, y)
 
 @dataclass
 class WorldConfig:
-    """Parameters of one episode."""
+    """Parameters of the warehouse world; each field is also an embedded_sim parameter of the same name."""
 
-    agents: int = 4
-    seed: int = 0
-    max_steps: int = 120
-    grasp_failure: float = 0.1      # probability a pick slips
-    drift: float = 0.01             # probability per step that a waiting object is moved to another shelf
-    hazard_distance: float = 1.01   # d_min in cells: adjacent agents are a hazard
-    handoff_tasks: int = 1          # two-agent handoff tasks (Pass-Shoe-like): agents 0+1, 2+3, ... pair up
-    task_docks: int = 0             # tasks deliver to the first n docks only (0 = any dock); 1 = one congested dock
+    agents: int = param(4, "K: agents in the warehouse", 1, 8)
+    seed: int = param(0, "world seed (embedded_sim: of the first episode; episode e runs seed + e)", 0, 2**31 - 1)
+    max_steps: int = param(60, "steps after which an unfinished episode fails", 1, 10**6)
+    grasp_failure: float = param(0.1, "probability that a pick slips", 0.0, 1.0)
+    drift: float = param(0.02, "probability per step that a waiting object is moved to another shelf", 0.0, 1.0)
+    hazard_distance: float = param(1.01, "d_min in cells for the near-miss count (adjacent agents)", 0.0, 100.0)
+    handoff_tasks: int = param(1, "two-agent handoff tasks, Pass-Shoe-like (agents 0+1, 2+3, ... pair up, at most "
+                               "K // 2 pairs; every agent has one task)", 0, 100)
+    task_docks: int = param(0, "tasks deliver to the first n docks only (0 = any dock; 1 = one congested dock)", 0, 3)
 
     def validate(self) -> None:
-        """ValueError naming the offending field."""
-        if not 1 <= self.agents <= 8:
-            raise ValueError(f"agents {self.agents} is outside 1..8")
-        for name in ("grasp_failure", "drift"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be a probability")
-        if self.task_docks < 0:
-            raise ValueError("task_docks must be >= 0")
-        if self.max_steps < 1:
-            raise ValueError("max_steps must be >= 1")
+        """ConfigError (a ValueError) naming the offending field."""
+        check_fields(self)
+
+    def world_fields(self) -> dict:
+        """The world's own fields (without what a subclass adds)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(WorldConfig)}
 
 
 @dataclass
@@ -110,7 +115,7 @@ class Event:
 
     agent: str
     step: int
-    kind: str          # observation | action_outcome | failure_trace | message | task_status
+    kind: EntryKind    # observation | action_outcome | failure_trace | message | task_done
     text: str
     success: bool = True
     action: str = ""
@@ -286,7 +291,7 @@ class Warehouse:
         for name, a in sorted(self.agents.items()):
             what = f"holding {a.holding}" if a.holding else "empty-handed"
             nxt = a.current.text() if a.current else "no plan"
-            events.append(Event(name, self.t, "observation", f"at {a.pos}, {what}, next {nxt}"))
+            events.append(Event(name, self.t, EntryKind.OBSERVATION, f"at {a.pos}, {what}, next {nxt}"))
         return events
 
     def _execute(self, a: Agent, step: Step, occupied: frozenset) -> list[Event]:
@@ -299,60 +304,60 @@ class Warehouse:
             target = p.get("target", "")
             if target not in self.shelves and target not in self.docks and target not in self.parks:
                 a.cursor += 1
-                return [Event(a.name, self.t, "failure_trace", f"unknown place {target}", False, act)]
+                return [Event(a.name, self.t, EntryKind.FAILURE_TRACE, f"unknown place {target}", False, act)]
             goal = self.access(target)
             if a.pos == goal:
                 a.cursor += 1
-                return [Event(a.name, self.t, "action_outcome", f"reached {target}", True, act)]
+                return [Event(a.name, self.t, EntryKind.ACTION_OUTCOME, f"reached {target}", True, act)]
             if goal in occupied and abs(a.pos[0] - goal[0]) + abs(a.pos[1] - goal[1]) == 1:
                 # Someone stands on the spot: stop next to it (a handoff there works; a pick will fail).
                 a.cursor += 1
-                return [Event(a.name, self.t, "action_outcome", f"stopped next to {target} (occupied)", True, act)]
+                return [Event(a.name, self.t, EntryKind.ACTION_OUTCOME, f"stopped next to {target} (occupied)", True, act)]
             route = self.path(a.pos, goal, occupied)
             if not route or route[0] in occupied:
                 a.stalled += 1
                 a.waited += 1
-                return [Event(a.name, self.t, "message", f"{a.name} -> all: blocked on the way to {target}", True, act)]
+                return [Event(a.name, self.t, EntryKind.MESSAGE, f"{a.name} -> all: blocked on the way to {target}", True, act)]
             a.pos = route[0]
             a.moved += self.task_of(a.name) is not None  # parking trips after the task do not count
             a.stalled = 0
             if a.pos == goal:
                 a.cursor += 1
-                return [Event(a.name, self.t, "action_outcome", f"reached {target}", True, act)]
+                return [Event(a.name, self.t, EntryKind.ACTION_OUTCOME, f"reached {target}", True, act)]
             return []
         a.cursor += 1
         if act == "pick":
             obj = p.get("object", "")
             shelf = self.objects.get(obj)
             if shelf is None or self.access(shelf) != a.pos:
-                return [Event(a.name, self.t, "failure_trace", f"pick {obj} failed: not here", False, act)]
+                return [Event(a.name, self.t, EntryKind.FAILURE_TRACE, f"pick {obj} failed: not here", False, act)]
             if self.rng.random() < self.config.grasp_failure:
-                return [Event(a.name, self.t, "failure_trace", f"grasp of {obj} slipped", False, act)]
+                return [Event(a.name, self.t, EntryKind.FAILURE_TRACE, f"grasp of {obj} slipped", False, act)]
             self.objects[obj] = None
             a.holding = obj
-            return [Event(a.name, self.t, "action_outcome", f"picked {obj}", True, act)]
+            return [Event(a.name, self.t, EntryKind.ACTION_OUTCOME, f"picked {obj}", True, act)]
         if act == "place":
             obj, dock = p.get("object", ""), p.get("target", "")
             if a.holding != obj or dock not in self.docks or self.docks[dock] != a.pos:
-                return [Event(a.name, self.t, "failure_trace", f"place {obj} at {dock} failed", False, act)]
+                return [Event(a.name, self.t, EntryKind.FAILURE_TRACE, f"place {obj} at {dock} failed", False, act)]
             a.holding = None
             task = next((t for t in self.tasks if t.obj == obj and not t.done), None)
-            placed = [Event(a.name, self.t, "action_outcome", f"placed {obj} at {dock}", True, act)]
+            placed = [Event(a.name, self.t, EntryKind.ACTION_OUTCOME, f"placed {obj} at {dock}", True, act)]
             if task is not None and task.dock == dock:
                 task.done = True
                 self.delivered.add(obj)
                 team = f"{task.giver} and {task.carrier}" if task.giver else task.carrier
-                placed.append(Event(a.name, self.t, "task_status", f"task done: {obj} delivered at {dock} by {team}"))
+                placed.append(Event(a.name, self.t, EntryKind.TASK_DONE, f"task done: {obj} delivered at {dock} by {team}"))
             return placed
         if act == "handoff":
             obj, other = p.get("object", ""), p.get("to_agent", "")
             b = self.agents.get(other)
             if a.holding != obj or b is None or b.holding is not None or not self._adjacent(a.pos, b.pos):
-                return [Event(a.name, self.t, "failure_trace", f"handoff of {obj} to {other} failed", False, act)]
+                return [Event(a.name, self.t, EntryKind.FAILURE_TRACE, f"handoff of {obj} to {other} failed", False, act)]
             a.holding, b.holding = None, obj
-            return [Event(a.name, self.t, "action_outcome", f"handed {obj} to {other}", True, act),
-                    Event(a.name, self.t, "message", f"{a.name} -> {other}: {obj} is yours", True, act, to=other)]
-        return [Event(a.name, self.t, "failure_trace", f"unknown skill {act}", False, act)]
+            return [Event(a.name, self.t, EntryKind.ACTION_OUTCOME, f"handed {obj} to {other}", True, act),
+                    Event(a.name, self.t, EntryKind.MESSAGE, f"{a.name} -> {other}: {obj} is yours", True, act, to=other)]
+        return [Event(a.name, self.t, EntryKind.FAILURE_TRACE, f"unknown skill {act}", False, act)]
 
     def _drift(self, events: list[Event]) -> None:
         for obj, shelf in sorted(self.objects.items()):
@@ -361,7 +366,7 @@ class Warehouse:
                 self.objects[obj] = new
                 fetcher = next((t.giver or t.carrier for t in self.tasks if t.obj == obj and not t.done), "")
                 to = f"supervisor -> {fetcher}: " if fetcher else ""
-                events.append(Event("supervisor", self.t, "message", f"{to}{obj} was moved from {shelf} to {new}",
+                events.append(Event(SUPERVISOR, self.t, EntryKind.MESSAGE, f"{to}{obj} was moved from {shelf} to {new}",
                                     to=fetcher))
 
     def _hazards(self, events: list[Event]) -> None:
@@ -387,14 +392,15 @@ class Warehouse:
         """Success, or out of steps."""
         return self.success or self.t >= self.config.max_steps
 
-    def metrics(self) -> dict:
+    def metrics(self) -> EpisodeMetrics:
         """Per-episode metrics: success, SPL-like efficiency, coordination wait, near-misses, collisions."""
         moved = sum(a.moved for a in self.agents.values())
         shortest = sum(self.shortest.values())
         spl = (shortest / max(moved, shortest)) if self.success and shortest else float(self.success)
-        return {"success": self.success, "steps": self.t, "delivered": len(self.delivered), "tasks": len(self.tasks),
-                "path_efficiency": round(spl, 4), "coordination_wait": sum(a.waited for a in self.agents.values()),
-                "near_misses": self.near_misses, "collisions": self.collisions}
+        return EpisodeMetrics(success=self.success, steps=self.t, delivered=len(self.delivered), tasks=len(self.tasks),
+                              path_efficiency=round(spl, 4),
+                              coordination_wait=sum(a.waited for a in self.agents.values()),
+                              near_misses=self.near_misses, collisions=self.collisions)
 
     def snapshot(self) -> str:
         """A canonical JSON description of the state (determinism checks, logs)."""

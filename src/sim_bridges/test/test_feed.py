@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import pytest
 
+from brace_common.vocabulary import Block, EntryKind
 from sim_bridges import feed
-from sim_bridges.plan_data import decision_points
 from sim_bridges.warehouse import Event, Step, Warehouse, WorldConfig
 
 
 def test_episode_opens_with_task_and_constraints():
     world = Warehouse(WorldConfig(agents=3, seed=1))
     entries = feed.episode_entries(world, 0)
-    assert entries[0].kind == feed.EPISODE_START and entries[0].block == feed.BLOCK_TASK
-    tasks = [e for e in entries if e.kind == "task"]
+    assert entries[0].kind == EntryKind.TASK and entries[0].block == Block.TASK
+    tasks = [e for e in entries[1:] if e.kind == EntryKind.TASK]
     assert len(tasks) == len(world.tasks) + sum(t.giver is not None for t in world.tasks)
     for task in world.tasks:
         assert any(task.obj in e.text and task.dock in e.text for e in tasks)
-    assert any(e.block == feed.BLOCK_CONSTRAINTS for e in entries)
+    assert any(e.block == Block.CONSTRAINTS for e in entries)
 
 
 def test_history_grows_with_time_and_agents():
@@ -27,7 +27,7 @@ def test_history_grows_with_time_and_agents():
             world.set_plan(name, world.oracle_plan(name))
         n = 0
         for _ in range(steps):
-            n += sum(e.block == feed.BLOCK_HISTORY for e in feed.step_entries(world, world.step(), 2))
+            n += sum(e.block == Block.HISTORY for e in feed.step_entries(world, world.step(), 2))
         return n
 
     assert history(2, 20) > history(2, 10) > 0
@@ -42,8 +42,8 @@ def test_directed_messages_are_coordination_broadcasts_are_history():
               Event("supervisor", 1, "message", "supervisor -> agent_0: box_7 was moved from shelf_1 to shelf_2",
                     to="agent_0")]
     blocks = {e.text: e.block for e in feed.step_entries(world, events, 0)}
-    assert blocks[events[0].text] == blocks[events[3].text] == feed.BLOCK_COORDINATION
-    assert blocks[events[1].text] == blocks[events[2].text] == feed.BLOCK_HISTORY
+    assert blocks[events[0].text] == blocks[events[3].text] == Block.COORDINATION
+    assert blocks[events[1].text] == blocks[events[2].text] == Block.HISTORY
 
 
 def test_a_finished_task_is_a_task_entry_naming_its_agents():
@@ -56,7 +56,7 @@ def test_a_finished_task_is_a_task_entry_naming_its_agents():
     assert world.success
     done = [e for e in entries if e.kind == "task_done"]
     task = world.tasks[0]
-    assert [(e.block, e.agent_id) for e in done] == [(feed.BLOCK_TASK, task.carrier)]
+    assert [(e.block, e.agent_id) for e in done] == [(Block.TASK, task.carrier)]
     assert done[0].text == f"task done: {task.obj} delivered at {task.dock} by {task.giver} and {task.carrier}"
 
 
@@ -96,20 +96,3 @@ def test_oracle_agreement_compares_first_steps():
     assert here == "park_0"
     assert feed.agrees_with_oracle(world, "agent_0", [Step("move_to", {"target": here}), *oracle])
     assert not feed.agrees_with_oracle(world, "agent_0", [Step("move_to", {"target": here}), Step("wait")])
-
-
-def test_decision_points_carry_the_oracle_answer():
-    points = list(decision_points(range(1), agents=2, max_steps=20))
-    assert points and all(p.oracle for p in points)
-    assert points[-1].step > 0 and len(points[-1].entries) > len(points[0].entries)
-
-
-def test_detours_execute_mistakes_but_keep_the_oracle_labels():
-    def picks(points):
-        return sum("picked" in e.text for e in points[-1].entries)
-
-    clean = list(decision_points(range(1), agents=2, max_steps=30))
-    detoured = list(decision_points(range(1), agents=2, max_steps=30, detour=1.0))
-    assert picks(clean) > 0 and picks(detoured) == 0  # every executed plan was a detour: nothing was ever picked
-    assert all(p.oracle for p in detoured)
-    assert any(p.oracle[0].action == "move_to" and p.step > 10 for p in detoured)

@@ -50,7 +50,7 @@ def test_oracle_policy_completes_most_episodes(agents):
         run_oracle(world, replan_every=5)
         wins += world.success
         m = world.metrics()
-        assert m["collisions"] == 0 and 0.0 <= m["path_efficiency"] <= 1.0
+        assert m.collisions == 0 and 0.0 <= m.path_efficiency <= 1.0
     assert wins >= 4
 
 

@@ -1,0 +1,1 @@
+"""How BRACE-ROS is brought up: stacks, run configurations, brace-run."""

@@ -1,0 +1,95 @@
+"""docs/parameters.md, generated from the config dataclasses every node declares its parameters from.
+
+    python -m brace_bringup.param_docs > docs/parameters.md
+
+A test checks the file equals what this prints, so the parameter reference
+cannot drift from the code: each row is a dataclass field (= a ROS parameter
+of the same name) with its type, default, range and description, and the
+value the stack's parameter files in config/ give it where they differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from brace_common.config import field_default, load_ros_parameters
+from brace_controller.audit_recorder_node import RecorderConfig
+from brace_controller.config import ControllerConfig, ControllerNodeConfig, MonitorConfig, MonitorNodeConfig
+from erecap_planner.config import PlannerConfig
+from sim_bridges.config import SimConfig
+
+from .graph import SIM
+
+NODE_CONFIGS: dict[str, tuple[type, ...]] = {
+    "embedded_sim": (SimConfig,),
+    "trigger_monitor": (MonitorConfig, MonitorNodeConfig),
+    "brace_controller": (ControllerConfig, ControllerNodeConfig),
+    "erecap_planner": (PlannerConfig,),
+    "audit_recorder": (RecorderConfig,),
+}
+"""Each node's parameters: the config dataclasses it declares them from (core first, then the node's own)."""
+
+HEADER = """# Parameters
+
+Generated from the config dataclasses by `python -m brace_bringup.param_docs > docs/parameters.md` (a test checks
+this file is current). Every parameter is declared read-only with this description and range (`ros2 param
+describe`); an invalid value stops the node at start, or fails the planner's configure transition, with a message
+naming the parameter. Every node also takes ROS's `use_sim_time` (stamps then follow /clock; latencies, deadlines
+and pacing timers stay on the steady clock). "config/" is the value the sim stack's parameter
+files give where it differs from the default; run configurations (config/runs/) override further.
+"""
+
+
+def _show(value: Any) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, width=1000).strip()
+    text = text.removesuffix("...").strip()
+    return f"`{text}`" if text not in ("''", '""') else "`''`"
+
+
+def _range(f: dataclasses.Field) -> str:
+    low, high = f.metadata.get("low"), f.metadata.get("high")
+    if low is None and high is None:
+        return ""
+    return f"{low if low is not None else ''}..{high if high is not None else ''}"
+
+
+def _type(f: dataclasses.Field) -> str:
+    return str(f.type).replace("typing.", "")
+
+
+def render(workspace: Path) -> str:
+    """The whole of docs/parameters.md."""
+    lines = [HEADER]
+    for spec in SIM.nodes:  # every node of every stack (the control stack's planner without the sim's file)
+        files = {}
+        for name in spec.parameter_files:
+            files.update(load_ros_parameters(workspace / "config" / name, spec.name))
+        lines += [f"## `{spec.name}` ({spec.package}, `{spec.executable}`{', lifecycle' if spec.lifecycle else ''})", "",
+                  f"Files: {', '.join(f'`config/{n}`' for n in spec.parameter_files)}.", "",
+                  "| parameter | type | default | config/ | range | description |",
+                  "|---|---|---|---|---|---|"]
+        for cls in NODE_CONFIGS[spec.name]:
+            for f in dataclasses.fields(cls):
+                default = field_default(f)
+                configured = _show(files[f.name]) if f.name in files and files[f.name] != default else ""
+                description = f.metadata.get("description", "").replace("|", "\\|")
+                lines.append(f"| `{f.name}` | {_type(f)} | {_show(default)} | {configured} | {_range(f)} | "
+                             f"{description} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    """Print docs/parameters.md for the workspace this module's source tree is in (or the current folder)."""
+    workspace = next((p for p in (Path.cwd(), *Path(__file__).resolve().parents) if (p / "config").is_dir()), Path.cwd())
+    sys.stdout.write(render(workspace))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

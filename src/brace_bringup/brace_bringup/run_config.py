@@ -1,0 +1,131 @@
+"""Run configurations (config/runs/*.yaml): a stack, overrides for every variant, and the variants' overlays.
+
+    run:
+      stack: sim                      # brace_bringup.graph.STACKS: nodes and their parameter files
+      extends: demo.yaml              # optional: another run config (its overrides and variants come first)
+      overrides: {node: {param: value}}          # every variant
+      variants: {name: {node: {param: value}}}   # each variant's overlay
+
+The launch files and brace-run both turn a (run config, variant) into one
+parameter file with `write_parameters`, so `ros2 launch` and `brace-run` run
+the same system: the stack's files in order, then the overrides, the
+variant's overlay and the caller's extras, then what follows from them
+(the simulator's K names the monitor's agents and, for K != 4, the warehouse
+action schema; the recorder writes into the run folder; use_sim_time as the
+stack says).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from brace_common.config import load_ros_parameters
+
+from .graph import STACKS, Stack
+
+SHIPPED_SCHEMA = "warehouse_actions.yaml"
+"""The warehouse action schema shipped with sim_bridges (K = 4's places and agents)."""
+
+
+def workspace_of(path: Path) -> Path:
+    """The workspace a file belongs to: the nearest parent folder with a config/ folder."""
+    root = path.resolve().parent
+    while root != root.parent and not (root / "config").is_dir():
+        root = root.parent
+    return root
+
+
+def _merge(into: dict[str, dict], layer: dict[str, dict] | None) -> None:
+    for node, values in (layer or {}).items():
+        into.setdefault(node, {}).update(copy.deepcopy(values or {}))
+
+
+@dataclass
+class RunConfig:
+    """A run: its stack, overrides for all variants, and the variants' overlays."""
+
+    stack: Stack
+    overrides: dict[str, dict] = field(default_factory=dict)
+    variants: dict[str, dict[str, dict]] = field(default_factory=dict)
+    root: Path = Path(".")
+
+    @classmethod
+    def load(cls, path: Path) -> RunConfig:
+        """Read and check a run config; ValueError naming what is wrong. Parameter files live in <workspace>/config."""
+        path = Path(path)
+        raw = (yaml.safe_load(path.read_text()) or {}).get("run")
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: no 'run' mapping")
+        unknown_keys = set(raw) - {"stack", "extends", "overrides", "variants"}
+        if unknown_keys:
+            raise ValueError(f"{path}: unknown keys {sorted(unknown_keys)} (stack, extends, overrides, variants)")
+        if raw.get("extends"):
+            base = cls.load(path.parent / raw["extends"])
+        else:
+            base = cls(STACKS["sim"], root=workspace_of(path))
+        stack_name = raw.get("stack", base.stack.name)
+        if stack_name not in STACKS:
+            raise ValueError(f"{path}: unknown stack '{stack_name}' (known: {', '.join(STACKS)})")
+        cfg = cls(STACKS[stack_name], copy.deepcopy(base.overrides), copy.deepcopy(base.variants), base.root)
+        _merge(cfg.overrides, raw.get("overrides"))
+        cfg.variants.update(raw.get("variants") or {})
+        names = set(cfg.stack.names)
+        for label, layer in [("overrides", cfg.overrides), *((f"variant {v}", n) for v, n in cfg.variants.items())]:
+            bad = set(layer or {}) - names
+            if bad:
+                raise ValueError(f"{path}: {label} names nodes {sorted(bad)} that stack '{cfg.stack.name}' does not run")
+        for spec in cfg.stack.nodes:
+            for f in spec.parameter_files:
+                if not (cfg.root / "config" / f).is_file():
+                    raise ValueError(f"{path}: parameter file config/{f} does not exist under {cfg.root}")
+        if not cfg.variants:
+            raise ValueError(f"{path}: no variants")
+        return cfg
+
+    def parameters(self, variant: str, extra: dict[str, dict] | None = None) -> dict[str, dict[str, Any]]:
+        """node -> parameters: the stack's files in order, then the run's overrides, the variant, `extra`."""
+        if variant not in self.variants:
+            raise KeyError(f"unknown variant '{variant}' (known: {', '.join(self.variants)})")
+        merged: dict[str, dict] = {}
+        for spec in self.stack.nodes:
+            merged[spec.name] = {}
+            for f in spec.parameter_files:
+                merged[spec.name].update(load_ros_parameters(self.root / "config" / f, spec.name))
+        for layer in (self.overrides, self.variants.get(variant) or {}, extra or {}):
+            _merge(merged, layer)
+        return merged
+
+    def write_parameters(self, variant: str, folder: Path, extra: dict[str, dict] | None = None) -> Path:
+        """Write `folder`/params.yaml for `variant` (what every node of the run reads); return its path."""
+        from sim_bridges.feed import action_schema
+        from sim_bridges.warehouse import Warehouse, WorldConfig
+
+        folder.mkdir(parents=True, exist_ok=True)
+        params = self.parameters(variant, extra)
+        for values in params.values():
+            values.setdefault("use_sim_time", self.stack.use_sim_time)
+        if "audit_recorder" in params:
+            params["audit_recorder"].setdefault("output_dir", str(folder / "bag"))
+            if not params["audit_recorder"]["output_dir"]:
+                params["audit_recorder"]["output_dir"] = str(folder / "bag")
+        if "embedded_sim" in params:
+            sim = params["embedded_sim"]
+            sim["variant"] = variant
+            agents = int(sim.get("agents", WorldConfig.agents))
+            if "trigger_monitor" in params:
+                params["trigger_monitor"]["agents"] = [f"agent_{i}" for i in range(agents)]
+            planner = params.get("erecap_planner", {})
+            if str(planner.get("action_schema_file", "")).endswith(SHIPPED_SCHEMA) and agents != 4:
+                schema_file = folder / SHIPPED_SCHEMA  # the shipped schema is K = 4's; this world's entities
+                schema = action_schema(Warehouse(WorldConfig(agents=agents)))
+                schema_file.write_text(yaml.safe_dump(schema, sort_keys=False))
+                planner["action_schema_file"] = str(schema_file)
+        path = folder / "params.yaml"
+        path.write_text(yaml.safe_dump({f"/**/{node}": {"ros__parameters": values} for node, values in params.items()},
+                                       sort_keys=False))
+        return path

@@ -1,0 +1,22 @@
+from setuptools import find_packages, setup
+
+package_name = "brace_bringup"
+
+setup(
+    name=package_name,
+    version="0.1.0",
+    packages=find_packages(exclude=["test"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{package_name}"]),
+        (f"share/{package_name}", ["package.xml"]),
+    ],
+    install_requires=["setuptools"],
+    zip_safe=True,
+    maintainer="BRACE-ROS maintainers",
+    maintainer_email="brace-ros@example.org",
+    description="Stacks, run configurations and brace-run of BRACE-ROS",
+    license="Apache-2.0",
+    entry_points={"console_scripts": [
+        "brace-run = brace_bringup.runner:main",
+    ]},
+)

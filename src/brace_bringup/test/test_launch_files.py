@@ -1,0 +1,75 @@
+"""What the launch files start must exist and be valid (the launch tool itself cannot be installed here).
+
+Every node of every stack is an installed executable whose parameter files
+exist and build a valid config; every run configuration loads and writes, for
+each of its variants, a parameter file every node accepts; every launch file
+names a run configuration that exists.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from brace_bringup.graph import STACKS
+from brace_bringup.param_docs import NODE_CONFIGS, render
+from brace_bringup.run_config import RunConfig
+from brace_common.config import from_mapping, load_ros_parameters
+
+WORKSPACE = Path(__file__).resolve().parents[3]  # src/<pkg>/test/<file>
+LAUNCH_FILES = sorted((WORKSPACE / "launch").glob("*.launch.py"))
+RUN_CONFIGS = sorted((WORKSPACE / "config" / "runs").glob("*.yaml"))
+ROS_PARAMETERS = {"use_sim_time"}  # declared by rclpy itself, not by a config
+
+
+def validate(node: str, values: dict) -> None:
+    """Build the node's configs from `values` (ConfigError when one is invalid or unknown)."""
+    values = {k: v for k, v in values.items() if k not in ROS_PARAMETERS}
+    classes = NODE_CONFIGS[node]
+    known = [set(cls.__dataclass_fields__) for cls in classes]
+    assert set(values) <= set().union(*known), f"{node}: unknown parameters {set(values) - set().union(*known)}"
+    for cls, keys in zip(classes, known, strict=True):
+        from_mapping(cls, {k: v for k, v in values.items() if k in keys})
+
+
+@pytest.mark.parametrize("stack", list(STACKS.values()), ids=lambda s: s.name)
+def test_stack_nodes_are_installed_and_their_files_are_valid(stack):
+    prefixes = [Path(p) for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p]
+    for spec in stack.nodes:
+        executables = [p / "lib" / spec.package / spec.executable for p in prefixes]
+        assert any(e.is_file() and os.access(e, os.X_OK) for e in executables), f"{spec} not installed"
+        values: dict = {}
+        for name in spec.parameter_files:
+            values.update(load_ros_parameters(WORKSPACE / "config" / name, spec.name))
+        validate(spec.name, values)
+
+
+@pytest.mark.parametrize("path", RUN_CONFIGS, ids=lambda p: p.name)
+def test_every_variant_writes_a_parameter_file_every_node_accepts(path, tmp_path):
+    cfg = RunConfig.load(path)
+    for variant in cfg.variants:
+        written = yaml.safe_load(cfg.write_parameters(variant, tmp_path / variant).read_text())
+        assert set(written) == {f"/**/{name}" for name in cfg.stack.names}
+        for key, section in written.items():
+            assert section["ros__parameters"]["use_sim_time"] is cfg.stack.use_sim_time
+            validate(key.removeprefix("/**/"), section["ros__parameters"])
+
+
+@pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
+def test_launch_files_start_a_run_configuration(path):
+    calls = [c for c in ast.walk(ast.parse(path.read_text()))
+             if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "declare_arguments"]
+    assert len(calls) == 1, "a launch file starts one run configuration's stack"
+    run, variant = (a.value for a in calls[0].args[1:3])
+    cfg = RunConfig.load(WORKSPACE / "config" / "runs" / run)
+    assert variant in cfg.variants
+    assert "parameters=" not in path.read_text(), "no parameter is set inline in a launch file"
+
+
+def test_the_parameter_reference_is_generated_from_the_code():
+    assert (WORKSPACE / "docs" / "parameters.md").read_text() == render(WORKSPACE), \
+        "docs/parameters.md is stale: python -m brace_bringup.param_docs > docs/parameters.md"

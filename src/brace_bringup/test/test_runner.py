@@ -1,0 +1,70 @@
+"""The closed loop in one process (brace-run) on a tiny model: graph up, episodes run, bag = live numbers."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from brace_bringup.run_config import RunConfig
+from brace_bringup.runner import run
+from brace_controller.audit import records_from_bag
+from brace_controller.audit_report import summary
+from erecap_planner.testing import saved_tiny_llama
+
+WORKSPACE = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return saved_tiny_llama(tmp_path_factory.mktemp("tiny_llama"))
+
+
+def same(a, b) -> bool:
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isclose(a, b, rel_tol=1e-9)) or \
+        (isinstance(a, float) and math.isnan(a) and isinstance(b, float) and math.isnan(b))
+
+
+def test_demo_config_loads():
+    cfg = RunConfig.load(WORKSPACE / "config" / "runs" / "demo.yaml")
+    assert cfg.root == WORKSPACE and set(cfg.variants) == {"no_brace", "brace_erecap"}
+    params = cfg.parameters("no_brace", {})
+    assert params["erecap_planner"]["compressor"] == "none" and params["brace_controller"]["cooldown_steps"] == 0
+    assert params["erecap_planner"]["decoding"] == "constrained"
+    # Every BRACE variant runs the adaptive budget (No BRACE has none); no dtype is pinned for one machine.
+    assert cfg.parameters("brace_erecap", {})["brace_controller"]["adaptive_budget"] is True
+    assert params["brace_controller"]["adaptive_budget"] is False
+    assert all(p["erecap_planner"].get("dtype", "auto") == "auto" for p in map(lambda v: cfg.parameters(v, {}),
+                                                                                  cfg.variants))
+
+
+def test_set_overrides_must_name_a_node_and_parameter(capsys):
+    from brace_bringup.runner import main
+
+    assert main([str(WORKSPACE / "config" / "runs" / "demo.yaml"), "--set", "max_steps=80"]) == 2
+    assert main([str(WORKSPACE / "config" / "runs" / "demo.yaml"), "--set", "robot.max_steps=80"]) == 2
+    assert "NODE.PARAM=VALUE" in capsys.readouterr().err
+
+
+def test_closed_loop_runs_and_the_bag_reproduces_the_live_numbers(model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(180 + (hash(str(tmp_path)) % 19)))
+    cfg = RunConfig.load(WORKSPACE / "config" / "runs" / "demo.yaml")
+    extra = {"embedded_sim": {"episodes": 2, "agents": 2, "max_steps": 10, "step_period_s": 0.01},
+             "erecap_planner": {"model_path": model_dir, "pruning_layers": [1, 3], "predictor_path": "",
+                                "adapter_path": ""}}
+    folder, runs = run(cfg, ["no_brace", "brace_erecap"], tmp_path / "runs", extra, quiet=True)
+    assert (folder / "summary.csv").is_file() and (folder / "latency_cdf.png").is_file()
+    assert (folder / "slo_violation.png").is_file()
+    for live in runs:
+        assert len(live.episodes) == 2
+        assert live.calls, "the episode start asks every agent for an initial plan"
+        bag = folder / live.variant / "bag"
+        recorded, note = records_from_bag(bag)
+        assert note == ""
+        a, b = summary(live), summary(recorded)
+        assert all(same(a[k], b[k]) for k in a if k != "variant"), (a, b)
+    erecap = summary(runs[1])
+    assert erecap["tokens_after"] < erecap["tokens_before"]  # pruned (byte tokens: protected blocks alone exceed B)
+    params = (folder / "no_brace" / "params.yaml").read_text()
+    assert "agent_1" in params and "warehouse_actions.yaml" in params

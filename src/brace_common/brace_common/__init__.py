@@ -1,0 +1,1 @@
+"""Shared plumbing of the BRACE-ROS packages (uses none of them)."""

@@ -1,0 +1,130 @@
+"""Typed, validated configuration: one dataclass field = one ROS parameter.
+
+`param()` attaches a parameter's description and allowed range to a dataclass
+field; nodes declare their parameters from these fields (params.py), and a
+config's `validate()` rejects bad values with a ConfigError that names the
+parameter. The same dataclasses load from a ROS parameter YAML file
+(`ros__parameters`), so benchmarks, tools and nodes share one configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+PACKAGE_URI = "package://"
+"""Prefix of a path to a file a package installs: package://<pkg>/<relative>."""
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; `parameter` names the offending parameter."""
+
+    def __init__(self, parameter: str, message: str) -> None:
+        super().__init__(f"parameter '{parameter}': {message}")
+        self.parameter = parameter
+
+
+def param(default: Any, description: str, low: Optional[float] = None, high: Optional[float] = None) -> Any:
+    """A dataclass field that is also a documented ROS parameter with an optional range."""
+    metadata = {"description": description, "low": low, "high": high}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def field_default(f: dataclasses.Field) -> Any:
+    """The default value of a config field (lists through their factory)."""
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+
+def check_fields(cfg: Any) -> None:
+    """Check every field against its declared range and finiteness; raise ConfigError."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f.name, f"{value} is not a finite number")
+        low, high = f.metadata.get("low"), f.metadata.get("high")
+        if low is not None and value < low:
+            raise ConfigError(f.name, f"{value} is below the minimum {low}")
+        if high is not None and value > high:
+            raise ConfigError(f.name, f"{value} is above the maximum {high}")
+
+
+def from_mapping(cls: type, values: dict[str, Any]) -> Any:
+    """Build config dataclass `cls` from a parameter mapping, coercing ints to floats.
+
+    Unknown keys raise ConfigError so a typo in a parameter file is not silently ignored.
+    """
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(key, f"unknown parameter for {cls.__name__}")
+        default = field_default(known[key])
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if type(default) is not type(value):
+            raise ConfigError(key, f"expected {type(default).__name__}, got {type(value).__name__} ({value!r})")
+        kwargs[key] = value
+    cfg = cls(**kwargs)
+    cfg.validate()
+    return cfg
+
+
+def node_sections(node_name: str) -> tuple[str, ...]:
+    """The keys of a ROS parameter file that apply to node `node_name` in any namespace, in file-precedence order."""
+    return ("/**", f"/**/{node_name}", node_name, f"/{node_name}")
+
+
+def load_ros_parameters(path: str | Path, node_name: str) -> dict[str, Any]:
+    """The `ros__parameters` a ROS parameter file gives `node_name` (its own sections over the `/**` wildcard)."""
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    values: dict[str, Any] = {}
+    found = False
+    for key in node_sections(node_name):
+        section = data.get(key)
+        if isinstance(section, dict) and "ros__parameters" in section:
+            values.update(section["ros__parameters"] or {})
+            found = True
+    if not found:
+        raise ConfigError("ros__parameters", f"{path} has no section for node '{node_name}'")
+    return values
+
+
+def config_from_file(cls: type, path: str | Path, node_name: str, node_cls: Optional[type] = None,
+                     **overrides: Any) -> Any:
+    """Build config `cls` from a node's ROS parameter file, without `node_cls`'s (ROS-side) keys, with overrides."""
+    values = load_ros_parameters(path, node_name)
+    node_keys = {f.name for f in dataclasses.fields(node_cls)} if node_cls else set()
+    return from_mapping(cls, {**{k: v for k, v in values.items() if k not in node_keys}, **overrides})
+
+
+def package_file(package: str, relative: str, source_root: Path) -> Path:
+    """A file a package installs under share/<package>/, else the same path in its source tree."""
+    try:
+        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+
+        try:
+            shared = Path(get_package_share_directory(package)) / relative
+            if shared.is_file():
+                return shared
+        except PackageNotFoundError:
+            pass
+    except ImportError:
+        pass
+    return source_root / relative
+
+
+def resolve_path(path: str) -> str:
+    """A file path, or 'package://<pkg>/<relative>': the file installed under share/<pkg>/ (else in src/<pkg>/)."""
+    if not path.startswith(PACKAGE_URI):
+        return path
+    pkg, _, relative = path[len(PACKAGE_URI):].partition("/")
+    return str(package_file(pkg, relative, Path(__file__).resolve().parents[2] / pkg))

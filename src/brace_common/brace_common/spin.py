@@ -1,0 +1,61 @@
+"""Entry-point helper shared by the nodes: init, build, (autostart,) spin, clean shutdown."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Optional
+
+import rclpy
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
+from rclpy.node import Node
+
+from .config import ConfigError
+
+AUTOSTART = "autostart"
+"""Parameter of a lifecycle node: configure and activate itself at start (no lifecycle manager needed)."""
+
+
+def autostart(node: LifecycleNode) -> Optional[str]:
+    """Configure then activate `node`; the reason when a transition failed, else None."""
+    if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+        return getattr(node, "last_error", "") or "configure failed"
+    if node.trigger_activate() != TransitionCallbackReturn.SUCCESS:
+        return getattr(node, "last_error", "") or "activate failed"
+    return None
+
+
+def spin_node(factory: Callable[[], Node], name: str, args=None,
+              until: Optional[Callable[[Node], bool]] = None,
+              on_exit: Optional[Callable[[Node], None]] = None, threads: int = 1) -> int:
+    """Run one node until Ctrl-C / shutdown (or `until(node)`); exit code 2 when its configuration is invalid.
+
+    A lifecycle node whose `autostart` parameter is true is configured and
+    activated first (a failed configure exits 2 with its reason). `threads` > 1
+    spins a multi-threaded executor. `on_exit(node)` runs however spinning
+    ended (shutdown, SIGINT, SIGTERM), e.g. to finish a file.
+    """
+    node = None
+    try:
+        with rclpy.init(args=args):
+            try:
+                node = factory()
+            except ConfigError as exc:
+                rclpy.logging.get_logger(name).fatal(f"invalid configuration: {exc}")
+                return 2
+            if isinstance(node, LifecycleNode) and node.has_parameter(AUTOSTART) \
+                    and node.get_parameter(AUTOSTART).value:
+                error = autostart(node)
+                if error is not None:
+                    node.get_logger().fatal(f"invalid configuration: {error}")
+                    return 2
+            executor = MultiThreadedExecutor(num_threads=threads) if threads > 1 else SingleThreadedExecutor()
+            executor.add_node(node)
+            while rclpy.ok() and (until is None or not until(node)):
+                executor.spin_once(timeout_sec=0.1)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None and on_exit is not None:
+            on_exit(node)
+    return 0

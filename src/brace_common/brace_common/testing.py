@@ -1,0 +1,142 @@
+"""Test support for BRACE nodes: real rclpy in one process, nodes on one executor, DDS on loopback.
+
+`RosHarness` spins the executor in a background thread; tests add nodes and
+poll with `wait_for`. `PlannerDouble` is a test Replan action server standing
+in for the E-RECAP planner: it records goals and either answers at once with a
+plan or holds the goal until it is cancelled.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable
+
+import rclpy
+from brace_msgs.action import Replan
+from brace_msgs.msg import PlanStep
+from rclpy.action import ActionServer, CancelResponse
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.node import Node
+
+from . import names
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
+    """Poll `predicate` until true; AssertionError naming `what` after `timeout` seconds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class RosHarness:
+    """An rclpy context on its own DDS domain with a MultiThreadedExecutor spun in a thread.
+
+    Each harness takes the next domain id, so no test ever discovers the
+    endpoints of an earlier test's (destroyed) nodes.
+    """
+
+    _count = itertools.count()
+
+    def __init__(self) -> None:
+        base = int(os.environ.get("ROS_DOMAIN_ID", "100"))
+        self.domain_id = 1 + (base + next(self._count)) % 200
+        rclpy.init(domain_id=self.domain_id)
+        self.executor = MultiThreadedExecutor(num_threads=4)
+        self.nodes: list[Node] = []
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._spin, daemon=True)
+        self.thread.start()
+
+    def _spin(self) -> None:
+        while not self._stop.is_set() and rclpy.ok():
+            self.executor.spin_once(timeout_sec=0.05)
+
+    def add(self, node: Node) -> Node:
+        """Spin `node` on this harness's executor (destroyed at close)."""
+        self.nodes.append(node)
+        self.executor.add_node(node)
+        return node
+
+    def close(self) -> None:
+        """Stop spinning, let running callbacks finish, then destroy the nodes and the context."""
+        for node in self.nodes:
+            if isinstance(node, PlannerDouble):
+                node.release.set()
+        self._stop.set()
+        self.thread.join(timeout=10.0)
+        self.executor.shutdown(timeout_sec=5.0)
+        for node in self.nodes:
+            node.destroy_node()
+        rclpy.try_shutdown()
+        # rclpy's executor may hold a task made for an entity of a node being destroyed; collect it
+        # now, inside the test, rather than at interpreter exit after pytest's summary.
+        del self.executor
+        gc.collect()
+
+
+class PlannerDouble(Node):
+    """Replan action server double: answers with a one-step plan, or holds until cancelled."""
+
+    def __init__(self, action_name: str = names.REPLAN, hold: bool = False,
+                 namespace: str = names.DEFAULT_NAMESPACE) -> None:
+        super().__init__("planner_double", namespace=namespace)
+        self.hold = hold
+        self.goals: list[Replan.Goal] = []
+        self.cancelled: list[str] = []
+        self.release = threading.Event()  # set at teardown so no held goal outlives the test
+        self.server = ActionServer(
+            self, Replan, action_name, self.execute,
+            cancel_callback=lambda _req: CancelResponse.ACCEPT,
+            callback_group=ReentrantCallbackGroup(),
+        )
+
+    def execute(self, goal_handle):
+        """Answer with a one-step plan, or hold until cancelled (or released at teardown)."""
+        goal = goal_handle.request
+        self.goals.append(goal)
+        result = Replan.Result()
+        result.call.decision_id = goal.decision_id
+        result.call.agent_id = goal.agent_id
+        result.call.step = goal.step
+        if self.hold:
+            while not goal_handle.is_cancel_requested and not self.release.is_set():
+                time.sleep(0.005)
+            if not goal_handle.is_cancel_requested:
+                goal_handle.abort()
+                return result
+            self.cancelled.append(goal.decision_id)
+            goal_handle.canceled()
+            result.call.status = result.call.STATUS_CANCELLED
+            return result
+        result.plan.agent_id = goal.agent_id
+        result.plan.plan_id = f"plan/{len(self.goals)}"
+        result.plan.steps = [PlanStep(index=0, action="move_to", parameters_json=f'{{"step": {goal.step}}}')]
+        result.call.status = result.call.STATUS_OK
+        result.call.token_budget = goal.token_budget
+        result.call.tokens_after = min(goal.token_budget, 300)
+        result.call.latency_ms = 12.0
+        goal_handle.succeed()
+        return result
+
+
+try:
+    import pytest
+except ImportError:  # pytest is only needed by test suites
+    pytest = None
+
+if pytest is not None:
+
+    @pytest.fixture
+    def ros():
+        """A fresh rclpy context with a spinning executor, torn down after the test (import into conftest)."""
+        harness = RosHarness()
+        yield harness
+        harness.close()

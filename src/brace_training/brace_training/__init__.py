@@ -1,0 +1,1 @@
+"""Offline tools that make the planner's weights: predictor training, LoRA fine-tuning, data generation."""

@@ -1,0 +1,128 @@
+"""Train low-rank adapters (LoRA) of the planner LM on (prompt, plan) pairs and save them.
+
+Training wraps the attention projections with trainable low-rank updates
+(W x + s B A x, A random, B zero at start) and minimises the LM loss on the
+plan tokens only. An example with a token budget is trained pruning-aware:
+its prompt is pruned inside the forward exactly as E-RECAP prunes it at
+inference (`pruned_target_loss`), so the adapter learns to plan from what
+E-RECAP keeps. The planner merges the saved adapter at load
+(erecap_planner.adapter.merge_adapter).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from erecap_planner.adapter import AdapterMismatchError, projections, signature
+from erecap_planner.predictor import PredictorBank
+from erecap_planner.pruned_forward import pruned_target_loss
+from erecap_planner.pruning import PruneSchedule
+
+
+class LoRALinear(nn.Module):
+    """y = W x + scale * B (A x), W frozen."""
+
+    def __init__(self, base: nn.Linear, rank: int, alpha: float):
+        super().__init__()
+        self.base = base
+        self.scale = alpha / rank
+        self.lora_a = nn.Parameter(torch.empty(rank, base.in_features))
+        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank))
+        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Base projection plus the low-rank update."""
+        return self.base(x) + (x @ self.lora_a.T @ self.lora_b.T) * self.scale
+
+
+@dataclass
+class PlanExample:
+    """One training pair: the rendered prompt's token ids and the target plan's token ids (as the decoder writes them)."""
+
+    prompt_ids: list[int]
+    target_ids: list[int]
+    token_budget: Optional[int] = None     # train under E-RECAP pruning to this B_t (needs `pruning`)
+    protect: Optional[list[bool]] = None   # protected prompt tokens (RenderedContext.protected)
+
+
+def train_adapter(model, examples: list[PlanExample], rank: int = 8, alpha: float = 16.0,
+                  epochs: int = 1, lr: float = 1e-3, seed: int = 0,
+                  progress: Optional[Callable[[int, int, float], None]] = None,
+                  init: Optional[dict[str, torch.Tensor]] = None,
+                  pruning: Optional[tuple[PruneSchedule, PredictorBank]] = None) -> dict[str, torch.Tensor]:
+    """Train LoRA on `examples` (loss on target tokens); return the adapter tensors. `model` is left unchanged.
+
+    `init` (a saved adapter's tensors, same rank) continues an earlier training instead of starting from B = 0.
+    `pruning` (schedule, predictors) is the E-RECAP that examples with a token budget are trained under.
+    """
+    if pruning is None and any(ex.token_budget is not None for ex in examples):
+        raise ValueError("examples with a token budget need `pruning` (schedule, predictors)")
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    wrapped: dict[str, LoRALinear] = {}
+    for name, linear in projections(model).items():
+        parent = model.get_submodule(name.rsplit(".", 1)[0])
+        wrapped[name] = LoRALinear(linear, rank, alpha).to(linear.weight.device)
+        if init is not None:
+            a, b = init[f"{name}.lora_a"], init[f"{name}.lora_b"]
+            if a.shape != wrapped[name].lora_a.shape:
+                raise AdapterMismatchError(f"init adapter has rank {a.shape[0]}, training uses rank {rank}")
+            with torch.no_grad():
+                wrapped[name].lora_a.copy_(a.float())
+                wrapped[name].lora_b.copy_(b.float() / wrapped[name].scale)  # saved with the scale folded in
+        setattr(parent, name.rsplit(".", 1)[-1], wrapped[name])
+    for p in model.parameters():
+        p.requires_grad_(False)
+    params = [p for w in wrapped.values() for p in (w.lora_a, w.lora_b)]
+    for p in params:
+        p.requires_grad_(True)
+    optim = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    device = next(model.parameters()).device
+    model.train()
+    try:
+        order = [i for _ in range(epochs) for i in rng.sample(range(len(examples)), len(examples))]
+        for n, i in enumerate(order):
+            ex = examples[i]
+            if ex.token_budget is not None:
+                protect = torch.tensor(ex.protect) if ex.protect is not None else None
+                loss = pruned_target_loss(model, *pruning, torch.tensor(ex.prompt_ids), torch.tensor(ex.target_ids),
+                                          ex.token_budget, protect)
+            else:
+                ids = torch.tensor([ex.prompt_ids + ex.target_ids], device=device)
+                labels = ids.clone()
+                labels[0, : len(ex.prompt_ids)] = -100
+                loss = model(input_ids=ids, labels=labels).loss
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            if progress is not None:
+                progress(n + 1, len(order), loss.item())
+    finally:
+        model.eval()
+        for name, w in wrapped.items():
+            parent = model.get_submodule(name.rsplit(".", 1)[0])
+            setattr(parent, name.rsplit(".", 1)[-1], w.base)
+    tensors = {}
+    for name, w in wrapped.items():
+        tensors[f"{name}.lora_a"] = w.lora_a.detach().cpu().contiguous()
+        tensors[f"{name}.lora_b"] = (w.lora_b.detach() * w.scale).cpu().contiguous()  # scale folded into B
+    return tensors
+
+
+def save_adapter(tensors: dict[str, torch.Tensor], model, path: str | Path, dtype=torch.float16) -> Path:
+    """Write the adapter with the base model's signature."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.to(dtype) for k, v in tensors.items()}, str(path), metadata=signature(model))
+    return path
+
+

@@ -1,0 +1,144 @@
+"""`warehouse-finetune`: fine-tune the planner LM (LoRA) on the embedded warehouse's oracle plans.
+
+Renders every oracle decision point exactly as the planner node would (same
+context layout, chat template, request line and plan JSON as constrained
+decoding writes it), trains a low-rank adapter on the plan tokens, and writes
+it where `config/erecap_planner_sim.yaml` looks for it. With `--pruned F` a
+share F of the examples whose prompt exceeds `--budget` is trained
+pruning-aware: the prompt is pruned inside the forward by E-RECAP with the
+warehouse predictor, as the planner prunes it, so one adapter serves the
+unpruned and the compressed variants. Progress on stderr.
+
+    python -m brace_training.finetune_cli --episodes 40 --epochs 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+from safetensors.torch import load_file
+
+from brace_common.config import resolve_path
+from brace_common.vocabulary import Block
+from brace_training.adapter_training import PlanExample, save_adapter, train_adapter
+from erecap_planner.call_path import request_text
+from erecap_planner.constrained import ConstrainedPlanDecoder
+from erecap_planner.context import ContextBuffer, Entry, RenderedContext
+from erecap_planner.models import SMOLLM2, cache_root, load_model
+from erecap_planner.plan_parser import ActionSchema
+from erecap_planner.plan_parser import Step as PlanStep
+from erecap_planner.predictor import PredictorBank
+from erecap_planner.pruning import PruneSchedule, table8_layers
+from erecap_planner.scoring import enumerate_steps
+from sim_bridges.feed import FeedEntry, action_schema
+from sim_bridges.warehouse import Warehouse, WorldConfig
+
+from .plan_data import DecisionPoint, decision_points
+
+PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap.safetensors"
+
+
+def default_adapter() -> Path:
+    """Where the warehouse adapter is cached."""
+    return cache_root() / "adapters" / "smollm2-135m-instruct-warehouse-lora.safetensors"
+
+
+def target_ids(point: DecisionPoint, decoder: ConstrainedPlanDecoder) -> list[int]:
+    """The oracle plan's token ids exactly as constrained decoding writes them."""
+    return decoder.token_ids([PlanStep(s.action, dict(s.params)) for s in point.oracle])
+
+
+def context_buffer(entries: list[FeedEntry]) -> ContextBuffer:
+    """The planner's context after these feed entries (what the node's buffer holds)."""
+    buf = ContextBuffer()
+    buf.extend(Entry(e.agent_id, e.step, Block(e.block), e.text, e.kind) for e in entries)
+    return buf
+
+
+def render(point: DecisionPoint, tokenizer, schema: ActionSchema, mode: int) -> RenderedContext:
+    """The prompt the planner would see for this decision point (token ids and protected mask)."""
+    buf = context_buffer(point.entries)
+    return buf.render(tokenizer, point.agent_id, request_text(schema, point.agent_id, mode))
+
+
+def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int, max_tokens: int,
+                   rng: random.Random, detour: float = 0.0) -> list[PlanExample]:
+    """Examples from oracle episodes for every K in `agents` (prompts longer than max_tokens skipped)."""
+    out = []
+    for k in agents:
+        schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(agents=k))))
+        decoder = ConstrainedPlanDecoder(tokenizer, enumerate_steps(schema), schema.max_steps)
+        for point in decision_points(range(seed0, seed0 + episodes), k, observe_every=rng.choice([4, 6, 8]),
+                                     detour=detour):
+            ctx = render(point, tokenizer, schema, rng.choice([0, 1, 2]))
+            if len(ctx) <= max_tokens:
+                out.append(PlanExample(list(ctx.token_ids), target_ids(point, decoder), protect=list(ctx.protected)))
+    return out
+
+
+def add_data_arguments(ap: argparse.ArgumentParser, episodes: int, seed: int, max_tokens: int, epochs: int) -> None:
+    """The model and oracle decision-point arguments of the warehouse training commands."""
+    ap.add_argument("--model", default=SMOLLM2)
+    ap.add_argument("--episodes", type=int, default=episodes, help="oracle episodes per K")
+    ap.add_argument("--agents", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--seed", type=int, default=seed, help="first training seed (evaluation uses seeds < 1000)")
+    ap.add_argument("--max-tokens", type=int, default=max_tokens, help="longer prompts are skipped")
+    ap.add_argument("--epochs", type=int, default=epochs)
+    ap.add_argument("--detour", type=float, default=0.0,
+                    help="probability that the world executes a plausible wrong plan instead of the oracle's")
+
+
+def main(argv=None) -> int:
+    """Train and save the adapter."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_data_arguments(ap, episodes=30, seed=1000, max_tokens=1400, epochs=1)
+    ap.add_argument("--examples", type=int, default=600, help="at most this many examples (sampled)")
+    ap.add_argument("--rank", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--output", type=Path, default=default_adapter())
+    ap.add_argument("--init", type=Path, help="continue training this adapter (same rank)")
+    ap.add_argument("--pruned", type=float, default=0.0,
+                    help="share of the examples longer than --budget trained under E-RECAP pruning")
+    ap.add_argument("--budget", type=int, default=384, help="B_t of the pruning-aware examples")
+    ap.add_argument("--predictor", default=PREDICTOR, help="E-RECAP predictor bank of the pruning-aware examples")
+    args = ap.parse_args(argv)
+    if not 0.0 <= args.pruned <= 1.0:
+        ap.error(f"--pruned {args.pruned} is outside [0, 1]")
+    rng = random.Random(args.seed)
+    model, tok = load_model(args.model, device="auto", dtype="float32")
+    examples = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng, args.detour)
+    if len(examples) > args.examples:
+        examples = rng.sample(examples, args.examples)
+    pruning = None
+    if args.pruned > 0:
+        bank = PredictorBank.load(resolve_path(args.predictor), model.config).to(model.device)
+        pruning = (PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7), bank)
+        for ex in examples:
+            if len(ex.prompt_ids) > args.budget and rng.random() < args.pruned:
+                ex.token_budget = args.budget
+    print(f"{len(examples)} examples, mean prompt {sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} "
+          f"tokens, {sum(e.token_budget is not None for e in examples)} pruned to B = {args.budget}", file=sys.stderr)
+    started, window = time.monotonic(), []
+
+    def progress(i: int, total: int, loss: float) -> None:
+        window.append(loss)
+        if i % 10 == 0 or i == total:
+            print(f"\r[{i}/{total}] loss {sum(window) / len(window):.3f}  {time.monotonic() - started:.0f} s",
+                  end="", file=sys.stderr, flush=True)
+            window.clear()
+
+    init = load_file(str(args.init)) if args.init else None
+    tensors = train_adapter(model, examples, rank=args.rank, epochs=args.epochs, lr=args.lr, progress=progress,
+                            init=init, pruning=pruning)
+    path = save_adapter(tensors, model, args.output)
+    print(f"\nadapter: {path} ({path.stat().st_size / 1e6:.1f} MB) in {time.monotonic() - started:.0f} s",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

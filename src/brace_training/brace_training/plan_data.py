@@ -1,0 +1,80 @@
+"""Oracle-labelled decision points of the embedded warehouse (planner fine-tuning and evaluation data).
+
+ROS-free. Episodes are driven by the oracle (each agent replans when its plan
+ends, a step fails, or every `every` steps), and at every such moment the
+feed's entries so far, the requested agent and the oracle's plan from the true
+state are one decision point: what the planner would have been asked in the
+closed loop, with the answer that is correct. With `detour` > 0 some plans the
+world executes are plausible mistakes instead of the oracle's (the labels stay
+the oracle's), so the data also shows the states a planner's own mistakes lead
+to and how to recover from them (as in DAgger-style data collection).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sim_bridges.feed import FeedEntry, episode_entries, place_near, step_entries
+from sim_bridges.warehouse import Step, Warehouse, WorldConfig
+
+
+@dataclass
+class DecisionPoint:
+    """The context entries so far, the agent asked about, and the oracle's plan."""
+
+    entries: list[FeedEntry]
+    agent_id: str
+    oracle: list[Step]
+    step: int
+    seed: int
+    here: str = ""  # the place the agent stands at ('' between places)
+
+
+def detour_plan(world: Warehouse, agent: str, rng: random.Random) -> list[Step]:
+    """A plausible wrong plan for the agent: go park, go to a random shelf, or wait."""
+    kind = rng.randrange(3)
+    if kind == 0:
+        return [Step("move_to", {"target": f"park_{agent.split('_')[-1]}"}), Step("wait")]
+    if kind == 1:
+        return [Step("move_to", {"target": rng.choice(sorted(world.shelves))})]
+    return [Step("wait")]
+
+
+def decision_points(seeds: range, agents: int, every: int = 8, observe_every: int = 4,
+                    max_steps: int = 60, drift: float = 0.03, grasp_failure: float = 0.1,
+                    stagger: int = 1, detour: float = 0.0) -> Iterator[DecisionPoint]:
+    """Decision points of oracle-driven episodes, one episode per seed.
+
+    As in the closed loop: the episode opens with the task, constraints and every
+    agent's state at its park; agent i is asked for its initial plan at step
+    1 + i * stagger (agents without a plan idle), then when its plan ends, a
+    step fails, or every `every` steps. With probability `detour` the world then
+    executes `detour_plan` instead of the oracle's plan.
+    """
+    for seed in seeds:
+        rng = random.Random(seed)
+        world = Warehouse(WorldConfig(agents=agents, seed=seed, max_steps=max_steps, drift=drift,
+                                      grasp_failure=grasp_failure))
+        entries = list(episode_entries(world, seed)) + step_entries(world, [], 0)
+        names = sorted(world.agents)
+        last: dict[str, list[Step]] = {}
+        while not world.finished:
+            events = world.step()
+            entries.extend(step_entries(world, events, observe_every))
+            failed = {e.agent for e in events if not e.success}
+            for i, name in enumerate(names):
+                a = world.agents[name]
+                if name not in last:
+                    if world.t >= 1 + i * stagger:
+                        last[name] = world.oracle_plan(name)
+                        yield DecisionPoint(list(entries), name, last[name], world.t, seed, place_near(world, a.pos))
+                        world.set_plan(name, detour_plan(world, name, rng) if rng.random() < detour else last[name])
+                    continue
+                if a.current is None or name in failed or world.t % every == 0:
+                    oracle = world.oracle_plan(name)
+                    if oracle != last[name] or name in failed or world.t % every == 0:  # no repeats of an idle wait
+                        yield DecisionPoint(list(entries), name, oracle, world.t, seed, place_near(world, a.pos))
+                    world.set_plan(name, detour_plan(world, name, rng) if rng.random() < detour else oracle)
+                    last[name] = oracle

@@ -1,0 +1,80 @@
+"""`warehouse-predictor`: train the E-RECAP token-utility predictors on the embedded warehouse.
+
+The generic predictor (`erecap-train`) learns from generated contexts with the
+off-the-shelf model. In the warehouse the planner runs the model with the
+warehouse adapter merged and answers with whole plans, so this trains the
+predictors on that model and on oracle decision points: the saliency and the
+soft-pruned LM loss (paper Eq. 7, 9, 10) are those of the oracle plan's tokens
+as constrained decoding writes them. Progress on stderr.
+
+    python -m brace_training.predictor_cli --episodes 4 --cases 48 --epochs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from brace_common.config import resolve_path
+from brace_training.predictor_training import Example, PredictorTrainer, mean_loss
+from erecap_planner.adapter import merge_adapter
+from erecap_planner.models import load_model
+from erecap_planner.predictor import PredictorBank
+from erecap_planner.pruning import PruneSchedule, table8_layers
+
+from .finetune_cli import add_data_arguments, build_examples
+
+ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors"
+
+
+def main(argv=None) -> int:
+    """Train and save the predictor bank."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_data_arguments(ap, episodes=4, seed=2000, max_tokens=1600, epochs=2)
+    ap.add_argument("--adapter", default=ADAPTER, help="LoRA adapter merged first ('' = the off-the-shelf model)")
+    ap.add_argument("--cases", type=int, default=48, help="at most this many decision points (sampled)")
+    ap.add_argument("--keep-ratio", type=float, default=0.7)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--init", help="continue from this predictor checkpoint")
+    ap.add_argument("--output", type=Path, required=True)
+    args = ap.parse_args(argv)
+    rng = random.Random(args.seed)
+    model, tok = load_model(args.model, device="auto", dtype="float32")
+    if args.adapter:
+        merge_adapter(model, resolve_path(args.adapter))
+    layers = table8_layers(model.config.num_hidden_layers)
+    bank = (PredictorBank.load(resolve_path(args.init), model.config) if args.init
+            else PredictorBank.for_model(model.config, layers, seed=args.seed))
+    trainer = PredictorTrainer(model, bank, PruneSchedule(tuple(layers), args.keep_ratio), lr=args.lr, seed=args.seed)
+    points = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng, args.detour)
+    if not points:
+        ap.error(f"no decision point fits in --max-tokens {args.max_tokens}")
+    points = rng.sample(points, min(args.cases, len(points)))
+    examples = [Example(torch.tensor(p.prompt_ids), torch.tensor(p.target_ids)) for p in points]
+    print(f"{len(examples)} cases, mean prompt {sum(len(p.prompt_ids) for p in points) / len(points):.0f} tokens",
+          file=sys.stderr)
+    started = time.monotonic()
+    prepared = []
+    for i, ex in enumerate(examples, 1):
+        prepared.extend(trainer.prepare([ex]))
+        print(f"\rsaliency {i}/{len(examples)}  {time.monotonic() - started:.0f} s", end="", file=sys.stderr, flush=True)
+
+    def progress(i: int, total: int, losses) -> None:
+        print(f"\rtrain {i}/{total} loss {losses.total:.3f} (lm {losses.lm:.3f})  {time.monotonic() - started:.0f} s",
+              end="", file=sys.stderr, flush=True)
+
+    history = trainer.fit(prepared, args.epochs, progress)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    bank.save(args.output)
+    print(f"\npredictors of layers {layers}: loss {mean_loss(history, True):.3f} -> {mean_loss(history, False):.3f}; "
+          f"{args.output} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

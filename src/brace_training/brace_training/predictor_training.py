@@ -1,0 +1,204 @@
+"""Train the E-RECAP predictors (paper Eq. 7, 9, 10) on generated embodied contexts.
+
+For every case the prompt is followed by the correct next action (the target
+plan as JSON); the language-model loss of the target is the training signal.
+
+  saliency  pi_hat_i = |<grad_{h_i} L, h_i>| at the input of each pruning layer (Eq. 7),
+            computed once per case with the model frozen
+  L_M       MSE between the predictor's scores and the standardised log-saliency
+  L_R       pairwise logistic ranking loss of Eq. 10 on sampled token pairs
+  L_L       LM loss of the target when every key is down-weighted in attention by
+            log sigmoid of its (cumulative) predictor scores, a differentiable
+            stand-in for dropping it; head and tail tokens are never down-weighted
+
+L = L_L + lambda1 L_M + lambda2 L_R (Eq. 9). Only predictor weights are trained.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from erecap_planner.predictor import PredictorBank
+from erecap_planner.pruned_forward import causal_mask, masked_training_attention
+from erecap_planner.pruning import PruneSchedule
+from erecap_planner.transformer import DecoderStack
+
+
+@dataclass
+class Example:
+    """Prompt ids, target ids, and (after `compute_saliency`) per-layer saliency of the prompt tokens."""
+
+    prompt_ids: torch.Tensor
+    target_ids: torch.Tensor
+    saliency: Optional[dict[int, torch.Tensor]] = None
+
+
+def target_text(step) -> str:
+    """The JSON the planner should write for one step."""
+    import json
+
+    return json.dumps({"plan": [{"action": step.action, "parameters": step.parameters}]})
+
+
+def _layer_loop(model, embeds: torch.Tensor, mask: Optional[torch.Tensor], hook=None):
+    """Logits of the decoder layers (no cache) under an explicit float attention mask; `hook(idx, hidden)` may
+    return an additive key bias that is added to the mask from that layer on."""
+    stack = DecoderStack(model, packed=False)
+    positions = torch.arange(embeds.shape[1], device=embeds.device)
+    with masked_training_attention(embeds.device):
+        out = stack.forward(embeds, positions, key_bias=hook, mask=mask)
+    return stack.logits(out.hidden)
+
+
+def _target_loss(logits: torch.Tensor, ids: torch.Tensor, n_prompt: int) -> torch.Tensor:
+    # Next-token loss on the target part only.
+    return F.cross_entropy(logits[0, n_prompt - 1:-1].float(), ids[n_prompt:])
+
+
+def compute_saliency(model, example: Example, layers: list[int]) -> dict[int, torch.Tensor]:
+    """Eq. 7 at the input of every pruning layer, for the prompt tokens."""
+    device = model.device
+    ids = torch.cat([example.prompt_ids, example.target_ids]).to(device)
+    n_prompt = example.prompt_ids.numel()
+    captured: dict[int, torch.Tensor] = {}
+
+    def hook(idx, hidden):
+        if idx in layers:
+            captured[idx] = hidden
+        return None
+
+    embeds = model.model.embed_tokens(ids)[None].detach().requires_grad_(True)
+    with torch.enable_grad():
+        logits = _layer_loop(model, embeds, causal_mask(ids.numel(), embeds.dtype, device), hook)
+        loss = _target_loss(logits, ids, n_prompt)
+        # Gradients w.r.t. the hidden states only: the model's own weights get no .grad.
+        grads = torch.autograd.grad(loss, [captured[i] for i in layers])
+    return {idx: (g[0, :n_prompt] * captured[idx][0, :n_prompt]).sum(-1).abs().detach().float().cpu()
+            for idx, g in zip(layers, grads, strict=True)}
+
+
+def _standardise(x: torch.Tensor) -> torch.Tensor:
+    x = torch.log(x + 1e-8)
+    return (x - x.mean()) / (x.std() + 1e-6)
+
+
+def ranking_loss(pred: torch.Tensor, sal: torch.Tensor, pairs: int, generator: torch.Generator) -> torch.Tensor:
+    """Eq. 10 on `pairs` random token pairs: log(1 + exp(-(pi_i - pi_j) sign(pihat_i - pihat_j)))."""
+    n = pred.numel()
+    i = torch.randint(0, n, (pairs,), generator=generator)
+    j = torch.randint(0, n, (pairs,), generator=generator)
+    sign = torch.sign(sal[i] - sal[j]).to(pred.device)
+    keep = sign != 0
+    if not keep.any():
+        return pred.sum() * 0.0
+    return F.softplus(-(pred[i.to(pred.device)] - pred[j.to(pred.device)]) * sign)[keep].mean()
+
+
+@dataclass
+class StepLosses:
+    """The terms of Eq. 9 for one example."""
+
+    total: float
+    lm: float
+    magnitude: float
+    ranking: float
+
+
+class PredictorTrainer:
+    """Optimises a PredictorBank for a frozen model."""
+
+    def __init__(self, model, bank: PredictorBank, schedule: PruneSchedule, lr: float = 1e-3,
+                 lambda_m: float = 1.0, lambda_r: float = 1.0, lm_weight: float = 1.0, pairs: int = 2048, seed: int = 0):
+        self.model = model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.bank = bank.to(model.device).train()
+        self.schedule = schedule
+        self.layers = list(schedule.layers)
+        self.optimizer = torch.optim.AdamW(self.bank.parameters(), lr=lr)
+        self.lambda_m, self.lambda_r, self.lm_weight, self.pairs = lambda_m, lambda_r, lm_weight, pairs
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def prepare(self, examples: Iterable[Example]) -> list[Example]:
+        """Compute and attach the saliency of every example."""
+        prepared = []
+        for ex in examples:
+            ex.saliency = compute_saliency(self.model, ex, self.layers)
+            prepared.append(ex)
+        return prepared
+
+    def _soft_lm_loss(self, ex: Example) -> torch.Tensor:
+        device = self.model.device
+        ids = torch.cat([ex.prompt_ids, ex.target_ids]).to(device)
+        n_prompt, n = ex.prompt_ids.numel(), ids.numel()
+        protected = torch.zeros(n, dtype=torch.bool, device=device)
+        protected[: self.schedule.head_tokens] = True
+        protected[n_prompt - self.schedule.tail_size(n_prompt):] = True  # tail window and the target itself
+
+        def hook(idx, hidden):
+            if idx not in self.layers:
+                return None
+            score = self.bank.score(idx, hidden[0].detach())
+            return F.logsigmoid(score).masked_fill(protected, 0.0).to(hidden.dtype)
+
+        embeds = self.model.model.embed_tokens(ids)[None].detach()
+        logits = _layer_loop(self.model, embeds, causal_mask(n, embeds.dtype, device), hook)
+        return _target_loss(logits, ids, n_prompt)
+
+    def step(self, ex: Example) -> StepLosses:
+        """One optimisation step on one example."""
+        device = self.model.device
+        ids = ex.prompt_ids.to(device)
+        hidden_states: dict[int, torch.Tensor] = {}
+
+        def capture(idx: int, hidden: torch.Tensor) -> None:
+            if idx in self.layers:
+                hidden_states[idx] = hidden
+            return None
+
+        with torch.no_grad():
+            stack = DecoderStack(self.model, packed=False)
+            stack.forward(stack.embed(ids[None]), torch.arange(ids.numel(), device=device), key_bias=capture,
+                          stop=max(self.layers) + 1)
+        magnitude = torch.zeros((), device=device)
+        ranking = torch.zeros((), device=device)
+        for idx in self.layers:
+            pred = self.bank.score(idx, hidden_states[idx][0].detach()).float()
+            target = _standardise(ex.saliency[idx]).to(device)
+            magnitude = magnitude + F.mse_loss(pred, target)
+            ranking = ranking + ranking_loss(pred, ex.saliency[idx], self.pairs, self.generator)
+        magnitude, ranking = magnitude / len(self.layers), ranking / len(self.layers)
+        lm = self._soft_lm_loss(ex) if self.lm_weight > 0 else torch.zeros((), device=device)
+        total = self.lm_weight * lm + self.lambda_m * magnitude + self.lambda_r * ranking
+        self.optimizer.zero_grad()
+        total.backward()
+        self.optimizer.step()
+        return StepLosses(total.item(), lm.item(), magnitude.item(), ranking.item())
+
+    def fit(self, examples: list[Example], epochs: int, progress=None) -> list[StepLosses]:
+        """Train for `epochs` passes; `progress(i, total, losses)` is called after every step."""
+        history = []
+        total = epochs * len(examples)
+        for epoch in range(epochs):
+            order = torch.randperm(len(examples), generator=self.generator).tolist()
+            for k, i in enumerate(order):
+                losses = self.step(examples[i])
+                history.append(losses)
+                if progress is not None:
+                    progress(epoch * len(examples) + k + 1, total, losses)
+        self.bank.trained = True
+        self.bank.eval()
+        return history
+
+
+def mean_loss(history: list[StepLosses], first: bool, fraction: float = 0.25) -> float:
+    """Mean total loss over the first or last `fraction` of a training history."""
+    k = max(1, math.ceil(len(history) * fraction))
+    window = history[:k] if first else history[-k:]
+    return sum(h.total for h in window) / len(window)
