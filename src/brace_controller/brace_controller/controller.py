@@ -9,7 +9,10 @@ Order of checks for a well-formed trigger of agent a at step t:
      no call in flight)
   5. Eq. 1 on the team counters                  -> suppressed (team_cooldown | team_commit)
   6. SLO admission: backlog + call predicted to  -> suppressed (slo_infeasible) for periodic/drift
-     miss SLO even at B_min (B_t without adaptive)     of agents still executing a plan
+     miss SLO even at B_min (B_t without adaptive)     of agents still executing a plan; for those
+                                                       of idle agents while calls are in flight:
+                                                       suppressed and held, decided again when a
+                                                       call finishes (`release_held`)
   7. otherwise                                   -> admitted (gate_open)
 
 Admitted triggers get (m_t, B_t, SLO_t) from the BudgetPolicy; with the
@@ -21,7 +24,15 @@ grow within an episode), the budget, the mode. Both rule 6 and the adaptive
 budget count the backlog: one planner serves calls in turn, so a call admitted
 while others are in flight waits for them, and that wait is part of its
 latency. An agent that has no unfinished plan (its plan ran out, or it never
-had one) is never deferred: a late plan beats an idle agent. The defer guard
+had one) is never deferred for good: a late plan beats an idle agent. When
+the planner's backlog is what makes its call miss, the trigger is held and
+decided again each time a call finishes, so its call is made once the backlog
+allows it, at the latest when no call is in flight (no deadline runs while it
+waits: the call is not made yet; the agent's wait shows in the decision
+stream as the held decision and the later admitted one). Failure, hazard,
+deadlock and preempt triggers are never held: the planner's earliest-
+deadline-first queue serves them before waiting calls with later deadlines.
+The defer guard
 never bypasses an agent's own cooldown or commit window, so without overrides
 the anti-churn property of Appendix B holds per agent whatever the team does.
 """
@@ -76,6 +87,7 @@ class BraceController:
         self.team = AgentCounters()
         self.tally: dict[str, AgentTally] = {}
         self._plans: dict[str, tuple] = {}
+        self.held: dict[str, Trigger] = {}  # per agent: its latest trigger held for the planner's backlog
         self._ids = itertools.count(1)
         self._id_prefix = id_prefix
 
@@ -84,6 +96,7 @@ class BraceController:
         self.agents = {}
         self.team = AgentCounters()
         self._plans = {}
+        self.held = {}
 
     # ------------------------------------------------------------------ queries
 
@@ -101,6 +114,7 @@ class BraceController:
     def decide(self, trigger: Trigger) -> Decision:
         """Gate one trigger and, if admitted, budget it. Raises ValueError on a malformed trigger."""
         trigger.validate()
+        self.held.pop(trigger.agent_id, None)  # a newer trigger of the agent supersedes its held one
         agent = self.counters(trigger.agent_id)
         tally = self.tally.setdefault(trigger.agent_id, AgentTally())
         step = trigger.step
@@ -115,6 +129,7 @@ class BraceController:
         budget = None
         predicted = math.nan
         cost_ms = 0.0
+        hold = False
         if reason.admits:
             budget = self.policy.budget(trigger, override, trigger.consecutive_failures)
             token_budget = budget.token_budget
@@ -130,7 +145,9 @@ class BraceController:
                 else:
                     fitted = token_budget if model.predict_p95(n, min(n, token_budget), mode) <= target else None
                 infeasible = fitted is None
-                if infeasible and reason == Reason.GATE_OPEN and self._deferrable(trigger):
+                hold = infeasible and reason == Reason.GATE_OPEN and not self._deferrable(trigger) \
+                    and self._holdable(trigger, backlog)
+                if infeasible and reason == Reason.GATE_OPEN and (hold or self._deferrable(trigger)):
                     reason = Reason.SLO_INFEASIBLE
                 elif self.config.adaptive_budget:
                     token_budget = min(self.policy.min_token_budget, token_budget) if infeasible else fitted
@@ -142,7 +159,15 @@ class BraceController:
         self._apply(decision, agent, tally)
         if decision.admitted:
             agent.in_flight_cost_ms = cost_ms
+        if hold:
+            self.held[trigger.agent_id] = trigger
         return decision
+
+    def release_held(self) -> list[Trigger]:
+        """The triggers held for the planner's backlog, oldest step first, to decide again now (a call finished)."""
+        held = sorted(self.held.values(), key=lambda t: t.step)
+        self.held = {}
+        return held
 
     def expected_tokens(self, agent: AgentCounters) -> Optional[int]:
         """N the agent's next call will read: the largest context any call of this episode read (contexts grow)."""
@@ -174,9 +199,14 @@ class BraceController:
         return sum(c.in_flight_cost_ms for c in self._calls_in_flight())
 
     def _deferrable(self, trigger: Trigger) -> bool:
-        # An agent without an unfinished plan is never deferred: a late plan beats an idle agent.
+        # An agent without an unfinished plan is never deferred for good: a late plan beats an idle agent.
         return self.config.defer_when_infeasible and trigger.kind not in _CRITICAL_KINDS \
             and trigger.agent_id in self._plans and trigger.has_goal
+
+    def _holdable(self, trigger: Trigger, backlog_ms: float) -> bool:
+        # Its call would miss because of the calls ahead of it: make it when they are done instead.
+        return self.config.defer_when_infeasible and trigger.kind not in _CRITICAL_KINDS and backlog_ms > 0.0 \
+            and bool(self._calls_in_flight())
 
     def _make_decision(self, trigger, agent, reason, override, budget, predicted) -> Decision:
         admitted = reason.admits

@@ -82,7 +82,8 @@ class BraceControllerNode(Node):
         self._lock = threading.RLock()
         self.counts = {"malformed_triggers": 0, "malformed_calls": 0, "planner_unavailable": 0,
                        "goals_rejected": 0, "deadline_cancellations": 0, "calls_finished": 0,
-                       "calls_waited_for_planner": 0}
+                       "calls_waited_for_planner": 0, "held_decided_again": 0}
+        self.held_msgs: dict[str, TriggerEvent] = {}  # the messages of the core's held triggers
 
         self.decisions_pub = self.create_publisher(ReplanDecision, names.DECISIONS, qos.EVENTS)
         self.plan_pub = self.create_publisher(Plan, names.PLAN, qos.PLANS)
@@ -113,9 +114,15 @@ class BraceControllerNode(Node):
             self.counts["malformed_triggers"] += 1
             self.get_logger().warning(f"dropped malformed trigger '{msg.trigger_id}': {exc}", throttle_duration_sec=1.0)
             return
+        self.decide(trigger, msg)
+
+    def decide(self, trigger, msg: TriggerEvent) -> None:
+        """The core's decision on `trigger` (from `msg`) published, its call started, a held trigger remembered."""
         decision = self.core.decide(trigger)
-        now = self.get_clock().now().to_msg()
-        self.decisions_pub.publish(convert.decision_to_msg(decision, msg, now))
+        self.held_msgs.pop(trigger.agent_id, None)
+        if self.core.held.get(trigger.agent_id) is trigger:
+            self.held_msgs[trigger.agent_id] = msg
+        self.decisions_pub.publish(convert.decision_to_msg(decision, msg, self.get_clock().now().to_msg()))
         if decision.admitted:
             self.start_call(decision)
 
@@ -124,6 +131,7 @@ class BraceControllerNode(Node):
         """A new episode restarts the per-agent gate counters (steps restart at 0)."""
         if msg.event == EpisodeEvent.START:
             self.core.reset()
+            self.held_msgs = {}
 
     def start_call(self, decision: Decision) -> None:
         """Send the Replan goal of an admitted decision, or keep it until a server is up (at most its deadline)."""
@@ -202,6 +210,9 @@ class BraceControllerNode(Node):
             plan_changed=plan_changed, latency_ms=latency_ms, tokens_after=tokens_after,
             slo_ms=decision.slo_ms, decision_id=decision.decision_id, mode=decision.mode, tokens_before=tokens_before,
         ))
+        for trigger in self.core.release_held():  # the backlog shrank: decide the held triggers again
+            self.counts["held_decided_again"] += 1
+            self.decide(trigger, self.held_msgs.pop(trigger.agent_id))
 
     @_serialized
     def check_deadlines(self) -> None:

@@ -151,6 +151,33 @@ def test_backlog_of_calls_in_flight_defers_periodic_until_the_planner_is_free():
     assert again.admitted and again.token_budget == 512 and again.predicted_p95_ms <= 0.9 * again.slo_ms
 
 
+def test_an_idle_agent_behind_a_backlog_is_held_and_called_when_the_planner_frees():
+    c = controller(defer_when_infeasible=True)  # B_t fixed (adaptive off); 20 + N ms per call
+    _warm(c, 1.0)
+    assert c.decide(trig(1)).admitted  # a's call: ~532 ms
+    idle = c.decide(trig(1, agent="b", has_goal=False))  # no plan yet; its call would wait ~532 ms for a's
+    assert not idle.admitted and idle.reason == Reason.SLO_INFEASIBLE and c.held["b"].agent_id == "b"
+    assert c.decide(trig(1, agent="c", kind=TriggerKind.DEADLOCK, has_goal=False)).admitted  # critical: never held
+    done(c, step=1)  # a's call finished; c's still runs: b would still wait behind it
+    (again,) = c.release_held()
+    assert not c.decide(again).admitted and "b" in c.held
+    done(c, agent="c", step=1)  # the planner is free
+    (last,) = c.release_held()
+    final = c.decide(last)
+    assert final.admitted and final.reason == Reason.GATE_OPEN and final.trigger.step == 1 and not c.held
+
+
+def test_a_newer_trigger_supersedes_the_held_one_and_an_episode_drops_them():
+    c = controller(defer_when_infeasible=True)
+    _warm(c, 1.0)
+    c.decide(trig(1))
+    assert not c.decide(trig(1, agent="b", has_goal=False)).admitted
+    assert not c.decide(trig(2, agent="b", has_goal=False)).admitted
+    assert c.held["b"].step == 2
+    c.reset()
+    assert c.held == {} and c.release_held() == []
+
+
 def test_adaptive_budget_leaves_room_for_the_backlog():
     c = controller(adaptive_budget=True, defer_when_infeasible=True)
     _warm(c, 1.0)

@@ -228,3 +228,33 @@ def test_a_call_closed_by_its_result_while_the_watchdog_scans_is_skipped(ros):
     node.pending = ClosedDuringScan({decision.decision_id: PendingCall(decision, deadline=0.0)})
     node.check_deadlines()
     assert node.counts["deadline_cancellations"] == 0
+
+
+def test_a_trigger_held_for_the_backlog_is_decided_again_when_a_call_finishes(ros):
+    import random
+
+    from brace_common.vocabulary import CallStatus
+    from brace_controller.latency_model import CallSample
+    from brace_controller.types import CallRecord
+
+    node = controller(defer_when_infeasible=True)
+    planner = PlannerDouble(hold=True)  # a's call runs until the controller cancels it at its hard deadline
+    probe = connect(ros, node, planner)
+    rng = random.Random(0)
+    with node._lock:  # calls cost 20 ms + 2 ms per planner-input token; this episode's calls read 2,000 tokens
+        for _ in range(node.config.adaptive_window):
+            tokens, kept = rng.randint(500, 3000), rng.randint(64, 500)
+            cost = 20.0 + 2.0 * kept
+            node.core.observe_latency(CallSample(tokens, kept, 0, 0.0, cost, 0.0, cost))
+        node.core.record_call(CallRecord("z", 0, CallStatus.OK, False, 10.0, 100, tokens_before=2000))
+    probe.send(1)  # a: admitted (B 512, ~1 s), the planner is free
+    wait_for(lambda: len(planner.goals) == 1, what="a's call")
+    probe.send(1, agent="b")  # b has no plan: behind a's call it would miss its SLO, so it is held
+    wait_for(lambda: len(probe.decisions) == 2, what="b's first decision")
+    held = probe.decisions[1]
+    assert not held.admitted and held.reason == ReplanDecision.REASON_SLO_INFEASIBLE
+    wait_for(lambda: len(probe.decisions) == 3, timeout=20.0, what="b decided again when a's call ended")
+    again = probe.decisions[2]
+    assert again.admitted and again.trigger.agent_id == "b" and again.trigger.trigger_id == held.trigger.trigger_id
+    wait_for(lambda: len(planner.goals) == 2 and planner.goals[1].agent_id == "b", what="b's call")
+    assert node.counts["held_decided_again"] == 1
