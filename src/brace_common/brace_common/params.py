@@ -69,6 +69,9 @@ def read_config(node: Node, cls: type[T]) -> T:
     for f in dataclasses.fields(cls):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         value = node.get_parameter_or(f.name, Parameter(f.name, value=default)).value
+        given = getattr(node, "_parameter_overrides", {}).get(f.name)
+        if isinstance(default, list) and given is not None and given.value is None:
+            value = []  # `name: []` in a parameter file reaches rclpy untyped and would leave the default in place
         if isinstance(default, list):
             value = [] if value is None else list(value)
         values[f.name] = value
@@ -79,3 +82,15 @@ def declare_config(node: Node, cls: type[T]) -> T:
     """Declare every field of `cls` on `node`, read the values, return the validated config."""
     declare_parameters(node, cls)
     return read_config(node, cls)
+
+
+def reject_undeclared(node: Node) -> None:
+    """ConfigError naming the first parameter given to `node` (file or command line) that it does not declare.
+
+    rclpy ignores an override for a parameter nobody declares, so a misspelt name (`cooldown_stpes`) would start
+    the node on its default. Call after every parameter is declared.
+    """
+    given = getattr(node, "_parameter_overrides", {})  # what --params-file / -p / parameter_overrides gave the node
+    for name in sorted(given):
+        if not node.has_parameter(name) and not name.startswith("qos_overrides."):
+            raise ConfigError(name, f"unknown parameter for node '{node.get_name()}' (misspelt?)")

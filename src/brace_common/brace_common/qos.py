@@ -34,3 +34,16 @@ MARKERS = QoSProfile(
     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
 )
 """RViz MarkerArray: reliable (RViz's default), the next array supersedes the last."""
+ACTION_SERVICES = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=1000,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+)
+"""Replan's goal, cancel and result services: ROS's default keeps 10 requests, so a burst of goals lost the
+oldest ones without an answer (8 of 20); a deep queue answers every goal of a burst."""
+INPUTS = QoSProfile(
+    history=HistoryPolicy.KEEP_ALL,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+)
+"""A node's subscription to an event topic: keep every sample until the node takes it (a flood is slowed down by
+reliable back-pressure instead of overwriting what the node has not read: nothing is lost without a count).
+Matches EVENTS publishers (history is not part of QoS compatibility)."""

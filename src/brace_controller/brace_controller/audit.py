@@ -83,8 +83,18 @@ class RecordCollector:
             self.records.plans.append((self.episode, msg.agent_id, convert.plan_signature(msg)))
 
 
+EXIT_INTACT, EXIT_RECOVERED, EXIT_UNREADABLE = 0, 1, 2
+"""`brace-audit report` exit codes: every bag intact; some bag damaged but read in part; a bag with nothing readable."""
+
+
 def records_from_bag(bag: Path, variant: str = "") -> tuple[RunRecords, str]:
     """RunRecords of a bag and a note on damage ('' when the bag is intact)."""
+    records, note, _count = load_bag(bag, variant)
+    return records, note
+
+
+def load_bag(bag: Path, variant: str = "") -> tuple[RunRecords, str, int]:
+    """RunRecords of a bag, a note on damage ('' when intact) and how many messages could be read."""
     contents = read_bag(bag)
     collector = RecordCollector(variant)
     for m in contents.messages:
@@ -100,7 +110,7 @@ def records_from_bag(bag: Path, variant: str = "") -> tuple[RunRecords, str]:
     note = str(contents.damage) if contents.damage else ""
     if collector.malformed:
         note += f"{'; ' if note else ''}{collector.malformed} malformed messages skipped"
-    return collector.records, note
+    return collector.records, note, len(contents.messages)
 
 
 def find_bags(path: Path) -> list[Path]:
@@ -126,28 +136,36 @@ def write_csvs(runs: list[RunRecords], folder: Path) -> None:
 
 
 def cmd_report(args) -> int:
-    """Print the tables of one bag or of every bag in a run folder."""
-    bags = find_bags(Path(args.bag))
+    """Print the tables of one bag or of every bag in a run folder; exit EXIT_INTACT / _RECOVERED / _UNREADABLE."""
+    try:
+        bags = find_bags(Path(args.bag))
+    except OSError as exc:
+        print(f"brace-audit: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
     if not bags:
         print(f"brace-audit: no bag under {args.bag}", file=sys.stderr)
-        return 1
-    runs = []
+        return EXIT_UNREADABLE
+    runs, code = [], EXIT_INTACT
     for bag in bags:
         try:
-            records, note = records_from_bag(bag)
-            records.variant = records.variant or (bag.parent.name if bag.name == "bag" else bag.name)
-        except BagError as exc:
-            print(f"brace-audit: {exc}", file=sys.stderr)
-            return 1
+            records, note, count = load_bag(bag)
+        except (BagError, OSError) as exc:
+            print(f"brace-audit: {bag}: {exc}", file=sys.stderr)
+            return EXIT_UNREADABLE
+        if count == 0:
+            print(f"brace-audit: {bag}: no message could be read{f' ({note})' if note else ''}", file=sys.stderr)
+            return EXIT_UNREADABLE
+        records.variant = records.variant or (bag.parent.name if bag.name == "bag" else bag.name)
         if note:
             print(f"WARNING {bag}: {note}", file=sys.stderr)
+            code = EXIT_RECOVERED
         runs.append(records)
     print(report(runs))
     if args.json:
         print(json.dumps([summary(r) for r in runs], indent=1, default=str))
     if args.csv:
         write_csvs(runs, Path(args.csv))
-    return 0
+    return code
 
 
 def cmd_replay(args) -> int:

@@ -31,10 +31,10 @@ from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, check_fields, param
 from brace_common.diagnostics import diagnostic_array
-from brace_common.params import declare_config
+from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
 
-from .bag import BagWriter
+from .bag import BagWriter, qos_profile_dict
 
 # topic (as the nodes name it) -> (type, QoS the publishers offer)
 TOPICS: dict[str, tuple[str, QoSProfile]] = {
@@ -53,10 +53,10 @@ TOPICS: dict[str, tuple[str, QoSProfile]] = {
 }
 
 
-def qos_yaml(profile: QoSProfile) -> str:
-    """The offered_qos_profiles entry rosbag2 writes for a topic."""
-    return (f"- history: {int(profile.history)}\n  depth: {profile.depth}\n"
-            f"  reliability: {int(profile.reliability)}\n  durability: {int(profile.durability)}\n")
+def qos_profiles(profile: QoSProfile) -> list[dict]:
+    """The offered_qos_profiles entry rosbag2 writes for a topic (every key, as metadata version 9 spells them)."""
+    return [qos_profile_dict(profile.history.name.lower(), profile.depth, profile.reliability.name.lower(),
+                             profile.durability.name.lower())]
 
 
 def message_class(type_name: str) -> type:
@@ -73,6 +73,7 @@ class RecorderConfig:
     topics: list[str] = param(list(TOPICS), "topics to record, as the nodes name them (each one of the stack's "
                               "topics; relative ones resolve in this node's namespace)")
     chunk_kb: int = param(64, "MCAP chunk size (KiB): what a killed recorder can lose at most", 1, 1 << 20)
+    metadata_period_s: float = param(2.0, "how often metadata.yaml is rewritten while recording (s)", 0.1, 3600.0)
 
     def validate(self) -> None:
         """ConfigError naming the first invalid parameter."""
@@ -91,6 +92,7 @@ class AuditRecorderNode(Node):
         super().__init__("audit_recorder", **kwargs)
         self.writer: Optional[BagWriter] = None  # none when configuration fails: shutdown must still work
         self.config = declare_config(self, RecorderConfig)
+        reject_undeclared(self)
         # Receive times are system time, as rosbag2 records them, whether or not the stack runs on /clock
         # (a simulator holding its clock while planning would put a whole step's messages at one instant).
         self._receive_clock = Clock(clock_type=ClockType.SYSTEM_TIME)
@@ -103,17 +105,24 @@ class AuditRecorderNode(Node):
         for topic in self.config.topics:
             type_name, profile = TOPICS[topic]
             resolved = self.resolve_topic_name(topic)
-            self.writer.add_topic(resolved, type_name, qos_yaml(profile))
+            self.writer.add_topic(resolved, type_name, qos_profiles(profile))
             self.create_subscription(message_class(type_name), topic,
-                                     lambda data, t=resolved: self.on_message(t, data), profile, raw=True)
+                                     lambda data, t=resolved: self.on_message(t, data),
+                                     qos.INPUTS if profile is qos.EVENTS else profile, raw=True)
         self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
         steady_timer(self, 1.0, self.publish_diagnostics)
+        steady_timer(self, self.config.metadata_period_s, self.write_metadata)
         self.get_logger().info(f"recording {len(self.config.topics)} topics to {self.path}")
 
     def on_message(self, topic: str, data: bytes) -> None:
         """Append one serialized message, stamped with its receive time."""
         if self.writer is not None and not self.writer.closed:
             self.writer.write(topic, data, self._receive_clock.now().nanoseconds)
+
+    def write_metadata(self) -> None:
+        """Rewrite metadata.yaml for what is recorded so far (a killed recorder leaves a readable bag)."""
+        if self.writer is not None and not self.writer.closed:
+            self.writer.write_metadata()
 
     def close(self) -> None:
         """Finish the bag (idempotent)."""

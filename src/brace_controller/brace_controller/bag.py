@@ -6,23 +6,26 @@ whose messages are CDR, the layout `ros2 bag`, Foxglove and the `rosbags` /
 `mcap` readers expect. Works on serialized bytes: no ROS import here except
 for locating message definitions on the ament prefix path.
 
-Reading streams the MCAP records: a truncated or corrupt file yields every
-message before the damage and a `BagDamage` saying where reading stopped.
+Reading walks the MCAP records itself: a chunk whose CRC or layout is wrong
+is skipped and reading goes on with the next record, so one damaged chunk
+costs only its own messages; a file cut short yields everything before the
+cut. `BagDamage` says what was skipped and where reading stopped. While
+recording, `write_metadata()` rewrites metadata.yaml (the recorder calls it
+every few seconds), so a killed recorder leaves a bag that readers open.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import struct
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import yaml
-from mcap.exceptions import McapError
-from mcap.records import Channel, Message, Schema
-from mcap.stream_reader import StreamReader
 from mcap.writer import CompressionType, Writer
 
 PRIMITIVES = {"bool", "byte", "char", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
@@ -93,7 +96,7 @@ class TopicInfo:
 
     name: str
     type: str
-    qos: str = ""
+    qos: list = field(default_factory=list)  # offered QoS profiles as rosbag2 writes them (qos_profile_dict)
     count: int = 0
 
 
@@ -116,16 +119,18 @@ class BagWriter:
         self.last_ns = 0
         self.closed = False
 
-    def add_topic(self, name: str, type_name: str, qos_yaml: str = "") -> None:
-        """Register a topic before its first message."""
+    def add_topic(self, name: str, type_name: str, qos: Optional[list] = None) -> None:
+        """Register a topic before its first message; `qos`: its offered profiles (`qos_profile_dict`)."""
         if name in self._channels:
             return
         if type_name not in self._schemas:
             self._schemas[type_name] = self._writer.register_schema(
                 type_name, "ros2msg", message_definition(type_name).encode())
+        qos = list(qos or [])
         self._channels[name] = self._writer.register_channel(
-            name, "cdr", self._schemas[type_name], {"offered_qos_profiles": qos_yaml})
-        self.topics[name] = TopicInfo(name, type_name, qos_yaml)
+            name, "cdr", self._schemas[type_name],
+            {"offered_qos_profiles": yaml.safe_dump(qos, sort_keys=False) if qos else ""})
+        self.topics[name] = TopicInfo(name, type_name, qos)
 
     def write(self, topic: str, data: bytes, log_time_ns: int) -> None:
         """Append one serialized message."""
@@ -143,6 +148,12 @@ class BagWriter:
         self.closed = True
         self._writer.finish()
         self._stream.close()
+        self.write_metadata()
+
+    def write_metadata(self) -> None:
+        """Write metadata.yaml for what was written so far (atomically: a reader never sees half a file)."""
+        if not self.closed:
+            self._stream.flush()  # the chunks written so far reach the file: a killed recorder keeps them
         start = self.first_ns or 0
         duration = max(0, self.last_ns - start)
         total = sum(t.count for t in self.topics.values())
@@ -159,7 +170,20 @@ class BagWriter:
                        "duration": {"nanoseconds": duration}, "message_count": total}],
             "custom_data": {}, "ros_distro": os.environ.get("ROS_DISTRO", "kilted"),
         }}
-        (self.directory / "metadata.yaml").write_text(yaml.safe_dump(info, sort_keys=False))
+        partial = self.directory / "metadata.yaml.partial"
+        partial.write_text(yaml.safe_dump(info, sort_keys=False))
+        partial.replace(self.directory / "metadata.yaml")
+
+
+INFINITE = {"sec": 9223372036, "nsec": 854775807}
+"""rosbag2's spelling of an unset (infinite) QoS duration."""
+
+
+def qos_profile_dict(history: str, depth: int, reliability: str, durability: str) -> dict:
+    """One offered QoS profile as rosbag2 (metadata version 9) writes it: every key, durations infinite."""
+    return {"history": history, "depth": depth, "reliability": reliability, "durability": durability,
+            "deadline": dict(INFINITE), "lifespan": dict(INFINITE), "liveliness": "automatic",
+            "liveliness_lease_duration": dict(INFINITE), "avoid_ros_namespace_conventions": False}
 
 
 @dataclass
@@ -174,15 +198,17 @@ class BagMessage:
 
 @dataclass
 class BagDamage:
-    """Where reading a damaged bag stopped, and what was recovered before it."""
+    """What was wrong with a damaged bag: chunks skipped, where reading stopped, what was recovered."""
 
     file: str
     error: str
     recovered: int
     last_time_ns: int
+    skipped_chunks: int = 0
 
     def __str__(self) -> str:
-        return (f"{self.file} is truncated or corrupt ({self.error}); recovered {self.recovered} messages "
+        skipped = f"{self.skipped_chunks} damaged chunks skipped; " if self.skipped_chunks else ""
+        return (f"{self.file} is truncated or corrupt ({self.error}); {skipped}recovered {self.recovered} messages "
                 f"up to t={self.last_time_ns / 1e9:.3f} s")
 
 
@@ -221,22 +247,104 @@ def mcap_files(bag: str | Path) -> list[Path]:
     return files
 
 
-def _stream(path: Path) -> Iterator[tuple[Schema, Channel, Message]]:
-    schemas: dict[int, Schema] = {}
-    channels: dict[int, Channel] = {}
-    with open(path, "rb") as f:
-        for record in StreamReader(f, skip_magic=False, validate_crcs=True).records:
-            if isinstance(record, Schema):
-                schemas[record.id] = record
-            elif isinstance(record, Channel):
-                channels[record.id] = record
-            elif isinstance(record, Message):
-                channel = channels[record.channel_id]
-                yield schemas.get(channel.schema_id), channel, record
+MAGIC = b"\x89MCAP0\r\n"
+OP_SCHEMA, OP_CHANNEL, OP_MESSAGE, OP_CHUNK, OP_FOOTER = 0x03, 0x04, 0x05, 0x06, 0x02
+
+
+class _Damaged(ValueError):
+    """A record whose layout is wrong."""
+
+
+class _Fields:
+    """Little-endian reads over one record's body; _Damaged when the body is too short."""
+
+    def __init__(self, data: bytes):
+        self.data, self.pos = data, 0
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise _Damaged("record shorter than its fields")
+        out = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def u(self, fmt: str) -> int:
+        return struct.unpack("<" + fmt, self.take(struct.calcsize(fmt)))[0]
+
+    def string(self) -> str:
+        return self.take(self.u("I")).decode("utf-8", errors="replace")
+
+    def rest(self) -> bytes:
+        return self.take(len(self.data) - self.pos)
+
+
+def _records(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(opcode, body) of consecutive MCAP records in `data`; stops at a record cut short (_Damaged)."""
+    pos = 0
+    while pos < len(data):
+        if pos + 9 > len(data):
+            raise _Damaged("file ends inside a record header")
+        opcode, length = data[pos], struct.unpack_from("<Q", data, pos + 1)[0]
+        if pos + 9 + length > len(data):
+            raise _Damaged(f"file ends inside a record (opcode 0x{opcode:02x}, {length} bytes)")
+        yield opcode, data[pos + 9:pos + 9 + length]
+        pos += 9 + length
+
+
+def _chunk_records(body: bytes) -> bytes:
+    """The records inside a Chunk body, CRC-checked; _Damaged when its layout or CRC is wrong."""
+    f = _Fields(body)
+    f.u("Q"), f.u("Q")  # message start / end time
+    size, crc = f.u("Q"), f.u("I")
+    compression = f.string()
+    records = f.take(f.u("Q"))
+    if compression:
+        raise _Damaged(f"compressed chunk ({compression}) is not read here")
+    if len(records) != size or (crc and zlib.crc32(records) != crc):
+        raise _Damaged("chunk CRC mismatch")
+    return records
+
+
+def _stream(path: Path, skipped: list[str]) -> Iterator[tuple[str, str, int, bytes]]:
+    """(topic, type, log time, data) of every readable message; damaged chunks are skipped into `skipped`."""
+    data = path.read_bytes()
+    if not data.startswith(MAGIC):
+        raise _Damaged("not an MCAP file (bad magic)")
+    schemas: dict[int, str] = {}
+    channels: dict[int, tuple[str, int]] = {}
+
+    def handle(opcode: int, body: bytes) -> Iterator[tuple[str, str, int, bytes]]:
+        f = _Fields(body)
+        if opcode == OP_SCHEMA:
+            schema_id = f.u("H")
+            schemas[schema_id] = f.string()
+        elif opcode == OP_CHANNEL:
+            channel_id, schema_id = f.u("H"), f.u("H")
+            channels[channel_id] = (f.string(), schema_id)
+        elif opcode == OP_MESSAGE:
+            channel_id, _sequence, log_time, _publish = f.u("H"), f.u("I"), f.u("Q"), f.u("Q")
+            if channel_id not in channels:
+                raise _Damaged(f"message on unknown channel {channel_id}")
+            topic, schema_id = channels[channel_id]
+            yield topic, schemas.get(schema_id, ""), log_time, f.rest()
+
+    for opcode, body in _records(data[len(MAGIC):]):
+        if opcode == OP_FOOTER:
+            return
+        if opcode != OP_CHUNK:
+            yield from handle(opcode, body)
+            continue
+        try:
+            inner = list(_records(_chunk_records(body)))
+            messages = [m for op, b in inner for m in handle(op, b)]
+        except (_Damaged, struct.error, UnicodeDecodeError) as exc:
+            skipped.append(str(exc))  # one bad chunk: its messages are lost, the next record is read
+            continue
+        yield from messages
 
 
 def read_bag(bag: str | Path) -> BagContents:
-    """All messages of a bag; reading stops at the first damage, which is reported, not raised."""
+    """All readable messages of a bag; damage is reported in `damage`, never raised (BagError: nothing to read)."""
     out = BagContents()
     meta = Path(bag) / "metadata.yaml"
     if meta.is_file():
@@ -245,14 +353,15 @@ def read_bag(bag: str | Path) -> BagContents:
         except yaml.YAMLError:
             out.metadata = {}
     for path in mcap_files(bag):
+        skipped: list[str] = []
+        error = ""
         try:
-            for schema, channel, message in _stream(path):
-                out.messages.append(BagMessage(channel.topic, schema.name if schema else "", message.log_time,
-                                               message.data))
-        except (McapError, EOFError, KeyError, ValueError, OSError) as exc:
+            for topic, type_name, log_time, data in _stream(path, skipped):
+                out.messages.append(BagMessage(topic, type_name, log_time, data))
+        except (_Damaged, struct.error, OSError) as exc:
+            error = str(exc) or type(exc).__name__
+        if skipped or error:
             last = max((m.log_time_ns for m in out.messages), default=0)
-            out.damage = BagDamage(path.name, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__,
-                                   len(out.messages), last)
-            break
+            out.damage = BagDamage(path.name, error or skipped[0], len(out.messages), last, len(skipped))
     out.messages.sort(key=lambda m: m.log_time_ns)
     return out

@@ -18,6 +18,7 @@ Action client  Replan on `replan_action`. An admitted call waits for the
 from __future__ import annotations
 
 import functools
+import secrets
 import sys
 import threading
 import time
@@ -34,8 +35,9 @@ from rclpy.node import Node
 from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.diagnostics import diagnostic_array, nonzero
-from brace_common.params import declare_config
+from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
+from brace_common.validation import Rejections
 from brace_common.vocabulary import TEAM_AGENT, CallStatus, EpisodeEvent
 
 from . import convert
@@ -77,7 +79,11 @@ class BraceControllerNode(Node):
         super().__init__("brace_controller", **kwargs)
         self.config = declare_config(self, ControllerConfig)
         self.node_config = declare_config(self, ControllerNodeConfig)
-        self.core = BraceController(self.config, self.config.load_profile(), id_prefix=self.get_name())
+        reject_undeclared(self)
+        # Decision ids are unique per controller instance: two controllers on one graph never collide.
+        self.core = BraceController(self.config, self.config.load_profile(),
+                                    id_prefix=f"{self.get_name()}/{secrets.token_hex(3)}")
+        self.rejections = Rejections(self.get_logger())
         self.pending: dict[str, PendingCall] = {}
         self._lock = threading.RLock()
         self.counts = {"malformed_triggers": 0, "malformed_calls": 0, "planner_unavailable": 0,
@@ -89,11 +95,14 @@ class BraceControllerNode(Node):
         self.plan_pub = self.create_publisher(Plan, names.PLAN, qos.PLANS)
         self.state_pub = self.create_publisher(ControllerState, names.CONTROLLER_STATE, qos.STATE)
         self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
-        self.create_subscription(TriggerEvent, names.TRIGGERS, self.on_trigger, qos.EVENTS)
-        self.create_subscription(ReplanCall, names.REPLAN_CALLS, self.on_call_record, qos.EVENTS)
-        self.create_subscription(Episode, names.EPISODE, self.on_episode, qos.EVENTS)
+        self.create_subscription(TriggerEvent, names.TRIGGERS, self.on_trigger, qos.INPUTS)
+        self.create_subscription(ReplanCall, names.REPLAN_CALLS, self.on_call_record, qos.INPUTS)
+        self.create_subscription(Episode, names.EPISODE, self.on_episode, qos.INPUTS)
         self.calls_pub = self.create_publisher(ReplanCall, names.REPLAN_CALLS, qos.EVENTS)
-        self.replan_client = ActionClient(self, Replan, self.node_config.replan_action)
+        self.replan_client = ActionClient(self, Replan, self.node_config.replan_action,
+                                          goal_service_qos_profile=qos.ACTION_SERVICES,
+                                          result_service_qos_profile=qos.ACTION_SERVICES,
+                                          cancel_service_qos_profile=qos.ACTION_SERVICES)
         steady_timer(self, self.node_config.deadline_check_period_s, self.check_deadlines)
         steady_timer(self, self.node_config.state_period_s, self.publish_state)
         steady_timer(self, self.node_config.diagnostics_period_s, self.publish_diagnostics)
@@ -109,10 +118,10 @@ class BraceControllerNode(Node):
     def on_trigger(self, msg: TriggerEvent) -> None:
         """Decide on one trigger; publish the decision; start the call if admitted."""
         try:
-            trigger = convert.trigger_from_msg(msg)
+            trigger = convert.trigger_from_msg(msg, self.core.team.latest_step)
         except ValueError as exc:
             self.counts["malformed_triggers"] += 1
-            self.get_logger().warning(f"dropped malformed trigger '{msg.trigger_id}': {exc}", throttle_duration_sec=1.0)
+            self.rejections.reject("trigger", exc, msg.trigger_id or msg.agent_id)
             return
         self.decide(trigger, msg)
 
@@ -252,7 +261,7 @@ class BraceControllerNode(Node):
             record = convert.call_record_from_msg(msg)
         except ValueError as exc:
             self.counts["malformed_calls"] += 1
-            self.get_logger().warning(f"dropped malformed call record '{msg.call_id}': {exc}", throttle_duration_sec=1.0)
+            self.rejections.reject("call_record", exc, msg.call_id)
             return
         if record.status in (CallStatus.OK, CallStatus.PLANNER_ERROR):
             # The model fits the call path's cost; the wait for the planner is predicted from the backlog.
@@ -290,6 +299,7 @@ class BraceControllerNode(Node):
             **{f"latency_model_{k}": v for k, v in model.describe().items()},
             **{f"reason.{k}": v for k, v in sorted(totals.items())},
             **self.counts,
+            **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())},
         }
         warnings = nonzero(self.counts, ("malformed_triggers", "malformed_calls", "planner_unavailable",
                                          "goals_rejected", "deadline_cancellations"))

@@ -4,22 +4,51 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Optional
 
 from brace_msgs.action import Replan
-from brace_msgs.msg import ControllerState, Episode, Plan, ReplanCall, ReplanDecision, TriggerEvent
+from brace_msgs.msg import (
+    AgentState,
+    ControllerState,
+    Episode,
+    ExecutionOutcome,
+    Plan,
+    ReplanCall,
+    ReplanDecision,
+    TriggerEvent,
+    VerifierVerdict,
+)
 from builtin_interfaces.msg import Time
 from std_msgs.msg import Header
 
 from brace_common.episode import EpisodeResult
+from brace_common.validation import (
+    MAX_COUNT,
+    MAX_ID_CHARS,
+    MAX_STEP,
+    InvalidInput,
+    check_float,
+    check_id,
+    check_int,
+    check_step,
+    check_text,
+    parse_json_object,
+    shorten,
+)
 from brace_common.vocabulary import CallStatus, Mode, Phase, Reason, TriggerKind
 
 from .gate import AgentCounters
 from .latency_model import CallSample
+from .triggers import AgentObservation
 from .types import CallRecord, Decision, Trigger
+
+PHASE_NAMES = frozenset(p.value for p in Phase)
+MAX_LATENCY_MS = 86_400_000.0
+"""A day: the longest latency, SLO or phase a record may carry."""
 
 
 def _never(value):
-    return -1 if value is None else int(value)
+    return -1 if value is None else max(-1, min(int(value), MAX_STEP))
 
 
 def time_to_sec(stamp: Time) -> float:
@@ -27,20 +56,23 @@ def time_to_sec(stamp: Time) -> float:
     return stamp.sec + stamp.nanosec * 1e-9
 
 
-def trigger_from_msg(msg: TriggerEvent) -> Trigger:
-    """TriggerEvent -> Trigger; ValueError naming the field when the message is malformed."""
+def trigger_from_msg(msg: TriggerEvent, latest_step: Optional[int] = None) -> Trigger:
+    """TriggerEvent -> Trigger; InvalidInput naming the field when the message is out of bounds.
+
+    `latest_step`: the latest step seen; a step that jumps far past it is rejected.
+    """
     try:
         kind = TriggerKind(msg.kind)
     except ValueError:
-        raise ValueError(f"unknown trigger kind {msg.kind}") from None
+        raise InvalidInput("bad_kind", f"unknown trigger kind {msg.kind}") from None
     trigger = Trigger(
         kind=kind,
-        agent_id=msg.agent_id,
-        step=int(msg.step),
-        severity=float(msg.severity),
-        consecutive_failures=int(msg.consecutive_failures),
-        trigger_id=msg.trigger_id,
-        detail=msg.detail,
+        agent_id=check_id("agent_id", msg.agent_id),
+        step=check_step("step", msg.step, latest_step),
+        severity=check_float("severity", msg.severity, 0.0, 1.0),
+        consecutive_failures=check_int("consecutive_failures", msg.consecutive_failures, 0, MAX_COUNT),
+        trigger_id=check_id("trigger_id", msg.trigger_id, allow_empty=True),
+        detail=check_text("detail", msg.detail),
         stamp=time_to_sec(msg.header.stamp),
         has_goal=bool(msg.has_goal),
     )
@@ -127,27 +159,31 @@ def latency_sample(record: CallRecord) -> CallSample:
 
 
 def call_record_from_msg(msg: ReplanCall) -> CallRecord:
-    """ReplanCall -> CallRecord (what the latency model learns; plan changes are the controller's own record)."""
+    """ReplanCall -> CallRecord (what the latency model learns; plan changes are the controller's own record).
+
+    InvalidInput naming the field when the record is out of bounds.
+    """
     try:
         status = CallStatus(msg.status)
     except ValueError:
-        raise ValueError(f"unknown call status {msg.status}") from None
-    if not math.isfinite(msg.latency_ms) or msg.latency_ms < 0:
-        raise ValueError(f"latency_ms {msg.latency_ms} is not a finite non-negative number")
-    if not msg.agent_id:
-        raise ValueError("agent_id is empty")
+        raise InvalidInput("bad_status", f"unknown call status {msg.status}") from None
+    phase_ms: dict[str, float] = {}
+    for p in msg.phases:
+        if p.phase not in PHASE_NAMES:
+            raise InvalidInput("bad_phase", f"unknown phase '{shorten(p.phase)}'")
+        phase_ms[p.phase] = check_float("phase duration_ms", p.duration_ms, 0.0, MAX_LATENCY_MS)
     return CallRecord(
-        agent_id=msg.agent_id,
-        step=int(msg.step),
+        agent_id=check_id("agent_id", msg.agent_id),
+        step=check_step("step", msg.step),
         status=status,
         plan_changed=False,
-        latency_ms=float(msg.latency_ms),
-        tokens_after=int(msg.tokens_after),
-        slo_ms=float(msg.slo_ms),
-        decision_id=msg.decision_id,
-        tokens_before=int(msg.tokens_before),
+        latency_ms=check_float("latency_ms", msg.latency_ms, 0.0, MAX_LATENCY_MS),
+        tokens_after=check_int("tokens_after", msg.tokens_after, 0, MAX_COUNT),
+        slo_ms=check_float("slo_ms", msg.slo_ms, 0.0, MAX_LATENCY_MS),
+        decision_id=check_id("decision_id", msg.decision_id, allow_empty=True),
+        tokens_before=check_int("tokens_before", msg.tokens_before, 0, MAX_COUNT),
         mode=Mode(msg.mode) if msg.mode in Mode._value2member_map_ else Mode.FULL_REPLAN,
-        phase_ms={p.phase: float(p.duration_ms) for p in msg.phases},
+        phase_ms=phase_ms,
     )
 
 
@@ -166,9 +202,9 @@ def plan_signature(plan: Plan) -> tuple[tuple[str, str], ...]:
     """What makes two plans the same: their actions and canonicalised parameters, in order."""
     def canonical(text: str) -> str:
         try:
-            return json.dumps(json.loads(text), sort_keys=True) if text else ""
-        except json.JSONDecodeError:
-            return text
+            return json.dumps(parse_json_object("parameters_json", text), sort_keys=True) if text else ""
+        except InvalidInput:
+            return text  # not a (bounded) JSON object: compared as written
 
     return tuple((s.action, canonical(s.parameters_json)) for s in plan.steps)
 
@@ -198,3 +234,35 @@ def episode_from_msg(msg: Episode) -> EpisodeResult:
         path_efficiency=round(float(msg.path_efficiency), 4), coordination_wait=int(msg.coordination_wait),
         near_misses=int(msg.near_misses), collisions=int(msg.collisions), episode=int(msg.episode),
         seed=int(msg.seed), plans=int(msg.plans), plans_agreeing=int(msg.plans_agreeing))
+
+
+MAX_POSITION_M = 1e6
+"""Positions farther than this from the origin (m) are rejected."""
+
+
+def observation_from_msg(msg: AgentState, latest_step: Optional[int]) -> tuple[str, int, AgentObservation]:
+    """AgentState -> (agent id, step, observation); InvalidInput naming the field when out of bounds.
+
+    The tracking error may be NaN (unknown) or any non-negative number; positions are finite and bounded.
+    """
+    p = msg.position
+    position = tuple(check_float(f"position.{axis}", v, -MAX_POSITION_M, MAX_POSITION_M)
+                     for axis, v in (("x", p.x), ("y", p.y), ("z", p.z)))
+    error = float(msg.tracking_error)
+    if not (math.isnan(error) or 0.0 <= error < math.inf):
+        raise InvalidInput("range_tracking_error", f"tracking_error {error} is neither NaN nor finite and >= 0")
+    return (check_id("agent_id", msg.agent_id), check_step("step", msg.step, latest_step),
+            AgentObservation(position, error, bool(msg.has_goal)))
+
+
+def outcome_from_msg(msg: ExecutionOutcome) -> tuple[str, bool, str]:
+    """ExecutionOutcome -> (agent id, success, detail); InvalidInput naming the field when out of bounds."""
+    check_step("step", msg.step)
+    check_text("action", msg.action, MAX_ID_CHARS)
+    return check_id("agent_id", msg.agent_id), bool(msg.success), check_text("detail", msg.detail)
+
+
+def verdict_from_msg(msg: VerifierVerdict) -> tuple[str, bool, float, str]:
+    """VerifierVerdict -> (agent id, violation, confidence, detail); InvalidInput naming the field when out of bounds."""
+    return (check_id("agent_id", msg.agent_id), bool(msg.violation),
+            check_float("confidence", msg.confidence, 0.0, 1.0), check_text("detail", msg.detail))

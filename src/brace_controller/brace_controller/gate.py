@@ -48,7 +48,8 @@ class GateVerdict:
 
 
 def _elapsed(since: Optional[int], threshold: int) -> bool:
-    return since is None or since >= threshold
+    # A window of 0 is off, whatever the steps say (a trigger may carry a step earlier than the last call's).
+    return threshold <= 0 or since is None or since >= threshold
 
 
 class StabilityGate:

@@ -26,6 +26,7 @@ from .types import Trigger
 
 _FULL_REPLAN_KINDS = (TriggerKind.HAZARD, TriggerKind.DEADLOCK, TriggerKind.PREEMPT)
 _PARTIAL_REPLAN_KINDS = (TriggerKind.FAILURE, TriggerKind.DRIFT)
+MAX_OVERRIDE_EXPONENT = 64  # failures past k beyond this raise the budget no further (it is clamped long before)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,8 @@ class BudgetPolicy:
         upper = self.profile.max_token_budget
         if override:
             excess = max(0, consecutive_failures - self.config.override_after_failures)
-            tokens *= self.config.override_budget_scale ** (excess + 1)
+            # The raised budget is clamped below anyway: a bounded exponent keeps the float finite for any count.
+            tokens *= self.config.override_budget_scale ** min(excess + 1, MAX_OVERRIDE_EXPONENT)
             slo_ms *= self.config.override_slo_scale
             upper = max(upper, self.config.override_max_token_budget)
             tokens = min(tokens, self.config.override_max_token_budget)

@@ -14,7 +14,6 @@ first state of a later step arrives, so all of step s's states are in).
 
 from __future__ import annotations
 
-import math
 import sys
 
 from brace_msgs.msg import AgentState, Episode, ExecutionOutcome, TriggerEvent, VerifierVerdict
@@ -24,13 +23,14 @@ from rclpy.node import Node
 from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.diagnostics import diagnostic_array, nonzero
-from brace_common.params import declare_config
+from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
+from brace_common.validation import Rejections
 from brace_common.vocabulary import EpisodeEvent
 
 from . import convert
 from .config import MonitorConfig, MonitorNodeConfig
-from .triggers import AgentObservation, TriggerMonitor
+from .triggers import TriggerMonitor
 from .types import Trigger
 
 
@@ -41,17 +41,19 @@ class TriggerMonitorNode(Node):
         super().__init__("trigger_monitor", **kwargs)
         self.config = declare_config(self, MonitorConfig)
         self.node_config = declare_config(self, MonitorNodeConfig)
+        reject_undeclared(self)
         self.monitor = TriggerMonitor(self.config)
         self.sequence = 0
         self.counts = {"malformed_states": 0, "malformed_outcomes": 0, "malformed_verdicts": 0}
         self.raised: dict[str, int] = {}
+        self.rejections = Rejections(self.get_logger())
 
         self.trigger_pub = self.create_publisher(TriggerEvent, names.TRIGGERS, qos.EVENTS)
         self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
         self.create_subscription(AgentState, names.AGENT_STATES, self.on_state, qos.STATE)
-        self.create_subscription(ExecutionOutcome, names.OUTCOMES, self.on_outcome, qos.EVENTS)
-        self.create_subscription(VerifierVerdict, names.VERDICTS, self.on_verdict, qos.EVENTS)
-        self.create_subscription(Episode, names.EPISODE, self.on_episode, qos.EVENTS)
+        self.create_subscription(ExecutionOutcome, names.OUTCOMES, self.on_outcome, qos.INPUTS)
+        self.create_subscription(VerifierVerdict, names.VERDICTS, self.on_verdict, qos.INPUTS)
+        self.create_subscription(Episode, names.EPISODE, self.on_episode, qos.INPUTS)
         if self.config.step_source == "timer":
             # The step is controller time: with use_sim_time it follows /clock.
             self.create_timer(self.config.step_period_s, self.on_tick)
@@ -76,38 +78,44 @@ class TriggerMonitorNode(Node):
 
     def on_state(self, msg: AgentState) -> None:
         """Store an agent's state; in agent_state mode a newer step closes the previous one."""
-        p = msg.position
-        if not msg.agent_id or not all(math.isfinite(v) for v in (p.x, p.y, p.z)):
+        try:
+            agent_id, step, observation = convert.observation_from_msg(msg, self.monitor.step)
+        except ValueError as exc:
             self.counts["malformed_states"] += 1
-            self.get_logger().warning(f"dropped malformed AgentState from '{msg.agent_id}'", throttle_duration_sec=1.0)
+            self.rejections.reject("agent_state", exc, msg.agent_id)
             return
-        if self.config.step_source == "agent_state" and msg.step > self.monitor.step:
+        if self.config.step_source == "agent_state" and step > self.monitor.step:
             # States of step monitor.step are complete: evaluate them, then move on.
             if self.monitor.states:
                 self.publish(self.monitor.on_step(self.monitor.step))
-            self.monitor.step = int(msg.step)
-        self.monitor.on_state(msg.agent_id, AgentObservation((p.x, p.y, p.z), float(msg.tracking_error), msg.has_goal))
+            self.monitor.step = step
+        self.monitor.on_state(agent_id, observation)
 
     def on_outcome(self, msg: ExecutionOutcome) -> None:
         """Count an execution outcome; k consecutive failures raise a failure trigger."""
-        if not msg.agent_id:
+        try:
+            agent_id, success, detail = convert.outcome_from_msg(msg)
+        except ValueError as exc:
             self.counts["malformed_outcomes"] += 1
-            self.get_logger().warning("dropped ExecutionOutcome with empty agent_id", throttle_duration_sec=1.0)
+            self.rejections.reject("outcome", exc, msg.agent_id)
             return
-        self.publish(self.monitor.on_outcome(msg.agent_id, msg.success, msg.detail))
+        self.publish(self.monitor.on_outcome(agent_id, success, detail))
 
     def on_verdict(self, msg: VerifierVerdict) -> None:
         """A confident verifier violation raises a preempt trigger."""
-        if not msg.agent_id or not math.isfinite(msg.confidence):
+        try:
+            agent_id, violation, confidence, detail = convert.verdict_from_msg(msg)
+        except ValueError as exc:
             self.counts["malformed_verdicts"] += 1
-            self.get_logger().warning("dropped malformed VerifierVerdict", throttle_duration_sec=1.0)
+            self.rejections.reject("verdict", exc, msg.agent_id)
             return
-        self.publish(self.monitor.on_verdict(msg.agent_id, msg.violation, msg.confidence, msg.detail))
+        self.publish(self.monitor.on_verdict(agent_id, violation, confidence, detail))
 
     def publish_diagnostics(self) -> None:
         """Raised triggers per kind and malformed inputs on /diagnostics."""
         values = {"step": self.monitor.step, "agents": len(self.monitor.agents()),
-                  **{f"raised.{k}": v for k, v in sorted(self.raised.items())}, **self.counts}
+                  **{f"raised.{k}": v for k, v in sorted(self.raised.items())}, **self.counts,
+                  **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}}
         self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: trigger detection", values,
                                                self.get_clock().now().to_msg(), nonzero(self.counts, self.counts)))
 

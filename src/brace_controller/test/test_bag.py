@@ -16,10 +16,13 @@ from rclpy.serialization import deserialize_message, serialize_message
 from brace_controller.bag import BagError, BagWriter, message_definition, read_bag
 
 
-def write_calls(path, n: int = 50):
-    writer = BagWriter(path)
-    writer.add_topic("/brace/replan_calls", "brace_msgs/msg/ReplanCall")
-    writer.add_topic("/brace/episode", "brace_msgs/msg/Episode")
+def write_calls(path, n: int = 50, chunk_size: int = 64 * 1024):
+    from brace_common import qos
+    from brace_controller.audit_recorder_node import qos_profiles
+
+    writer = BagWriter(path, chunk_size=chunk_size)
+    writer.add_topic("/brace/replan_calls", "brace_msgs/msg/ReplanCall", qos_profiles(qos.EVENTS))  # real QoS
+    writer.add_topic("/brace/episode", "brace_msgs/msg/Episode", qos_profiles(qos.PLANS))
     for i in range(n):
         writer.write("/brace/replan_calls", serialize_message(ReplanCall(call_id=f"c{i}", latency_ms=float(i))),
                      1_000_000_000 + i * 1000)
@@ -58,6 +61,73 @@ def test_rosbags_reads_the_bag(tmp_path):
         first = next(reader.messages(connections=[conn]))
         msg = store.deserialize_cdr(first[2], conn.msgtype)
         assert msg.call_id == "c0"
+        (profile,) = conn.ext.offered_qos_profiles  # the full profile, as rosbag2 writes it
+        assert (profile.depth, profile.reliability.name, profile.durability.name) == (200, "RELIABLE", "VOLATILE")
+
+
+def test_the_mcap_library_reads_the_bag(tmp_path):
+    from mcap.reader import make_reader
+
+    write_calls(tmp_path / "bag")
+    with open(next((tmp_path / "bag").glob("*.mcap")), "rb") as f:
+        reader = make_reader(f)
+        topics = [channel.topic for _schema, channel, _message in reader.iter_messages()]
+        assert topics.count("/brace/replan_calls") == 50 and reader.get_summary().statistics.message_count == 51
+
+
+def test_a_damaged_chunk_is_skipped_and_reading_goes_on(tmp_path):
+    write_calls(tmp_path / "bag", n=2000, chunk_size=4096)
+    mcap = next((tmp_path / "bag").glob("*.mcap"))
+    data = bytearray(mcap.read_bytes())
+    data[len(data) // 3] ^= 0xFF  # one flipped byte inside a chunk in the first half
+    mcap.write_bytes(bytes(data))
+    contents = read_bag(tmp_path / "bag")
+    assert contents.damage is not None and contents.damage.skipped_chunks == 1
+    ids = [deserialize_message(m.data, ReplanCall).call_id for m in contents.of("/brace/replan_calls")]
+    assert 1800 < len(ids) < 2000 and ids[-1] == "c1999"  # only the damaged chunk's messages are lost
+    assert "damaged chunks skipped" in str(contents.damage)
+
+
+def test_a_recorder_that_dies_leaves_a_bag_that_opens(tmp_path):
+    from brace_common import qos
+    from brace_controller.audit_recorder_node import qos_profiles
+
+    writer = BagWriter(tmp_path / "bag", chunk_size=1024)
+    writer.add_topic("/brace/episode", "brace_msgs/msg/Episode", qos_profiles(qos.EVENTS))
+    for i in range(200):
+        writer.write("/brace/episode", serialize_message(Episode(episode=i)), 1_000 + i)
+    writer.write_metadata()  # what the recorder does every metadata_period_s; then it is killed (no close())
+    info = yaml.safe_load((tmp_path / "bag" / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+    assert info["message_count"] == 200
+    contents = read_bag(tmp_path / "bag")
+    episodes = [deserialize_message(m.data, Episode).episode for m in contents.messages]
+    assert episodes == list(range(len(episodes))) and len(episodes) >= 200 - 1024 // 40  # at most a chunk lost
+
+
+def test_brace_audit_never_raises_and_says_what_it_read(tmp_path, capsys):
+    import random
+
+    from brace_controller.audit import EXIT_INTACT, EXIT_RECOVERED, EXIT_UNREADABLE, main
+
+    write_calls(tmp_path / "bag", n=300, chunk_size=2048)
+    assert main(["report", str(tmp_path / "bag")]) == EXIT_INTACT
+    mcap = next((tmp_path / "bag").glob("*.mcap"))
+    original = mcap.read_bytes()
+    rng = random.Random(0)
+    codes = set()
+    for i in range(300):  # random truncations and corruptions: never a traceback, the exit code says what happened
+        data = bytearray(original)
+        if i % 2:
+            data = data[: rng.randrange(len(data))]
+        else:
+            for _ in range(3):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        mcap.write_bytes(bytes(data))
+        code = main(["report", str(tmp_path / "bag")])
+        assert code in (EXIT_INTACT, EXIT_RECOVERED, EXIT_UNREADABLE)
+        codes.add(code)
+    assert {EXIT_RECOVERED, EXIT_UNREADABLE} <= codes
+    capsys.readouterr()
 
 
 def test_truncated_bag_reports_what_was_recovered(tmp_path):

@@ -258,3 +258,11 @@ def test_a_trigger_held_for_the_backlog_is_decided_again_when_a_call_finishes(ro
     assert again.admitted and again.trigger.agent_id == "b" and again.trigger.trigger_id == held.trigger.trigger_id
     wait_for(lambda: len(planner.goals) == 2 and planner.goals[1].agent_id == "b", what="b's call")
     assert node.counts["held_decided_again"] == 1
+
+
+def test_a_misspelt_parameter_stops_the_node_naming_it(ros, tmp_path):
+    params = tmp_path / "typo.yaml"
+    params.write_text("/**/brace_controller:\n  ros__parameters:\n    cooldown_stpes: 5\n")
+    with pytest.raises(ConfigError) as err:
+        BraceControllerNode(namespace=NS, cli_args=["--ros-args", "--params-file", str(params)])
+    assert err.value.parameter == "cooldown_stpes"

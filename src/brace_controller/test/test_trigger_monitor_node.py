@@ -123,3 +123,11 @@ def test_chain_outcomes_to_monitor_to_controller_to_planner(ros):
     assert decision.admitted and decision.trigger.kind == TriggerEvent.KIND_FAILURE
     assert decision.mode == ReplanDecision.MODE_PARTIAL_REPLAN and decision.consecutive_failures == 2
     assert planner.goals[0].token_budget == 512 and planner.goals[0].slo_ms == 1500.0
+
+
+def test_an_empty_agent_list_in_a_parameter_file_stops_the_node(ros, tmp_path):
+    params = tmp_path / "empty.yaml"
+    params.write_text("/**/trigger_monitor:\n  ros__parameters:\n    agents: []\n")
+    with pytest.raises(ConfigError) as err:
+        TriggerMonitorNode(namespace=NS, cli_args=["--ros-args", "--params-file", str(params)])
+    assert err.value.parameter == "agents"

@@ -159,7 +159,8 @@ class PlannerCallPath:
                  max_new_tokens: int = 64, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
                  retriever: Optional[Retriever] = None, protect_blocks: bool = True, model_name: str = "",
                  decoding: str = "json", decode_weights: str = "model",
-                 plan_steps: Optional[dict[int, int]] = None, layout: str = "focus", prefix_reuse: bool = False):
+                 plan_steps: Optional[dict[int, int]] = None, layout: str = "focus", prefix_reuse: bool = False,
+                 max_context_tokens: Optional[int] = None):
         self.tokenizer = tokenizer
         self.schema = schema
         self.compressor_name = compressor
@@ -180,6 +181,7 @@ class PlannerCallPath:
             raise ValueError(f"layout '{layout}' is not one of {LAYOUTS}")
         self.layout = layout
         self.prefix = PrefixCache() if prefix_reuse else None
+        self.max_context_tokens = max_context_tokens  # the oldest history is left out of longer prompts
         self.model_name = model_name or getattr(model.config, "_name_or_path", "") or model.config.model_type
         self.stack = DecoderStack(model, packed=True, decode_weights=decode_weights)
         self.plain = ErecapModel(model, stack=self.stack)
@@ -233,7 +235,7 @@ class PlannerCallPath:
             # context_compress
             t0 = begin(Phase.CONTEXT_COMPRESS)
             ctx = buffer.render(self.tokenizer, request.agent_id, self.request_text(request.agent_id, request.mode),
-                                self.system_prompt, layout=self.layout)
+                                self.system_prompt, layout=self.layout, max_tokens=self.max_context_tokens)
             outcome.tokens_before = len(ctx)
             if self.in_model:
                 kept_ids, protect = list(ctx.token_ids), list(ctx.protected) if self.protect_blocks else None

@@ -58,6 +58,10 @@ class PlannerConfig:
     prefix_reuse: bool = param(False, "reuse the previous call's prefill of the common prompt prefix in the layers "
                                "before the first pruning layer (exact); pays with context_layout stable_first")
     max_history: int = param(100000, "history entries kept in the context buffer (oldest dropped)", 1, 10**8)
+    max_entry_chars: int = param(8192, "longest context entry text accepted (longer entries are rejected and "
+                                 "counted)", 16, 1_000_000)
+    max_context_tokens: int = param(32768, "most context tokens a call reads: the oldest history is left out of the "
+                                    "prompt beyond it (the protected blocks always stay)", 256, 10**7)
     replan_action: str = param("replan", "name of the Replan action this planner serves (relative: in the node's "
                                "namespace)")
     autostart: bool = param(True, "configure and activate at start (no lifecycle manager needed)")

@@ -40,6 +40,9 @@ from typing import Optional
 
 from brace_common.vocabulary import Block, EntryKind
 
+MAX_CHARS_PER_TOKEN = 16
+"""No tokenizer packs more characters than this into a token on ordinary text: a prompt of more than
+max_tokens x this many characters certainly has more than max_tokens tokens."""
 PROTECTED_BLOCKS = frozenset({Block.TASK, Block.STATE, Block.CONSTRAINTS, Block.COORDINATION})
 _ORDER = (Block.TASK, Block.CONSTRAINTS, Block.STATE, Block.COORDINATION, Block.HISTORY)
 LAYOUTS = ("focus", "stable_first")
@@ -81,6 +84,7 @@ class RenderedContext:
     entry_of_token: list[int]              # index into `entries`, -1 for template / header / request tokens
     entries: list[Entry] = field(default_factory=list)
     request_start: int = -1                # first token of the REQUEST line (retrieved memory goes before it)
+    evicted: int = 0                       # oldest history entries left out to fit max_tokens
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -193,8 +197,55 @@ class ContextBuffer:
         return [*runs, (Block.STATE, state)]
 
     def render(self, tokenizer, agent_id: str, request: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-               entries: Optional[list[tuple[Block, list[Entry]]]] = None, layout: str = "focus") -> RenderedContext:
-        """The chat-templated prompt asking for `agent_id`'s next step, with per-token labels."""
+               entries: Optional[list[tuple[Block, list[Entry]]]] = None, layout: str = "focus",
+               max_tokens: Optional[int] = None) -> RenderedContext:
+        """The chat-templated prompt asking for `agent_id`'s next step, with per-token labels.
+
+        With `max_tokens`, a prompt longer than that leaves out its oldest history entries until it fits (the
+        other blocks are kept whole; `RenderedContext.evicted` counts what was left out).
+        """
+        if max_tokens is not None:
+            entries = self._within_chars(entries if entries is not None else self.blocks(layout),
+                                         max_tokens * MAX_CHARS_PER_TOKEN)
+        ctx = self._render(tokenizer, agent_id, request, system_prompt, entries, layout)
+        if max_tokens is None or len(ctx) <= max_tokens:
+            return ctx
+        excess = len(ctx) - max_tokens
+        sizes = [0] * len(ctx.entries)
+        for e in ctx.entry_of_token:
+            if e >= 0:
+                sizes[e] += 1
+        evict: set[int] = set()  # ids of the oldest history entries whose tokens cover the excess
+        for index in sorted((i for i, e in enumerate(ctx.entries) if e.block == Block.HISTORY),
+                            key=lambda i: (ctx.entries[i].step, i)):
+            if excess <= 0:
+                break
+            evict.add(id(ctx.entries[index]))
+            excess -= sizes[index]
+        kept = [(block, [e for e in block_entries if id(e) not in evict])
+                for block, block_entries in (entries if entries is not None else self.blocks(layout))]
+        trimmed = self._render(tokenizer, agent_id, request, system_prompt, kept, layout)
+        trimmed.evicted = len(evict)
+        return trimmed
+
+    @staticmethod
+    def _within_chars(blocks: list[tuple[Block, list[Entry]]], limit: int) -> list[tuple[Block, list[Entry]]]:
+        """`blocks` without their oldest history entries beyond `limit` characters in all (before tokenising:
+        a prompt that long has more than max_tokens tokens whatever the tokenizer, so its tail is never read)."""
+        total = sum(len(e.text) for _, block_entries in blocks for e in block_entries)
+        if total <= limit:
+            return blocks
+        history = sorted((e for b, es in blocks if b == Block.HISTORY for e in es), key=lambda e: e.step)
+        evict: set[int] = set()
+        for entry in history:
+            if total <= limit:
+                break
+            evict.add(id(entry))
+            total -= len(entry.text)
+        return [(b, [e for e in es if id(e) not in evict]) for b, es in blocks]
+
+    def _render(self, tokenizer, agent_id: str, request: str, system_prompt: str,
+                entries: Optional[list[tuple[Block, list[Entry]]]], layout: str) -> RenderedContext:
         if layout not in LAYOUTS:
             raise ValueError(f"layout '{layout}' is not one of {LAYOUTS}")
         stable = layout == "stable_first"

@@ -6,30 +6,53 @@ from brace_msgs.msg import ContextEntry, PhaseTiming, Plan, PlanStep, ReplanCall
 from builtin_interfaces.msg import Time
 
 from brace_common.clock import seconds_of, stamp_after
-from brace_common.vocabulary import Block, EntryKind
+from brace_common.validation import (
+    MAX_TEXT_CHARS,
+    InvalidInput,
+    check_float,
+    check_id,
+    check_int,
+    check_step,
+    check_text,
+)
+from brace_common.vocabulary import Block, EntryKind, Mode
 
 from .call_path import CallOutcome, CallRequest
 from .context import Entry
 
+MIN_TOKEN_BUDGET = 8
+"""The smallest B_t a call may ask for (the protected head and tail alone take more)."""
+MAX_TOKEN_BUDGET = 1_000_000
+MAX_CALL_MS = 3_600_000.0
+"""An hour: the longest SLO or hard deadline a call may ask for."""
+CALL_MODES = (Mode.FULL_REPLAN, Mode.PARTIAL_REPLAN, Mode.REUSE_SUBPLAN)
+"""The modes a call may have (defer_replan makes no call)."""
 
-def entry_from_msg(msg: ContextEntry) -> Entry:
-    """ContextEntry -> Entry; ValueError naming the field when malformed."""
-    if not msg.agent_id.strip():
-        raise ValueError("agent_id is empty")
-    if not msg.text.strip():
-        raise ValueError("text is empty")
+
+def entry_from_msg(msg: ContextEntry, max_text_chars: int = MAX_TEXT_CHARS) -> Entry:
+    """ContextEntry -> Entry; InvalidInput naming the field when the message is out of bounds."""
     try:
         block = Block(msg.block)
     except ValueError:
-        raise ValueError(f"unknown block {msg.block}") from None
-    return Entry(msg.agent_id, int(msg.step), block, msg.text, msg.kind or EntryKind.OBSERVATION.value,
+        raise InvalidInput("bad_block", f"unknown block {msg.block}") from None
+    return Entry(check_id("agent_id", msg.agent_id), check_step("step", msg.step), block,
+                 check_text("text", msg.text, max_text_chars, allow_empty=False),
+                 check_id("kind", msg.kind, allow_empty=True) or EntryKind.OBSERVATION.value,
                  seconds_of(msg.header.stamp))
 
 
 def request_from_goal(goal) -> CallRequest:
-    """Replan goal -> CallRequest."""
-    return CallRequest(goal.agent_id, int(goal.token_budget), float(goal.slo_ms), float(goal.hard_deadline_ms),
-                       int(goal.mode), int(goal.step), goal.decision_id)
+    """Replan goal -> CallRequest; InvalidInput naming the field when the goal is out of bounds."""
+    if goal.mode not in CALL_MODES:
+        raise InvalidInput("bad_mode", f"mode {goal.mode} is not a replanning call's (full, partial, reuse)")
+    slo_ms = check_float("slo_ms", goal.slo_ms, 0.0, MAX_CALL_MS)
+    deadline_ms = check_float("hard_deadline_ms", goal.hard_deadline_ms, 0.0, MAX_CALL_MS)
+    if slo_ms <= 0.0 or deadline_ms <= 0.0:
+        raise InvalidInput("range_slo_ms", "slo_ms and hard_deadline_ms must be > 0")
+    return CallRequest(check_id("agent_id", goal.agent_id),
+                       check_int("token_budget", goal.token_budget, MIN_TOKEN_BUDGET, MAX_TOKEN_BUDGET),
+                       slo_ms, deadline_ms, int(goal.mode), check_step("step", goal.step),
+                       check_id("decision_id", goal.decision_id, allow_empty=True))
 
 
 def call_to_msg(outcome: CallOutcome, request: CallRequest, call_id: str, model: str, accepted: Time) -> ReplanCall:

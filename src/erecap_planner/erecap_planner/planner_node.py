@@ -33,16 +33,19 @@ from typing import Optional
 from brace_msgs.action import Replan
 from brace_msgs.msg import ContextEntry, Episode, ReplanCall
 from diagnostic_msgs.msg import DiagnosticArray
+from rclpy._rclpy_pybind11 import InvalidHandle, RCLError
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.time import Time
 
 from brace_common import names, qos
 from brace_common.clock import seconds_of, steady_timer
 from brace_common.config import ConfigError, resolve_path
 from brace_common.diagnostics import diagnostic_array, nonzero
-from brace_common.params import declare_parameters, read_config
+from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
+from brace_common.validation import Rejections
 from brace_common.vocabulary import CallStatus, EpisodeEvent
 
 from . import convert
@@ -52,6 +55,7 @@ from .config import PlannerConfig
 from .context import ContextBuffer
 from .plan_parser import ActionSchema
 from .predictor import PredictorBank, PredictorMismatchError
+from .pruned_forward import CallAborted
 from .pruning import PruneSchedule, table8_layers
 
 QUEUE_CHECK_PERIOD_S = 0.05  # how often waiting calls are checked against their hard deadlines
@@ -76,7 +80,7 @@ def build_call_path(cfg: PlannerConfig, logger=None) -> PlannerCallPath:
     try:
         precision = resolve(cfg.device, cfg.dtype, cfg.decode_weights)
     except ValueError as exc:
-        raise ConfigError("decode_weights", str(exc)) from None
+        raise ConfigError("device" if "device" in str(exc) else "decode_weights", str(exc)) from None
     if logger is not None:
         logger.info(f"precision: {precision.device}, {precision.reason}")
     try:
@@ -114,7 +118,8 @@ def build_call_path(cfg: PlannerConfig, logger=None) -> PlannerCallPath:
                                cfg.system_prompt, protect_blocks=cfg.protect_blocks, model_name=cfg.model_path,
                                decoding=cfg.decoding, decode_weights=precision.decode_weights,
                                plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n},
-                               layout=cfg.context_layout, prefix_reuse=cfg.prefix_reuse)
+                               layout=cfg.context_layout, prefix_reuse=cfg.prefix_reuse,
+                               max_context_tokens=cfg.max_context_tokens)
     except ValueError as exc:
         raise ConfigError("decoding" if "decoding" in str(exc) else "compressor", str(exc)) from None
 
@@ -135,7 +140,9 @@ class ErecapPlannerNode(LifecycleNode):
         self.last_error = ""
         self.ids = itertools.count(1)
         self.counts = {"calls": 0, "malformed_context": 0, "context_entries": 0, "goals_rejected": 0,
-                       "entries_forgotten": 0, **{f"status.{s.label}": 0 for s in CallStatus}}
+                       "entries_forgotten": 0, "goal_wait_before_acceptance_ms": 0.0,
+                       **{f"status.{s.label}": 0 for s in CallStatus}}
+        self.rejections = Rejections(self.get_logger())
         self.action_server: Optional[ActionServer] = None
         self.calls_pub = None
         self._subscriptions: list = []
@@ -152,6 +159,7 @@ class ErecapPlannerNode(LifecycleNode):
         """Validate parameters, load model / predictor / schema, create the topics."""
         try:
             self.config = read_config(self, PlannerConfig)
+            reject_undeclared(self)
             started = time.monotonic()
             self.call_path = build_call_path(self.config, self.get_logger())
         except ConfigError as exc:
@@ -162,9 +170,9 @@ class ErecapPlannerNode(LifecycleNode):
         self.calls_pub = self.create_lifecycle_publisher(ReplanCall, names.REPLAN_CALLS, qos.EVENTS)
         context_group = MutuallyExclusiveCallbackGroup()  # entries and episode starts in arrival order
         self._subscriptions = [
-            self.create_subscription(ContextEntry, names.CONTEXT, self.on_context, qos.EVENTS,
+            self.create_subscription(ContextEntry, names.CONTEXT, self.on_context, qos.INPUTS,
                                      callback_group=context_group),
-            self.create_subscription(Episode, names.EPISODE, self.on_episode, qos.EVENTS,
+            self.create_subscription(Episode, names.EPISODE, self.on_episode, qos.INPUTS,
                                      callback_group=context_group)]
         self._queue_timer = steady_timer(self, QUEUE_CHECK_PERIOD_S, self.expire_waiting, self._timers_group)
         self.state_label = "inactive"
@@ -179,7 +187,8 @@ class ErecapPlannerNode(LifecycleNode):
         self.action_server = ActionServer(
             self, Replan, self.config.replan_action, self.execute, goal_callback=self.on_goal,
             handle_accepted_callback=self.on_accepted, cancel_callback=self.on_cancel,
-            callback_group=ReentrantCallbackGroup(),
+            callback_group=ReentrantCallbackGroup(), goal_service_qos_profile=qos.ACTION_SERVICES,
+            result_service_qos_profile=qos.ACTION_SERVICES, cancel_service_qos_profile=qos.ACTION_SERVICES,
         )
         self.state_label = "active"
         self.get_logger().info(f"serving Replan on '{self.config.replan_action}'")
@@ -225,10 +234,10 @@ class ErecapPlannerNode(LifecycleNode):
     def on_context(self, msg: ContextEntry) -> None:
         """Add a context entry; malformed entries are counted and dropped."""
         try:
-            entry = convert.entry_from_msg(msg)
+            entry = convert.entry_from_msg(msg, self.config.max_entry_chars)
         except ValueError as exc:
             self.counts["malformed_context"] += 1
-            self.get_logger().warning(f"dropped malformed ContextEntry: {exc}", throttle_duration_sec=1.0)
+            self.rejections.reject("context_entry", exc, msg.agent_id)
             return
         with self.buffer_lock:
             self.buffer.add(entry)
@@ -244,18 +253,33 @@ class ErecapPlannerNode(LifecycleNode):
     # ------------------------------------------------------------------ calls
 
     def on_goal(self, goal) -> GoalResponse:
-        """Accept goals only while active and for a named agent with a positive budget."""
-        if self.action_server is None or self.call_path is None or not goal.agent_id or goal.token_budget <= 0 \
-                or not goal.hard_deadline_ms > 0:
+        """Accept a goal while active when every field is within bounds (rejections counted by reason)."""
+        if self.action_server is None or self.call_path is None:
             self.counts["goals_rejected"] += 1
+            return GoalResponse.REJECT
+        try:
+            convert.request_from_goal(goal)
+        except ValueError as exc:
+            self.counts["goals_rejected"] += 1
+            self.rejections.reject("goal", exc, goal.decision_id or goal.agent_id)
             return GoalResponse.REJECT
         return GoalResponse.ACCEPT
 
     def on_accepted(self, goal_handle) -> None:
-        """Queue an accepted goal (EDF); answer the agent's older waiting call it supersedes; start one if idle."""
+        """Queue an accepted goal (EDF); answer the agent's older waiting call it supersedes; start one if idle.
+
+        The call's clock starts when the goal was sent (its stamp), not when it was accepted: a wait before
+        acceptance counts in its latency and uses up its deadline, as the queue does.
+        """
         request = convert.request_from_goal(goal_handle.request)
-        call = QueuedCall(f"{self.get_name()}/{next(self.ids)}", request.agent_id, time.monotonic(), request.slo_ms,
-                          request.hard_deadline_ms, handle=(goal_handle, request, self.get_clock().now().to_msg()))
+        now = self.get_clock().now()
+        sent = Time.from_msg(goal_handle.request.header.stamp, clock_type=now.clock_type)
+        before_ms = (now - sent).nanoseconds / 1e6 if sent.nanoseconds > 0 else 0.0
+        before_ms = min(max(0.0, before_ms), request.hard_deadline_ms)  # a clock that disagrees counts nothing
+        self.counts["goal_wait_before_acceptance_ms"] = round(before_ms, 1)
+        call = QueuedCall(f"{self.get_name()}/{next(self.ids)}", request.agent_id,
+                          time.monotonic() - before_ms / 1000.0, request.slo_ms, request.hard_deadline_ms,
+                          handle=(goal_handle, request, goal_handle.request.header.stamp if before_ms else now.to_msg()))
         self.calls[_goal_key(goal_handle)] = call
         older = self.queue.submit(call)
         if older is not None:
@@ -298,25 +322,33 @@ class ErecapPlannerNode(LifecycleNode):
             self.get_logger().warning(f"call {call.call_id} for {request.agent_id}: {outcome.error}",
                                       throttle_duration_sec=1.0)
         record = convert.call_to_msg(outcome, request, call.call_id, self.config.model_path, accepted)
-        if self.calls_pub is not None and self.calls_pub.is_activated:
-            self.calls_pub.publish(record)
         result = Replan.Result(call=record)
         result.plan = convert.plan_to_msg(outcome, request, f"{call.call_id}/plan", self.get_clock().now().to_msg())
-        if outcome.status == CallStatus.CANCELLED and goal_handle.is_cancel_requested:
-            goal_handle.canceled()
-        else:
-            goal_handle.succeed()
+        try:
+            if self.calls_pub is not None and self.calls_pub.is_activated:
+                self.calls_pub.publish(record)
+            if outcome.status == CallStatus.CANCELLED and goal_handle.is_cancel_requested:
+                goal_handle.canceled()
+            else:
+                goal_handle.succeed()
+        except (RCLError, InvalidHandle) as exc:
+            if self.context.ok():
+                raise
+            self.get_logger().info(f"shutting down: call {call.call_id} not answered ({exc})")
         return result
 
     def _run(self, goal_handle, call: QueuedCall, request) -> CallOutcome:
         def feedback(phase: str, elapsed_ms: float) -> None:
+            if not self.context.ok():
+                raise CallAborted("the node is shutting down")
             fb = Replan.Feedback(phase=phase, elapsed_ms=float(elapsed_ms))
             fb.header.stamp = self.get_clock().now().to_msg()
             goal_handle.publish_feedback(fb)
 
         with self.buffer_lock:
             snapshot = self.buffer.snapshot()  # the newest context: a call that waited plans from what is known now
-        return self.call_path.run(snapshot, request, cancelled=lambda: goal_handle.is_cancel_requested,
+        return self.call_path.run(snapshot, request,
+                                  cancelled=lambda: goal_handle.is_cancel_requested or not self.context.ok(),
                                   on_phase=feedback, queued_at=call.accepted_at)
 
     # ------------------------------------------------------------------ monitoring
@@ -325,6 +357,7 @@ class ErecapPlannerNode(LifecycleNode):
         """Lifecycle state, call counts by status, the queue, prefix reuse and malformed input on /diagnostics."""
         values = {"state": self.state_label, "model": self.config.model_path if self.config else "",
                   "compressor": self.config.compressor if self.config else "", **self.counts,
+                  **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())},
                   "queue.waiting": len(self.queue), **{f"queue.{k}": v for k, v in self.queue.counts.items()}}
         path = self.call_path
         if path is not None:

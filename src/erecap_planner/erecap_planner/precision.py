@@ -111,6 +111,9 @@ def resolve(device: str = "auto", dtype: str = "auto", decode_weights: str = "au
             cuda_bf16 = bool(cuda_available and torch.cuda.is_bf16_supported())
     if device == "auto":
         device = "cuda" if cuda_available else "cpu"
+    elif device.startswith("cuda") and not cuda_available:
+        raise ValueError(f"device '{device}' asked for, but this PyTorch sees no CUDA GPU "
+                         f"(torch.cuda.is_available() is false; use 'auto' or 'cpu')")
     on_cpu = device == "cpu"
     reasons = []
     if on_cpu:

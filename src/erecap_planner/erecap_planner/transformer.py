@@ -47,6 +47,8 @@ HALF_MAX_TOKENS = 4
 """Forwards of at most this many new tokens read float16 weights; longer ones are faster with the model's."""
 INT8_MAX_TOKENS = 32
 """Forwards of at most this many new tokens read int8 weights."""
+CHUNK_TOKENS = 512
+"""A forward that may be aborted runs a layer over a longer prompt in chunks of this many tokens, checking between."""
 
 
 class CallAborted(RuntimeError):
@@ -381,6 +383,54 @@ class DecoderStack:
         inter = gate_up.shape[-1] // 2
         return hidden + proj.down(self.act(gate_up[..., :inter]) * gate_up[..., inter:])
 
+    def layer_chunked(self, idx: int, hidden: torch.Tensor, cos_sin, cache: Optional[KVCache], store: bool,
+                      should_abort: Callable[[], bool], chunk: int = 0) -> torch.Tensor:
+        """One causal decoder layer over a long [1, q, d] prompt in chunks of `chunk` (CHUNK_TOKENS) tokens.
+
+        The same computation as `layer` without a mask, split so `should_abort()` is checked between chunks
+        (CallAborted): a deadline or a cancel stops a call within one chunk's work whatever the context's length.
+        """
+        chunk = chunk or CHUNK_TOKENS
+        proj = self.projections[idx]
+        norm_in, norm_post = self.norms[idx]
+        b, q, _ = hidden.shape
+        nh, nkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
+        cos, sin = cos_sin
+        spans = [(s, min(s + chunk, q)) for s in range(0, q, chunk)]
+
+        def check(where: str) -> None:
+            if should_abort():
+                raise CallAborted(f"stopped in layer {idx} ({where})")
+
+        queries, keys, values = [], [], []
+        for s, e in spans:
+            check("projections")
+            qkv = proj.qkv(self._norm(norm_in, hidden[:, s:e])).view(b, e - s, nh + 2 * nkv, hd)
+            qk = self._rope(qkv[:, :, : nh + nkv], cos[:, s:e], sin[:, s:e])
+            queries.append(qk[:, :, :nh].transpose(1, 2))
+            keys.append(qk[:, :, nh:].transpose(1, 2))
+            values.append(qkv[:, :, nh + nkv:].transpose(1, 2))
+        new_k, new_v = torch.cat(keys, dim=2), torch.cat(values, dim=2)
+        past = cache.seq_length(idx) if cache is not None else 0
+        if cache is not None and store:
+            all_k, all_v = cache.append(idx, new_k, new_v)
+        elif cache is not None and past:
+            past_k, past_v = cache.view(idx)
+            all_k, all_v = torch.cat([past_k, new_k], dim=2), torch.cat([past_v, new_v], dim=2)
+        else:
+            all_k, all_v = new_k, new_v
+        out = []
+        for (s, e), query in zip(spans, queries, strict=True):
+            check("attention")
+            mask = torch.ones(e - s, past + e, dtype=torch.bool, device=hidden.device).tril(past + s)[None, None]
+            attn = F.scaled_dot_product_attention(query, all_k[:, :, : past + e], all_v[:, :, : past + e],
+                                                  attn_mask=mask, scale=self.scaling, enable_gqa=nkv != nh)
+            h = hidden[:, s:e] + proj.o(attn.transpose(1, 2).reshape(b, e - s, nh * hd))
+            gate_up = proj.gate_up(self._norm(norm_post, h))
+            inter = gate_up.shape[-1] // 2
+            out.append(h + proj.down(self.act(gate_up[..., :inter]) * gate_up[..., inter:]))
+        return torch.cat(out, dim=1)
+
     # ------------------------------------------------------------------ the loop
 
     def forward(self, hidden: torch.Tensor, positions: torch.Tensor, cache: Optional[KVCache] = None, *,
@@ -395,7 +445,8 @@ class DecoderStack:
         follow the kept tokens' original positions, causality the compacted
         order). `key_bias(idx, hidden)` may return an additive [n] key bias
         that applies from that layer on (soft pruning; needs `mask`).
-        `should_abort()` is checked before every layer and raises CallAborted.
+        `should_abort()` is checked before every layer and, in a layer over more than CHUNK_TOKENS
+        tokens, between chunks of them; true raises CallAborted.
         With `cache` each layer appends its keys / values there (or, with
         `store=False`, only attends to them); `valid` [batch, n] marks padding
         tokens no query may attend to.
@@ -420,7 +471,11 @@ class DecoderStack:
                 if extra is not None:
                     bias = extra if bias is None else bias + extra
             layer_mask = mask if bias is None else mask + bias[None, None, None, :]
-            hidden = self.layer(idx, hidden, cos_sin, cache, layer_mask, store, valid)
+            if should_abort is not None and layer_mask is None and valid is None and hidden.shape[1] > CHUNK_TOKENS \
+                    and not torch.is_grad_enabled():
+                hidden = self.layer_chunked(idx, hidden, cos_sin, cache, store, should_abort)
+            else:
+                hidden = self.layer(idx, hidden, cos_sin, cache, layer_mask, store, valid)
         return ForwardOut(hidden, positions)
 
     def _set_decode(self, new_tokens: int) -> None:

@@ -113,3 +113,16 @@ def test_history_cap_keeps_the_log_order():
         c.add(Entry("a", t, Block.HISTORY, f"e{t}"))
         c.add(Entry("a", t, Block.COORDINATION, f"m{t}"))
     assert [e.text for e in c.log] == ["t", "m0", "e1", "m1", "e2", "m2"] and c.dropped == 1
+
+
+@pytest.mark.parametrize("layout", ["focus", "stable_first"])
+def test_a_token_cap_leaves_out_the_oldest_history_and_keeps_the_rest(layout):
+    tok = byte_tokenizer()
+    c = buffer(history=0)
+    for t in range(20_000):  # far beyond any cap: the prompt is cut before tokenising it all
+        c.add(Entry("b", t, Block.HISTORY, f"event {t}: shelf {t % 9} checked"))
+    ctx = c.render(tok, "a", "next step for a?", layout=layout, max_tokens=2_000)
+    assert len(ctx) <= 2_000 and ctx.evicted > 0
+    assert "event 19999" in ctx.text and "event 0:" not in ctx.text  # the newest history stays
+    assert "fetch cup_3 to dock_2" in ctx.text and "I hold the corridor" in ctx.text  # protected blocks stay
+    assert len(c.render(tok, "a", "next step for a?", layout=layout)) > 2_000  # without the cap nothing is cut

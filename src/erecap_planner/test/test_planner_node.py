@@ -8,6 +8,7 @@ import pytest
 from brace_msgs.action import Replan
 from brace_msgs.msg import ContextEntry, ReplanCall
 from rclpy.action import ActionClient
+from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
@@ -32,11 +33,13 @@ class Client(Node):
         self.action = ActionClient(self, Replan, "/brace/replan")
         self.feedback: list[str] = []
 
-    def send(self, **goal):
+    def send(self, sent_ago_s: float = 0.0, **goal):
         fields = dict(agent_id="a", token_budget=300, slo_ms=60_000.0, hard_deadline_ms=120_000.0, step=7,
                       decision_id="d1")
         fields.update(goal)
-        future = self.action.send_goal_async(Replan.Goal(**fields), feedback_callback=lambda f: self.feedback.append(
+        request = Replan.Goal(**fields)
+        request.header.stamp = (self.get_clock().now() - Duration(seconds=sent_ago_s)).to_msg()
+        future = self.action.send_goal_async(request, feedback_callback=lambda f: self.feedback.append(
             f.feedback.phase))
         wait_for(future.done, what="goal response")
         return future.result()
@@ -172,3 +175,26 @@ def test_waiting_calls_are_served_earliest_deadline_first(ros, model_dir):
     c_call = results["c"].result().result.call
     assert c_call.phases[0].phase == "queue" and c_call.phases[0].duration_ms > 0.0
     assert node.queue.counts == {"superseded": 1, "expired_waiting": 1, "cancelled_waiting": 0}
+
+
+def test_latency_runs_from_when_the_goal_was_sent(ros, model_dir):
+    node = planner(model_dir)
+    client = start(ros, node)
+    handle = client.send(sent_ago_s=2.0)  # the goal waited 2 s before the planner accepted it
+    result_future = handle.get_result_async()
+    wait_for(result_future.done, timeout=60, what="result")
+    call = result_future.result().result.call
+    assert call.latency_ms >= 2000.0 and call.phases[0].phase == "queue" and call.phases[0].duration_ms >= 2000.0
+
+
+@pytest.mark.parametrize("goal,reason", [
+    ({"token_budget": 1}, "range_token_budget"), ({"token_budget": 2**32 - 1}, "range_token_budget"),
+    ({"slo_ms": float("nan")}, "range_slo_ms"), ({"slo_ms": float("inf")}, "range_slo_ms"),
+    ({"mode": 3}, "bad_mode"), ({"mode": 255}, "bad_mode"), ({"agent_id": "a" * 100_000}, "long_agent_id"),
+    ({"hard_deadline_ms": -1.0}, "range_hard_deadline_ms"),
+])
+def test_goals_out_of_bounds_are_rejected_and_counted_by_reason(ros, model_dir, goal, reason):
+    node = planner(model_dir)
+    client = start(ros, node)
+    assert not client.send(**goal).accepted
+    assert node.rejections.counts[f"goal.{reason}"] == 1

@@ -76,3 +76,8 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n")
     assert cpu_flags(str(info)) == {"fpu", "avx2", "avx512_bf16"}
     assert cpu_flags(str(tmp_path / "missing")) == set()
+
+
+def test_cuda_without_a_gpu_names_the_cause():
+    with pytest.raises(ValueError, match="sees no CUDA GPU"):
+        resolve("cuda:0", cpu=AVX2_EPYC, cuda_available=False, cuda_bf16=False)

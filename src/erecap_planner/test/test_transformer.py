@@ -121,3 +121,21 @@ def test_abort_is_checked_before_every_layer():
 def test_unknown_decode_weights_are_refused():
     with pytest.raises(ValueError, match="decode_weights"):
         DecoderStack(tiny("llama"), decode_weights="int4")
+
+
+def test_a_long_prompt_runs_in_chunks_equal_to_one_pass_and_stops_inside_a_layer():
+    from erecap_planner.transformer import CHUNK_TOKENS, CallAborted
+
+    model = tiny("llama")
+    stack = DecoderStack(model)
+    ids = torch.randint(0, 256, (1, 2 * CHUNK_TOKENS + 100), generator=torch.Generator().manual_seed(1))
+    positions = torch.arange(ids.shape[1])
+    with torch.inference_mode():
+        whole = stack.forward(stack.embed(ids), positions).hidden
+        checks = []
+        chunked = stack.forward(stack.embed(ids), positions, should_abort=lambda: checks.append(1) and False).hidden
+        assert torch.allclose(whole, chunked, atol=1e-4, rtol=1e-4)
+        assert len(checks) > 3 * stack.num_layers  # before every layer and between its chunks
+        calls = iter(range(10**6))
+        with pytest.raises(CallAborted, match="in layer 0"):  # the third check is inside the first layer
+            stack.forward(stack.embed(ids), positions, should_abort=lambda: next(calls) >= 2)

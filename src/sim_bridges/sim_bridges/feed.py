@@ -13,11 +13,11 @@ the number of agents, and pruning can remove what mattered.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Optional
 
+from brace_common.validation import MAX_ID_CHARS, InvalidInput, check_id, parse_json_object, shorten
 from brace_common.vocabulary import Block, EntryKind
 
 from .warehouse import SUPERVISOR, Event, Step, Warehouse
@@ -157,14 +157,25 @@ def action_schema(world: Warehouse, max_steps: int = 4) -> dict:
     }}
 
 
+MAX_PLAN_STEPS = 64
+"""Longest plan the world accepts."""
+
+
 def plan_from_steps(raw: list[tuple[str, str]]) -> list[Step]:
-    """World steps from (action, parameters_json) pairs; ValueError on parameters that are not a JSON object."""
+    """World steps from (action, parameters_json) pairs; InvalidInput naming what is wrong.
+
+    The warehouse's skills take names only: every parameter value must be a short string (a list where a place
+    belongs would reach the world's lookups).
+    """
+    if len(raw) > MAX_PLAN_STEPS:
+        raise InvalidInput("long_plan", f"plan has {len(raw)} steps (at most {MAX_PLAN_STEPS})")
     steps = []
     for action, params_json in raw:
-        params = json.loads(params_json or "{}")
-        if not isinstance(params, dict):
-            raise ValueError(f"parameters of {action} are not a JSON object")
-        steps.append(Step(action, params))
+        params = parse_json_object("parameters_json", params_json)
+        for key, value in params.items():
+            if not isinstance(value, str) or len(value) > MAX_ID_CHARS:
+                raise InvalidInput("bad_parameter", f"parameter {shorten(key)} of {shorten(action)} is not a name")
+        steps.append(Step(check_id("action", action), params))
     return steps
 
 

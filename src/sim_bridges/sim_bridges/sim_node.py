@@ -45,9 +45,10 @@ from brace_common import names, qos
 from brace_common.clock import stamp_of, steady_timer
 from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.episode import EpisodeResult
-from brace_common.params import declare_config
+from brace_common.params import declare_config, reject_undeclared
 from brace_common.readiness import PeerWait
 from brace_common.spin import spin_node
+from brace_common.validation import InvalidInput, Rejections
 from brace_common.vocabulary import CallStatus, EpisodeEvent
 
 from . import feed
@@ -62,6 +63,7 @@ class EmbeddedSimNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("embedded_sim", **kwargs)
         self.config = declare_config(self, SimConfig)
+        reject_undeclared(self)
         self.world: Optional[Warehouse] = None
         self.episode = -1
         self.done = False
@@ -74,6 +76,7 @@ class EmbeddedSimNode(Node):
         self.counts = {"steps": 0, "held_ticks": 0, "hold_timeouts": 0, "malformed_plans": 0,
                        "plans_applied": 0, "stale_plans": 0, "ticks_waiting_for_peers": 0}
         self.sim_time = self.get_parameter("use_sim_time").value
+        self.rejections = Rejections(self.get_logger())
 
         self.context_pub = self.create_publisher(ContextEntry, names.CONTEXT, qos.EVENTS)
         self.state_pub = self.create_publisher(AgentState, names.AGENT_STATES, qos.EVENTS)
@@ -83,8 +86,8 @@ class EmbeddedSimNode(Node):
         self.marker_pub = self.create_publisher(MarkerArray, names.MARKERS, qos.MARKERS)
         self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
         self.create_subscription(Plan, names.PLAN, self.on_plan, qos.PLANS)
-        self.create_subscription(ReplanDecision, names.DECISIONS, self.on_decision, qos.EVENTS)
-        self.create_subscription(ReplanCall, names.REPLAN_CALLS, self.on_call, qos.EVENTS)
+        self.create_subscription(ReplanDecision, names.DECISIONS, self.on_decision, qos.INPUTS)
+        self.create_subscription(ReplanCall, names.REPLAN_CALLS, self.on_call, qos.INPUTS)
         actions = {self.config.replan_action: ActionClient(self, Replan, self.config.replan_action)} \
             if self.config.replan_action else {}
         self.peers = PeerWait(self, self.config.wait_for_nodes, actions, self.config.wait_settle_s,
@@ -95,8 +98,8 @@ class EmbeddedSimNode(Node):
     # ------------------------------------------------------------------ inputs
 
     def on_decision(self, msg: ReplanDecision) -> None:
-        """An admitted call holds the world until it returns."""
-        if msg.admitted and self.world is not None:
+        """An admitted call for one of this world's agents holds the world until it returns."""
+        if msg.admitted and self.world is not None and msg.trigger.agent_id in self.world.agents:
             self.waiting[msg.decision_id] = time.monotonic() + self.config.hold_timeout_s
             self.episode_decisions.add(msg.decision_id)
 
@@ -117,13 +120,14 @@ class EmbeddedSimNode(Node):
             return
         if msg.agent_id not in self.world.agents:
             self.counts["malformed_plans"] += 1
-            self.get_logger().warning(f"dropped plan for unknown agent '{msg.agent_id}'", throttle_duration_sec=1.0)
+            self.rejections.reject("plan", InvalidInput("unknown_agent", "plan for an agent not in this world"),
+                                   msg.agent_id)
             return
         try:
             steps = feed.plan_from_steps([(s.action, s.parameters_json) for s in msg.steps])
         except ValueError as exc:
             self.counts["malformed_plans"] += 1
-            self.get_logger().warning(f"dropped malformed plan {msg.plan_id}: {exc}", throttle_duration_sec=1.0)
+            self.rejections.reject("plan", exc, msg.plan_id)
             return
         self.plans += 1
         self.agreeing += feed.agrees_with_oracle(self.world, msg.agent_id, steps)
@@ -254,7 +258,8 @@ class EmbeddedSimNode(Node):
         """Readiness, episode progress, holds and dropped plans on /diagnostics."""
         waiting = not self.peers.done
         values = {"episode": self.episode, "step": self.world.t if self.world else 0, "done": self.done,
-                  "waiting_for_peers": waiting, "calls_waited_on": len(self.waiting), **self.counts}
+                  "waiting_for_peers": waiting, "calls_waited_on": len(self.waiting), **self.counts,
+                  **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}}
         errors = []
         if self.peers.overdue():
             errors.append(f"no {', '.join(self.peers.missing()) or 'settled graph'} after "

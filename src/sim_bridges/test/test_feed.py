@@ -96,3 +96,19 @@ def test_oracle_agreement_compares_first_steps():
     assert here == "park_0"
     assert feed.agrees_with_oracle(world, "agent_0", [Step("move_to", {"target": here}), *oracle])
     assert not feed.agrees_with_oracle(world, "agent_0", [Step("move_to", {"target": here}), Step("wait")])
+
+
+@pytest.mark.parametrize("raw,reason", [
+    ([("move_to", '{"target": ["shelf_0"]}')], "bad_parameter"),       # a list where a place belongs
+    ([("move_to", '{"target": ' + "[" * 100 + "]" * 100 + "}")], "deep_parameters_json"),
+    ([("move_to", "[1]")], "bad_parameters_json"),
+    ([("wait", "{}")] * 65, "long_plan"),
+    ([("move to", "{}")], "bad_action"),
+])
+def test_hostile_plans_are_refused_before_the_world_sees_them(raw, reason):
+    from brace_common.validation import InvalidInput
+
+    with pytest.raises(InvalidInput) as err:
+        feed.plan_from_steps(raw)
+    assert err.value.reason == reason
+    assert feed.plan_from_steps([("move_to", '{"target": "shelf_0"}'), ("wait", "")])[0].params == {"target": "shelf_0"}
