@@ -266,3 +266,14 @@ def test_a_misspelt_parameter_stops_the_node_naming_it(ros, tmp_path):
     with pytest.raises(ConfigError) as err:
         BraceControllerNode(namespace=NS, cli_args=["--ros-args", "--params-file", str(params)])
     assert err.value.parameter == "cooldown_stpes"
+
+
+def test_two_controllers_on_one_graph_never_issue_the_same_decision_id(ros):
+    from brace_common.vocabulary import TriggerKind
+    from brace_controller.types import Trigger
+
+    first, second = controller(), controller()
+    trigger = Trigger(TriggerKind.PERIODIC, "a", 1)
+    assert first.core.decide(trigger).decision_id != second.core.decide(trigger).decision_id
+    first.destroy_node()
+    second.destroy_node()

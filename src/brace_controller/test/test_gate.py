@@ -102,3 +102,10 @@ def test_anti_churn_property_without_overrides(delta, omega, team_delta, guard, 
             if flag:
                 # The controller's "now" is the latest trigger step it has seen.
                 last_change[agent] = c.team.latest_step
+
+
+def test_team_windows_of_zero_never_suppress_even_when_steps_go_back():
+    c = controller(cooldown_steps=0, commit_steps=0, team_cooldown_steps=0, team_commit_steps=0)
+    assert c.decide(trig(10, agent="a")).admitted
+    late = c.decide(trig(3, agent="b"))  # a trigger stamped before the team's last call (before: team_cooldown)
+    assert late.admitted and late.reason == Reason.GATE_OPEN

@@ -40,3 +40,10 @@ def test_override_raises_budget_per_failure_and_is_bounded():
     assert at_k.mode == Mode.FULL_REPLAN and at_k.token_budget == 2048 and at_k.slo_ms == 3000.0
     way_past = policy.budget(trig(1, kind=TriggerKind.FAILURE), True, 30)
     assert way_past.token_budget == 3000
+
+
+def test_any_number_of_consecutive_failures_gives_a_bounded_budget():
+    policy = BudgetPolicy(profile(), ControllerConfig(override_after_failures=3, override_budget_scale=100.0))
+    for failures in (3, 64, 1754, 2**32 - 1):  # 1,754 raised OverflowError before
+        budget = policy.budget(trig(1, kind=TriggerKind.FAILURE, failures=failures), True, failures)
+        assert budget.token_budget == policy.config.override_max_token_budget

@@ -131,3 +131,16 @@ def test_an_empty_agent_list_in_a_parameter_file_stops_the_node(ros, tmp_path):
     with pytest.raises(ConfigError) as err:
         TriggerMonitorNode(namespace=NS, cli_args=["--ros-args", "--params-file", str(params)])
     assert err.value.parameter == "agents"
+
+
+def test_a_state_from_step_2_to_the_64_is_refused_and_triggers_go_on(ros):
+    node = monitor(hazard_distance_m=1.0, hazard_repeat_steps=1)
+    world = connect(ros, node)
+    publish_step(world, 1, {"a": 0.0, "b": 0.5})
+    wait_for(lambda: node.monitor.step == 1, what="step 1")
+    world.state("a", 2**64 - 1, 0.0)  # before: the monitor jumped to this step and raised nothing again
+    wait_for(lambda: node.rejections.counts["agent_state.range_step"] == 1, what="rejected")
+    for step in (2, 3):
+        publish_step(world, step, {"a": 0.0, "b": 0.5})
+    wait_for(lambda: any(t.step == 2 for t in world.of_kind(TriggerEvent.KIND_HAZARD)), what="hazards go on")
+    assert node.monitor.step == 3
