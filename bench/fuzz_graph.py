@@ -41,6 +41,8 @@ def main() -> int:
               f"{r['uncounted']:>9}  {r['note']}")
     print(f"\nReplan goals: {result.goals}")
     print(f"crashed: {result.crashed or 'none'}; hung: {result.hung or 'none'}")
+    print(f"under attack: {result.calls_under_attack} calls, {result.over_deadline_under_attack} past their hard "
+          f"deadline by > {OVERRUN_MS:.0f} ms (worst {result.worst_overrun_under_attack_ms:.0f} ms)")
     print(f"held episode afterwards: {result.episodes_with_plans}/{result.episodes} episodes with plans, "
           f"{result.calls} calls, {result.calls_over_deadline} past their hard deadline by > {OVERRUN_MS:.0f} ms "
           f"(worst {result.worst_overrun_ms:.0f} ms)")
@@ -48,6 +50,7 @@ def main() -> int:
     write_csv(rows + [{"attack": "outcome", "node": "graph", "note": str({
         "crashed": result.crashed, "hung": result.hung, "goals": result.goals, "episodes": result.episodes,
         "episodes_with_plans": result.episodes_with_plans, "calls_over_deadline": result.calls_over_deadline,
+        "over_deadline_under_attack": result.over_deadline_under_attack,
         "worst_overrun_ms": round(result.worst_overrun_ms, 1)})}], OUT / "fuzz_graph.csv")
     return 0 if result.ok else 1
 
