@@ -198,3 +198,15 @@ def test_recorder_finishes_the_bag_on_sigterm(tmp_path):
     assert [deserialize_message(m.data, Episode).episode for m in contents.messages] == list(range(20))
     assert {m.topic for m in contents.messages} == {"/brace/episode"}  # the relative name, resolved in its namespace
     assert (bag / "metadata.yaml").is_file()
+
+
+def test_a_plan_with_parameters_nested_thousands_deep_is_compared_as_text():
+    from brace_msgs.msg import Plan, PlanStep
+
+    from brace_controller.convert import plan_signature
+
+    deep = "[" * 100_000 + "]" * 100_000  # json.loads raised RecursionError in the audit report before
+    plan = Plan(steps=[PlanStep(action="move_to", parameters_json=deep), PlanStep(action="wait",
+                                                                                   parameters_json='{"b": 1, "a": 2}')])
+    signature = plan_signature(plan)
+    assert signature[0] == ("move_to", deep) and signature[1] == ("wait", '{"a": 2, "b": 1}')
