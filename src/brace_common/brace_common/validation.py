@@ -15,6 +15,7 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any, Optional
 
 MAX_ID_CHARS = 128
@@ -97,10 +98,15 @@ def check_step(field: str, value: int, latest: Optional[int] = None) -> int:
     return value
 
 
-def json_depth(text: str) -> int:
-    """The deepest nesting of objects and arrays in JSON `text` (strings respected), without parsing it."""
-    depth = deepest = 0
+def json_depths(text: str, prose_first: bool = False) -> Iterator[int]:
+    """The nesting depth after each bracket of JSON `text`, brackets inside strings skipped.
+
+    With `prose_first`, what comes before the first opening bracket is prose (a model's chatter before its JSON):
+    quotes and closing brackets there are not JSON.
+    """
+    depth = 0
     in_string = escaped = False
+    started = not prose_first
     for ch in text:
         if in_string:
             if escaped:
@@ -110,13 +116,19 @@ def json_depth(text: str) -> int:
             elif ch == '"':
                 in_string = False
         elif ch == '"':
-            in_string = True
+            in_string = started
         elif ch in "{[":
             depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "}]":
+            started = True
+            yield depth
+        elif ch in "}]" and started:
             depth -= 1
-    return deepest
+            yield depth
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of objects and arrays in JSON `text` (strings respected), without parsing it."""
+    return max(json_depths(text), default=0)
 
 
 def parse_json_object(field: str, text: str, max_chars: int = MAX_JSON_CHARS,

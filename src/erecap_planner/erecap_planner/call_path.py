@@ -23,6 +23,7 @@ from typing import Optional, Protocol
 
 import torch
 
+from brace_common.validation import json_depths
 from brace_common.vocabulary import CallStatus, Mode, Phase, meets_slo
 
 from .compressors import Compressor, make_compressor
@@ -123,26 +124,8 @@ def unserved_outcome(call, compressor: str) -> CallOutcome:
 
 
 def json_object_closed(text: str) -> bool:
-    """True once `text` holds a complete top-level JSON object or array (strings respected)."""
-    depth, in_string, escaped, started = 0, False, False, False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = started
-        elif ch in "{[":
-            depth += 1
-            started = True
-        elif ch in "}]" and started:
-            depth -= 1
-            if depth == 0:
-                return True
-    return False
+    """True once `text` holds a complete top-level JSON object or array (strings respected, prose before it skipped)."""
+    return any(depth == 0 for depth in json_depths(text, prose_first=True))
 
 
 def request_text(schema: ActionSchema, agent_id: str, mode: int) -> str:
