@@ -28,6 +28,8 @@ from pathlib import Path
 
 import yaml
 
+from brace_common.testing import installed_executable
+
 from .graph import SIM
 from .run_config import RunConfig
 
@@ -211,14 +213,6 @@ def _malformed(kind: str, msg) -> bool:
 # ------------------------------------------------------------------------------------------ the harness
 
 
-def _executable(package: str, name: str) -> Path:
-    for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep):
-        path = Path(prefix) / "lib" / package / name
-        if prefix and path.is_file():
-            return path
-    raise FileNotFoundError(f"{package}/{name} is not installed (colcon build)")
-
-
 def _run_config(folder: Path, model_dir: str, workspace: Path) -> Path:
     path = folder / "fuzz_run.yaml"
     path.write_text(yaml.safe_dump({"run": {
@@ -269,7 +263,7 @@ def run(folder: Path, per_topic: int = 10_000, goals: int = 100, seed: int = 0, 
     procs: dict[str, subprocess.Popen] = {}
     for spec in cfg.stack.nodes:
         procs[spec.name] = subprocess.Popen(
-            [str(_executable(spec.package, spec.executable)), "--ros-args", "--params-file", str(params),
+            [str(installed_executable(spec.package, spec.executable)), "--ros-args", "--params-file", str(params),
              "-r", f"__ns:={names.DEFAULT_NAMESPACE}"],
             env=env, stdout=(folder / f"{spec.name}.log").open("w"), stderr=subprocess.STDOUT)
     result = FuzzResult()

@@ -12,24 +12,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from pathlib import Path
 
 from graph_run import VARIANT, check_bag, tiny_run_config
 
 from brace_bringup.run_config import RunConfig
 from brace_common.names import DEFAULT_NAMESPACE
+from brace_common.testing import installed_executable
 
 SIM_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 30.0
-
-
-def executable(package: str, name: str) -> Path:
-    """The installed executable `ros2 run <package> <name>` would start."""
-    for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep):
-        path = Path(prefix) / "lib" / package / name
-        if prefix and path.is_file():
-            return path
-    raise FileNotFoundError(f"{package}/{name} is not installed (colcon build)")
 
 
 def test_every_process_at_once_closes_the_loop(tmp_path):
@@ -45,7 +36,7 @@ def test_every_process_at_once_closes_the_loop(tmp_path):
         for spec in order:
             logs[spec.name] = (tmp_path / f"{spec.name}.log").open("w")
             procs[spec.name] = subprocess.Popen(
-                [str(executable(spec.package, spec.executable)), "--ros-args", "--params-file", str(params),
+                [str(installed_executable(spec.package, spec.executable)), "--ros-args", "--params-file", str(params),
                  "-r", f"__ns:={DEFAULT_NAMESPACE}"],
                 env=env, stdout=logs[spec.name], stderr=subprocess.STDOUT)
         assert procs["embedded_sim"].wait(timeout=SIM_TIMEOUT_S) == 0

@@ -140,3 +140,14 @@ if pytest is not None:
         harness = RosHarness()
         yield harness
         harness.close()
+
+
+def installed_executable(package: str, name: str):
+    """The executable `ros2 run <package> <name>` would start (from AMENT_PREFIX_PATH); FileNotFoundError if none."""
+    from pathlib import Path
+
+    for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep):
+        path = Path(prefix) / "lib" / package / name
+        if prefix and path.is_file():
+            return path
+    raise FileNotFoundError(f"{package}/{name} is not installed (colcon build)")

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import rclpy
 from brace_msgs.action import Replan
@@ -15,15 +14,8 @@ from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
 
 from brace_common import names, qos
+from brace_common.testing import installed_executable
 from erecap_planner.testing import saved_tiny_llama
-
-
-def executable() -> Path:
-    for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep):
-        path = Path(prefix) / "lib" / "erecap_planner" / "erecap_planner"
-        if prefix and path.is_file():
-            return path
-    raise FileNotFoundError("erecap_planner is not installed (colcon build)")
 
 
 def test_sigterm_in_the_middle_of_a_call_exits_cleanly(tmp_path):
@@ -31,7 +23,8 @@ def test_sigterm_in_the_middle_of_a_call_exits_cleanly(tmp_path):
     domain = 1 + (os.getpid() + 7) % 200
     log = (tmp_path / "planner.log").open("w")
     proc = subprocess.Popen(
-        [str(executable()), "--ros-args", "-r", f"__ns:={names.DEFAULT_NAMESPACE}", "-p", f"model_path:={model}",
+        [str(installed_executable("erecap_planner", "erecap_planner")), "--ros-args",
+         "-r", f"__ns:={names.DEFAULT_NAMESPACE}", "-p", f"model_path:={model}",
          "-p", "pruning_layers:=[1, 3]", "-p", "decoding:=json", "-p", "max_new_tokens:=8000",
          "-p", "compressor:=none"],
         env={**os.environ, "ROS_DOMAIN_ID": str(domain)}, stdout=log, stderr=subprocess.STDOUT)
