@@ -231,6 +231,10 @@ def _diagnostics_counts(status) -> int:
     return sum(int(kv.value) for kv in status.values if kv.key.startswith("rejected."))
 
 
+SENSOR_RATE_HZ = 200.0
+"""Rate of the best-effort attack (a state stream's rate, e.g. the arm's feedback)."""
+
+
 def run(folder: Path, per_topic: int = 10_000, goals: int = 100, seed: int = 0, workspace: Path | None = None,
         rate_hz: float = 2000.0, log=print) -> FuzzResult:
     """Fuzz the sim stack in `folder`; the result (see FuzzResult.ok)."""
@@ -325,13 +329,16 @@ def run(folder: Path, per_topic: int = 10_000, goals: int = 100, seed: int = 0, 
             spin(1.0)
             before = counted(target)
             attack = Attack(f"{per_topic} fuzzed {cls.__name__}", target)
+            # A best-effort stream is read at a sensor's rate (the arm's feedback, 200 Hz), not at the attack's:
+            # a faster writer only overwrites samples in the reader's keep-last queue, which counts nothing.
+            burst, pace_hz = (2, SENSOR_RATE_HZ) if profile is qos.STATE else (20, rate_hz)
             for i in range(per_topic):
                 msg = make(rng)
                 attack.sent += 1
                 attack.malformed += _malformed(kind, msg) if kind != "decision" else 0
                 pub.publish(msg)
-                if i % 20 == 19:
-                    spin(20 / rate_hz)
+                if i % burst == burst - 1:
+                    spin(burst / pace_hz)
             attack.counted = settle(lambda t=target, b=before: counted(t) - b, attack.malformed)
             if profile is qos.STATE:
                 attack.note = "best-effort topic: a lost sample is not an input"

@@ -52,7 +52,13 @@ def spin_node(factory: Callable[[], Node], name: str, args=None,
             executor = MultiThreadedExecutor(num_threads=threads) if threads > 1 else SingleThreadedExecutor()
             executor.add_node(node)
             while rclpy.ok() and (until is None or not until(node)):
-                executor.spin_once(timeout_sec=0.1)
+                try:
+                    executor.spin_once(timeout_sec=0.1)
+                except Exception as exc:  # noqa: BLE001 - re-raised unless shutdown (SIGTERM) caused it
+                    if rclpy.ok():
+                        raise
+                    # A callback that ran while the context shut down touched a destroyed handle.
+                    node.get_logger().info(f"shutting down: {type(exc).__name__} in a callback ({exc})")
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

@@ -343,7 +343,12 @@ class ErecapPlannerNode(LifecycleNode):
                 raise CallAborted("the node is shutting down")
             fb = Replan.Feedback(phase=phase, elapsed_ms=float(elapsed_ms))
             fb.header.stamp = self.get_clock().now().to_msg()
-            goal_handle.publish_feedback(fb)
+            try:
+                goal_handle.publish_feedback(fb)
+            except (RCLError, InvalidHandle) as exc:
+                if self.context.ok():
+                    raise
+                raise CallAborted("the node is shutting down") from exc
 
         with self.buffer_lock:
             snapshot = self.buffer.snapshot()  # the newest context: a call that waited plans from what is known now
