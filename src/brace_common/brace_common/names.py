@@ -23,3 +23,15 @@ CONTROLLER_STATE = "controller_state"  # ControllerState: the gate's counters pe
 MARKERS = "markers"                    # visualization_msgs/MarkerArray for RViz
 DIAGNOSTICS = "/diagnostics"           # diagnostic_msgs/DiagnosticArray (global)
 CLOCK = "/clock"                       # rosgraph_msgs/Clock (global)
+
+# Robot bridges (robot_bridge). An arm's and a camera's names are relative too: launch puts each
+# robot in its namespace and each camera under its camera_name (OrbbecSDK_ROS2's layout).
+JOINT_STATES = "joint_states"          # sensor_msgs/JointState: arm -> executor, RViz (joint1..6 rad, gripper m)
+END_POSE = "end_pose"                  # geometry_msgs/PoseStamped: the arm's end-effector pose in base_link
+EE_DELTA_CMD = "ee_delta_cmd"          # EndEffectorDelta: executor -> arm (one 7-D action)
+JOINT_CMD = "joint_cmd"                # sensor_msgs/JointState: joint position command (rad) -> arm
+GRIPPER_CMD = "gripper_cmd"            # std_msgs/Float64: gripper opening command (m) -> arm
+COLOR_IMAGE = "color/image_raw"        # sensor_msgs/Image (rgb8), under <camera_name>/
+COLOR_INFO = "color/camera_info"       # sensor_msgs/CameraInfo, under <camera_name>/
+DEPTH_IMAGE = "depth/image_raw"        # sensor_msgs/Image (16UC1, mm), under <camera_name>/
+DEPTH_INFO = "depth/camera_info"       # sensor_msgs/CameraInfo, under <camera_name>/

@@ -90,6 +90,17 @@ class Block(_LabelledEnum):
     HISTORY = 4
 
 
+class Failure(_LabelledEnum):
+    """Why an executed step failed (ExecutionOutcome.FAILURE_*): the failure categories of BRACE Table 32."""
+
+    NONE = 0
+    GRASP = 1
+    DROP_SLIP = 2
+    TIMEOUT = 3
+    CONTACT_LOSS = 4
+    EXECUTOR = 5
+
+
 class EntryKind(str, enum.Enum):
     """What a context entry reports (ContextEntry.KIND_*)."""
 
@@ -130,6 +141,7 @@ MSG_CONSTANTS: dict[type[enum.Enum], tuple[str, str, str]] = {
     EntryKind: ("brace_msgs.msg", "ContextEntry", "KIND_"),
     Phase: ("brace_msgs.msg", "PhaseTiming", "PHASE_"),
     EpisodeEvent: ("brace_msgs.msg", "Episode", "EVENT_"),
+    Failure: ("brace_msgs.msg", "ExecutionOutcome", "FAILURE_"),
 }
 """Which message constants each enum mirrors: (module, message, constant prefix)."""
 
