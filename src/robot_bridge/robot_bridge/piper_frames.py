@@ -1,0 +1,472 @@
+"""The AgileX PiPER arm's CAN frames (protocol V2, as piper_sdk 0.6.2 sends and parses them): IDs, pack and unpack.
+
+Pure functions over (arbitration id, 8 data bytes); every multi-byte field is big-endian. Values are in the
+SDK's integer units (see piper_units). A frame is packed from a frozen dataclass and unpacked back into one;
+`unpack_command` dispatches a frame the arm receives, `unpack_feedback` one the arm sends.
+
+Commands (host -> arm): 0x150 motion control 1 (emergency stop / resume), 0x151 motion control 2 (control
+mode, move mode, speed %), 0x152-0x154 end-pose target, 0x155-0x157 joint target, 0x159 gripper, 0x471 motor
+enable/disable, 0x472 motor limit query, 0x4AF firmware query.
+Feedback (arm -> host): 0x2A1 arm status, 0x2A2-0x2A4 end pose, 0x2A5-0x2A7 joints, 0x2A8 gripper, 0x251-0x256
+high-speed motor info, 0x261-0x266 low-speed driver info, 0x473 motor angle limits / max speed, 0x47C motor
+max acceleration, 0x4AF firmware text.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# ---- IDs -----------------------------------------------------------------------------------------------------
+MOTION_CTRL_1 = 0x150
+MOTION_CTRL_2 = 0x151
+END_POSE_CTRL_XY = 0x152
+END_POSE_CTRL_ZRX = 0x153
+END_POSE_CTRL_RYRZ = 0x154
+JOINT_CTRL_12 = 0x155
+JOINT_CTRL_34 = 0x156
+JOINT_CTRL_56 = 0x157
+GRIPPER_CTRL = 0x159
+MOTOR_ENABLE = 0x471
+MOTOR_LIMIT_QUERY = 0x472
+FIRMWARE = 0x4AF  # the query (host -> arm) and the answer (arm -> host) share this ID
+
+ARM_STATUS = 0x2A1
+END_POSE_XY = 0x2A2
+END_POSE_ZRX = 0x2A3
+END_POSE_RYRZ = 0x2A4
+JOINT_FB_12 = 0x2A5
+JOINT_FB_34 = 0x2A6
+JOINT_FB_56 = 0x2A7
+GRIPPER_FB = 0x2A8
+HIGH_SPEED_BASE = 0x250  # + motor 1..6
+LOW_SPEED_BASE = 0x260  # + motor 1..6
+MOTOR_LIMIT_FB = 0x473
+MOTOR_ACC_FB = 0x47C
+
+JOINT_CTRL_IDS = (JOINT_CTRL_12, JOINT_CTRL_34, JOINT_CTRL_56)
+JOINT_FB_IDS = (JOINT_FB_12, JOINT_FB_34, JOINT_FB_56)
+END_POSE_CTRL_IDS = (END_POSE_CTRL_XY, END_POSE_CTRL_ZRX, END_POSE_CTRL_RYRZ)
+END_POSE_FB_IDS = (END_POSE_XY, END_POSE_ZRX, END_POSE_RYRZ)
+HIGH_SPEED_IDS = tuple(HIGH_SPEED_BASE + m for m in range(1, 7))
+LOW_SPEED_IDS = tuple(LOW_SPEED_BASE + m for m in range(1, 7))
+
+# ---- field values ----------------------------------------------------------------------------------------------
+CTRL_MODE_STANDBY = 0x00
+CTRL_MODE_CAN = 0x01
+MOVE_P, MOVE_J, MOVE_L, MOVE_C, MOVE_M, MOVE_CPV = range(6)
+ESTOP_NONE, ESTOP_STOP, ESTOP_RESUME = 0x00, 0x01, 0x02
+ARM_NORMAL = 0x00
+ARM_EMERGENCY_STOP = 0x01
+ARM_NO_SOLUTION = 0x02
+ARM_TARGET_EXCEEDS_LIMIT = 0x04
+ARM_JOINT_COMM_ERROR = 0x05
+ARM_COLLISION = 0x07
+MOTION_REACHED, MOTION_NOT_REACHED = 0x00, 0x01
+ENABLE_FLAG_DISABLE, ENABLE_FLAG_ENABLE = 0x01, 0x02
+MOTOR_ALL_SDK = 7  # what the SDK's EnableArm()/DisableArm() send by default: every motor
+MOTOR_ALL = 0xFF
+GRIPPER_DISABLE, GRIPPER_ENABLE, GRIPPER_DISABLE_CLEAR, GRIPPER_ENABLE_CLEAR = 0x00, 0x01, 0x02, 0x03
+GRIPPER_SET_ZERO = 0xAE
+LIMIT_QUERY_ANGLE_SPEED, LIMIT_QUERY_ACC = 0x01, 0x02
+
+# driver status bits (low-speed 0x26x byte 5, gripper 0x2A8 byte 6)
+DRIVER_VOLTAGE_LOW = 1 << 0
+DRIVER_MOTOR_OVERHEAT = 1 << 1
+DRIVER_OVERCURRENT = 1 << 2
+DRIVER_OVERHEAT = 1 << 3
+DRIVER_COLLISION = 1 << 4  # gripper: sensor status
+DRIVER_ERROR = 1 << 5
+DRIVER_ENABLED = 1 << 6
+DRIVER_STALL = 1 << 7  # gripper: homed
+
+
+class FrameError(ValueError):
+    """A frame whose data is too short or whose values do not fit their fields."""
+
+
+Frame = tuple[int, bytes]
+"""(arbitration id, 8 data bytes)."""
+
+
+def _pack(fmt: str, *values: int) -> bytes:
+    try:
+        data = struct.pack(fmt, *values)
+    except struct.error as exc:
+        raise FrameError(f"cannot pack {values} as '{fmt}': {exc}") from None
+    return data.ljust(8, b"\x00")
+
+
+def _unpack(fmt: str, data: bytes | bytearray | Sequence[int]) -> tuple[int, ...]:
+    raw = bytes(data)
+    size = struct.calcsize(fmt)
+    if len(raw) < size:
+        raise FrameError(f"frame has {len(raw)} data bytes, needs {size}")
+    return struct.unpack_from(fmt, raw)
+
+
+# ---- commands --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MotionCtrl1:
+    """0x150: emergency stop (0x01) / resume (0x02), trajectory and drag-teach control."""
+
+    emergency_stop: int = ESTOP_NONE
+    track_ctrl: int = 0
+    drag_teach_ctrl: int = 0
+
+    def pack(self) -> Frame:
+        """The frame."""
+        return MOTION_CTRL_1, _pack(">BBB", self.emergency_stop, self.track_ctrl, self.drag_teach_ctrl)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> MotionCtrl1:
+        """From a frame's data."""
+        return cls(*_unpack(">BBB", data))
+
+
+@dataclass(frozen=True)
+class MotionCtrl2:
+    """0x151: control mode, move mode, speed percentage (0-100), MIT mode, residence time, installation."""
+
+    ctrl_mode: int = CTRL_MODE_CAN
+    move_mode: int = MOVE_J
+    speed_pct: int = 50
+    mit_mode: int = 0
+    residence_time: int = 0
+    installation_pos: int = 0
+
+    def pack(self) -> Frame:
+        """The frame."""
+        return MOTION_CTRL_2, _pack(">BBBBBB", self.ctrl_mode, self.move_mode, self.speed_pct, self.mit_mode,
+                                    self.residence_time, self.installation_pos)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> MotionCtrl2:
+        """From a frame's data."""
+        return cls(*_unpack(">BBBBBB", data))
+
+
+@dataclass(frozen=True)
+class PairI32:
+    """Two int32 values of a joint (0.001 deg) or end-pose (0.001 mm / 0.001 deg) frame, with its ID."""
+
+    can_id: int
+    first: int
+    second: int
+
+    def pack(self) -> Frame:
+        """The frame."""
+        return self.can_id, _pack(">ii", self.first, self.second)
+
+    @classmethod
+    def unpack(cls, can_id: int, data: bytes) -> PairI32:
+        """From a frame's ID and data."""
+        return cls(can_id, *_unpack(">ii", data))
+
+
+def pack_six(ids: Sequence[int], values: Sequence[int]) -> list[Frame]:
+    """Six int32 values as the three frames `ids` (joints 1-6 or X, Y, Z, RX, RY, RZ)."""
+    if len(values) != 6 or len(ids) != 3:
+        raise FrameError(f"expected 6 values for 3 frames, got {len(values)} for {len(ids)}")
+    return [PairI32(ids[i], int(values[2 * i]), int(values[2 * i + 1])).pack() for i in range(3)]
+
+
+def joint_ctrl_frames(millideg: Sequence[int]) -> list[Frame]:
+    """Joint target (6 x 0.001 deg) as 0x155-0x157."""
+    return pack_six(JOINT_CTRL_IDS, millideg)
+
+
+def end_pose_ctrl_frames(pose: Sequence[int]) -> list[Frame]:
+    """End-pose target (X, Y, Z 0.001 mm; RX, RY, RZ 0.001 deg) as 0x152-0x154."""
+    return pack_six(END_POSE_CTRL_IDS, pose)
+
+
+@dataclass(frozen=True)
+class GripperCtrl:
+    """0x159: stroke (int32 0.001 mm), effort (uint16 0.001 N·m), enable code (0-3), set zero (0xAE)."""
+
+    angle: int = 0
+    effort: int = 0
+    status_code: int = GRIPPER_DISABLE
+    set_zero: int = 0
+
+    def pack(self) -> Frame:
+        """The frame."""
+        return GRIPPER_CTRL, _pack(">iHBB", self.angle, self.effort, self.status_code, self.set_zero)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> GripperCtrl:
+        """From a frame's data."""
+        return cls(*_unpack(">iHBB", data))
+
+    @property
+    def enable(self) -> bool:
+        """Whether the code enables the gripper (0x01, 0x03)."""
+        return bool(self.status_code & 0x01)
+
+
+@dataclass(frozen=True)
+class MotorEnable:
+    """0x471: motor 1-6 (joint), 7 or 0xFF (all motors, gripper included); flag 0x01 disable, 0x02 enable."""
+
+    motor_num: int = MOTOR_ALL_SDK
+    enable_flag: int = ENABLE_FLAG_ENABLE
+
+    def pack(self) -> Frame:
+        """The frame."""
+        return MOTOR_ENABLE, _pack(">BB", self.motor_num, self.enable_flag)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> MotorEnable:
+        """From a frame's data."""
+        return cls(*_unpack(">BB", data))
+
+    def motors(self) -> tuple[int, ...]:
+        """The joint motors (1-6) and gripper (7) this command addresses; () for an unknown motor number."""
+        if self.motor_num in (MOTOR_ALL_SDK, MOTOR_ALL):
+            return (1, 2, 3, 4, 5, 6, 7)
+        if 1 <= self.motor_num <= 6:
+            return (self.motor_num,)
+        return ()
+
+
+@dataclass(frozen=True)
+class MotorLimitQuery:
+    """0x472: ask motor 1-6 for its angle limits / max speed (0x01, answered by 0x473) or max acceleration (0x02,
+    answered by 0x47C)."""
+
+    motor_num: int = 1
+    search_content: int = LIMIT_QUERY_ANGLE_SPEED
+
+    def pack(self) -> Frame:
+        """The frame."""
+        return MOTOR_LIMIT_QUERY, _pack(">BB", self.motor_num, self.search_content)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> MotorLimitQuery:
+        """From a frame's data."""
+        return cls(*_unpack(">BB", data))
+
+
+@dataclass(frozen=True)
+class FirmwareQuery:
+    """0x4AF from the host: byte 0 = 0x01 asks the arm for its firmware text."""
+
+    request: int = 0x01
+
+    def pack(self) -> Frame:
+        """The frame."""
+        return FIRMWARE, _pack(">B", self.request)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> FirmwareQuery:
+        """From a frame's data."""
+        return cls(*_unpack(">B", data))
+
+
+Command = MotionCtrl1 | MotionCtrl2 | PairI32 | GripperCtrl | MotorEnable | MotorLimitQuery | FirmwareQuery
+
+
+def unpack_command(can_id: int, data: bytes) -> Command | None:
+    """A frame the arm receives as its dataclass; None for an ID the arm does not take (FrameError if short)."""
+    if can_id == MOTION_CTRL_1:
+        return MotionCtrl1.unpack(data)
+    if can_id == MOTION_CTRL_2:
+        return MotionCtrl2.unpack(data)
+    if can_id in JOINT_CTRL_IDS or can_id in END_POSE_CTRL_IDS:
+        return PairI32.unpack(can_id, data)
+    if can_id == GRIPPER_CTRL:
+        return GripperCtrl.unpack(data)
+    if can_id == MOTOR_ENABLE:
+        return MotorEnable.unpack(data)
+    if can_id == MOTOR_LIMIT_QUERY:
+        return MotorLimitQuery.unpack(data)
+    if can_id == FIRMWARE:
+        return FirmwareQuery.unpack(data)
+    return None
+
+
+# ---- feedback --------------------------------------------------------------------------------------------------
+def err_code(angle_limit: Sequence[bool] = (), comm_error: Sequence[bool] = ()) -> int:
+    """The arm status's uint16 error code: byte 6 (high) bit j = joint j+1 over its angle limit, byte 7 (low)
+    bit j = joint j+1 communication error."""
+    code = 0
+    for j, flag in enumerate(angle_limit[:6]):
+        code |= (1 << (8 + j)) if flag else 0
+    for j, flag in enumerate(comm_error[:6]):
+        code |= (1 << j) if flag else 0
+    return code
+
+
+def err_bits(code: int) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
+    """(angle limit per joint, communication error per joint) from an error code."""
+    return tuple(bool(code & (1 << (8 + j))) for j in range(6)), tuple(bool(code & (1 << j)) for j in range(6))
+
+
+@dataclass(frozen=True)
+class ArmStatus:
+    """0x2A1: control mode, arm status, move-mode feedback, teach status, motion status, trajectory number,
+    error code (see err_code)."""
+
+    ctrl_mode: int = CTRL_MODE_STANDBY
+    arm_status: int = ARM_NORMAL
+    mode_feed: int = MOVE_P
+    teach_status: int = 0
+    motion_status: int = MOTION_REACHED
+    trajectory_num: int = 0
+    err_code: int = 0
+
+    def pack(self) -> Frame:
+        """The frame."""
+        return ARM_STATUS, _pack(">BBBBBBH", self.ctrl_mode, self.arm_status, self.mode_feed, self.teach_status,
+                                 self.motion_status, self.trajectory_num, self.err_code)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> ArmStatus:
+        """From a frame's data."""
+        return cls(*_unpack(">BBBBBBH", data))
+
+
+def joint_feedback_frames(millideg: Sequence[int]) -> list[Frame]:
+    """Joint angles (6 x 0.001 deg) as 0x2A5-0x2A7."""
+    return pack_six(JOINT_FB_IDS, millideg)
+
+
+def end_pose_feedback_frames(pose: Sequence[int]) -> list[Frame]:
+    """End pose (X, Y, Z 0.001 mm; RX, RY, RZ 0.001 deg) as 0x2A2-0x2A4."""
+    return pack_six(END_POSE_FB_IDS, pose)
+
+
+@dataclass(frozen=True)
+class GripperFeedback:
+    """0x2A8: stroke (int32 0.001 mm), effort (int16 0.001 N·m), status bits (DRIVER_*; bit 6 enabled)."""
+
+    angle: int = 0
+    effort: int = 0
+    status_code: int = 0
+
+    def pack(self) -> Frame:
+        """The frame."""
+        return GRIPPER_FB, _pack(">ihB", self.angle, self.effort, self.status_code)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> GripperFeedback:
+        """From a frame's data."""
+        return cls(*_unpack(">ihB", data))
+
+
+@dataclass(frozen=True)
+class HighSpeed:
+    """0x251-0x256 for motor 1-6: speed (int16 0.001 rad/s), current (int16 0.001 A), position (int32; the twin
+    sends 0.001 rad, the SDK documents the field as 'rad')."""
+
+    motor: int
+    speed: int = 0
+    current: int = 0
+    pos: int = 0
+
+    def pack(self) -> Frame:
+        """The frame."""
+        if not 1 <= self.motor <= 6:
+            raise FrameError(f"motor {self.motor} is not 1-6")
+        return HIGH_SPEED_BASE + self.motor, _pack(">hhi", self.speed, self.current, self.pos)
+
+    @classmethod
+    def unpack(cls, can_id: int, data: bytes) -> HighSpeed:
+        """From a frame's ID and data."""
+        return cls(can_id - HIGH_SPEED_BASE, *_unpack(">hhi", data))
+
+
+@dataclass(frozen=True)
+class LowSpeed:
+    """0x261-0x266 for motor 1-6: voltage (uint16 0.1 V), driver temperature (int16 °C), motor temperature
+    (int8 °C), driver status bits (DRIVER_*; bit 6 enabled), bus current (uint16 0.001 A)."""
+
+    motor: int
+    voltage: int = 0
+    driver_temp: int = 0
+    motor_temp: int = 0
+    status: int = 0
+    bus_current: int = 0
+
+    def pack(self) -> Frame:
+        """The frame."""
+        if not 1 <= self.motor <= 6:
+            raise FrameError(f"motor {self.motor} is not 1-6")
+        return LOW_SPEED_BASE + self.motor, _pack(">HhbBH", self.voltage, self.driver_temp, self.motor_temp,
+                                                  self.status, self.bus_current)
+
+    @classmethod
+    def unpack(cls, can_id: int, data: bytes) -> LowSpeed:
+        """From a frame's ID and data."""
+        return cls(can_id - LOW_SPEED_BASE, *_unpack(">HhbBH", data))
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the driver reports itself enabled (bit 6)."""
+        return bool(self.status & DRIVER_ENABLED)
+
+
+@dataclass(frozen=True)
+class MotorLimitFeedback:
+    """0x473: motor 1-6's max / min angle (int16 0.1 deg) and max joint speed (uint16 0.001 rad/s)."""
+
+    motor_num: int
+    max_angle: int
+    min_angle: int
+    max_speed: int
+
+    def pack(self) -> Frame:
+        """The frame."""
+        return MOTOR_LIMIT_FB, _pack(">BhhH", self.motor_num, self.max_angle, self.min_angle, self.max_speed)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> MotorLimitFeedback:
+        """From a frame's data."""
+        return cls(*_unpack(">BhhH", data))
+
+
+@dataclass(frozen=True)
+class MotorAccFeedback:
+    """0x47C: motor 1-6's max acceleration (uint16 0.001 rad/s²)."""
+
+    motor_num: int
+    max_acc: int
+
+    def pack(self) -> Frame:
+        """The frame."""
+        return MOTOR_ACC_FB, _pack(">BH", self.motor_num, self.max_acc)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> MotorAccFeedback:
+        """From a frame's data."""
+        return cls(*_unpack(">BH", data))
+
+
+def firmware_frames(text: str) -> list[Frame]:
+    """Firmware text (ASCII) as 0x4AF frames of 8 bytes each, zero-padded."""
+    raw = text.encode("ascii")
+    return [(FIRMWARE, raw[i:i + 8].ljust(8, b"\x00")) for i in range(0, len(raw), 8)] or [(FIRMWARE, bytes(8))]
+
+
+Feedback = ArmStatus | PairI32 | GripperFeedback | HighSpeed | LowSpeed | MotorLimitFeedback | MotorAccFeedback
+
+
+def unpack_feedback(can_id: int, data: bytes) -> Feedback | None:
+    """A frame the arm sends as its dataclass; None for an ID that is not arm feedback (FrameError if short)."""
+    if can_id == ARM_STATUS:
+        return ArmStatus.unpack(data)
+    if can_id in JOINT_FB_IDS or can_id in END_POSE_FB_IDS:
+        return PairI32.unpack(can_id, data)
+    if can_id == GRIPPER_FB:
+        return GripperFeedback.unpack(data)
+    if can_id in HIGH_SPEED_IDS:
+        return HighSpeed.unpack(can_id, data)
+    if can_id in LOW_SPEED_IDS:
+        return LowSpeed.unpack(can_id, data)
+    if can_id == MOTOR_LIMIT_FB:
+        return MotorLimitFeedback.unpack(data)
+    if can_id == MOTOR_ACC_FB:
+        return MotorAccFeedback.unpack(data)
+    return None
