@@ -98,15 +98,18 @@ def yuyv_to_rgb8(data, width: int, height: int) -> np.ndarray:
     """A YUYV 4:2:2 buffer (Y0 U Y1 V per two pixels, BT.601 limited range) as an (H, W, 3) RGB array."""
     if width % 2:
         raise FrameError(f"YUYV frame width {width} is odd (two pixels share one U and V)")
-    packed = _packed(data, width, height, 2, "YUYV").astype(np.float32)
-    y = packed[:, :, 0] - 16.0                      # every pixel's own luma
-    chroma = packed[:, :, 1].reshape(height, width // 2, 2) - 128.0
-    u = np.repeat(chroma[:, :, 0], 2, axis=1)       # U of the macropixel, for both of its pixels
-    v = np.repeat(chroma[:, :, 1], 2, axis=1)
-    rgb = np.empty((height, width, 3), dtype=np.float32)
-    for channel, (cy, cu, cv) in enumerate(YUV_TO_RGB):
-        rgb[:, :, channel] = cy * y + cu * u + cv * v
-    return np.clip(np.floor(rgb + 0.5), 0, 255).astype(np.uint8)
+    packed = _packed(data, width, height, 2, "YUYV").reshape(height, width // 2, 4)  # one macropixel: Y0 U Y1 V
+    y = packed[:, :, 0::2].astype(np.float32)      # (H, W/2, 2): each pixel's own luma
+    y -= 16.0
+    y *= YUV_TO_RGB[0][0]
+    u = packed[:, :, 1:2].astype(np.float32) - 128.0  # (H, W/2, 1): shared by the macropixel's two pixels
+    v = packed[:, :, 3:4].astype(np.float32) - 128.0
+    rgb = np.empty((height, width // 2, 2, 3), dtype=np.float32)
+    for channel, (_, cu, cv) in enumerate(YUV_TO_RGB):
+        rgb[:, :, :, channel] = y + (cu * u + cv * v)
+    rgb += 0.5                                      # round half up: truncation after clipping at 0 is floor
+    np.clip(rgb, 0.0, 255.0, out=rgb)
+    return rgb.astype(np.uint8).reshape(height, width, 3)
 
 
 def mjpg_to_rgb8(data, width: int = 0, height: int = 0) -> np.ndarray:
