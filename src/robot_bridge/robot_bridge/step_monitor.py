@@ -5,8 +5,9 @@ Each skill has a success condition (`Condition`), from the `skill_conditions` ta
 - grasp (pick): the gripper was commanded closed, its measured opening settled, and the opening
   stays at least `min_object_width_m` for `hold_confirm_s`: it holds an object.
 - place: the gripper held an object during the step (or from the step before) and was commanded
-  open again, within `position_tolerance_m` of the target location when the target is a known
-  location; success once the opening grew `release_margin_m` past the held width.
+  open again over the target (horizontal distance from the target location within
+  `place_tolerance_m`, when the target is a known location); success once the opening grew
+  `release_margin_m` past the held width.
 - push: the end effector reached the target location (within `position_tolerance_m`).
 - reach (move_to): the same, for a move without contact.
 
@@ -110,6 +111,7 @@ class MonitorConfig:
     hold_confirm_s: float = 0.5
     release_margin_m: float = 0.01
     position_tolerance_m: float = 0.02
+    place_tolerance_m: float = 0.05
     push_contact_m: float = 0.03
     push_loss_m: float = 0.06
     step_timeout_s: float = 60.0
@@ -122,7 +124,7 @@ class MonitorConfig:
         if not self.conditions:
             raise ValueError("conditions: no skill has a success condition")
         for name in ("min_object_width_m", "max_object_width_m", "closed_command_m", "grasp_settle_s",
-                     "settle_tolerance_m", "hold_confirm_s", "release_margin_m", "position_tolerance_m",
+                     "settle_tolerance_m", "hold_confirm_s", "release_margin_m", "position_tolerance_m", "place_tolerance_m",
                      "push_contact_m", "push_loss_m", "step_timeout_s", "stale_input_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0.0:
@@ -368,10 +370,10 @@ class StepMonitor:
             if step.target_xyz is not None:
                 if obs.ee_xyz is None:
                     return self._end(obs.t, Failure.EXECUTOR, "released without a known end-effector position")
-                off = distance(obs.ee_xyz, step.target_xyz)
-                if off > cfg.position_tolerance_m:
-                    return self._end(obs.t, Failure.DROP_SLIP, f"released {off:.3f} m from {step.target_name} "
-                                     f"(tolerance {cfg.position_tolerance_m:.3f} m)")
+                off = distance(obs.ee_xyz[:2], step.target_xyz[:2])
+                if off > cfg.place_tolerance_m:
+                    return self._end(obs.t, Failure.DROP_SLIP, f"released {off:.3f} m (horizontally) from "
+                                     f"{step.target_name} (tolerance {cfg.place_tolerance_m:.3f} m)")
             self.released, self.released_width = True, gripper.held_width
         return None
 

@@ -109,8 +109,8 @@ def test_gripper_state_carries_over_into_place_which_releases_at_the_target():
     assert run.tick(10).success
     run.start("place", {"object": "cup", "target": "bin"})
     assert run.monitor.had_hold
-    assert run.tick(5, ee=(0.31, 0.0, 0.1)) is None            # carrying
-    assert run.tick(1, command=OPEN) is None                    # released 0.01 m from the bin; the gripper not open yet
+    assert run.tick(5, ee=(0.31, 0.0, 0.16)) is None           # carrying, 0.06 m above the bin
+    assert run.tick(1, command=OPEN) is None                    # released over the bin; the gripper not open yet
     assert run.tick(1, opening=0.035) is None                   # 0.035 < 0.03 + 0.01
     result = run.tick(1, opening=0.05)
     assert result.success and "released cup at bin" in result.detail
@@ -129,8 +129,8 @@ def test_place_can_grasp_first_then_release():
 def test_place_released_away_from_the_target_is_a_drop():
     run = Run(action="place", params={"object": "cup", "target": "bin"})
     run.tick(5, command=CLOSED, opening=0.03)
-    result = run.tick(1, command=OPEN, ee=(0.0, 0.0, 0.2))
-    assert result.failure == Failure.DROP_SLIP and "from bin" in result.detail
+    result = run.tick(1, command=OPEN, ee=(0.3, 0.06, 0.1))    # 0.06 m beside the bin (tolerance 0.05)
+    assert result.failure == Failure.DROP_SLIP and "0.060 m (horizontally) from bin" in result.detail
 
 
 def test_place_without_a_known_target_only_needs_the_release():

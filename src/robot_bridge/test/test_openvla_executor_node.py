@@ -1,0 +1,355 @@
+"""openvla_executor over real DDS, asking a real ActServer on 127.0.0.1 (the deploy server's protocol).
+
+The test plays the arm and the camera at the topic level (joint_states, end_pose, images at 20 Hz from a
+simulated gripper that closes on an object of a set width) and the planner (plans).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+import pytest
+from brace_msgs.msg import ContextEntry, EndEffectorDelta, ExecutionOutcome, Plan, PlanStep
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from geometry_msgs.msg import PoseStamped
+from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import Image, JointState
+
+from brace_common import names, qos
+from brace_common.testing import wait_for
+from brace_common.vocabulary import Block, EntryKind, Failure
+from robot_bridge.act_server import ActServer
+from robot_bridge.executor_config import ExecutorConfig
+from robot_bridge.openvla_executor_node import OpenVlaExecutorNode, image_to_array
+
+NS = "/arm"
+OPEN = 0.07
+CLOSE_ACTION = np.array([0.001, 0.0, -0.001, 0.0, 0.0, 0.01, 0.0])   # OpenVLA: gripper 0 = close
+OPEN_ACTION = np.array([0.001, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+
+
+class Policy:
+    """The /act policy: answers `action`, or raises while `fail` is set; records instructions and images."""
+
+    def __init__(self, action=CLOSE_ACTION):
+        self.action = action
+        self.fail = False
+        self.instructions: list[str] = []
+        self.images: list[np.ndarray] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, image, instruction, unnorm_key):
+        with self.lock:
+            self.instructions.append(instruction)
+            self.images.append(image.copy())
+        if self.fail:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return self.action
+
+
+class FakeArm(Node):
+    """Arm and camera at the topic level: state and images at 20 Hz, a gripper that closes on `object_width`."""
+
+    def __init__(self, encoding: str = "rgb8") -> None:
+        super().__init__("fake_arm", namespace=NS)
+        self.opening = OPEN
+        self.object_width: float | None = 0.03
+        self.ee = [0.1, 0.0, 0.2]
+        self.encoding = encoding
+        self.frames = 0
+        self.commands: list[EndEffectorDelta] = []
+        self.outcomes: list[ExecutionOutcome] = []
+        self.entries: list[ContextEntry] = []
+        self.diagnostics: list[DiagnosticStatus] = []
+        self.lock = threading.Lock()
+        self.joints_pub = self.create_publisher(JointState, names.JOINT_STATES, qos.STATE)
+        self.pose_pub = self.create_publisher(PoseStamped, names.END_POSE, qos.STATE)
+        self.image_pub = self.create_publisher(Image, "front_camera/" + names.COLOR_IMAGE, qos.STATE)
+        self.plan_pub = self.create_publisher(Plan, names.PLAN, qos.PLANS)
+        self.create_subscription(EndEffectorDelta, names.EE_DELTA_CMD, self.on_command, qos.INPUTS)
+        self.create_subscription(ExecutionOutcome, names.OUTCOMES, self.outcomes.append, qos.INPUTS)
+        self.create_subscription(ContextEntry, names.CONTEXT, self.entries.append, qos.INPUTS)
+        self.create_subscription(DiagnosticArray, names.DIAGNOSTICS,
+                                 lambda m: self.diagnostics.extend(s for s in m.status if "openvla" in s.name),
+                                 qos.DIAGNOSTICS)
+        self.image = np.zeros((6, 8, 3), np.uint8)
+        self.image[:, :, 0] = 200  # red in RGB
+        self.create_timer(0.05, self.publish_state)
+
+    def on_command(self, msg: EndEffectorDelta) -> None:
+        with self.lock:
+            self.commands.append(msg)
+            self.ee = [self.ee[0] + msg.translation.x, self.ee[1] + msg.translation.y, self.ee[2] + msg.translation.z]
+            if not math.isnan(msg.gripper):
+                width = self.object_width
+                self.opening = width if width is not None and msg.gripper < width else msg.gripper
+
+    def publish_state(self) -> None:
+        with self.lock:
+            opening, ee = self.opening, list(self.ee)
+        self.joints_pub.publish(JointState(name=[f"joint{i}" for i in range(1, 7)] + ["gripper"],
+                                           position=[0.0] * 6 + [opening]))
+        pose = PoseStamped()
+        pose.header.frame_id = "base_link"
+        pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = ee
+        self.pose_pub.publish(pose)
+        data = self.image[:, :, ::-1] if self.encoding == "bgr8" else self.image
+        self.image_pub.publish(Image(height=6, width=8, encoding=self.encoding, step=24,
+                                     data=np.ascontiguousarray(data).tobytes()))
+        self.frames += 1
+
+    def plan(self, plan_id: str, *steps: tuple[str, str], agent: str = "arm_0") -> None:
+        self.plan_pub.publish(Plan(plan_id=plan_id, agent_id=agent,
+                                   steps=[PlanStep(index=i, action=a, parameters_json=p) for i, (a, p) in enumerate(steps)]))
+
+
+@pytest.fixture
+def act():
+    servers = []
+
+    def start(policy):
+        server = ActServer(policy).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def executor(url: str, **params) -> OpenVlaExecutorNode:
+    params = {"server_url": url, "control_rate_hz": 20.0, "grasp_settle_s": 0.2, "hold_confirm_s": 0.2,
+              "image_size": 0, "max_vla_errors": 2, "locations": ["bowl=0.25,0.12,0.12"], **params}
+    return OpenVlaExecutorNode(namespace=NS, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+
+
+def start(ros, node: OpenVlaExecutorNode, encoding: str = "rgb8") -> FakeArm:
+    arm = ros.add(FakeArm(encoding))
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.last_error
+    assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    ros.add(node)
+    wait_for(lambda: arm.plan_pub.get_subscription_count() > 0 and node.ee_pub.get_subscription_count() > 0
+             and node.outcome_pub.get_subscription_count() > 0 and node.context_pub.get_subscription_count() > 0
+             and node.image is not None and node.gripper_m is not None and node.ee_xyz is not None, what="discovery")
+    return arm
+
+
+def test_pick_closes_on_the_object_and_succeeds(ros, act):
+    policy = Policy(CLOSE_ACTION)
+    server = act(policy)
+    node = executor(server.url)
+    arm = start(ros, node, encoding="bgr8")
+    arm.plan("p1", ("pick", '{"object": "red_cup"}'))
+    wait_for(lambda: len(arm.outcomes) == 1, what="the pick's outcome")
+    outcome = arm.outcomes[0]
+    assert outcome.success and outcome.failure == ExecutionOutcome.FAILURE_NONE
+    assert (outcome.agent_id, outcome.action) == ("arm_0", "pick") and outcome.step > 0
+    assert "holding red_cup" in outcome.detail and "0.030" in outcome.detail
+    wait_for(lambda: len(arm.entries) == 1, what="the context entry")
+    entry = arm.entries[0]
+    assert (entry.agent_id, entry.block, entry.kind) == ("arm_0", Block.HISTORY, EntryKind.ACTION_OUTCOME.value)
+    assert entry.text.startswith("pick(object=red_cup) succeeded: holding red_cup") and entry.step == outcome.step
+    # the commands: the VLA's action, scaled and limited, with the gripper convention applied (0 -> closed, 0 m)
+    assert arm.commands
+    cmd = arm.commands[0]
+    assert cmd.header.frame_id == "base_link" and cmd.gripper == 0.0
+    assert (cmd.translation.x, cmd.translation.y, cmd.translation.z) == pytest.approx((0.001, 0.0, -0.001))
+    assert cmd.rotation.z == pytest.approx(0.01)
+    # the server saw the instruction of the template table and the camera image in RGB (bgr8 converted)
+    assert policy.instructions[0] == "pick up the red cup"
+    assert policy.images[0].shape == (6, 8, 3) and policy.images[0][0, 0].tolist() == [200, 0, 0]
+    # the plan is done: the agent is idle, no more commands
+    assert node.current is None and not node.monitor.active and node.counts["steps_succeeded"] == 1
+    wait_for(lambda: len(arm.commands) == node.counts["actions"], what="every command delivered")
+    assert node.counts["actions"] <= len(policy.instructions)
+
+
+def test_pick_then_place_in_the_bowl(ros, act):
+    policy = Policy(CLOSE_ACTION)
+    server = act(policy)
+    node = executor(server.url)
+    arm = start(ros, node)
+    with arm.lock:
+        arm.ee = [0.25, 0.13, 0.18]                              # above the bowl (0.06 m higher, 0.01 m beside)
+    arm.plan("p1", ("pick", '{"object": "apple"}'), ("place", '{"object": "apple", "target": "bowl"}'))
+    wait_for(lambda: len(arm.outcomes) == 1, what="the pick's outcome")
+    assert arm.outcomes[0].success and node.current.action == "place"
+    policy.action = OPEN_ACTION                                   # the VLA opens the gripper over the bowl
+    wait_for(lambda: len(arm.outcomes) == 2, what="the place's outcome")
+    assert arm.outcomes[1].success and arm.outcomes[1].action == "place" and "at bowl" in arm.outcomes[1].detail
+    assert policy.instructions[-1] == "put the apple in the bowl"
+
+
+def test_slip_after_the_grasp_is_drop_slip(ros, act):
+    server = act(Policy(CLOSE_ACTION))
+    node = executor(server.url, hold_confirm_s=30.0)
+    arm = start(ros, node)
+    arm.plan("p1", ("pick", '{"object": "banana"}'), ("place", '{"object": "banana", "target": "bowl"}'))
+    wait_for(lambda: node.monitor.gripper.holding, what="the grasp")
+    with arm.lock:
+        arm.object_width, arm.opening = None, 0.0                 # the object slips out: the gripper closes fully
+    wait_for(lambda: len(arm.outcomes) == 1, what="the slip's outcome")
+    outcome = arm.outcomes[0]
+    assert not outcome.success and outcome.failure == ExecutionOutcome.FAILURE_DROP_SLIP
+    assert "slipped" in outcome.detail
+    wait_for(lambda: len(arm.entries) == 1, what="the failure trace")
+    assert arm.entries[0].kind == EntryKind.FAILURE_TRACE.value and "failed (drop_slip)" in arm.entries[0].text
+    assert node.current is None                                   # on_failure abandon: the place is not attempted
+
+
+def test_closing_on_nothing_is_a_grasp_failure(ros, act):
+    server = act(Policy(CLOSE_ACTION))
+    node = executor(server.url)
+    arm = start(ros, node)
+    with arm.lock:
+        arm.object_width = None
+    arm.plan("p1", ("pick", '{"object": "orange"}'))
+    wait_for(lambda: len(arm.outcomes) == 1, what="the outcome")
+    assert arm.outcomes[0].failure == Failure.GRASP and "closed on nothing" in arm.outcomes[0].detail
+
+
+def test_server_errors_fail_the_step_and_the_node_lives_on(ros, act):
+    policy = Policy(CLOSE_ACTION)
+    policy.fail = True
+    server = act(policy)
+    node = executor(server.url, max_vla_errors=3)
+    arm = start(ros, node)
+    arm.plan("p1", ("pick", '{"object": "cup"}'))
+    wait_for(lambda: len(arm.outcomes) == 1, what="the executor failure")
+    outcome = arm.outcomes[0]
+    assert outcome.failure == ExecutionOutcome.FAILURE_EXECUTOR and not outcome.success
+    assert "3 times in a row" in outcome.detail and '"error"' in outcome.detail
+    assert node.counts["vla_errors.server_error"] == 3 and server.errors == 3 and not arm.commands
+    wait_for(lambda: any(s.level == DiagnosticStatus.ERROR and "VLA failing" in s.message for s in arm.diagnostics),
+             what="diagnostics ERROR")
+    # the server recovers: the next plan runs
+    policy.fail = False
+    arm.plan("p2", ("pick", '{"object": "cup"}'))
+    wait_for(lambda: len(arm.outcomes) == 2, what="the next plan's outcome")
+    assert arm.outcomes[1].success and node.consecutive_vla_errors == 0
+
+
+def test_unreachable_server_fails_the_step(ros, act):
+    server = act(Policy())
+    url = server.url
+    server.stop()                                                  # nothing listens there any more
+    node = executor(url, max_vla_errors=2)
+    arm = start(ros, node)
+    arm.plan("p1", ("move_to", '{"target": "bowl"}'))
+    wait_for(lambda: len(arm.outcomes) == 1, what="the executor failure")
+    assert arm.outcomes[0].failure == ExecutionOutcome.FAILURE_EXECUTOR and node.counts["vla_errors.unreachable"] == 2
+
+
+def test_malformed_plans_are_counted_and_the_step_goes_on(ros, act):
+    policy = Policy(OPEN_ACTION)                                   # never closes: the pick goes on
+    server = act(policy)
+    node = executor(server.url)
+    arm = start(ros, node)
+    arm.plan("p1", ("pick", '{"object": "cup"}'))
+    wait_for(lambda: len(arm.commands) >= 2, what="commands")
+    arm.plan("bad1", ("pick", '{"object": '))
+    arm.plan("bad2", ("pick", '{"object": "cup"}'), ("dance", "{}"))
+    arm.plan("bad3", ("move_to", '{"target": "mars"}'))
+    arm.plan("bad4", ("pick", '{}'))
+    arm.plan("bad5", ("pick", '["cup"]'))
+    arm.plan("other", ("pick", '{"object": "cup"}'), agent="arm_1")
+    arm.plan("p1", ("place", '{"object": "cup", "target": "bowl"}'))  # the latched plan again: ignored
+    rejected = {"plan.bad_parameters_json": 2, "plan.unknown_skill": 1, "plan.unknown_location": 1,
+                "plan.missing_parameter": 1}
+    wait_for(lambda: dict(node.rejections.counts) == rejected and node.counts["plans_other_agents"] == 1
+             and node.counts["plans_repeated"] == 1, what="rejections counted")
+    assert node.plan_id == "p1" and node.current.action == "pick" and node.monitor.active
+    sent = len(arm.commands)
+    wait_for(lambda: len(arm.commands) > sent + 2, what="commands after the malformed plans")
+    assert not arm.outcomes
+    wait_for(lambda: any("rejected.plan.unknown_skill" in s.message for s in arm.diagnostics), what="diagnostics WARN")
+    # a good plan replaces the current one and starts at its first step
+    policy.action = CLOSE_ACTION
+    arm.plan("p2", ("pick", '{"object": "mug"}'))
+    wait_for(lambda: len(arm.outcomes) == 1, what="the new plan's outcome")
+    assert arm.outcomes[0].success and "mug" in arm.outcomes[0].detail and node.counts["steps_replaced"] == 1
+
+
+def test_deactivate_stops_commands(ros, act):
+    server = act(Policy(OPEN_ACTION))
+    node = executor(server.url)
+    arm = start(ros, node)
+    arm.plan("p1", ("pick", '{"object": "cup"}'))
+    wait_for(lambda: len(arm.commands) >= 2, what="commands")
+    assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+    sent = node.counts["actions"]
+    wait_for(lambda: len(arm.commands) == sent, what="the commands sent before deactivate")
+    frames = arm.frames
+    wait_for(lambda: arm.frames >= frames + 10, what="half a second of arm state")
+    assert node.counts["actions"] == sent and len(arm.commands) == sent and node.in_flight is None
+    assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    wait_for(lambda: len(arm.commands) > sent + 2, what="commands after activate")
+
+
+def test_no_camera_image_is_an_executor_failure(ros, act):
+    server = act(Policy(OPEN_ACTION))
+    node = executor(server.url, image_topic="no_camera/color/image_raw", stale_input_s=0.3)
+    arm = ros.add(FakeArm())
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+    assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    ros.add(node)
+    wait_for(lambda: arm.plan_pub.get_subscription_count() > 0 and node.outcome_pub.get_subscription_count() > 0,
+             what="discovery")
+    arm.plan("p1", ("pick", '{"object": "cup"}'))
+    wait_for(lambda: len(arm.outcomes) == 1, what="the outcome")
+    assert arm.outcomes[0].failure == Failure.EXECUTOR and "no camera image" in arm.outcomes[0].detail
+
+
+@pytest.mark.parametrize("name, value", [
+    ("gripper_mode", "binary"), ("locations", ["bowl=1,2"]), ("instruction_templates", ["pick"]),
+    ("skill_conditions", ["pick=hold"]), ("backend", "cloud"), ("control_rate_hz", 0.0), ("on_failure", "retry"),
+    ("max_translation_m", [0.01, 0.01]), ("min_object_width_m", 0.1), ("gripper_open_value", 0.0),
+    ("model_path", ""), ("unnorm_key_typo", "x"),
+])
+def test_bad_parameters_fail_configure_naming_them(ros, name, value):
+    params = {name: value}
+    if name == "model_path":
+        params["backend"] = "local"
+    node = OpenVlaExecutorNode(namespace=NS, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    ros.add(node)
+    assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+    assert f"'{name}'" in node.last_error, node.last_error
+
+
+def test_local_backend_without_a_checkpoint_fails_configure(ros, tmp_path):
+    node = OpenVlaExecutorNode(namespace=NS, parameter_overrides=[Parameter("backend", value="local"),
+                                                                  Parameter("model_path", value=str(tmp_path))])
+    ros.add(node)
+    assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+    assert "'model_path'" in node.last_error and "config.json" in node.last_error
+
+
+def test_shipped_parameter_file_is_valid():
+    from pathlib import Path
+
+    from brace_common.config import config_from_file
+
+    path = Path(__file__).resolve().parents[1] / "config" / "openvla_executor.yaml"
+    cfg = config_from_file(ExecutorConfig, path, "openvla_executor")
+    assert cfg.unnorm_key == "bridge_orig" and cfg.control_rate_hz == 5.0 and cfg.backend == "server"
+    assert cfg.monitor_config().locations["bowl"] == (0.25, 0.12, 0.12)
+    assert cfg.templates().instruction("place", {"object": "apple", "target": "bowl"}) == "put the apple in the bowl"
+
+
+def test_image_conversion():
+    rgb = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
+    padded = np.zeros((2, 12), np.uint8)                           # step 12 > 9: rows padded
+    padded[:, :9] = rgb.reshape(2, 9)
+    msg = Image(height=2, width=3, encoding="rgb8", step=12, data=padded.tobytes())
+    assert image_to_array(msg).tolist() == rgb.tolist()
+    msg = Image(height=2, width=3, encoding="bgr8", step=9, data=rgb[:, :, ::-1].tobytes())
+    assert image_to_array(msg).tolist() == rgb.tolist()
+    for bad in (Image(height=2, width=3, encoding="mono8", step=3, data=bytes(6)),
+                Image(height=2, width=3, encoding="rgb8", step=9, data=bytes(10)),
+                Image(height=0, width=3, encoding="rgb8", step=9, data=b"")):
+        with pytest.raises(ValueError):
+            image_to_array(bad)
