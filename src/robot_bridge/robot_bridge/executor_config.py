@@ -144,7 +144,8 @@ class ExecutorConfig:
         try:
             cfg.validate()
         except ValueError as exc:
-            raise ConfigError(str(exc).split(":", 1)[0].split(" ", 1)[0], str(exc)) from None
+            name = str(exc).split(":", 1)[0].split(" ", 1)[0]
+            raise ConfigError("skill_conditions" if name == "conditions" else name, str(exc)) from None
         return cfg
 
     def scaling(self) -> ArmScaling:
