@@ -27,7 +27,7 @@ One line per check on stdout: OK, SKIP, MISSING or WRONG, what was found and,
 for a failure, the command that fixes it; a count on stderr. Exit status: 0
 when every check passes, 1 when something is missing or wrong, 2 for a bad
 parameter file (unreadable, not YAML, no ros__parameters section, a value of
-the wrong type, a malformed URL, nothing to check). ROS-free; pyorbbecsdk is
+the wrong type, a malformed URL, nothing to check in all of them). ROS-free; pyorbbecsdk is
 imported only when a camera is to be checked.
 """
 
@@ -288,7 +288,8 @@ def plan_checks(sections: Iterable[Section]) -> Plan:
                                            "nothing to check on this computer"))
         if "serial_number" in section.params:
             source = _text(section, "source", "device") or "device"
-            camera = _text(section, "camera_name", "") or section.label
+            camera = _text(section, "camera_name", "") or (section.node if section.node not in ("*", "**")
+                                                             else f"orbbec_camera ({section.key})")
             if source == "device":
                 cameras.append(CameraCheck(camera, (_text(section, "serial_number") or "").strip()))
             elif source == "video":
@@ -327,13 +328,14 @@ def _unique(items: list) -> tuple:
 
 
 def plan_files(paths: Sequence[Union[str, Path]]) -> Plan:
-    """The checks of several parameter files, each read on its own; ParamFileError for the first bad one."""
+    """The checks of several parameter files, each read on its own; ParamFileError for the first bad one.
+
+    A file with nothing to check among others is fine (config/robot/*.yaml holds the control stack's settings
+    too); when none of them has anything to check, the files are not a robot's and that is an error.
+    """
     merged = Plan()
     for path in paths:
         plan = plan_checks(load_sections(path))
-        if not len(plan):
-            raise ParamFileError(f"{path}: nothing to check (no can_port, serial_number, backend: server, base_url, "
-                                 "server_url or model_path parameter)")
         ports: dict[str, tuple[str, ...]] = {c.port: c.users for c in merged.can}
         for check in plan.can:
             ports[check.port] = tuple(dict.fromkeys(ports.get(check.port, ()) + check.users))
@@ -341,6 +343,9 @@ def plan_files(paths: Sequence[Union[str, Path]]) -> Plan:
                       _unique([*merged.cameras, *plan.cameras]), _unique([*merged.files, *plan.files]),
                       _unique([*merged.vla, *plan.vla]), _unique([*merged.openai, *plan.openai]),
                       _unique([*merged.skipped, *plan.skipped]))
+    if not len(merged):
+        raise ParamFileError(f"{', '.join(map(str, paths))}: nothing to check (no can_port, serial_number, "
+                             "backend: server, base_url, server_url or model_path parameter)")
     return merged
 
 

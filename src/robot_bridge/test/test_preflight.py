@@ -471,6 +471,10 @@ def test_bad_files_exit_2(tmp_path, capfd):
         assert pf.main(args) == 2, args
         out, err = capfd.readouterr()
         assert out == "" and "bad parameter file" in err
+    good = write(tmp_path / "good.yaml", {"/**/llm": {"ros__parameters": {"model_path": str(tmp_path)}}})
+    (tmp_path / "config.json").write_text("{}")
+    assert pf.main([nothing, good]) == 0  # a file without checks beside a robot's is fine (control settings)
+    assert capfd.readouterr().out.startswith("OK      model (llm)")
     with pytest.raises(SystemExit) as usage:
         pf.main([nothing, "--timeout", "0"])
     assert usage.value.code == 2
