@@ -85,7 +85,7 @@ def test_sdk_reads_every_feedback(arm):
     high = piper.GetArmHighSpdInfoMsgs()
     wait_for(lambda: high.motor_3.pos == round(START[2] * 1000), what="high-speed motor 3 position")
     assert piper.GetArmGripperMsgs().gripper_state.grippers_angle == 0
-    assert piper.isOk()
+    wait_for(piper.isOk, what="isOk() true")
     # the SDK's start-up queries are answered
     wait_for(lambda: piper.GetPiperFirmwareVersion() == "S-V1.8-1", what="firmware text")
     # (the SDK's GetAllMotorAngleLimitMaxSpd() entries all alias its last decoded answer; ask one motor instead)
@@ -232,7 +232,7 @@ def test_emergency_stop_holds_and_resume_releases(arm):
 
 def test_silence_makes_the_sdk_not_ok_and_frames_return(arm):
     twin, piper = arm
-    assert piper.isOk()
+    wait_for(piper.isOk, what="isOk() true")
     twin.set_silent(True)
     wait_for(lambda: not piper.isOk(), what="isOk() false during silence")
     assert twin.state().silent

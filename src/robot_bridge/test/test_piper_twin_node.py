@@ -99,7 +99,7 @@ def test_sdk_reads_and_drives_the_twin_across_processes(ros, can_env, tmp_path):
             expected = units.joints_to_sdk(START)
             wait_for(lambda: sdk_joints(piper) == expected, timeout=30.0,
                      what=f"joint feedback across processes ({log_path.read_text()[-1500:]})")
-            assert piper.isOk()
+            wait_for(piper.isOk, what="isOk() true")
             # commands cross too: enable, CAN control in MOVE J, a joint target
             piper.EnableArm(7)
             wait_for(lambda: all(piper.GetArmEnableStatus()), what="motors enabled")
