@@ -15,6 +15,7 @@ A command is either accepted as a whole (the returned target is what is sent) or
 - workspace: an end-effector target position outside the configured box (base_link, m)
 - gripper_range: a gripper opening outside the configured stroke
 - no_feedback: no measured state to check a command against (never sent blind)
+- frame: an end-effector delta stamped in a frame other than the arm's base frame
 
 State-dependent refusals (`CommandGate`): inactive (lifecycle), stopped (emergency stop until ~/resume),
 fault (CAN silence, an arm error, disabled motors). `CommandWatchdog`
@@ -42,7 +43,7 @@ GRIPPER_NAME = "gripper"
 """The gripper's name in a JointState (its opening in m)."""
 
 REASONS = ("non_finite", "malformed", "unknown_joint", "joint_limit", "joint_step", "translation_step",
-           "rotation_step", "workspace", "gripper_range", "no_feedback", "inactive", "stopped", "fault")
+           "rotation_step", "workspace", "gripper_range", "no_feedback", "frame", "inactive", "stopped", "fault")
 """Every reason a command can be refused for (the counter keys)."""
 
 Matrix = tuple[tuple[float, float, float], tuple[float, float, float], tuple[float, float, float]]
@@ -188,6 +189,12 @@ def check_ee_delta(current_pose: Optional[Sequence[float]], translation: Sequenc
     target = apply_ee_delta(current_pose, translation, rotation)
     check_workspace(target[:3], limits)
     return target
+
+
+def check_frame(frame_id: str, expected: str) -> None:
+    """Refused('frame') unless `frame_id` is empty (meaning the arm's frame) or `expected`."""
+    if frame_id and frame_id != expected:
+        raise Refused("frame", f"delta in frame '{frame_id[:48]}', expected '{expected}'")
 
 
 def check_workspace(position: Sequence[float], limits: SafetyLimits) -> None:

@@ -1,0 +1,400 @@
+"""piper_arm node over real DDS, the real piper_sdk and the CAN twin on python-can's virtual bus (one process)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+
+import can
+import pytest
+from brace_msgs.msg import AgentState, EndEffectorDelta
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from geometry_msgs.msg import PoseStamped
+from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64
+from std_srvs.srv import Trigger
+
+from brace_common import qos
+from brace_common.testing import wait_for
+from robot_bridge import piper_frames as pf
+from robot_bridge.piper_arm_node import PiperArmNode
+from robot_bridge.piper_twin import PiperTwin, TwinConfig
+
+pytestmark = pytest.mark.filterwarnings("ignore:The 'bustype' argument:DeprecationWarning")
+
+SUCCESS = TransitionCallbackReturn.SUCCESS
+FAILURE = TransitionCallbackReturn.FAILURE
+_ports = itertools.count()
+
+
+class Operator(Node):
+    """Sends commands and calls the services; collects joint_states, end_pose, agent_states and diagnostics."""
+
+    def __init__(self) -> None:
+        super().__init__("operator")
+        self.joint_cmd = self.create_publisher(JointState, "joint_cmd", 10)
+        self.ee_cmd = self.create_publisher(EndEffectorDelta, "ee_delta_cmd", 10)
+        self.gripper_cmd = self.create_publisher(Float64, "gripper_cmd", 10)
+        self.joint_states: list[JointState] = []
+        self.poses: list[PoseStamped] = []
+        self.agent_states: list[AgentState] = []
+        self.diagnostics: list[DiagnosticStatus] = []
+        self.create_subscription(JointState, "joint_states", self.joint_states.append, qos.STATE)
+        self.create_subscription(PoseStamped, "end_pose", self.poses.append, qos.STATE)
+        self.create_subscription(AgentState, "agent_states", self.agent_states.append, qos.STATE)
+        self.create_subscription(DiagnosticArray, "/diagnostics", lambda m: self.diagnostics.extend(m.status),
+                                 qos.DIAGNOSTICS)
+        self.clients_ = {name: self.create_client(Trigger, f"/piper_arm/{name}") for name in ("enable", "stop",
+                                                                                                "resume")}
+
+    def call(self, service: str) -> Trigger.Response:
+        client = self.clients_[service]
+        wait_for(client.service_is_ready, 15.0, f"~/{service} available")
+        future = client.call_async(Trigger.Request())
+        wait_for(future.done, 30.0, f"~/{service} answered")
+        return future.result()
+
+    def joints(self, positions, names=None) -> None:
+        msg = JointState(name=list(names) if names is not None else [f"joint{i + 1}" for i in range(len(positions))],
+                         position=[float(p) for p in positions])
+        self.joint_cmd.publish(msg)
+
+    def delta(self, translation=(0.0, 0.0, 0.0), rotation=(0.0, 0.0, 0.0), gripper=math.nan) -> None:
+        msg = EndEffectorDelta(gripper=float(gripper))
+        msg.translation.x, msg.translation.y, msg.translation.z = translation
+        msg.rotation.x, msg.rotation.y, msg.rotation.z = rotation
+        self.ee_cmd.publish(msg)
+
+    def status(self) -> DiagnosticStatus | None:
+        mine = [s for s in self.diagnostics if s.name.startswith("piper_arm")]
+        return mine[-1] if mine else None
+
+    def values(self) -> dict[str, str]:
+        status = self.status()
+        return {kv.key: kv.value for kv in status.values} if status else {}
+
+    def level(self) -> int | None:
+        status = self.status()
+        return None if status is None else int.from_bytes(status.level, "little") if isinstance(
+            status.level, bytes) else int(status.level)
+
+
+def close(a, b, tol) -> bool:
+    return all(abs(x - y) <= tol for x, y in zip(a, b, strict=True))
+
+
+@pytest.fixture
+def rig(ros):
+    """A twin on a fresh virtual channel, the arm node and an operator; `rig.up(**params)` configures and activates."""
+    port = f"arm{os.getpid()}_{next(_ports)}"
+    twin = PiperTwin(port, "virtual", TwinConfig())
+    twin.start()
+    rig = Rig(ros, twin, port)
+    yield rig
+    rig.close()
+
+
+class Rig:
+    def __init__(self, ros, twin: PiperTwin, port: str) -> None:
+        self.ros, self.twin, self.port = ros, twin, port
+        self.node: PiperArmNode | None = None
+        self.op: Operator | None = None
+
+    def make(self, **params) -> PiperArmNode:
+        params = {"can_port": self.port, "can_interface": "virtual", "diagnostics_period_s": 0.1,
+                  "feedback_rate_hz": 50.0,
+                  "enable_interval_s": 0.02, "enable_attempts": 100, "feedback_timeout_s": 10.0, **params}
+        self.node = PiperArmNode(parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+        self.ros.add(self.node)
+        self.op = self.ros.add(Operator())
+        return self.node
+
+    def up(self, **params) -> PiperArmNode:
+        node = self.make(**params)
+        assert node.trigger_configure() == SUCCESS, node.last_error
+        assert node.trigger_activate() == SUCCESS, node.last_error
+        wait_for(lambda: self.op.joint_cmd.get_subscription_count() > 0 and self.op.ee_cmd.get_subscription_count() > 0
+                 and self.op.gripper_cmd.get_subscription_count() > 0 and len(self.op.joint_states) > 0
+                 and self.op.status() is not None, 15.0, "discovery")
+        return node
+
+    def rejected(self, key: str) -> int:
+        return self.node.rejections.counts.get(key, 0)
+
+    def close(self) -> None:
+        if self.node is not None and self.node.driver is not None:
+            self.node.release()
+        self.twin.stop()
+
+
+def level_is(rig: Rig, level: int):
+    return lambda: rig.op.level() == level
+
+
+# ---------------------------------------------------------------------------------------------- lifecycle and feedback
+
+
+def stamp(msg) -> float:
+    return msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+
+
+def test_activate_enables_the_arm_and_joint_states_arrive_at_the_feedback_rate(rig):
+    node = rig.up(feedback_rate_hz=200.0)
+    assert rig.twin.state().enabled and node.state_label == "active"
+    wait_for(lambda: len(rig.op.joint_states) >= 150, 30.0, "joint_states")
+    msgs = rig.op.joint_states[-120:]
+    # The stamps say how often the node publishes. A subscriber in this busy test process (one Python executor
+    # for both nodes) drops some best-effort samples, so the typical gap is read from the closest pairs.
+    gaps = sorted(b - a for a, b in zip(map(stamp, msgs), map(stamp, msgs[1:]), strict=False))
+    assert 0.5 / 200.0 < gaps[len(gaps) // 4] < 2.0 / 200.0, gaps[len(gaps) // 4]
+    assert (len(msgs) - 1) / (stamp(msgs[-1]) - stamp(msgs[0])) > 25.0  # most of them arrive
+    last = msgs[-1]
+    assert last.name == ["joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper"]
+    assert close(last.position[:6], rig.twin.state().joints_rad, 1e-4)
+    wait_for(lambda: rig.op.poses and rig.op.agent_states, 15.0, "end_pose and agent_states")
+    pose = rig.op.poses[-1]
+    assert pose.header.frame_id == "base_link"
+    assert close([pose.pose.position.x, pose.pose.position.y, pose.pose.position.z],
+                 rig.twin.state().end_pose[:3], 1e-4)
+    state = rig.op.agent_states[-1]
+    assert state.agent_id == "arm_0" and state.step >= 1 and math.isnan(state.tracking_error) and not state.has_goal
+    assert state.position.z == pytest.approx(pose.pose.position.z, abs=1e-4)
+    wait_for(level_is(rig, 0), 15.0, "diagnostics OK")
+    values = rig.op.values()
+    assert values["arm_status"] == "normal" and values["enabled"] == "True" and values["can_ok"] == "True"
+
+
+def test_invalid_parameters_fail_configure_naming_the_parameter(rig):
+    for params, name in [({"speed_percent": 150}, "speed_percent"),
+                         ({"joint_lower_rad": [-3.0, 0.0, -2.967, -1.745, -1.22, -2.09]}, "joint_lower_rad"),
+                         ({"can_interface": "carrier_pigeon"}, "can_interface"),
+                         ({"command_timeout_s": -1.0}, "command_timeout_s"),
+                         ({"speed_pct": 50}, "speed_pct")]:
+        node = rig.make(**params)
+        assert node.trigger_configure() == FAILURE
+        assert f"'{name}'" in node.last_error, node.last_error
+        assert node.driver is None
+    wait_for(lambda: rig.op.status() is not None and "speed_pct" in rig.op.status().message, 15.0,
+             "the failure on /diagnostics")
+    assert rig.op.level() == 2
+
+
+def test_configure_fails_when_the_bus_does_not_open(rig):
+    node = rig.make(can_interface="socketcan", can_port="nonexistent_can9")
+    assert node.trigger_configure() == FAILURE
+    assert "cannot open CAN port 'nonexistent_can9'" in node.last_error
+
+
+def test_enable_refused_fails_activate_after_the_bounded_retry(rig):
+    rig.twin.refuse_enable(True)
+    node = rig.make(enable_attempts=4)
+    assert node.trigger_configure() == SUCCESS
+    assert node.trigger_activate() == FAILURE
+    assert "motors not enabled after 4 attempts" in node.last_error
+    assert rig.twin.counts()["refused_enable"] >= 4 and not rig.twin.state().enabled
+    wait_for(lambda: rig.op.status() is not None and "not enabled after 4 attempts" in rig.op.status().message, 15.0,
+             "diagnostics name the failure")
+    assert rig.op.level() == 2
+    rig.twin.refuse_enable(False)  # the operator fixed it: activation now succeeds
+    assert node.trigger_activate() == SUCCESS, node.last_error
+    assert rig.twin.state().enabled
+
+
+def test_deactivate_holds_and_cleanup_disconnects_without_disabling(rig):
+    node = rig.up(speed_percent=5, max_joint_step_rad=1.0, command_timeout_s=30.0)
+    rig.op.joints([0.5, 0, 0, 0, 0, 0])
+    wait_for(lambda: rig.twin.state().joints_rad[0] > 0.02, 15.0, "moving")
+    assert node.trigger_deactivate() == SUCCESS
+    wait_for(lambda: rig.twin.state().motion_reached, 15.0, "held")
+    assert rig.twin.state().joints_rad[0] < 0.45 and rig.twin.state().enabled
+    rig.op.joints([0.1, 0, 0, 0, 0, 0])
+    wait_for(lambda: rig.rejected("joint_cmd.inactive") >= 1, 15.0, "commands refused while inactive")
+    assert node.trigger_cleanup() == SUCCESS
+    assert node.driver is None
+    received = rig.twin.counts()["frames_received"]
+    rig.op.joints([0.1, 0, 0, 0, 0, 0])
+    wait_for(lambda: len(rig.op.diagnostics) > 3 and rig.op.values().get("state") == "unconfigured", 15.0,
+             "diagnostics after cleanup")
+    assert rig.twin.counts()["frames_received"] == received  # nothing reaches the arm any more
+    assert rig.twin.state().enabled  # cleanup never disables the arm
+
+
+# ---------------------------------------------------------------------------------------------- commands
+
+
+def test_joint_command_moves_the_twin(rig):
+    node = rig.up()
+    target = [0.1, 0.15, -0.1, 0.05, -0.1, 0.12]
+    rig.op.joints(target)
+    wait_for(lambda: close(rig.twin.state().joints_rad, target, 1e-4), 15.0, "the twin at the target")
+    rig.op.joints([0.03], names=["gripper"])
+    wait_for(lambda: abs(rig.twin.state().gripper_m - 0.03) < 1e-4, 15.0, "gripper by name")
+    rig.op.joints([0.2, -0.15], names=["joint1", "joint3"])  # the others keep their measured angles
+    wait_for(lambda: close(rig.twin.state().joints_rad, [0.2, 0.15, -0.15, 0.05, -0.1, 0.12], 1e-4), 15.0,
+             "partial command")
+    rig.op.gripper_cmd.publish(Float64(data=0.05))
+    wait_for(lambda: abs(rig.twin.state().gripper_m - 0.05) < 1e-4, 15.0, "gripper_cmd")
+    assert node.counts["commands.joint_cmd"] >= 3 and node.rejections.total == 0
+
+
+def test_ee_delta_moves_the_end_pose_and_has_goal_follows_the_commands(rig):
+    rig.up(command_timeout_s=0.5)
+    wait_for(lambda: rig.op.poses, 15.0, "end_pose")
+    start = rig.op.poses[-1].pose.position
+    goal_z = start.z + 0.04
+    while rig.twin.state().end_pose[2] < goal_z - 0.002:
+        rig.op.delta(translation=(0.0, 0.0, min(0.01, goal_z - rig.twin.state().end_pose[2])), gripper=0.02)
+        wait_for(lambda: rig.op.agent_states and rig.op.agent_states[-1].has_goal, 15.0, "has_goal while commanding")
+    wait_for(lambda: rig.op.poses[-1].pose.position.z > goal_z - 0.003, 15.0, "end_pose follows")
+    pose = rig.op.poses[-1].pose.position
+    assert abs(pose.x - start.x) < 0.003 and abs(pose.y - start.y) < 0.003
+    assert abs(rig.twin.state().gripper_m - 0.02) < 1e-3 or rig.twin.state().gripper_target_m == pytest.approx(0.02)
+    wait_for(lambda: not rig.op.agent_states[-1].has_goal, 15.0, "has_goal false once commands stop")
+
+
+def test_bad_commands_are_refused_counted_and_the_twin_does_not_move(rig):
+    node = rig.up()
+    before = rig.twin.state().joints_rad
+    bad = [
+        (lambda: rig.op.joints([math.nan, 0, 0, 0, 0, 0]), "joint_cmd.non_finite"),
+        (lambda: rig.op.joints([0, 0, 0.5, 0, 0, 0]), "joint_cmd.joint_limit"),      # joint3 must be <= 0
+        (lambda: rig.op.joints([0.5, 0, 0, 0, 0, 0]), "joint_cmd.joint_step"),       # > 0.2 rad in one step
+        (lambda: rig.op.joints([0.1], names=["elbow"]), "joint_cmd.unknown_joint"),
+        (lambda: rig.op.gripper_cmd.publish(Float64(data=0.2)), "gripper_cmd.gripper_range"),
+        (lambda: rig.op.gripper_cmd.publish(Float64(data=math.inf)), "gripper_cmd.non_finite"),
+        (lambda: rig.op.delta(translation=(math.nan, 0.0, 0.0)), "ee_delta_cmd.non_finite"),
+        (lambda: rig.op.delta(translation=(0.0, 0.0, 0.2)), "ee_delta_cmd.translation_step"),
+        (lambda: rig.op.delta(rotation=(0.0, 0.0, 1.0)), "ee_delta_cmd.rotation_step"),
+        (lambda: rig.op.delta(translation=(0.0, 0.0, -0.03), gripper=-1.0), "ee_delta_cmd.gripper_range"),
+    ]
+    for send, key in bad:
+        wait_for(lambda send=send, key=key: send() or rig.rejected(key) >= 1, 15.0, key)
+    wait_for(lambda: all(rig.op.values().get(f"rejected.{key}", "0") != "0" for _, key in bad), 15.0,
+             "counts on /diagnostics")
+    assert node.counts["commands.joint_cmd"] == node.counts["commands.ee_delta_cmd"] == 0
+    assert node.counts["commands.gripper_cmd"] == 0
+    assert close(rig.twin.state().joints_rad, before, 1e-6) and rig.twin.state().gripper_m == 0.0
+    assert rig.twin.counts()["refused_limit"] == 0  # nothing out of limits ever reached the arm
+
+
+def test_a_delta_out_of_the_workspace_box_is_refused(rig):
+    node = rig.up(workspace_max_m=[0.6, 0.6, 0.22])  # the start pose is at z = 0.213 m
+    rig.op.delta(translation=(0.0, 0.0, 0.005))
+    wait_for(lambda: node.counts["commands.ee_delta_cmd"] == 1, 15.0, "inside the box: accepted")
+    wait_for(lambda: rig.op.delta(translation=(0.0, 0.0, 0.01)) or rig.rejected("ee_delta_cmd.workspace") >= 1, 15.0,
+             "beyond z 0.22: refused")
+    assert rig.twin.state().end_pose[2] < 0.22
+
+
+def test_watchdog_holds_when_commands_stop(rig):
+    node = rig.up(speed_percent=5, max_joint_step_rad=1.0, command_timeout_s=0.3)
+    rig.op.joints([0.5, 0, 0, 0, 0, 0])  # 5 s away at 5 % speed: the watchdog holds long before
+    wait_for(lambda: node.counts["holds.watchdog"] == 1, 15.0, "watchdog hold")
+    wait_for(lambda: rig.twin.state().motion_reached, 15.0, "the arm stopped")
+    assert rig.twin.state().joints_rad[0] < 0.45 and rig.twin.state().enabled
+    assert node.counts["holds.watchdog"] == 1  # once per lapse, not every period
+
+
+# ---------------------------------------------------------------------------------------------- stop / resume
+
+
+def test_stop_holds_and_refuses_commands_until_resume(rig):
+    node = rig.up(speed_percent=5, max_joint_step_rad=1.0, command_timeout_s=30.0)
+    rig.op.joints([0.5, 0, 0, 0, 0, 0])
+    wait_for(lambda: rig.twin.state().joints_rad[0] > 0.02, 15.0, "moving")
+    response = rig.op.call("stop")
+    assert response.success, response.message
+    wait_for(lambda: rig.twin.state().emergency_stop and rig.twin.state().motion_reached, 15.0, "stopped")
+    stopped_at = rig.twin.state().joints_rad
+    wait_for(lambda: rig.op.joints([stopped_at[0] + 0.1, 0, 0, 0, 0, 0]) or
+             rig.rejected("joint_cmd.stopped") >= 2, 15.0, "commands refused while stopped")
+    wait_for(lambda: rig.op.level() == 2 and "emergency stop" in rig.op.status().message, 15.0, "diagnostics ERROR")
+    assert close(rig.twin.state().joints_rad, stopped_at, 1e-6) and rig.twin.state().enabled
+    assert not rig.op.call("enable").success  # ~/enable does not undo a stop
+    response = rig.op.call("resume")
+    assert response.success, response.message
+    assert not rig.twin.state().emergency_stop and not node.gate.faults  # commands pass once ~/resume answers
+    target = [stopped_at[0] + 0.05, 0, 0, 0, 0, 0]
+    rig.op.joints(target)
+    wait_for(lambda: close(rig.twin.state().joints_rad, target, 1e-4), 15.0, "moves again after resume")
+    wait_for(level_is(rig, 0), 15.0, "diagnostics OK again")
+    assert not rig.op.call("resume").success  # nothing to resume
+    assert node.counts["stops"] == node.counts["resumes"] == 1
+
+
+# ---------------------------------------------------------------------------------------------- faults
+
+
+def test_can_silence_mid_motion_refuses_commands_reconnects_and_recovers_without_disabling(rig):
+    node = rig.up(speed_percent=10, max_joint_step_rad=1.0, command_timeout_s=30.0, reconnect_initial_s=0.2,
+                  reconnect_max_s=0.5)
+    rig.op.joints([0.4, 0, 0, 0, 0, 0])
+    wait_for(lambda: rig.twin.state().joints_rad[0] > 0.02, 15.0, "moving")
+    rig.twin.set_silent(True)
+    wait_for(lambda: rig.op.level() == 2 and "can_silent" in rig.op.status().message, 15.0, "diagnostics ERROR")
+    wait_for(lambda: rig.op.joints([0.1, 0, 0, 0, 0, 0]) or rig.rejected("joint_cmd.fault") >= 2, 15.0,
+             "commands refused during the silence")
+    wait_for(lambda: node.counts["reconnects"] >= 2, 30.0, "reconnection attempts")
+    assert rig.twin.state().enabled and rig.twin.state().motor_enabled[:6] == (True,) * 6
+    rig.twin.set_silent(False)
+    wait_for(level_is(rig, 0), 30.0, "diagnostics OK once frames return")
+    assert node.counts["recoveries"] >= 1 and rig.twin.state().enabled
+    here = rig.twin.state().joints_rad
+    target = [here[0] + 0.05, 0, 0, 0, 0, 0]
+    rig.op.joints(target)
+    wait_for(lambda: close(rig.twin.state().joints_rad, target, 1e-4), 15.0, "commands reach the arm again")
+
+
+def test_collision_is_an_error_that_holds_and_refuses_commands(rig):
+    node = rig.up(speed_percent=5, max_joint_step_rad=1.0, command_timeout_s=30.0)
+    rig.op.joints([0.5, 0, 0, 0, 0, 0])
+    wait_for(lambda: rig.twin.state().joints_rad[0] > 0.02, 15.0, "moving")
+    rig.twin.set_collision(True)
+    wait_for(lambda: rig.op.level() == 2 and "collision" in rig.op.status().message, 15.0, "diagnostics ERROR")
+    assert rig.op.values()["arm_status"] == "collision"
+    wait_for(lambda: node.counts["holds.fault"] == 1, 15.0, "held on the fault")
+    wait_for(lambda: rig.op.joints([0.1, 0, 0, 0, 0, 0]) or rig.rejected("joint_cmd.fault") >= 1, 15.0,
+             "commands refused")
+    rig.twin.set_collision(False)
+    wait_for(level_is(rig, 0), 15.0, "OK once the arm reports normal")
+    wait_for(lambda: rig.twin.state().motion_reached, 15.0, "holding, not resuming the old motion")
+    assert rig.twin.state().joints_rad[0] < 0.45 and rig.twin.state().enabled
+
+
+def test_over_limit_joint_is_named_on_diagnostics(rig):
+    rig.up()
+    rig.twin.set_over_limit(4)
+    wait_for(lambda: rig.op.level() == 2 and "joint4_angle_limit" in rig.op.status().message, 15.0, "ERROR")
+    assert rig.op.values()["errors"] == "joint4_angle_limit"
+    rig.twin.set_over_limit(None)
+    wait_for(level_is(rig, 0), 15.0, "cleared")
+
+
+def pendant(rig: Rig, frame) -> None:
+    """Another device on the bus (a teach pendant, a second program) sends one frame to the arm."""
+    bus = can.Bus(interface="virtual", channel=rig.port, receive_own_messages=False)
+    try:
+        can_id, data = frame
+        bus.send(can.Message(arbitration_id=can_id, data=data, is_extended_id=False))
+    finally:
+        bus.shutdown()
+
+
+def test_another_device_taking_the_arm_is_a_fault_until_enable(rig):
+    node = rig.up()
+    pendant(rig, pf.MotionCtrl2(ctrl_mode=pf.CTRL_MODE_STANDBY, move_mode=pf.MOVE_P).pack())
+    wait_for(lambda: rig.op.level() == 2 and "ctrl_mode_standby" in rig.op.status().message, 15.0, "ERROR")
+    wait_for(lambda: rig.op.joints([0.05, 0, 0, 0, 0, 0]) or rig.rejected("joint_cmd.fault") >= 1, 15.0, "refused")
+    pendant(rig, pf.MotorEnable(motor_num=7, enable_flag=pf.ENABLE_FLAG_DISABLE).pack())  # motors off (twin: no drop)
+    wait_for(lambda: "motors_disabled" in node.gate.faults, 15.0, "disabled motors are a fault")
+    response = rig.op.call("enable")
+    assert response.success, response.message
+    assert rig.twin.state().enabled and rig.twin.state().ctrl_mode == pf.CTRL_MODE_CAN and not node.gate.faults
+    wait_for(level_is(rig, 0), 15.0, "OK after ~/enable")
+    target = [0.05, 0, 0, 0, 0, 0]
+    rig.op.joints(target)
+    wait_for(lambda: close(rig.twin.state().joints_rad, target, 1e-4), 15.0, "commands pass again")

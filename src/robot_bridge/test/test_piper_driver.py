@@ -1,0 +1,208 @@
+"""PiperDriver: the real piper_sdk against the CAN twin on python-can's virtual bus, in one process."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+
+from brace_common.testing import wait_for
+from robot_bridge import piper_driver as pd
+from robot_bridge.piper_driver import DriverError, PiperDriver, wait_feedback
+from robot_bridge.piper_twin import PiperTwin, TwinConfig
+
+pytestmark = pytest.mark.filterwarnings("ignore:The 'bustype' argument:DeprecationWarning")  # inside piper_sdk
+_ports = itertools.count()
+
+
+def port_name() -> str:
+    """A CAN channel no other test (or process) uses: the SDK keeps one instance per name."""
+    return f"drv{os.getpid()}_{next(_ports)}"
+
+
+@pytest.fixture
+def rig():
+    """A started twin and a connected driver on a fresh virtual channel; both stopped after the test."""
+    port = port_name()
+    twin = PiperTwin(port, "virtual", TwinConfig())
+    twin.start()
+    driver = PiperDriver(port, "virtual", speed_percent=100)
+    try:
+        driver.connect()
+        assert wait_feedback(driver, 10.0) is not None, "no feedback from the twin"
+        yield twin, driver
+    finally:
+        driver.disconnect()
+        twin.stop()
+
+
+def enabled_rig(rig):
+    twin, driver = rig
+    driver.enable(50, 0.02)
+    driver.select_mode(pd.MoveMode.J)
+    wait_for(lambda: twin.state().enabled and driver.read().enabled, 10.0, "enabled")
+    return twin, driver
+
+
+def close(a, b, tol) -> bool:
+    return all(abs(x - y) <= tol for x, y in zip(a, b, strict=True))
+
+
+# ---------------------------------------------------------------------------------------------- tables
+
+
+def test_status_and_error_codes_by_name():
+    assert pd.arm_status_name(0x00) == "normal" and pd.arm_status_severity(0x00) == pd.Severity.OK
+    assert pd.arm_status_name(0x07) == "collision" and pd.arm_status_severity(0x07) == pd.Severity.ERROR
+    assert pd.arm_status_name(0x01) == "emergency_stop"
+    assert pd.arm_status_severity(0x02) == pd.Severity.WARN  # no solution: the arm refused a target
+    assert pd.arm_status_name(0x42) == "unknown_0x42" and pd.arm_status_severity(0x42) == pd.Severity.ERROR
+    assert set(pd.ARM_STATUS) == set(range(16))
+    assert pd.error_names(0) == []
+    assert pd.error_names((1 << 2) | (1 << 10)) == ["joint3_communication_error", "joint3_angle_limit"]
+    assert pd.error_names(1 << 15) == ["error_bit_15"]
+    assert pd.motor_fault_names(2, 1 << 6) == []  # the enable bit is no fault
+    assert pd.motor_fault_names(2, (1 << 4) | (1 << 5)) == ["joint2_collision_protection", "joint2_driver_error"]
+
+
+# ---------------------------------------------------------------------------------------------- connection
+
+
+def test_connect_reads_the_twin_in_si_units(rig):
+    twin, driver = rig
+    feedback = driver.read()
+    state = twin.state()
+    assert feedback.can_ok and feedback.received
+    assert close(feedback.joints_rad, state.joints_rad, 1e-5)
+    assert close(feedback.end_pose[:3], state.end_pose[:3], 2e-6)  # 0.001 mm on the wire
+    assert close(feedback.end_pose[3:], state.end_pose[3:], 2e-5)  # 0.001 degree on the wire
+    assert feedback.arm_status_name == "normal" and feedback.faults == []
+    assert not feedback.enabled  # the arm powers up disabled
+
+
+def test_a_bus_that_does_not_open_is_a_driver_error():
+    driver = PiperDriver(port_name(), "no_such_interface")
+    with pytest.raises(DriverError, match="cannot open CAN port"):
+        driver.connect()
+    assert not driver.connected
+
+
+def test_parameters_are_checked():
+    with pytest.raises(ValueError):
+        PiperDriver("x", "virtual", speed_percent=0)
+    with pytest.raises(ValueError):
+        PiperDriver("x", "virtual", gripper_effort_nm=6.0)
+
+
+# ---------------------------------------------------------------------------------------------- enable
+
+
+def test_enable_succeeds_within_the_bounded_retry(rig):
+    twin, driver = rig
+    attempt = driver.enable(50, 0.02)
+    assert 1 <= attempt <= 50
+    wait_for(lambda: driver.read().enabled, 10.0, "enabled feedback")
+    assert twin.state().enabled
+
+
+def test_enable_refused_fails_after_the_last_attempt_naming_the_motors(rig):
+    twin, driver = rig
+    twin.refuse_enable(True)
+    with pytest.raises(DriverError, match=r"after 3 attempts.*joint1, joint2, joint3, joint4, joint5, joint6"):
+        driver.enable(3, 0.02)
+    assert twin.counts()["refused_enable"] >= 3 and not twin.state().enabled
+
+
+# ---------------------------------------------------------------------------------------------- commands
+
+
+def test_joint_command_moves_the_twin(rig):
+    twin, driver = enabled_rig(rig)
+    target = [0.1, 0.3, -0.3, 0.05, -0.1, 0.2]
+    driver.send_joints(target)
+    wait_for(lambda: close(twin.state().joints_rad, target, 1e-4), 10.0, "joints at the target")
+    wait_for(lambda: close(driver.read().joints_rad, target, 1e-4), 10.0, "feedback at the target")
+    assert twin.state().move_mode == pd.MoveMode.J
+
+
+def test_end_pose_delta_moves_the_end_effector(rig):
+    twin, driver = enabled_rig(rig)
+    before = driver.read().end_pose
+    target = driver.send_ee_delta([0.01, 0.0, 0.02], [0.0, 0.0, 0.0])
+    assert target[:3] == pytest.approx([before[0] + 0.01, before[1], before[2] + 0.02])
+    wait_for(lambda: close(twin.state().end_pose[:3], target[:3], 1e-3), 10.0, "end pose at the target")
+    wait_for(lambda: close(driver.read().end_pose[:3], target[:3], 1e-3), 10.0, "end-pose feedback")
+    assert twin.state().move_mode == pd.MoveMode.P
+
+
+def test_gripper_command_opens_the_gripper(rig):
+    twin, driver = enabled_rig(rig)
+    driver.send_gripper(0.04)
+    wait_for(lambda: abs(driver.read().gripper_m - 0.04) < 1e-5, 10.0, "gripper open")
+    assert twin.state().gripper_m == pytest.approx(0.04, abs=1e-5)
+
+
+def test_hold_stops_a_motion_where_the_arm_is(rig):
+    twin, driver = enabled_rig(rig)
+    driver.speed_percent = 5  # slow: the motion is still under way when the hold comes
+    driver.send_joints([0.5, 0.0, 0.0, 0.0, 0.0, 0.0])
+    wait_for(lambda: twin.state().joints_rad[0] > 0.02, 10.0, "motion started")
+    held = driver.hold()
+    assert held is not None and held[0] < 0.5
+    wait_for(lambda: twin.state().motion_reached, 10.0, "motion stopped")
+    stopped = twin.state().joints_rad[0]
+    assert stopped < 0.45 and abs(stopped - held[0]) < 0.05
+
+
+def test_emergency_stop_and_resume(rig):
+    twin, driver = enabled_rig(rig)
+    driver.emergency_stop()
+    wait_for(lambda: driver.read().arm_status_name == "emergency_stop", 10.0, "stop reported")
+    assert "emergency_stop" in driver.read().faults
+    driver.send_joints([0.2, 0, 0, 0, 0, 0])  # ignored by a stopped arm
+    driver.resume()
+    wait_for(lambda: driver.read().faults == [], 10.0, "resumed")
+    assert twin.state().joints_rad[0] == pytest.approx(0.0, abs=1e-6) and twin.state().enabled
+
+
+def test_faults_by_name(rig):
+    twin, driver = rig
+    twin.set_collision(True)
+    wait_for(lambda: "collision" in driver.read().faults, 10.0, "collision status")
+    wait_for(lambda: "joint1_collision_protection" in driver.read().motor_faults, 10.0, "driver collision bits")
+    twin.set_collision(False)
+    twin.set_over_limit(3)
+    wait_for(lambda: driver.read().faults == ["joint3_angle_limit"], 10.0, "over-limit bit")
+    twin.set_over_limit(None)
+    wait_for(lambda: driver.read().faults == [], 10.0, "cleared")
+
+
+# ---------------------------------------------------------------------------------------------- CAN loss
+
+
+def test_silence_then_reconnect_recovers_without_disabling(rig):
+    twin, driver = enabled_rig(rig)
+    twin.set_silent(True)
+    wait_for(lambda: not driver.read().can_ok, 10.0, "silence noticed (isOk false)")
+    driver.reconnect()
+    assert driver.reconnects == 1 and not driver.read().can_ok
+    twin.set_silent(False)
+    wait_for(lambda: driver.read().can_ok, 10.0, "frames again after the reconnection")
+    assert twin.state().enabled and driver.read().enabled
+    target = [0.05, 0.1, -0.1, 0.0, 0.0, 0.0]
+    driver.send_joints(target)  # commands reach the arm over the reopened bus
+    wait_for(lambda: close(twin.state().joints_rad, target, 1e-4), 10.0, "moves after the reconnection")
+
+
+def test_disconnect_stops_reading_and_sending(rig):
+    twin, driver = enabled_rig(rig)
+    driver.disconnect()
+    wait_for(lambda: not driver.read().can_ok, 10.0, "no frames once disconnected")
+    received = twin.counts()["frames_received"]
+    with pytest.raises(DriverError, match="not connected"):
+        driver.send_joints([0.1, 0, 0, 0, 0, 0])
+    with pytest.raises(DriverError, match="not connected"):
+        driver.emergency_stop()
+    assert twin.counts()["frames_received"] == received
+    assert twin.state().enabled  # disconnecting leaves the arm as it was
