@@ -146,7 +146,7 @@ def run_table(cfg: RunConfig, table: Table, episodes: int, out: Path, quiet: boo
     for i, row in enumerate(table.rows):
         extra = _merge(row.extra, {"embedded_sim": {"episodes": episodes}})
         started = time.monotonic()
-        records, _bag, _ = run_variant(cfg, row.variant, folder / f"{i:02d}_{row.variant}", extra, quiet)
+        records, _bag, _, _ = run_variant(cfg, row.variant, folder / f"{i:02d}_{row.variant}", extra, quiet)
         records.variant = row.label
         agents = int(cfg.parameters(row.variant, extra)["embedded_sim"].get("agents", 4))
         rows.append(row_metrics(row.label, records, agents))

@@ -12,6 +12,7 @@ setup(
         ("share/ament_index/resource_index/packages", [f"resource/{package_name}"]),
         (f"share/{package_name}", ["package.xml"]),
         (f"share/{package_name}/config", glob("config/*.yaml")),
+        (f"share/{package_name}/media/pickfruit", glob("media/pickfruit/*.png")),
     ],
     install_requires=["setuptools"],
     zip_safe=True,
@@ -22,6 +23,7 @@ setup(
     entry_points={"console_scripts": [
         "piper_arm = robot_bridge.piper_arm_node:main",
         "piper_twin = robot_bridge.piper_twin_node:main",
+        "twin_world = robot_bridge.twin_world_node:main",
         "orbbec_camera = robot_bridge.orbbec_camera_node:main",
         "openvla_executor = robot_bridge.openvla_executor_node:main",
         "robot_preflight = robot_bridge.preflight:main",

@@ -21,6 +21,7 @@ class NodeSpec:
     name: str
     parameter_files: tuple[str, ...]
     lifecycle: bool = False  # a lifecycle node (configures and activates itself with its `autostart` parameter)
+    node_class: str = ""     # "module:Class" that brace-run composes in one process (launch runs the executable)
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class Stack:
     nodes: tuple[NodeSpec, ...]
     use_sim_time: bool = False  # every node follows /clock (a simulator in the stack publishes it)
     description: str = ""
+    world: str = ""             # the node that runs the episodes (brace-run runs until it is done); "" = none
+    report: str = ""            # "module:function" printing the stack's own table from (runs, episode rows, folder)
 
     def node(self, name: str) -> NodeSpec:
         """The node called `name`; KeyError when the stack has none."""
@@ -45,14 +48,20 @@ class Stack:
         return tuple(spec.name for spec in self.nodes)
 
 
-TRIGGER_MONITOR = NodeSpec("brace_controller", "trigger_monitor", "trigger_monitor", ("trigger_monitor.yaml",))
-BRACE_CONTROLLER = NodeSpec("brace_controller", "brace_controller", "brace_controller", ("brace_controller.yaml",))
+_MONITOR = "brace_controller.trigger_monitor_node:TriggerMonitorNode"
+_PLANNER = "erecap_planner.planner_node:ErecapPlannerNode"
+TRIGGER_MONITOR = NodeSpec("brace_controller", "trigger_monitor", "trigger_monitor", ("trigger_monitor.yaml",),
+                           node_class=_MONITOR)
+BRACE_CONTROLLER = NodeSpec("brace_controller", "brace_controller", "brace_controller", ("brace_controller.yaml",),
+                            node_class="brace_controller.controller_node:BraceControllerNode")
 ERECAP_PLANNER = NodeSpec("erecap_planner", "erecap_planner", "erecap_planner", ("erecap_planner.yaml",),
-                          lifecycle=True)
-AUDIT_RECORDER = NodeSpec("brace_controller", "audit_recorder", "audit_recorder", ("audit_recorder.yaml",))
-EMBEDDED_SIM = NodeSpec("sim_bridges", "embedded_sim", "embedded_sim", ("embedded_sim.yaml",))
+                          lifecycle=True, node_class=_PLANNER)
+AUDIT_RECORDER = NodeSpec("brace_controller", "audit_recorder", "audit_recorder", ("audit_recorder.yaml",),
+                          node_class="brace_controller.audit_recorder_node:AuditRecorderNode")
+EMBEDDED_SIM = NodeSpec("sim_bridges", "embedded_sim", "embedded_sim", ("embedded_sim.yaml",),
+                        node_class="sim_bridges.sim_node:EmbeddedSimNode")
 ERECAP_PLANNER_SIM = NodeSpec("erecap_planner", "erecap_planner", "erecap_planner",
-                              ("erecap_planner.yaml", "erecap_planner_sim.yaml"), lifecycle=True)
+                              ("erecap_planner.yaml", "erecap_planner_sim.yaml"), lifecycle=True, node_class=_PLANNER)
 
 CONTROL = Stack("control", (TRIGGER_MONITOR, BRACE_CONTROLLER, ERECAP_PLANNER, AUDIT_RECORDER),
                 description="trigger monitor, controller, planner and audit bag for a robot or an external "
@@ -61,5 +70,39 @@ CONTROL = Stack("control", (TRIGGER_MONITOR, BRACE_CONTROLLER, ERECAP_PLANNER, A
 # multi-threaded executor in the planner process wakes thousands of times a second with nothing ready and starves the
 # call of the GIL (a 12 ms tiny-model prefill took seconds; docs/nodes.md). Every node honours use_sim_time when set.
 SIM = Stack("sim", (EMBEDDED_SIM, TRIGGER_MONITOR, BRACE_CONTROLLER, ERECAP_PLANNER_SIM, AUDIT_RECORDER),
-            use_sim_time=False, description="the closed loop on the embedded warehouse")
-STACKS = {stack.name: stack for stack in (CONTROL, SIM)}
+            use_sim_time=False, description="the closed loop on the embedded warehouse", world="embedded_sim")
+
+# The real-robot graph (issue 18): the PiPER arm node, Orbbec cameras, the OpenVLA executor and the control stack
+# with the robot's settings (config/robot/control.yaml). Without hardware (piper_twin) the arm runs on the CAN twin,
+# a camera replays video and the executor asks the twin's /act stand-in; the twin world runs PickFruit episodes.
+TWIN_WORLD = NodeSpec("robot_bridge", "twin_world", "twin_world", ("twin_world.yaml",),
+                      node_class="robot_bridge.twin_world_node:TwinWorldNode")
+PIPER_ARM = NodeSpec("robot_bridge", "piper_arm", "piper_arm", ("piper_arm.yaml",), lifecycle=True,
+                     node_class="robot_bridge.piper_arm_node:PiperArmNode")
+_CAMERA = "robot_bridge.orbbec_camera_node:OrbbecCameraNode"
+FRONT_CAMERA = NodeSpec("robot_bridge", "orbbec_camera", "front_camera", ("orbbec_camera.yaml",), lifecycle=True,
+                        node_class=_CAMERA)
+OPENVLA_EXECUTOR = NodeSpec("robot_bridge", "openvla_executor", "openvla_executor", ("openvla_executor.yaml",),
+                            lifecycle=True, node_class="robot_bridge.openvla_executor_node:OpenVlaExecutorNode")
+_ROBOT = "robot/control.yaml"
+ROBOT_CONTROL = (
+    NodeSpec("brace_controller", "trigger_monitor", "trigger_monitor", ("trigger_monitor.yaml", _ROBOT),
+             node_class=_MONITOR),
+    NodeSpec("brace_controller", "brace_controller", "brace_controller", ("brace_controller.yaml", _ROBOT),
+             node_class=BRACE_CONTROLLER.node_class),
+    NodeSpec("erecap_planner", "erecap_planner", "erecap_planner", ("erecap_planner.yaml", _ROBOT), lifecycle=True,
+             node_class=_PLANNER),
+    AUDIT_RECORDER,
+)
+PIPER_TWIN = Stack("piper_twin", (TWIN_WORLD, PIPER_ARM, FRONT_CAMERA, OPENVLA_EXECUTOR, *ROBOT_CONTROL),
+                   description="the real-robot graph on the PiPER CAN twin (PickFruit with grasp slips)",
+                   world="twin_world", report="robot_bridge.table32:report")
+WRIST_CAMERA = NodeSpec("robot_bridge", "orbbec_camera", "wrist_camera", ("orbbec_camera.yaml",), lifecycle=True,
+                        node_class=_CAMERA)
+_REAL = "robot/piper_real.yaml"  # the robot's CAN port, camera serials, VLA server (checked by robot_preflight)
+PIPER_REAL = Stack("piper_real", tuple(NodeSpec(s.package, s.executable, s.name, (*s.parameter_files, _REAL), s.lifecycle,
+                                                s.node_class)
+                                       for s in (PIPER_ARM, FRONT_CAMERA, WRIST_CAMERA, OPENVLA_EXECUTOR, *ROBOT_CONTROL)),
+                   description="the real AgileX PiPER arm, two Orbbec cameras, the OpenVLA executor and the control "
+                               "stack (docs/robot.md)")
+STACKS = {stack.name: stack for stack in (CONTROL, SIM, PIPER_TWIN, PIPER_REAL)}

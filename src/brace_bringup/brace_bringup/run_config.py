@@ -113,9 +113,10 @@ class RunConfig:
             params["audit_recorder"].setdefault("output_dir", str(folder / "bag"))
             if not params["audit_recorder"]["output_dir"]:
                 params["audit_recorder"]["output_dir"] = str(folder / "bag")
+        if self.stack.world:
+            params[self.stack.world]["variant"] = variant
         if "embedded_sim" in params:
             sim = params["embedded_sim"]
-            sim["variant"] = variant
             agents = int(sim.get("agents", WorldConfig.agents))
             if "trigger_monitor" in params:
                 params["trigger_monitor"]["agents"] = [f"agent_{i}" for i in range(agents)]

@@ -14,6 +14,7 @@ same numbers from the bags alone.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import threading
 import time
@@ -29,7 +30,7 @@ from brace_common import names, qos
 from brace_common.config import ConfigError
 from brace_common.spin import autostart
 
-from .graph import SIM
+from .graph import NodeSpec
 from .run_config import RunConfig
 
 
@@ -53,12 +54,18 @@ class LiveCollector(Node):
             self.collector.add(topic, msg, self.get_clock().now().nanoseconds)
 
 
-def _progress(variant: str, sim, collector: LiveCollector, started: float, episodes: int) -> str:
+def _progress(variant: str, world, collector: LiveCollector, started: float) -> str:
     calls = collector.collector.records.calls
     missed = sum(not c.slo_met for c in calls)
-    step = sim.world.t if sim.world is not None else 0
-    return (f"[{variant}] episode {max(sim.episode, 0) + 1}/{episodes} step {step:3d} | calls {len(calls):3d} "
+    return (f"[{variant}] {world.progress()} | calls {len(calls):3d} "
             f"SLO missed {missed:3d} | {time.monotonic() - started:5.0f} s")
+
+
+def compose(spec: NodeSpec, **kwargs) -> Node:
+    """The node of `spec` in this process (its class, under its launch name)."""
+    module, _, cls = spec.node_class.partition(":")
+    node_cls = getattr(importlib.import_module(module), cls)
+    return node_cls(cli_args=["--ros-args", "-r", f"__node:={spec.name}"], **kwargs)
 
 
 def _drain(executor, recorder, collector: LiveCollector, episodes: int, settle_s: float = 1.0,
@@ -83,49 +90,47 @@ def _drain(executor, recorder, collector: LiveCollector, episodes: int, settle_s
 
 def run_variant(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dict], quiet: bool = False):
     """Run one variant to completion; return its live RunRecords, bag path and episode results."""
-    from brace_controller.audit_recorder_node import AuditRecorderNode
-    from brace_controller.controller_node import BraceControllerNode
-    from brace_controller.trigger_monitor_node import TriggerMonitorNode
-    from erecap_planner.planner_node import ErecapPlannerNode
-    from sim_bridges.sim_node import EmbeddedSimNode
-
     params_file = cfg.write_parameters(variant, folder, extra)
     context = rclpy.Context()
     rclpy.init(args=["--ros-args", "--params-file", str(params_file)], context=context)
-    nodes = []
+    nodes: dict[str, Node] = {}
     executor = MultiThreadedExecutor(num_threads=4, context=context)
     ns = {"context": context, "namespace": names.DEFAULT_NAMESPACE}
     try:
-        # Every node at once, as launch starts them; the simulator's readiness wait orders the start.
-        sim = EmbeddedSimNode(**ns)
-        recorder = AuditRecorderNode(**ns)
-        collector = LiveCollector(variant, **ns)
-        monitor = TriggerMonitorNode(**ns)
-        controller = BraceControllerNode(**ns)
-        planner = ErecapPlannerNode(**ns)
-        nodes = [sim, recorder, collector, monitor, controller, planner]
-        if planner.get_parameter("autostart").value and (error := autostart(planner)) is not None:
-            raise ConfigError("erecap_planner", error)
-        for n in nodes:
+        # Every node at once, as launch starts them; the world's readiness wait orders the start.
+        for spec in cfg.stack.nodes:
+            nodes[spec.name] = compose(spec, **ns)
+        collector = nodes["brace_run_collector"] = LiveCollector(variant, **ns)
+        for spec in cfg.stack.nodes:
+            node = nodes[spec.name]
+            if spec.lifecycle and node.get_parameter("autostart").value and (error := autostart(node)) is not None:
+                raise ConfigError(spec.name, error)
+        for n in nodes.values():
             executor.add_node(n)
+        world, recorder = nodes.get(cfg.stack.world), nodes["audit_recorder"]
         started, last_print = time.monotonic(), 0.0
-        episodes = sim.config.episodes
-        while not sim.done and context.ok():
-            executor.spin_once(timeout_sec=0.05)
-            if not quiet and time.monotonic() - last_print > (1.0 if sys.stdout.isatty() else 15.0):  # logs: sparse
-                line = _progress(variant, sim, collector, started, episodes)
-                print("\r" + line if sys.stdout.isatty() else line, end="" if sys.stdout.isatty() else "\n",
-                      flush=True)
-                last_print = time.monotonic()
-        _drain(executor, recorder, collector, len(sim.results))
-        if not quiet:
-            print(("\r" if sys.stdout.isatty() else "") + _progress(variant, sim, collector, started, episodes)
-                  + " done", flush=True)
+        try:
+            while (world is None or not world.done) and context.ok():  # a stack without a world: until Ctrl-C
+                executor.spin_once(timeout_sec=0.05)
+                if world is not None and not quiet and \
+                        time.monotonic() - last_print > (1.0 if sys.stdout.isatty() else 15.0):  # logs: sparse
+                    line = _progress(variant, world, collector, started)
+                    print("\r" + line if sys.stdout.isatty() else line, end="" if sys.stdout.isatty() else "\n",
+                          flush=True)
+                    last_print = time.monotonic()
+        except KeyboardInterrupt:
+            if world is not None:
+                raise
+        results = world.results if world is not None else []
+        _drain(executor, recorder, collector, len(results))
+        if world is not None and not quiet:
+            print(("\r" if sys.stdout.isatty() else "") + _progress(variant, world, collector, started) + " done",
+                  flush=True)
         recorder.close()
-        return collector.collector.records, recorder.path, sim.results
+        return collector.collector.records, recorder.path, results, list(getattr(world, "episode_rows", []))
     finally:
         executor.shutdown()
-        for n in nodes:
+        for n in nodes.values():
             n.destroy_node()
         context.try_shutdown()
 
@@ -176,12 +181,16 @@ def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict
     from brace_controller.audit import write_csvs
 
     folder = output / time.strftime("%Y%m%d_%H%M%S")
-    runs = []
+    runs, rows = [], []
     for variant in variants:
-        records, _bag, _results = run_variant(cfg, variant, folder / variant, extra, quiet)
+        records, _bag, _results, episode_rows = run_variant(cfg, variant, folder / variant, extra, quiet)
         runs.append(records)
+        rows.append(episode_rows)
     write_csvs(runs, folder)
     plots(runs, folder)
+    if cfg.stack.report:
+        module, _, function = cfg.stack.report.partition(":")
+        print(getattr(importlib.import_module(module), function)(runs, rows, folder))
     return folder, runs
 
 
@@ -204,16 +213,16 @@ def main(argv=None) -> int:
     except (OSError, ValueError, yaml.YAMLError) as exc:
         print(f"brace-run: {exc}", file=sys.stderr)
         return 2
-    if cfg.stack is not SIM:
-        print(f"brace-run: runs the '{SIM.name}' stack; {args.config} names '{cfg.stack.name}' (ros2 launch it)",
-              file=sys.stderr)
+    if not cfg.stack.world and len(args.variants or cfg.variants) != 1:
+        print(f"brace-run: stack '{cfg.stack.name}' has no world that ends a run: name one variant (--variants ...); "
+              "it runs until Ctrl-C", file=sys.stderr)
         return 2
     variants = args.variants or list(cfg.variants)
     missing = [v for v in variants if v not in cfg.variants]
     if missing:
         print(f"brace-run: unknown variants {missing}; the config has {list(cfg.variants)}", file=sys.stderr)
         return 2
-    extra = {"embedded_sim": {k: v for k, v in (("episodes", args.episodes), ("agents", args.agents)) if v}}
+    extra = {cfg.stack.world: {k: v for k, v in (("episodes", args.episodes), ("agents", args.agents)) if v}}
     for item in args.set:
         key, sep, value = item.partition("=")
         node, dot, param = key.partition(".")

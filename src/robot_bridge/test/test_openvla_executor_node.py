@@ -333,7 +333,7 @@ def test_shipped_parameter_file_is_valid():
 
     from brace_common.config import config_from_file
 
-    path = Path(__file__).resolve().parents[1] / "config" / "openvla_executor.yaml"
+    path = Path(__file__).resolve().parents[3] / "config" / "openvla_executor.yaml"
     cfg = config_from_file(ExecutorConfig, path, "openvla_executor")
     assert cfg.unnorm_key == "bridge_orig" and cfg.control_rate_hz == 5.0 and cfg.backend == "server"
     assert cfg.monitor_config().locations["bowl"] == (0.25, 0.12, 0.12)

@@ -136,6 +136,11 @@ class EmbeddedSimNode(Node):
 
     # ------------------------------------------------------------------ stepping
 
+    def progress(self) -> str:
+        """Where the run is ('episode e/N step t'): brace-run's progress line."""
+        return (f"episode {max(self.episode, 0) + 1}/{self.config.episodes} "
+                f"step {self.world.t if self.world is not None else 0:3d}")
+
     def held(self) -> bool:
         """True while an admitted call has neither returned nor timed out."""
         if not self.config.hold_while_planning or not self.waiting:
