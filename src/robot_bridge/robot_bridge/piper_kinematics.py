@@ -137,12 +137,13 @@ class PiperKinematics:
     def inverse(self, pose: Sequence[float], seed: Sequence[float],
                 limits: Sequence[tuple[float, float]] | None = None, max_iterations: int = 150,
                 position_tolerance: float = 1e-5, rotation_tolerance: float = 1e-4, damping: float = 0.02,
-                max_step: float = 0.3) -> IkResult:
+                max_step: float = 0.3, stall_iterations: int = 20) -> IkResult:
         """Joint angles that put the flange at `pose`, by damped least squares from `seed` within `limits`.
 
         Bounded: at most `max_iterations` steps, each at most `max_step` rad per joint; joints are clamped to
-        `limits` after every step. `converged` is False when the pose is not reached within tolerance (out of
-        reach, or blocked by the limits).
+        `limits` after every step; it gives up early when the error has not shrunk by 0.1 % in `stall_iterations`
+        steps (an unreachable pose: the arm reached as close as it gets). `converged` is False when the pose is
+        not reached within tolerance (out of reach, or blocked by the limits).
         """
         target = pose_to_matrix(pose)
         lows = np.array([lo for lo, _ in limits]) if limits else np.full(6, -np.inf)
@@ -150,6 +151,7 @@ class PiperKinematics:
         q = np.clip(np.array(seed, dtype=float), lows, highs)
         eye = np.eye(6)
         pos_err = rot_err = math.inf
+        best, best_at, iterations = math.inf, 0, max_iterations
         for iteration in range(1, max_iterations + 1):
             current = self.forward(q)
             dp = target[:3, 3] - current[:3, 3]
@@ -157,6 +159,11 @@ class PiperKinematics:
             pos_err, rot_err = float(np.linalg.norm(dp)), float(np.linalg.norm(dr))
             if pos_err <= position_tolerance and rot_err <= rotation_tolerance:
                 return IkResult(tuple(float(v) for v in q), True, pos_err, rot_err, iteration - 1)
+            if pos_err + rot_err < best * 0.999:
+                best, best_at = pos_err + rot_err, iteration
+            elif iteration - best_at >= stall_iterations:
+                iterations = iteration
+                break
             jac = self.jacobian(q)
             error = np.concatenate([dp, dr])
             step = jac.T @ np.linalg.solve(jac @ jac.T + damping ** 2 * eye, error)
@@ -168,4 +175,4 @@ class PiperKinematics:
         pos_err = float(np.linalg.norm(target[:3, 3] - current[:3, 3]))
         rot_err = float(np.linalg.norm(rotation_log(target[:3, :3] @ current[:3, :3].T)))
         converged = pos_err <= position_tolerance and rot_err <= rotation_tolerance
-        return IkResult(tuple(float(v) for v in q), converged, pos_err, rot_err, max_iterations)
+        return IkResult(tuple(float(v) for v in q), converged, pos_err, rot_err, iterations)

@@ -164,7 +164,7 @@ class PiperArmModel:
     def set_collision(self, on: bool) -> None:
         """Collision detected (arm status 0x07): motion stops and holds until cleared."""
         self.collision = bool(on)
-        self._hold()
+        self._hold(gripper=True)
 
     def set_over_limit(self, joint: Optional[int]) -> None:
         """Joint `joint` (1-6) is over its angle limit (error-code bit); None clears it."""
@@ -208,10 +208,10 @@ class PiperArmModel:
     def _motion_ctrl_1(self, cmd: pf.MotionCtrl1) -> None:
         if cmd.emergency_stop == pf.ESTOP_STOP:
             self.estop = True
-            self._hold()
+            self._hold(gripper=True)
         elif cmd.emergency_stop == pf.ESTOP_RESUME:
             self.estop = False
-            self._hold()
+            self._hold(gripper=True)
 
     def _motion_ctrl_2(self, cmd: pf.MotionCtrl2) -> None:
         if cmd.ctrl_mode != self.ctrl_mode or cmd.move_mode != self.move_mode:
@@ -252,6 +252,7 @@ class PiperArmModel:
                 self._hold()
                 return
         self.limit_refused = self.no_solution = False
+        self.last_pose_target = None
         self.target = np.array(units.joints_from_sdk(self.joint_parts))
         self.target[~np.array(self.motor_enabled[:JOINTS])] = self.q[~np.array(self.motor_enabled[:JOINTS])]
 
@@ -264,19 +265,19 @@ class PiperArmModel:
             self.counts["ignored"] += 1
             return
         parts = tuple(self.pose_parts)
-        if parts == self.last_pose_target and not self.no_solution:
-            return  # the same target again: already on its way
-        self.last_pose_target = parts
+        if parts == self.last_pose_target:
+            return  # the same target again: on its way there, or refused already (the IK would answer the same)
         pose = units.pose_from_sdk(parts)
         result = self.kinematics.inverse(pose, self.q, units.JOINT_LIMITS_RAD,
                                          max_iterations=self.config.ik_max_iterations)
         if not result.converged:
+            self._hold()
             self.no_solution = True
             self.counts["no_solution"] += 1
-            self._hold()
-            return
-        self.no_solution = self.limit_refused = False
-        self.target = np.array(result.joints)
+        else:
+            self.no_solution = self.limit_refused = False
+            self.target = np.array(result.joints)
+        self.last_pose_target = parts
 
     def _gripper(self, cmd: pf.GripperCtrl) -> None:
         enable = cmd.enable
@@ -302,9 +303,12 @@ class PiperArmModel:
         return [pf.MotorLimitFeedback(cmd.motor_num, round(math.degrees(hi) * 10), round(math.degrees(lo) * 10),
                                       round(self.config.max_joint_speed[j] * 1000)).pack()]
 
-    def _hold(self) -> None:
+    def _hold(self, gripper: bool = False) -> None:
+        """Stop the joints where they are (and the gripper when `gripper`); the next target starts afresh."""
         self.target = None
-        self.gripper_target = self.gripper
+        self.last_pose_target = None
+        if gripper:
+            self.gripper_target = self.gripper
 
     # ---- motion ------------------------------------------------------------------------------------------------
     def advance(self, dt: float, object_width: Optional[float] = None) -> None:

@@ -312,3 +312,23 @@ def test_model_frames_per_cycle_and_malformed_input():
     for frame in pf.joint_ctrl_frames([0, -1000, 0, 0, 0, 0]):
         model.handle(*frame)
     assert model.arm_status() == pf.ARM_TARGET_EXCEEDS_LIMIT and model.target is None
+
+
+def test_model_end_pose_target_after_a_hold_is_taken_again():
+    model = PiperArmModel(TwinConfig(initial_joints=list(START), initially_enabled=True))
+    model.handle(*pf.MotionCtrl2(pf.CTRL_MODE_CAN, pf.MOVE_P, 20).pack())
+    goal = [-0.3, 1.1, -0.9, 0.4, 0.6, 0.2]
+    frames = pf.end_pose_ctrl_frames(PiperArmModel._sdk_pose(PiperKinematics().forward_pose(goal)))
+    for frame in frames:
+        model.handle(*frame)
+    model.advance(0.05)
+    assert model.target is not None and not model.reached()
+    model.handle(*pf.MotionCtrl1(pf.ESTOP_STOP).pack())
+    model.handle(*pf.MotionCtrl1(pf.ESTOP_RESUME).pack())
+    assert model.target is None  # resume holds
+    for frame in frames:  # the same target again is a new command after the hold
+        model.handle(*frame)
+    for _ in range(400):
+        model.advance(0.01)
+    assert model.reached() and model.arm_status() == pf.ARM_NORMAL
+    assert model.kinematics.forward_pose(model.q) == pytest.approx(PiperKinematics().forward_pose(goal), abs=2e-5)
