@@ -140,8 +140,8 @@ def sdk_on_virtual_bus():
     piper = C_PiperInterface_V2(can_name=channel, judge_flag=False, can_auto_init=False)
     piper.CreateCanBus(channel, bustype="virtual")
     yield piper, ours
-    piper.DisconnectPort()
-    piper.GetCanBus().Close()
+    piper.GetCanBus().Close()  # never connected: no threads to stop
+    C_PiperInterface_V2._instances.pop(channel, None)  # the SDK keeps one interface per name for the process
     ours.shutdown()
 
 
