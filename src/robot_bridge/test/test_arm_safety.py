@@ -3,10 +3,11 @@
 import dataclasses
 import math
 import random
+from pathlib import Path
 
 import pytest
 
-from brace_common.config import ConfigError
+from brace_common.config import ConfigError, config_from_file, load_ros_parameters
 from brace_common.validation import Rejections
 from robot_bridge import arm_safety as s
 from robot_bridge.piper_arm_config import PiperArmConfig
@@ -341,3 +342,10 @@ def test_invalid_config_names_the_parameter(change, parameter):
     with pytest.raises(ConfigError) as info:
         dataclasses.replace(PiperArmConfig(), **change).validate()
     assert info.value.parameter == parameter
+
+
+def test_the_parameter_file_sets_every_parameter_to_its_default():
+    path = Path(__file__).resolve().parents[1] / "config" / "piper_arm.yaml"
+    values = load_ros_parameters(path, "piper_arm")
+    assert set(values) == {f.name for f in dataclasses.fields(PiperArmConfig)}
+    assert config_from_file(PiperArmConfig, path, "piper_arm") == PiperArmConfig()

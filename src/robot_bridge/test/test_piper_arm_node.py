@@ -1,16 +1,22 @@
-"""piper_arm node over real DDS, the real piper_sdk and the CAN twin on python-can's virtual bus (one process)."""
+"""piper_arm node over real DDS, the real piper_sdk and the CAN twin (virtual bus in-process; udp_multicast to the executable)."""
 
 from __future__ import annotations
 
-import itertools
+import json
 import math
 import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import can
 import pytest
 from brace_msgs.msg import AgentState, EndEffectorDelta
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
+from piper_sdk import C_PiperInterface_V2
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -19,16 +25,19 @@ from std_msgs.msg import Float64
 from std_srvs.srv import Trigger
 
 from brace_common import qos
-from brace_common.testing import wait_for
+from brace_common.testing import installed_executable, wait_for
 from robot_bridge import piper_frames as pf
 from robot_bridge.piper_arm_node import PiperArmNode
 from robot_bridge.piper_twin import PiperTwin, TwinConfig
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared piper_sdk_session helper
+from piper_sdk_session import close_sdk, unique_port  # noqa: E402
+
 pytestmark = pytest.mark.filterwarnings("ignore:The 'bustype' argument:DeprecationWarning")
 
+CONFIG = Path(__file__).resolve().parents[1] / "config" / "piper_arm.yaml"
 SUCCESS = TransitionCallbackReturn.SUCCESS
 FAILURE = TransitionCallbackReturn.FAILURE
-_ports = itertools.count()
 
 
 class Operator(Node):
@@ -90,7 +99,7 @@ def close(a, b, tol) -> bool:
 @pytest.fixture
 def rig(ros):
     """A twin on a fresh virtual channel, the arm node and an operator; `rig.up(**params)` configures and activates."""
-    port = f"arm{os.getpid()}_{next(_ports)}"
+    port = unique_port("arm")
     twin = PiperTwin(port, "virtual", TwinConfig())
     twin.start()
     rig = Rig(ros, twin, port)
@@ -128,6 +137,9 @@ class Rig:
     def close(self) -> None:
         if self.node is not None and self.node.driver is not None:
             self.node.release()
+        sdk = C_PiperInterface_V2._instances.get(self.port)  # the SDK's one instance for this CAN name
+        if sdk is not None:
+            close_sdk(sdk, self.port)  # and its monitor threads, which DisconnectPort leaves running
         self.twin.stop()
 
 
@@ -184,9 +196,11 @@ def test_invalid_parameters_fail_configure_naming_the_parameter(rig):
 
 
 def test_configure_fails_when_the_bus_does_not_open(rig):
-    node = rig.make(can_interface="socketcan", can_port="nonexistent_can9")
+    port = unique_port("nocan")  # no such socketcan interface
+    node = rig.make(can_interface="socketcan", can_port=port)
     assert node.trigger_configure() == FAILURE
-    assert "cannot open CAN port 'nonexistent_can9'" in node.last_error
+    assert f"cannot open CAN port '{port}'" in node.last_error and node.driver is None
+    close_sdk(C_PiperInterface_V2._instances[port], port)
 
 
 def test_enable_refused_fails_activate_after_the_bounded_retry(rig):
@@ -398,3 +412,61 @@ def test_another_device_taking_the_arm_is_a_fault_until_enable(rig):
     target = [0.05, 0, 0, 0, 0, 0]
     rig.op.joints(target)
     wait_for(lambda: close(rig.twin.state().joints_rad, target, 1e-4), 15.0, "commands pass again")
+
+
+# ---------------------------------------------------------------------------------------------- the executable
+
+
+def free_udp_port() -> int:
+    """A UDP port nothing on this host is bound to right now."""
+    with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as sock:
+        sock.bind(("::", 0))
+        return sock.getsockname()[1]
+
+
+def run_arm(env: dict, tmp_path: Path, *params: str) -> tuple[subprocess.Popen, Path]:
+    """`ros2 run robot_bridge piper_arm` with the package's parameter file and `params` (name:=value)."""
+    log_path = tmp_path / "piper_arm.log"
+    args = [a for p in params for a in ("-p", p)]
+    proc = subprocess.Popen([str(installed_executable("robot_bridge", "piper_arm")), "--ros-args", "--params-file",
+                             str(CONFIG), *args], env=env, stdout=log_path.open("w"), stderr=subprocess.STDOUT)
+    return proc, log_path
+
+
+def test_the_executable_drives_a_twin_in_another_process_and_leaves_it_enabled(ros, tmp_path, monkeypatch):
+    port = free_udp_port()  # python-can's udp_multicast: one UDP port per twin/arm pair, in both processes
+    monkeypatch.setenv("CAN_CONFIG", json.dumps({"port": port}))
+    group = f"ff01::74:{(os.getpid() + 1) % 0xFFFF:x}"  # interface-local: never leaves the host
+    env = {**os.environ, "CAN_CONFIG": json.dumps({"port": port}), "ROS_DOMAIN_ID": str(ros.domain_id)}
+    with PiperTwin(group, "udp_multicast", TwinConfig()) as twin:
+        proc, log_path = run_arm(env, tmp_path, "autostart:=true", "can_interface:=udp_multicast",
+                                 f"can_port:={group}", "feedback_rate_hz:=50.0")
+        try:
+            op = ros.add(Operator())
+            wait_for(lambda: twin.state().enabled and op.joint_states, 60.0,
+                     f"enabled and publishing ({log_path.read_text()[-1500:]})")
+            wait_for(lambda: op.joint_cmd.get_subscription_count() > 0, 15.0, "joint_cmd discovered")
+            target = [0.1, 0.1, -0.1, 0.0, 0.0, 0.0]
+            wait_for(lambda: op.joints(target) or close(twin.state().joints_rad, target, 1e-4), 30.0,
+                     "a joint command across processes moves the twin")
+        finally:
+            code = stop(proc)
+        assert code == 0, log_path.read_text()[-2000:]
+        assert twin.state().enabled  # exiting holds and disconnects; it never disables the arm
+
+
+def test_the_executable_exits_2_naming_an_invalid_parameter(tmp_path):
+    proc, log_path = run_arm(dict(os.environ), tmp_path, "autostart:=true", "speed_percent:=500")
+    assert proc.wait(timeout=60) == 2
+    assert "'speed_percent'" in log_path.read_text()
+
+
+def stop(proc: subprocess.Popen) -> int:
+    """SIGTERM, then the exit code (killed after 30 s)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import itertools
-import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,13 +12,15 @@ from robot_bridge import piper_driver as pd
 from robot_bridge.piper_driver import DriverError, PiperDriver, wait_feedback
 from robot_bridge.piper_twin import PiperTwin, TwinConfig
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared piper_sdk_session helper
+from piper_sdk_session import close_sdk, unique_port  # noqa: E402
+
 pytestmark = pytest.mark.filterwarnings("ignore:The 'bustype' argument:DeprecationWarning")  # inside piper_sdk
-_ports = itertools.count()
 
 
 def port_name() -> str:
     """A CAN channel no other test (or process) uses: the SDK keeps one instance per name."""
-    return f"drv{os.getpid()}_{next(_ports)}"
+    return unique_port("drv")
 
 
 @pytest.fixture
@@ -34,6 +36,7 @@ def rig():
         yield twin, driver
     finally:
         driver.disconnect()
+        close_sdk(driver.sdk, port)  # and the SDK's monitor threads, which DisconnectPort leaves running
         twin.stop()
 
 
@@ -82,10 +85,12 @@ def test_connect_reads_the_twin_in_si_units(rig):
 
 
 def test_a_bus_that_does_not_open_is_a_driver_error():
-    driver = PiperDriver(port_name(), "no_such_interface")
+    port = port_name()
+    driver = PiperDriver(port, "no_such_interface")
     with pytest.raises(DriverError, match="cannot open CAN port"):
         driver.connect()
     assert not driver.connected
+    close_sdk(driver.sdk, port)
 
 
 def test_parameters_are_checked():
