@@ -156,7 +156,7 @@ class PlannerCallPath:
         self.candidates = enumerate_steps(schema) if decoding != "json" else []
         if decoding != "json" and not self.candidates:
             raise ValueError(f"{decoding} decoding needs actions whose parameters all have enumerated choices")
-        self.constrained = (ConstrainedPlanDecoder(tokenizer, self.candidates, schema.max_steps)
+        self.constrained = (ConstrainedPlanDecoder(tokenizer, self.candidates, schema.max_steps, schema.min_steps)
                             if decoding == "constrained" else None)
         self.protect_blocks = protect_blocks
         self.plan_steps = dict(plan_steps or {})  # mode -> most steps of its plans (constrained decoding)

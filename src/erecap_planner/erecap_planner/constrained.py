@@ -64,15 +64,18 @@ class ConstrainedResult:
 
 
 class ConstrainedPlanDecoder:
-    """Greedy decoding of a plan whose every step is one of `steps` (at most `max_steps` of them)."""
+    """Greedy decoding of a plan whose every step is one of `steps` (`min_steps` to `max_steps` of them)."""
 
-    def __init__(self, tokenizer, steps: list[Step], max_steps: int):
+    def __init__(self, tokenizer, steps: list[Step], max_steps: int, min_steps: int = 1):
         if not steps:
             raise ValueError("constrained decoding needs at least one candidate step")
         if max_steps < 1:
             raise ValueError("max_steps must be >= 1")
+        if not 1 <= min_steps <= max_steps:
+            raise ValueError("min_steps must be in [1, max_steps]")
         self.steps = steps
         self.max_steps = max_steps
+        self.min_steps = min_steps
 
         def encode(text: str) -> list[int]:
             return tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -83,6 +86,7 @@ class ConstrainedPlanDecoder:
         self.more = TokenTrie([encode(step_json(s) + PLAN_CLOSE) for s in steps]
                               + [encode(step_json(s) + STEP_SEPARATOR) for s in steps])
         self.last = TokenTrie([encode(step_json(s) + PLAN_CLOSE) for s in steps])
+        self.cont = TokenTrie([encode(step_json(s) + STEP_SEPARATOR) for s in steps])  # before min_steps: no close
 
     def token_ids(self, steps: list[Step]) -> list[int]:
         """The token ids this decoder produces for `steps`: what a fine-tune must train on.
@@ -112,7 +116,12 @@ class ConstrainedPlanDecoder:
         forwards = 0
         n = len(self.steps)
         while True:
-            trie = self.last if len(chosen) == limit - 1 else self.more
+            if len(chosen) == limit - 1:
+                trie, closes = self.last, (lambda i: True)
+            elif len(chosen) < min(self.min_steps, limit) - 1:
+                trie, closes = self.cont, (lambda i: False)
+            else:
+                trie, closes = self.more, (lambda i: i < n)
             node = trie.root
             while node.option < 0:
                 if len(node.children) == 1:
@@ -135,7 +144,7 @@ class ConstrainedPlanDecoder:
                 node = node.children[token]
             index = node.option
             chosen.append(self.steps[index % n])
-            if index < n:  # the option closed the plan
+            if closes(index):  # the option closed the plan
                 break
         produced.extend(pending)
         text = PLAN_OPEN + STEP_SEPARATOR.join(step_json(s) for s in chosen) + PLAN_CLOSE

@@ -49,10 +49,11 @@ class ActionSchema:
 
     actions: dict[str, ActionSpec]
     max_steps: int = 16
+    min_steps: int = 1   # constrained decoding writes at least this many steps (a task whose plans have a known shape)
 
     @classmethod
     def from_dict(cls, raw: dict) -> ActionSchema:
-        """{'max_steps': n, 'actions': {name: {param: {type, choices, required}}}}."""
+        """{'max_steps': n, 'min_steps': m, 'actions': {name: {param: {type, choices, required}}}}."""
         actions = {}
         for name, params in (raw.get("actions") or {}).items():
             specs = {}
@@ -63,7 +64,10 @@ class ActionSchema:
             actions[name] = ActionSpec(name, specs)
         if not actions:
             raise ValueError("an action schema needs at least one action")
-        return cls(actions, int(raw.get("max_steps", 16)))
+        max_steps, min_steps = int(raw.get("max_steps", 16)), int(raw.get("min_steps", 1))
+        if not 1 <= min_steps <= max_steps:
+            raise ValueError(f"min_steps {min_steps} must be in [1, max_steps = {max_steps}]")
+        return cls(actions, max_steps, min_steps)
 
     def describe(self) -> str:
         """The allowed actions as one prompt line."""

@@ -11,9 +11,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from brace_controller.audit_report import summary
-
 from brace_common.vocabulary import Failure
+from brace_controller.audit_report import summary
 
 FAILURES = [f.label for f in Failure if f != Failure.NONE]
 

@@ -54,6 +54,9 @@ from .act_server import ActServer
 from .pickfruit import PickFruitConfig, PickFruitWorld, TwinPolicy
 from .piper_twin import PiperTwin, TwinConfig
 
+HOME_JOINTS = (0.0, 1.5, -1.3, 0.0, 1.0, 0.0)
+"""Where the twin arm starts (rad): the tool 0.31 m ahead, 0.32 m up, above the PickFruit table."""
+
 
 @dataclass
 class TwinWorldConfig:
@@ -116,7 +119,8 @@ class TwinWorldNode(Node):
         reject_undeclared(self)
         cfg = self.config
         self.world = PickFruitWorld(PickFruitConfig(tasks=cfg.tasks, slip_probability=cfg.slip_probability))
-        self.twin = PiperTwin(cfg.can_port, cfg.can_interface, TwinConfig(),
+        self.twin = PiperTwin(cfg.can_port, cfg.can_interface,
+                              TwinConfig(initial_joints=list(HOME_JOINTS), initial_gripper=0.07),
                               grasp=lambda state: self.world.grasp(tuple(state.end_pose[:3]), state.gripper_m))
         self.policy = TwinPolicy(self.world, tool=lambda: tuple(self.twin.state().end_pose[:3]))
         self.act = ActServer(self.policy, host=cfg.act_host, port=cfg.act_port)

@@ -345,7 +345,7 @@ def test_invalid_config_names_the_parameter(change, parameter):
 
 
 def test_the_parameter_file_sets_every_parameter_to_its_default():
-    path = Path(__file__).resolve().parents[1] / "config" / "piper_arm.yaml"
+    path = Path(__file__).resolve().parents[3] / "config" / "piper_arm.yaml"
     values = load_ros_parameters(path, "piper_arm")
     assert set(values) == {f.name for f in dataclasses.fields(PiperArmConfig)}
     assert config_from_file(PiperArmConfig, path, "piper_arm") == PiperArmConfig()

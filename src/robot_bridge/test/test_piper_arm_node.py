@@ -35,7 +35,7 @@ from piper_sdk_session import close_sdk, unique_port  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:The 'bustype' argument:DeprecationWarning")
 
-CONFIG = Path(__file__).resolve().parents[1] / "config" / "piper_arm.yaml"
+CONFIG = Path(__file__).resolve().parents[3] / "config" / "piper_arm.yaml"
 SUCCESS = TransitionCallbackReturn.SUCCESS
 FAILURE = TransitionCallbackReturn.FAILURE
 
