@@ -21,6 +21,10 @@ from brace_common.config import field_default, load_ros_parameters
 from brace_controller.audit_recorder_node import RecorderConfig
 from brace_controller.config import ControllerConfig, ControllerNodeConfig, MonitorConfig, MonitorNodeConfig
 from erecap_planner.config import PlannerConfig
+from robot_bridge.camera_config import CameraConfig
+from robot_bridge.executor_config import ExecutorConfig
+from robot_bridge.piper_arm_config import PiperArmConfig
+from robot_bridge.twin_world_node import TwinWorldConfig
 from sim_bridges.config import SimConfig
 
 from .graph import SIM
@@ -31,6 +35,11 @@ NODE_CONFIGS: dict[str, tuple[type, ...]] = {
     "brace_controller": (ControllerConfig, ControllerNodeConfig),
     "erecap_planner": (PlannerConfig,),
     "audit_recorder": (RecorderConfig,),
+    "twin_world": (TwinWorldConfig,),
+    "piper_arm": (PiperArmConfig,),
+    "front_camera": (CameraConfig,),
+    "wrist_camera": (CameraConfig,),
+    "openvla_executor": (ExecutorConfig,),
 }
 """Each node's parameters: the config dataclasses it declares them from (core first, then the node's own)."""
 

@@ -58,7 +58,7 @@ def spin_node(factory: Callable[[], Node], name: str, args=None,
                     if rclpy.ok():
                         raise
                     # A callback that ran while the context shut down touched a destroyed handle.
-                    node.get_logger().info(f"shutting down: {type(exc).__name__} in a callback ({exc})")
+                    node.get_logger().info(f"shutting down: a callback met a destroyed handle ({exc})")
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
