@@ -215,10 +215,17 @@ class GripperTracker:
         self.ref_opening = math.nan
         self.opening = math.nan
 
-    def update(self, t: float, command_m: float, opening_m: Optional[float]) -> list[GripperEvent]:
-        """Apply one tick's command and measurement; the events it caused."""
+    def update(self, t: float, command_m: float, opening_m: Optional[float],
+               measured_t: Optional[float] = None) -> list[GripperEvent]:
+        """Apply one tick's command and measurement; the events it caused.
+
+        `measured_t` is when the measurement arrived (default `t`): a close is judged only on an opening
+        measured `grasp_settle_s` after the close command, so a late feedback stream cannot pass for a
+        gripper that stays open.
+        """
         events: list[GripperEvent] = []
         cfg = self.cfg
+        measured_t = t if measured_t is None else measured_t
         if opening_m is not None and math.isfinite(opening_m):
             self.opening = opening_m
         if math.isfinite(command_m):
@@ -234,12 +241,12 @@ class GripperTracker:
         if not self.closed or math.isnan(self.opening):
             return events
         if math.isnan(self.ref_opening) or abs(self.opening - self.ref_opening) > cfg.settle_tolerance_m:
-            self.ref_opening, self.last_motion_t = self.opening, t
+            self.ref_opening, self.last_motion_t = self.opening, measured_t if math.isnan(self.last_motion_t) else max(measured_t, self.last_motion_t)
         if self.holding:
             if self.opening < cfg.min_object_width_m:
                 self.holding = False
                 events.append(GripperEvent.SLIPPED)
-        elif not self.judged and t - self.last_motion_t >= cfg.grasp_settle_s - EPS_S:
+        elif not self.judged and measured_t - self.last_motion_t >= cfg.grasp_settle_s - EPS_S:
             self.judged = True
             if self.opening < cfg.min_object_width_m:
                 events.append(GripperEvent.EMPTY)
@@ -322,7 +329,7 @@ class StepMonitor:
 
     def observe(self, obs: Observation) -> Optional[StepResult]:
         """Judge the current step at one tick; its result when it ended, else None."""
-        events = self.gripper.update(obs.t, obs.commanded_gripper_m, obs.gripper_m)
+        events = self.gripper.update(obs.t, obs.commanded_gripper_m, obs.gripper_m, obs.state_time)
         step, cfg = self.step, self.cfg
         if step is None:
             return None

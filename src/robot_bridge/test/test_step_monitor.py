@@ -233,6 +233,21 @@ def test_tracker_events_and_settling():
     assert tracker.update(2.0, CLOSED, 0.0) == []               # judged once per close
 
 
+def test_a_close_is_judged_only_on_openings_measured_after_it():
+    tracker = GripperTracker(config(grasp_settle_s=0.2, settle_tolerance_m=0.001))
+    assert tracker.update(1.0, CLOSED, 0.07, measured_t=0.95) == []
+    # the feedback stream stalls: the executor ticks on with the last measurement, taken before the close
+    for t in (1.1, 1.3, 1.6, 2.0):
+        assert tracker.update(t, math.nan, 0.07, measured_t=0.95) == []
+    assert tracker.update(2.05, math.nan, 0.03, measured_t=2.05) == []      # the first fresh opening: it moved
+    assert tracker.update(2.3, math.nan, 0.03, measured_t=2.3) == [GripperEvent.GRASPED]
+    # a gripper that really stays open is still caught, on fresh measurements
+    tracker = GripperTracker(config(grasp_settle_s=0.2, settle_tolerance_m=0.001))
+    assert tracker.update(1.0, CLOSED, 0.07, measured_t=0.95) == []
+    assert tracker.update(1.1, math.nan, 0.07, measured_t=1.1) == []
+    assert tracker.update(1.25, math.nan, 0.07, measured_t=1.25) == [GripperEvent.NOT_CLOSING]
+
+
 def test_table_parsing_and_config_validation():
     assert parse_locations(["bin=0.3, -0.1, 0.05"]) == {"bin": (0.3, -0.1, 0.05)}
     for bad in (["bin=0.3,0.1"], ["bin=a,b,c"], ["bin=nan,0,0"], ["bin"]):
