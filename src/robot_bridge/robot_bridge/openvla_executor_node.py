@@ -71,7 +71,7 @@ from brace_common.vocabulary import Block, EntryKind, Failure
 
 from .executor_config import ExecutorConfig
 from .instructions import InstructionError, InstructionTemplates
-from .step_monitor import Observation, StepError, StepMonitor, StepResult, StepSpec
+from .step_monitor import Observation, StepError, StepMonitor, StepResult, StepSpec, describe_step, outcome_text
 from .vla_action import ActionError, ArmScaling, GripperMapping, to_arm
 from .vla_backends import LocalBackend, ServerBackend, VlaError, resize_image
 
@@ -93,8 +93,7 @@ class PlannedStep:
 
     def describe(self) -> str:
         """`pick(object=cup)` for logs and context entries."""
-        args = ", ".join(f"{k}={v}" for k, v in self.parameters.items())
-        return f"{self.action}({args})"
+        return describe_step(self.action, self.parameters)
 
 
 def image_to_array(msg: Image) -> np.ndarray:
@@ -416,8 +415,7 @@ class OpenVlaExecutorNode(LifecycleNode):
         outcome = ExecutionOutcome(agent_id=self.config.agent_id, step=self.ticks, action=step.action,
                                    success=result.success, detail=result.detail, failure=int(failure))
         outcome.header.stamp = stamp
-        verdict = "succeeded" if result.success else f"failed ({failure.label})"
-        text = f"{step.describe()} {verdict}: {result.detail} [{result.actions} actions, {result.elapsed_s:.1f} s]"
+        text = outcome_text(step.describe(), result)
         entry = ContextEntry(agent_id=self.config.agent_id, step=self.ticks, block=int(Block.HISTORY),
                              kind=(EntryKind.ACTION_OUTCOME if result.success else EntryKind.FAILURE_TRACE).value,
                              text=text)

@@ -28,6 +28,20 @@ import numpy as np
 
 Point = tuple[float, float, float]
 
+SKILLS_TEXT = ("Skills: pick(object) grasps an object on the table; place(object, target) puts the held "
+               "object on the target. A grasp may slip: then pick the object again.")
+"""The constraints entry of a PickFruit episode (what the planner may call)."""
+
+
+def task_text(fruit: str) -> str:
+    """The task entry for one fruit of the episode."""
+    return f"Put the {fruit} in the bowl."
+
+
+def scene_text(lines: Sequence[str]) -> str:
+    """The state entry for the scene lines of `PickFruitWorld.describe`."""
+    return "Scene: " + "; ".join(lines) + "."
+
 
 @dataclass(frozen=True)
 class PickFruitConfig:

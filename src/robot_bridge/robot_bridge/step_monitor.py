@@ -175,6 +175,17 @@ class StepSpec:
     target_xyz: Optional[Point] = None
 
 
+def describe_step(action: str, parameters: Mapping[str, Any]) -> str:
+    """`pick(object=cup)`: a plan step as logs and context entries write it."""
+    return f"{action}({', '.join(f'{k}={v}' for k, v in parameters.items())})"
+
+
+def outcome_text(description: str, result: StepResult) -> str:
+    """The history entry of an ended step (what the planner reads about it)."""
+    verdict = "succeeded" if result.success else f"failed ({Failure(result.failure).label})"
+    return f"{description} {verdict}: {result.detail} [{result.actions} actions, {result.elapsed_s:.1f} s]"
+
+
 def distance(a: Sequence[float], b: Sequence[float]) -> float:
     """Euclidean distance of two points."""
     return math.dist(a, b)
@@ -241,7 +252,8 @@ class GripperTracker:
         if not self.closed or math.isnan(self.opening):
             return events
         if math.isnan(self.ref_opening) or abs(self.opening - self.ref_opening) > cfg.settle_tolerance_m:
-            self.ref_opening, self.last_motion_t = self.opening, measured_t if math.isnan(self.last_motion_t) else max(measured_t, self.last_motion_t)
+            moved_t = measured_t if math.isnan(self.last_motion_t) else max(measured_t, self.last_motion_t)
+            self.ref_opening, self.last_motion_t = self.opening, moved_t
         if self.holding:
             if self.opening < cfg.min_object_width_m:
                 self.holding = False
