@@ -20,5 +20,6 @@ setup(
         "erecap-train = brace_training.erecap_train_cli:main",
         "warehouse-finetune = brace_training.finetune_cli:main",
         "warehouse-predictor = brace_training.predictor_cli:main",
+        "pickfruit-finetune = brace_training.pickfruit_finetune_cli:main",
     ]},
 )

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import math
 import random
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from erecap_planner.adapter import AdapterMismatchError, projections, signature
@@ -126,3 +128,23 @@ def save_adapter(tensors: dict[str, torch.Tensor], model, path: str | Path, dtyp
     return path
 
 
+
+
+def fit_and_save(model, examples: list[PlanExample], output: Path, rank: int = 8, epochs: int = 1, lr: float = 1e-3,
+                 init: Optional[Path] = None, pruning: Optional[tuple[PruneSchedule, PredictorBank]] = None) -> Path:
+    """Train an adapter (from `init`'s tensors when given) with progress on stderr, and save it to `output`."""
+    started, window = time.monotonic(), []
+
+    def progress(i: int, total: int, loss: float) -> None:
+        window.append(loss)
+        if i % 10 == 0 or i == total:
+            print(f"\r[{i}/{total}] loss {sum(window) / len(window):.3f}  {time.monotonic() - started:.0f} s",
+                  end="", file=sys.stderr, flush=True)
+            window.clear()
+
+    tensors = train_adapter(model, examples, rank=rank, epochs=epochs, lr=lr, progress=progress,
+                            init=load_file(str(init)) if init else None, pruning=pruning)
+    path = save_adapter(tensors, model, output)
+    print(f"\nadapter: {path} ({path.stat().st_size / 1e6:.1f} MB) in {time.monotonic() - started:.0f} s",
+          file=sys.stderr)
+    return path

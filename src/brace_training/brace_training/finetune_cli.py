@@ -17,14 +17,11 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-import time
 from pathlib import Path
-
-from safetensors.torch import load_file
 
 from brace_common.config import resolve_path
 from brace_common.vocabulary import Block
-from brace_training.adapter_training import PlanExample, save_adapter, train_adapter
+from brace_training.adapter_training import PlanExample, fit_and_save
 from erecap_planner.call_path import request_text
 from erecap_planner.constrained import ConstrainedPlanDecoder
 from erecap_planner.context import ContextBuffer, Entry, RenderedContext
@@ -122,21 +119,7 @@ def main(argv=None) -> int:
                 ex.token_budget = args.budget
     print(f"{len(examples)} examples, mean prompt {sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} "
           f"tokens, {sum(e.token_budget is not None for e in examples)} pruned to B = {args.budget}", file=sys.stderr)
-    started, window = time.monotonic(), []
-
-    def progress(i: int, total: int, loss: float) -> None:
-        window.append(loss)
-        if i % 10 == 0 or i == total:
-            print(f"\r[{i}/{total}] loss {sum(window) / len(window):.3f}  {time.monotonic() - started:.0f} s",
-                  end="", file=sys.stderr, flush=True)
-            window.clear()
-
-    init = load_file(str(args.init)) if args.init else None
-    tensors = train_adapter(model, examples, rank=args.rank, epochs=args.epochs, lr=args.lr, progress=progress,
-                            init=init, pruning=pruning)
-    path = save_adapter(tensors, model, args.output)
-    print(f"\nadapter: {path} ({path.stat().st_size / 1e6:.1f} MB) in {time.monotonic() - started:.0f} s",
-          file=sys.stderr)
+    fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, args.init, pruning)
     return 0
 
 

@@ -1,0 +1,152 @@
+"""`pickfruit-finetune`: fine-tune the planner LM (LoRA) on PickFruit's oracle plans, and measure what it changed.
+
+Renders every PickFruit decision point (brace_training.pickfruit_data) exactly as
+the robot planner does (the PickFruit action schema, the `stable_first` layout
+of config/robot/control.yaml, constrained decoding's plan tokens), continues
+training from `--init` (the warehouse adapter the robot planner otherwise
+uses), and writes the adapter. Then it asks the planner's call path for the
+plan at held-out decision points with the `--init` adapter and with the new
+one, and prints how often each agrees with the oracle (the whole plan and the
+fruit of its first step). Progress on stderr.
+
+    python -m brace_training.pickfruit_finetune_cli --seeds 120 --output src/robot_bridge/models/...
+    python -m brace_training.pickfruit_finetune_cli --evaluate-only --adapters A.safetensors B.safetensors
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from brace_common.config import resolve_path
+from brace_common.vocabulary import Mode
+from brace_training.adapter_training import PlanExample, fit_and_save
+from erecap_planner.adapter import merge_adapter
+from erecap_planner.call_path import CallRequest, PlannerCallPath, request_text
+from erecap_planner.constrained import ConstrainedPlanDecoder
+from erecap_planner.context import ContextBuffer
+from erecap_planner.models import SMOLLM2, cache_root, load_model
+from erecap_planner.plan_parser import ActionSchema
+from erecap_planner.predictor import PredictorBank
+from erecap_planner.pruning import PruneSchedule, table8_layers
+from erecap_planner.scoring import enumerate_steps
+
+from .pickfruit_data import PickFruitPoint, decision_points
+
+SCHEMA = "package://robot_bridge/config/pickfruit_actions.yaml"
+WAREHOUSE_ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors"
+PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap.safetensors"
+LAYOUT = "stable_first"
+FIRST_CUT = 1.5
+MODES = (Mode.FULL_REPLAN, Mode.PARTIAL_REPLAN, Mode.REUSE_SUBPLAN)
+
+
+def default_adapter() -> Path:
+    """Where the PickFruit adapter is cached."""
+    return cache_root() / "adapters" / "smollm2-135m-instruct-pickfruit-lora.safetensors"
+
+
+def load_schema(path: str = SCHEMA) -> ActionSchema:
+    """The PickFruit action schema."""
+    return ActionSchema.from_dict(yaml.safe_load(Path(resolve_path(path)).read_text()) or {})
+
+
+def buffer_of(point: PickFruitPoint) -> ContextBuffer:
+    """The planner's context buffer at a decision point."""
+    buf = ContextBuffer()
+    buf.extend(point.entries)
+    return buf
+
+
+def build_examples(tokenizer, schema: ActionSchema, points: list[PickFruitPoint], rng: random.Random) -> list[PlanExample]:
+    """(prompt, oracle plan) pairs, each in a random request mode."""
+    decoder = ConstrainedPlanDecoder(tokenizer, enumerate_steps(schema), schema.max_steps, schema.min_steps)
+    out = []
+    for point in points:
+        ctx = buffer_of(point).render(tokenizer, point.agent_id,
+                                      request_text(schema, point.agent_id, int(rng.choice(MODES))), layout=LAYOUT)
+        out.append(PlanExample(list(ctx.token_ids), decoder.token_ids(point.oracle), protect=list(ctx.protected)))
+    return out
+
+
+def evaluate(model_name: str, adapter: str, schema: ActionSchema, points: list[PickFruitPoint], budget: int = 0,
+             predictor: str = PREDICTOR) -> dict:
+    """Oracle agreement of the planner's constrained call path with `adapter` merged ('' = none).
+
+    `budget` 0: unpruned; else E-RECAP with `predictor` at B_t = budget (Table 8 layers, the robot's first cut).
+    """
+    model, tok = load_model(model_name, device="cpu", dtype="float32")
+    if adapter:
+        merge_adapter(model, resolve_path(adapter))
+    if budget:
+        layers = table8_layers(model.config.num_hidden_layers)
+        bank = PredictorBank.load(resolve_path(predictor), model.config)
+        path = PlannerCallPath(model, tok, schema, "erecap", PruneSchedule(tuple(layers), 0.7, first_cut=FIRST_CUT), bank,
+                               decoding="constrained", layout=LAYOUT)
+    else:
+        path = PlannerCallPath(model, tok, schema, "none", decoding="constrained", layout=LAYOUT)
+    plans = fruits = 0
+    tokens_after = 0
+    started = time.monotonic()
+    for point in points:
+        out = path.run(buffer_of(point), CallRequest(point.agent_id, budget or 4096, 60_000, 120_000))
+        tokens_after += out.tokens_after
+        got = [(s.action, s.parameters) for s in out.steps]
+        plans += got == [(s.action, s.parameters) for s in point.oracle]
+        fruits += bool(got) and got[0][1].get("object") == point.oracle[0].parameters["object"]
+    n = max(1, len(points))
+    return {"adapter": Path(adapter).name if adapter else "none", "budget": budget or "none", "points": len(points),
+            "tokens_after": round(tokens_after / n),
+            "plan_agreement": round(plans / n, 3), "fruit_agreement": round(fruits / n, 3),
+            "seconds_per_call": round((time.monotonic() - started) / n, 2)}
+
+
+def main(argv=None) -> int:
+    """Train the adapter (unless --evaluate-only) and print the agreement table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=SMOLLM2)
+    ap.add_argument("--seeds", type=int, default=120, help="training episodes (seeds 1000 on)")
+    ap.add_argument("--eval-seeds", type=int, default=20, help="held-out episodes (seeds 0 on)")
+    ap.add_argument("--eval-points", type=int, default=40, help="at most this many held-out decision points")
+    ap.add_argument("--examples", type=int, default=300, help="at most this many training examples (sampled)")
+    ap.add_argument("--detour", type=float, default=0.25,
+                    help="probability that the arm executes a plan for the wrong fruit instead of the oracle's")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--rank", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--init", default=WAREHOUSE_ADAPTER, help="adapter to continue from ('' = from scratch)")
+    ap.add_argument("--output", type=Path, default=default_adapter())
+    ap.add_argument("--evaluate-only", action="store_true", help="no training: evaluate --adapters")
+    ap.add_argument("--adapters", nargs="*", default=None, help="adapters to evaluate (default: --init and --output)")
+    ap.add_argument("--budgets", type=int, nargs="*", default=[0, 256],
+                    help="evaluate unpruned (0) and under E-RECAP at these B_t")
+    ap.add_argument("--predictor", default=PREDICTOR, help="E-RECAP predictor bank of the pruned evaluations")
+    args = ap.parse_args(argv)
+    schema = load_schema()
+    rng = random.Random(1000)
+    if not args.evaluate_only:
+        model, tok = load_model(args.model, device="auto", dtype="float32")
+        points = list(decision_points(range(1000, 1000 + args.seeds), detour=args.detour))
+        examples = build_examples(tok, schema, points, rng)
+        if len(examples) > args.examples:
+            examples = rng.sample(examples, args.examples)
+        print(f"{len(examples)} examples from {len(points)} decision points, mean prompt "
+              f"{sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} tokens", file=sys.stderr)
+        init = Path(resolve_path(args.init)) if args.init else None
+        fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init)
+        del model
+    held_out = list(decision_points(range(args.eval_seeds), detour=args.detour))[: args.eval_points]
+    adapters = args.adapters if args.adapters is not None else [args.init, str(args.output)]
+    rows = [evaluate(args.model, adapter, schema, held_out, budget, args.predictor)
+            for adapter in adapters for budget in args.budgets]
+    print(yaml.safe_dump(rows, sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
