@@ -51,7 +51,7 @@ from brace_common.validation import shorten
 from brace_common.vocabulary import Block, EntryKind, EpisodeEvent, Failure
 
 from .act_server import ActServer
-from .pickfruit import PickFruitConfig, PickFruitWorld, TwinPolicy
+from .pickfruit import SKILLS_TEXT, PickFruitConfig, PickFruitWorld, TwinPolicy, scene_text, task_text
 from .piper_twin import PiperTwin, TwinConfig
 
 HOME_JOINTS = (0.0, 1.5, -1.3, 0.0, 1.0, 0.0)
@@ -75,6 +75,7 @@ class TwinWorldConfig:
     act_port: int = param(8765, "port of the /act stand-in server (0 = any free port)", 0, 65535)
     variant: str = param("", "the run's variant label, copied into Episode messages")
     period_s: float = param(0.1, "how often the episode is judged (s)", 0.01, 1.0)
+    shutdown_when_done: bool = param(False, "exit the node's process after the last episode")
     wait_for_nodes: list[str] = param([], "nodes (in this namespace) that must be up before the first episode")
     replan_action: str = param("replan", "Replan action that must answer before the first episode ('' = none)")
     wait_settle_s: float = param(1.0, "the graph must have been complete this long", 0.0, 60.0)
@@ -203,10 +204,8 @@ class TwinWorldNode(Node):
         self.episode_pub.publish(self._episode_msg(EpisodeEvent.START, seed))
         self.started_at = time.monotonic()
         for fruit in task:
-            self._entry(Block.TASK, EntryKind.TASK, f"Put the {fruit} in the bowl.")
-        self._entry(Block.CONSTRAINTS, EntryKind.CONSTRAINT,
-                    "Skills: pick(object) grasps an object on the table; place(object, target) puts the held "
-                    "object on the target. A grasp may slip: then pick the object again.")
+            self._entry(Block.TASK, EntryKind.TASK, task_text(fruit))
+        self._entry(Block.CONSTRAINTS, EntryKind.CONSTRAINT, SKILLS_TEXT)
         self._publish_scene_changes()
 
     def end_episode(self, elapsed: float) -> None:
@@ -235,7 +234,7 @@ class TwinWorldNode(Node):
         scene = self.world.describe()
         if scene != self.scene:
             self.scene = scene
-            self._entry(Block.STATE, EntryKind.OBSERVATION, "Scene: " + "; ".join(scene) + ".")
+            self._entry(Block.STATE, EntryKind.OBSERVATION, scene_text(scene))
 
     def _entry(self, block: Block, kind: EntryKind, text: str) -> None:
         msg = ContextEntry(agent_id=self.config.agent_id, step=0, block=int(block), kind=kind.value, text=text)
@@ -275,8 +274,9 @@ class TwinWorldNode(Node):
 
 
 def main(args=None) -> int:
-    """`ros2 run robot_bridge twin_world`."""
-    return spin_node(TwinWorldNode, "twin_world", args, on_exit=TwinWorldNode.close)
+    """`ros2 run robot_bridge twin_world`; with `shutdown_when_done` it exits after the last episode."""
+    return spin_node(TwinWorldNode, "twin_world", args, on_exit=TwinWorldNode.close,
+                     until=lambda node: node.done and node.config.shutdown_when_done)
 
 
 if __name__ == "__main__":
