@@ -27,7 +27,7 @@ from robot_bridge.piper_arm_config import PiperArmConfig
 from robot_bridge.twin_world_node import TwinWorldConfig
 from sim_bridges.config import SimConfig
 
-from .graph import SIM
+from .graph import PIPER_REAL, PIPER_TWIN, SIM
 
 NODE_CONFIGS: dict[str, tuple[type, ...]] = {
     "embedded_sim": (SimConfig,),
@@ -49,8 +49,9 @@ Generated from the config dataclasses by `python -m brace_bringup.param_docs > d
 this file is current). Every parameter is declared read-only with this description and range (`ros2 param
 describe`); an invalid value stops the node at start, or fails the planner's configure transition, with a message
 naming the parameter. Every node also takes ROS's `use_sim_time` (stamps then follow /clock; latencies, deadlines
-and pacing timers stay on the steady clock). "config/" is the value the sim stack's parameter
-files give where it differs from the default; run configurations (config/runs/) override further.
+and pacing timers stay on the steady clock). "config/" is the value the node's parameter files (listed under
+its name; the control nodes: the sim stack's) give where it differs from the default; the robot stacks add
+config/robot/*.yaml and run configurations (config/runs/) override further.
 """
 
 
@@ -74,7 +75,11 @@ def _type(f: dataclasses.Field) -> str:
 def render(workspace: Path) -> str:
     """The whole of docs/parameters.md."""
     lines = [HEADER]
-    for spec in SIM.nodes:  # every node of every stack (the control stack's planner without the sim's file)
+    specs = {}
+    for stack in (SIM, PIPER_TWIN, PIPER_REAL):  # every node once: the control nodes with the sim's files
+        for spec in stack.nodes:
+            specs.setdefault(spec.name, spec)
+    for spec in specs.values():
         files = {}
         for name in spec.parameter_files:
             files.update(load_ros_parameters(workspace / "config" / name, spec.name))

@@ -47,3 +47,15 @@ INPUTS = QoSProfile(
 """A node's subscription to an event topic: keep every sample until the node takes it (a flood is slowed down by
 reliable back-pressure instead of overwriting what the node has not read: nothing is lost without a count).
 Matches EVENTS publishers (history is not part of QoS compatibility)."""
+ROBOT_FEEDBACK = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=20,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+)
+"""An arm's joint_states / end_pose: reliable, so best-effort and reliable subscribers (RViz,
+robot_state_publisher, the executor's STATE subscription) all match."""
+ROBOT_COMMANDS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=1,
+    reliability=ReliabilityPolicy.BEST_EFFORT, durability=DurabilityPolicy.VOLATILE,
+)
+"""An arm's command subscriptions: the newest only (a command queued behind a slow callback is dropped, never
+executed late); matches reliable and best-effort publishers."""

@@ -48,7 +48,6 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64
 from std_srvs.srv import Trigger
@@ -70,13 +69,6 @@ EXECUTOR_THREADS = 4  # feedback, supervision (a reconnection blocks it), comman
 CAN_SILENT = "can_silent"
 MOTORS_DISABLED = "motors_disabled"
 
-FEEDBACK_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=20, reliability=ReliabilityPolicy.RELIABLE,
-                          durability=DurabilityPolicy.VOLATILE)
-"""joint_states / end_pose: reliable, so best-effort and reliable subscribers (RViz, robot_state_publisher) match."""
-COMMAND_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.BEST_EFFORT,
-                         durability=DurabilityPolicy.VOLATILE)
-"""Commands: the newest only (a command queued behind a slow callback is dropped, never executed late); matches
-reliable and best-effort publishers."""
 
 
 class PiperArmNode(LifecycleNode):
@@ -105,8 +97,8 @@ class PiperArmNode(LifecycleNode):
         # Every topic, service and timer lives as long as the node: configure re-times the timers and cleanup
         # cancels them (destroying entities while another executor thread waits on them races in rclpy).
         self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
-        self.joint_pub = self.create_lifecycle_publisher(JointState, names.JOINT_STATES, FEEDBACK_QOS)
-        self.pose_pub = self.create_lifecycle_publisher(PoseStamped, names.END_POSE, FEEDBACK_QOS)
+        self.joint_pub = self.create_lifecycle_publisher(JointState, names.JOINT_STATES, qos.ROBOT_FEEDBACK)
+        self.pose_pub = self.create_lifecycle_publisher(PoseStamped, names.END_POSE, qos.ROBOT_FEEDBACK)
         self.agent_pub = self.create_lifecycle_publisher(AgentState, names.AGENT_STATES, qos.EVENTS)
         reports = MutuallyExclusiveCallbackGroup()
         services = MutuallyExclusiveCallbackGroup()
@@ -120,10 +112,10 @@ class PiperArmNode(LifecycleNode):
         self._timers_of_config = (self.feedback_timer, self.supervision_timer, self.agent_timer)
         for timer in self._timers_of_config:
             timer.cancel()
-        self.create_subscription(EndEffectorDelta, names.EE_DELTA_CMD, self.on_ee_delta, COMMAND_QOS,
+        self.create_subscription(EndEffectorDelta, names.EE_DELTA_CMD, self.on_ee_delta, qos.ROBOT_COMMANDS,
                                  callback_group=commands)
-        self.create_subscription(JointState, names.JOINT_CMD, self.on_joint_cmd, COMMAND_QOS, callback_group=commands)
-        self.create_subscription(Float64, names.GRIPPER_CMD, self.on_gripper_cmd, COMMAND_QOS, callback_group=commands)
+        self.create_subscription(JointState, names.JOINT_CMD, self.on_joint_cmd, qos.ROBOT_COMMANDS, callback_group=commands)
+        self.create_subscription(Float64, names.GRIPPER_CMD, self.on_gripper_cmd, qos.ROBOT_COMMANDS, callback_group=commands)
         self.create_service(Trigger, "~/enable", self.on_enable, callback_group=services)
         self.create_service(Trigger, "~/stop", self.on_stop, callback_group=services)
         self.create_service(Trigger, "~/resume", self.on_resume, callback_group=services)
