@@ -13,6 +13,7 @@ setup(
         (f"share/{package_name}", ["package.xml"]),
         (f"share/{package_name}/config", glob("config/*.yaml")),
         (f"share/{package_name}/media/pickfruit", glob("media/pickfruit/*.png")),
+        (f"share/{package_name}/models", glob("models/*.safetensors")),
     ],
     install_requires=["setuptools"],
     zip_safe=True,
