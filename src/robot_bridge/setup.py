@@ -27,6 +27,7 @@ setup(
         "twin_world = robot_bridge.twin_world_node:main",
         "orbbec_camera = robot_bridge.orbbec_camera_node:main",
         "openvla_executor = robot_bridge.openvla_executor_node:main",
+        "operator_task = robot_bridge.operator_task_node:main",
         "robot_preflight = robot_bridge.preflight:main",
     ]},
 )

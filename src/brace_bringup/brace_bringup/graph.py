@@ -99,11 +99,14 @@ PIPER_TWIN = Stack("piper_twin", (TWIN_WORLD, PIPER_ARM, FRONT_CAMERA, OPENVLA_E
                    world="twin_world", report="robot_bridge.table32:report")
 WRIST_CAMERA = NodeSpec("robot_bridge", "orbbec_camera", "wrist_camera", ("orbbec_camera.yaml",), lifecycle=True,
                         node_class=_CAMERA)
+OPERATOR_TASK = NodeSpec("robot_bridge", "operator_task", "operator_task", ("operator_task.yaml",),
+                         node_class="robot_bridge.operator_task_node:OperatorTaskNode")
 _REAL = "robot/piper_real.yaml"  # the robot's CAN port, camera serials, VLA server (checked by robot_preflight)
 PIPER_REAL = Stack("piper_real", tuple(
     NodeSpec(s.package, s.executable, s.name, (*s.parameter_files, _REAL), s.lifecycle, s.node_class)
-    if s.name in ("piper_arm", "front_camera", "wrist_camera", "openvla_executor", "erecap_planner") else s
-    for s in (PIPER_ARM, FRONT_CAMERA, WRIST_CAMERA, OPENVLA_EXECUTOR, *ROBOT_CONTROL)),
+    if s.name in ("piper_arm", "front_camera", "wrist_camera", "openvla_executor", "erecap_planner", "operator_task")
+    else s
+    for s in (OPERATOR_TASK, PIPER_ARM, FRONT_CAMERA, WRIST_CAMERA, OPENVLA_EXECUTOR, *ROBOT_CONTROL)),
                    description="the real AgileX PiPER arm, two Orbbec cameras, the OpenVLA executor and the control "
                                "stack (docs/robot.md)")
 STACKS = {stack.name: stack for stack in (CONTROL, SIM, PIPER_TWIN, PIPER_REAL)}

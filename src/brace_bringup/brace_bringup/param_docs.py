@@ -23,6 +23,7 @@ from brace_controller.config import ControllerConfig, ControllerNodeConfig, Moni
 from erecap_planner.config import PlannerConfig
 from robot_bridge.camera_config import CameraConfig
 from robot_bridge.executor_config import ExecutorConfig
+from robot_bridge.operator_task_node import OperatorTaskConfig
 from robot_bridge.piper_arm_config import PiperArmConfig
 from robot_bridge.twin_world_node import TwinWorldConfig
 from sim_bridges.config import SimConfig
@@ -40,6 +41,7 @@ NODE_CONFIGS: dict[str, tuple[type, ...]] = {
     "front_camera": (CameraConfig,),
     "wrist_camera": (CameraConfig,),
     "openvla_executor": (ExecutorConfig,),
+    "operator_task": (OperatorTaskConfig,),
 }
 """Each node's parameters: the config dataclasses it declares them from (core first, then the node's own)."""
 

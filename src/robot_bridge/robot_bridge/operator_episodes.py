@@ -1,0 +1,80 @@
+"""Episodes on a real robot, started and judged by its operator (no ROS).
+
+On the twin the world knows when a task is done; on a real arm only the
+operator does. `OperatorEpisodes` holds that bookkeeping: an episode starts
+with its task lines (from the parameter file or a task the operator sends),
+ends with the operator's verdict, or fails when it runs past
+`max_duration_s`. Times are seconds of a monotonic clock given by the caller.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+MAX_TASK_CHARS = 2000
+"""Longest task line taken (a longer one is refused, not cut: the planner would read half a task)."""
+
+
+class EpisodeError(ValueError):
+    """A request the episode state does not allow (start while running, a verdict with none running, bad task)."""
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    """An ended episode: which, its task, the verdict, how long it ran and why it ended."""
+
+    episode: int
+    tasks: tuple[str, ...]
+    success: bool
+    duration_s: float
+    reason: str          # 'operator' or 'timeout'
+
+
+@dataclass
+class OperatorEpisodes:
+    """The current episode of an operator-driven robot and the ones before it."""
+
+    max_duration_s: float = 0.0            # 0: no limit
+    episode: int = -1
+    tasks: tuple[str, ...] = ()
+    started_at: Optional[float] = None
+    history: list[EpisodeRecord] = field(default_factory=list)
+
+    @property
+    def running(self) -> bool:
+        """An episode is under way."""
+        return self.started_at is not None
+
+    def start(self, tasks: list[str] | tuple[str, ...], now: float) -> int:
+        """Begin the next episode with these task lines; its number. EpisodeError when one runs or a task is bad."""
+        if self.running:
+            raise EpisodeError(f"episode {self.episode} is running: end it first (succeed / fail)")
+        lines = tuple(t.strip() for t in tasks)
+        if not lines or not all(lines):
+            raise EpisodeError("a task needs at least one non-empty line")
+        if any(len(t) > MAX_TASK_CHARS for t in lines):
+            raise EpisodeError(f"a task line is longer than {MAX_TASK_CHARS} characters")
+        self.episode += 1
+        self.tasks, self.started_at = lines, now
+        return self.episode
+
+    def finish(self, success: bool, now: float, reason: str = "operator") -> EpisodeRecord:
+        """End the running episode with a verdict; EpisodeError when none runs."""
+        if self.started_at is None:
+            raise EpisodeError("no episode is running")
+        record = EpisodeRecord(self.episode, self.tasks, success, round(now - self.started_at, 3), reason)
+        self.history.append(record)
+        self.started_at = None
+        return record
+
+    def expire(self, now: float) -> Optional[EpisodeRecord]:
+        """End the running episode as a failure when it ran past max_duration_s; the record, else None."""
+        if self.started_at is None or self.max_duration_s <= 0 or now - self.started_at < self.max_duration_s:
+            return None
+        return self.finish(False, now, "timeout")
+
+    def elapsed(self, now: float) -> float:
+        """Seconds the running episode has run (NaN when none runs)."""
+        return now - self.started_at if self.started_at is not None else math.nan

@@ -1,0 +1,221 @@
+"""operator_task: the task and the episodes of a real robot, given and judged by its operator.
+
+On the CAN twin, twin_world announces episodes, publishes the task and judges
+success; on a real arm nothing does, so the planner would plan for no task and
+the audit bag would hold no episode. This node is that part for a real robot:
+
+Subscribes  task (std_msgs/String: start an episode with this task, one line per task; refused while one runs),
+            plan (Plan: counted per episode for the Episode record)
+Publishes   episode (Episode: start; end with the operator's verdict or a timeout), context (ContextEntry: the
+            task lines in block TASK and the `constraints` lines in block CONSTRAINTS at each start),
+            /diagnostics (episode, elapsed, counts, peers missing)
+Services    ~/start (std_srvs/Trigger: start an episode with the `tasks` parameter), ~/succeed and ~/fail
+            (std_srvs/Trigger: end the running episode with that verdict)
+
+With `start_on_ready` the first episode starts once every peer of
+`wait_for_nodes` and the Replan server are up. An episode that runs past
+`max_duration_s` (0 = no limit) ends as a failure. Parameters: see
+OperatorTaskConfig (config/operator_task.yaml, docs/parameters.md).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+from brace_msgs.action import Replan
+from brace_msgs.msg import ContextEntry, Episode, Plan
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.action import ActionClient
+from rclpy.node import Node
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from brace_common import names, qos
+from brace_common.clock import steady_timer
+from brace_common.config import ConfigError, param
+from brace_common.diagnostics import diagnostic_array
+from brace_common.params import declare_config, reject_undeclared
+from brace_common.readiness import PeerWait
+from brace_common.spin import spin_node
+from brace_common.validation import shorten
+from brace_common.vocabulary import Block, EntryKind, EpisodeEvent
+
+from .operator_episodes import EpisodeError, EpisodeRecord, OperatorEpisodes
+
+TASK_TOPIC = "task"
+"""std_msgs/String: an operator's task (relative: /brace/task under the launch files' namespace)."""
+
+
+@dataclass
+class OperatorTaskConfig:
+    """Parameters of the operator_task node."""
+
+    agent_id: str = param("arm_0", "agent id of the arm (context entries, plans counted)")
+    tasks: list[str] = param([], "task lines of ~/start and start_on_ready, e.g. 'Put the apple in the bowl.' "
+                                   "(empty: tasks come only on the task topic)")
+    constraints: list[str] = param([], "lines published in block CONSTRAINTS at every start, e.g. the skills the "
+                                         "planner may call (empty: none)")
+    start_on_ready: bool = param(False, "start the first episode with `tasks` once every peer is up")
+    max_duration_s: float = param(0.0, "an episode still running after this long ends as a failure (0 = no limit)",
+                                  0.0, 86400.0)
+    variant: str = param("", "the run's variant label, copied into Episode messages")
+    world: str = param("real", "Episode.world of this robot's episodes")
+    period_s: float = param(0.2, "how often readiness and the duration limit are checked (s)", 0.01, 5.0)
+    wait_for_nodes: list[str] = param([], "nodes (in this namespace) that must be up before the first episode")
+    replan_action: str = param("replan", "Replan action that must answer before the first episode ('' = none)")
+    wait_settle_s: float = param(1.0, "the graph must have been complete this long", 0.0, 60.0)
+    wait_timeout_s: float = param(120.0, "diagnostics ERROR after waiting this long for peers", 1.0, 3600.0)
+
+    def task_lines(self) -> list[str]:
+        """The non-empty `tasks` lines."""
+        return [t for t in self.tasks if t.strip()]
+
+    def validate(self) -> None:
+        """ConfigError naming the first invalid parameter."""
+        if not self.agent_id:
+            raise ConfigError("agent_id", "must not be empty")
+        if self.start_on_ready and not self.task_lines():
+            raise ConfigError("tasks", "start_on_ready needs at least one task line")
+
+
+class OperatorTaskNode(Node):
+    """Thin rclpy shell around OperatorEpisodes: services and the task topic in, Episode and context out."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("operator_task", **kwargs)
+        self.config = declare_config(self, OperatorTaskConfig)
+        reject_undeclared(self)
+        cfg = self.config
+        self.episodes = OperatorEpisodes(cfg.max_duration_s)
+        self.plans = 0
+        self.counts = {"episodes_started": 0, "episodes_ended": 0, "episodes_timed_out": 0, "requests_refused": 0,
+                       "plans": 0}
+        self.context_pub = self.create_publisher(ContextEntry, names.CONTEXT, qos.EVENTS)
+        self.episode_pub = self.create_publisher(Episode, names.EPISODE, qos.EVENTS)
+        self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
+        self.create_subscription(String, TASK_TOPIC, self.on_task, qos.INPUTS)
+        self.create_subscription(Plan, names.PLAN, self.on_plan, qos.PLANS)
+        self.create_service(Trigger, "~/start", self.on_start)
+        self.create_service(Trigger, "~/succeed", lambda req, res: self.on_verdict(True, res))
+        self.create_service(Trigger, "~/fail", lambda req, res: self.on_verdict(False, res))
+        actions = {cfg.replan_action: ActionClient(self, Replan, cfg.replan_action)} if cfg.replan_action else {}
+        self.peers = PeerWait(self, cfg.wait_for_nodes, actions, cfg.wait_settle_s,
+                              cfg.wait_timeout_s)
+        self.auto_started = False
+        self.timer = steady_timer(self, cfg.period_s, self.tick)
+        steady_timer(self, 1.0, self.publish_diagnostics)
+        self.get_logger().info(f"operator episodes for '{cfg.agent_id}': "
+                               + (f"~/start runs {len(cfg.task_lines())} task line(s)" if cfg.task_lines()
+                                  else f"send a task on '{self.resolve_topic_name(TASK_TOPIC)}'"))
+
+    # ------------------------------------------------------------------ requests
+
+    def on_task(self, msg: String) -> None:
+        """Start an episode with the task lines of `msg`."""
+        ok, message = self.start([line for line in msg.data.splitlines() if line.strip()])
+        if not ok:
+            self.get_logger().warning(f"task refused: {message}")
+
+    def on_start(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        """~/start: an episode with the configured task lines."""
+        response.success, response.message = self.start(self.config.task_lines())
+        return response
+
+    def on_verdict(self, success: bool, response: Trigger.Response) -> Trigger.Response:
+        """~/succeed, ~/fail: end the running episode with that verdict."""
+        try:
+            record = self.episodes.finish(success, time.monotonic())
+        except EpisodeError as exc:
+            self.counts["requests_refused"] += 1
+            response.success, response.message = False, str(exc)
+            return response
+        self._ended(record)
+        response.success, response.message = True, f"episode {record.episode} ended: success={success}"
+        return response
+
+    def on_plan(self, msg: Plan) -> None:
+        """Count the arm's plans of the running episode."""
+        if msg.agent_id == self.config.agent_id and self.episodes.running:
+            self.plans += 1
+            self.counts["plans"] += 1
+
+    # ------------------------------------------------------------------ episodes
+
+    def start(self, tasks: list[str]) -> tuple[bool, str]:
+        """Begin an episode (refused while peers are missing or one runs); (ok, message)."""
+        if not self.peers.ready():
+            self.counts["requests_refused"] += 1
+            return False, f"waiting for {', '.join(self.peers.missing()) or 'the graph to settle'}"
+        try:
+            episode = self.episodes.start(tasks, time.monotonic())
+        except EpisodeError as exc:
+            self.counts["requests_refused"] += 1
+            return False, str(exc)
+        self.plans = 0
+        self.counts["episodes_started"] += 1
+        self.episode_pub.publish(self._episode_msg(EpisodeEvent.START))
+        for line in self.episodes.tasks:
+            self._entry(Block.TASK, EntryKind.TASK, line)
+        for line in self.config.constraints:
+            if line.strip():
+                self._entry(Block.CONSTRAINTS, EntryKind.CONSTRAINT, line)
+        message = f"episode {episode} started: {shorten(' / '.join(self.episodes.tasks), 200)}"
+        self.get_logger().info(message)
+        return True, message
+
+    def _ended(self, record: EpisodeRecord) -> None:
+        self.counts["episodes_ended"] += 1
+        if record.reason == "timeout":
+            self.counts["episodes_timed_out"] += 1
+        self.episode_pub.publish(self._episode_msg(EpisodeEvent.END, record))
+        self.get_logger().info(f"episode {record.episode}: success={record.success} ({record.reason}) "
+                               f"{record.duration_s:.1f} s plans={self.plans}")
+
+    def tick(self) -> None:
+        """Start the first episode when asked to and ready; end a running one past its duration limit."""
+        if self.config.start_on_ready and not self.auto_started and self.peers.ready():
+            self.auto_started = True
+            ok, message = self.start(self.config.task_lines())
+            if not ok:
+                self.get_logger().error(f"start_on_ready: {message}")
+        record = self.episodes.expire(time.monotonic())
+        if record is not None:
+            self.get_logger().warning(f"episode {record.episode} ran past max_duration_s "
+                                      f"({self.config.max_duration_s:g} s): failed")
+            self._ended(record)
+
+    def _entry(self, block: Block, kind: EntryKind, text: str) -> None:
+        msg = ContextEntry(agent_id=self.config.agent_id, step=0, block=int(block), kind=kind.value, text=text)
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self.context_pub.publish(msg)
+
+    def _episode_msg(self, event: EpisodeEvent, record: EpisodeRecord | None = None) -> Episode:
+        msg = Episode(event=int(event), episode=max(self.episodes.episode, 0), seed=0, agents=1,
+                      world=self.config.world, variant=self.config.variant, tasks=len(self.episodes.tasks))
+        msg.header.stamp = self.get_clock().now().to_msg()
+        if record is not None:
+            msg.success, msg.tasks, msg.plans = record.success, len(record.tasks), self.plans
+            msg.delivered = len(record.tasks) if record.success else 0
+            msg.steps = int(record.duration_s / self.config.period_s)
+        return msg
+
+    def publish_diagnostics(self) -> None:
+        """Episode, elapsed time, counts and missing peers on /diagnostics."""
+        now = time.monotonic()
+        values = {"episode": self.episodes.episode, "running": self.episodes.running,
+                  "elapsed_s": round(self.episodes.elapsed(now), 1) if self.episodes.running else "", **self.counts}
+        errors = [f"peers missing after {self.peers.waited_s():.0f} s: {', '.join(self.peers.missing())}"] \
+            if self.peers.overdue() else []
+        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: operator episodes", values,
+                                               self.get_clock().now().to_msg(), errors=errors))
+
+
+def main(args=None) -> int:
+    """`ros2 run robot_bridge operator_task`."""
+    return spin_node(OperatorTaskNode, "operator_task", args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
