@@ -70,6 +70,7 @@ class TwinWorldConfig:
     seed: int = param(0, "seed of episode 0 (episode e uses seed + e)", 0, 2**31 - 1)
     tasks: int = param(1, "fruits to put in the bowl per episode", 1, 3)
     slip_probability: float = param(0.35, "probability that a grasp slips on the carry", 0.0, 1.0)
+    twin_rate_hz: float = param(200.0, "the twin's feedback frames per second (the real arm's: 200)", 1.0, 1000.0)
     max_duration_s: float = param(60.0, "an episode that has not succeeded by then fails", 1.0, 3600.0)
     act_host: str = param("127.0.0.1", "address of the /act stand-in server")
     act_port: int = param(8765, "port of the /act stand-in server (0 = any free port)", 0, 65535)
@@ -121,7 +122,7 @@ class TwinWorldNode(Node):
         cfg = self.config
         self.world = PickFruitWorld(PickFruitConfig(tasks=cfg.tasks, slip_probability=cfg.slip_probability))
         self.twin = PiperTwin(cfg.can_port, cfg.can_interface,
-                              TwinConfig(initial_joints=list(HOME_JOINTS), initial_gripper=0.07),
+                              TwinConfig(rate_hz=cfg.twin_rate_hz, initial_joints=list(HOME_JOINTS), initial_gripper=0.07),
                               grasp=lambda state: self.world.grasp(tuple(state.end_pose[:3]), state.gripper_m))
         self.policy = TwinPolicy(self.world, tool=lambda: tuple(self.twin.state().end_pose[:3]))
         self.act = ActServer(self.policy, host=cfg.act_host, port=cfg.act_port)
@@ -263,9 +264,10 @@ class TwinWorldNode(Node):
                                                self.get_clock().now().to_msg(), errors=errors))
 
     def close(self) -> None:
-        """Stop the /act server and the twin (idempotent)."""
-        self.act.stop()
-        self.twin.stop()
+        """Stop the /act server and the twin (idempotent; also after a constructor that failed half way)."""
+        for part in (getattr(self, "act", None), getattr(self, "twin", None)):
+            if part is not None:
+                part.stop()
 
     def destroy_node(self) -> None:
         """Stop the /act server and the twin, then the node."""
