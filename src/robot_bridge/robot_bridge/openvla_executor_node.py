@@ -43,6 +43,7 @@ diagnostics say ERROR until an answer comes. The executor never touches the repl
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import threading
@@ -94,6 +95,10 @@ class PlannedStep:
     def describe(self) -> str:
         """`pick(object=cup)` for logs and context entries."""
         return describe_step(self.action, self.parameters)
+
+    def call(self) -> str:
+        """The skill call as canonical text (what makes two plan steps the same)."""
+        return self.action + json.dumps(self.parameters, sort_keys=True)
 
 
 def image_to_array(msg: Image) -> np.ndarray:
@@ -277,7 +282,16 @@ class OpenVlaExecutorNode(LifecycleNode):
             if plan_id == self.plan_id:
                 self.counts["plans_repeated"] += 1
                 return
-            if self.monitor is not None and self.monitor.active:
+            running = self.monitor is not None and self.monitor.active
+            if running and [s.call() for s in steps] == [s.call() for s in self.steps[self.index:]]:
+                # a replan that confirms what is left of the current plan: the running step goes on, so its
+                # timeout and action budget still count (a periodic replan must not restart a stuck step forever)
+                self.plan_id, self.steps, self.index = plan_id, steps, 0
+                self.counts["plans_unchanged"] += 1
+                self.get_logger().info(f"plan '{shorten(plan_id)}': the same steps from the running one on; "
+                                       "it goes on")
+                return
+            if running:
                 self.counts["steps_replaced"] += 1
             self.plan_id, self.steps, self.index = plan_id, steps, 0
             self.counts["plans"] += 1

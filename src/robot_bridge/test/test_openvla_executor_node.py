@@ -274,6 +274,26 @@ def test_malformed_plans_are_counted_and_the_step_goes_on(ros, act):
     assert arm.outcomes[0].success and "mug" in arm.outcomes[0].detail and node.counts["steps_replaced"] == 1
 
 
+def test_a_replan_that_confirms_the_rest_of_the_plan_lets_the_running_step_go_on(ros, act):
+    policy = Policy(OPEN_ACTION)                                   # the pick never closes: a stuck step
+    server = act(policy)
+    node = executor(server.url, max_step_actions=40)
+    arm = start(ros, node)
+    arm.plan("p1", ("pick", '{"object": "cup"}'), ("place", '{"object": "cup", "target": "bowl"}'))
+    wait_for(lambda: len(arm.commands) >= 10, what="the pick under way")
+    arm.plan("p2", ("pick", '{"object": "cup"}'), ("place", '{"object": "cup", "target": "bowl"}'))  # the same
+    wait_for(lambda: node.plan_id == "p2", what="the confirming plan taken")
+    assert node.counts["plans_unchanged"] == 1 and node.counts["steps_replaced"] == 0
+    assert node.monitor.actions >= 10                               # the running step's count went on
+    # so the stuck step still reaches its action budget
+    wait_for(lambda: len(arm.outcomes) == 1, 30.0, what="the step's timeout")
+    assert not arm.outcomes[0].success and arm.outcomes[0].failure == Failure.TIMEOUT
+    # a plan that differs from what is left replaces it and starts at its first step
+    arm.plan("p3", ("pick", '{"object": "mug"}'))
+    wait_for(lambda: node.plan_id == "p3" and node.current is not None and node.current.parameters["object"] == "mug",
+             what="the new plan")
+
+
 def test_deactivate_stops_commands(ros, act):
     server = act(Policy(OPEN_ACTION))
     node = executor(server.url)
