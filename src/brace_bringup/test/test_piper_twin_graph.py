@@ -15,23 +15,19 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
-import subprocess
 from pathlib import Path
 
 import yaml
+from graph_run import run_all_at_once
 
 from brace_bringup.run_config import RunConfig
-from brace_common.names import DEFAULT_NAMESPACE
-from brace_common.testing import installed_executable
 from brace_controller.audit import records_from_bag
 from erecap_planner.testing import saved_tiny_llama
 
 WORKSPACE = Path(__file__).resolve().parents[3]
 VARIANT = "brace_erecap"
 WORLD_TIMEOUT_S = 300.0
-STOP_TIMEOUT_S = 30.0
 
 
 def free_port(kind: int) -> int:
@@ -65,30 +61,8 @@ def test_every_process_of_the_twin_graph_at_once(tmp_path):
     env = {**os.environ, "ROS_DOMAIN_ID": str(1 + (os.getpid() + 97) % 200),
            "CAN_CONFIG": json.dumps({"port": free_port(socket.SOCK_DGRAM)})}  # udp_multicast: one port per bus
     order = sorted(cfg.stack.nodes, key=lambda s: (s.name != "twin_world", s.name == "erecap_planner"))
-    procs: dict[str, subprocess.Popen] = {}
-    logs = {}
-    try:
-        for spec in order:
-            logs[spec.name] = (tmp_path / f"{spec.name}.log").open("w")
-            procs[spec.name] = subprocess.Popen(
-                [str(installed_executable(spec.package, spec.executable)), "--ros-args", "--params-file", str(params),
-                 "-r", f"__ns:={DEFAULT_NAMESPACE}", "-r", f"__node:={spec.name}"],
-                env=env, stdout=logs[spec.name], stderr=subprocess.STDOUT)
-        assert procs["twin_world"].wait(timeout=WORLD_TIMEOUT_S) == 0
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)  # the recorder finishes its bag on SIGINT
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for log in logs.values():
-            log.close()
-    tails = {name: (tmp_path / f"{name}.log").read_text()[-3000:] for name in procs}
-    assert all(proc.returncode == 0 for proc in procs.values()), {n: (p.returncode, tails[n]) for n, p in procs.items()}
+    codes, tails = run_all_at_once(order, params, env, tmp_path, "twin_world", WORLD_TIMEOUT_S, node_names=True)
+    assert all(code == 0 for code in codes.values()), {n: (c, tails[n]) for n, c in codes.items()}
     assert "waiting for" in tails["twin_world"], "the twin world started its episode before its peers were up"
     assert "episode 0:" in tails["twin_world"]
     assert "plan '" in tails["openvla_executor"], "no plan reached the executor"

@@ -57,3 +57,11 @@ class PeerWait:
     def waited_s(self) -> float:
         """Seconds since the wait began."""
         return time.monotonic() - self.started
+
+    def errors(self, consequence: str = "") -> list[str]:
+        """The diagnostics ERROR line of an overdue wait (what is missing, for how long, and `consequence`); []
+        while the wait is not overdue."""
+        if not self.overdue():
+            return []
+        missing = ", ".join(self.missing()) or "a settled graph"
+        return [f"peers missing after {self.waited_s():.0f} s: {missing}" + (f"; {consequence}" if consequence else "")]

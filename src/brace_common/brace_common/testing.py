@@ -36,6 +36,14 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def call_service(client, request, what: str, available_s: float = 15.0, answer_s: float = 30.0):
+    """Wait for `client`'s service, call it with `request` from a spinning harness, and return the response."""
+    wait_for(client.service_is_ready, available_s, f"{what} available")
+    future = client.call_async(request)
+    wait_for(future.done, answer_s, f"{what} answered")
+    return future.result()
+
+
 class RosHarness:
     """An rclpy context on its own DDS domain with a MultiThreadedExecutor spun in a thread.
 

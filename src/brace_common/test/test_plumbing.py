@@ -9,6 +9,7 @@ from diagnostic_msgs.msg import DiagnosticStatus
 from brace_common.clock import seconds_of, stamp_after, stamp_of
 from brace_common.config import ConfigError, load_ros_parameters, resolve_path
 from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.readiness import PeerWait
 
 
 def test_parameter_files_apply_in_any_namespace(tmp_path):
@@ -45,3 +46,26 @@ def test_diagnostics_level_follows_what_went_wrong():
     assert (warn.level, warn.message) == (DiagnosticStatus.WARN, "counted: malformed")
     assert (error.level, error.message) == (DiagnosticStatus.ERROR, "no planner")
     assert nonzero({"a": 0, "b": 2}, ("a", "b", "c")) == ["b"]
+
+
+class _GraphView:
+    """What PeerWait reads of a node: its namespace and the node names it can see."""
+
+    def __init__(self, present):
+        self.present = present
+
+    def get_namespace(self):
+        return "/brace"
+
+    def get_node_names_and_namespaces(self):
+        return [(name, "/brace") for name in self.present] + [("planner", "/other")]
+
+
+def test_peer_wait_reports_what_is_missing_once_overdue():
+    view = _GraphView(["monitor"])
+    wait = PeerWait(view, ["monitor", "planner"], settle_s=0.0, timeout_s=0.0)
+    assert wait.missing() == ["planner"] and not wait.ready()        # another namespace's planner does not count
+    (line,) = wait.errors("episodes do not start")
+    assert line.startswith("peers missing after ") and line.endswith(": planner; episodes do not start")
+    view.present.append("planner")
+    assert wait.ready() and wait.errors() == []

@@ -74,36 +74,35 @@ def build_examples(tokenizer, schema: ActionSchema, points: list[PickFruitPoint]
     return out
 
 
-def evaluate(model_name: str, adapter: str, schema: ActionSchema, points: list[PickFruitPoint], budget: int = 0,
-             predictor: str = PREDICTOR) -> dict:
-    """Oracle agreement of the planner's constrained call path with `adapter` merged ('' = none).
+def evaluate(model_name: str, adapter: str, schema: ActionSchema, points: list[PickFruitPoint],
+             budgets: list[int] = (0,), predictor: str = PREDICTOR) -> list[dict]:
+    """Oracle agreement of the planner's constrained call path with `adapter` merged ('' = none), one row per budget.
 
-    `budget` 0: unpruned; else E-RECAP with `predictor` at B_t = budget (Table 8 layers, the robot's first cut).
+    Budget 0: unpruned; else E-RECAP with `predictor` at B_t = budget (Table 8 layers, the robot's first cut).
     """
     model, tok = load_model(model_name, device="cpu", dtype="float32")
     if adapter:
         merge_adapter(model, resolve_path(adapter))
-    if budget:
-        layers = table8_layers(model.config.num_hidden_layers)
-        bank = PredictorBank.load(resolve_path(predictor), model.config)
-        path = PlannerCallPath(model, tok, schema, "erecap", PruneSchedule(tuple(layers), 0.7, first_cut=FIRST_CUT), bank,
-                               decoding="constrained", layout=LAYOUT)
-    else:
-        path = PlannerCallPath(model, tok, schema, "none", decoding="constrained", layout=LAYOUT)
-    plans = fruits = 0
-    tokens_after = 0
-    started = time.monotonic()
-    for point in points:
-        out = path.run(buffer_of(point), CallRequest(point.agent_id, budget or 4096, 60_000, 120_000))
-        tokens_after += out.tokens_after
-        got = [(s.action, s.parameters) for s in out.steps]
-        plans += got == [(s.action, s.parameters) for s in point.oracle]
-        fruits += bool(got) and got[0][1].get("object") == point.oracle[0].parameters["object"]
-    n = max(1, len(points))
-    return {"adapter": Path(adapter).name if adapter else "none", "budget": budget or "none", "points": len(points),
-            "tokens_after": round(tokens_after / n),
-            "plan_agreement": round(plans / n, 3), "fruit_agreement": round(fruits / n, 3),
-            "seconds_per_call": round((time.monotonic() - started) / n, 2)}
+    bank = PredictorBank.load(resolve_path(predictor), model.config) if any(budgets) else None
+    schedule = PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7, first_cut=FIRST_CUT)
+    rows = []
+    for budget in budgets:
+        path = PlannerCallPath(model, tok, schema, "erecap" if budget else "none", schedule if budget else None,
+                               bank if budget else None, decoding="constrained", layout=LAYOUT)
+        plans = fruits = tokens_after = 0
+        started = time.monotonic()
+        for point in points:
+            out = path.run(buffer_of(point), CallRequest(point.agent_id, budget or 4096, 60_000, 120_000))
+            tokens_after += out.tokens_after
+            got = [(s.action, s.parameters) for s in out.steps]
+            plans += got == [(s.action, s.parameters) for s in point.oracle]
+            fruits += bool(got) and got[0][1].get("object") == point.oracle[0].parameters["object"]
+        n = max(1, len(points))
+        rows.append({"adapter": Path(adapter).name if adapter else "none", "budget": budget or "none",
+                     "points": len(points), "tokens_after": round(tokens_after / n),
+                     "plan_agreement": round(plans / n, 3), "fruit_agreement": round(fruits / n, 3),
+                     "seconds_per_call": round((time.monotonic() - started) / n, 2)})
+    return rows
 
 
 def main(argv=None) -> int:
@@ -142,8 +141,8 @@ def main(argv=None) -> int:
         del model
     held_out = list(decision_points(range(args.eval_seeds), detour=args.detour))[: args.eval_points]
     adapters = args.adapters if args.adapters is not None else [args.init, str(args.output)]
-    rows = [evaluate(args.model, adapter, schema, held_out, budget, args.predictor)
-            for adapter in adapters for budget in args.budgets]
+    rows = [row for adapter in adapters for row in evaluate(args.model, adapter, schema, held_out, args.budgets,
+                                                              args.predictor)]
     print(yaml.safe_dump(rows, sort_keys=False))
     return 0
 

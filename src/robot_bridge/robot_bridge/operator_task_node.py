@@ -206,8 +206,7 @@ class OperatorTaskNode(Node):
         now = time.monotonic()
         values = {"episode": self.episodes.episode, "running": self.episodes.running,
                   "elapsed_s": round(self.episodes.elapsed(now), 1) if self.episodes.running else "", **self.counts}
-        errors = [f"peers missing after {self.peers.waited_s():.0f} s: {', '.join(self.peers.missing())}"] \
-            if self.peers.overdue() else []
+        errors = self.peers.errors("episodes do not start")
         self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: operator episodes", values,
                                                self.get_clock().now().to_msg(), errors=errors))
 

@@ -28,6 +28,9 @@ import numpy as np
 
 Point = tuple[float, float, float]
 
+HOME_JOINTS = (0.0, 1.5, -1.3, 0.0, 1.0, 0.0)
+"""Where the twin arm starts (rad): the tool 0.31 m ahead, 0.32 m up, above the PickFruit table."""
+
 SKILLS_TEXT = ("Skills: pick(object) grasps an object on the table; place(object, target) puts the held "
                "object on the target. A grasp may slip: then pick the object again.")
 """The constraints entry of a PickFruit episode (what the planner may call)."""

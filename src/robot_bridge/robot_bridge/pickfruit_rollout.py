@@ -23,12 +23,13 @@ import numpy as np
 from brace_common.vocabulary import Block, EntryKind
 
 from .executor_config import ExecutorConfig
-from .pickfruit import SKILLS_TEXT, PickFruitWorld, Point, TwinPolicy, scene_text, task_text
+from .pickfruit import HOME_JOINTS, SKILLS_TEXT, PickFruitWorld, Point, TwinPolicy, scene_text, task_text
+from .piper_kinematics import PiperKinematics
 from .step_monitor import Observation, StepMonitor, StepResult, describe_step, outcome_text
 from .vla_action import ActionError, to_arm
 
-HOME_TOOL: Point = (0.31, 0.0, 0.32)
-"""The tool point of the twin world's home joints (twin_world_node.HOME_JOINTS), m."""
+HOME_TOOL: Point = tuple(PiperKinematics().forward_pose(HOME_JOINTS)[:3])  # type: ignore[assignment]
+"""The tool point of the twin world's home joints (m)."""
 
 
 @dataclass(frozen=True)

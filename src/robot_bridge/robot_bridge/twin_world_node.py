@@ -51,11 +51,8 @@ from brace_common.validation import shorten
 from brace_common.vocabulary import Block, EntryKind, EpisodeEvent, Failure
 
 from .act_server import ActServer
-from .pickfruit import SKILLS_TEXT, PickFruitConfig, PickFruitWorld, TwinPolicy, scene_text, task_text
+from .pickfruit import HOME_JOINTS, SKILLS_TEXT, PickFruitConfig, PickFruitWorld, TwinPolicy, scene_text, task_text
 from .piper_twin import PiperTwin, TwinConfig
-
-HOME_JOINTS = (0.0, 1.5, -1.3, 0.0, 1.0, 0.0)
-"""Where the twin arm starts (rad): the tool 0.31 m ahead, 0.32 m up, above the PickFruit table."""
 
 
 @dataclass
@@ -258,8 +255,7 @@ class TwinWorldNode(Node):
         values = {"episode": self.episode, "act_url": self.act.url, "twin.enabled": state.enabled,
                   "twin.gripper_m": round(state.gripper_m, 4), **self.counts,
                   **{f"world.{k}": v for k, v in vars(self.world.counts).items()}}
-        errors = [f"peers missing after {self.peers.waited_s():.0f} s: {', '.join(self.peers.missing())}"] \
-            if self.peers.overdue() else []
+        errors = self.peers.errors("episodes do not start")
         self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: PickFruit on the PiPER twin", values,
                                                self.get_clock().now().to_msg(), errors=errors))
 

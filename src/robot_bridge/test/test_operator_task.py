@@ -13,7 +13,7 @@ from std_srvs.srv import Trigger
 
 from brace_common import names, qos
 from brace_common.config import ConfigError
-from brace_common.testing import installed_executable, wait_for
+from brace_common.testing import call_service, installed_executable, wait_for
 from brace_common.vocabulary import Block, EpisodeEvent
 from robot_bridge.operator_episodes import EpisodeError, OperatorEpisodes
 from robot_bridge.operator_task_node import OperatorTaskConfig, OperatorTaskNode
@@ -65,11 +65,7 @@ class Operator(Node):
                          for name in ("start", "succeed", "fail")}
 
     def call(self, service: str) -> Trigger.Response:
-        client = self.clients_[service]
-        wait_for(client.service_is_ready, 15.0, f"~/{service} available")
-        future = client.call_async(Trigger.Request())
-        wait_for(future.done, 15.0, f"~/{service} answered")
-        return future.result()
+        return call_service(self.clients_[service], Trigger.Request(), f"~/{service}", answer_s=15.0)
 
 
 def node(**params) -> OperatorTaskNode:

@@ -25,7 +25,7 @@ from std_msgs.msg import Float64
 from std_srvs.srv import Trigger
 
 from brace_common import qos
-from brace_common.testing import installed_executable, wait_for
+from brace_common.testing import call_service, installed_executable, wait_for
 from robot_bridge import piper_frames as pf
 from robot_bridge.piper_arm_node import PiperArmNode
 from robot_bridge.piper_twin import PiperTwin, TwinConfig
@@ -61,11 +61,7 @@ class Operator(Node):
                                                                                                 "resume")}
 
     def call(self, service: str) -> Trigger.Response:
-        client = self.clients_[service]
-        wait_for(client.service_is_ready, 15.0, f"~/{service} available")
-        future = client.call_async(Trigger.Request())
-        wait_for(future.done, 30.0, f"~/{service} answered")
-        return future.result()
+        return call_service(self.clients_[service], Trigger.Request(), f"~/{service}", answer_s=30.0)
 
     def joints(self, positions, names=None) -> None:
         msg = JointState(name=list(names) if names is not None else [f"joint{i + 1}" for i in range(len(positions))],

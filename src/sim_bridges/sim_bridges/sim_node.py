@@ -265,10 +265,7 @@ class EmbeddedSimNode(Node):
         values = {"episode": self.episode, "step": self.world.t if self.world else 0, "done": self.done,
                   "waiting_for_peers": waiting, "calls_waited_on": len(self.waiting), **self.counts,
                   **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}}
-        errors = []
-        if self.peers.overdue():
-            errors.append(f"no {', '.join(self.peers.missing()) or 'settled graph'} after "
-                          f"{self.peers.waited_s():.0f} s: episodes do not start")
+        errors = self.peers.errors("episodes do not start")
         self.diag_pub.publish(diagnostic_array(
             f"{self.get_name()}: embedded warehouse", values, self.get_clock().now().to_msg(),
             nonzero(self.counts, ("hold_timeouts", "malformed_plans")), errors,
