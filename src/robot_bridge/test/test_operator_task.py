@@ -94,7 +94,7 @@ def test_the_operator_starts_and_judges_episodes(ros):
     assert end.event == EpisodeEvent.END and not end.success and end.plans == 1 and end.tasks == 1
     # a task sent on the topic starts the next episode with its lines
     op.task_pub.publish(String(data="Put the banana in the bowl.\n\nThen the orange."))
-    wait_for(lambda: len(op.episodes) == 3, what="the topic's episode")
+    wait_for(lambda: len(op.episodes) == 3 and len(op.entries) == 5, what="the topic's episode and its context")
     assert op.episodes[2].episode == 1
     assert [e.text for e in op.entries[-3:]] == ["Put the banana in the bowl.", "Then the orange.", SKILLS]
     op.task_pub.publish(String(data="another task"))               # refused while one runs: counted, no crash
