@@ -123,6 +123,8 @@ class Phase(str, enum.Enum):
     DECODE = "decode"
     PARSE = "parse"
     DISPATCH = "dispatch"
+    REQUEST = "request"
+    FIRST_TOKEN = "first_token"
 
 
 class EpisodeEvent(_LabelledEnum):

@@ -19,8 +19,10 @@ from brace_common.vocabulary import CallStatus, Phase
 from .metrics import churn_ratio, latency_summary, suppression_audit, trigger_audit
 from .types import Decision
 
-PHASES = tuple(p.value for p in Phase if p != Phase.DISPATCH)
-"""The call path's phases in the order they run (dispatch is the executor's, not the planner's)."""
+PHASES = tuple(p.value for p in (Phase.QUEUE, Phase.CONTEXT_COMPRESS, Phase.RETRIEVE, Phase.PREFILL, Phase.REQUEST,
+                                  Phase.FIRST_TOKEN, Phase.DECODE, Phase.PARSE))
+"""The call path's phases in the order they run (prefill in process; request and first_token on a planner server;
+dispatch is the executor's, not the planner's)."""
 ANSWERED = (CallStatus.OK, CallStatus.PLANNER_ERROR)
 """Statuses of calls whose call path ran to the end (a plan, or output that was not one)."""
 

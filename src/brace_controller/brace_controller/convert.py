@@ -153,7 +153,8 @@ def latency_sample(record: CallRecord) -> CallSample:
     return CallSample(
         tokens_before=record.tokens_before, tokens_after=record.tokens_after, mode=int(record.mode),
         compress_ms=phases.get(Phase.CONTEXT_COMPRESS.value, 0.0) + phases.get(Phase.RETRIEVE.value, 0.0),
-        prefill_ms=phases.get(Phase.PREFILL.value, 0.0),
+        # a planner server's queue and prefill (request, first_token) are what the local prefill is
+        prefill_ms=sum(phases.get(p.value, 0.0) for p in (Phase.PREFILL, Phase.REQUEST, Phase.FIRST_TOKEN)),
         decode_ms=phases.get(Phase.DECODE.value, 0.0) + phases.get(Phase.PARSE.value, 0.0),
         total_ms=record.latency_ms - phases.get(Phase.QUEUE.value, 0.0))
 

@@ -29,6 +29,7 @@ from brace_common.vocabulary import CallStatus, Mode, Phase, meets_slo
 from .compressors import Compressor, make_compressor
 from .constrained import ConstrainedPlanDecoder
 from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextBuffer, RenderedContext
+from .phase_clock import PhaseClock, PhaseRecord
 from .plan_parser import ActionSchema, PlanError, Step, parse_plan
 from .predictor import PredictorBank
 from .prefix_cache import PrefixCache
@@ -63,17 +64,6 @@ class CallRequest:
 
 
 @dataclass
-class PhaseRecord:
-    """Wall time and tokens of one phase of a call."""
-
-    phase: str  # a Phase value (PhaseTiming.PHASE_*)
-    duration_ms: float
-    tokens_in: int
-    tokens_out: int
-    offset_ms: float = 0.0  # when the phase began, after the call's start (steady clock)
-
-
-@dataclass
 class CallOutcome:
     """Everything the ReplanCall record and the Plan need."""
 
@@ -88,6 +78,9 @@ class CallOutcome:
     output_text: str = ""
     error: str = ""
     compressor: str = ""
+    backend: str = "local"        # local | openai
+    server_prompt_tokens: int = 0  # the server's usage report (backend openai)
+    server_completion_tokens: int = 0
 
     @property
     def slo_met(self) -> bool:
@@ -132,6 +125,34 @@ def request_text(schema: ActionSchema, agent_id: str, mode: int) -> str:
     """The REQUEST line of a call for `agent_id` in `mode` (ReplanDecision.MODE_*)."""
     ask = MODE_REQUESTS.get(mode, MODE_REQUESTS[Mode.FULL_REPLAN]).format(agent=agent_id)
     return ask + " " + OUTPUT_FORMAT.format(actions=schema.describe())
+
+
+def splice_memory(tokenizer, lines: list[str], kept_ids: list[int], request_at: int,
+                  protect: Optional[list[bool]] = None) -> tuple[list[int], Optional[list[bool]], list[int]]:
+    """Retrieved `lines` as a MEMORY block before the request: (ids, protect mask, the memory's ids)."""
+    if not lines:
+        return kept_ids, protect, []
+    memory_ids = tokenizer("MEMORY:\n" + "".join(f"{line}\n" for line in lines), add_special_tokens=False)["input_ids"]
+    kept_ids = kept_ids[:request_at] + memory_ids + kept_ids[request_at:]
+    if protect is not None:
+        protect = protect[:request_at] + [True] * len(memory_ids) + protect[request_at:]
+    return kept_ids, protect, memory_ids
+
+
+def parse_into(outcome: CallOutcome, text: str, schema: ActionSchema) -> None:
+    """Validated steps of `text` into `outcome`, or PLANNER_ERROR with the reason."""
+    try:
+        outcome.steps = parse_plan(text, schema)
+    except PlanError as exc:
+        outcome.status = CallStatus.PLANNER_ERROR
+        outcome.error = str(exc)
+
+
+def end_aborted(outcome: CallOutcome, clock: PhaseClock, why: str) -> None:
+    """A call stopped by its cancel or hard deadline: no steps, the status saying which."""
+    outcome.steps = []
+    outcome.status = CallStatus.CANCELLED if clock.cancelled() else CallStatus.DEADLINE
+    outcome.error = f"{'cancelled' if outcome.status == CallStatus.CANCELLED else 'hard deadline passed'} ({why})"
 
 
 class PlannerCallPath:
@@ -193,26 +214,10 @@ class PlannerCallPath:
         `queued_at` (time.monotonic()) is when the call was accepted, if it then
         waited for the model; latency and deadline run from there.
         """
-        now = time.monotonic()
-        start = min(queued_at, now) if queued_at is not None else now
-        deadline = start + request.hard_deadline_ms / 1000.0
-        phases: list[PhaseRecord] = []
-        if queued_at is not None:
-            phases.append(PhaseRecord(Phase.QUEUE.value, (now - start) * 1000.0, 0, 0))
+        clock = PhaseClock(request.hard_deadline_ms, cancelled, on_phase, queued_at)
+        abort, begin, end = clock.abort, clock.begin, clock.end
+        deadline = clock.deadline
         outcome = CallOutcome(status=CallStatus.OK, slo_ms=request.slo_ms, compressor=self.compressor_name)
-
-        def abort() -> bool:
-            return cancelled() or time.monotonic() >= deadline
-
-        def begin(name: Phase) -> float:
-            on_phase(name.value, (time.monotonic() - start) * 1000.0)
-            return time.monotonic()
-
-        def end(name: Phase, t0: float, tokens_in: int, tokens_out: int, minus_ms: float = 0.0) -> PhaseRecord:
-            phase = PhaseRecord(name.value, max(0.0, (time.monotonic() - t0) * 1000.0 - minus_ms), tokens_in, tokens_out,
-                                (t0 - start) * 1000.0)
-            phases.append(phase)
-            return phase
 
         try:
             # context_compress
@@ -234,13 +239,7 @@ class PlannerCallPath:
             # retrieve
             t0 = begin(Phase.RETRIEVE)
             lines = self.retriever.retrieve(request.agent_id, ctx)
-            memory_ids: list[int] = []
-            if lines:
-                memory_ids = self.tokenizer("MEMORY:\n" + "".join(f"{line}\n" for line in lines),
-                                            add_special_tokens=False)["input_ids"]
-                kept_ids = kept_ids[:request_at] + memory_ids + kept_ids[request_at:]
-                if protect is not None:
-                    protect = protect[:request_at] + [True] * len(memory_ids) + protect[request_at:]
+            kept_ids, protect, memory_ids = splice_memory(self.tokenizer, lines, kept_ids, request_at, protect)
             end(Phase.RETRIEVE, t0, 0, len(memory_ids))
             if abort():
                 raise CallAborted("before prefill")
@@ -284,16 +283,10 @@ class PlannerCallPath:
                 raise CallAborted("deadline or cancel during decode")
 
             t0 = begin(Phase.PARSE)
-            try:
-                outcome.steps = parse_plan(text, self.schema)
-            except PlanError as exc:
-                outcome.status = CallStatus.PLANNER_ERROR
-                outcome.error = str(exc)
+            parse_into(outcome, text, self.schema)
             end(Phase.PARSE, t0, produced, len(outcome.steps))
         except CallAborted as exc:
-            outcome.steps = []
-            outcome.status = CallStatus.CANCELLED if cancelled() else CallStatus.DEADLINE
-            outcome.error = f"{'cancelled' if outcome.status == CallStatus.CANCELLED else 'hard deadline passed'} ({exc})"
-        outcome.phases = phases
-        outcome.latency_ms = (time.monotonic() - start) * 1000.0
+            end_aborted(outcome, clock, str(exc))
+        outcome.phases = clock.phases
+        outcome.latency_ms = clock.elapsed_ms()
         return outcome

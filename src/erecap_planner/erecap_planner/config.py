@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +11,10 @@ from brace_common.config import ConfigError, check_fields, package_file, param, 
 from .compressors import BASELINES
 from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS
 from .precision import DECODE_WEIGHTS, DTYPES
+from .server_call_path import ENDPOINTS, STRUCTURED_OUTPUTS
+
+BACKENDS = ("local", "openai")
+"""local: the model runs in the planner process; openai: an OpenAI-compatible server runs it."""
 
 COMPRESSORS = ("erecap", *BASELINES)
 
@@ -23,6 +28,25 @@ def default_schema_path() -> Path:
 class PlannerConfig:
     """Parameters of the erecap_planner node."""
 
+    backend: str = param("local", "'local' (the model in this process) or 'openai' (an OpenAI-compatible server "
+                         "at server_url; the context is compressed here, before the request)")
+    server_url: str = param("http://127.0.0.1:8000/v1", "backend openai: base URL of the server's OpenAI API")
+    server_model: str = param("", "backend openai: model name sent with each request; empty = the first model the "
+                              "server lists at GET /models")
+    api_key_env: str = param("", "backend openai: NAME of the environment variable holding the API key (the key "
+                             "itself is never a parameter and never logged); empty = no key")
+    endpoint: str = param("chat", "backend openai: 'chat' (/chat/completions, the server's chat template) or "
+                          "'completions' (/completions with the locally templated, compressed prompt)")
+    structured_output: str = param("none", "backend openai: 'json_schema' (vLLM, SGLang, llama.cpp server), "
+                                   "'json_object' (llama-cpp-python server) or 'none' (free text, validated here)")
+    connect_timeout_s: float = param(1.0, "backend openai: longest wait for a TCP connection (s)", 0.01, 60.0)
+    retry_backoff_s: float = param(0.1, "backend openai: first backoff after a failed request (s), doubled per "
+                                   "failure", 0.001, 60.0)
+    retry_backoff_max_s: float = param(5.0, "backend openai: longest backoff (s); Retry-After may ask more",
+                                       0.001, 600.0)
+    server_probe_period_s: float = param(1.0, "backend openai: period of GET /models while the server has not "
+                                         "answered (the action is served only after it has); 5x that after",
+                                         0.05, 600.0)
     model_path: str = param("smollm2-135m-instruct",
                             "'smollm2-135m-instruct' (packaged, converted once) or a local HF model folder")
     device: str = param("auto", "'auto' (GPU when present), 'cpu', 'cuda', 'cuda:N'")
@@ -86,6 +110,20 @@ class PlannerConfig:
             raise ConfigError("context_layout", f"'{self.context_layout}' is not one of {', '.join(LAYOUTS)}")
         if self.decoding not in ("json", "candidates", "constrained"):
             raise ConfigError("decoding", f"'{self.decoding}' is not 'json', 'candidates' or 'constrained'")
+        if self.backend not in BACKENDS:
+            raise ConfigError("backend", f"'{self.backend}' is not one of {', '.join(BACKENDS)}")
+        if self.endpoint not in ENDPOINTS:
+            raise ConfigError("endpoint", f"'{self.endpoint}' is not one of {', '.join(ENDPOINTS)}")
+        if self.structured_output not in STRUCTURED_OUTPUTS:
+            raise ConfigError("structured_output",
+                              f"'{self.structured_output}' is not one of {', '.join(STRUCTURED_OUTPUTS)}")
+        if not self.server_url.startswith(("http://", "https://")):
+            raise ConfigError("server_url", f"'{self.server_url}' is not an http(s) URL")
+        if self.backend == "openai" and self.decoding != "json":
+            raise ConfigError("decoding", "backend openai decodes on the server: decoding must be 'json' "
+                              "(structured_output asks the server for schema-valid plans)")
+        if self.api_key_env and not os.environ.get(self.api_key_env):
+            raise ConfigError("api_key_env", f"the environment variable {self.api_key_env} is not set or empty")
         if self.dtype not in DTYPES:
             raise ConfigError("dtype", f"'{self.dtype}' is not one of {', '.join(DTYPES)}")
         if self.decode_weights not in DECODE_WEIGHTS:

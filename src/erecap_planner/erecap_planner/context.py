@@ -85,6 +85,7 @@ class RenderedContext:
     entries: list[Entry] = field(default_factory=list)
     request_start: int = -1                # first token of the REQUEST line (retrieved memory goes before it)
     evicted: int = 0                       # oldest history entries left out to fit max_tokens
+    content_span: tuple[int, int] = (0, -1)  # tokens [start, end) of the user message (the rest: chat template)
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -294,17 +295,23 @@ class ContextBuffer:
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         protected_mask, entry_of_token = [], []
         request_char = starts[-1]
-        request_start = -1
+        request_start, content = -1, [-1, -1]
         for begin, _ in enc["offset_mapping"]:
             if request_start < 0 and begin >= request_char:
                 request_start = len(protected_mask)
+            if content[0] < 0 and begin >= offset:
+                content[0] = len(protected_mask)
+            if content[1] < 0 and begin >= end:
+                content[1] = len(protected_mask)
             if offset <= begin < end:
                 entry_index, protected = labels[bisect.bisect_right(starts, begin) - 1]
             else:
                 entry_index, protected = -1, True  # chat template: system prompt, role markers, generation prompt
             protected_mask.append(protected)
             entry_of_token.append(entry_index)
-        return RenderedContext(text, list(enc["input_ids"]), protected_mask, entry_of_token, all_entries, request_start)
+        span = (content[0], content[1] if content[1] >= 0 else len(protected_mask))
+        return RenderedContext(text, list(enc["input_ids"]), protected_mask, entry_of_token, all_entries, request_start,
+                               content_span=span)
 
     def token_count(self, tokenizer, agent_id: str, request: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
                     layout: str = "focus") -> int:

@@ -75,6 +75,9 @@ def call_to_msg(outcome: CallOutcome, request: CallRequest, call_id: str, model:
     msg.status = int(outcome.status)
     msg.compressor = outcome.compressor
     msg.model = model
+    msg.backend = outcome.backend
+    msg.server_prompt_tokens = int(outcome.server_prompt_tokens)
+    msg.server_completion_tokens = int(outcome.server_completion_tokens)
     msg.error = outcome.error
     for phase in outcome.phases:
         timing = PhaseTiming(phase=phase.phase, duration_ms=float(phase.duration_ms),

@@ -73,6 +73,29 @@ class ActionSchema:
         """The allowed actions as one prompt line."""
         return ", ".join(a.signature() for a in self.actions.values())
 
+    def json_schema(self, max_steps: Optional[int] = None) -> dict:
+        """JSON Schema of a plan `{"plan": [step, ...]}` in this schema (structured output of a planner server).
+
+        A server that enforces it can only write plans `parse_plan` accepts (the step count at most
+        `max_steps`, else the schema's).
+        """
+        def param(spec: ParamSpec) -> dict:
+            out: dict[str, Any] = {"type": spec.type if spec.type in _TYPES else "string"}
+            if spec.choices is not None:
+                out["enum"] = list(spec.choices)
+            return out
+
+        steps = [{"type": "object", "additionalProperties": False, "required": ["action", "parameters"],
+                  "properties": {"action": {"const": a.name},
+                                 "parameters": {"type": "object", "additionalProperties": False,
+                                                "properties": {n: param(p) for n, p in a.params.items()},
+                                                "required": [n for n, p in a.params.items() if p.required]}}}
+                 for a in self.actions.values()]
+        return {"type": "object", "additionalProperties": False, "required": ["plan"],
+                "properties": {"plan": {"type": "array", "items": {"anyOf": steps},
+                                        "minItems": min(self.min_steps, max_steps or self.max_steps),
+                                        "maxItems": max_steps or self.max_steps}}}
+
 
 @dataclass(frozen=True)
 class Step:

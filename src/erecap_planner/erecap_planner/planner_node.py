@@ -41,7 +41,7 @@ from rclpy.time import Time
 
 from brace_common import names, qos
 from brace_common.clock import seconds_of, steady_timer
-from brace_common.config import ConfigError, resolve_path
+from brace_common.config import ConfigError
 from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
@@ -49,14 +49,14 @@ from brace_common.validation import Rejections
 from brace_common.vocabulary import CallStatus, EpisodeEvent
 
 from . import convert
-from .call_path import CallOutcome, PlannerCallPath, unserved_outcome
+from .call_path import CallOutcome, unserved_outcome
 from .call_queue import CallQueue, QueuedCall
 from .config import PlannerConfig
 from .context import ContextBuffer
-from .plan_parser import ActionSchema
-from .predictor import PredictorBank, PredictorMismatchError
+from .factory import CallPath, build_call_path
+from .openai_client import ServerError
 from .pruned_forward import CallAborted
-from .pruning import PruneSchedule, table8_layers
+from .server_call_path import ServerCallPath
 
 QUEUE_CHECK_PERIOD_S = 0.05  # how often waiting calls are checked against their hard deadlines
 EXECUTOR_THREADS = 3  # the running call, the context subscription, goals / cancels / timers
@@ -66,62 +66,28 @@ def _goal_key(goal_handle) -> bytes:
     return bytes(goal_handle.goal_id.uuid)
 
 
-def build_call_path(cfg: PlannerConfig, logger=None) -> PlannerCallPath:
-    """Load model, predictor and schema for `cfg`; ConfigError naming the parameter on failure."""
-    import yaml
+class ServerProbe:
+    """Whether the planner server answers GET /models (any HTTP answer), what it lists and when it was asked."""
 
-    from .models import load_model
-    from .precision import resolve
+    def __init__(self) -> None:
+        self.answered = False
+        self.models: list[str] = []
+        self.error = "not asked yet"
+        self.checked_at = 0.0
 
-    try:
-        schema = ActionSchema.from_dict(yaml.safe_load(cfg.schema_path().read_text()) or {})
-    except (OSError, ValueError, AttributeError, yaml.YAMLError) as exc:
-        raise ConfigError("action_schema_file", f"cannot load {cfg.schema_path()}: {exc}") from None
-    try:
-        precision = resolve(cfg.device, cfg.dtype, cfg.decode_weights)
-    except ValueError as exc:
-        raise ConfigError("device" if "device" in str(exc) else "decode_weights", str(exc)) from None
-    if logger is not None:
-        logger.info(f"precision: {precision.device}, {precision.reason}")
-    try:
-        model, tokenizer = load_model(cfg.model_path, precision.device, precision.dtype)
-    except (FileNotFoundError, OSError, ValueError) as exc:
-        raise ConfigError("model_path", str(exc)) from None
-    if cfg.adapter_path:
-        from .adapter import AdapterMismatchError, merge_adapter
-
+    def probe(self, path: ServerCallPath, timeout_s: float) -> None:
+        """Ask once (blocks at most `timeout_s`)."""
+        self.checked_at = time.monotonic()
         try:
-            merge_adapter(model, resolve_path(cfg.adapter_path))
-        except (AdapterMismatchError, FileNotFoundError, OSError) as exc:
-            raise ConfigError("adapter_path", str(exc)) from None
-    depth = model.config.num_hidden_layers
-    layers = cfg.pruning_layers or table8_layers(depth)
-    schedule = PruneSchedule(tuple(layers), cfg.keep_ratio, cfg.head_tokens, cfg.tail_min, cfg.tail_frac, cfg.first_cut)
-    try:
-        schedule.validate(depth)
-    except ValueError as exc:
-        raise ConfigError("pruning_layers", str(exc)) from None
-    predictors: Optional[PredictorBank] = None
-    if cfg.compressor == "erecap":
-        if cfg.predictor_path:
-            try:
-                predictors = PredictorBank.load(resolve_path(cfg.predictor_path), model.config)
-                predictors.check_compatible(model.config, layers)
-            except (PredictorMismatchError, FileNotFoundError) as exc:
-                raise ConfigError("predictor_path", str(exc)) from None
-        else:
-            predictors = PredictorBank.for_model(model.config, layers)
-            if logger is not None:
-                logger.warning("no predictor_path: E-RECAP runs with an UNTRAINED predictor (random token scores)")
-    try:
-        return PlannerCallPath(model, tokenizer, schema, cfg.compressor, schedule, predictors, cfg.max_new_tokens,
-                               cfg.system_prompt, protect_blocks=cfg.protect_blocks, model_name=cfg.model_path,
-                               decoding=cfg.decoding, decode_weights=precision.decode_weights,
-                               plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n},
-                               layout=cfg.context_layout, prefix_reuse=cfg.prefix_reuse,
-                               max_context_tokens=cfg.max_context_tokens)
-    except ValueError as exc:
-        raise ConfigError("decoding" if "decoding" in str(exc) else "compressor", str(exc)) from None
+            listing = path.client.get_json("/models", time.monotonic() + timeout_s)
+        except ServerError as exc:
+            # An HTTP error is still an answer: the server runs (some list no models, or fail to list them).
+            self.answered, self.models, self.error = exc.status > 0, [], str(exc)
+            return
+        data = listing.get("data")
+        self.models = [str(m.get("id")) for m in data if isinstance(m, dict) and m.get("id")] \
+            if isinstance(data, list) else []
+        self.answered, self.error = True, ""
 
 
 class ErecapPlannerNode(LifecycleNode):
@@ -131,7 +97,9 @@ class ErecapPlannerNode(LifecycleNode):
         super().__init__("erecap_planner", **kwargs)
         declare_parameters(self, PlannerConfig, enforce_ranges=False)
         self.config: Optional[PlannerConfig] = None
-        self.call_path: Optional[PlannerCallPath] = None
+        self.call_path: Optional[CallPath] = None
+        self.server = ServerProbe()  # backend openai: whether the server answers, and the model it serves
+        self._probe_timer = None
         self.buffer = ContextBuffer()
         self.buffer_lock = threading.Lock()
         self.queue = CallQueue()  # one model: calls run one at a time, earliest deadline first
@@ -150,6 +118,7 @@ class ErecapPlannerNode(LifecycleNode):
         # Diagnostics live as long as the node, in every lifecycle state (they say which).
         self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
         self._timers_group = MutuallyExclusiveCallbackGroup()  # not the default group (see brace_common.clock)
+        self._probe_group = MutuallyExclusiveCallbackGroup()  # a probe blocks up to connect_timeout_s + 1 s
         steady_timer(self, self.get_parameter("diagnostics_period_s").value, self.publish_diagnostics,
                      self._timers_group)
 
@@ -176,23 +145,59 @@ class ErecapPlannerNode(LifecycleNode):
                                      callback_group=context_group)]
         self._queue_timer = steady_timer(self, QUEUE_CHECK_PERIOD_S, self.expire_waiting, self._timers_group)
         self.state_label = "inactive"
-        self.get_logger().info(
-            f"configured in {time.monotonic() - started:.1f} s: model '{self.config.model_path}' on "
-            f"{self.call_path.plain.device}, compressor '{self.config.compressor}', keep ratio {self.config.keep_ratio}, "
-            f"pruning layers {list(self.call_path.pruned.schedule.layers) if self.call_path.pruned else []}")
+        if isinstance(self.call_path, ServerCallPath):
+            self.get_logger().info(
+                f"configured in {time.monotonic() - started:.1f} s: planner server {self.call_path.client.base_url} "
+                f"({self.config.endpoint}, structured output {self.config.structured_output}), compressor "
+                f"'{self.config.compressor}' here (tokenizer of '{self.config.model_path}')")
+        else:
+            self.get_logger().info(
+                f"configured in {time.monotonic() - started:.1f} s: model '{self.config.model_path}' on "
+                f"{self.call_path.plain.device}, compressor '{self.config.compressor}', keep ratio "
+                f"{self.config.keep_ratio}, pruning layers "
+                f"{list(self.call_path.pruned.schedule.layers) if self.call_path.pruned else []}")
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Serve the Replan action (a client that sees the server is served from now on)."""
+        """Serve the Replan action; with a planner server, once that server has answered (a client that sees
+        the action server is served from then on)."""
+        self.state_label = "active"
+        if isinstance(self.call_path, ServerCallPath):
+            self._probe_timer = steady_timer(self, self.config.server_probe_period_s, self.probe_server,
+                                             self._probe_group)
+            self.probe_server()
+        else:
+            self._serve()
+        return super().on_activate(state)
+
+    def probe_server(self) -> None:
+        """GET /models on the planner server; the first answer starts serving the action (backend openai)."""
+        path = self.call_path
+        if not isinstance(path, ServerCallPath) or self.state_label != "active":
+            return
+        if self.server.answered and time.monotonic() < self.server.checked_at + 4 * self.config.server_probe_period_s:
+            return  # serving: probe 5x less often (calls report failures themselves)
+        first = not self.server.answered
+        self.server.probe(path, self.config.connect_timeout_s + 1.0)
+        if self.server.answered and first:
+            if not path.server_model:
+                path.server_model = self.server.models[0] if self.server.models else ""
+            self.get_logger().info(f"planner server {path.client.base_url} answers, serving model "
+                                   f"'{path.server_model}' (listed: {self.server.models[:5]})")
+        elif not self.server.answered:
+            self.get_logger().warning(f"planner server {path.client.base_url}: {self.server.error}",
+                                      throttle_duration_sec=10.0)
+        if self.server.answered and self.action_server is None:
+            self._serve()
+
+    def _serve(self) -> None:
         self.action_server = ActionServer(
             self, Replan, self.config.replan_action, self.execute, goal_callback=self.on_goal,
             handle_accepted_callback=self.on_accepted, cancel_callback=self.on_cancel,
             callback_group=ReentrantCallbackGroup(), goal_service_qos_profile=qos.ACTION_SERVICES,
             result_service_qos_profile=qos.ACTION_SERVICES, cancel_service_qos_profile=qos.ACTION_SERVICES,
         )
-        self.state_label = "active"
         self.get_logger().info(f"serving Replan on '{self.config.replan_action}'")
-        return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Stop serving (a running call finishes; waiting calls are answered when their deadline passes)."""
@@ -213,6 +218,9 @@ class ErecapPlannerNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def _destroy_server(self) -> None:
+        if self._probe_timer is not None:
+            self._probe_timer.destroy()
+            self._probe_timer = None
         if self.action_server is not None:
             self.action_server.destroy()
             self.action_server = None
@@ -321,7 +329,8 @@ class ErecapPlannerNode(LifecycleNode):
         if outcome.status != CallStatus.OK:
             self.get_logger().warning(f"call {call.call_id} for {request.agent_id}: {outcome.error}",
                                       throttle_duration_sec=1.0)
-        record = convert.call_to_msg(outcome, request, call.call_id, self.config.model_path, accepted)
+        model = self.call_path.model_name if self.call_path is not None else self.config.model_path
+        record = convert.call_to_msg(outcome, request, call.call_id, model, accepted)
         result = Replan.Result(call=record)
         result.plan = convert.plan_to_msg(outcome, request, f"{call.call_id}/plan", self.get_clock().now().to_msg())
         try:
@@ -365,8 +374,14 @@ class ErecapPlannerNode(LifecycleNode):
                   **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())},
                   "queue.waiting": len(self.queue), **{f"queue.{k}": v for k, v in self.queue.counts.items()}}
         path = self.call_path
-        if path is not None:
-            values.update({"dtype": str(path.stack.dtype).replace("torch.", ""),
+        errors = [f"configure failed: {self.last_error}"] if self.last_error and self.call_path is None else []
+        if isinstance(path, ServerCallPath):
+            values.update({"backend": "openai", "server_url": path.client.base_url, "server_model": path.server_model,
+                           "server.answers": self.server.answered, **dict(sorted(path.counts.items()))})
+            if self.state_label == "active" and not self.server.answered:
+                errors.append(f"planner server {path.client.base_url} does not answer: {self.server.error}")
+        elif path is not None:
+            values.update({"backend": "local", "dtype": str(path.stack.dtype).replace("torch.", ""),
                            "decode_weights": path.stack.decode_weights, "context_layout": path.layout})
             if path.prefix is not None:
                 stats = path.prefix.stats
@@ -374,7 +389,6 @@ class ErecapPlannerNode(LifecycleNode):
                                round(stats.reuse_share, 3), "prefix.tokens_reused": stats.tokens_reused})
         warnings = nonzero(self.counts, ("malformed_context", "goals_rejected", "status.planner_error",
                                          "status.deadline"))
-        errors = [f"configure failed: {self.last_error}"] if self.last_error and self.call_path is None else []
         self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: replanning calls", values,
                                                self.get_clock().now().to_msg(), warnings, errors))
 

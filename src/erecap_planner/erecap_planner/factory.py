@@ -1,0 +1,143 @@
+"""Build the call path a PlannerConfig names: the in-process model, or a planner server with local compression.
+
+Every failure is a ConfigError naming the parameter to fix (the node reports it at configure).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Union
+
+from brace_common.config import ConfigError, resolve_path
+
+from .call_path import PlannerCallPath
+from .config import PlannerConfig
+from .plan_parser import ActionSchema
+from .predictor import PredictorBank, PredictorMismatchError
+from .pruning import PruneSchedule, table8_layers
+from .server_call_path import Backoff, ServerCallPath
+
+CallPath = Union[PlannerCallPath, ServerCallPath]
+
+
+def load_schema(cfg: PlannerConfig) -> ActionSchema:
+    """The action schema `cfg` names."""
+    import yaml
+
+    try:
+        return ActionSchema.from_dict(yaml.safe_load(cfg.schema_path().read_text()) or {})
+    except (OSError, ValueError, AttributeError, yaml.YAMLError) as exc:
+        raise ConfigError("action_schema_file", f"cannot load {cfg.schema_path()}: {exc}") from None
+
+
+def load_local_model(cfg: PlannerConfig, logger=None):
+    """(model, tokenizer, precision) of `cfg.model_path` with the adapter merged."""
+    from .models import load_model
+    from .precision import resolve
+
+    try:
+        precision = resolve(cfg.device, cfg.dtype, cfg.decode_weights)
+    except ValueError as exc:
+        raise ConfigError("device" if "device" in str(exc) else "decode_weights", str(exc)) from None
+    if logger is not None:
+        logger.info(f"precision: {precision.device}, {precision.reason}")
+    try:
+        model, tokenizer = load_model(cfg.model_path, precision.device, precision.dtype)
+    except (FileNotFoundError, OSError, ValueError) as exc:
+        raise ConfigError("model_path", str(exc)) from None
+    if cfg.adapter_path:
+        from .adapter import AdapterMismatchError, merge_adapter
+
+        try:
+            merge_adapter(model, resolve_path(cfg.adapter_path))
+        except (AdapterMismatchError, FileNotFoundError, OSError) as exc:
+            raise ConfigError("adapter_path", str(exc)) from None
+    return model, tokenizer, precision
+
+
+def load_tokenizer(cfg: PlannerConfig):
+    """The tokenizer of `cfg.model_path` alone (a server backend that compresses without a scorer model)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer
+
+    from .models import resolve_model_path
+
+    try:
+        return AutoTokenizer.from_pretrained(resolve_model_path(cfg.model_path))
+    except (FileNotFoundError, OSError, ValueError) as exc:
+        raise ConfigError("model_path", str(exc)) from None
+
+
+def pruning_schedule(cfg: PlannerConfig, depth: int) -> PruneSchedule:
+    """The pruning schedule of `cfg` for a model `depth` layers deep."""
+    layers = cfg.pruning_layers or table8_layers(depth)
+    schedule = PruneSchedule(tuple(layers), cfg.keep_ratio, cfg.head_tokens, cfg.tail_min, cfg.tail_frac, cfg.first_cut)
+    try:
+        schedule.validate(depth)
+    except ValueError as exc:
+        raise ConfigError("pruning_layers", str(exc)) from None
+    return schedule
+
+
+def load_predictors(cfg: PlannerConfig, model_config, layers: tuple[int, ...], logger=None) -> PredictorBank:
+    """The trained predictor `cfg` names, or an untrained one (warned)."""
+    if cfg.predictor_path:
+        try:
+            predictors = PredictorBank.load(resolve_path(cfg.predictor_path), model_config)
+            predictors.check_compatible(model_config, list(layers))
+        except (PredictorMismatchError, FileNotFoundError) as exc:
+            raise ConfigError("predictor_path", str(exc)) from None
+        return predictors
+    if logger is not None:
+        logger.warning("no predictor_path: E-RECAP runs with an UNTRAINED predictor (random token scores)")
+    return PredictorBank.for_model(model_config, list(layers))
+
+
+def build_local(cfg: PlannerConfig, schema: ActionSchema, logger=None) -> PlannerCallPath:
+    """The in-process call path: model, schedule, predictor (E-RECAP) and decoding of `cfg`."""
+    model, tokenizer, precision = load_local_model(cfg, logger)
+    schedule = pruning_schedule(cfg, model.config.num_hidden_layers)
+    predictors = (load_predictors(cfg, model.config, schedule.layers, logger) if cfg.compressor == "erecap"
+                  else None)
+    try:
+        return PlannerCallPath(model, tokenizer, schema, cfg.compressor, schedule, predictors, cfg.max_new_tokens,
+                               cfg.system_prompt, protect_blocks=cfg.protect_blocks, model_name=cfg.model_path,
+                               decoding=cfg.decoding, decode_weights=precision.decode_weights,
+                               plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n},
+                               layout=cfg.context_layout, prefix_reuse=cfg.prefix_reuse,
+                               max_context_tokens=cfg.max_context_tokens)
+    except ValueError as exc:
+        raise ConfigError("decoding" if "decoding" in str(exc) else "compressor", str(exc)) from None
+
+
+def build_server(cfg: PlannerConfig, schema: ActionSchema, logger=None) -> ServerCallPath:
+    """The server call path: local tokenizer and compressor (E-RECAP: the local model scores), remote decoding."""
+    from .compressors import make_compressor
+    from .openai_client import OpenAIClient
+    from .pruned_forward import ErecapModel
+
+    try:
+        client = OpenAIClient(cfg.server_url, os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else "",
+                              cfg.connect_timeout_s)
+    except ValueError as exc:
+        raise ConfigError("server_url", str(exc)) from None
+    if cfg.compressor == "erecap":
+        model, tokenizer, _ = load_local_model(cfg, logger)
+        schedule = pruning_schedule(cfg, model.config.num_hidden_layers)
+        scorer = ErecapModel(model, schedule, load_predictors(cfg, model.config, schedule.layers, logger))
+        compressor = make_compressor("erecap", schedule, scorer=scorer)
+    else:
+        tokenizer = load_tokenizer(cfg)
+        compressor = make_compressor(cfg.compressor, PruneSchedule((), 1.0, cfg.head_tokens, cfg.tail_min,
+                                                                   cfg.tail_frac))
+    return ServerCallPath(client, cfg.server_model, tokenizer, schema, compressor, cfg.compressor, cfg.endpoint,
+                          cfg.structured_output, cfg.max_new_tokens, cfg.system_prompt,
+                          plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n},
+                          layout=cfg.context_layout, max_context_tokens=cfg.max_context_tokens,
+                          backoff=Backoff(cfg.retry_backoff_s, cfg.retry_backoff_max_s))
+
+
+def build_call_path(cfg: PlannerConfig, logger=None, schema: Optional[ActionSchema] = None) -> CallPath:
+    """The call path of `cfg.backend`; ConfigError naming the parameter on failure."""
+    schema = schema or load_schema(cfg)
+    return build_server(cfg, schema, logger) if cfg.backend == "openai" else build_local(cfg, schema, logger)

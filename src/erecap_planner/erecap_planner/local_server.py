@@ -1,0 +1,169 @@
+"""A planner server on this machine: `transformers serve` (OpenAI-compatible) on a local model folder.
+
+`prepare_model_folder` makes the folder the server loads: the packaged
+SmolLM2 (converted once, see models.py) or a local folder, with a LoRA
+adapter merged and saved once into the model cache (keyed by the adapter
+file's content), so the server plans like the in-process planner with the
+same adapter. `LocalServer` starts the server on 127.0.0.1, waits until it
+lists its model (bounded) and stops it. `brace-planner-server` is the CLI.
+Nothing is downloaded (HF_HUB_OFFLINE=1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from .models import cache_root, resolve_model_path
+from .openai_client import OpenAIClient, ServerError
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def prepare_model_folder(model_path: str, adapter_path: str = "") -> Path:
+    """The model folder to serve: `model_path` (see models.resolve_model_path) with `adapter_path` merged."""
+    base = resolve_model_path(model_path)
+    if not adapter_path:
+        return base
+    from brace_common.config import resolve_path
+
+    adapter = Path(resolve_path(adapter_path))
+    digest = hashlib.sha256(adapter.read_bytes()).hexdigest()[:16]
+    target = cache_root() / f"{base.name}+{adapter.stem}-{digest}"
+    if (target / "model.safetensors").is_file():
+        return target
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .adapter import merge_adapter
+
+    model = AutoModelForCausalLM.from_pretrained(base)
+    merge_adapter(model, str(adapter))
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    model.save_pretrained(partial)
+    AutoTokenizer.from_pretrained(base).save_pretrained(partial)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)  # no half-written folder is ever served
+    return target
+
+
+def serve_env() -> dict[str, str]:
+    """The server's environment: offline, and a hub cache folder (its GET /models fails where there is none)."""
+    hub = cache_root() / "hub"
+    hub.mkdir(parents=True, exist_ok=True)
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "warning",
+            "HF_HUB_CACHE": os.environ.get("HF_HUB_CACHE", str(hub))}
+
+
+def serve_command(folder: Path, port: int, host: str = "127.0.0.1", dtype: str = "float32") -> list[str]:
+    """`transformers serve` for `folder` on host:port (CPU; the model loaded at start)."""
+    exe = Path(sys.executable).with_name("transformers")
+    prefix = [str(exe)] if exe.is_file() else [sys.executable, "-m", "transformers.cli.transformers"]
+    return [*prefix, "serve", str(folder), "--host", host, "--port", str(port), "--device", "cpu",
+            "--dtype", dtype, "--log-level", "warning"]
+
+
+class LocalServer:
+    """`transformers serve` as a child process; a context manager that waits for it and stops it."""
+
+    def __init__(self, folder: Path, port: Optional[int] = None, dtype: str = "float32", threads: int = 0,
+                 log_path: Optional[Path] = None):
+        self.folder = Path(folder)
+        self.port = port or free_port()
+        self.dtype = dtype
+        self.threads = threads
+        self.log_path = log_path
+        self.process: Optional[subprocess.Popen] = None
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self, timeout_s: float = 120.0) -> LocalServer:
+        """Start the server and wait until it lists a model; RuntimeError (with its log) otherwise."""
+        env = serve_env()
+        if self.threads:
+            env["OMP_NUM_THREADS"] = str(self.threads)
+        log = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in stop()
+        self._log = log
+        self.process = subprocess.Popen(serve_command(self.folder, self.port, dtype=self.dtype), env=env,
+                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        client = OpenAIClient(self.base_url)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"transformers serve exited with {self.process.returncode}{self._log_tail()}")
+            try:
+                if client.get_json("/models", time.monotonic() + 1.0).get("data") is not None:
+                    return self
+            except ServerError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(f"transformers serve did not answer within {timeout_s:.0f} s{self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        if self.log_path and Path(self.log_path).is_file():
+            return ":\n" + Path(self.log_path).read_text(errors="replace")[-2000:]
+        return ""
+
+    def kill(self) -> None:
+        """Kill the server at once (SIGKILL; a test of a server that dies mid-call)."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout_s`."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if getattr(self, "_log", None) not in (None, subprocess.DEVNULL):
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> LocalServer:
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """`brace-planner-server`: serve the planner model (adapter merged) with `transformers serve`."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="model_path as the planner takes it")
+    parser.add_argument("--adapter", default="", help="LoRA adapter to merge (adapter_path as the planner takes it)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--dtype", default="float32", help="float32 (any CPU) or bfloat16 (native bf16 CPUs, GPUs)")
+    args = parser.parse_args(argv)
+    try:
+        folder = prepare_model_folder(args.model, args.adapter)
+    except (FileNotFoundError, OSError, ValueError) as exc:
+        print(f"brace-planner-server: {exc}", file=sys.stderr)
+        return 2
+    command = serve_command(folder, args.port, args.host, args.dtype)
+    print(f"serving {folder} at http://{args.host}:{args.port}/v1", flush=True)
+    os.execve(command[0], command, serve_env())
+    return 0  # not reached: execv replaces the process
+
+
+if __name__ == "__main__":
+    sys.exit(main())

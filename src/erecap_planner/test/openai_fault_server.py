@@ -1,0 +1,140 @@
+"""An OpenAI-protocol server on 127.0.0.1 that answers with scripted faults (tests of the client's failure handling).
+
+The happy path is tested against a real server (`transformers serve`); this
+one produces what a real server does only under failure: 429 with
+Retry-After, 5xx, error events, garbage events, non-JSON bodies, streams
+cut mid-way, answers that come after the deadline, and a server that never
+answers. Each request's path, headers and JSON body are recorded, and so is
+a client that went away mid-stream.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PLAN = '{"plan": [{"action": "pick", "parameters": {"object": "cup_3"}}]}'
+
+
+def _chunk(text: str = "", finish: str = "", usage: dict | None = None, chat: bool = True) -> bytes:
+    choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+    if finish:
+        choice["finish_reason"] = finish
+    event = {"id": "x", "object": "chat.completion.chunk", "choices": [choice]}
+    if usage:
+        event["usage"] = usage
+    return f"data: {json.dumps(event)}\n\n".encode()
+
+
+class FaultServer:
+    """Serves scripted replies in order (then the default) on a free port; a context manager."""
+
+    def __init__(self, default: str = "ok", text: str = PLAN, chunk_delay_s: float = 0.0):
+        self.script: deque[str] = deque()
+        self.default = default
+        self.text = text
+        self.chunk_delay_s = chunk_delay_s
+        self.requests: list[dict] = []
+        self.disconnects = 0
+        self.retry_after = "1"
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                return
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                body = json.dumps({"object": "list", "data": [{"id": "scripted-model"}]}).encode()
+                self._send(200, body, "application/json")
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                length = int(self.headers.get("Content-Length", 0))
+                raw = self.rfile.read(length)
+                server.requests.append({"path": self.path, "headers": dict(self.headers),
+                                        "body": json.loads(raw or b"{}")})
+                mode = server.script.popleft() if server.script else server.default
+                getattr(self, f"reply_{mode}")()
+
+            def _send(self, status: int, body: bytes, ctype: str, extra: dict | None = None) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in (extra or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _stream(self, events: list[bytes], chunked: bool = True, close_after: int = -1) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for i, event in enumerate(events):
+                        if i == close_after:
+                            self.close_connection = True
+                            self.connection.shutdown(2)
+                            return
+                        time.sleep(server.chunk_delay_s)
+                        self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    server.disconnects += 1
+
+            def _events(self) -> list[bytes]:
+                chat = self.path.endswith("/chat/completions")
+                pieces = [server.text[i:i + 8] for i in range(0, len(server.text), 8)]
+                usage = {"prompt_tokens": 123, "completion_tokens": len(pieces), "total_tokens": 123 + len(pieces)}
+                return [*(_chunk(p, chat=chat) for p in pieces), _chunk("", "stop", usage, chat), b"data: [DONE]\n\n"]
+
+            def reply_ok(self) -> None:
+                self._stream(self._events())
+
+            def reply_whole_json(self) -> None:  # a server that ignores "stream"
+                body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": server.text},
+                                     "finish_reason": "stop"}], "usage": {"prompt_tokens": 50, "completion_tokens": 9}}
+                self._send(200, json.dumps(body).encode(), "application/json")
+
+            def reply_rate_limited(self) -> None:
+                self._send(429, b'{"error": "slow down"}', "application/json", {"Retry-After": server.retry_after})
+
+            def reply_server_error(self) -> None:
+                self._send(503, b'{"error": "overloaded"}', "application/json")
+
+            def reply_bad_request(self) -> None:
+                self._send(400, b'{"error": {"message": "unknown field"}}', "application/json")
+
+            def reply_error_event(self) -> None:
+                self._stream([b'data: {"error": {"message": "CUDA out of memory"}}\n\n'])
+
+            def reply_garbage(self) -> None:
+                self._stream([b"data: {this is not json\n\n"])
+
+            def reply_not_json(self) -> None:
+                self._send(200, b"<html>proxy error</html>", "text/html")
+
+            def reply_truncated(self) -> None:
+                self._stream(self._events(), close_after=3)
+
+            def reply_hang(self) -> None:
+                time.sleep(5.0)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> FaultServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
