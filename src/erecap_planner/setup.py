@@ -22,5 +22,6 @@ setup(
     license="Apache-2.0",
     entry_points={"console_scripts": [
         "erecap_planner = erecap_planner.planner_node:main",
+        "brace-planner-server = erecap_planner.local_server:main",
     ]},
 )

@@ -125,6 +125,15 @@ def _first_json(text: str) -> Any:
     raise PlanError("no_json", "no JSON object or array in the output")
 
 
+def holds_json(text: str) -> bool:
+    """True when `text` holds a complete JSON object or array (what `parse_plan` reads first)."""
+    try:
+        _first_json(text)
+    except PlanError:
+        return False
+    return True
+
+
 def _step_list(value: Any) -> list:
     if isinstance(value, list):
         return value

@@ -43,7 +43,7 @@ from .compressors import Compressor
 from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextBuffer, RenderedContext
 from .openai_client import OpenAIClient, ServerError, StreamResult
 from .phase_clock import PhaseClock
-from .plan_parser import ActionSchema
+from .plan_parser import ActionSchema, holds_json
 
 ENDPOINTS = ("chat", "completions")
 """chat: /chat/completions with system + user messages (the server applies its chat template);
@@ -57,6 +57,11 @@ STRUCTURED_OUTPUTS = ("json_schema", "json_object", "none")
 
 
 _PROGRESS_PHASES = {"answered": Phase.FIRST_TOKEN, "first_token": Phase.DECODE}  # what begins when the stream says
+
+
+def plan_written(text: str) -> bool:
+    """The output holds a complete JSON value: the rest of the stream cannot change the plan."""
+    return json_object_closed(text) and holds_json(text)
 
 
 @dataclass
@@ -160,7 +165,7 @@ class ServerCallPath:
                     raise ServerError("cancelled" if clock.cancelled() else "deadline", "while backing off")
                 time.sleep(min(0.02, max(0.0, wait_until - time.monotonic())))
             try:
-                result = self.client.stream(path, body, clock.deadline, clock.cancelled, stop_when=json_object_closed,
+                result = self.client.stream(path, body, clock.deadline, clock.cancelled, stop_when=plan_written,
                                             on_progress=lambda what: clock.begin(_PROGRESS_PHASES[what]))
             except ServerError as exc:
                 if exc.reason not in ("deadline", "cancelled"):

@@ -30,9 +30,9 @@ def _chunk(text: str = "", finish: str = "", usage: dict | None = None, chat: bo
 
 
 class FaultServer:
-    """Serves scripted replies in order (then the default) on a free port; a context manager."""
+    """Serves scripted replies in order (then the default) on `port` (0: a free one); a context manager."""
 
-    def __init__(self, default: str = "ok", text: str = PLAN, chunk_delay_s: float = 0.0):
+    def __init__(self, default: str = "ok", text: str = PLAN, chunk_delay_s: float = 0.0, port: int = 0):
         self.script: deque[str] = deque()
         self.default = default
         self.text = text
@@ -125,7 +125,7 @@ class FaultServer:
             def reply_hang(self) -> None:
                 time.sleep(5.0)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"

@@ -1,0 +1,169 @@
+"""The planner on a real OpenAI-compatible server: `transformers serve` with SmolLM2-135M-Instruct on 127.0.0.1.
+
+The server is started by a fixture (bounded in time) and stopped after. Calls
+go through the server call path and through the node; faults are real: the
+server killed mid-call, a deadline shorter than the call, a cancel.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from brace_msgs.msg import ReplanCall
+from openai_fault_server import FaultServer
+from test_context import buffer
+from test_plan_parser import SCHEMA
+from test_planner_node import Client, planner, start
+
+from brace_common.testing import wait_for
+from brace_common.vocabulary import CallStatus
+from erecap_planner.call_path import CallRequest
+from erecap_planner.compressors import make_compressor
+from erecap_planner.local_server import LocalServer, free_port
+from erecap_planner.models import SMOLLM2, resolve_model_path
+from erecap_planner.openai_client import OpenAIClient
+from erecap_planner.pruning import table8_layers
+from erecap_planner.server_call_path import Backoff, ServerCallPath
+
+SERVER_START_S = 240.0  # model load on a busy 2-core machine; the fixture fails past it, with the server's log
+
+
+@pytest.fixture(scope="module")
+def folder():
+    return resolve_model_path(SMOLLM2)
+
+
+@pytest.fixture(scope="module")
+def served(folder, tmp_path_factory):
+    with LocalServer(folder, threads=1, log_path=tmp_path_factory.mktemp("serve") / "serve.log").start(
+            SERVER_START_S) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def tokenizer(folder):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def call_path(url: str, tokenizer, endpoint: str = "completions", **kw) -> ServerCallPath:
+    return ServerCallPath(OpenAIClient(url), "", tokenizer, SCHEMA, make_compressor("recency"), "recency", endpoint,
+                          max_new_tokens=kw.pop("max_new_tokens", 24), backoff=Backoff(0.05, 0.5), **kw)
+
+
+def call(path: ServerCallPath, budget: int = 100_000, deadline_ms: float = 60_000.0, **kw):
+    return path.run(buffer(20), CallRequest("a", budget, deadline_ms / 2, deadline_ms), **kw)
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_the_server_reads_exactly_the_prompt_we_budgeted(served, tokenizer, endpoint):
+    path = call_path(served.base_url, tokenizer, endpoint)
+    whole = call(path)
+    assert whole.status in (CallStatus.OK, CallStatus.PLANNER_ERROR), whole.error  # a plan or a counted bad one
+    assert whole.output_text and whole.server_completion_tokens > 0
+    assert [p.phase for p in whole.phases] == ["context_compress", "retrieve", "request", "first_token", "decode",
+                                               "parse"]
+    # Unpruned, the server's prompt is ours token for token (chat: the server applies the same template).
+    assert whole.server_prompt_tokens == whole.tokens_after == whole.tokens_before
+    budgeted = call(path, budget=256)
+    assert budgeted.tokens_after <= 256 < budgeted.tokens_before
+    # Pruned text is re-tokenised by the server: within a few tokens of what we kept, never the whole context.
+    assert abs(budgeted.server_prompt_tokens - budgeted.tokens_after) <= 8
+    assert budgeted.server_prompt_tokens < whole.server_prompt_tokens
+
+
+def test_a_deadline_shorter_than_the_call_and_a_cancel(served, tokenizer):
+    path = call_path(served.base_url, tokenizer, max_new_tokens=200)
+    late = call(path, deadline_ms=400.0)
+    assert late.status == CallStatus.DEADLINE and not late.steps
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    started = time.monotonic()
+    cancelled = call(path, cancelled=cancel.is_set)
+    assert cancelled.status == CallStatus.CANCELLED and time.monotonic() - started < 2.0
+    assert call(path).status in (CallStatus.OK, CallStatus.PLANNER_ERROR)  # the server is fine after both
+
+
+def test_the_server_killed_mid_call(folder, tokenizer, tmp_path):
+    server = LocalServer(folder, threads=1, log_path=tmp_path / "serve.log").start(SERVER_START_S)
+    try:
+        path = call_path(server.base_url, tokenizer, max_new_tokens=400)
+        answered = threading.Event()
+        path.client_stream = path.client.stream
+
+        def kill_when_streaming() -> None:
+            answered.wait(60)
+            time.sleep(0.3)
+            server.kill()
+
+        killer = threading.Thread(target=kill_when_streaming)
+        killer.start()
+        out = call(path, on_phase=lambda phase, ms: answered.set() if phase == "decode" else None)
+        killer.join()
+        assert out.status == CallStatus.UNAVAILABLE and not out.steps, out.error
+        assert any(path.counts[f"server.{r}"] for r in ("connection_lost", "truncated")), dict(path.counts)
+        down = call(path, deadline_ms=1500.0)
+        assert down.status in (CallStatus.UNAVAILABLE, CallStatus.DEADLINE)
+        assert path.counts["server.connection_refused"] >= 1
+    finally:
+        server.stop()
+
+
+def test_node_serves_replan_goals_through_the_server(ros, served):
+    node = planner(SMOLLM2, backend="openai", server_url=served.base_url, compressor="erecap",
+                   predictor_path="package://erecap_planner/models/smollm2-135m-instruct-erecap.safetensors",
+                   pruning_layers=list(table8_layers(30)), max_new_tokens=24)
+    client = start(ros, node)
+    handle = client.send(token_budget=256)
+    result_future = handle.get_result_async()
+    wait_for(result_future.done, timeout=120, what="result")
+    call = result_future.result().result.call
+    assert call.backend == "openai" and call.compressor == "erecap"
+    assert call.status in (ReplanCall.STATUS_OK, ReplanCall.STATUS_PLANNER_ERROR), call.error
+    assert [p.phase for p in call.phases] == ["queue", "context_compress", "retrieve", "request", "first_token",
+                                              "decode", "parse"]
+    assert call.tokens_after <= 256 and call.server_prompt_tokens > 0 and call.server_completion_tokens > 0
+    assert call.model == node.call_path.server_model == ""  # transformers serve is pinned to its model
+    wait_for(lambda: len(client.calls) == 1, what="record on /brace/replan_calls")
+    assert "first_token" in client.feedback and "decode" in client.feedback
+
+
+def test_node_serves_only_once_the_server_answers(ros):
+    port = free_port()
+    node = planner(SMOLLM2, backend="openai", server_url=f"http://127.0.0.1:{port}/v1", compressor="recency",
+                   server_probe_period_s=0.2)
+    node.trigger_configure()
+    assert node.call_path is not None, node.last_error
+    node.trigger_activate()
+    ros.add(node)
+    client = ros.add(Client())
+    time.sleep(1.0)
+    assert not client.action.server_is_ready() and node.action_server is None
+    assert not node.server.answered and "connection_refused" in node.server.error
+    with FaultServer(port=port) as server:
+        wait_for(client.action.server_is_ready, what="Replan server once the planner server answers")
+        assert node.call_path.server_model == "scripted-model"  # the first model the server lists
+        handle = client.send()
+        result_future = handle.get_result_async()
+        wait_for(result_future.done, timeout=30, what="result")
+        result = result_future.result().result
+    assert result.call.status == ReplanCall.STATUS_OK, result.call.error
+    assert [s.action for s in result.plan.steps] == ["pick"]
+    assert server.requests[0]["body"]["model"] == "scripted-model"
+
+
+@pytest.mark.parametrize("params,parameter", [
+    ({"backend": "grpc"}, "backend"),
+    ({"server_url": "localhost:8000"}, "server_url"),
+    ({"api_key_env": "BRACE_TEST_NO_SUCH_KEY"}, "api_key_env"),
+    ({"decoding": "constrained"}, "decoding"),
+    ({"structured_output": "xml"}, "structured_output"),
+])
+def test_bad_server_parameters_fail_configure_naming_them(ros, params, parameter):
+    node = planner(SMOLLM2, **{"backend": "openai", "compressor": "recency", **params})
+    node.trigger_configure()
+    assert node.call_path is None and f"'{parameter}'" in node.last_error
+    node.destroy_node()
