@@ -16,7 +16,7 @@ from pathlib import Path
 
 from brace_common.names import DEFAULT_NAMESPACE
 
-from .run_config import RunConfig
+from .run_config import PLANNER_SERVER_KEYS, RunConfig
 
 ARGUMENTS = {
     "run": "run configuration (config/runs/*.yaml): the stack, its overrides and variants",
@@ -47,7 +47,16 @@ def stack_nodes(context, workspace: Path) -> list:
     cfg = RunConfig.load(Path(arg("run")))
     variant = arg("variant")
     folder = Path(arg("output")) if arg("output") else workspace / "runs" / f"launch_{time.strftime('%Y%m%d_%H%M%S')}"
-    params = cfg.write_parameters(variant, folder / variant)
-    return [Node(package=spec.package, executable=spec.executable, name=spec.name, namespace=arg("namespace"),
-                 parameters=[str(params)], output="screen")
-            for spec in cfg.stack.nodes]
+    extra, server = {}, []
+    if cfg.planner_server:  # the planner waits for its server: they start together too
+        from launch.actions import ExecuteProcess
+
+        served = {**PLANNER_SERVER_KEYS, **cfg.planner_server}
+        extra["erecap_planner"] = {"server_url": f"http://127.0.0.1:{served['port']}/v1"}
+        server = [ExecuteProcess(cmd=["ros2", "run", "erecap_planner", "brace-planner-server", "--model",
+                                      served["model"], "--adapter", served["adapter"], "--dtype", served["dtype"],
+                                      "--port", str(served["port"])], name="planner_server", output="screen")]
+    params = cfg.write_parameters(variant, folder / variant, extra)
+    return server + [Node(package=spec.package, executable=spec.executable, name=spec.name, namespace=arg("namespace"),
+                          parameters=[str(params)], output="screen")
+                     for spec in cfg.stack.nodes]

@@ -5,6 +5,12 @@
       extends: demo.yaml              # optional: another run config (its overrides and variants come first)
       overrides: {node: {param: value}}          # every variant
       variants: {name: {node: {param: value}}}   # each variant's overlay
+      planner_server: {model: ..., adapter: ..., dtype: float32, port: 8000, threads: 0}   # optional
+
+With `planner_server`, brace-run and the launch files also start a local
+planner server (`transformers serve` on the model with the adapter merged,
+erecap_planner.local_server) and point the planner's `server_url` at it;
+the planner's `backend: openai` is the run's to set.
 
 The launch files and brace-run both turn a (run config, variant) into one
 parameter file with `write_parameters`, so `ros2 launch` and `brace-run` run
@@ -32,6 +38,10 @@ SHIPPED_SCHEMA = "warehouse_actions.yaml"
 """The warehouse action schema shipped with sim_bridges (K = 4's places and agents)."""
 
 
+PLANNER_SERVER_KEYS = {"model": "smollm2-135m-instruct", "adapter": "", "dtype": "float32", "port": 8000, "threads": 0}
+"""Keys of a run's `planner_server` and their defaults (brace-run picks a free port instead of `port`)."""
+
+
 def workspace_of(path: Path) -> Path:
     """The workspace a file belongs to: the nearest parent folder with a config/ folder."""
     root = path.resolve().parent
@@ -53,6 +63,7 @@ class RunConfig:
     overrides: dict[str, dict] = field(default_factory=dict)
     variants: dict[str, dict[str, dict]] = field(default_factory=dict)
     root: Path = Path(".")
+    planner_server: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> RunConfig:
@@ -61,9 +72,10 @@ class RunConfig:
         raw = (yaml.safe_load(path.read_text()) or {}).get("run")
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: no 'run' mapping")
-        unknown_keys = set(raw) - {"stack", "extends", "overrides", "variants"}
+        unknown_keys = set(raw) - {"stack", "extends", "overrides", "variants", "planner_server"}
         if unknown_keys:
-            raise ValueError(f"{path}: unknown keys {sorted(unknown_keys)} (stack, extends, overrides, variants)")
+            raise ValueError(f"{path}: unknown keys {sorted(unknown_keys)} (stack, extends, overrides, variants, "
+                             "planner_server)")
         if raw.get("extends"):
             base = cls.load(path.parent / raw["extends"])
         else:
@@ -71,7 +83,11 @@ class RunConfig:
         stack_name = raw.get("stack", base.stack.name)
         if stack_name not in STACKS:
             raise ValueError(f"{path}: unknown stack '{stack_name}' (known: {', '.join(STACKS)})")
-        cfg = cls(STACKS[stack_name], copy.deepcopy(base.overrides), copy.deepcopy(base.variants), base.root)
+        cfg = cls(STACKS[stack_name], copy.deepcopy(base.overrides), copy.deepcopy(base.variants), base.root,
+                  {**base.planner_server, **(raw.get("planner_server") or {})})
+        bad = set(cfg.planner_server) - set(PLANNER_SERVER_KEYS)
+        if bad:
+            raise ValueError(f"{path}: planner_server has unknown keys {sorted(bad)} ({', '.join(PLANNER_SERVER_KEYS)})")
         _merge(cfg.overrides, raw.get("overrides"))
         cfg.variants.update(raw.get("variants") or {})
         names = set(cfg.stack.names)

@@ -14,6 +14,7 @@ same numbers from the bags alone.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 import threading
@@ -31,7 +32,7 @@ from brace_common.config import ConfigError
 from brace_common.spin import autostart
 
 from .graph import NodeSpec
-from .run_config import RunConfig
+from .run_config import PLANNER_SERVER_KEYS, RunConfig
 
 
 class LiveCollector(Node):
@@ -176,16 +177,35 @@ def plots(runs, folder: Path) -> list[Path]:
     return out
 
 
+@contextlib.contextmanager
+def planner_server(cfg: RunConfig, folder: Path, extra: dict[str, dict]):
+    """The run's local planner server, if it names one, on a free port for all its variants (its log in `folder`)."""
+    if not cfg.planner_server:
+        yield None
+        return
+    from erecap_planner.local_server import LocalServer, prepare_model_folder
+
+    spec = {**PLANNER_SERVER_KEYS, **cfg.planner_server}
+    folder.mkdir(parents=True, exist_ok=True)
+    server = LocalServer(prepare_model_folder(spec["model"], spec["adapter"]), dtype=spec["dtype"],
+                         threads=int(spec["threads"]), log_path=folder / "planner_server.log")
+    print(f"planner server: transformers serve {server.folder.name} at {server.base_url}", flush=True)
+    with server.start():
+        extra.setdefault("erecap_planner", {})["server_url"] = server.base_url
+        yield server
+
+
 def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict], quiet: bool = False):
     """Every variant in order; write CSV and plots; return (run folder, live records per variant)."""
     from brace_controller.audit import write_csvs
 
     folder = output / time.strftime("%Y%m%d_%H%M%S")
     runs, rows = [], []
-    for variant in variants:
-        records, _bag, _results, episode_rows = run_variant(cfg, variant, folder / variant, extra, quiet)
-        runs.append(records)
-        rows.append(episode_rows)
+    with planner_server(cfg, folder, extra):
+        for variant in variants:
+            records, _bag, _results, episode_rows = run_variant(cfg, variant, folder / variant, extra, quiet)
+            runs.append(records)
+            rows.append(episode_rows)
     write_csvs(runs, folder)
     plots(runs, folder)
     if cfg.stack.report:

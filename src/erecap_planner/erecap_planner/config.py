@@ -47,6 +47,10 @@ class PlannerConfig:
     server_probe_period_s: float = param(1.0, "backend openai: period of GET /models while the server has not "
                                          "answered (the action is served only after it has); 5x that after",
                                          0.05, 600.0)
+    prompt_scoring_layers: int = param(1, "backend openai, compressor erecap (prompt-level): how many of the "
+                                       "schedule's pruning layers the local scorer runs before it keeps the B_t "
+                                       "tokens to send; 1 = the first only (a fraction of a local prefill), 0 = all "
+                                       "(the in-model selection, about a local prefill's cost)", 0, 1000)
     model_path: str = param("smollm2-135m-instruct",
                             "'smollm2-135m-instruct' (packaged, converted once) or a local HF model folder")
     device: str = param("auto", "'auto' (GPU when present), 'cpu', 'cuda', 'cuda:N'")

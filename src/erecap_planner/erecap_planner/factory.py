@@ -6,6 +6,7 @@ Every failure is a ConfigError naming the parameter to fix (the node reports it 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Optional, Union
 
 from brace_common.config import ConfigError, resolve_path
@@ -79,6 +80,16 @@ def pruning_schedule(cfg: PlannerConfig, depth: int) -> PruneSchedule:
     return schedule
 
 
+def prompt_scoring_schedule(schedule: PruneSchedule, layers: int) -> PruneSchedule:
+    """The schedule of a prompt-level scorer that runs only the first `layers` pruning layers (0 = all of them).
+
+    Its last layer keeps B_t at once (one stage), so the scorer stops as early as it can.
+    """
+    if layers <= 0 or layers >= len(schedule.layers):
+        return schedule
+    return replace(schedule, layers=schedule.layers[:layers], first_cut=0.0 if layers == 1 else schedule.first_cut)
+
+
 def load_predictors(cfg: PlannerConfig, model_config, layers: tuple[int, ...], logger=None) -> PredictorBank:
     """The trained predictor `cfg` names, or an untrained one (warned)."""
     if cfg.predictor_path:
@@ -123,9 +134,10 @@ def build_server(cfg: PlannerConfig, schema: ActionSchema, logger=None) -> Serve
         raise ConfigError("server_url", str(exc)) from None
     if cfg.compressor == "erecap":
         model, tokenizer, _ = load_local_model(cfg, logger)
-        schedule = pruning_schedule(cfg, model.config.num_hidden_layers)
-        scorer = ErecapModel(model, schedule, load_predictors(cfg, model.config, schedule.layers, logger))
-        compressor = make_compressor("erecap", schedule, scorer=scorer)
+        full = pruning_schedule(cfg, model.config.num_hidden_layers)
+        predictors = load_predictors(cfg, model.config, full.layers, logger)  # trained for the whole schedule
+        schedule = prompt_scoring_schedule(full, cfg.prompt_scoring_layers)
+        compressor = make_compressor("erecap", schedule, scorer=ErecapModel(model, schedule, predictors))
     else:
         tokenizer = load_tokenizer(cfg)
         compressor = make_compressor(cfg.compressor, PruneSchedule((), 1.0, cfg.head_tokens, cfg.tail_min,

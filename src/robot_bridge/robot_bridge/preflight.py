@@ -299,8 +299,10 @@ def plan_checks(sections: Iterable[Section]) -> Plan:
                                      f"'video', not {source!r}")
         server_url = _text(section, "server_url")
         base_url = _text(section, "base_url")
-        model = _text(section, "model", "") or _text(section, "model_name", "") or ""
-        api_key = _text(section, "api_key", "") or ""
+        model = (_text(section, "server_model", "") or _text(section, "model", "") or _text(section, "model_name", "")
+                 or "")
+        key_env = _text(section, "api_key_env", "") or ""  # the planner's key lives in an environment variable
+        api_key = (os.environ.get(key_env, "") if key_env else "") or _text(section, "api_key", "") or ""
         if backend == "server":
             url = _url(section, "server_url", server_url or DEFAULT_VLA_URL)
             vla.append(VlaCheck(f"VLA server ({section.label})", url, _text(section, "unnorm_key", "") or ""))
@@ -729,7 +731,7 @@ def judge_models_answer(check: OpenAICheck, url: str, answer: HttpAnswer) -> Che
                            f"start the planner server and check the URL: {PLANNER_START}")
     if answer.status in (401, 403):
         return CheckResult(Status.WRONG, subject, f"HTTP {answer.status} from {url}: the server wants an API key",
-                           "set api_key to the key the server was started with")
+                           "export the key the server was started with in the variable the planner's api_key_env names")
     if answer.status != 200:
         return CheckResult(Status.WRONG, subject, f"HTTP {answer.status} from {url}",
                            "point base_url at an OpenAI-compatible server (http://<host>:<port>/v1)")

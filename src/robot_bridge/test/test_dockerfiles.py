@@ -144,6 +144,22 @@ def test_compose_services():
     assert services["openvla"]["ports"][0].endswith(f":{vla_port}:{vla_port}")
 
 
+def test_planner_compose_serves_one_openai_server_for_a_fleet():
+    planner = yaml.safe_load((DOCKER / "planner.compose.yaml").read_text())["services"]["planner"]
+    args = dict(a.lstrip("-").split("=", 1) for a in planner["command"] if "=" in a)
+    # model, tensor-parallel size and max context are variables (with defaults), the key is required
+    for flag, variable in (("model", "PLANNER_MODEL_DIR"), ("tensor-parallel-size", "PLANNER_TENSOR_PARALLEL"),
+                           ("max-model-len", "PLANNER_MAX_MODEL_LEN"), ("served-model-name", "PLANNER_MODEL")):
+        assert f"${{{variable}:-" in args[flag], flag
+    assert ":?" in args["api-key"] and "--enable-prefix-caching" in planner["command"]
+    assert planner["ports"][0].endswith(":8001:8001") and planner["image"] == compose()["services"]["planner"]["image"]
+    assert planner["healthcheck"]["test"][0] == "CMD"
+    assert any(v.startswith("../models:/models") for v in planner["volumes"])
+    robot_planner = dict(a.lstrip("-").split("=", 1) for a in compose()["services"]["planner"]["command"])
+    assert "PLANNER_TENSOR_PARALLEL" in robot_planner["tensor-parallel-size"]
+    assert "PLANNER_MAX_MODEL_LEN" in robot_planner["max-model-len"]
+
+
 # ------------------------------------------------------------------ udev
 
 
