@@ -11,11 +11,10 @@
             prompt-level E-RECAP at B_t = 256 / 384 (in process, constrained decoding, so only the compression
             differs), and each server at the whole context and at B_t = 384.
 
-Models: SmolLM2-135M-Instruct with the warehouse LoRA adapter (merged; `transformers serve` loads the merged
-folder); llama.cpp serves the packaged GGUF (Q4_1) WITHOUT the adapter (no GGUF export of the merged model yet)
-and is asked for structured output (its json_object + schema form), so its plans always parse but are the
-base model's. The llama.cpp rows need `make bench-setup` (llama-cpp-python[server], built from source); they are
-skipped, and said so, when it is missing.
+Models: SmolLM2-135M-Instruct with the warehouse LoRA adapter merged, everywhere: in process, the merged folder in
+`transformers serve`, and the packaged GGUF rewritten with the merged weights in float16 (erecap_planner.gguf_export)
+in llama.cpp, which is asked for structured output (its json_object + schema form). The llama.cpp rows need `make
+bench-setup` (llama-cpp-python[server], built from source); they are skipped, and said so, when it is missing.
 
     python bench/planner_backends.py [--calls 3] [--sizes 1024 2048 4096] [--budgets 256 384 0] [--points 20]
     python bench/planner_backends.py --avx2          # PyTorch / oneDNN / MKL capped at AVX2 (server processes too)
@@ -27,10 +26,9 @@ Prints the tables with the CPU, writes bench/out/planner_backends{,_quality}.csv
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from report import cpu_report, describe_cpu, reexec_as_avx2, sim_planner_checkpoint, write_csv
@@ -44,48 +42,13 @@ def _p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
 
 
-class LlamaCppServer:
-    """llama-cpp-python's OpenAI-compatible server on the packaged GGUF (a child process on a free port)."""
-
-    def __init__(self, gguf: Path, log: Path, context: int = 8192):
-        from erecap_planner.local_server import free_port
-
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self.command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
-                        "--port", str(self.port), "--n_ctx", str(context)]
-        self.log = log
-        self.process = None
-
-    @staticmethod
-    def available() -> bool:
-        """llama-cpp-python and its server extra are installed."""
-        try:
-            import llama_cpp.server.app  # noqa: F401
-        except ImportError:
-            return False
-        return True
-
-    def __enter__(self) -> LlamaCppServer:
-        from erecap_planner.openai_client import OpenAIClient, ServerError
-
-        self._log = open(self.log, "wb")  # noqa: SIM115 - closed in __exit__
-        self.process = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and self.process.poll() is None:
-            try:
-                OpenAIClient(self.base_url).get_json("/models", time.monotonic() + 1)
-                return self
-            except ServerError:
-                time.sleep(0.25)
-        self.__exit__()
-        raise RuntimeError(f"llama.cpp server did not start: {self.log.read_text(errors='replace')[-1500:]}")
-
-    def __exit__(self, *exc) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(20)
-        self._log.close()
+def llama_cpp_available() -> bool:
+    """llama-cpp-python and its server extra are installed."""
+    try:
+        import llama_cpp.server.app  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def build(args, stack):
@@ -120,7 +83,8 @@ def prompt_compressor(stack, layers: int):
     from erecap_planner.pruned_forward import ErecapModel
 
     schedule = prompt_scoring_schedule(stack["schedule"], layers)
-    return make_compressor("erecap", schedule, scorer=ErecapModel(stack["model"], schedule, stack["predictors"]))
+    predictors = stack["predictors"].subset(list(schedule.layers))
+    return make_compressor("erecap", schedule, scorer=ErecapModel(stack["model"], schedule, predictors))
 
 
 def paths(stack, schema, url: dict[str, str], max_new_tokens: int, decoding: str = "json") -> dict:
@@ -285,8 +249,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.avx2:
         reexec_as_avx2()
+    from erecap_planner.gguf_export import merged_gguf
     from erecap_planner.local_server import LocalServer
-    from erecap_planner.models import gguf_source
 
     cpu = cpu_report()
     caption = describe_cpu(cpu)
@@ -294,21 +258,19 @@ def main() -> int:
     stack: dict = {}
     build(args, stack)
     OUT.mkdir(parents=True, exist_ok=True)
-    llama = "llama_cpp" not in args.skip and LlamaCppServer.available()
+    llama = "llama_cpp" not in args.skip and llama_cpp_available()
     if "llama_cpp" not in args.skip and not llama:
         print("llama.cpp rows SKIPPED: llama-cpp-python[server] is not installed (make bench-setup)", flush=True)
-    with LocalServer(stack["folder"], dtype="float32", log_path=OUT / "planner_backends_serve.log") as serve:
+    with contextlib.ExitStack() as servers:
+        serve = servers.enter_context(LocalServer(stack["folder"], dtype="float32",
+                                                  log_path=OUT / "planner_backends_serve.log"))
         url = {"transformers_serve": serve.base_url}
-        server = LlamaCppServer(gguf_source(), OUT / "planner_backends_llama.log") if llama else None
-        if server is not None:
-            server.__enter__()
-            url["llama_cpp"] = server.base_url
-        try:
-            lat_rows = [] if "latency" in args.skip else latency(stack, url, args)
-            qual_rows = [] if "quality" in args.skip else quality(stack, url, args)
-        finally:
-            if server is not None:
-                server.__exit__()
+        if llama:
+            gguf = merged_gguf("smollm2-135m-instruct", args.adapter)
+            url["llama_cpp"] = servers.enter_context(LocalServer(
+                gguf, engine="llama_cpp", log_path=OUT / "planner_backends_llama.log")).base_url
+        lat_rows = [] if "latency" in args.skip else latency(stack, url, args)
+        qual_rows = [] if "quality" in args.skip else quality(stack, url, args)
     if lat_rows:
         lat_rows.sort(key=lambda r: (str(r["budget"]), r["tokens_n"], BACKENDS.index(r["backend"])))
         write_csv(lat_rows, OUT / "planner_backends.csv")

@@ -53,9 +53,9 @@ def stack_nodes(context, workspace: Path) -> list:
 
         served = {**PLANNER_SERVER_KEYS, **cfg.planner_server}
         extra["erecap_planner"] = {"server_url": f"http://127.0.0.1:{served['port']}/v1"}
-        server = [ExecuteProcess(cmd=["ros2", "run", "erecap_planner", "brace-planner-server", "--model",
-                                      served["model"], "--adapter", served["adapter"], "--dtype", served["dtype"],
-                                      "--port", str(served["port"])], name="planner_server", output="screen")]
+        flags = [f"--{key}={served[key]}" for key in ("engine", "model", "adapter", "dtype", "port")]
+        server = [ExecuteProcess(cmd=["ros2", "run", "erecap_planner", "brace-planner-server", *flags],
+                                 name="planner_server", output="screen")]
     params = cfg.write_parameters(variant, folder / variant, extra)
     return server + [Node(package=spec.package, executable=spec.executable, name=spec.name, namespace=arg("namespace"),
                           parameters=[str(params)], output="screen")

@@ -5,12 +5,13 @@
       extends: demo.yaml              # optional: another run config (its overrides and variants come first)
       overrides: {node: {param: value}}          # every variant
       variants: {name: {node: {param: value}}}   # each variant's overlay
-      planner_server: {model: ..., adapter: ..., dtype: float32, port: 8000, threads: 0}   # optional
+      planner_server: {engine: transformers, model: ..., adapter: ..., dtype: float32, port: 8000}   # optional
 
 With `planner_server`, brace-run and the launch files also start a local
-planner server (`transformers serve` on the model with the adapter merged,
-erecap_planner.local_server) and point the planner's `server_url` at it;
-the planner's `backend: openai` is the run's to set.
+planner server (erecap_planner.local_server: `transformers serve` on the
+model folder, or llama.cpp's server on the GGUF, the adapter merged) and
+point the planner's `server_url` at it; the planner's `backend: openai` is
+the run's to set.
 
 The launch files and brace-run both turn a (run config, variant) into one
 parameter file with `write_parameters`, so `ros2 launch` and `brace-run` run
@@ -38,7 +39,8 @@ SHIPPED_SCHEMA = "warehouse_actions.yaml"
 """The warehouse action schema shipped with sim_bridges (K = 4's places and agents)."""
 
 
-PLANNER_SERVER_KEYS = {"model": "smollm2-135m-instruct", "adapter": "", "dtype": "float32", "port": 8000, "threads": 0}
+PLANNER_SERVER_KEYS = {"engine": "transformers", "model": "smollm2-135m-instruct", "adapter": "", "dtype": "float32",
+                       "port": 8000, "threads": 0}
 """Keys of a run's `planner_server` and their defaults (brace-run picks a free port instead of `port`)."""
 
 

@@ -183,13 +183,13 @@ def planner_server(cfg: RunConfig, folder: Path, extra: dict[str, dict]):
     if not cfg.planner_server:
         yield None
         return
-    from erecap_planner.local_server import LocalServer, prepare_model_folder
+    from erecap_planner.local_server import LocalServer, served_model
 
     spec = {**PLANNER_SERVER_KEYS, **cfg.planner_server}
     folder.mkdir(parents=True, exist_ok=True)
-    server = LocalServer(prepare_model_folder(spec["model"], spec["adapter"]), dtype=spec["dtype"],
-                         threads=int(spec["threads"]), log_path=folder / "planner_server.log")
-    print(f"planner server: transformers serve {server.folder.name} at {server.base_url}", flush=True)
+    server = LocalServer(served_model(spec["engine"], spec["model"], spec["adapter"]), dtype=spec["dtype"],
+                         threads=int(spec["threads"]), log_path=folder / "planner_server.log", engine=spec["engine"])
+    print(f"planner server: {spec['engine']} on {server.folder.name} at {server.base_url}", flush=True)
     with server.start():
         extra.setdefault("erecap_planner", {})["server_url"] = server.base_url
         yield server

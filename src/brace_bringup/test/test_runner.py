@@ -9,6 +9,7 @@ import pytest
 
 from brace_bringup.run_config import RunConfig
 from brace_bringup.runner import run
+from brace_common.vocabulary import CallStatus
 from brace_controller.audit import records_from_bag
 from brace_controller.audit_report import summary
 from erecap_planner.testing import saved_tiny_llama
@@ -68,3 +69,31 @@ def test_closed_loop_runs_and_the_bag_reproduces_the_live_numbers(model_dir, tmp
     assert erecap["tokens_after"] < erecap["tokens_before"]  # pruned (byte tokens: protected blocks alone exceed B)
     params = (folder / "no_brace" / "params.yaml").read_text()
     assert "agent_1" in params and "warehouse_actions.yaml" in params
+
+
+def test_a_run_with_a_planner_server_starts_it_and_plans_through_it(model_dir, tmp_path, monkeypatch):
+    # config/runs/demo_server.yaml on the tiny model: brace-run starts `transformers serve` on it (a real server on
+    # 127.0.0.1), points the planner at it, and every call goes through it (a random model: counted planner errors).
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(160 + (hash(str(tmp_path)) % 19)))
+    cfg = RunConfig.load(WORKSPACE / "config" / "runs" / "demo_server.yaml")
+    assert cfg.planner_server.get("engine", "transformers") == "transformers" and cfg.planner_server["adapter"]
+    assert cfg.parameters("brace_erecap", {})["erecap_planner"]["backend"] == "openai"
+    cfg.planner_server = {**cfg.planner_server, "model": model_dir, "adapter": ""}
+    extra = {"embedded_sim": {"episodes": 1, "agents": 2, "max_steps": 6, "step_period_s": 0.01},
+             "erecap_planner": {"model_path": model_dir, "pruning_layers": [1, 3], "predictor_path": "",
+                                "adapter_path": "", "max_new_tokens": 8}}
+    folder, runs = run(cfg, ["brace_erecap"], tmp_path / "runs", extra, quiet=True)
+    calls = runs[0].calls
+    assert calls and (folder / "planner_server.log").is_file()
+    assert all(c.status != CallStatus.UNAVAILABLE for c in calls), [c.status for c in calls]
+    assert all("first_token" in c.phases and "prefill" not in c.phases for c in calls if c.phases)
+    assert "server_url: http://127.0.0.1:" in (folder / "brace_erecap" / "params.yaml").read_text()
+
+
+def test_run_configs_reject_unknown_planner_server_keys(tmp_path):
+    path = tmp_path / "config" / "runs" / "bad.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"run:\n  extends: {WORKSPACE / 'config' / 'runs' / 'demo_server.yaml'}\n"
+                    "  planner_server: {gpus: 2}\n")
+    with pytest.raises(ValueError, match="planner_server has unknown keys"):
+        RunConfig.load(path)

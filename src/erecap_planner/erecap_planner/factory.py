@@ -137,7 +137,8 @@ def build_server(cfg: PlannerConfig, schema: ActionSchema, logger=None) -> Serve
         full = pruning_schedule(cfg, model.config.num_hidden_layers)
         predictors = load_predictors(cfg, model.config, full.layers, logger)  # trained for the whole schedule
         schedule = prompt_scoring_schedule(full, cfg.prompt_scoring_layers)
-        compressor = make_compressor("erecap", schedule, scorer=ErecapModel(model, schedule, predictors))
+        compressor = make_compressor("erecap", schedule,
+                                     scorer=ErecapModel(model, schedule, predictors.subset(list(schedule.layers))))
     else:
         tokenizer = load_tokenizer(cfg)
         compressor = make_compressor(cfg.compressor, PruneSchedule((), 1.0, cfg.head_tokens, cfg.tail_min,

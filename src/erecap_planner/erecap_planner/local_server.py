@@ -1,4 +1,4 @@
-"""A planner server on this machine: `transformers serve` (OpenAI-compatible) on a local model folder.
+"""A planner server on this machine: `transformers serve` on a model folder, or llama.cpp's server on a GGUF file.
 
 `prepare_model_folder` makes the folder the server loads: the packaged
 SmolLM2 (converted once, see models.py) or a local folder, with a LoRA
@@ -62,6 +62,15 @@ def prepare_model_folder(model_path: str, adapter_path: str = "") -> Path:
     return target
 
 
+def served_model(engine: str, model_path: str, adapter_path: str = "") -> Path:
+    """What `engine` loads: a model folder (transformers) or a GGUF file (llama_cpp), the adapter merged."""
+    if engine == "llama_cpp":
+        from .gguf_export import merged_gguf
+
+        return merged_gguf(model_path, adapter_path)
+    return prepare_model_folder(model_path, adapter_path)
+
+
 def serve_env() -> dict[str, str]:
     """The server's environment: offline, and a hub cache folder (its GET /models fails where there is none)."""
     hub = cache_root() / "hub"
@@ -78,18 +87,43 @@ def serve_command(folder: Path, port: int, host: str = "127.0.0.1", dtype: str =
             "--dtype", dtype, "--log-level", "warning"]
 
 
+def llama_cpp_command(gguf: Path, port: int, host: str = "127.0.0.1", context: int = 8192,
+                      threads: int = 0) -> list[str]:
+    """llama-cpp-python's OpenAI-compatible server for a GGUF file (needs llama-cpp-python[server])."""
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", host, "--port", str(port),
+               "--n_ctx", str(context)]
+    return command + (["--n_threads", str(threads)] if threads else [])
+
+
+ENGINES = ("transformers", "llama_cpp")
+"""Local servers: `transformers serve` on a model folder, llama.cpp (llama-cpp-python) on a GGUF file."""
+
+
 class LocalServer:
-    """`transformers serve` as a child process; a context manager that waits for it and stops it."""
+    """A local OpenAI-compatible server as a child process; a context manager that waits for it and stops it.
+
+    `engine` transformers: `transformers serve` on the model folder `folder`; llama_cpp: llama-cpp-python's server
+    on the GGUF file `folder`.
+    """
 
     def __init__(self, folder: Path, port: Optional[int] = None, dtype: str = "float32", threads: int = 0,
-                 log_path: Optional[Path] = None):
+                 log_path: Optional[Path] = None, engine: str = "transformers"):
+        if engine not in ENGINES:
+            raise ValueError(f"engine '{engine}' is not one of {', '.join(ENGINES)}")
         self.folder = Path(folder)
         self.port = port or free_port()
         self.dtype = dtype
         self.threads = threads
         self.log_path = log_path
+        self.engine = engine
         self.process: Optional[subprocess.Popen] = None
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+    def command(self) -> list[str]:
+        """The server's command line."""
+        if self.engine == "llama_cpp":
+            return llama_cpp_command(self.folder, self.port, threads=self.threads)
+        return serve_command(self.folder, self.port, dtype=self.dtype)
 
     def start(self, timeout_s: float = 120.0) -> LocalServer:
         """Start the server and wait until it lists a model; RuntimeError (with its log) otherwise."""
@@ -98,14 +132,14 @@ class LocalServer:
             env["OMP_NUM_THREADS"] = str(self.threads)
         log = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL  # noqa: SIM115 - closed in stop()
         self._log = log
-        self.process = subprocess.Popen(serve_command(self.folder, self.port, dtype=self.dtype), env=env,
+        self.process = subprocess.Popen(self.command(), env=env,
                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         client = OpenAIClient(self.base_url)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 self.stop()
-                raise RuntimeError(f"transformers serve exited with {self.process.returncode}{self._log_tail()}")
+                raise RuntimeError(f"{self.engine} server exited with {self.process.returncode}{self._log_tail()}")
             try:
                 if client.get_json("/models", time.monotonic() + 1.0).get("data") is not None:
                     return self
@@ -113,7 +147,7 @@ class LocalServer:
                 pass
             time.sleep(0.25)
         self.stop()
-        raise RuntimeError(f"transformers serve did not answer within {timeout_s:.0f} s{self._log_tail()}")
+        raise RuntimeError(f"{self.engine} server did not answer within {timeout_s:.0f} s{self._log_tail()}")
 
     def _log_tail(self) -> str:
         if self.log_path and Path(self.log_path).is_file():
@@ -146,8 +180,9 @@ class LocalServer:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """`brace-planner-server`: serve the planner model (adapter merged) with `transformers serve`."""
+    """`brace-planner-server`: serve the planner model (adapter merged) with `transformers serve` or llama.cpp."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--engine", default="transformers", choices=ENGINES)
     parser.add_argument("--model", default="smollm2-135m-instruct", help="model_path as the planner takes it")
     parser.add_argument("--adapter", default="", help="LoRA adapter to merge (adapter_path as the planner takes it)")
     parser.add_argument("--host", default="127.0.0.1")
@@ -155,11 +190,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--dtype", default="float32", help="float32 (any CPU) or bfloat16 (native bf16 CPUs, GPUs)")
     args = parser.parse_args(argv)
     try:
-        folder = prepare_model_folder(args.model, args.adapter)
+        folder = served_model(args.engine, args.model, args.adapter)
     except (FileNotFoundError, OSError, ValueError) as exc:
         print(f"brace-planner-server: {exc}", file=sys.stderr)
         return 2
-    command = serve_command(folder, args.port, args.host, args.dtype)
+    command = (llama_cpp_command(folder, args.port, args.host) if args.engine == "llama_cpp"
+               else serve_command(folder, args.port, args.host, args.dtype))
     print(f"serving {folder} at http://{args.host}:{args.port}/v1", flush=True)
     os.execve(command[0], command, serve_env())
     return 0  # not reached: execv replaces the process

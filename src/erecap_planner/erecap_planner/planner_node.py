@@ -327,7 +327,8 @@ class ErecapPlannerNode(LifecycleNode):
         self.counts["calls"] += 1
         self.counts[f"status.{CallStatus(outcome.status).label}"] += 1
         if outcome.status != CallStatus.OK:
-            self.get_logger().warning(f"call {call.call_id} for {request.agent_id}: {outcome.error}",
+            said = f" (output: {outcome.output_text[:160]!r})" if outcome.status == CallStatus.PLANNER_ERROR else ""
+            self.get_logger().warning(f"call {call.call_id} for {request.agent_id}: {outcome.error}{said}",
                                       throttle_duration_sec=1.0)
         model = self.call_path.model_name if self.call_path is not None else self.config.model_path
         record = convert.call_to_msg(outcome, request, call.call_id, model, accepted)

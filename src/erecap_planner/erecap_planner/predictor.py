@@ -56,6 +56,16 @@ class PredictorBank(nn.Module):
         """An untrained bank for the model of `config`."""
         return cls(architecture_of(config), layers, seed)
 
+    def subset(self, layers: list[int]) -> PredictorBank:
+        """The same trained predictors for some of this bank's layers (a scorer that stops early)."""
+        missing = sorted(set(layers) - set(self.layers))
+        if missing:
+            raise PredictorMismatchError(f"predictor covers layers {self.layers}, not {missing}")
+        bank = PredictorBank(self.architecture, list(layers), seed=None)
+        bank.predictors = nn.ModuleDict({str(layer): self.predictors[str(layer)] for layer in layers})
+        bank.trained = self.trained
+        return bank
+
     def score(self, layer: int, hidden: torch.Tensor) -> torch.Tensor:
         """Scores of the tokens entering pruning layer `layer`."""
         predictor = self.predictors[str(layer)]

@@ -128,6 +128,10 @@ class ServerCallPath:
         self.layout = layout
         self.max_context_tokens = max_context_tokens
         self.backoff = backoff or Backoff()
+        # Free text may ramble past the plan: close the stream once it is written. Structured output ends at the
+        # plan by itself, and closing early would only risk a server that mishandles a client going away
+        # (llama-cpp-python's server then cut or emptied the next reply).
+        self.stop_when: Callable[[str], bool] = plan_written if structured_output == "none" else (lambda text: False)
         self.counts: Counter[str] = Counter()  # server.<reason> failures, server.retries, server.stopped_early
         self.model_name = server_model
 
@@ -165,7 +169,7 @@ class ServerCallPath:
                     raise ServerError("cancelled" if clock.cancelled() else "deadline", "while backing off")
                 time.sleep(min(0.02, max(0.0, wait_until - time.monotonic())))
             try:
-                result = self.client.stream(path, body, clock.deadline, clock.cancelled, stop_when=plan_written,
+                result = self.client.stream(path, body, clock.deadline, clock.cancelled, stop_when=self.stop_when,
                                             on_progress=lambda what: clock.begin(_PROGRESS_PHASES[what]))
             except ServerError as exc:
                 if exc.reason not in ("deadline", "cancelled"):
