@@ -194,7 +194,7 @@ def quality(stack, url: dict[str, str], args) -> list[dict]:
             sent.append(out.tokens_after)
         rows.append({"backend": backend, "compression": compression, "budget": budget or "full",
                      "decoding": "constrained" if backend == "in_process" else
-                     ("json_schema" if backend == "llama_cpp" else "free json"),
+                     ("schema grammar" if backend == "llama_cpp" else "free json"),
                      "points": len(points), "first_step_agreement": round(agree / len(points), 3),
                      "tokens_sent": round(statistics.mean(sent)), "p50_ms": round(statistics.median(lat), 1)})
         print(f"  {rows[-1]}", flush=True)

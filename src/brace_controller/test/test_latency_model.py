@@ -94,3 +94,17 @@ def test_bad_samples_are_ignored():
         model.observe(sample(100, 100, bad))
     model.observe(sample(-5, 10, 10.0))
     assert model.samples == 0
+
+
+def test_a_planner_servers_queue_and_prefill_are_learnt_as_the_prefill():
+    from brace_common.vocabulary import CallStatus
+    from brace_controller.convert import latency_sample
+    from brace_controller.types import CallRecord
+
+    phases = {"queue": 50.0, "context_compress": 20.0, "retrieve": 1.0, "request": 30.0, "first_token": 400.0,
+              "decode": 900.0, "parse": 1.0}
+    record = CallRecord("a", 1, CallStatus.OK, True, 1402.0, 384, slo_ms=2000.0, tokens_before=2000,
+                        phase_ms=phases)
+    sample = latency_sample(record)
+    assert (sample.compress_ms, sample.prefill_ms, sample.decode_ms) == (21.0, 430.0, 901.0)
+    assert sample.total_ms == 1352.0 and sample.tokens_after == 384

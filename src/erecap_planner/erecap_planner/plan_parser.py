@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from brace_common.validation import json_depths
+
 
 class PlanError(ValueError):
     """Planner output that is not a valid plan; `reason` is a short machine-readable cause."""
@@ -113,7 +115,11 @@ _TYPES = {"string": (str,), "number": (int, float), "integer": (int,), "boolean"
 
 
 def _first_json(text: str) -> Any:
-    """The first JSON object or array in `text` (after any ``` fence)."""
+    """The first JSON object or array in `text` (after any ``` fence).
+
+    A value the text ends inside (output cut at the token limit) is an error, not the first complete value
+    nested in it: '{"plan": [step 1, step 2, ...' is not the one-step plan [step 1].
+    """
     decoder = json.JSONDecoder()
     for i, ch in enumerate(text):
         if ch in "{[":
@@ -121,6 +127,8 @@ def _first_json(text: str) -> Any:
                 value, _ = decoder.raw_decode(text, i)
                 return value
             except (json.JSONDecodeError, RecursionError):
+                if 0 not in json_depths(text[i:]):
+                    raise PlanError("truncated", "the output ends inside its JSON (cut at the token limit?)") from None
                 continue
     raise PlanError("no_json", "no JSON object or array in the output")
 

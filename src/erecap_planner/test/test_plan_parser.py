@@ -44,6 +44,9 @@ def test_valid_plans(text):
     ('{"next_step": null}', "empty_plan"),
     ('[' + ','.join(['{"action": "wait"}'] * 5) + ']', "too_long"),
     ('{"foo": 1}', "bad_shape"),
+    # cut at the token limit: not the one-step plan nested in it
+    ('{"plan": [{"action": "wait", "parameters": {}}, {"action": "pick", "parame', "truncated"),
+    ('[t=0 a] then {"plan": [{"action": "wait"}', "truncated"),
 ])
 def test_invalid_plans_give_reasons(text, reason):
     with pytest.raises(PlanError) as err:
