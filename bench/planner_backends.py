@@ -241,7 +241,7 @@ def main() -> int:
     ap.add_argument("--budgets", type=int, nargs="+", default=[256, 384, 0], help="0 = the whole context")
     ap.add_argument("--points", type=int, default=20, help="decision points of the quality table")
     ap.add_argument("--episodes", type=int, default=2)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--max-new-tokens", type=int, default=160, help="plan tokens (a whole 4-step plan is ~80)")
     ap.add_argument("--adapter", default=sim_planner_checkpoint("adapter_path"))
     ap.add_argument("--predictor", default=sim_planner_checkpoint("predictor_path"))
     ap.add_argument("--skip", nargs="*", default=[], choices=["latency", "quality", "llama_cpp"])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from brace_common.names import DEFAULT_NAMESPACE
 
-from .run_config import PLANNER_SERVER_KEYS, RunConfig
+from .run_config import RunConfig
 
 ARGUMENTS = {
     "run": "run configuration (config/runs/*.yaml): the stack, its overrides and variants",
@@ -51,7 +51,7 @@ def stack_nodes(context, workspace: Path) -> list:
     if cfg.planner_server:  # the planner waits for its server: they start together too
         from launch.actions import ExecuteProcess
 
-        served = {**PLANNER_SERVER_KEYS, **cfg.planner_server}
+        served = cfg.server_spec()
         extra["erecap_planner"] = {"server_url": f"http://127.0.0.1:{served['port']}/v1"}
         flags = [f"--{key}={served[key]}" for key in ("engine", "model", "adapter", "dtype", "port")]
         server = [ExecuteProcess(cmd=["ros2", "run", "erecap_planner", "brace-planner-server", *flags],

@@ -105,6 +105,10 @@ class RunConfig:
             raise ValueError(f"{path}: no variants")
         return cfg
 
+    def server_spec(self) -> dict[str, Any]:
+        """The run's planner server with every key (defaults filled in); {} when the run names none."""
+        return {**PLANNER_SERVER_KEYS, **self.planner_server} if self.planner_server else {}
+
     def parameters(self, variant: str, extra: dict[str, dict] | None = None) -> dict[str, dict[str, Any]]:
         """node -> parameters: the stack's files in order, then the run's overrides, the variant, `extra`."""
         if variant not in self.variants:

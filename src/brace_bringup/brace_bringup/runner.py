@@ -32,7 +32,7 @@ from brace_common.config import ConfigError
 from brace_common.spin import autostart
 
 from .graph import NodeSpec
-from .run_config import PLANNER_SERVER_KEYS, RunConfig
+from .run_config import RunConfig
 
 
 class LiveCollector(Node):
@@ -185,7 +185,7 @@ def planner_server(cfg: RunConfig, folder: Path, extra: dict[str, dict]):
         return
     from erecap_planner.local_server import LocalServer, served_model
 
-    spec = {**PLANNER_SERVER_KEYS, **cfg.planner_server}
+    spec = cfg.server_spec()
     folder.mkdir(parents=True, exist_ok=True)
     server = LocalServer(served_model(spec["engine"], spec["model"], spec["adapter"]), dtype=spec["dtype"],
                          threads=int(spec["threads"]), log_path=folder / "planner_server.log", engine=spec["engine"])

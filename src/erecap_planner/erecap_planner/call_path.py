@@ -231,8 +231,7 @@ class PlannerCallPath:
             else:
                 compressed = self.compressor.compress(ctx, request.token_budget)
                 kept_ids = compressed.token_ids
-                request_at = next((j for j, i in enumerate(compressed.kept_index) if i >= ctx.request_start),
-                                  len(kept_ids))
+                request_at = compressed.position_of(ctx.request_start)
                 protect = None
             compress_phase = end(Phase.CONTEXT_COMPRESS, t0, len(ctx), len(kept_ids))
 

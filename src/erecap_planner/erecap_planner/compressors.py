@@ -47,6 +47,10 @@ class Compressed:
         """Tokens passed to the planner."""
         return len(self.token_ids)
 
+    def position_of(self, index: int) -> int:
+        """Where original token `index` (or the first kept one after it) is in the kept tokens."""
+        return next((j for j, i in enumerate(self.kept_index) if i >= index), len(self.kept_index))
+
 
 def _protected_scores(ctx: RenderedContext) -> torch.Tensor:
     # Protected tokens outrank everything; among them later ones win when the budget is short.

@@ -13,7 +13,6 @@ applied here, and a round trip through transformers gives the same logits
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 from pathlib import Path
 from typing import Optional
@@ -86,25 +85,18 @@ def export_gguf(model, source: Path, target: Path) -> Path:
 
 def merged_gguf(model_path: str, adapter_path: str = "") -> Path:
     """The packaged SmolLM2 GGUF with `adapter_path` merged (written once into the model cache, keyed by content)."""
-    from brace_common.config import resolve_path
-
-    from .models import SMOLLM2, cache_root, gguf_source
+    from .models import SMOLLM2, gguf_source, load_merged, merged_cache_path
 
     if model_path != SMOLLM2:
         raise ValueError(f"only '{SMOLLM2}' has a source GGUF to take the metadata from, not '{model_path}'")
     source = gguf_source()
     if not adapter_path:
         return source
-    adapter = Path(resolve_path(adapter_path))
-    digest = hashlib.sha256(adapter.read_bytes()).hexdigest()[:16]
-    target = cache_root() / f"{SMOLLM2}+{adapter.stem}-{digest}.f16.gguf"
+    adapter, stem = merged_cache_path(SMOLLM2, adapter_path)
+    target = stem.with_name(stem.name + ".f16.gguf")
     if target.is_file():
         return target
-    from .adapter import merge_adapter
-    from .models import load_model
-
-    model, _ = load_model(SMOLLM2, "cpu", "float32")
-    merge_adapter(model, str(adapter))
+    model, _ = load_merged(SMOLLM2, adapter)
     target.parent.mkdir(parents=True, exist_ok=True)
     return export_gguf(model, source, target)
 

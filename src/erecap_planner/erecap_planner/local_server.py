@@ -12,7 +12,6 @@ Nothing is downloaded (HF_HUB_OFFLINE=1).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
 import signal
@@ -23,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .models import cache_root, resolve_model_path
+from .models import cache_root, load_merged, merged_cache_path, resolve_model_path
 from .openai_client import OpenAIClient, ServerError
 
 
@@ -39,24 +38,14 @@ def prepare_model_folder(model_path: str, adapter_path: str = "") -> Path:
     base = resolve_model_path(model_path)
     if not adapter_path:
         return base
-    from brace_common.config import resolve_path
-
-    adapter = Path(resolve_path(adapter_path))
-    digest = hashlib.sha256(adapter.read_bytes()).hexdigest()[:16]
-    target = cache_root() / f"{base.name}+{adapter.stem}-{digest}"
+    adapter, target = merged_cache_path(base.name, adapter_path)
     if (target / "model.safetensors").is_file():
         return target
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .adapter import merge_adapter
-
-    model = AutoModelForCausalLM.from_pretrained(base)
-    merge_adapter(model, str(adapter))
+    model, tokenizer = load_merged(model_path, adapter)
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     model.save_pretrained(partial)
-    AutoTokenizer.from_pretrained(base).save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)  # no half-written folder is ever served
     return target
@@ -99,6 +88,14 @@ ENGINES = ("transformers", "llama_cpp")
 """Local servers: `transformers serve` on a model folder, llama.cpp (llama-cpp-python) on a GGUF file."""
 
 
+def engine_command(engine: str, model: Path, port: int, host: str = "127.0.0.1", dtype: str = "float32",
+                   threads: int = 0) -> list[str]:
+    """The command line of `engine` serving `model` (a folder or a GGUF file, see `served_model`)."""
+    if engine == "llama_cpp":
+        return llama_cpp_command(model, port, host, threads=threads)
+    return serve_command(model, port, host, dtype)
+
+
 class LocalServer:
     """A local OpenAI-compatible server as a child process; a context manager that waits for it and stops it.
 
@@ -121,9 +118,7 @@ class LocalServer:
 
     def command(self) -> list[str]:
         """The server's command line."""
-        if self.engine == "llama_cpp":
-            return llama_cpp_command(self.folder, self.port, threads=self.threads)
-        return serve_command(self.folder, self.port, dtype=self.dtype)
+        return engine_command(self.engine, self.folder, self.port, dtype=self.dtype, threads=self.threads)
 
     def start(self, timeout_s: float = 120.0) -> LocalServer:
         """Start the server and wait until it lists a model; RuntimeError (with its log) otherwise."""
@@ -194,8 +189,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (FileNotFoundError, OSError, ValueError) as exc:
         print(f"brace-planner-server: {exc}", file=sys.stderr)
         return 2
-    command = (llama_cpp_command(folder, args.port, args.host) if args.engine == "llama_cpp"
-               else serve_command(folder, args.port, args.host, args.dtype))
+    command = engine_command(args.engine, folder, args.port, args.host, args.dtype)
     print(f"serving {folder} at http://{args.host}:{args.port}/v1", flush=True)
     os.execve(command[0], command, serve_env())
     return 0  # not reached: execv replaces the process

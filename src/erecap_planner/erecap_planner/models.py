@@ -93,3 +93,23 @@ def load_model(model_path: str, device: str = "auto", dtype: str = "auto"):
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype), attn_implementation="sdpa")
     tokenizer = AutoTokenizer.from_pretrained(folder)
     return model.to(device).eval(), tokenizer
+
+
+def merged_cache_path(base_name: str, adapter_path: str) -> tuple[Path, Path]:
+    """(the adapter file, where `base_name` with it merged is cached: named by the adapter's stem and content)."""
+    import hashlib
+
+    from brace_common.config import resolve_path
+
+    adapter = Path(resolve_path(adapter_path))
+    digest = hashlib.sha256(adapter.read_bytes()).hexdigest()[:16]
+    return adapter, cache_root() / f"{base_name}+{adapter.stem}-{digest}"
+
+
+def load_merged(model_path: str, adapter: Path):
+    """(model, tokenizer) of `model_path` in float32 on the CPU with the LoRA `adapter` merged."""
+    from .adapter import merge_adapter
+
+    model, tokenizer = load_model(model_path, "cpu", "float32")
+    merge_adapter(model, str(adapter))
+    return model, tokenizer

@@ -36,13 +36,14 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy._rclpy_pybind11 import InvalidHandle, RCLError
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from rclpy.time import Time
 
 from brace_common import names, qos
 from brace_common.clock import seconds_of, steady_timer
 from brace_common.config import ConfigError
 from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
 from brace_common.validation import Rejections
@@ -54,9 +55,8 @@ from .call_queue import CallQueue, QueuedCall
 from .config import PlannerConfig
 from .context import ContextBuffer
 from .factory import CallPath, build_call_path
-from .openai_client import ServerError
 from .pruned_forward import CallAborted
-from .server_call_path import ServerCallPath
+from .server_call_path import ServerCallPath, ServerProbe
 
 QUEUE_CHECK_PERIOD_S = 0.05  # how often waiting calls are checked against their hard deadlines
 EXECUTOR_THREADS = 3  # the running call, the context subscription, goals / cancels / timers
@@ -66,31 +66,7 @@ def _goal_key(goal_handle) -> bytes:
     return bytes(goal_handle.goal_id.uuid)
 
 
-class ServerProbe:
-    """Whether the planner server answers GET /models (any HTTP answer), what it lists and when it was asked."""
-
-    def __init__(self) -> None:
-        self.answered = False
-        self.models: list[str] = []
-        self.error = "not asked yet"
-        self.checked_at = 0.0
-
-    def probe(self, path: ServerCallPath, timeout_s: float) -> None:
-        """Ask once (blocks at most `timeout_s`)."""
-        self.checked_at = time.monotonic()
-        try:
-            listing = path.client.get_json("/models", time.monotonic() + timeout_s)
-        except ServerError as exc:
-            # An HTTP error is still an answer: the server runs (some list no models, or fail to list them).
-            self.answered, self.models, self.error = exc.status > 0, [], str(exc)
-            return
-        data = listing.get("data")
-        self.models = [str(m.get("id")) for m in data if isinstance(m, dict) and m.get("id")] \
-            if isinstance(data, list) else []
-        self.answered, self.error = True, ""
-
-
-class ErecapPlannerNode(LifecycleNode):
+class ErecapPlannerNode(ReleasingLifecycleNode):
     """Thin lifecycle shell around PlannerCallPath."""
 
     def __init__(self, **kwargs) -> None:
@@ -205,18 +181,6 @@ class ErecapPlannerNode(LifecycleNode):
         self.state_label = "inactive"
         return super().on_deactivate(state)
 
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Release the model and the topics."""
-        self._release()
-        self.state_label = "unconfigured"
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Same as cleanup."""
-        self._release()
-        self.state_label = "finalized"
-        return TransitionCallbackReturn.SUCCESS
-
     def _destroy_server(self) -> None:
         if self._probe_timer is not None:
             self._probe_timer.destroy()
@@ -226,6 +190,7 @@ class ErecapPlannerNode(LifecycleNode):
             self.action_server = None
 
     def _release(self) -> None:
+        """Cleanup and shutdown: release the model and the topics."""
         self._destroy_server()
         for entity in (*self._subscriptions, self._queue_timer):
             if entity is not None:

@@ -133,7 +133,11 @@ class ServerCallPath:
         # (llama-cpp-python's server then cut or emptied the next reply).
         self.stop_when: Callable[[str], bool] = plan_written if structured_output == "none" else (lambda text: False)
         self.counts: Counter[str] = Counter()  # server.<reason> failures, server.retries, server.stopped_early
-        self.model_name = server_model
+
+    @property
+    def model_name(self) -> str:
+        """The model the calls name (the ReplanCall's `model`): `server_model` as configured or as the server listed."""
+        return self.server_model
 
     # ------------------------------------------------------------------ request body
 
@@ -207,7 +211,7 @@ class ServerCallPath:
 
         t0 = clock.begin(Phase.RETRIEVE)
         lines = self.retriever.retrieve(request.agent_id, ctx)
-        request_at = next((j for j, i in enumerate(kept_index) if i >= ctx.request_start), len(kept_ids))
+        request_at = compressed.position_of(ctx.request_start)
         kept_ids, _, memory_ids = splice_memory(self.tokenizer, lines, kept_ids, request_at)
         kept_index = kept_index[:request_at] + [-1] * len(memory_ids) + kept_index[request_at:]
         clock.end(Phase.RETRIEVE, t0, 0, len(memory_ids))
@@ -252,3 +256,27 @@ class ServerCallPath:
     def _aborted(self, outcome: CallOutcome, clock: PhaseClock, why: str) -> CallOutcome:
         end_aborted(outcome, clock, why)
         return self._finish(outcome, clock)
+
+
+class ServerProbe:
+    """Whether the planner server answers GET /models (any HTTP answer), what it lists and when it was asked."""
+
+    def __init__(self) -> None:
+        self.answered = False
+        self.models: list[str] = []
+        self.error = "not asked yet"
+        self.checked_at = 0.0
+
+    def probe(self, path: ServerCallPath, timeout_s: float) -> None:
+        """Ask once (blocks at most `timeout_s`)."""
+        self.checked_at = time.monotonic()
+        try:
+            listing = path.client.get_json("/models", time.monotonic() + timeout_s)
+        except ServerError as exc:
+            # An HTTP error is still an answer: the server runs (some list no models, or fail to list them).
+            self.answered, self.models, self.error = exc.status > 0, [], str(exc)
+            return
+        data = listing.get("data")
+        self.models = [str(m.get("id")) for m in data if isinstance(m, dict) and m.get("id")] \
+            if isinstance(data, list) else []
+        self.answered, self.error = True, ""

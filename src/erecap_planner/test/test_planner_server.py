@@ -92,7 +92,6 @@ def test_the_server_killed_mid_call(folder, tokenizer, tmp_path):
     try:
         path = call_path(server.base_url, tokenizer, max_new_tokens=400)
         answered = threading.Event()
-        path.client_stream = path.client.stream
 
         def kill_when_streaming() -> None:
             answered.wait(60)

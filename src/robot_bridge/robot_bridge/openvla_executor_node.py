@@ -58,13 +58,14 @@ from brace_msgs.msg import ContextEntry, EndEffectorDelta, ExecutionOutcome, Pla
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, Vector3
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import Image, JointState
 
 from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError
 from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
 from brace_common.validation import InvalidInput, Rejections, check_id, check_text, parse_json_object, shorten
@@ -128,7 +129,7 @@ def build_backend(cfg: ExecutorConfig):
     return backend
 
 
-class OpenVlaExecutorNode(LifecycleNode):
+class OpenVlaExecutorNode(ReleasingLifecycleNode):
     """Thin lifecycle shell around the VLA backend, the action scaling and the step monitor."""
 
     def __init__(self, **kwargs) -> None:
@@ -225,18 +226,6 @@ class OpenVlaExecutorNode(LifecycleNode):
             self.state_label = "inactive"
         return super().on_deactivate(state)
 
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Free the backend (the model), the topics and the plan."""
-        self._release()
-        self.state_label = "unconfigured"
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Same as cleanup."""
-        self._release()
-        self.state_label = "finalized"
-        return TransitionCallbackReturn.SUCCESS
-
     def _stop_control(self) -> None:
         if self._control_timer is not None:
             self._control_timer.destroy()
@@ -247,6 +236,7 @@ class OpenVlaExecutorNode(LifecycleNode):
             self.monitor.stop()
 
     def _release(self) -> None:
+        """Cleanup and shutdown: free the backend (the model), the topics and the plan."""
         with self._lock:
             self._stop_control()
             for sub in self._subscriptions:

@@ -44,7 +44,7 @@ from typing import Optional
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Header
@@ -53,6 +53,7 @@ from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, resolve_path
 from brace_common.diagnostics import diagnostic_array
+from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
 
@@ -96,7 +97,7 @@ def camera_info_msg(intr: Intrinsics, header: Header) -> CameraInfo:
                       d=list(data.d), k=list(data.k), r=list(data.r), p=list(data.p))
 
 
-class OrbbecCameraNode(LifecycleNode):
+class OrbbecCameraNode(ReleasingLifecycleNode):
     """Thin lifecycle shell: parameters in, a FrameSource read on its own thread, images out."""
 
     def __init__(self, node_name: str = "orbbec_camera", source_factory: Optional[SourceFactory] = None,
@@ -164,24 +165,13 @@ class OrbbecCameraNode(LifecycleNode):
         self.state_label = "inactive"
         return super().on_deactivate(state)
 
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Drop the source and the publishers."""
-        self._release()
-        self.state_label = "unconfigured"
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Stop reading and drop everything."""
-        self._release()
-        self.state_label = "finalized"
-        return TransitionCallbackReturn.SUCCESS
-
     def destroy_node(self) -> None:
         """Stop the reading thread (closing the camera) before the node's handles go away."""
         self._stop_reader()
         super().destroy_node()
 
     def _release(self) -> None:
+        """Cleanup and shutdown: drop the source and the publishers."""
         self._stop_reader()
         for pub in self._pubs.values():
             self.destroy_lifecycle_publisher(pub)

@@ -47,7 +47,7 @@ from brace_msgs.msg import AgentState, EndEffectorDelta
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64
 from std_srvs.srv import Trigger
@@ -56,6 +56,7 @@ from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError
 from brace_common.diagnostics import diagnostic_array
+from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
 from brace_common.validation import InvalidInput, Rejections
@@ -71,7 +72,7 @@ MOTORS_DISABLED = "motors_disabled"
 
 
 
-class PiperArmNode(LifecycleNode):
+class PiperArmNode(ReleasingLifecycleNode):
     """Thin lifecycle shell around PiperDriver, arm_safety's checks and its command gate."""
 
     def __init__(self, **kwargs) -> None:
@@ -186,23 +187,16 @@ class PiperArmNode(LifecycleNode):
         self.state_label = "inactive"
         return super().on_deactivate(state)
 
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Disconnect from the CAN bus (the arm is left as it is) and drop the topics."""
-        self._release()
-        self.state_label = "unconfigured"
-        return TransitionCallbackReturn.SUCCESS
-
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Hold if active, then disconnect."""
         if self.gate.active:
             with self._state_lock:
                 self.gate.active = False
                 self._hold("shutdown")
-        self._release()
-        self.state_label = "finalized"
-        return TransitionCallbackReturn.SUCCESS
+        return super().on_shutdown(state)
 
     def _release(self) -> None:
+        """Cleanup and shutdown: disconnect from the CAN bus (the arm is left as it is) and drop the topics."""
         for timer in self._timers_of_config:
             timer.cancel()
         if self.driver is not None:

@@ -29,12 +29,13 @@ from typing import Any, Optional
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 
 from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, check_fields, param
 from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
 
@@ -84,7 +85,7 @@ def check_fault(name: str, value: Any) -> Optional[str]:
     return None
 
 
-class PiperTwinNode(LifecycleNode):
+class PiperTwinNode(ReleasingLifecycleNode):
     """Thin lifecycle shell around PiperTwin: parameters, faults, diagnostics."""
 
     def __init__(self, **kwargs) -> None:
@@ -146,19 +147,8 @@ class PiperTwinNode(LifecycleNode):
         self.state_label = "inactive"
         return super().on_deactivate(state)
 
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Drop the twin."""
-        self._release()
-        self.state_label = "unconfigured"
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Stop and drop the twin."""
-        self._release()
-        self.state_label = "finalized"
-        return TransitionCallbackReturn.SUCCESS
-
     def _release(self) -> None:
+        """Cleanup and shutdown: drop the twin."""
         if self.twin is not None:
             self.twin.stop()
             self.twin = None
