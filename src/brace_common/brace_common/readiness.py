@@ -50,6 +50,16 @@ class PeerWait:
         self.done = now - self._all_up_since >= self.settle_s
         return self.done
 
+    def waiting(self, counts: dict, logger) -> bool:
+        """A tick's check: True (counted in counts['ticks_waiting_for_peers'], logged on the first tick and when
+        overdue, at most every 10 s) while the peers are not ready."""
+        if self.ready():
+            return False
+        counts["ticks_waiting_for_peers"] = counts.get("ticks_waiting_for_peers", 0) + 1
+        if counts["ticks_waiting_for_peers"] == 1 or self.overdue():
+            logger.info(f"waiting for {', '.join(self.missing()) or 'the graph to settle'}", throttle_duration_sec=10.0)
+        return True
+
     def overdue(self) -> bool:
         """Still waiting after `timeout_s`."""
         return not self.done and time.monotonic() - self.started > self.timeout_s

@@ -179,11 +179,7 @@ class TwinWorldNode(Node):
         """Wait for the peers, start an episode, publish scene changes, or close the episode."""
         if self.done:
             return
-        if not self.peers.ready():
-            self.counts["ticks_waiting_for_peers"] += 1
-            if self.counts["ticks_waiting_for_peers"] == 1 or self.peers.overdue():
-                self.get_logger().info(f"waiting for {', '.join(self.peers.missing()) or 'the graph to settle'}",
-                                       throttle_duration_sec=10.0)
+        if self.peers.waiting(self.counts, self.get_logger()):
             return
         if self.started_at is None:
             self.start_episode()

@@ -22,7 +22,6 @@ from sensor_msgs.msg import Image, JointState
 from brace_common import names, qos
 from brace_common.testing import wait_for
 from brace_common.vocabulary import Block, EntryKind, Failure
-from robot_bridge.act_server import ActServer
 from robot_bridge.executor_config import ExecutorConfig
 from robot_bridge.openvla_executor_node import OpenVlaExecutorNode, image_to_array
 
@@ -105,20 +104,6 @@ class FakeArm(Node):
     def plan(self, plan_id: str, *steps: tuple[str, str], agent: str = "arm_0") -> None:
         self.plan_pub.publish(Plan(plan_id=plan_id, agent_id=agent,
                                    steps=[PlanStep(index=i, action=a, parameters_json=p) for i, (a, p) in enumerate(steps)]))
-
-
-@pytest.fixture
-def act():
-    servers = []
-
-    def start(policy):
-        server = ActServer(policy).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def executor(url: str, **params) -> OpenVlaExecutorNode:

@@ -9,7 +9,6 @@ import json_numpy
 import numpy as np
 import pytest
 
-from robot_bridge.act_server import ActServer
 from robot_bridge.vla_backends import (
     LocalBackend,
     ServerBackend,
@@ -36,23 +35,9 @@ class Recorder:
         return self.answer(image, instruction, unnorm_key)
 
 
-@pytest.fixture
-def served():
-    servers = []
-
-    def start(policy):
-        server = ActServer(policy).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
-def test_good_action_round_trip(served):
+def test_good_action_round_trip(act):
     policy = Recorder()
-    server = served(policy)
+    server = act(policy)
     assert server.url.startswith("http://127.0.0.1:") and server.port > 0
     backend = ServerBackend(server.url, unnorm_key="bridge_orig", timeout_s=5.0)
     assert isinstance(backend, VlaBackend)
@@ -67,11 +52,11 @@ def test_good_action_round_trip(served):
     assert server.requests == 2 and server.errors == 0
 
 
-def test_error_body_is_a_vla_error(served):
+def test_error_body_is_a_vla_error(act):
     def fail(image, instruction, key):
         raise KeyError(f"no statistics '{key}'")
 
-    server = served(Recorder(fail))
+    server = act(Recorder(fail))
     with pytest.raises(VlaError) as err:
         ServerBackend(server.url, "nope").predict(IMAGE, "pick")
     assert err.value.reason == "server_error" and '"error"' in str(err.value)
@@ -82,8 +67,8 @@ def test_error_body_is_a_vla_error(served):
     (lambda *a: np.array([0.0] * 6 + [np.nan]), "server_error"),   # the server refuses non-finite policy output
     (lambda *a: np.zeros(6), "server_error"),
 ])
-def test_bad_policy_output_is_answered_error(served, answer, reason):
-    server = served(Recorder(answer))
+def test_bad_policy_output_is_answered_error(act, answer, reason):
+    server = act(Recorder(answer))
     with pytest.raises(VlaError) as err:
         ServerBackend(server.url).predict(IMAGE, "pick")
     assert err.value.reason == reason
@@ -152,14 +137,14 @@ def test_http_errors_and_bad_answers(status, body, reason):
         raw.close()
 
 
-def test_timeout(served):
+def test_timeout(act):
     release = threading.Event()
 
     def slow(image, instruction, key):
         release.wait(10.0)  # longer than the client's timeout; released at the end of the test
         return ACTION
 
-    server = served(Recorder(slow))
+    server = act(Recorder(slow))
     try:
         with pytest.raises(VlaError) as err:
             ServerBackend(server.url, timeout_s=0.2).predict(IMAGE, "pick")
@@ -178,8 +163,8 @@ def test_server_down():
     assert err.value.reason == "unreachable"
 
 
-def test_act_server_protocol_edges(served):
-    server = served(Recorder())
+def test_act_server_protocol_edges(act):
+    server = act(Recorder())
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
     try:
         conn.request("POST", "/other", body=b"{}")
@@ -203,7 +188,7 @@ def test_act_server_protocol_edges(served):
         server.start()
 
 
-def test_backend_input_checks(served):
+def test_backend_input_checks(act):
     backend = ServerBackend("http://127.0.0.1:1/act")
     for bad in (np.zeros((4, 4), np.uint8), np.zeros((4, 4, 3), np.float32), np.zeros((0, 4, 3), np.uint8), [1, 2]):
         with pytest.raises(VlaError) as err:
