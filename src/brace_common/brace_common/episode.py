@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Optional
+
+from brace_msgs.msg import Episode
+from builtin_interfaces.msg import Time
 
 
 @dataclass(frozen=True)
@@ -17,7 +21,8 @@ class EpisodeMetrics:
     path_efficiency: float   # SPL-like: shortest / travelled moves when successful, else 0
     coordination_wait: int   # agent-steps spent waiting or blocked
     near_misses: int         # agent pairs closer than d_min, summed over steps
-    collisions: int          # agent pairs on the same cell, summed over steps
+    collisions: int          # agent pairs that collided (same cell / contact), summed over steps
+    min_distance: float = float("nan")  # smallest distance between two agents over the episode (m); NaN: not measured
 
 
 @dataclass(frozen=True)
@@ -32,3 +37,18 @@ class EpisodeResult(EpisodeMetrics):
     def as_row(self) -> dict:
         """The result as a flat CSV / JSON row."""
         return dataclasses.asdict(self)
+
+
+def episode_msg(event: int, episode: int, seed: int, agents: int, world: str, variant: str, stamp: Time,
+                result: Optional[EpisodeResult] = None) -> Episode:
+    """An Episode message: the boundary, and on EVENT_END the episode's metrics."""
+    msg = Episode(event=int(event), episode=episode, seed=seed, agents=agents, world=world, variant=variant)
+    msg.header.stamp = stamp
+    if result is not None:
+        msg.success, msg.steps, msg.delivered, msg.tasks = result.success, result.steps, result.delivered, result.tasks
+        msg.path_efficiency = float(result.path_efficiency)
+        msg.coordination_wait, msg.near_misses, msg.collisions = (
+            result.coordination_wait, result.near_misses, result.collisions)
+        msg.min_distance = float(result.min_distance)
+        msg.plans, msg.plans_agreeing = result.plans, result.plans_agreeing
+    return msg

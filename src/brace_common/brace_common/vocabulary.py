@@ -91,7 +91,7 @@ class Block(_LabelledEnum):
 
 
 class Failure(_LabelledEnum):
-    """Why an executed step failed (ExecutionOutcome.FAILURE_*): the failure categories of BRACE Table 32."""
+    """Why an executed step failed (ExecutionOutcome.FAILURE_*): BRACE Table 32's categories, and collisions."""
 
     NONE = 0
     GRASP = 1
@@ -99,6 +99,7 @@ class Failure(_LabelledEnum):
     TIMEOUT = 3
     CONTACT_LOSS = 4
     EXECUTOR = 5
+    COLLISION = 6
 
 
 class EntryKind(str, enum.Enum):

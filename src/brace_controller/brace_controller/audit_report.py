@@ -61,6 +61,11 @@ def _mean(values) -> float:
     return statistics.fmean(values) if values else math.nan
 
 
+def _min(values) -> float:
+    values = [v for v in values if not math.isnan(v)]
+    return min(values) if values else math.nan
+
+
 def plan_changes(plans: list[tuple[int, str, tuple]]) -> int:
     """Plans that differ from the agent's previous plan in the same episode (the first plan counts)."""
     last: dict[tuple[int, str], tuple] = {}
@@ -109,6 +114,7 @@ def summary(run: RunRecords) -> dict:
         "coordination_wait": _mean(e.coordination_wait for e in run.episodes),
         "near_misses": _mean(e.near_misses for e in run.episodes),
         "collisions": _mean(e.collisions for e in run.episodes),
+        "min_distance": _min(e.min_distance for e in run.episodes),
         "steps": _mean(e.steps for e in run.episodes),
     }
 

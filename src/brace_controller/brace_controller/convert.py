@@ -233,7 +233,8 @@ def episode_from_msg(msg: Episode) -> EpisodeResult:
     return EpisodeResult(
         success=bool(msg.success), steps=int(msg.steps), delivered=int(msg.delivered), tasks=int(msg.tasks),
         path_efficiency=round(float(msg.path_efficiency), 4), coordination_wait=int(msg.coordination_wait),
-        near_misses=int(msg.near_misses), collisions=int(msg.collisions), episode=int(msg.episode),
+        near_misses=int(msg.near_misses), collisions=int(msg.collisions),
+        min_distance=float(getattr(msg, "min_distance", math.nan)), episode=int(msg.episode),
         seed=int(msg.seed), plans=int(msg.plans), plans_agreeing=int(msg.plans_agreeing))
 
 

@@ -43,7 +43,7 @@ from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, param
 from brace_common.diagnostics import diagnostic_array
-from brace_common.episode import EpisodeResult
+from brace_common.episode import EpisodeResult, episode_msg
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.readiness import PeerWait
 from brace_common.spin import spin_node
@@ -236,14 +236,8 @@ class TwinWorldNode(Node):
         self.context_pub.publish(msg)
 
     def _episode_msg(self, event: EpisodeEvent, seed: int, result: Optional[EpisodeResult] = None) -> Episode:
-        msg = Episode(event=int(event), episode=self.episode, seed=seed, agents=1, world="pickfruit",
-                      variant=self.config.variant)
-        msg.header.stamp = self.get_clock().now().to_msg()
-        if result is not None:
-            msg.success, msg.steps, msg.delivered, msg.tasks = (result.success, result.steps, result.delivered,
-                                                                result.tasks)
-            msg.plans = result.plans
-        return msg
+        return episode_msg(event, self.episode, seed, 1, "pickfruit", self.config.variant,
+                           self.get_clock().now().to_msg(), result)
 
     def publish_diagnostics(self) -> None:
         """Episode, twin state, /act server and counts on /diagnostics."""

@@ -44,6 +44,7 @@ class AgentReport:
     y: float
     tracking_error: float
     has_goal: bool
+    z: float = 0.0
 
 
 def place_near(world: Warehouse, cell: tuple[int, int]) -> str:
@@ -88,25 +89,39 @@ def state_text(world: Warehouse, agent: str) -> str:
     return f"{where}, {what}, next {nxt}"
 
 
-def step_entries(world: Warehouse, events: list[Event], observe_every: int) -> list[FeedEntry]:
-    """Entries of one step: outcomes, failures, broadcasts as history; addressed messages as coordination; done
-    tasks; states."""
-    out: list[FeedEntry] = []
+def event_entries(events) -> list[FeedEntry]:
+    """Entries of a step's events (a world's Event: agent, step, kind, text, to): a finished task as a task entry,
+    an addressed message as coordination, the rest (outcomes, failures, broadcasts) as history; observations are
+    the states' (`state_entries`)."""
+    out = []
     for e in events:
         if e.kind == EntryKind.OBSERVATION:
             continue
         if e.kind == EntryKind.TASK_DONE:
-            out.append(FeedEntry(e.agent, e.step, Block.TASK, EntryKind(e.kind).value, e.text))
+            block = Block.TASK
         elif e.kind == EntryKind.MESSAGE and e.to:
-            out.append(FeedEntry(e.agent, e.step, Block.COORDINATION, EntryKind(e.kind).value, e.text))
+            block = Block.COORDINATION
         else:
-            out.append(FeedEntry(e.agent, e.step, Block.HISTORY, EntryKind(e.kind).value, e.text))
-    for name in sorted(world.agents):
-        text = state_text(world, name)
-        out.append(FeedEntry(name, world.t, Block.STATE, EntryKind.OBSERVATION.value, text))
-        if observe_every > 0 and world.t % observe_every == 0:
-            out.append(FeedEntry(name, world.t, Block.HISTORY, EntryKind.OBSERVATION.value, text))
+            block = Block.HISTORY
+        out.append(FeedEntry(e.agent, e.step, block, EntryKind(e.kind).value, e.text))
     return out
+
+
+def state_entries(t: int, states: dict[str, str], observe_every: int) -> list[FeedEntry]:
+    """Each agent's latest observation as its state, and every `observe_every` steps also into the history."""
+    out = []
+    for name in sorted(states):
+        out.append(FeedEntry(name, t, Block.STATE, EntryKind.OBSERVATION.value, states[name]))
+        if observe_every > 0 and t % observe_every == 0:
+            out.append(FeedEntry(name, t, Block.HISTORY, EntryKind.OBSERVATION.value, states[name]))
+    return out
+
+
+def step_entries(world: Warehouse, events: list[Event], observe_every: int) -> list[FeedEntry]:
+    """Entries of one step: outcomes, failures, broadcasts as history; addressed messages as coordination; done
+    tasks; states."""
+    return event_entries(events) + state_entries(world.t, {n: state_text(world, n) for n in world.agents},
+                                                 observe_every)
 
 
 def outcomes(events: list[Event]) -> list[Event]:

@@ -21,7 +21,8 @@ AGENT_COLOURS = [(0.2, 0.4, 1.0), (1.0, 0.6, 0.0), (0.6, 0.2, 0.8), (0.0, 0.7, 0
                  (0.9, 0.3, 0.5), (0.5, 0.5, 0.1), (0.3, 0.8, 0.3), (0.6, 0.3, 0.1)]
 
 
-def _marker(ns: str, mid: int, kind: int, frame: str, stamp: Time, colour: ColorRGBA, scale=(0.3, 0.3, 0.3)) -> Marker:
+def marker(ns: str, mid: int, kind: int, frame: str, stamp: Time, colour: ColorRGBA, scale=(0.3, 0.3, 0.3)) -> Marker:
+    """A marker of namespace `ns` and id `mid` that stays until replaced (identity orientation)."""
     m = Marker(ns=ns, id=mid, type=kind, action=Marker.ADD, color=colour)
     m.header.frame_id, m.header.stamp = frame, stamp
     m.scale.x, m.scale.y, m.scale.z = scale
@@ -41,24 +42,24 @@ def world_markers(world: Warehouse, frame: str, stamp: Time) -> MarkerArray:
     out = MarkerArray()
     grey, blue = ColorRGBA(r=0.5, g=0.5, b=0.5, a=1.0), ColorRGBA(r=0.2, g=0.6, b=1.0, a=0.6)
     for i, (name, (x, y)) in enumerate(sorted(world.shelves.items())):
-        m = _marker("shelves", i, Marker.CUBE, frame, stamp, grey, (0.9, 0.9, 0.6))
+        m = marker("shelves", i, Marker.CUBE, frame, stamp, grey, (0.9, 0.9, 0.6))
         m.pose.position = Point(x=float(x), y=float(y), z=0.3)
         m.text = name
         out.markers.append(m)
     for i, (name, (x, y)) in enumerate(sorted(world.docks.items())):
-        m = _marker("docks", i, Marker.CUBE, frame, stamp, blue, (0.9, 0.9, 0.05))
+        m = marker("docks", i, Marker.CUBE, frame, stamp, blue, (0.9, 0.9, 0.05))
         m.pose.position = Point(x=float(x), y=float(y), z=0.0)
         m.text = name
         out.markers.append(m)
     for i, (name, a) in enumerate(sorted(world.agents.items())):
-        m = _marker("agents", i, Marker.SPHERE, frame, stamp, agent_colour(i), (0.6, 0.6, 0.6))
+        m = marker("agents", i, Marker.SPHERE, frame, stamp, agent_colour(i), (0.6, 0.6, 0.6))
         m.pose.position = Point(x=float(a.pos[0]), y=float(a.pos[1]), z=0.3)
         out.markers.append(m)
-        label = _marker("agent_labels", i, Marker.TEXT_VIEW_FACING, frame, stamp, agent_colour(i), (0.3, 0.3, 0.3))
+        label = marker("agent_labels", i, Marker.TEXT_VIEW_FACING, frame, stamp, agent_colour(i), (0.3, 0.3, 0.3))
         label.pose.position = Point(x=float(a.pos[0]), y=float(a.pos[1]), z=0.9)
         label.text = f"{name}{' +' + a.holding if a.holding else ''}"
         out.markers.append(label)
-        path = _marker("plan", i, Marker.LINE_STRIP, frame, stamp, agent_colour(i, 0.7), (0.08, 0.0, 0.0))
+        path = marker("plan", i, Marker.LINE_STRIP, frame, stamp, agent_colour(i, 0.7), (0.08, 0.0, 0.0))
         pos = a.pos
         path.points.append(Point(x=float(pos[0]), y=float(pos[1]), z=0.1))
         for step in a.plan[a.cursor:]:
@@ -94,12 +95,12 @@ class CallEvents:
         """Event discs and the label."""
         out = MarkerArray()
         for seq, x, y, met in self.events:
-            m = _marker("replans", seq % self.events.maxlen, Marker.CYLINDER, frame, stamp, GREEN if met else RED,
+            m = marker("replans", seq % self.events.maxlen, Marker.CYLINDER, frame, stamp, GREEN if met else RED,
                         (0.4, 0.4, 0.05))
             m.pose.position = Point(x=x, y=y, z=1.2)
             out.markers.append(m)
         if self.last_label:
-            label = _marker("last_call", 0, Marker.TEXT_VIEW_FACING, frame, stamp,
+            label = marker("last_call", 0, Marker.TEXT_VIEW_FACING, frame, stamp,
                             ColorRGBA(r=1.0, g=1.0, b=1.0, a=1.0), (0.4, 0.4, 0.4))
             label.pose.position = Point(x=label_at[0], y=label_at[1], z=2.0)
             label.text = self.last_label

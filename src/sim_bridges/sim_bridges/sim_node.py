@@ -29,35 +29,34 @@ when they arrive; a malformed plan is counted and dropped.
 from __future__ import annotations
 
 import sys
-import time
 from typing import Optional
 
 from brace_msgs.action import Replan
-from brace_msgs.msg import AgentState, ContextEntry, Episode, ExecutionOutcome, Plan, ReplanCall, ReplanDecision
+from brace_msgs.msg import Episode, Plan, ReplanCall, ReplanDecision
 from builtin_interfaces.msg import Time
-from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.action import ActionClient
 from rclpy.node import Node
-from rosgraph_msgs.msg import Clock
-from visualization_msgs.msg import MarkerArray
 
 from brace_common import names, qos
 from brace_common.clock import stamp_of, steady_timer
 from brace_common.diagnostics import diagnostic_array, nonzero
-from brace_common.episode import EpisodeResult
+from brace_common.episode import EpisodeResult, episode_msg
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.readiness import PeerWait
 from brace_common.spin import spin_node
-from brace_common.validation import InvalidInput, Rejections
-from brace_common.vocabulary import CallStatus, EpisodeEvent
+from brace_common.validation import Rejections
+from brace_common.vocabulary import EpisodeEvent
 
 from . import feed
 from .config import SimConfig
+from .holds import CallHolds
 from .markers import CallEvents, world_markers
 from .warehouse import Warehouse
+from .world_inputs import WorldInputs
+from .world_io import WorldPublishers
 
 
-class EmbeddedSimNode(Node):
+class EmbeddedSimNode(WorldInputs, Node):
     """Thin rclpy shell around Warehouse and the feed."""
 
     def __init__(self, **kwargs) -> None:
@@ -69,8 +68,7 @@ class EmbeddedSimNode(Node):
         self.done = False
         self.sim_steps = 0  # steps (and episode starts) so far: /clock = sim_steps x sim_step_s
         self.results: list[EpisodeResult] = []
-        self.waiting: dict[str, float] = {}       # decision_id -> monotonic time the hold gives up
-        self.episode_decisions: set[str] = set()
+        self.holds = CallHolds(self.config.hold_timeout_s)
         self.plans = self.agreeing = 0
         self.calls = CallEvents()
         self.counts = {"steps": 0, "held_ticks": 0, "hold_timeouts": 0, "malformed_plans": 0,
@@ -78,13 +76,7 @@ class EmbeddedSimNode(Node):
         self.sim_time = self.get_parameter("use_sim_time").value
         self.rejections = Rejections(self.get_logger())
 
-        self.context_pub = self.create_publisher(ContextEntry, names.CONTEXT, qos.EVENTS)
-        self.state_pub = self.create_publisher(AgentState, names.AGENT_STATES, qos.EVENTS)
-        self.outcome_pub = self.create_publisher(ExecutionOutcome, names.OUTCOMES, qos.EVENTS)
-        self.episode_pub = self.create_publisher(Episode, names.EPISODE, qos.EVENTS)
-        self.clock_pub = self.create_publisher(Clock, names.CLOCK, qos.CLOCK)
-        self.marker_pub = self.create_publisher(MarkerArray, names.MARKERS, qos.MARKERS)
-        self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
+        self.out = WorldPublishers(self)
         self.create_subscription(Plan, names.PLAN, self.on_plan, qos.PLANS)
         self.create_subscription(ReplanDecision, names.DECISIONS, self.on_decision, qos.INPUTS)
         self.create_subscription(ReplanCall, names.REPLAN_CALLS, self.on_call, qos.INPUTS)
@@ -97,42 +89,23 @@ class EmbeddedSimNode(Node):
 
     # ------------------------------------------------------------------ inputs
 
-    def on_decision(self, msg: ReplanDecision) -> None:
-        """An admitted call for one of this world's agents holds the world until it returns."""
-        if msg.admitted and self.world is not None and msg.trigger.agent_id in self.world.agents:
-            self.waiting[msg.decision_id] = time.monotonic() + self.config.hold_timeout_s
-            self.episode_decisions.add(msg.decision_id)
+    def has_agent(self, agent: str) -> bool:
+        """The agent is in this episode's warehouse."""
+        return agent in self.world.agents
 
-    def on_call(self, msg: ReplanCall) -> None:
-        """A call that produced no plan releases the hold; every call is drawn as a replanning event."""
-        if msg.status != CallStatus.OK:
-            self.waiting.pop(msg.decision_id, None)
-        if self.world is not None and msg.agent_id in self.world.agents:
-            x, y = self.world.agents[msg.agent_id].pos
-            self.calls.add(float(x), float(y), msg.slo_met, msg.agent_id, msg.tokens_before, msg.tokens_after,
-                           msg.latency_ms, msg.slo_ms)
+    def agent_xy(self, agent: str) -> tuple[float, float]:
+        """The agent's cell."""
+        return self.world.agents[agent].pos
 
-    def on_plan(self, msg: Plan) -> None:
-        """Apply a plan of this episode to its agent (malformed: counted and dropped)."""
-        self.waiting.pop(msg.decision_id, None)
-        if self.world is None or msg.decision_id not in self.episode_decisions:
-            self.counts["stale_plans"] += 1
-            return
-        if msg.agent_id not in self.world.agents:
-            self.counts["malformed_plans"] += 1
-            self.rejections.reject("plan", InvalidInput("unknown_agent", "plan for an agent not in this world"),
-                                   msg.agent_id)
-            return
-        try:
-            steps = feed.plan_from_steps([(s.action, s.parameters_json) for s in msg.steps])
-        except ValueError as exc:
-            self.counts["malformed_plans"] += 1
-            self.rejections.reject("plan", exc, msg.plan_id)
-            return
-        self.plans += 1
-        self.agreeing += feed.agrees_with_oracle(self.world, msg.agent_id, steps)
-        self.world.set_plan(msg.agent_id, steps)
-        self.counts["plans_applied"] += 1
+    def parse_plan(self, raw: list[tuple[str, str]]) -> list:
+        """Warehouse steps (names only)."""
+        return feed.plan_from_steps(raw)
+
+    def apply_plan(self, agent: str, steps: list) -> bool:
+        """Set the agent's plan; True when its first step is the oracle's."""
+        agrees = feed.agrees_with_oracle(self.world, agent, steps)
+        self.world.set_plan(agent, steps)
+        return agrees
 
     # ------------------------------------------------------------------ stepping
 
@@ -140,18 +113,6 @@ class EmbeddedSimNode(Node):
         """Where the run is ('episode e/N step t'): brace-run's progress line."""
         return (f"episode {max(self.episode, 0) + 1}/{self.config.episodes} "
                 f"step {self.world.t if self.world is not None else 0:3d}")
-
-    def held(self) -> bool:
-        """True while an admitted call has neither returned nor timed out."""
-        if not self.config.hold_while_planning or not self.waiting:
-            return False
-        now = time.monotonic()
-        for decision_id, until in list(self.waiting.items()):
-            if now >= until:
-                self.waiting.pop(decision_id)
-                self.counts["hold_timeouts"] += 1
-                self.get_logger().warning(f"no answer to call {decision_id} within hold_timeout_s; stepping on")
-        return bool(self.waiting)
 
     def tick(self) -> None:
         """Wait for the peers, start an episode, step the world, or close the episode."""
@@ -174,10 +135,10 @@ class EmbeddedSimNode(Node):
         """Reset the world, announce the episode, publish its task and initial states."""
         self.episode += 1
         self.world = Warehouse(self.config.world(self.episode))
-        self.episode_decisions.clear()
+        self.holds.new_episode()
         self.plans = self.agreeing = 0
         self.sim_steps += 1  # the episode starts after everything the previous one said (the planner forgets that)
-        self.episode_pub.publish(self._episode_msg(EpisodeEvent.START))
+        self.out.episode.publish(self._episode_msg(EpisodeEvent.START))
         self._publish_entries(feed.episode_entries(self.world, self.episode))
         self._publish_entries(feed.step_entries(self.world, [], 0))
         self._publish_states()
@@ -188,10 +149,7 @@ class EmbeddedSimNode(Node):
         self.counts["steps"] += 1
         self.sim_steps += 1
         stamp = self.stamp()
-        for e in feed.outcomes(events):
-            msg = ExecutionOutcome(agent_id=e.agent, step=e.step, action=e.action, success=e.success, detail=e.text)
-            msg.header.stamp = stamp
-            self.outcome_pub.publish(msg)
+        self.out.outcomes_of(events, stamp)
         self._publish_entries(feed.step_entries(self.world, events, self.config.observe_every))
         self._publish_states()
 
@@ -199,7 +157,7 @@ class EmbeddedSimNode(Node):
         """Publish the episode's metrics; stop after the last episode."""
         result = EpisodeResult(**vars(self.world.metrics()), episode=self.episode,
                                seed=self.config.seed + self.episode, plans=self.plans, plans_agreeing=self.agreeing)
-        self.episode_pub.publish(self._episode_msg(EpisodeEvent.END, result))
+        self.out.episode.publish(self._episode_msg(EpisodeEvent.END, result))
         self.results.append(result)
         self.get_logger().info(f"episode {self.episode}: success={result.success} steps={result.steps} "
                                f"delivered={result.delivered}/{result.tasks} plans={self.plans} "
@@ -218,51 +176,32 @@ class EmbeddedSimNode(Node):
         return self.get_clock().now().to_msg()
 
     def _episode_msg(self, event: EpisodeEvent, result: Optional[EpisodeResult] = None) -> Episode:
-        msg = Episode(event=int(event), episode=self.episode, seed=self.config.seed + self.episode,
-                      agents=self.config.agents, world="warehouse", variant=self.config.variant)
-        msg.header.stamp = self.stamp()
-        if result is not None:
-            msg.success, msg.steps, msg.delivered, msg.tasks = (result.success, result.steps, result.delivered,
-                                                                result.tasks)
-            msg.path_efficiency = float(result.path_efficiency)
-            msg.coordination_wait, msg.near_misses, msg.collisions = (
-                result.coordination_wait, result.near_misses, result.collisions)
-            msg.plans, msg.plans_agreeing = result.plans, result.plans_agreeing
-        return msg
+        return episode_msg(event, self.episode, self.config.seed + self.episode, self.config.agents, "warehouse",
+                           self.config.variant, self.stamp(), result)
 
     def _publish_entries(self, entries: list[feed.FeedEntry]) -> None:
-        stamp = self.stamp()
-        for e in entries:
-            msg = ContextEntry(agent_id=e.agent_id, step=e.step, block=int(e.block), kind=e.kind, text=e.text)
-            msg.header.stamp = stamp
-            self.context_pub.publish(msg)
+        self.out.entries(entries, self.stamp())
 
     def _publish_clock(self) -> None:
-        clock = Clock()
-        clock.clock = stamp_of(self.sim_steps * self.config.sim_step_s)
-        self.clock_pub.publish(clock)
+        self.out.sim_clock(self.sim_steps * self.config.sim_step_s)
 
     def _publish_states(self) -> None:
         stamp = self.stamp()
-        for r in feed.agent_reports(self.world):
-            msg = AgentState(agent_id=r.agent_id, step=r.step, tracking_error=r.tracking_error, has_goal=r.has_goal)
-            msg.header.stamp, msg.header.frame_id = stamp, self.config.frame_id
-            msg.position.x, msg.position.y = r.x, r.y
-            self.state_pub.publish(msg)
+        self.out.agent_states(feed.agent_reports(self.world), stamp, self.config.frame_id)
         self._publish_clock()
         if self.config.markers:
             markers = world_markers(self.world, self.config.frame_id, stamp)
             markers.markers.extend(self.calls.markers(self.config.frame_id, stamp, (6.5, 9.0)).markers)
-            self.marker_pub.publish(markers)
+            self.out.markers.publish(markers)
 
     def publish_diagnostics(self) -> None:
         """Readiness, episode progress, holds and dropped plans on /diagnostics."""
         waiting = not self.peers.done
         values = {"episode": self.episode, "step": self.world.t if self.world else 0, "done": self.done,
-                  "waiting_for_peers": waiting, "calls_waited_on": len(self.waiting), **self.counts,
+                  "waiting_for_peers": waiting, "calls_waited_on": len(self.holds.waiting), **self.counts,
                   **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}}
         errors = self.peers.errors("episodes do not start")
-        self.diag_pub.publish(diagnostic_array(
+        self.out.diagnostics.publish(diagnostic_array(
             f"{self.get_name()}: embedded warehouse", values, self.get_clock().now().to_msg(),
             nonzero(self.counts, ("hold_timeouts", "malformed_plans")), errors,
             message="waiting for peers" if waiting and not errors else ""))

@@ -44,10 +44,10 @@ def test_a_decision_for_an_agent_the_world_lacks_never_holds_it_and_bad_plans_ar
     mine = ReplanDecision(decision_id="d_agent_0", admitted=True)
     mine.trigger.agent_id = "agent_0"
     controller.decisions.publish(mine)
-    wait_for(lambda: "d_agent_0" in node.waiting, what="the world holds for its own agent's call")
-    assert "d_nobody" not in node.waiting
+    wait_for(lambda: "d_agent_0" in node.holds.waiting, what="the world holds for its own agent's call")
+    assert "d_nobody" not in node.holds.waiting
     bad = Plan(plan_id="p", agent_id="agent_0", decision_id="d_agent_0",
                steps=[PlanStep(action="move_to", parameters_json='{"target": ["shelf_0"]}')])
     controller.plans.publish(bad)
     wait_for(lambda: node.rejections.counts["plan.bad_parameter"] == 1, what="the malformed plan counted")
-    assert "d_agent_0" not in node.waiting  # its answer released the hold, and the world goes on
+    assert "d_agent_0" not in node.holds.waiting  # its answer released the hold, and the world goes on
