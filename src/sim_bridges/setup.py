@@ -22,5 +22,8 @@ setup(
     license="Apache-2.0",
     entry_points={"console_scripts": [
         "embedded_sim = sim_bridges.sim_node:main",
+        "airsim_bridge = sim_bridges.airsim_bridge_node:main",
+        "isaac_bridge = sim_bridges.isaac_bridge_node:main",
+        "brace-airsim-peer = sim_bridges.airsim_peer:main",
     ]},
 )

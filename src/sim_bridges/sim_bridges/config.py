@@ -1,4 +1,5 @@
-"""Typed, validated parameters of the embedded_sim node: the world's (WorldConfig) and the node's own."""
+"""Typed, validated parameters of the world nodes: how a node runs episodes (EpisodeRunConfig), and each node's
+world on top (the embedded warehouse's WorldConfig, the AirSim intersection's IntersectionConfig)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ from dataclasses import dataclass
 from brace_common import names
 from brace_common.config import ConfigError, check_fields, param
 
+from .intersection import IntersectionConfig
 from .warehouse import WorldConfig
 
 
 @dataclass
-class SimConfig(WorldConfig):
-    """Parameters of embedded_sim: every WorldConfig field, then how the node runs episodes of that world."""
+class EpisodeRunConfig:
+    """How a world node runs seeded episodes in the closed loop: pacing, lockstep holds, readiness, output."""
 
     episodes: int = param(3, "episodes to run (seeds seed, seed+1, ...)", 1, 10**6)
     observe_every: int = param(4, "every N steps each agent's observation also goes to the history (0 = never)",
@@ -36,14 +38,47 @@ class SimConfig(WorldConfig):
     markers: bool = param(True, "publish markers")
     shutdown_when_done: bool = param(False, "exit the node's process after the last episode")
 
-    def validate(self) -> None:
-        """ConfigError naming the first invalid parameter."""
-        check_fields(self)
+    def check_run(self) -> None:
+        """ConfigError naming the first invalid episode-running parameter."""
         if not self.frame_id.strip():
             raise ConfigError("frame_id", "must not be empty")
         if any(not n.strip() or "/" in n for n in self.wait_for_nodes):
             raise ConfigError("wait_for_nodes", f"{self.wait_for_nodes}: each must be a node name without a namespace")
 
+
+@dataclass
+class SimConfig(EpisodeRunConfig, WorldConfig):
+    """Parameters of embedded_sim: every WorldConfig field, then how the node runs episodes of that world."""
+
+    def validate(self) -> None:
+        """ConfigError naming the first invalid parameter."""
+        check_fields(self)
+        self.check_run()
+
     def world(self, episode: int) -> WorldConfig:
         """The world configuration of episode `episode`."""
         return WorldConfig(**{**self.world_fields(), "seed": self.seed + episode})
+
+
+@dataclass
+class AirSimBridgeConfig(EpisodeRunConfig, IntersectionConfig):
+    """Parameters of airsim_bridge: the intersection scenario, how episodes run, and the AirSim connection."""
+
+    host: str = param("127.0.0.1", "AirSim RPC server host (the simulator, or brace-airsim-peer)")
+    port: int = param(41451, "AirSim RPC port (AirSim's ApiServerPort)", 1, 65535)
+    timeout_s: float = param(10.0, "longest wait for one RPC reply (s); longer is a lost connection", 0.1, 3600.0)
+    reconnect_period_s: float = param(2.0, "while the connection is lost, try to reconnect this often (s)", 0.1, 600.0)
+    lockstep: bool = param(True, "pause the simulator and advance it sim_step_s per step (simContinueForTime); "
+                           "false: the simulator runs in real time and a step reads it every step_period_s")
+    autostart: bool = param(True, "configure and activate on start (no lifecycle manager needed)")
+
+    def validate(self) -> None:
+        """ConfigError naming the first invalid parameter."""
+        IntersectionConfig.validate(self)
+        self.check_run()
+        if not self.host.strip():
+            raise ConfigError("host", "must not be empty")
+
+    def scenario(self, episode: int) -> IntersectionConfig:
+        """The scenario of episode `episode`."""
+        return IntersectionConfig(**{**self.scenario_fields(), "seed": self.seed + episode})
