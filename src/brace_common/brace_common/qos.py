@@ -59,3 +59,9 @@ ROBOT_COMMANDS = QoSProfile(
 )
 """An arm's command subscriptions: the newest only (a command queued behind a slow callback is dropped, never
 executed late); matches reliable and best-effort publishers."""
+SIM_COMMANDS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=1,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+)
+"""Commands a bridge sends a simulator's robots (cmd_vel, joint_command): reliable, so Isaac Sim's default (reliable)
+subscribers match as well as best-effort ones; the newest only."""
