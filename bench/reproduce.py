@@ -11,11 +11,20 @@ on one executor over real DDS, audit bag per row) with the row's overrides:
            world (K = 6, every task to one dock) (Table 30)
   table5   K = 1, 2, 4, 8 with unpruned, E-RECAP and random context at the same B (Table 5 shape)
 
+and on the AirSim drone intersection (config/runs/airsim_k8.yaml: the airsim stack on brace-airsim-peer, the
+protocol-level AirSim, one per row):
+
+  airsim2  K = 8: No BRACE vs BRACE + E-RECAP with the safety proxies (Tables 2 and 24 shape: near-misses,
+           collisions, minimum distance)
+  airsim25 trigger audit of BRACE + E-RECAP over a replanning-interval sweep (Table 25 shape)
+  airsim26 K = 2, 4, 8: No BRACE vs BRACE + E-RECAP (Table 26 shape)
+
 Writes <out>/<table>.md, .csv and .png and <out>/reproduce.md (all tables),
 prints each table as it finishes. Rows run one after another (one planner, two
 cores: side by side in one run). Example, the subset in docs/results.md:
 
     python bench/reproduce.py --tables table2 --episodes 4
+    python bench/reproduce.py --tables airsim2 --episodes 2
 """
 
 from __future__ import annotations
@@ -31,12 +40,13 @@ from pathlib import Path
 from report import write_csv
 
 from brace_bringup.run_config import RunConfig
-from brace_bringup.runner import run_variant
+from brace_bringup.runner import airsim_peer, run_variant
 from brace_common.vocabulary import TriggerKind
-from brace_controller.audit_report import markdown, summary
+from brace_controller.audit_report import markdown, summary, trigger_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).parent / "out" / "reproduce"
+AIRSIM_RUN = ROOT / "config" / "runs" / "airsim_k8.yaml"
 
 
 @dataclass
@@ -57,6 +67,8 @@ class Table:
     rows: list[Row]
     columns: list[str]
     plot: str = "slo_violation"
+    config: Path | None = None   # the run configuration of the rows (None: --config)
+    world: str = "embedded_sim"  # the node whose episodes and agents the rows set
 
 
 T2_COLUMNS = ["label", "episodes", "success", "tokens_before", "tokens_after", "token_reduction", "latency_p50_ms",
@@ -69,6 +81,14 @@ T30_COLUMNS = ["label", "episodes", "calls_per_episode", "changes_per_episode", 
                "success", "slo_violation"]
 T5_COLUMNS = ["label", "agents", "episodes", "tokens_before", "tokens_after", "latency_p50_ms", "latency_p95_ms",
               "slo_violation", "success", "oracle_agreement"]
+
+A2_COLUMNS = ["label", "episodes", "success", "delivered", "tokens_before", "tokens_after", "token_reduction",
+              "latency_p50_ms", "latency_p95_ms", "slo_ms", "slo_violation", "calls_per_episode", "oracle_agreement",
+              "near_misses", "collisions", "min_distance"]
+A25_COLUMNS = ["label", "episodes", "triggers", "admitted", "suppressed", "share_periodic", "share_failure",
+               "share_drift", "share_hazard", "share_deadlock", "replans_per_min", "slo_violation", "success"]
+A26_COLUMNS = ["label", "agents", "episodes", "success", "tokens_before", "tokens_after", "latency_p95_ms",
+               "slo_violation", "near_misses", "collisions", "min_distance"]
 
 HARD = {"embedded_sim": {"grasp_failure": 0.3, "drift": 0.05}}
 DEADLOCK_PRONE = {"embedded_sim": {"agents": 6, "task_docks": 1}}  # six agents, one dock: they queue and block
@@ -94,7 +114,19 @@ def tables() -> dict[str, Table]:
     t5 = [Row(f"K={k} {name}", "brace_erecap" if comp == "erecap" else "brace",
               _merge({"embedded_sim": {"agents": k}, "erecap_planner": {"compressor": comp}}))
           for k in (1, 2, 4, 8) for name, comp in (("unpruned", "none"), ("E-RECAP", "erecap"), ("random", "random"))]
+    a25 = [Row(f"periodic every {n} steps", "brace_erecap", {"trigger_monitor": {"periodic_interval_steps": n}})
+           for n in (5, 10, 20)]
+    a26 = [Row(f"K={k} {label}", variant, {"airsim_bridge": {"agents": k}})
+           for k in (2, 4, 8) for label, variant in (("No BRACE", "no_brace"), ("BRACE + E-RECAP", "brace_erecap"))]
+    airsim = {"config": AIRSIM_RUN, "world": "airsim_bridge"}
     return {
+        "airsim2": Table("airsim2", "AirSim intersection, K = 8: No BRACE vs BRACE + E-RECAP with safety proxies "
+                         "(paper Tables 2 and 24 shape)",
+                         [Row("No BRACE", "no_brace"), Row("BRACE + E-RECAP", "brace_erecap")], A2_COLUMNS, **airsim),
+        "airsim25": Table("airsim25", "AirSim intersection, K = 8: trigger audit over the replanning interval "
+                          "(paper Table 25 shape)", a25, A25_COLUMNS, plot="replans_per_min", **airsim),
+        "airsim26": Table("airsim26", "AirSim intersection: K = 2, 4, 8 (paper Table 26 shape)", a26, A26_COLUMNS,
+                          plot="slo_violation", **airsim),
         "table2": Table("table2", "No BRACE vs BRACE + E-RECAP (paper Table 2 shape)",
                         [Row("No BRACE", "no_brace"), Row("BRACE + E-RECAP", "brace_erecap")],
                         T2_COLUMNS),
@@ -112,8 +144,8 @@ def tables() -> dict[str, Table]:
 
 
 def row_metrics(label: str, records, agents: int) -> dict:
-    """The summary row plus the sweep's deadlock count."""
-    out = {"label": label, "agents": agents, **summary(records)}
+    """The summary row, the trigger audit and the sweep's deadlock count."""
+    out = {"label": label, "agents": agents, **trigger_rows(records), **summary(records)}
     deadlocks = sum(d.trigger.kind == TriggerKind.DEADLOCK for _, d in records.decisions)
     out["deadlocks_per_episode"] = deadlocks / out["episodes"] if out["episodes"] else math.nan
     return out
@@ -144,11 +176,13 @@ def run_table(cfg: RunConfig, table: Table, episodes: int, out: Path, quiet: boo
     folder = out / table.name
     shutil.rmtree(folder, ignore_errors=True)  # a rerun replaces the table's earlier rows (and their bags)
     for i, row in enumerate(table.rows):
-        extra = _merge(row.extra, {"embedded_sim": {"episodes": episodes}})
+        extra = _merge(row.extra, {table.world: {"episodes": episodes}})
         started = time.monotonic()
-        records, _bag, _, _ = run_variant(cfg, row.variant, folder / f"{i:02d}_{row.variant}", extra, quiet)
+        row_folder = folder / f"{i:02d}_{row.variant}"
+        with airsim_peer(cfg, row.variant, row_folder, extra) as row_extra:  # the row's simulator, if it has one
+            records, _bag, _, _ = run_variant(cfg, row.variant, row_folder, row_extra, quiet)
         records.variant = row.label
-        agents = int(cfg.parameters(row.variant, extra)["embedded_sim"].get("agents", 4))
+        agents = int(cfg.parameters(row.variant, extra)[table.world].get("agents", 4))
         rows.append(row_metrics(row.label, records, agents))
         print(f"  {table.name} row {i + 1}/{len(table.rows)} '{row.label}': {time.monotonic() - started:.0f} s",
               file=sys.stderr)
@@ -169,12 +203,13 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--quiet", action="store_true", help="no per-step progress line")
     args = ap.parse_args()
-    cfg = RunConfig.load(args.config)
     args.out.mkdir(parents=True, exist_ok=True)
     parts = []
     for name in args.tables:
         started = time.monotonic()
-        text = run_table(cfg, all_tables[name], args.episodes, args.out, args.quiet)
+        table = all_tables[name]
+        cfg = RunConfig.load(table.config or args.config)
+        text = run_table(cfg, table, args.episodes, args.out, args.quiet)
         print(f"\n{text}\n({name}: {time.monotonic() - started:.0f} s, {args.episodes} episodes per row)\n", flush=True)
         parts.append(text)
     (args.out / "reproduce.md").write_text("\n".join(parts))

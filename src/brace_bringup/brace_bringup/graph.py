@@ -109,4 +109,25 @@ PIPER_REAL = Stack("piper_real", tuple(
     for s in (OPERATOR_TASK, PIPER_ARM, FRONT_CAMERA, WRIST_CAMERA, OPENVLA_EXECUTOR, *ROBOT_CONTROL)),
                    description="the real AgileX PiPER arm, two Orbbec cameras, the OpenVLA executor and the control "
                                "stack (docs/robot.md)")
-STACKS = {stack.name: stack for stack in (CONTROL, SIM, PIPER_TWIN, PIPER_REAL)}
+# The AirSim drone intersection (issue 20): the bridge flies K drones in AirSim (or brace-airsim-peer, its
+# protocol-level stand-in) through its RPC API; the control stack with the drones' settings (config/airsim/).
+AIRSIM_BRIDGE = NodeSpec("sim_bridges", "airsim_bridge", "airsim_bridge", ("airsim_bridge.yaml",), lifecycle=True,
+                         node_class="sim_bridges.airsim_bridge_node:AirSimBridgeNode")
+_DRONES = "airsim/control.yaml"
+AIRSIM = Stack("airsim", (AIRSIM_BRIDGE, *(
+    NodeSpec(s.package, s.executable, s.name, (*s.parameter_files, _DRONES), s.lifecycle, s.node_class)
+    for s in (TRIGGER_MONITOR, BRACE_CONTROLLER, ERECAP_PLANNER)), AUDIT_RECORDER),
+               use_sim_time=False, description="the K-drone intersection in AirSim or its protocol-level peer",
+               world="airsim_bridge")
+# Isaac Sim (docs/isaac_sim.md): the bridge drives robots in a running Isaac Sim through the topics of its ROS 2
+# bridge (odom, joint_states, camera in; cmd_vel, joint_command out); the control stack with the Isaac robots'
+# settings (config/isaac/control.yaml). Every node follows Isaac's /clock.
+ISAAC_BRIDGE = NodeSpec("sim_bridges", "isaac_bridge", "isaac_bridge", ("isaac_bridge.yaml",), lifecycle=True,
+                        node_class="sim_bridges.isaac_bridge_node:IsaacBridgeNode")
+_ISAAC = "isaac/control.yaml"
+ISAAC = Stack("isaac", (ISAAC_BRIDGE, *(
+    NodeSpec(s.package, s.executable, s.name, (*s.parameter_files, _ISAAC), s.lifecycle, s.node_class)
+    for s in (TRIGGER_MONITOR, BRACE_CONTROLLER, ERECAP_PLANNER)), AUDIT_RECORDER),
+              use_sim_time=True, description="robots in a running Isaac Sim through its ROS 2 bridge's topics",
+              world="isaac_bridge")
+STACKS = {stack.name: stack for stack in (CONTROL, SIM, PIPER_TWIN, PIPER_REAL, AIRSIM, ISAAC)}

@@ -26,9 +26,10 @@ from robot_bridge.executor_config import ExecutorConfig
 from robot_bridge.operator_task_node import OperatorTaskConfig
 from robot_bridge.piper_arm_config import PiperArmConfig
 from robot_bridge.twin_world_node import TwinWorldConfig
-from sim_bridges.config import SimConfig
+from sim_bridges.config import AirSimBridgeConfig, SimConfig
+from sim_bridges.isaac_config import IsaacBridgeConfig
 
-from .graph import PIPER_REAL, PIPER_TWIN, SIM
+from .graph import AIRSIM, ISAAC, PIPER_REAL, PIPER_TWIN, SIM
 
 NODE_CONFIGS: dict[str, tuple[type, ...]] = {
     "embedded_sim": (SimConfig,),
@@ -42,6 +43,8 @@ NODE_CONFIGS: dict[str, tuple[type, ...]] = {
     "wrist_camera": (CameraConfig,),
     "openvla_executor": (ExecutorConfig,),
     "operator_task": (OperatorTaskConfig,),
+    "isaac_bridge": (IsaacBridgeConfig,),
+    "airsim_bridge": (AirSimBridgeConfig,),
 }
 """Each node's parameters: the config dataclasses it declares them from (core first, then the node's own)."""
 
@@ -78,7 +81,7 @@ def render(workspace: Path) -> str:
     """The whole of docs/parameters.md."""
     lines = [HEADER]
     specs = {}
-    for stack in (SIM, PIPER_TWIN, PIPER_REAL):  # every node once: the control nodes with the sim's files
+    for stack in (SIM, PIPER_TWIN, PIPER_REAL, AIRSIM, ISAAC):  # every node once: the control nodes with the sim's files
         for spec in stack.nodes:
             specs.setdefault(spec.name, spec)
     for spec in specs.values():

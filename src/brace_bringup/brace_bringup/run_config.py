@@ -6,19 +6,23 @@
       overrides: {node: {param: value}}          # every variant
       variants: {name: {node: {param: value}}}   # each variant's overlay
       planner_server: {engine: transformers, model: ..., adapter: ..., dtype: float32, port: 8000}   # optional
+      airsim_peer: {port: 41451, clock_speed: 1.0}   # optional, stacks with an airsim_bridge
 
 With `planner_server`, brace-run and the launch files also start a local
 planner server (erecap_planner.local_server: `transformers serve` on the
 model folder, or llama.cpp's server on the GGUF, the adapter merged) and
 point the planner's `server_url` at it; the planner's `backend: openai` is
-the run's to set.
+the run's to set. With `airsim_peer` they start brace-airsim-peer (the
+protocol-level AirSim) with the settings.json of the run's intersection and
+point the bridge's `port` at it.
 
 The launch files and brace-run both turn a (run config, variant) into one
 parameter file with `write_parameters`, so `ros2 launch` and `brace-run` run
 the same system: the stack's files in order, then the overrides, the
 variant's overlay and the caller's extras, then what follows from them
 (the simulator's K names the monitor's agents and, for K != 4, the warehouse
-action schema; the recorder writes into the run folder; use_sim_time as the
+action schema; the AirSim bridge's scenario names the drones and their
+intersection schema; the recorder writes into the run folder; use_sim_time as the
 stack says).
 """
 
@@ -39,9 +43,29 @@ SHIPPED_SCHEMA = "warehouse_actions.yaml"
 """The warehouse action schema shipped with sim_bridges (K = 4's places and agents)."""
 
 
+AIRSIM_PEER_KEYS = {"port": 41451, "clock_speed": 1.0}
+"""Keys of a run's `airsim_peer` (brace-airsim-peer started beside the stack) and their defaults (brace-run picks a
+free port instead of `port`)."""
+
 PLANNER_SERVER_KEYS = {"engine": "transformers", "model": "smollm2-135m-instruct", "adapter": "", "dtype": "float32",
                        "port": 8000, "threads": 0}
 """Keys of a run's `planner_server` and their defaults (brace-run picks a free port instead of `port`)."""
+
+
+def _write_schema(path: Path, schema: dict) -> str:
+    path.write_text(yaml.safe_dump(schema, sort_keys=False))
+    return str(path)
+
+
+def intersection_of(bridge: dict[str, Any]):
+    """The intersection scenario an airsim_bridge parameter set describes (its scenario fields only)."""
+    import dataclasses
+
+    from brace_common.config import from_mapping
+    from sim_bridges.intersection import IntersectionConfig
+
+    known = {f.name for f in dataclasses.fields(IntersectionConfig)}
+    return from_mapping(IntersectionConfig, {k: v for k, v in bridge.items() if k in known})
 
 
 def workspace_of(path: Path) -> Path:
@@ -66,6 +90,7 @@ class RunConfig:
     variants: dict[str, dict[str, dict]] = field(default_factory=dict)
     root: Path = Path(".")
     planner_server: dict[str, Any] = field(default_factory=dict)
+    airsim_peer: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> RunConfig:
@@ -74,10 +99,10 @@ class RunConfig:
         raw = (yaml.safe_load(path.read_text()) or {}).get("run")
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: no 'run' mapping")
-        unknown_keys = set(raw) - {"stack", "extends", "overrides", "variants", "planner_server"}
+        unknown_keys = set(raw) - {"stack", "extends", "overrides", "variants", "planner_server", "airsim_peer"}
         if unknown_keys:
             raise ValueError(f"{path}: unknown keys {sorted(unknown_keys)} (stack, extends, overrides, variants, "
-                             "planner_server)")
+                             "planner_server, airsim_peer)")
         if raw.get("extends"):
             base = cls.load(path.parent / raw["extends"])
         else:
@@ -86,10 +111,16 @@ class RunConfig:
         if stack_name not in STACKS:
             raise ValueError(f"{path}: unknown stack '{stack_name}' (known: {', '.join(STACKS)})")
         cfg = cls(STACKS[stack_name], copy.deepcopy(base.overrides), copy.deepcopy(base.variants), base.root,
-                  {**base.planner_server, **(raw.get("planner_server") or {})})
+                  {**base.planner_server, **(raw.get("planner_server") or {})},
+                  {**base.airsim_peer, **(raw.get("airsim_peer") or {})})
         bad = set(cfg.planner_server) - set(PLANNER_SERVER_KEYS)
         if bad:
             raise ValueError(f"{path}: planner_server has unknown keys {sorted(bad)} ({', '.join(PLANNER_SERVER_KEYS)})")
+        bad = set(cfg.airsim_peer) - set(AIRSIM_PEER_KEYS)
+        if bad:
+            raise ValueError(f"{path}: airsim_peer has unknown keys {sorted(bad)} ({', '.join(AIRSIM_PEER_KEYS)})")
+        if cfg.airsim_peer and "airsim_bridge" not in cfg.stack.names:
+            raise ValueError(f"{path}: airsim_peer needs a stack with an airsim_bridge ('{cfg.stack.name}' has none)")
         _merge(cfg.overrides, raw.get("overrides"))
         cfg.variants.update(raw.get("variants") or {})
         names = set(cfg.stack.names)
@@ -109,6 +140,10 @@ class RunConfig:
         """The run's planner server with every key (defaults filled in); {} when the run names none."""
         return {**PLANNER_SERVER_KEYS, **self.planner_server} if self.planner_server else {}
 
+    def peer_spec(self) -> dict[str, Any]:
+        """The run's AirSim peer with every key (defaults filled in); {} when the run names none."""
+        return {**AIRSIM_PEER_KEYS, **self.airsim_peer} if self.airsim_peer else {}
+
     def parameters(self, variant: str, extra: dict[str, dict] | None = None) -> dict[str, dict[str, Any]]:
         """node -> parameters: the stack's files in order, then the run's overrides, the variant, `extra`."""
         if variant not in self.variants:
@@ -124,6 +159,7 @@ class RunConfig:
 
     def write_parameters(self, variant: str, folder: Path, extra: dict[str, dict] | None = None) -> Path:
         """Write `folder`/params.yaml for `variant` (what every node of the run reads); return its path."""
+        from sim_bridges import intersection
         from sim_bridges.feed import action_schema
         from sim_bridges.warehouse import Warehouse, WorldConfig
 
@@ -144,10 +180,15 @@ class RunConfig:
                 params["trigger_monitor"]["agents"] = [f"agent_{i}" for i in range(agents)]
             planner = params.get("erecap_planner", {})
             if str(planner.get("action_schema_file", "")).endswith(SHIPPED_SCHEMA) and agents != 4:
-                schema_file = folder / SHIPPED_SCHEMA  # the shipped schema is K = 4's; this world's entities
-                schema = action_schema(Warehouse(WorldConfig(agents=agents)))
-                schema_file.write_text(yaml.safe_dump(schema, sort_keys=False))
-                planner["action_schema_file"] = str(schema_file)
+                schema = action_schema(Warehouse(WorldConfig(agents=agents)))  # the shipped schema is K = 4's
+                planner["action_schema_file"] = _write_schema(folder / SHIPPED_SCHEMA, schema)
+        if "airsim_bridge" in params:
+            scenario = intersection_of(params["airsim_bridge"])
+            if "trigger_monitor" in params:
+                params["trigger_monitor"]["agents"] = scenario.names()
+            if "erecap_planner" in params:  # this run's drones and coordinates
+                params["erecap_planner"]["action_schema_file"] = _write_schema(
+                    folder / "intersection_actions.yaml", intersection.action_schema(scenario))
         path = folder / "params.yaml"
         path.write_text(yaml.safe_dump({f"/**/{node}": {"ros__parameters": values} for node, values in params.items()},
                                        sort_keys=False))

@@ -195,6 +195,31 @@ def planner_server(cfg: RunConfig, folder: Path, extra: dict[str, dict]):
         yield server
 
 
+@contextlib.contextmanager
+def airsim_peer(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dict]):
+    """The variant's protocol-level AirSim (brace-airsim-peer in this process), if the run names one, on a free
+    port with the settings.json of the variant's intersection (written to `folder`); yields the variant's extras
+    with the bridge pointed at it."""
+    if not cfg.airsim_peer:
+        yield extra
+        return
+    import json
+
+    from sim_bridges.airsim_peer import AirSimPeer
+    from sim_bridges.intersection import settings
+
+    from .run_config import intersection_of
+
+    spec = cfg.peer_spec()
+    scenario = intersection_of(cfg.parameters(variant, extra)["airsim_bridge"])
+    sim_settings = settings(scenario, float(spec["clock_speed"]))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "settings.json").write_text(json.dumps(sim_settings, indent=2))
+    with AirSimPeer(sim_settings, port=0) as peer:
+        bridge = {**extra.get("airsim_bridge", {}), "host": "127.0.0.1", "port": peer.port}
+        yield {**extra, "airsim_bridge": bridge}
+
+
 def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict], quiet: bool = False):
     """Every variant in order; write CSV and plots; return (run folder, live records per variant)."""
     from brace_controller.audit import write_csvs
@@ -203,7 +228,9 @@ def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict
     runs, rows = [], []
     with planner_server(cfg, folder, extra):
         for variant in variants:
-            records, _bag, _results, episode_rows = run_variant(cfg, variant, folder / variant, extra, quiet)
+            with airsim_peer(cfg, variant, folder / variant, extra) as variant_extra:
+                records, _bag, _results, episode_rows = run_variant(cfg, variant, folder / variant, variant_extra,
+                                                                    quiet)
             runs.append(records)
             rows.append(episode_rows)
     write_csvs(runs, folder)

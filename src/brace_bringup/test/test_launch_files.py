@@ -3,7 +3,8 @@
 Every node of every stack is an installed executable whose parameter files
 exist and build a valid config; every run configuration loads and writes, for
 each of its variants, a parameter file every node accepts; every launch file
-names a run configuration that exists.
+names a run configuration that exists; the Isaac launch's planner and monitor
+agree with its bridge's robots and action schema.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ import yaml
 from brace_bringup.graph import STACKS
 from brace_bringup.param_docs import NODE_CONFIGS, render
 from brace_bringup.run_config import RunConfig
-from brace_common.config import from_mapping, load_ros_parameters
+from brace_common.config import from_mapping, load_ros_parameters, resolve_path
+from erecap_planner.plan_parser import ActionSchema
+from sim_bridges.isaac_bridge_node import load_schema
+from sim_bridges.isaac_config import IsaacBridgeConfig
 
 WORKSPACE = Path(__file__).resolve().parents[3]  # src/<pkg>/test/<file>
 LAUNCH_FILES = sorted((WORKSPACE / "launch").glob("*.launch.py"))
@@ -73,3 +77,22 @@ def test_launch_files_start_a_run_configuration(path):
 def test_the_parameter_reference_is_generated_from_the_code():
     assert (WORKSPACE / "docs" / "parameters.md").read_text() == render(WORKSPACE), \
         "docs/parameters.md is stale: python -m brace_bringup.param_docs > docs/parameters.md"
+
+
+def test_the_isaac_launch_plans_for_the_bridges_robots_with_its_schema_on_isaacs_clock(tmp_path):
+    """launch/isaac.launch.py's parameters: the monitor's agents are the bridge's robots, the planner decodes JSON
+    plans against the bridge's action schema (which both sides load), every node follows /clock."""
+    cfg = RunConfig.load(WORKSPACE / "config" / "runs" / "isaac.yaml")
+    assert cfg.stack.use_sim_time and cfg.stack.world == "isaac_bridge"
+    for variant in cfg.variants:
+        written = yaml.safe_load(cfg.write_parameters(variant, tmp_path / variant).read_text())
+        bridge, monitor, planner = (written[f"/**/{name}"]["ros__parameters"]
+                                    for name in ("isaac_bridge", "trigger_monitor", "erecap_planner"))
+        assert monitor["agents"] == bridge["robots"] and bridge["variant"] == variant
+        assert planner["action_schema_file"] == bridge["action_schema_file"] and planner["decoding"] == "json"
+        assert all(section["ros__parameters"]["use_sim_time"] is True for section in written.values())
+        config = from_mapping(IsaacBridgeConfig, {k: v for k, v in bridge.items() if k not in ROS_PARAMETERS})
+        schema = load_schema(config)
+        planner_schema = ActionSchema.from_dict(yaml.safe_load(Path(resolve_path(planner["action_schema_file"]))
+                                                               .read_text()))
+        assert set(planner_schema.actions) == set(schema.actions)
