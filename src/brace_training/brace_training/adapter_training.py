@@ -130,6 +130,22 @@ def save_adapter(tensors: dict[str, torch.Tensor], model, path: str | Path, dtyp
 
 
 
+def prune_share(model, examples: list[PlanExample], share: float, budget: int, predictor_path: str,
+                rng: random.Random) -> Optional[tuple[PruneSchedule, PredictorBank]]:
+    """Mark a `share` of the examples longer than `budget` to train under E-RECAP pruning to B = `budget` (Table 8
+    layers, keep 0.7, the predictor bank at `predictor_path`); the (schedule, bank) to train with, None for share 0."""
+    if share <= 0:
+        return None
+    from brace_common.config import resolve_path
+    from erecap_planner.pruning import table8_layers
+
+    bank = PredictorBank.load(resolve_path(predictor_path), model.config).to(model.device)
+    for ex in examples:
+        if len(ex.prompt_ids) > budget and rng.random() < share:
+            ex.token_budget = budget
+    return PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7), bank
+
+
 def fit_and_save(model, examples: list[PlanExample], output: Path, rank: int = 8, epochs: int = 1, lr: float = 1e-3,
                  init: Optional[Path] = None, pruning: Optional[tuple[PruneSchedule, PredictorBank]] = None) -> Path:
     """Train an adapter (from `init`'s tensors when given) with progress on stderr, and save it to `output`."""

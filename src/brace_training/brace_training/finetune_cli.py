@@ -19,17 +19,14 @@ import random
 import sys
 from pathlib import Path
 
-from brace_common.config import resolve_path
 from brace_common.vocabulary import Block
-from brace_training.adapter_training import PlanExample, fit_and_save
+from brace_training.adapter_training import PlanExample, fit_and_save, prune_share
 from erecap_planner.call_path import request_text
 from erecap_planner.constrained import ConstrainedPlanDecoder
 from erecap_planner.context import ContextBuffer, Entry, RenderedContext
 from erecap_planner.models import SMOLLM2, cache_root, load_model
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.plan_parser import Step as PlanStep
-from erecap_planner.predictor import PredictorBank
-from erecap_planner.pruning import PruneSchedule, table8_layers
 from erecap_planner.scoring import enumerate_steps
 from sim_bridges.feed import FeedEntry, action_schema
 from sim_bridges.warehouse import Warehouse, WorldConfig
@@ -110,13 +107,7 @@ def main(argv=None) -> int:
     examples = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng, args.detour)
     if len(examples) > args.examples:
         examples = rng.sample(examples, args.examples)
-    pruning = None
-    if args.pruned > 0:
-        bank = PredictorBank.load(resolve_path(args.predictor), model.config).to(model.device)
-        pruning = (PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7), bank)
-        for ex in examples:
-            if len(ex.prompt_ids) > args.budget and rng.random() < args.pruned:
-                ex.token_budget = args.budget
+    pruning = prune_share(model, examples, args.pruned, args.budget, args.predictor, rng)
     print(f"{len(examples)} examples, mean prompt {sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} "
           f"tokens, {sum(e.token_budget is not None for e in examples)} pruned to B = {args.budget}", file=sys.stderr)
     fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, args.init, pruning)

@@ -30,17 +30,16 @@ from erecap_planner.adapter import merge_adapter
 from erecap_planner.call_path import CallRequest, PlannerCallPath, request_text
 from erecap_planner.constrained import ConstrainedPlanDecoder
 from erecap_planner.context import ContextBuffer
-from erecap_planner.models import SMOLLM2, cache_root, load_model
+from erecap_planner.models import cache_root, load_model
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
 from erecap_planner.scoring import enumerate_steps
 
+from .cli_args import PREDICTOR, add_adapter_arguments
 from .pickfruit_data import PickFruitPoint, decision_points
 
 SCHEMA = "package://robot_bridge/config/pickfruit_actions.yaml"
-WAREHOUSE_ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors"
-PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap.safetensors"
 LAYOUT = "stable_first"
 FIRST_CUT = 1.5
 MODES = (Mode.FULL_REPLAN, Mode.PARTIAL_REPLAN, Mode.REUSE_SUBPLAN)
@@ -108,23 +107,11 @@ def evaluate(model_name: str, adapter: str, schema: ActionSchema, points: list[P
 def main(argv=None) -> int:
     """Train the adapter (unless --evaluate-only) and print the agreement table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=SMOLLM2)
     ap.add_argument("--seeds", type=int, default=120, help="training episodes (seeds 1000 on)")
     ap.add_argument("--eval-seeds", type=int, default=20, help="held-out episodes (seeds 0 on)")
     ap.add_argument("--eval-points", type=int, default=40, help="at most this many held-out decision points")
-    ap.add_argument("--examples", type=int, default=300, help="at most this many training examples (sampled)")
-    ap.add_argument("--detour", type=float, default=0.25,
-                    help="probability that the arm executes a plan for the wrong fruit instead of the oracle's")
-    ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--rank", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=5e-4)
-    ap.add_argument("--init", default=WAREHOUSE_ADAPTER, help="adapter to continue from ('' = from scratch)")
-    ap.add_argument("--output", type=Path, default=default_adapter())
-    ap.add_argument("--evaluate-only", action="store_true", help="no training: evaluate --adapters")
-    ap.add_argument("--adapters", nargs="*", default=None, help="adapters to evaluate (default: --init and --output)")
-    ap.add_argument("--budgets", type=int, nargs="*", default=[0, 256],
-                    help="evaluate unpruned (0) and under E-RECAP at these B_t")
-    ap.add_argument("--predictor", default=PREDICTOR, help="E-RECAP predictor bank of the pruned evaluations")
+    add_adapter_arguments(ap, default_adapter(), examples=300, lr=5e-4, budgets=[0, 256],
+                          detour="the arm executes a plan for the wrong fruit")
     args = ap.parse_args(argv)
     schema = load_schema()
     rng = random.Random(1000)
