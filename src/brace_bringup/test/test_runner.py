@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 
 from brace_bringup.run_config import RunConfig
 from brace_bringup.runner import run
@@ -97,3 +98,22 @@ def test_run_configs_reject_unknown_planner_server_keys(tmp_path):
                     "  planner_server: {gpus: 2}\n")
     with pytest.raises(ValueError, match="planner_server has unknown keys"):
         RunConfig.load(path)
+
+
+def test_airsim_peer_is_checked_and_the_run_names_the_drones_and_writes_their_schema(tmp_path):
+    bad = tmp_path / "config" / "runs" / "bad.yaml"
+    bad.parent.mkdir(parents=True)
+    bad.write_text(f"run:\n  extends: {WORKSPACE / 'config' / 'runs' / 'airsim_k8.yaml'}\n  airsim_peer: {{gpu: 1}}\n")
+    with pytest.raises(ValueError, match="airsim_peer has unknown keys"):
+        RunConfig.load(bad)
+    bad.write_text(f"run:\n  extends: {WORKSPACE / 'config' / 'runs' / 'demo.yaml'}\n  airsim_peer: {{port: 1}}\n")
+    with pytest.raises(ValueError, match="needs a stack with an airsim_bridge"):
+        RunConfig.load(bad)
+    cfg = RunConfig.load(WORKSPACE / "config" / "runs" / "airsim_k8.yaml")
+    params = cfg.parameters("brace_erecap", {"airsim_bridge": {"agents": 3}})
+    assert params["airsim_bridge"]["agents"] == 3 and cfg.peer_spec()["port"] == 41451
+    written = yaml.safe_load(cfg.write_parameters("brace_erecap", tmp_path / "run",
+                                                  {"airsim_bridge": {"agents": 3}}).read_text())
+    assert written["/**/trigger_monitor"]["ros__parameters"]["agents"] == ["drone_0", "drone_1", "drone_2"]
+    schema = yaml.safe_load(Path(written["/**/erecap_planner"]["ros__parameters"]["action_schema_file"]).read_text())
+    assert schema["actions"]["yield_to"]["agent"]["choices"] == ["drone_0", "drone_1", "drone_2"]
