@@ -256,8 +256,10 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
     def start_episode(self) -> None:
         """Reset the simulator, take off every drone, announce the episode, publish its task and states."""
         episode = self.episode + 1
-        world = DroneWorld(self.config.scenario(episode), self.link.client(), self.origins, self.config.sim_step_s,
-                           self._advance, self.link.vector)
+        # In real time a step is what the simulator ran between two ticks.
+        step_s = self.config.sim_step_s if self.config.lockstep else self.config.step_period_s * self.clock_speed
+        world = DroneWorld(self.config.scenario(episode), self.link.client(), self.origins, step_s, self._advance,
+                           self.link.vector)
         world.start()
         if self.config.lockstep:
             self.link.client().simPause(True)

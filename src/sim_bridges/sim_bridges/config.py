@@ -78,6 +78,9 @@ class AirSimBridgeConfig(EpisodeRunConfig, IntersectionConfig):
         self.check_run()
         if not self.host.strip():
             raise ConfigError("host", "must not be empty")
+        if self.hold_while_planning and not self.lockstep:
+            raise ConfigError("hold_while_planning", "holds only a paused simulator: set lockstep true, or "
+                              "hold_while_planning false for a simulator in real time")
 
     def scenario(self, episode: int) -> IntersectionConfig:
         """The scenario of episode `episode`."""

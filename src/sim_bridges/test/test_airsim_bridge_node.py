@@ -164,3 +164,20 @@ def test_a_lost_simulator_turns_diagnostics_error_and_its_return_hovers_the_dron
         wait_for(lambda: back.counts["hover"] >= 1, what="every flying drone told to hover")
         wait_for(lambda: node.world is not None and node.world.t > t + 3, what="stepping resumes")
     node.trigger_deactivate()
+
+
+def test_without_lockstep_the_simulator_runs_in_real_time_and_holds_are_refused(ros):
+    refused = ros.add(bridge(free_port(), lockstep=False))
+    assert "'hold_while_planning'" in autostart(refused)
+    port = free_port()
+    scenario = IntersectionConfig(agents=1)
+    with AirSimPeer(settings(scenario, clock_speed=10.0), port=port) as peer:
+        node = ros.add(bridge(port, lockstep=False, hold_while_planning=False, step_period_s=0.05, max_steps=400))
+        assert autostart(node) is None
+        stack = ros.add(Stack())
+        wait_for(lambda: node.world is not None and any(o.action == "takeoff" for o in stack.outcomes),
+                 what="takeoff in real time")
+        assert not peer.paused and peer.counts["simContinueForTime"] == 0
+        stack.plan("drone_0", "d1", *goal_plan(scenario, "drone_0"), bridge=node)
+        wait_for(lambda: any(e.event == Episode.EVENT_END for e in stack.episodes), timeout=60.0, what="episode end")
+        assert stack.episodes[-1].success
