@@ -87,8 +87,7 @@ A2_COLUMNS = ["label", "episodes", "success", "delivered", "tokens_before", "tok
               "near_misses", "collisions", "min_distance"]
 A25_COLUMNS = ["label", "episodes", "triggers", "admitted", "suppressed", "share_periodic", "share_failure",
                "share_drift", "share_hazard", "share_deadlock", "replans_per_min", "slo_violation", "success"]
-A26_COLUMNS = ["label", "agents", "episodes", "success", "tokens_before", "tokens_after", "latency_p95_ms",
-               "slo_violation", "near_misses", "collisions", "min_distance"]
+A26_COLUMNS = ["label", "agents", *A2_COLUMNS[1:]]
 
 HARD = {"embedded_sim": {"grasp_failure": 0.3, "drift": 0.05}}
 DEADLOCK_PRONE = {"embedded_sim": {"agents": 6, "task_docks": 1}}  # six agents, one dock: they queue and block

@@ -292,7 +292,8 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         self.get_logger().info(f"episode {self.episode}: success={result.success} steps={result.steps} "
                                f"landed={result.delivered}/{result.tasks} near_misses={result.near_misses} "
                                f"collisions={result.collisions} min_distance={result.min_distance} "
-                               f"plans={self.plans} oracle-agreeing={self.agreeing}")
+                               f"plans={self.plans} oracle-agreeing={self.agreeing} held_ticks={self.counts['held_ticks']} "
+                               f"stale_plans={self.counts['stale_plans']}")
         self._hover_all()
         self.world = None
         if self.episode + 1 >= self.config.episodes:

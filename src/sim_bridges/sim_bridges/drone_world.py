@@ -48,6 +48,7 @@ MOVE_TIMEOUT_MIN_S = 10.0     # ... plus this
 YIELD_TIMEOUT_S = 90.0        # a yield_to gives up after this long
 LAND_TIMEOUT_S = 60.0
 TAKEOFF_TIMEOUT_S = 30.0
+BACK_OFF_M = 3.0              # after a collision a drone moves this far away from the other
 AIRBORNE_SKILLS = ("move_to", "hover", "yield_to")  # skills a drone on the ground takes off for first
 
 
@@ -238,23 +239,37 @@ class DroneWorld:
                                 f"{self.cfg.gust_steps * self.step_s:.0f} s"))
 
     def _collisions(self) -> list[Event]:
-        """Collision info of every drone (AirSim clears it on read); a collided drone drops its plan and hovers."""
+        """Collision info of every drone (AirSim clears it on read). A new contact is one collision: both drones
+        drop their plans, report the failure once and back off from each other; a contact that lasts says nothing
+        more."""
         events, pairs = [], set()
         for name in sorted(self.drones):
             info = self.client.simGetCollisionInfo(vehicle_name=name)
             if not info.has_collided:
                 continue
             other = str(info.object_name)
-            pairs.add(tuple(sorted((name, other))))
+            pair = tuple(sorted((name, other)))
+            pairs.add(pair)
+            if pair in self.contacts:
+                continue
             d = self.drones[name]
             action = d.current.action if d.current else "hover"
             d.plan, d.cursor, d.commanded, d.segment = [], 0, False, None
-            self.client.hoverAsync(vehicle_name=name)
+            self._back_off(d, self.drones[other].position if other in self.drones else d.position)
             events.append(Event(name, self.t, EntryKind.FAILURE_TRACE, f"{name} collided with {other or 'an obstacle'}",
                                 False, action, failure=Failure.COLLISION))
-        self.collisions += len(pairs - self.contacts)  # a contact that lasts is one collision
+        self.collisions += len(pairs - self.contacts)
         self.contacts = pairs
         return events
+
+    def _back_off(self, d: Drone, away_from: Point) -> None:
+        """Move BACK_OFF_M horizontally away from `away_from` and hold there (hover in contact would hold the
+        contact)."""
+        dx, dy = d.position[0] - away_from[0], d.position[1] - away_from[1]
+        norm = math.hypot(dx, dy) or 1.0
+        target = (d.position[0] + BACK_OFF_M * dx / norm, d.position[1] + BACK_OFF_M * dy / norm, d.position[2])
+        x, y, z = d.local(target)
+        self.client.moveToPositionAsync(x, y, z, 2.0, vehicle_name=d.name)
 
     def _proximity(self) -> list[Event]:
         """Near-misses (pairs closer than d_min, counted once per step) and the minimum distance of flying drones."""
