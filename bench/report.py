@@ -7,10 +7,11 @@ from pathlib import Path
 
 
 def write_csv(rows: list[dict], path: Path) -> Path:
-    """Write `rows` (dicts with the same keys) as a CSV file, creating its folder."""
+    """Write `rows` as a CSV file (the columns: every key of any row, first seen first), creating its folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    fields = list(dict.fromkeys(key for row in rows for key in row))
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
     return path

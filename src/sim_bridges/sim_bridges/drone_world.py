@@ -183,9 +183,11 @@ class DroneWorld:
         self.read_states()
 
     def set_plan(self, name: str, plan: list[Step]) -> bool:
-        """Replace a drone's plan (the current skill is abandoned; a drone on the ground takes off first);
-        True when it differs from what was left."""
+        """Replace a drone's plan (the current skill is abandoned; a drone on the ground takes off first; a drone
+        that landed at its goal keeps its place); True when it differs from what was left."""
         d = self.drones[name]
+        if d.done:
+            return False  # landed at its goal: the task is over, the drone stays down
         changed = [(s.action, s.params) for s in plan] != [(s.action, s.params) for s in d.plan[d.cursor:]]
         plan = list(plan)
         if plan and plan[0].action in AIRBORNE_SKILLS and d.landed_state == LANDED:
@@ -337,8 +339,10 @@ class DroneWorld:
         elif act == "move_to":
             target = (float(p["x"]), float(p["y"]), float(p["z"]))
             nominal = distance(d.segment[0], target) / max(float(p["speed"]), 0.1) if d.segment else 0.0
-            if horizontal(d.position, target) <= REACHED_M and \
-                    abs(d.position[2] - target[2]) <= ALTITUDE_TOLERANCE_M:
+            lands_next = d.cursor + 1 < len(d.plan) and d.plan[d.cursor + 1].action == "land"
+            if horizontal(d.position, target) <= REACHED_M and (
+                    abs(d.position[2] - target[2]) <= ALTITUDE_TOLERANCE_M or lands_next):
+                # Above the point with a landing next: the landing takes the altitude (no climb back first).
                 events.append(self._finish(d, f"reached ({_xy(target)})"))
             elif elapsed > MOVE_TIMEOUT_SLACK * nominal + MOVE_TIMEOUT_MIN_S:
                 self.client.hoverAsync(vehicle_name=d.name)

@@ -116,12 +116,14 @@ def test_malformed_plans_are_counted_and_nothing_moves(ros):
         stack = ros.add(Stack())
         wait_for(lambda: node.world is not None and stack.plans.get_subscription_count() > 0, what="episode")
         moves = peer.counts["moveToPosition"]
-        stack.plan("drone_0", "bad1", ("teleport", "{}"), bridge=node)
-        stack.plan("drone_0", "bad2", ("move_to", '{"x": "north", "y": 3.0, "z": -10.0, "speed": 5.0}'), bridge=node)
-        stack.plan("drone_0", "bad3", ("yield_to", '{"agent": "drone_9"}'), bridge=node)
-        stack.plan("drone_0", "bad4", ("move_to", '{"x": 1e309, "y": 3.0, "z": -10.0, "speed": 5.0}'), bridge=node)
-        stack.plan("nobody", "bad5", ("land", "{}"))
-        wait_for(lambda: node.counts["malformed_plans"] == 5, what="every malformed plan counted")
+        bad = [("drone_0", ("teleport", "{}")),
+               ("drone_0", ("move_to", '{"x": "north", "y": 3.0, "z": -10.0, "speed": 5.0}')),
+               ("drone_0", ("yield_to", '{"agent": "drone_9"}')),
+               ("drone_0", ("move_to", '{"x": 1e309, "y": 3.0, "z": -10.0, "speed": 5.0}')),
+               ("nobody", ("land", "{}"))]
+        for i, (agent, step) in enumerate(bad, 1):  # one at a time, each counted before the next
+            stack.plan(agent, f"bad{i}", step, bridge=node if agent != "nobody" else None)
+            wait_for(lambda i=i: node.counts["malformed_plans"] == i, what=f"malformed plan {i} counted")
         assert node.rejections.counts["plan.unknown_skill"] == 1 and node.rejections.counts["plan.unknown_agent"] == 1
         assert peer.counts["moveToPosition"] == moves and node.plans == 0
 

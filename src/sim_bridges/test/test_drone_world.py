@@ -168,3 +168,24 @@ def test_settings_give_origins_and_clock_speed_or_say_what_is_wrong():
     for bad in ("not json", "{}", '{"Vehicles": {"a": {"X": "far"}}}', '{"Vehicles": {"a": {}}, "ClockSpeed": 0}'):
         with pytest.raises(ValueError):
             read_settings(bad)
+
+
+def test_a_replan_during_the_landing_does_not_climb_back_and_a_landed_drone_stays_down(fly):
+    cfg = IntersectionConfig(agents=1, gust_probability=0.0)
+    world = fly(cfg)
+    goal = routes(cfg)["drone_0"].goal
+    world.set_plan("drone_0", [fly_to(cfg, goal), Step("land")])
+    while world.drones["drone_0"].current is None or world.drones["drone_0"].current.action != "land":
+        world.step()
+    world.step()
+    world.step()
+    low = world.drones["drone_0"].altitude
+    assert low < cfg.cruise_altitude_m - 1.0
+    world.set_plan("drone_0", [fly_to(cfg, goal), Step("land")])  # the periodic replan while it lands
+    world.step()
+    assert world.drones["drone_0"].current.action == "land" and world.drones["drone_0"].altitude <= low
+    while not world.drones["drone_0"].done:
+        world.step()
+    assert world.set_plan("drone_0", [fly_to(cfg, goal), Step("land")]) is False
+    world.step()
+    assert world.drones["drone_0"].altitude < 0.5 and world.success
