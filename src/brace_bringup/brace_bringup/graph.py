@@ -84,16 +84,16 @@ FRONT_CAMERA = NodeSpec("robot_bridge", "orbbec_camera", "front_camera", ("orbbe
                         node_class=_CAMERA)
 OPENVLA_EXECUTOR = NodeSpec("robot_bridge", "openvla_executor", "openvla_executor", ("openvla_executor.yaml",),
                             lifecycle=True, node_class="robot_bridge.openvla_executor_node:OpenVlaExecutorNode")
-_ROBOT = "robot/control.yaml"
-ROBOT_CONTROL = (
-    NodeSpec("brace_controller", "trigger_monitor", "trigger_monitor", ("trigger_monitor.yaml", _ROBOT),
-             node_class=_MONITOR),
-    NodeSpec("brace_controller", "brace_controller", "brace_controller", ("brace_controller.yaml", _ROBOT),
-             node_class=BRACE_CONTROLLER.node_class),
-    NodeSpec("erecap_planner", "erecap_planner", "erecap_planner", ("erecap_planner.yaml", _ROBOT), lifecycle=True,
-             node_class=_PLANNER),
-    AUDIT_RECORDER,
-)
+
+
+def control_nodes(settings: str) -> tuple[NodeSpec, ...]:
+    """The trigger monitor, controller and planner with a world's `settings` file loaded after their own, and the
+    audit recorder."""
+    return (*(NodeSpec(s.package, s.executable, s.name, (*s.parameter_files, settings), s.lifecycle, s.node_class)
+              for s in (TRIGGER_MONITOR, BRACE_CONTROLLER, ERECAP_PLANNER)), AUDIT_RECORDER)
+
+
+ROBOT_CONTROL = control_nodes("robot/control.yaml")
 PIPER_TWIN = Stack("piper_twin", (TWIN_WORLD, PIPER_ARM, FRONT_CAMERA, OPENVLA_EXECUTOR, *ROBOT_CONTROL),
                    description="the real-robot graph on the PiPER CAN twin (PickFruit with grasp slips)",
                    world="twin_world", report="robot_bridge.table32:report")
@@ -113,10 +113,7 @@ PIPER_REAL = Stack("piper_real", tuple(
 # protocol-level stand-in) through its RPC API; the control stack with the drones' settings (config/airsim/).
 AIRSIM_BRIDGE = NodeSpec("sim_bridges", "airsim_bridge", "airsim_bridge", ("airsim_bridge.yaml",), lifecycle=True,
                          node_class="sim_bridges.airsim_bridge_node:AirSimBridgeNode")
-_DRONES = "airsim/control.yaml"
-AIRSIM = Stack("airsim", (AIRSIM_BRIDGE, *(
-    NodeSpec(s.package, s.executable, s.name, (*s.parameter_files, _DRONES), s.lifecycle, s.node_class)
-    for s in (TRIGGER_MONITOR, BRACE_CONTROLLER, ERECAP_PLANNER)), AUDIT_RECORDER),
+AIRSIM = Stack("airsim", (AIRSIM_BRIDGE, *control_nodes("airsim/control.yaml")),
                use_sim_time=False, description="the K-drone intersection in AirSim or its protocol-level peer",
                world="airsim_bridge")
 # Isaac Sim (docs/isaac_sim.md): the bridge drives robots in a running Isaac Sim through the topics of its ROS 2
@@ -124,10 +121,7 @@ AIRSIM = Stack("airsim", (AIRSIM_BRIDGE, *(
 # settings (config/isaac/control.yaml). Every node follows Isaac's /clock.
 ISAAC_BRIDGE = NodeSpec("sim_bridges", "isaac_bridge", "isaac_bridge", ("isaac_bridge.yaml",), lifecycle=True,
                         node_class="sim_bridges.isaac_bridge_node:IsaacBridgeNode")
-_ISAAC = "isaac/control.yaml"
-ISAAC = Stack("isaac", (ISAAC_BRIDGE, *(
-    NodeSpec(s.package, s.executable, s.name, (*s.parameter_files, _ISAAC), s.lifecycle, s.node_class)
-    for s in (TRIGGER_MONITOR, BRACE_CONTROLLER, ERECAP_PLANNER)), AUDIT_RECORDER),
+ISAAC = Stack("isaac", (ISAAC_BRIDGE, *control_nodes("isaac/control.yaml")),
               use_sim_time=True, description="robots in a running Isaac Sim through its ROS 2 bridge's topics",
               world="isaac_bridge")
 STACKS = {stack.name: stack for stack in (CONTROL, SIM, PIPER_TWIN, PIPER_REAL, AIRSIM, ISAAC)}

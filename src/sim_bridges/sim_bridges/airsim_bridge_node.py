@@ -273,15 +273,9 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         self.out.entries(drone_feed.step_entries(world, [], 0), stamp)
         self._publish_states()
 
-    def step(self) -> None:
-        """One simulator step and everything it produced."""
-        events = self.world.step()
-        self.counts["steps"] += 1
-        self.sim_steps += 1
-        stamp = self.stamp()
-        self.out.outcomes_of(events, stamp)
-        self.out.entries(drone_feed.step_entries(self.world, events, self.config.observe_every), stamp)
-        self._publish_states()
+    def step_entries(self, events: list) -> list:
+        """The drones' entries of one step."""
+        return drone_feed.step_entries(self.world, events, self.config.observe_every)
 
     def end_episode(self) -> None:
         """Publish the episode's metrics; stop after the last episode."""

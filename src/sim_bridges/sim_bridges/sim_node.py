@@ -143,15 +143,9 @@ class EmbeddedSimNode(WorldInputs, Node):
         self._publish_entries(feed.step_entries(self.world, [], 0))
         self._publish_states()
 
-    def step(self) -> None:
-        """One world step and everything it produced."""
-        events = self.world.step()
-        self.counts["steps"] += 1
-        self.sim_steps += 1
-        stamp = self.stamp()
-        self.out.outcomes_of(events, stamp)
-        self._publish_entries(feed.step_entries(self.world, events, self.config.observe_every))
-        self._publish_states()
+    def step_entries(self, events: list) -> list:
+        """The warehouse's entries of one step."""
+        return feed.step_entries(self.world, events, self.config.observe_every)
 
     def end_episode(self) -> None:
         """Publish the episode's metrics; stop after the last episode."""

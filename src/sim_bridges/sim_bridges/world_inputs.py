@@ -3,8 +3,10 @@
 A mixin for rclpy nodes that run episodes: an admitted decision for one of the world's agents holds the world
 (lockstep), a call record releases it when the call produced no plan and is drawn as a replanning event, a plan
 of this episode is checked by the world's own parser and applied (malformed or foreign: counted and dropped,
-nothing moves). The node supplies `world` (None between episodes), `holds`, `calls`, `counts`, `rejections`,
-`plans`, `agreeing`, `config.hold_while_planning`, and the world-specific hooks below.
+nothing moves); and one step of the world publishes its outcomes, context entries and states. The node supplies
+`world` (None between episodes), `holds`, `calls`, `counts`, `rejections`, `plans`, `agreeing`, `out`
+(WorldPublishers), `sim_steps`, `stamp()`, `_publish_states()`, `config.hold_while_planning`, and the
+world-specific hooks below.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from brace_common.vocabulary import CallStatus
 
 
 class WorldInputs:
-    """on_decision / on_call / on_plan and the lockstep hold, shared by the world nodes."""
+    """on_decision / on_call / on_plan, the lockstep hold and the step, shared by the world nodes."""
 
     def has_agent(self, agent: str) -> bool:
         """The agent is in the current episode's world."""
@@ -33,6 +35,20 @@ class WorldInputs:
     def apply_plan(self, agent: str, steps: list) -> bool:
         """Give the agent its plan; True when its first step is the oracle's."""
         raise NotImplementedError
+
+    def step_entries(self, events: list) -> list:
+        """The context entries (FeedEntry) of one step's events and the states after it."""
+        raise NotImplementedError
+
+    def step(self) -> None:
+        """One world step and everything it produced: outcomes, context entries, states."""
+        events = self.world.step()
+        self.counts["steps"] += 1
+        self.sim_steps += 1
+        stamp = self.stamp()
+        self.out.outcomes_of(events, stamp)
+        self.out.entries(self.step_entries(events), stamp)
+        self._publish_states()
 
     def on_decision(self, msg: ReplanDecision) -> None:
         """An admitted call for one of this world's agents holds the world until it returns."""
