@@ -141,6 +141,9 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
             self._hover_all()
             self.link.close()
             self.link = None
+        for client in (self.peers.action_clients.values() if self.peers is not None else ()):
+            client.destroy()
+        self.peers = None
         self.world = None
 
     # ------------------------------------------------------------------ inputs
@@ -179,16 +182,8 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         if self.peers.waiting(self.counts, self.get_logger()):
             self.out.sim_clock(self.sim_steps * self.config.sim_step_s)
             return
-        if self.world is not None and self.held():
-            self.counts["held_ticks"] += 1
-            return
         try:
-            if self.world is None:
-                self.start_episode()
-            elif self.world.finished:
-                self.end_episode()
-            else:
-                self.step()
+            self.advance()
         except LinkDown as exc:
             self._lost(str(exc))
 

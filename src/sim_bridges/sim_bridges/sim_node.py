@@ -121,15 +121,7 @@ class EmbeddedSimNode(WorldInputs, Node):
         if self.peers.waiting(self.counts, self.get_logger()):
             self._publish_clock()
             return
-        if self.held():
-            self.counts["held_ticks"] += 1
-            return
-        if self.world is None:
-            self.start_episode()
-        elif self.world.finished:
-            self.end_episode()
-        else:
-            self.step()
+        self.advance()
 
     def start_episode(self) -> None:
         """Reset the world, announce the episode, publish its task and initial states."""

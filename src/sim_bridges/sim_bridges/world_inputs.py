@@ -50,6 +50,18 @@ class WorldInputs:
         self.out.entries(self.step_entries(events), stamp)
         self._publish_states()
 
+    def advance(self) -> None:
+        """A tick past readiness: hold while a call is out, else start an episode, step, or close the episode."""
+        if self.world is not None and self.held():
+            self.counts["held_ticks"] += 1
+            return
+        if self.world is None:
+            self.start_episode()
+        elif self.world.finished:
+            self.end_episode()
+        else:
+            self.step()
+
     def on_decision(self, msg: ReplanDecision) -> None:
         """An admitted call for one of this world's agents holds the world until it returns."""
         if msg.admitted and self.world is not None and self.has_agent(msg.trigger.agent_id):
