@@ -43,7 +43,7 @@ from brace_common.clock import stamp_of, steady_timer
 from brace_common.config import ConfigError
 from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.episode import EpisodeResult, episode_msg
-from brace_common.lifecycle import ReleasingLifecycleNode
+from brace_common.lifecycle import ReleasingLifecycleNode, serialized
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.readiness import PeerWait
 from brace_common.spin import spin_node
@@ -96,6 +96,7 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
 
     # ------------------------------------------------------------------ lifecycle
 
+    @serialized
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Validate the parameters and open the link (the simulator may come up later)."""
         try:
@@ -115,6 +116,7 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         self.state_label = "inactive"
         return TransitionCallbackReturn.SUCCESS
 
+    @serialized
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start stepping."""
         self.timer = steady_timer(self, self.config.step_period_s, self.tick)
@@ -123,6 +125,7 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
                                f"{self.config.port} ({'lockstep' if self.config.lockstep else 'real time'})")
         return TransitionCallbackReturn.SUCCESS
 
+    @serialized
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Stop stepping; every drone hovers."""
         if self.timer is not None:
@@ -173,9 +176,10 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         episodes = self.config.episodes if self.config else 0
         return f"episode {max(self.episode, 0) + 1}/{episodes} step {self.world.t if self.world is not None else 0:3d}"
 
+    @serialized
     def tick(self) -> None:
         """Connect, wait for the peers, start an episode, step the world, or close the episode."""
-        if self.done:
+        if self.done or self.timer is None:  # a tick dispatched before deactivate or cleanup took the lock
             return
         if not self.link.up and not self._connect():
             return

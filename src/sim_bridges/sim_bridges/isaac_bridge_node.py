@@ -53,7 +53,7 @@ from brace_common.clock import seconds_of, steady_timer
 from brace_common.config import ConfigError, resolve_path
 from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.episode import EpisodeResult, episode_msg
-from brace_common.lifecycle import ReleasingLifecycleNode
+from brace_common.lifecycle import ReleasingLifecycleNode, serialized
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
 from brace_common.validation import InvalidInput, Rejections, check_id
@@ -123,6 +123,7 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
 
     # ------------------------------------------------------------------ lifecycle
 
+    @serialized
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Validate the parameters and the action schema, then create the robots' and the stack's topics."""
         try:
@@ -167,17 +168,20 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
                                f"; waiting for {len(inputs)} contract topics")
         return TransitionCallbackReturn.SUCCESS
 
+    @serialized
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start executing plans (the episode starts once the contract topics are live)."""
         self.active, self.activated_at, self.state_label = True, time.monotonic(), "active"
         return super().on_activate(state)
 
+    @serialized
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Hold every robot and stop executing."""
         self.safe_stop("deactivate")
         self.active, self.state_label = False, "inactive"
         return super().on_deactivate(state)
 
+    @serialized
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Hold every robot, then release."""
         self.safe_stop("shutdown")
@@ -270,6 +274,7 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
                                    frame_id=msg.header.frame_id[:64])
             self.liveness.seen(topic, time.monotonic())
 
+    @serialized
     def on_plan(self, msg: Plan) -> None:
         """Validate a plan whole against the schema for its robot's kind and hand it to the robot's executor."""
         if not self.active or self.config is None:
@@ -307,6 +312,7 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
             missing.append(names.CLOCK)
         return missing
 
+    @serialized
     def control(self) -> None:
         """Start the episode once the contract is live; then run every robot's executor, or hold it."""
         if not self.active or self.liveness is None:
@@ -440,6 +446,7 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
         pose = base.pose if base is not None else self.robots[robot].origin
         return pose.x, pose.y
 
+    @serialized
     def publish_agent_states(self) -> None:
         """Every robot as an agent: a base where its odometry puts it, an arm at its base; tracking error and goal."""
         if not self.active or self.judge is None:
@@ -455,6 +462,7 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
             msg.position.x, msg.position.y = float(x), float(y)
             self.state_pub.publish(msg)
 
+    @serialized
     def publish_observations(self) -> None:
         """Every robot's latest observation as its state entry."""
         if not self.active or self.judge is None:

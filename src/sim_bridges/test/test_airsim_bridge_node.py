@@ -96,8 +96,10 @@ def test_the_simulator_may_come_up_after_the_bridge_and_a_plan_lands_the_drone_a
         wait_for(lambda: len(stack.episodes) == 2, timeout=60.0, what="the episode ends")
         end = stack.episodes[-1]
         assert end.event == Episode.EVENT_END and end.success and end.delivered == 1 and end.world == "airsim"
-        assert any(e.kind == "task_done" and "drone_0" in e.text for e in stack.entries)
-        assert [o.action for o in stack.outcomes if o.success] == ["takeoff", "move_to", "land"]
+        # entries, outcomes and episodes are three topics: the first two may arrive after the episode's end
+        wait_for(lambda: any(e.kind == "task_done" and "drone_0" in e.text for e in stack.entries), what="task_done")
+        wait_for(lambda: [o.action for o in stack.outcomes if o.success] == ["takeoff", "move_to", "land"],
+                 what="the outcomes of takeoff, move_to and land")
         assert node.plans == 1 and node.agreeing == 1  # the plan was the oracle's
         gx, gy, _ = routes(scenario)["drone_0"].goal
         state = stack.states["drone_0"]  # ENU: x east, y north
@@ -111,7 +113,8 @@ def test_malformed_plans_are_counted_and_nothing_moves(ros):
     port = free_port()
     scenario = IntersectionConfig(agents=2)
     with AirSimPeer(settings(scenario), port=port) as peer:
-        node = ros.add(bridge(port, agents=2, hold_while_planning=False))
+        # an episode that outlasts the five plans however slowly they are delivered
+        node = ros.add(bridge(port, agents=2, hold_while_planning=False, max_steps=100_000, step_period_s=0.05))
         assert autostart(node) is None
         stack = ros.add(Stack())
         wait_for(lambda: node.world is not None and stack.plans.get_subscription_count() > 0, what="episode")
