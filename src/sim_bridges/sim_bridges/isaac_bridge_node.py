@@ -45,6 +45,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.duration import Duration
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
@@ -67,6 +68,8 @@ from .isaac_contract import Liveness, RobotKind, RobotSpec, RobotState
 from .isaac_skills import Command, RobotExecutor, SkillSchema
 
 WORLD = "isaac_sim"
+EXIT_ACK_S = 1.0
+"""How long the exiting bridge waits for the simulator to acknowledge each robot's hold."""
 
 
 def load_schema(cfg: IsaacBridgeConfig) -> SkillSchema:
@@ -375,10 +378,17 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
             pub.publish(msg)
 
     def safe_stop(self, why: str) -> None:
-        """Zero velocity to every base and the measured joints to every arm (nothing raised: this runs on exit)."""
+        """Zero velocity to every base and the measured joints to every arm (nothing raised: this runs on exit).
+
+        On exit the hold is waited for until the simulator acknowledged it (at most EXIT_ACK_S per robot): a process
+        that ends right after publishing may take an unsent sample with it.
+        """
         for name, spec in list(self.robots.items()):
             try:
                 self.send(spec, self.executors[name].hold(self.states[name]))
+                pub = self.cmd_pubs.get(name)
+                if why == "exit" and pub is not None and not pub.wait_for_all_acked(Duration(seconds=EXIT_ACK_S)):
+                    self.get_logger().warning(f"{name}: the hold on exit was not acknowledged in {EXIT_ACK_S} s")
             except Exception as exc:  # noqa: BLE001 - a publisher of a dying context; the next robot still matters
                 self.get_logger().warning(f"{name}: could not send the hold on {why}: {exc}")
 

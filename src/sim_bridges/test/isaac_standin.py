@@ -39,12 +39,15 @@ FRANKA_JOINTS = tuple(f"panda_joint{i}" for i in range(1, 8))
 FINGERS = ("panda_finger_joint1", "panda_finger_joint2")
 
 
+INITIAL_JOINTS = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785)  # where an arm starts
+
+
 class IsaacStandIn(Node):
     """Isaac Sim's side of the contract for `robots` ({namespace: 'mobile' | 'arm'})."""
 
     def __init__(self, robots: dict[str, str], cameras: tuple[str, ...] = (), start_time_s: float = 0.0,
                  time_scale: float = 1.0, period_s: float = 0.02, tau_s: float = 0.1,
-                 initial_joints: tuple[float, ...] = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785),
+                 initial_joints: tuple[float, ...] = INITIAL_JOINTS,
                  camera_every: int = 5) -> None:
         super().__init__("isaac_sim_standin")
         self.robots = dict(robots)
