@@ -358,8 +358,11 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
         if first:
             self.holding[spec.name] = True
             self.counts["holds"] += 1
-            log = self.get_logger().info if why == "episode over" else self.get_logger().error
-            log(f"{spec.name}: holding ({why})")
+            # one call site per severity: rclpy refuses a site that logs at two
+            if why == "episode over":
+                self.get_logger().info(f"{spec.name}: holding ({why})")
+            else:
+                self.get_logger().error(f"{spec.name}: holding ({why})")
         if spec.kind == RobotKind.MOBILE or first:
             self.send(spec, self.executors[spec.name].hold(state))
 
@@ -447,8 +450,11 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
         msg.header.stamp = self._stamp()
         self.outcome_pub.publish(msg)
         self._publish_entries([feed.outcome_entry(outcome, self.ticks)])
-        log = self.get_logger().info if outcome.success else self.get_logger().warning
-        log(f"{outcome.agent_id}: {outcome.call.text()} {'done' if outcome.success else 'failed'}: {outcome.detail}")
+        text = f"{outcome.agent_id}: {outcome.call.text()} {'done' if outcome.success else 'failed'}: {outcome.detail}"
+        if outcome.success:  # one call site per severity (rclpy)
+            self.get_logger().info(text)
+        else:
+            self.get_logger().warning(text)
 
     def position(self, robot: str) -> tuple[float, float]:
         """Where a robot is in frame_id: a base from its odometry, an arm at its base."""

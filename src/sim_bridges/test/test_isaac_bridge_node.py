@@ -27,6 +27,7 @@ from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import installed_executable, wait_for
 from brace_common.vocabulary import EpisodeEvent, Failure
 from sim_bridges.isaac_bridge_node import IsaacBridgeNode
+from sim_bridges.isaac_skills import Outcome, SkillCall
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the stand-in beside this file
 from isaac_standin import FRANKA_JOINTS, INITIAL_JOINTS, IsaacStandIn  # noqa: E402
@@ -232,6 +233,20 @@ def test_stale_odometry_holds_the_base_with_an_error_until_it_returns(ros):
     assert stack.plan_pub.get_subscription_count() > 0 and not stack.outcomes  # no crash, no outcome
     sim.frozen.clear()
     wait_for(lambda: not node.holding["carter_1"] and sim.cmd_vel["carter_1"][-1][0] > 0.5, what="it drives again")
+
+
+def test_holds_and_outcomes_log_at_both_severities_from_one_node(ros):
+    # rclpy refuses a call site that logs at two severities; a tick that raised would stop the control loop
+    node = ros.add(bridge())
+    spec, state = node.robots["carter_1"], node.states["carter_1"]
+    for why in ("episode over", "/carter_1/odom stale"):
+        node.holding["carter_1"] = False
+        node._hold(spec, state, why)
+    call = SkillCall("stop", {})
+    for success in (True, False):
+        node._publish_outcome(Outcome("carter_1", "p", 0, call, success, Failure.NONE if success else Failure.TIMEOUT,
+                                      "detail"))
+    assert node.counts["holds"] == 2 and node.counts["outcomes_failed"] == 1
 
 
 def test_bad_parameters_fail_configure_naming_the_parameter(ros):
