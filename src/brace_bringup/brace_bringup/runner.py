@@ -29,7 +29,7 @@ from rclpy.node import Node
 
 from brace_common import names, qos
 from brace_common.config import ConfigError
-from brace_common.spin import autostart
+from brace_common.spin import autostart, spin_once
 
 from .graph import NodeSpec
 from .run_config import RunConfig
@@ -86,7 +86,7 @@ def _drain(executor, recorder, collector: LiveCollector, episodes: int, settle_s
         return collected >= episodes and (ends is None or ends.count >= 2 * episodes)
 
     while time.monotonic() - started < limit_s and (time.monotonic() - started < settle_s or not complete()):
-        executor.spin_once(timeout_sec=0.05)
+        spin_once(executor, 0.05)
 
 
 def run_variant(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dict], quiet: bool = False):
@@ -112,7 +112,7 @@ def run_variant(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dic
         started, last_print = time.monotonic(), 0.0
         try:
             while (world is None or not world.done) and context.ok():  # a stack without a world: until Ctrl-C
-                executor.spin_once(timeout_sec=0.05)
+                spin_once(executor, 0.05)
                 if world is not None and not quiet and \
                         time.monotonic() - last_print > (1.0 if sys.stdout.isatty() else 15.0):  # logs: sparse
                     line = _progress(variant, world, collector, started)

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from typing import Optional
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.exceptions import InvalidHandle
+from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.node import Node
 
@@ -23,6 +24,19 @@ def autostart(node: LifecycleNode) -> Optional[str]:
     if node.trigger_activate() != TransitionCallbackReturn.SUCCESS:
         return getattr(node, "last_error", "") or "activate failed"
     return None
+
+
+def spin_once(executor: Executor, timeout_sec: float) -> None:
+    """One `executor.spin_once`, spinning on when an entity was destroyed while the wait set was being built.
+
+    A transition (cleanup) on another thread of a multi-threaded executor may destroy a subscription while the spinning
+    thread adds its event handlers to the wait set; rclpy then raises InvalidHandle there. The next wait set no longer
+    holds the destroyed entity, so nothing is lost by waiting again.
+    """
+    try:
+        executor.spin_once(timeout_sec=timeout_sec)
+    except InvalidHandle:
+        pass
 
 
 def spin_node(factory: Callable[[], Node], name: str, args=None,
@@ -53,7 +67,7 @@ def spin_node(factory: Callable[[], Node], name: str, args=None,
             executor.add_node(node)
             while rclpy.ok() and (until is None or not until(node)):
                 try:
-                    executor.spin_once(timeout_sec=0.1)
+                    spin_once(executor, 0.1)
                 except Exception as exc:  # noqa: BLE001 - re-raised unless shutdown (SIGTERM) caused it
                     if rclpy.ok():
                         raise

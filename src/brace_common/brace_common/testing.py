@@ -24,6 +24,7 @@ from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 
 from . import names
+from .spin import spin_once
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
@@ -65,7 +66,7 @@ class RosHarness:
 
     def _spin(self) -> None:
         while not self._stop.is_set() and rclpy.ok():
-            self.executor.spin_once(timeout_sec=0.05)
+            spin_once(self.executor, 0.05)  # a test thread's cleanup may destroy what is being waited on
 
     def add(self, node: Node) -> Node:
         """Spin `node` on this harness's executor (destroyed at close)."""
