@@ -107,8 +107,10 @@ class FakeArm(Node):
 
 
 def executor(url: str, **params) -> OpenVlaExecutorNode:
+    # stale_input_s well above a busy machine's pauses: only the test of stale inputs means to fail a step on them
     params = {"server_url": url, "control_rate_hz": 20.0, "grasp_settle_s": 0.2, "hold_confirm_s": 0.2,
-              "image_size": 0, "max_vla_errors": 2, "locations": ["bowl=0.25,0.12,0.12"], **params}
+              "image_size": 0, "max_vla_errors": 2, "locations": ["bowl=0.25,0.12,0.12"], "stale_input_s": 10.0,
+              **params}
     return OpenVlaExecutorNode(namespace=NS, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
 
 
