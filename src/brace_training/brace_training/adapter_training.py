@@ -24,10 +24,12 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from erecap_planner.adapter import AdapterMismatchError, projections, signature
+from brace_common.config import resolve_path
+from erecap_planner.adapter import AdapterMismatchError, merge_adapter, projections, signature
+from erecap_planner.models import load_model
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruned_forward import pruned_target_loss
-from erecap_planner.pruning import PruneSchedule
+from erecap_planner.pruning import PruneSchedule, table8_layers
 
 
 class LoRALinear(nn.Module):
@@ -136,14 +138,22 @@ def prune_share(model, examples: list[PlanExample], share: float, budget: int, p
     layers, keep 0.7, the predictor bank at `predictor_path`); the (schedule, bank) to train with, None for share 0."""
     if share <= 0:
         return None
-    from brace_common.config import resolve_path
-    from erecap_planner.pruning import table8_layers
-
     bank = PredictorBank.load(resolve_path(predictor_path), model.config).to(model.device)
     for ex in examples:
         if len(ex.prompt_ids) > budget and rng.random() < share:
             ex.token_budget = budget
     return PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7), bank
+
+
+def evaluation_model(model_name: str, adapter: str, predictor: str, budgets, first_cut: float):
+    """What an oracle-agreement evaluation runs: the fp32 CPU model and tokenizer with `adapter` merged ('' = none),
+    and, when a budget is not 0, the predictor bank and the schedule (Table 8 layers, keep 0.7, `first_cut`)."""
+    model, tok = load_model(model_name, device="cpu", dtype="float32")
+    if adapter:
+        merge_adapter(model, resolve_path(adapter))
+    bank = PredictorBank.load(resolve_path(predictor), model.config) if any(budgets) else None
+    schedule = PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7, first_cut=first_cut)
+    return model, tok, bank, schedule
 
 
 def fit_and_save(model, examples: list[PlanExample], output: Path, rank: int = 8, epochs: int = 1, lr: float = 1e-3,

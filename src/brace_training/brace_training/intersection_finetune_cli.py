@@ -23,13 +23,10 @@ from pathlib import Path
 import yaml
 
 from brace_common.config import resolve_path
-from brace_training.adapter_training import fit_and_save, prune_share
-from erecap_planner.adapter import merge_adapter
+from brace_training.adapter_training import evaluation_model, fit_and_save, prune_share
 from erecap_planner.call_path import CallRequest, PlannerCallPath
 from erecap_planner.models import cache_root, load_model
 from erecap_planner.plan_parser import ActionSchema
-from erecap_planner.predictor import PredictorBank
-from erecap_planner.pruning import PruneSchedule, table8_layers
 from sim_bridges.intersection import IntersectionConfig, Step, action_schema, same_step
 
 from .cli_args import PREDICTOR, add_adapter_arguments
@@ -60,11 +57,7 @@ def evaluate(model_name: str, adapter: str, points: dict[int, list[IntersectionP
              predictor: str = PREDICTOR) -> list[dict]:
     """Oracle agreement of the planner's constrained call path with `adapter` merged ('' = none), one row per
     budget (0: unpruned; else E-RECAP with `predictor` at B_t = budget, Table 8 layers, the sim's first cut)."""
-    model, tok = load_model(model_name, device="cpu", dtype="float32")
-    if adapter:
-        merge_adapter(model, resolve_path(adapter))
-    bank = PredictorBank.load(resolve_path(predictor), model.config) if any(budgets) else None
-    schedule = PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7, first_cut=FIRST_CUT)
+    model, tok, bank, schedule = evaluation_model(model_name, adapter, predictor, budgets, FIRST_CUT)
     rows = []
     for budget in budgets:
         plans = firsts = n = tokens_before = tokens_after = 0

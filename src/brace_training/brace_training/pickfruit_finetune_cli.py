@@ -25,15 +25,12 @@ import yaml
 
 from brace_common.config import resolve_path
 from brace_common.vocabulary import Mode
-from brace_training.adapter_training import PlanExample, fit_and_save
-from erecap_planner.adapter import merge_adapter
+from brace_training.adapter_training import PlanExample, evaluation_model, fit_and_save
 from erecap_planner.call_path import CallRequest, PlannerCallPath, request_text
 from erecap_planner.constrained import ConstrainedPlanDecoder
 from erecap_planner.context import ContextBuffer
 from erecap_planner.models import cache_root, load_model
 from erecap_planner.plan_parser import ActionSchema
-from erecap_planner.predictor import PredictorBank
-from erecap_planner.pruning import PruneSchedule, table8_layers
 from erecap_planner.scoring import enumerate_steps
 
 from .cli_args import PREDICTOR, add_adapter_arguments
@@ -79,11 +76,7 @@ def evaluate(model_name: str, adapter: str, schema: ActionSchema, points: list[P
 
     Budget 0: unpruned; else E-RECAP with `predictor` at B_t = budget (Table 8 layers, the robot's first cut).
     """
-    model, tok = load_model(model_name, device="cpu", dtype="float32")
-    if adapter:
-        merge_adapter(model, resolve_path(adapter))
-    bank = PredictorBank.load(resolve_path(predictor), model.config) if any(budgets) else None
-    schedule = PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7, first_cut=FIRST_CUT)
+    model, tok, bank, schedule = evaluation_model(model_name, adapter, predictor, budgets, FIRST_CUT)
     rows = []
     for budget in budgets:
         path = PlannerCallPath(model, tok, schema, "erecap" if budget else "none", schedule if budget else None,
