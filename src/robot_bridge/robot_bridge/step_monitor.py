@@ -223,6 +223,8 @@ class GripperTracker:
         self.held_width = math.nan    # opening when the grasp was judged
         self.holding_since = math.nan
         self.last_motion_t = math.nan  # when the opening last moved more than settle_tolerance_m
+        self.close_t = math.nan        # when the current close was commanded
+        self.observed_from = math.nan  # when the first opening measured after the current close arrived
         self.ref_opening = math.nan
         self.opening = math.nan
 
@@ -231,8 +233,9 @@ class GripperTracker:
         """Apply one tick's command and measurement; the events it caused.
 
         `measured_t` is when the measurement arrived (default `t`): a close is judged only on an opening
-        measured `grasp_settle_s` after the close command, so a late feedback stream cannot pass for a
-        gripper that stays open.
+        measured `grasp_settle_s` after the close command and after the first measurement taken since it,
+        so neither a late feedback stream nor a burst of samples sent before the gripper saw the command
+        (a paused process catching up) can pass for a gripper that stays open.
         """
         events: list[GripperEvent] = []
         cfg = self.cfg
@@ -244,6 +247,7 @@ class GripperTracker:
             if closing and not self.closed:
                 self.judged = False
                 self.last_motion_t, self.ref_opening = t, self.opening
+                self.close_t, self.observed_from = t, math.nan
             elif not closing and self.closed:
                 if self.holding:
                     events.append(GripperEvent.RELEASED)
@@ -251,6 +255,8 @@ class GripperTracker:
             self.closed = closing
         if not self.closed or math.isnan(self.opening):
             return events
+        if opening_m is not None and math.isnan(self.observed_from) and measured_t >= self.close_t:
+            self.observed_from = measured_t
         if math.isnan(self.ref_opening) or abs(self.opening - self.ref_opening) > cfg.settle_tolerance_m:
             moved_t = measured_t if math.isnan(self.last_motion_t) else max(measured_t, self.last_motion_t)
             self.ref_opening, self.last_motion_t = self.opening, moved_t
@@ -258,7 +264,7 @@ class GripperTracker:
             if self.opening < cfg.min_object_width_m:
                 self.holding = False
                 events.append(GripperEvent.SLIPPED)
-        elif not self.judged and measured_t - self.last_motion_t >= cfg.grasp_settle_s - EPS_S:
+        elif not self.judged and self._settled(measured_t):
             self.judged = True
             if self.opening < cfg.min_object_width_m:
                 events.append(GripperEvent.EMPTY)
@@ -268,6 +274,14 @@ class GripperTracker:
                 self.holding, self.held_width, self.holding_since = True, self.opening, t
                 events.append(GripperEvent.GRASPED)
         return events
+
+
+    def _settled(self, measured_t: float) -> bool:
+        """The opening was observed unmoved for `grasp_settle_s`, from a measurement taken after the close."""
+        if math.isnan(self.observed_from):
+            return False
+        since = max(self.last_motion_t, self.observed_from)
+        return measured_t - since >= self.cfg.grasp_settle_s - EPS_S
 
 
 class StepMonitor:

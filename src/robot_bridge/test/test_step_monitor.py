@@ -245,7 +245,18 @@ def test_a_close_is_judged_only_on_openings_measured_after_it():
     tracker = GripperTracker(config(grasp_settle_s=0.2, settle_tolerance_m=0.001))
     assert tracker.update(1.0, CLOSED, 0.07, measured_t=0.95) == []
     assert tracker.update(1.1, math.nan, 0.07, measured_t=1.1) == []
-    assert tracker.update(1.25, math.nan, 0.07, measured_t=1.25) == [GripperEvent.NOT_CLOSING]
+    assert tracker.update(1.25, math.nan, 0.07, measured_t=1.25) == []     # observed for 0.15 s only
+    assert tracker.update(1.3, math.nan, 0.07, measured_t=1.3) == [GripperEvent.NOT_CLOSING]
+
+
+def test_a_burst_of_samples_sent_before_the_close_arrived_is_not_a_gripper_that_stays_open():
+    tracker = GripperTracker(config(grasp_settle_s=0.2, settle_tolerance_m=0.001))
+    assert tracker.update(1.0, CLOSED, 0.07, measured_t=0.95) == []
+    # the process paused: the first sample after the close arrives 0.4 s late, sent before the gripper saw it
+    assert tracker.update(1.4, math.nan, 0.07, measured_t=1.4) == []
+    assert tracker.update(1.45, math.nan, 0.03, measured_t=1.45) == []     # the gripper's answer: it moved
+    assert tracker.update(1.6, math.nan, 0.03, measured_t=1.6) == []
+    assert tracker.update(1.65, math.nan, 0.03, measured_t=1.65) == [GripperEvent.GRASPED]
 
 
 def test_table_parsing_and_config_validation():
