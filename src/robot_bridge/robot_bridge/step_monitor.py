@@ -275,7 +275,6 @@ class GripperTracker:
                 events.append(GripperEvent.GRASPED)
         return events
 
-
     def _settled(self, measured_t: float) -> bool:
         """The opening was observed unmoved for `grasp_settle_s`, from a measurement taken after the close."""
         if math.isnan(self.observed_from):
