@@ -17,6 +17,8 @@ from typing import Any, Optional
 
 import yaml
 
+from .validation import InvalidInput, check_agent_id
+
 PACKAGE_URI = "package://"
 """Prefix of a path to a file a package installs: package://<pkg>/<relative>."""
 
@@ -55,6 +57,15 @@ def check_fields(cfg: Any) -> None:
             raise ConfigError(f.name, f"{value} is below the minimum {low}")
         if high is not None and value > high:
             raise ConfigError(f.name, f"{value} is above the maximum {high}")
+
+
+def check_agent_ids(parameter: str, ids: list[str] | str) -> None:
+    """ConfigError naming `parameter` unless every id in `ids` (one id or a list) is a valid agent id."""
+    for value in [ids] if isinstance(ids, str) else ids:
+        try:
+            check_agent_id(parameter, value)
+        except InvalidInput as exc:
+            raise ConfigError(parameter, str(exc)) from None
 
 
 def from_mapping(cls: type, values: dict[str, Any]) -> Any:

@@ -9,14 +9,18 @@ names the parameter.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, TypeVar
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Optional, TypeVar
 
+import yaml
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from .config import ConfigError, from_mapping
+from .config import ConfigError, from_mapping, node_sections
 
 T = TypeVar("T")
 
@@ -63,15 +67,66 @@ def declare_parameters(node: Node, cls: type, enforce_ranges: bool = True) -> No
             raise ConfigError(f.name, str(exc)) from None
 
 
-def read_config(node: Node, cls: type[T]) -> T:
-    """Read the declared fields of `cls` back from `node` and validate them."""
+def _flatten(values: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested parameter mappings as dotted names."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _file_values(path: str, node_name: str, fqn: str) -> dict[str, Any]:
+    """What a parameter file gives the node (its sections in precedence order); {} when it cannot be read."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}  # rcl reports an unreadable file itself
+    values: dict[str, Any] = {}
+    for key in (*node_sections(node_name), fqn, fqn.lstrip("/")):
+        section = data.get(key) if isinstance(data, dict) else None
+        if isinstance(section, dict) and isinstance(section.get("ros__parameters"), dict):
+            values.update(_flatten(section["ros__parameters"]))
+    return values
+
+
+def emptied_lists(argv: Sequence[str], node_name: str, fqn: str) -> set[str]:
+    """Parameters whose last setting in `argv`'s ROS arguments (files in order, then `-p`) is an empty list.
+
+    rcl merges parameter files and `-p name:=value` last-wins, but an empty list has no type, so it drops it and
+    an earlier file's list (or the default) stays in force; this replays the merge for empty lists.
+    """
+    last: dict[str, bool] = {}
+    ros, args = False, iter(argv)
+    for arg in args:
+        if arg in ("--ros-args", "--"):
+            ros = arg == "--ros-args"
+        elif ros and arg == "--params-file":
+            last.update({k: v == [] for k, v in _file_values(next(args, ""), node_name, fqn).items()})
+        elif ros and arg in ("-p", "--param"):
+            name, _, text = next(args, "").partition(":=")
+            try:
+                last[name] = yaml.safe_load(text) == []
+            except yaml.YAMLError:
+                continue
+    return {name for name, empty in last.items() if empty}
+
+
+def read_config(node: Node, cls: type[T], argv: Optional[Sequence[str]] = None) -> T:
+    """Read the declared fields of `cls` back from `node` and validate them.
+
+    `argv` (default: the process's command line) is replayed for list parameters a later file or `-p` emptied.
+    """
+    emptied = emptied_lists(sys.argv if argv is None else argv, node.get_name(), node.get_fully_qualified_name())
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         value = node.get_parameter_or(f.name, Parameter(f.name, value=default)).value
         given = getattr(node, "_parameter_overrides", {}).get(f.name)
-        if isinstance(default, list) and given is not None and given.value is None:
-            value = []  # `name: []` in a parameter file reaches rclpy untyped and would leave the default in place
+        if isinstance(default, list) and (f.name in emptied or (given is not None and given.value is None)):
+            value = []  # `name: []` reaches rclpy untyped and would leave an earlier value or the default in place
         if isinstance(default, list):
             value = [] if value is None else list(value)
         values[f.name] = value

@@ -36,6 +36,10 @@ MAX_LOG_ID_CHARS = 48
 """Ids are shortened to this in logs."""
 ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:/@-]+$")
 """What an id may contain."""
+MAX_AGENT_ID_CHARS = 64
+"""An agent id's length (it names ROS namespaces and files)."""
+AGENT_ID_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+"""What an agent id may contain: a ROS name token, so it can name a namespace or a file (no '/', '.', '..')."""
 
 
 class InvalidInput(ValueError):
@@ -62,6 +66,18 @@ def check_id(field: str, value: str, allow_empty: bool = False) -> str:
         raise InvalidInput(f"long_{field}", f"{field} has {len(value)} characters (at most {MAX_ID_CHARS})")
     if not ID_PATTERN.match(value):
         raise InvalidInput(f"bad_{field}", f"{field} '{shorten(value)}' has characters outside [A-Za-z0-9_.:/@-]")
+    return value
+
+
+def check_agent_id(field: str, value: str) -> str:
+    """An agent id: a letter, then letters, digits and '_' (a ROS name token), at most MAX_AGENT_ID_CHARS."""
+    if not value:
+        raise InvalidInput(f"empty_{field}", f"{field} is empty")
+    if len(value) > MAX_AGENT_ID_CHARS:
+        raise InvalidInput(f"long_{field}", f"{field} has {len(value)} characters (at most {MAX_AGENT_ID_CHARS})")
+    if not AGENT_ID_PATTERN.match(value):
+        raise InvalidInput(f"bad_{field}", f"{field} '{shorten(value)}' is not a letter followed by letters, digits "
+                                           "and '_' (an agent id names namespaces and files)")
     return value
 
 

@@ -11,6 +11,7 @@ from brace_common.validation import (
     MAX_STEP_JUMP,
     InvalidInput,
     Rejections,
+    check_agent_id,
     check_float,
     check_id,
     check_int,
@@ -29,6 +30,14 @@ def test_ids_are_short_and_plain(value, reason):
         check_id("agent_id", value)
     assert err.value.reason == reason and "agent_id" in str(err.value)
     assert check_id("agent_id", "agent_0/brace:1") == "agent_0/brace:1"
+
+
+@pytest.mark.parametrize("value", ["agent_0/../../x", "../x", "a.b", "a/b", "0agent", "a-b", "a\x00", "a" * 65, ""])
+def test_agent_ids_are_ros_name_tokens(value):
+    with pytest.raises(InvalidInput) as err:
+        check_agent_id("agent_id", value)
+    assert "agent_id" in str(err.value)
+    assert check_agent_id("agent_id", "drone_7") == "drone_7" and check_agent_id("agent_id", "Arm0") == "Arm0"
 
 
 def test_numbers_are_bounded_and_finite():

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from brace_common.config import ConfigError, check_fields, package_file, param
+from brace_common.config import ConfigError, check_agent_ids, check_fields, package_file, param
 from brace_common.vocabulary import Mode, TriggerKind
 
 # --------------------------------------------------------------------------- budget profiles
@@ -199,8 +199,9 @@ class MonitorConfig:
         check_fields(self)
         if self.step_source not in ("timer", "agent_state"):
             raise ConfigError("step_source", f"'{self.step_source}' is not 'timer' or 'agent_state'")
-        if not self.agents or any(not a.strip() for a in self.agents):
-            raise ConfigError("agents", "needs at least one non-empty agent id")
+        if not self.agents:
+            raise ConfigError("agents", "needs at least one agent id")
+        check_agent_ids("agents", self.agents)
         if len(set(self.agents)) != len(self.agents):
             raise ConfigError("agents", "agent ids must be unique")
         if self.deadlock_window and self.deadlock_threshold > self.deadlock_window:

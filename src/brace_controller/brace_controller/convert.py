@@ -27,6 +27,7 @@ from brace_common.validation import (
     MAX_ID_CHARS,
     MAX_STEP,
     InvalidInput,
+    check_agent_id,
     check_float,
     check_id,
     check_int,
@@ -67,7 +68,7 @@ def trigger_from_msg(msg: TriggerEvent, latest_step: Optional[int] = None) -> Tr
         raise InvalidInput("bad_kind", f"unknown trigger kind {msg.kind}") from None
     trigger = Trigger(
         kind=kind,
-        agent_id=check_id("agent_id", msg.agent_id),
+        agent_id=check_agent_id("agent_id", msg.agent_id),
         step=check_step("step", msg.step, latest_step),
         severity=check_float("severity", msg.severity, 0.0, 1.0),
         consecutive_failures=check_int("consecutive_failures", msg.consecutive_failures, 0, MAX_COUNT),
@@ -174,7 +175,7 @@ def call_record_from_msg(msg: ReplanCall) -> CallRecord:
             raise InvalidInput("bad_phase", f"unknown phase '{shorten(p.phase)}'")
         phase_ms[p.phase] = check_float("phase duration_ms", p.duration_ms, 0.0, MAX_LATENCY_MS)
     return CallRecord(
-        agent_id=check_id("agent_id", msg.agent_id),
+        agent_id=check_agent_id("agent_id", msg.agent_id),
         step=check_step("step", msg.step),
         status=status,
         plan_changed=False,
@@ -253,7 +254,7 @@ def observation_from_msg(msg: AgentState, latest_step: Optional[int]) -> tuple[s
     error = float(msg.tracking_error)
     if not (math.isnan(error) or 0.0 <= error < math.inf):
         raise InvalidInput("range_tracking_error", f"tracking_error {error} is neither NaN nor finite and >= 0")
-    return (check_id("agent_id", msg.agent_id), check_step("step", msg.step, latest_step),
+    return (check_agent_id("agent_id", msg.agent_id), check_step("step", msg.step, latest_step),
             AgentObservation(position, error, bool(msg.has_goal)))
 
 
@@ -261,10 +262,10 @@ def outcome_from_msg(msg: ExecutionOutcome) -> tuple[str, bool, str]:
     """ExecutionOutcome -> (agent id, success, detail); InvalidInput naming the field when out of bounds."""
     check_step("step", msg.step)
     check_text("action", msg.action, MAX_ID_CHARS)
-    return check_id("agent_id", msg.agent_id), bool(msg.success), check_text("detail", msg.detail)
+    return check_agent_id("agent_id", msg.agent_id), bool(msg.success), check_text("detail", msg.detail)
 
 
 def verdict_from_msg(msg: VerifierVerdict) -> tuple[str, bool, float, str]:
     """VerifierVerdict -> (agent id, violation, confidence, detail); InvalidInput naming the field when out of bounds."""
-    return (check_id("agent_id", msg.agent_id), bool(msg.violation),
+    return (check_agent_id("agent_id", msg.agent_id), bool(msg.violation),
             check_float("confidence", msg.confidence, 0.0, 1.0), check_text("detail", msg.detail))

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from brace_msgs.msg import AgentState, ExecutionOutcome, ReplanDecision, TriggerEvent, VerifierVerdict
@@ -131,6 +135,28 @@ def test_an_empty_agent_list_in_a_parameter_file_stops_the_node(ros, tmp_path):
     with pytest.raises(ConfigError) as err:
         TriggerMonitorNode(namespace=NS, cli_args=["--ros-args", "--params-file", str(params)])
     assert err.value.parameter == "agents"
+
+
+@pytest.mark.parametrize("overlay", [["--params-file", "EMPTY"], ["-p", "agents:=[]"]])
+def test_an_empty_agent_list_after_the_shipped_file_stops_the_process(tmp_path, overlay):
+    """rcl drops an untyped `[]` when it merges files and -p, so the shipped file's four agents stayed in force."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("/**/trigger_monitor:\n  ros__parameters:\n    agents: []\n")  # the shipped file's section
+    shipped = Path(__file__).resolve().parents[3] / "config" / "trigger_monitor.yaml"
+    args = ["--ros-args", "-r", f"__ns:={NS}", "--params-file", str(shipped),
+            *[str(empty) if a == "EMPTY" else a for a in overlay]]
+    proc = subprocess.run([sys.executable, "-m", "brace_controller.trigger_monitor_node", *args],
+                          capture_output=True, text=True, timeout=90, env=os.environ.copy())
+    assert proc.returncode == 2 and "'agents'" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("agent_id", ["agent_0/../../x", "..", "a.b"])
+def test_a_path_like_agent_id_is_refused_and_counted(ros, agent_id):
+    node = monitor()
+    world = connect(ros, node)
+    world.outcomes.publish(ExecutionOutcome(agent_id=agent_id, action="pick", success=False))
+    wait_for(lambda: node.rejections.counts.get("outcome.bad_agent_id") == 1, what="the refusal counted")
+    assert node.monitor.failure.consecutive == {}
 
 
 def test_a_state_from_step_2_to_the_64_is_refused_and_triggers_go_on(ros):
