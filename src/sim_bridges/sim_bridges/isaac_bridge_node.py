@@ -57,7 +57,7 @@ from brace_common.episode import EpisodeResult, episode_msg
 from brace_common.lifecycle import ReleasingLifecycleNode, serialized
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
-from brace_common.validation import InvalidInput, Rejections, check_id
+from brace_common.validation import InvalidInput, Rejections, check_agent_id
 from brace_common.vocabulary import EpisodeEvent
 
 from . import isaac_contract as contract
@@ -284,7 +284,7 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
             self.counts["stale_plans"] += 1
             return
         try:
-            agent = check_id("agent_id", msg.agent_id)
+            agent = check_agent_id("agent_id", msg.agent_id)
             spec = self.robots.get(agent)
             if spec is None:
                 raise InvalidInput("unknown_agent", f"'{agent}' is not a robot of this bridge")

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from brace_common.config import ConfigError, check_fields, param
+from brace_common.config import ConfigError, check_agent_ids, check_fields, param
 
 from .isaac_contract import DEFAULT_TOPICS, Pose2D, RobotKind, RobotSpec
 from .isaac_skills import ExecLimits
@@ -129,9 +129,7 @@ class IsaacBridgeConfig:
         robots = [r.strip("/") for r in self.robots]
         if not robots:
             raise ConfigError("robots", "name at least one robot namespace")
-        bad = [r for r in robots if not NAME.match(r)]
-        if bad:
-            raise ConfigError("robots", f"'{bad[0]}' is not a ROS namespace")
+        check_agent_ids("robots", robots)  # a robot's namespace is its agent id
         if len(set(robots)) != len(robots):
             raise ConfigError("robots", f"{self.robots} names a robot twice")
         if len(self.robot_kinds) != len(robots):

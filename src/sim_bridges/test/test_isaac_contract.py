@@ -97,6 +97,8 @@ def test_the_shipped_parameter_file_builds_the_default_scene():
     ("robots", []),
     ("robots", ["carter_1", "carter_1"]),
     ("robots", ["1st_robot", "franka_1"]),
+    ("robots", ["fleet/carter_1"]),  # a robot's namespace is its agent id: one name token, never a path
+    ("robots", ["carter_1", ".."]),
     ("robot_kinds", ["mobile"]),
     ("robot_kinds", ["mobile", "flying"]),
     ("origins", [0.0, 0.0]),
