@@ -24,6 +24,8 @@ from pathlib import Path
 
 from report import write_csv  # bench/report.py (the script folder is on sys.path)
 
+from brace_common import names
+from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.vocabulary import CallStatus, TriggerKind
 from brace_controller.config import ControllerConfig
 from brace_controller.controller import BraceController
@@ -85,7 +87,8 @@ def bench_dds(duration_s: float, rate_hz: float) -> tuple[list[float], int, int]
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.update({k: env[k] for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE")})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "brace_controller.controller_node", "--ros-args", "--log-level", "error"],
+        [sys.executable, "-m", "brace_controller.controller_node", "--ros-args", "-r", f"__ns:={NS}",
+         "--log-level", "error"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     sent: dict[str, int] = {}
@@ -93,18 +96,18 @@ def bench_dds(duration_s: float, rate_hz: float) -> tuple[list[float], int, int]
     try:
         with rclpy.init():
             node = rclpy.create_node("overhead_probe")
-            pub = node.create_publisher(TriggerEvent, "/brace/triggers", qos.EVENTS)
+            pub = node.create_publisher(TriggerEvent, f"{NS}/{names.TRIGGERS}", qos.EVENTS)
 
             def on_decision(msg: ReplanDecision) -> None:
                 entry = sent.pop(msg.trigger.trigger_id, None)
                 if entry is not None and entry[1]:  # sent inside the measurement window
                     latencies.append((time.perf_counter_ns() - entry[0]) / 1e6)
 
-            node.create_subscription(ReplanDecision, "/brace/decisions", on_decision, qos.EVENTS)
+            node.create_subscription(ReplanDecision, f"{NS}/{names.DECISIONS}", on_decision, qos.EVENTS)
             executor = SingleThreadedExecutor()
             executor.add_node(node)
             deadline = time.monotonic() + 30.0
-            while pub.get_subscription_count() == 0 or node.count_publishers("/brace/decisions") == 0:
+            while pub.get_subscription_count() == 0 or node.count_publishers(f"{NS}/{names.DECISIONS}") == 0:
                 executor.spin_once(timeout_sec=0.05)
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise RuntimeError("brace_controller did not come up: " + (proc.stderr.read() if proc.poll() else ""))

@@ -88,6 +88,7 @@ class LatencyModel:
         self.decode_coef = np.zeros(2)
         self.mode_decode_ms: dict[int, float] = {}
         self.margin_ms = 0.0
+        self._cache()
 
     @property
     def ready(self) -> bool:
@@ -125,29 +126,43 @@ class LatencyModel:
         residual = decode - np.stack([ones, a / _SCALE], axis=1) @ self.decode_coef
         modes = np.array([x.mode for x in s])
         self.mode_decode_ms = {int(m): float(np.mean(residual[modes == m])) for m in np.unique(modes)}
+        self._cache()
         predicted = np.array([self.predict_mean(x.tokens_before, x.tokens_after, x.mode) for x in s])
         total = np.array([x.total_ms for x in s])
         self.margin_ms = max(0.0, float(np.quantile(total - predicted, self.tail_quantile)))
 
+    def _cache(self) -> None:
+        """The fitted coefficients as plain floats: a decision predicts a call a dozen times (budget_for)."""
+        self._compress = tuple(float(v) for v in self.compress_coef)
+        self._prefill = tuple(float(v) for v in self.prefill_coef)
+        self._decode = tuple(float(v) for v in self.decode_coef)
+        offsets = list(self.mode_decode_ms.values())
+        self._default_offset = sum(offsets) / len(offsets) if offsets else 0.0
+
+    def _phases(self, tokens_before: float, tokens_after: float, mode: int) -> tuple[float, float, float]:
+        n = float(tokens_before) / _SCALE
+        a = min(float(tokens_after), float(tokens_before)) / _SCALE
+        c0, c1 = self._compress
+        p0, p1, p2, p3, p4 = self._prefill
+        d0, d1 = self._decode
+        offset = self.mode_decode_ms.get(int(mode), self._default_offset)
+        return (max(0.0, c0 + c1 * n), max(0.0, p0 + p1 * n + p2 * a + p3 * n * n + p4 * a * a),
+                max(0.0, d0 + d1 * a + offset))
+
     def predict_phases(self, tokens_before: float, tokens_after: float, mode: int) -> dict[str, float]:
         """Predicted mean milliseconds of each fitted phase."""
-        n, a = float(tokens_before), float(min(tokens_after, tokens_before))
-        compress = max(0.0, float(self.compress_coef @ np.array([1.0, n / _SCALE])))
-        prefill = max(0.0, float(self._prefill_features(np.array([n]), np.array([a]))[0] @ self.prefill_coef))
-        offset = self.mode_decode_ms.get(int(mode), float(np.mean(list(self.mode_decode_ms.values())))
-                                         if self.mode_decode_ms else 0.0)
-        decode = max(0.0, float(self.decode_coef @ np.array([1.0, a / _SCALE])) + offset)
+        compress, prefill, decode = self._phases(tokens_before, tokens_after, mode)
         return {Phase.CONTEXT_COMPRESS.value: compress, Phase.PREFILL.value: prefill, Phase.DECODE.value: decode}
 
     def predict_mean(self, tokens_before: float, tokens_after: float, mode: int = 0) -> float:
         """Predicted mean latency of a call (ms, queue excluded)."""
-        return sum(self.predict_phases(tokens_before, tokens_after, mode).values())
+        return sum(self._phases(tokens_before, tokens_after, mode))
 
     def predict_p95(self, tokens_before: float, tokens_after: float, mode: int = 0) -> float:
         """Predicted mean plus the tail margin (ms); NaN before the model is ready."""
         if not self.ready:
             return math.nan
-        return self.predict_mean(tokens_before, tokens_after, mode) + self.margin_ms
+        return sum(self._phases(tokens_before, tokens_after, mode)) + self.margin_ms
 
     def budget_for(self, target_ms: float, tokens_before: int, mode: int, low: int, high: int) -> Optional[int]:
         """Largest B_t in [low, high] with predict_p95(N, min(N, B_t)) <= target_ms.
