@@ -1,11 +1,15 @@
 """`brace-audit`: recompute a run's tables from its bag, or replay the bag on ROS 2.
 
     brace-audit report <bag | run folder> [--csv DIR]
+    brace-audit recover <bag> [--output OUT | --in-place]
     brace-audit replay <bag> [--rate X] [--topics T ...]
 
 `report` reads the bag alone (every table of `audit_report`); a run folder with
 several bags (one per variant) gives one row per bag. A truncated or corrupt
-bag is reported with what was recovered and the tables of the recovered part.
+bag, or one a killed recorder left unfinished, is reported as damaged (exit 1)
+with what was lost, which episodes are incomplete and the tables of the
+recovered part. `recover` rewrites such a bag into a finished one that every
+MCAP / rosbag2 reader opens (it keeps what was read; it invents nothing).
 `replay` republishes the recorded topics with their recorded timing (scaled by
 --rate) for RViz. `RecordCollector` turns messages into RunRecords and is
 shared by the live run and the report, so both compute the same numbers.
@@ -18,6 +22,7 @@ import csv
 import json
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from brace_msgs.msg import Episode, Plan, ReplanCall, ReplanDecision
@@ -29,7 +34,7 @@ from brace_common.vocabulary import CallStatus, EpisodeEvent
 from . import convert
 from .audit_recorder_node import message_class
 from .audit_report import CallRow, RunRecords, phase_breakdown, report, summary, suppression_rows
-from .bag import BagError, read_bag
+from .bag import RECOVERY_NOTE, BagError, read_bag, recover_bag
 
 REPORTED = {names.REPLAN_CALLS: ReplanCall, names.DECISIONS: ReplanDecision, names.PLAN: Plan,
             names.EPISODE: Episode}
@@ -61,9 +66,12 @@ class RecordCollector:
             if msg.event == EpisodeEvent.START:
                 self.episode = int(msg.episode)
                 self.records.variant = self.records.variant or msg.variant
+                self.records.ledger.start(int(msg.episode), time_ns)
             else:
                 self.records.episodes.append(convert.episode_from_msg(msg))
+                self.records.ledger.end(int(msg.episode), time_ns)
         elif role == names.REPLAN_CALLS:
+            self.records.ledger.call(time_ns)
             phases = {p.phase: (float(p.duration_ms), int(p.tokens_in), int(p.tokens_out)) for p in msg.phases}
             try:
                 status = CallStatus(msg.status)
@@ -89,12 +97,41 @@ EXIT_INTACT, EXIT_RECOVERED, EXIT_UNREADABLE = 0, 1, 2
 
 def records_from_bag(bag: Path, variant: str = "") -> tuple[RunRecords, str]:
     """RunRecords of a bag and a note on damage ('' when the bag is intact)."""
-    records, note, _count = load_bag(bag, variant)
-    return records, note
+    audit = audit_bag(bag, variant)
+    return audit.records, audit.note
 
 
 def load_bag(bag: Path, variant: str = "") -> tuple[RunRecords, str, int]:
     """RunRecords of a bag, a note on damage ('' when intact) and how many messages could be read."""
+    audit = audit_bag(bag, variant)
+    return audit.records, audit.note, audit.count
+
+
+@dataclass
+class BagAudit:
+    """A bag read for a report: its records, the damage found, what a recovery recorded, incomplete episodes."""
+
+    records: RunRecords
+    note: str                          # damage and malformed messages ('' when intact)
+    count: int                         # messages read
+    lost_data: bool = False            # messages were lost (damage, or a recovery that recorded a loss)
+    recovery: dict = field(default_factory=dict)  # the note `brace-audit recover` left in the file ({} if none)
+
+    @property
+    def problems(self) -> list[str]:
+        """Incomplete episodes and calls without their episode."""
+        return self.records.ledger.problems()
+
+    @property
+    def exit_code(self) -> int:
+        """EXIT_RECOVERED when the bag is damaged, or was recovered and lost messages or episode ends."""
+        if self.note or (self.recovery and (self.lost_data or self.problems)):
+            return EXIT_RECOVERED
+        return EXIT_INTACT
+
+
+def audit_bag(bag: Path, variant: str = "") -> BagAudit:
+    """Read a bag for a report (BagError / OSError when nothing can be read)."""
     contents = read_bag(bag)
     collector = RecordCollector(variant)
     for m in contents.messages:
@@ -110,7 +147,9 @@ def load_bag(bag: Path, variant: str = "") -> tuple[RunRecords, str, int]:
     note = str(contents.damage) if contents.damage else ""
     if collector.malformed:
         note += f"{'; ' if note else ''}{collector.malformed} malformed messages skipped"
-    return collector.records, note, len(contents.messages)
+    recovery = contents.notes.get(RECOVERY_NOTE, {})
+    lost = bool(contents.damage and contents.damage.lost_data) or recovery.get("lost_data") == "true"
+    return BagAudit(collector.records, note, len(contents.messages), lost, recovery)
 
 
 def find_bags(path: Path) -> list[Path]:
@@ -148,17 +187,18 @@ def cmd_report(args) -> int:
     runs, code = [], EXIT_INTACT
     for bag in bags:
         try:
-            records, note, count = load_bag(bag)
+            audit = audit_bag(bag)
         except (BagError, OSError) as exc:
             print(f"brace-audit: {bag}: {exc}", file=sys.stderr)
             return EXIT_UNREADABLE
-        if count == 0:
-            print(f"brace-audit: {bag}: no message could be read{f' ({note})' if note else ''}", file=sys.stderr)
+        if audit.count == 0:
+            note = f" ({audit.note})" if audit.note else ""
+            print(f"brace-audit: {bag}: no message could be read{note}", file=sys.stderr)
             return EXIT_UNREADABLE
+        records = audit.records
         records.variant = records.variant or (bag.parent.name if bag.name == "bag" else bag.name)
-        if note:
-            print(f"WARNING {bag}: {note}", file=sys.stderr)
-            code = EXIT_RECOVERED
+        print_integrity(bag, audit)
+        code = max(code, audit.exit_code)
         runs.append(records)
     print(report(runs))
     if args.json:
@@ -166,6 +206,43 @@ def cmd_report(args) -> int:
     if args.csv:
         write_csvs(runs, Path(args.csv))
     return code
+
+
+def print_integrity(bag: Path, audit: BagAudit) -> None:
+    """WARNING lines for a damaged bag (what was lost, incomplete episodes); NOTE lines for a recovered or intact one.
+    """
+    damaged = audit.exit_code != EXIT_INTACT
+    level = "WARNING" if damaged else "NOTE"
+    if audit.note:
+        print(f"WARNING {bag}: {audit.note}", file=sys.stderr)
+        if not audit.recovery and "did not finish" in audit.note:
+            print(f"WARNING {bag}: `brace-audit recover {bag}` rewrites it into a bag every MCAP reader opens",
+                  file=sys.stderr)
+    if audit.recovery:
+        print(f"{level} {bag}: recovered by brace-audit recover from {audit.recovery.get('source', '?')}: "
+              f"{audit.recovery.get('damage', '')}", file=sys.stderr)
+    if audit.problems and (damaged or audit.recovery):
+        print(f"WARNING {bag}: the tables lack what was lost:", file=sys.stderr)
+    for line in audit.problems:
+        print(f"{level} {bag}: {line}", file=sys.stderr)
+
+
+def cmd_recover(args) -> int:
+    """Rewrite a damaged bag into a finished one; exit 0 when written (or intact), EXIT_UNREADABLE when not."""
+    try:
+        contents = read_bag(Path(args.bag))
+        if contents.damage is None:
+            print(f"brace-audit: {args.bag} is intact; nothing to recover", file=sys.stderr)
+            return 0
+        result = recover_bag(Path(args.bag), args.output, in_place=args.in_place)
+    except (BagError, OSError) as exc:
+        print(f"brace-audit: {args.bag}: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    kept = f"; the damaged file is kept as {result.kept_original}" if result.kept_original else ""
+    dropped = f"; {result.dropped} messages without their schema dropped" if result.dropped else ""
+    print(f"recovered {result.messages} messages into {result.output}{dropped}{kept}\n"
+          f"source: {result.damage}", file=sys.stderr)
+    return 0
 
 
 def cmd_replay(args) -> int:
@@ -207,7 +284,7 @@ def cmd_replay(args) -> int:
 
 
 def main(argv=None) -> int:
-    """`brace-audit report|replay`."""
+    """`brace-audit report|recover|replay`."""
     ap = argparse.ArgumentParser(prog="brace-audit", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="recompute every table from the bag alone")
@@ -215,6 +292,13 @@ def main(argv=None) -> int:
     rep.add_argument("--csv", help="also write summary.csv / phases.csv / suppression.csv here")
     rep.add_argument("--json", action="store_true", help="also print the summary rows as JSON")
     rep.set_defaults(func=cmd_report)
+    rec = sub.add_parser("recover", help="rewrite a damaged bag (a killed recorder's) into a finished one")
+    rec.add_argument("bag")
+    where = rec.add_mutually_exclusive_group()
+    where.add_argument("--output", help="the recovered bag (default: <bag>_recovered beside it; must not exist)")
+    where.add_argument("--in-place", action="store_true",
+                       help="replace the bag's file and metadata.yaml, keeping the damaged file as <file>.damaged")
+    rec.set_defaults(func=cmd_recover)
     play = sub.add_parser("replay", help="republish the recorded topics with their recorded timing")
     play.add_argument("bag")
     play.add_argument("--rate", type=float, default=1.0)

@@ -9,8 +9,13 @@ Writes      `output_dir`: metadata.yaml + <name>_0.mcap, readable by `ros2 bag i
 Publishes   /diagnostics
 
 The bag is finished (MCAP summary written, metadata.yaml written) on shutdown,
-SIGINT or SIGTERM, so nothing received is lost; chunks are small (`chunk_kb`)
-so a killed recorder leaves a readable prefix (see `brace-audit report`).
+SIGINT or SIGTERM, so nothing received is lost. Every `metadata_period_s` the
+chunk in progress is written out (handed to the OS) and metadata.yaml
+rewritten, and a chunk is written as soon as it holds `chunk_kb`: a recorder
+killed with SIGKILL loses at most the messages it received in the last
+`metadata_period_s` (and at most `chunk_kb` of them), plus what DDS had not yet
+delivered to it. Its file then lacks the MCAP footer: `brace-audit report`
+reports it as damaged and `brace-audit recover` rewrites it into a finished bag.
 """
 
 from __future__ import annotations
@@ -72,8 +77,10 @@ class RecorderConfig:
     output_dir: str = param("", "bag directory to create (must not exist or be empty); '' = ./brace_audit_<time>")
     topics: list[str] = param(list(TOPICS), "topics to record, as the nodes name them (each one of the stack's "
                               "topics; relative ones resolve in this node's namespace)")
-    chunk_kb: int = param(64, "MCAP chunk size (KiB): what a killed recorder can lose at most", 1, 1 << 20)
-    metadata_period_s: float = param(2.0, "how often metadata.yaml is rewritten while recording (s)", 0.1, 3600.0)
+    chunk_kb: int = param(64, "MCAP chunk size (KiB): a killed recorder loses at most one chunk", 1, 1 << 20)
+    metadata_period_s: float = param(1.0, "how often the chunk in progress is written out and metadata.yaml "
+                                     "rewritten (s): a killed recorder loses at most the messages of one period",
+                                     0.1, 3600.0)
 
     def validate(self) -> None:
         """ConfigError naming the first invalid parameter."""
@@ -91,6 +98,7 @@ class AuditRecorderNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("audit_recorder", **kwargs)
         self.writer: Optional[BagWriter] = None  # none when configuration fails: shutdown must still work
+        self.flushed = 0  # messages in the file as of the last write_metadata()
         self.config = declare_config(self, RecorderConfig)
         reject_undeclared(self)
         # Receive times are system time, as rosbag2 records them, whether or not the stack runs on /clock
@@ -120,9 +128,10 @@ class AuditRecorderNode(Node):
             self.writer.write(topic, data, self._receive_clock.now().nanoseconds)
 
     def write_metadata(self) -> None:
-        """Rewrite metadata.yaml for what is recorded so far (a killed recorder leaves a readable bag)."""
+        """Write out the chunk in progress and rewrite metadata.yaml (what a killed recorder keeps)."""
         if self.writer is not None and not self.writer.closed:
             self.writer.write_metadata()
+            self.flushed = sum(t.count for t in self.writer.topics.values())
 
     def close(self) -> None:
         """Finish the bag (idempotent)."""
@@ -137,8 +146,9 @@ class AuditRecorderNode(Node):
         super().destroy_node()
 
     def publish_diagnostics(self) -> None:
-        """Messages recorded per topic on /diagnostics."""
+        """Messages recorded per topic, and how many of them are written out, on /diagnostics."""
         counts = {t: i.count for t, i in self.writer.topics.items()} if self.writer is not None else {}
+        counts["written_out"] = self.flushed
         self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: audit bag", counts, self.get_clock().now().to_msg(),
                                                message=str(self.path)))
 

@@ -12,6 +12,7 @@ import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Optional
 
 from brace_common.episode import EpisodeResult
 from brace_common.vocabulary import CallStatus, Phase
@@ -45,6 +46,80 @@ class CallRow:
 
 
 @dataclass
+class EpisodeSpan:
+    """One episode as a bag shows it: its start and end (None: not in the bag) and the calls recorded in it."""
+
+    episode: int
+    start_ns: Optional[int] = None
+    end_ns: Optional[int] = None
+    calls: int = 0            # calls between its start and its end
+    late_calls: int = 0       # calls after its end, before the next start (answers in flight at the end)
+
+    @property
+    def complete(self) -> bool:
+        """Both its start and its end are in the bag."""
+        return self.start_ns is not None and self.end_ns is not None
+
+
+class EpisodeLedger:
+    """Episode starts, ends and calls in arrival order -> one span per episode, and what is incomplete."""
+
+    def __init__(self) -> None:
+        self.spans: list[EpisodeSpan] = []
+        self.calls_before_start = 0  # calls before the first start in the bag
+        self.first_ns: Optional[int] = None
+
+    def _seen(self, time_ns: int) -> None:
+        self.first_ns = time_ns if self.first_ns is None else min(self.first_ns, time_ns)
+
+    def start(self, episode: int, time_ns: int) -> None:
+        """An episode's start (a span still open before it stays incomplete)."""
+        self._seen(time_ns)
+        self.spans.append(EpisodeSpan(episode, start_ns=time_ns))
+
+    def end(self, episode: int, time_ns: int) -> None:
+        """An episode's end: closes its open span, or makes one without a start."""
+        self._seen(time_ns)
+        last = self.spans[-1] if self.spans else None
+        if last is not None and last.episode == episode and last.end_ns is None:
+            last.end_ns = time_ns
+        else:
+            self.spans.append(EpisodeSpan(episode, end_ns=time_ns))
+
+    def call(self, time_ns: int) -> None:
+        """One call record, counted for the episode it arrived in."""
+        self._seen(time_ns)
+        if not self.spans:
+            self.calls_before_start += 1
+        elif self.spans[-1].end_ns is None:
+            self.spans[-1].calls += 1
+        else:
+            self.spans[-1].late_calls += 1
+
+    def incomplete(self) -> list[EpisodeSpan]:
+        """Spans without a start or without an end."""
+        return [s for s in self.spans if not s.complete]
+
+    def problems(self) -> list[str]:
+        """One line per incomplete episode and for calls recorded before any episode started."""
+        def at(time_ns: Optional[int]) -> str:
+            return f"{(time_ns - (self.first_ns or 0)) / 1e9:.1f} s into the bag"
+
+        lines = []
+        for s in self.incomplete():
+            if s.end_ns is None:
+                lines.append(f"episode {s.episode} incomplete: started {at(s.start_ns)}, no end in the bag "
+                             f"(its result is missing); {s.calls} calls recorded for it")
+            else:
+                lines.append(f"episode {s.episode} incomplete: ended {at(s.end_ns)} with no start in the bag; "
+                             f"its calls are counted with the episode before it")
+        if self.calls_before_start and self.spans:
+            lines.append(f"{self.calls_before_start} calls recorded before the first episode start "
+                         f"(without their episode)")
+        return lines
+
+
+@dataclass
 class RunRecords:
     """Everything the tables need, in publication order."""
 
@@ -54,6 +129,7 @@ class RunRecords:
     plans: list[tuple[int, str, tuple]] = field(default_factory=list)     # (episode, agent, signature)
     episodes: list[EpisodeResult] = field(default_factory=list)
     duration_s: float = 0.0
+    ledger: EpisodeLedger = field(default_factory=EpisodeLedger)  # episode starts / ends / calls, for integrity
 
 
 def _mean(values) -> float:

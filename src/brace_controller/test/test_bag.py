@@ -1,4 +1,4 @@
-"""rosbag2 MCAP bags: round trip, third-party reader, damage reporting, recorder on SIGTERM."""
+"""rosbag2 MCAP bags: round trip, third-party readers, damage reporting, recorder on SIGTERM and SIGKILL, recovery."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import yaml
 from brace_msgs.msg import Episode, ReplanCall
 from rclpy.serialization import deserialize_message, serialize_message
 
-from brace_controller.bag import BagError, BagWriter, message_definition, read_bag
+from brace_common.testing import wait_for
+from brace_controller.bag import BagError, BagWriter, message_definition, read_bag, recover_bag
 
 
 def write_calls(path, n: int = 50, chunk_size: int = 64 * 1024):
@@ -166,12 +167,25 @@ def test_recorder_refuses_a_used_output_dir_by_name(tmp_path):
     assert (tmp_path / "old.mcap").read_bytes() == b"x"
 
 
+def start_recorder(bag, topics: str = "['episode']", *params: str) -> subprocess.Popen:
+    """The audit_recorder as its own process in /brace, recording `topics` into `bag`; `params`: 'name:=value'."""
+    args = [a for p in params for a in ("-p", p)]
+    return subprocess.Popen([sys.executable, "-m", "brace_controller.audit_recorder_node", "--ros-args",
+                             "-p", f"output_dir:={bag}", "-p", f"topics:={topics}", *args, "-r", "__ns:=/brace"],
+                            env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def metadata_count(bag) -> int:
+    """The message count of a bag's metadata.yaml (-1 while there is none or it cannot be read)."""
+    try:
+        return int(yaml.safe_load((bag / "metadata.yaml").read_text())["rosbag2_bagfile_information"]["message_count"])
+    except (OSError, TypeError, KeyError, yaml.YAMLError):
+        return -1
+
+
 def test_recorder_finishes_the_bag_on_sigterm(tmp_path):
     bag = tmp_path / "rec"
-    env = dict(os.environ)
-    proc = subprocess.Popen([sys.executable, "-m", "brace_controller.audit_recorder_node", "--ros-args",
-                             "-p", f"output_dir:={bag}", "-p", "topics:=['episode']", "-r", "__ns:=/brace"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = start_recorder(bag)
     import rclpy
 
     from brace_common import qos
@@ -210,3 +224,199 @@ def test_a_plan_with_parameters_nested_thousands_deep_is_compared_as_text():
                                                                                    parameters_json='{"b": 1, "a": 2}')])
     signature = plan_signature(plan)
     assert signature[0] == ("move_to", deep) and signature[1] == ("wait", '{"a": 2, "b": 1}')
+
+
+def third_party_reads(bag) -> dict:
+    """What rosbags (rosbag2 Reader + CDR deserialisation) and the mcap library (seeking and streaming readers,
+    summary) read of a bag: messages per reader, and the call ids rosbags deserialised."""
+    from mcap.reader import NonSeekingReader, make_reader
+    from rosbags.rosbag2 import Reader
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+    (mcap,) = bag.glob("*.mcap")
+    with open(mcap, "rb") as f:
+        seeking = make_reader(f)
+        summary = seeking.get_summary()
+        seek_count = sum(1 for _ in seeking.iter_messages())
+    with open(mcap, "rb") as f:
+        stream_count = sum(1 for _ in NonSeekingReader(f).iter_messages())
+    store, call_ids, rosbags_count = get_typestore(Stores.EMPTY), [], 0
+    with Reader(bag) as reader:
+        for conn in reader.connections:
+            store.register(get_types_from_msg(conn.msgdef.data, conn.msgtype))
+        for conn, _time, raw in reader.messages():
+            msg = store.deserialize_cdr(raw, conn.msgtype)
+            rosbags_count += 1
+            if conn.topic.endswith("replan_calls"):
+                call_ids.append(msg.call_id)
+        rosbags_total = reader.message_count
+    return {"seeking": seek_count, "summary": summary.statistics.message_count, "streaming": stream_count,
+            "rosbags": rosbags_count, "rosbags_metadata": rosbags_total, "call_ids": call_ids}
+
+
+def test_a_killed_recorder_bag_is_reported_damaged_and_recovered_for_every_reader(tmp_path, capsys):
+    """SIGKILL mid-episode: `report` exits 1 naming the cut episode (it exited 0 with the episode silently short);
+    `recover` writes a bag that rosbags and mcap read whole, whose report still names the episode incomplete."""
+    import rclpy
+
+    from brace_common import qos
+    from brace_controller.audit import EXIT_RECOVERED, main
+
+    bag, out = tmp_path / "rec", tmp_path / "recovered"
+    proc = start_recorder(bag, "['episode', 'replan_calls']", "chunk_kb:=1", "metadata_period_s:=0.2")
+    sent: list[str] = []
+    try:
+        with rclpy.init():
+            node = rclpy.create_node("bag_kill_publisher")
+            episodes = node.create_publisher(Episode, "/brace/episode", qos.EVENTS)
+            calls = node.create_publisher(ReplanCall, "/brace/replan_calls", qos.EVENTS)
+            wait_for(lambda: episodes.get_subscription_count() == 1 and calls.get_subscription_count() == 1, 30,
+                     "the recorder's subscriptions")
+
+            def episode(number: int, calls_in_it: int, end: bool) -> None:
+                episodes.publish(Episode(event=Episode.EVENT_START, episode=number))
+                wait_for(lambda: metadata_count(bag) == len(sent) + 1, 30, f"episode {number}'s start recorded")
+                sent.append(f"start {number}")
+                for i in range(calls_in_it):
+                    call_id = f"e{number}c{i}"
+                    calls.publish(ReplanCall(call_id=call_id, compressor="x" * 100))  # 8 calls to a 1 KiB chunk
+                    sent.append(call_id)
+                wait_for(lambda: metadata_count(bag) == len(sent), 30, f"episode {number}'s calls recorded")
+                if end:
+                    episodes.publish(Episode(event=Episode.EVENT_END, episode=number, success=True))
+                    sent.append(f"end {number}")
+                    wait_for(lambda: metadata_count(bag) == len(sent), 30, f"episode {number}'s end recorded")
+
+            episode(0, 20, end=True)
+            episode(1, 21, end=False)  # metadata.yaml counts every message: the recorder wrote them all out
+            proc.kill()
+            assert proc.wait(timeout=30) == -signal.SIGKILL
+            node.destroy_node()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    original = (bag / f"{bag.name}_0.mcap").read_bytes()
+    capsys.readouterr()
+    assert main(["report", str(bag)]) == EXIT_RECOVERED
+    err = capsys.readouterr().err
+    assert "did not finish the file" in err and "episode 1 incomplete" in err and "21 calls" in err, err
+    assert "episode 0 incomplete" not in err
+    contents = read_bag(bag)
+    assert len(contents.messages) == len(sent) and contents.damage is not None and not contents.damage.finished
+
+    assert main(["recover", str(bag), "--output", str(out)]) == 0
+    assert (bag / f"{bag.name}_0.mcap").read_bytes() == original  # the damaged bag is left as it was
+    calls_sent = [c for c in sent if " " not in c]  # the call ids, not the episode boundaries
+    reads = third_party_reads(out)
+    assert reads.pop("call_ids") == calls_sent
+    assert reads == dict.fromkeys(("seeking", "summary", "streaming", "rosbags", "rosbags_metadata"), len(sent))
+    recovered = read_bag(out)
+    assert recovered.damage is None and len(recovered.messages) == len(sent)
+    info = yaml.safe_load((out / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+    assert info["files"][0]["path"] == "recovered_0.mcap" and info["files"][0]["message_count"] == len(sent)
+    capsys.readouterr()
+    assert main(["report", str(out)]) == EXIT_RECOVERED  # valid file, but episode 1's end was never recorded
+    err = capsys.readouterr().err
+    assert "recovered by brace-audit recover" in err and "episode 1 incomplete" in err, err
+    assert main(["recover", str(bag), "--output", str(out)]) == 2  # never over an existing bag
+
+
+def test_a_killed_recorder_keeps_every_message_written_out_before_the_kill(tmp_path):
+    """The chunk in progress is written out every metadata_period_s (before: only when it held chunk_kb, so a quiet
+    topic's messages stayed in memory and a SIGKILL lost all of them)."""
+    import rclpy
+
+    from brace_common import qos
+
+    bag = tmp_path / "rec"
+    proc = start_recorder(bag, "['episode']", "metadata_period_s:=0.2")  # chunk_kb 64: 20 messages never fill one
+    try:
+        with rclpy.init():
+            node = rclpy.create_node("bag_quiet_publisher")
+            pub = node.create_publisher(Episode, "/brace/episode", qos.EVENTS)
+            wait_for(lambda: pub.get_subscription_count() == 1, 30, "the recorder's subscription")
+            for i in range(20):
+                pub.publish(Episode(episode=i))
+            wait_for(lambda: metadata_count(bag) == 20, 30, "metadata.yaml counting every message")
+            proc.kill()
+            proc.wait(timeout=30)
+            node.destroy_node()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    contents = read_bag(bag)
+    assert [deserialize_message(m.data, Episode).episode for m in contents.messages] == list(range(20))
+    assert contents.damage is not None and not contents.damage.finished and not contents.damage.lost_data
+
+
+def killed_bag(path, episodes_ended: bool, n: int = 40):
+    """A bag as a recorder killed after its last write_metadata() leaves it: an episode, its calls, maybe its end."""
+    from brace_common import qos
+    from brace_controller.audit_recorder_node import qos_profiles
+
+    writer = BagWriter(path, chunk_size=1024)
+    writer.add_topic("/brace/episode", "brace_msgs/msg/Episode", qos_profiles(qos.EVENTS))
+    writer.add_topic("/brace/replan_calls", "brace_msgs/msg/ReplanCall", qos_profiles(qos.EVENTS))
+    writer.write("/brace/episode", serialize_message(Episode(event=Episode.EVENT_START, episode=0)), 1_000)
+    for i in range(n):
+        writer.write("/brace/replan_calls", serialize_message(ReplanCall(call_id=f"c{i}")), 2_000 + i)
+    if episodes_ended:
+        writer.write("/brace/episode", serialize_message(Episode(event=Episode.EVENT_END, episode=0)), 9_000)
+    writer.write_metadata()  # then SIGKILL: no close()
+    return writer
+
+
+def test_an_unfinished_bag_is_damaged_even_when_every_record_is_intact(tmp_path, capsys):
+    from brace_controller.audit import EXIT_INTACT, EXIT_RECOVERED, main
+
+    killed_bag(tmp_path / "bag", episodes_ended=True)
+    contents = read_bag(tmp_path / "bag")
+    assert len(contents.messages) == 42 and contents.damage is not None
+    assert not contents.damage.finished and contents.damage.lost_bytes == 0 and contents.damage.skipped_chunks == 0
+    assert main(["report", str(tmp_path / "bag")]) == EXIT_RECOVERED
+    assert "did not finish the file" in capsys.readouterr().err
+    # Recovered, the file is whole and every episode complete: intact, with a note saying it was recovered.
+    assert main(["recover", str(tmp_path / "bag")]) == 0
+    assert main(["report", str(tmp_path / "bag_recovered")]) == EXIT_INTACT
+    err = capsys.readouterr().err
+    assert "NOTE" in err and "recovered by brace-audit recover" in err and "WARNING" not in err, err
+    assert main(["recover", str(tmp_path / "bag_recovered")]) == 0  # intact: nothing to do, nothing written
+    assert not (tmp_path / "bag_recovered_recovered").exists()
+
+
+def test_a_bag_cut_inside_a_chunk_says_what_was_lost(tmp_path, capsys):
+    from brace_controller.audit import EXIT_RECOVERED, main
+
+    killed_bag(tmp_path / "bag", episodes_ended=True, n=300)
+    mcap = tmp_path / "bag" / "bag_0.mcap"
+    data = mcap.read_bytes()
+    mcap.write_bytes(data[: len(data) - 700])  # the file ends inside its last chunk
+    damage = read_bag(tmp_path / "bag").damage
+    assert damage is not None and damage.cut_record == "chunk" and damage.lost_bytes > 0 and damage.lost_data
+    assert damage.expected == 302 and 0 < damage.missing < 302
+    assert main(["report", str(tmp_path / "bag")]) == EXIT_RECOVERED
+    err = capsys.readouterr().err
+    assert f"{damage.lost_bytes} bytes after the last intact record" in err and "cut inside a chunk" in err
+    assert f"metadata.yaml counts 302: {damage.missing} of them missing" in err
+    assert "episode 0 incomplete" in err  # its end was in the lost chunk
+    result = recover_bag(tmp_path / "bag")
+    assert result.messages == 302 - damage.missing and read_bag(result.output).damage is None
+    assert main(["report", str(result.output)]) == EXIT_RECOVERED  # a recovery that lost messages stays damaged
+    assert "episode 0 incomplete" in capsys.readouterr().err
+
+
+def test_recover_in_place_replaces_the_bag_and_keeps_the_damaged_file(tmp_path):
+    from rosbags.rosbag2 import Reader
+
+    killed_bag(tmp_path / "bag", episodes_ended=False)
+    mcap = tmp_path / "bag" / "bag_0.mcap"
+    original = mcap.read_bytes()
+    result = recover_bag(tmp_path / "bag", in_place=True)
+    assert result.output == tmp_path / "bag" and result.kept_original == tmp_path / "bag" / "bag_0.mcap.damaged"
+    assert result.kept_original.read_bytes() == original
+    assert read_bag(tmp_path / "bag").damage is None
+    with Reader(tmp_path / "bag") as reader:
+        assert reader.message_count == 41 and sum(1 for _ in reader.messages()) == 41
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bag"]  # no temporary folder left behind
+    with pytest.raises(BagError, match="exists"):
+        recover_bag(tmp_path / "bag", in_place=True)  # would overwrite the kept damaged file
