@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """The graph fuzz harness at full size (issue 17): every node its own process, hostile input, then a real run.
 
-    python bench/fuzz_graph.py [--per-topic 10000] [--goals 100] [--seed 0]
+    python bench/fuzz_graph.py [--per-topic 10000] [--goals 100] [--seed 0] [--skip topics overlays] [--quick]
 
 Prints the table of attacks (sent, malformed by the nodes' own checks, counted on /diagnostics) and outcomes
-(crashes, hangs, the held episode's plans, calls past their hard deadline by more than 250 ms, goal answers),
-writes bench/out/fuzz_graph.csv; exits 1 when a target is missed. `source scripts/env.sh` first.
+(crashes, hangs, the held episode's plans, calls past their hard deadline by more than 250 ms, goal answers), then
+the overlay-parameter attack (every node of the sim and twin stacks started with its files plus one that breaks a
+parameter: refused = exit 2 naming it); writes bench/out/fuzz_graph.csv; exits 1 when a target is missed.
+`source scripts/env.sh` first.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -19,6 +22,7 @@ from pathlib import Path
 from report import cpu_report, describe_cpu, write_csv
 
 from brace_bringup.fuzz import OVERRUN_MS, run
+from brace_bringup.fuzz_parameters import default_cases, run_overlays
 
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -29,13 +33,46 @@ def main() -> int:
     ap.add_argument("--per-topic", type=int, default=10_000)
     ap.add_argument("--goals", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip", nargs="*", default=[], choices=["topics", "overlays"])
+    ap.add_argument("--out", type=Path, default=OUT / "fuzz_graph.csv", help="the CSV table")
+    ap.add_argument("--quick", action="store_true", help="200 per topic, 40 goals, one overlay case per node")
     args = ap.parse_args()
+    if args.quick:
+        args.per_topic, args.goals = 200, 40
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="fuzz_graph_") as tmp:
-        result = run(Path(tmp), args.per_topic, args.goals, args.seed)
+    rows, ok = [], True
+    if "topics" not in args.skip:
+        with tempfile.TemporaryDirectory(prefix="fuzz_graph_") as tmp:
+            rows, ok = topic_attacks(Path(tmp), args)
+    if "overlays" not in args.skip:
+        with tempfile.TemporaryDirectory(prefix="fuzz_overlays_") as tmp:
+            overlays, refused = overlay_attack(Path(tmp), args.seed, per_node=1 if args.quick else 2)
+        rows += overlays
+        ok = ok and refused
+    print(f"\nCPU: {describe_cpu(cpu_report())}; {time.monotonic() - started:.0f} s; targets met: {'yes' if ok else 'NO'}")
+    write_csv(rows, args.out)
+    return 0 if ok else 1
+
+
+def overlay_attack(folder: Path, seed: int, per_node: int) -> tuple[list[dict], bool]:
+    """Every node started with its files plus an overlay breaking one parameter; rows and whether all refused."""
+    workspace = Path(__file__).resolve().parents[1]
+    outcomes = run_overlays(default_cases(per_node), folder, workspace, domain=1 + (os.getpid() + seed + 50) % 200)
+    print(f"\n{'overlay parameter file (node: parameter=value)':<60} {'exit':>5} {'named':>6}  outcome")
+    rows = []
+    for o in outcomes:
+        outcome = "refused" if o.refused else ("still running" if o.returncode is None else "NOT refused")
+        print(f"{o.case.label[:60]:<60} {str(o.returncode):>5} {str(o.named):>6}  {outcome}")
+        rows.append({"attack": f"overlay {o.case.parameter}={o.case.value!r}", "node": o.case.node.name, "sent": 1,
+                     "malformed": 1, "counted": int(o.refused), "uncounted": int(not o.refused), "note": outcome})
+    return rows, all(o.refused for o in outcomes)
+
+
+def topic_attacks(folder: Path, args) -> tuple[list[dict], bool]:
+    """The sim stack under fuzzed topics and goals, then its held episode; rows and whether the targets held."""
+    result = run(folder, args.per_topic, args.goals, args.seed)
     rows = [a.row for a in result.attacks]
-    print(f"\nCPU: {describe_cpu(cpu_report())}; {time.monotonic() - started:.0f} s")
-    print(f"{'attack':<40} {'node':<18} {'sent':>7} {'malformed':>9} {'counted':>8} {'uncounted':>9}  note")
+    print(f"\n{'attack':<40} {'node':<18} {'sent':>7} {'malformed':>9} {'counted':>8} {'uncounted':>9}  note")
     for r in rows:
         print(f"{r['attack']:<40} {r['node']:<18} {r['sent']:>7} {r['malformed']:>9} {r['counted']:>8} "
               f"{r['uncounted']:>9}  {r['note']}")
@@ -46,13 +83,11 @@ def main() -> int:
     print(f"held episode afterwards: {result.episodes_with_plans}/{result.episodes} episodes with plans, "
           f"{result.calls} calls, {result.calls_over_deadline} past their hard deadline by > {OVERRUN_MS:.0f} ms "
           f"(worst {result.worst_overrun_ms:.0f} ms)")
-    print(f"targets met: {'yes' if result.ok else 'NO'}")
-    write_csv(rows + [{"attack": "outcome", "node": "graph", "note": str({
+    return rows + [{"attack": "outcome", "node": "graph", "note": str({
         "crashed": result.crashed, "hung": result.hung, "goals": result.goals, "episodes": result.episodes,
         "episodes_with_plans": result.episodes_with_plans, "calls_over_deadline": result.calls_over_deadline,
         "over_deadline_under_attack": result.over_deadline_under_attack,
-        "worst_overrun_ms": round(result.worst_overrun_ms, 1)})}], OUT / "fuzz_graph.csv")
-    return 0 if result.ok else 1
+        "worst_overrun_ms": round(result.worst_overrun_ms, 1)})}], result.ok
 
 
 if __name__ == "__main__":

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
 from brace_bringup.fuzz import run
+
+WORKSPACE = Path(__file__).resolve().parents[3]
 
 
 def test_hostile_input_is_counted_and_the_graph_still_closes_the_loop(tmp_path):
@@ -16,3 +23,16 @@ def test_hostile_input_is_counted_and_the_graph_still_closes_the_loop(tmp_path):
     assert goals["finished"] == goals["accepted"], goals  # every accepted goal got its result (cancelled or not)
     assert result.episodes == 1 and result.episodes_with_plans == 1
     assert result.calls_over_deadline == 0, result.worst_overrun_ms
+
+
+def test_every_node_refuses_a_bad_value_in_an_overlay_parameter_file(tmp_path):
+    """bench/fuzz_graph.py's overlay attack, quick: each node of the sim and twin stacks with one broken parameter."""
+    table = tmp_path / "fuzz.csv"
+    proc = subprocess.run([sys.executable, str(WORKSPACE / "bench" / "fuzz_graph.py"), "--quick", "--skip", "topics",
+                           "--out", str(table)], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    rows = list(csv.DictReader(table.open()))
+    assert {r["node"] for r in rows} >= {"embedded_sim", "trigger_monitor", "brace_controller", "erecap_planner",
+                                         "audit_recorder", "piper_arm", "openvla_executor", "twin_world"}, rows
+    assert any(r["attack"] == "overlay agents=[]" for r in rows)  # the empty list rcl's merge used to drop
+    assert [r for r in rows if r["note"] != "refused"] == [], proc.stdout[-3000:]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
