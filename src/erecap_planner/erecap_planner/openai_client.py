@@ -1,8 +1,10 @@
 """A streaming client of an OpenAI-compatible completion server (vLLM, SGLang, llama.cpp, `transformers serve`).
 
-Plain sockets and HTTP/1.1, so that every wait is bounded by the call's hard
-deadline and a cancel closes the connection at once (the server sees the
-client go and stops generating). Every way a request can fail ends in a
+Plain sockets and HTTP/1.1 (brace_common.http_deadline), so that every wait —
+connect, TLS handshake, send, headers, each byte of the stream — is bounded by
+the call's hard deadline, not by a per-read timeout a dripping server never
+trips, and a cancel closes the connection at once (the server sees the client
+go and stops generating). Every way a request can fail ends in a
 `ServerError` whose `reason` is one of REASONS; nothing else is raised.
 The API key is sent as a bearer token and never appears in an error text.
 """
@@ -10,13 +12,13 @@ The API key is sent as a bearer token and never appears in an error text.
 from __future__ import annotations
 
 import json
-import socket
-import ssl
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Optional
 from urllib.parse import urlsplit
+
+from brace_common.http_deadline import Connection
 
 REASONS = ("connection_refused", "connect_timeout", "connection_lost", "rate_limited", "http_error", "server_error",
            "truncated", "not_json", "deadline", "cancelled")
@@ -25,7 +27,6 @@ REASONS = ("connection_refused", "connect_timeout", "connection_lost", "rate_lim
 RETRYABLE = frozenset({"connection_refused", "connect_timeout", "connection_lost", "rate_limited", "server_error"})
 """Failures worth another try before any token arrived (the server may be starting, restarting or busy)."""
 
-POLL_S = 0.05  # longest blocking socket wait: how soon a cancel is seen
 STOP_GRACE_EVENTS = 3  # events read after `stop_when` holds, for the finish and usage report, before closing
 MAX_HEADER_BYTES = 65536
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -69,6 +70,14 @@ class StreamResult:
     times: StreamTimes = field(default_factory=StreamTimes)
 
 
+_REASON_OF = {"too_large": "not_json", "malformed": "not_json"}  # http_deadline's reasons that are ours by another name
+
+
+def _server_error(reason: str, detail: str) -> ServerError:
+    """The ServerError of an http_deadline failure."""
+    return ServerError(_REASON_OF.get(reason, reason), detail)
+
+
 def parse_retry_after(value: Optional[str]) -> Optional[float]:
     """Retry-After in seconds (the delta-seconds form; an HTTP date or garbage gives None)."""
     try:
@@ -76,99 +85,6 @@ def parse_retry_after(value: Optional[str]) -> Optional[float]:
     except ValueError:
         return None
     return seconds if seconds is not None and 0.0 <= seconds < 86400.0 else None
-
-
-class _Connection:
-    """One HTTP/1.1 exchange on a socket whose every wait checks a deadline and a cancel flag."""
-
-    def __init__(self, host: str, port: int, tls: bool, deadline: float, cancelled: Callable[[], bool],
-                 connect_timeout_s: float):
-        self.deadline, self.cancelled = deadline, cancelled
-        timeout = max(0.001, min(connect_timeout_s, deadline - time.monotonic()))
-        try:
-            sock = socket.create_connection((host, port), timeout=timeout)
-        except ConnectionRefusedError as exc:
-            raise ServerError("connection_refused", f"{host}:{port} ({exc.strerror})") from None
-        except TimeoutError:
-            raise ServerError("deadline" if time.monotonic() >= deadline else "connect_timeout",
-                              f"no connection to {host}:{port} within {timeout:.2f} s") from None
-        except OSError as exc:
-            raise ServerError("connection_refused", f"{host}:{port}: {exc}") from None
-        if tls:
-            try:
-                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
-            except (OSError, ssl.SSLError) as exc:
-                sock.close()
-                raise ServerError("connection_lost", f"TLS to {host}:{port}: {exc}") from None
-        sock.settimeout(POLL_S)
-        self.sock = sock
-        self.buffer = b""
-
-    def close(self) -> None:
-        """Close the socket (the server sees the client go)."""
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-    def send(self, data: bytes) -> None:
-        """Write all of `data` before the deadline."""
-        view = memoryview(data)
-        while view:
-            self._check()
-            try:
-                sent = self.sock.send(view)
-            except TimeoutError:
-                continue
-            except OSError as exc:
-                raise ServerError("connection_lost", f"while sending: {exc}") from None
-            view = view[sent:]
-
-    def _check(self) -> None:
-        if self.cancelled():
-            raise ServerError("cancelled", "the call was cancelled")
-        if time.monotonic() >= self.deadline:
-            raise ServerError("deadline", "the hard deadline passed while waiting for the server")
-
-    def _fill(self) -> bool:
-        """Read more bytes into the buffer; False at end of stream."""
-        while True:
-            self._check()
-            try:
-                data = self.sock.recv(65536)
-            except TimeoutError:
-                continue
-            except OSError as exc:
-                raise ServerError("connection_lost", f"while reading: {exc}") from None
-            if not data:
-                return False
-            self.buffer += data
-            return True
-
-    def read_until(self, marker: bytes, limit: int) -> Optional[bytes]:
-        """Bytes up to and including `marker`; None if the stream ends first."""
-        while marker not in self.buffer:
-            if len(self.buffer) > limit:
-                raise ServerError("not_json", f"more than {limit} bytes without {marker!r}")
-            if not self._fill():
-                return None
-        head, _, self.buffer = self.buffer.partition(marker)
-        return head + marker
-
-    def read_exactly(self, count: int) -> Optional[bytes]:
-        """`count` bytes; None if the stream ends first."""
-        while len(self.buffer) < count:
-            if not self._fill():
-                return None
-        data, self.buffer = self.buffer[:count], self.buffer[count:]
-        return data
-
-    def read_available(self) -> Optional[bytes]:
-        """Whatever arrives next (body without a length); None at end of stream."""
-        if not self.buffer and not self._fill():
-            return None
-        data, self.buffer = self.buffer, b""
-        return data
 
 
 @dataclass
@@ -199,71 +115,25 @@ class OpenAIClient:
     # ------------------------------------------------------------------ HTTP
 
     def _open(self, method: str, path: str, body: Optional[dict], deadline: float,
-              cancelled: Callable[[], bool], times: Optional[StreamTimes] = None) -> tuple[_Connection, _Response]:
-        conn = _Connection(self.host, self.port, self.tls, deadline, cancelled, self.connect_timeout_s)
+              cancelled: Callable[[], bool], times: Optional[StreamTimes] = None) -> tuple[Connection, _Response]:
+        conn = Connection(self.host, self.port, deadline, self.tls, cancelled, self.connect_timeout_s, _server_error)
         try:
             payload = json.dumps(body).encode() if body is not None else b""
-            lines = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self.host}:{self.port}",
-                     "Accept: text/event-stream, application/json", "Connection: close",
-                     "User-Agent: brace-ros-erecap-planner"]
+            headers = {"Accept": "text/event-stream, application/json", "User-Agent": "brace-ros-erecap-planner"}
             if body is not None:
-                lines += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
+                headers["Content-Type"] = "application/json"
             if self._api_key:
-                lines.append(f"Authorization: Bearer {self._api_key}")
-            conn.send(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
+                headers["Authorization"] = f"Bearer {self._api_key}"
+            conn.request(method, f"{self.prefix}{path}", f"{self.host}:{self.port}", headers, payload)
             if times is not None:
                 times.sent = time.monotonic()
-            head = conn.read_until(b"\r\n\r\n", MAX_HEADER_BYTES)
-            if head is None:
-                raise ServerError("connection_lost", "the server closed the connection before answering")
-            status_line, *header_lines = head.decode("latin-1").split("\r\n")
-            try:
-                status = int(status_line.split(" ", 2)[1])
-            except (IndexError, ValueError):
-                raise ServerError("not_json", f"not an HTTP status line: {status_line[:80]!r}") from None
-            headers = {}
-            for line in header_lines:
-                name, sep, value = line.partition(":")
-                if sep:
-                    headers[name.strip().lower()] = value.strip()
+            status, headers = conn.read_head(MAX_HEADER_BYTES)
             if times is not None:
                 times.answered = time.monotonic()
-            return conn, _Response(status, headers, self._body(conn, headers))
+            return conn, _Response(status, headers, conn.body(headers, MAX_BODY_BYTES))
         except BaseException:
             conn.close()
             raise
-
-    @staticmethod
-    def _body(conn: _Connection, headers: dict[str, str]) -> Iterator[bytes]:
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            while True:
-                size_line = conn.read_until(b"\r\n", 1024)
-                if size_line is None:
-                    raise ServerError("truncated", "the stream ended inside a chunk header")
-                try:
-                    size = int(size_line.split(b";")[0].strip(), 16)
-                except ValueError:
-                    raise ServerError("truncated", f"bad chunk size {size_line[:20]!r}") from None
-                if size == 0:
-                    return
-                data = conn.read_exactly(size + 2)
-                if data is None:
-                    raise ServerError("truncated", "the stream ended inside a chunk")
-                yield data[:-2]
-        elif "content-length" in headers:
-            try:
-                length = int(headers["content-length"])
-            except ValueError:
-                raise ServerError("not_json", "bad Content-Length") from None
-            if length > MAX_BODY_BYTES:
-                raise ServerError("not_json", f"a {length}-byte body")
-            data = conn.read_exactly(length)
-            if data is None:
-                raise ServerError("truncated", f"the body ended before its {length} bytes")
-            yield data
-        else:
-            while (data := conn.read_available()) is not None:
-                yield data
 
     @staticmethod
     def _error_of(response: _Response) -> ServerError:

@@ -3,9 +3,11 @@
 The happy path is tested against a real server (`transformers serve`); this
 one produces what a real server does only under failure: 429 with
 Retry-After, 5xx, error events, garbage events, non-JSON bodies, streams
-cut mid-way, answers that come after the deadline, and a server that never
-answers. Each request's path, headers and JSON body are recorded, and so is
-a client that went away mid-stream.
+cut mid-way, answers that come after the deadline, a server that never
+answers, and one that drips its answer a byte at a time (each byte well
+inside any per-read timeout, the whole far beyond the deadline). Each
+request's path, headers and JSON body are recorded, and so is a client that
+went away mid-stream.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class FaultServer:
         self.requests: list[dict] = []
         self.disconnects = 0
         self.retry_after = "1"
+        self.drip_s = 0.1  # the drip modes: one byte per drip_s
+        self.stop = threading.Event()  # ends a drip (at __exit__)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -125,6 +129,28 @@ class FaultServer:
             def reply_hang(self) -> None:
                 time.sleep(5.0)
 
+            def _drip(self, data: bytes) -> None:
+                try:
+                    for i in range(len(data)):
+                        if server.stop.wait(server.drip_s):
+                            return
+                        self.wfile.write(data[i:i + 1])
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    server.disconnects += 1
+
+            def reply_drip_head(self) -> None:  # the status line and headers, one byte at a time
+                self.close_connection = True
+                self._drip(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nX-Pad: " + b"x" * 400 + b"\r\n\r\n")
+
+            def reply_drip_stream(self) -> None:  # headers at once, then the event stream one byte at a time
+                self.close_connection = True
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                self.wfile.flush()
+                self._drip(b"".join(self._events()))
+
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
@@ -136,5 +162,6 @@ class FaultServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.stop.set()
         self.httpd.shutdown()
         self.httpd.server_close()

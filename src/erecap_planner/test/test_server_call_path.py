@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 
@@ -155,6 +156,46 @@ def test_a_server_that_never_answers_is_cut_at_the_hard_deadline():
     with FaultServer(default="hang") as server:
         out = server_path(server.base_url).run(buffer(5), request(deadline_ms=400))
     assert out.status == CallStatus.DEADLINE and "deadline" in out.error
+
+
+@pytest.mark.parametrize("fault", ["drip_head", "drip_stream"])
+def test_a_server_that_drips_is_cut_at_the_hard_deadline(fault):
+    # a byte every 0.1 s never trips a per-read timeout; the hard deadline still ends the call
+    with FaultServer(default=fault) as server:
+        path = server_path(server.base_url)
+        out = path.run(buffer(5), request(deadline_ms=600))
+        wait_deadline = time.monotonic() + 5
+        while server.disconnects == 0 and time.monotonic() < wait_deadline:
+            time.sleep(0.05)
+    assert out.status == CallStatus.DEADLINE and "deadline" in out.error and out.steps == []
+    # the client went mid-drip (the drip takes 40+ s), and a deadline is not retried
+    assert server.disconnects == 1 and len(server.requests) == 1
+
+
+def test_a_tls_server_that_drips_its_handshake_is_cut_at_the_deadline():
+    # a TLS record header announcing a 16 KB handshake message, then one byte every 0.1 s: a socket timeout never fires
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            conn.sendall(b"\x16\x03\x03\x40\x00\x02")
+            while not stop.wait(0.1):
+                try:
+                    conn.sendall(b"\x00")
+                except OSError:
+                    return
+
+    threading.Thread(target=serve, daemon=True).start()
+    client = OpenAIClient(f"https://127.0.0.1:{listener.getsockname()[1]}/v1", connect_timeout_s=30.0)
+    try:
+        with pytest.raises(ServerError) as err:
+            client.get_json("/models", time.monotonic() + 0.6)
+        assert err.value.reason == "deadline", err.value
+    finally:
+        stop.set()
+        listener.close()
 
 
 def test_cancel_closes_the_stream():
