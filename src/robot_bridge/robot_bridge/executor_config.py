@@ -27,7 +27,9 @@ class ExecutorConfig:
     backend: str = param("server", "where actions come from: 'server' (an OpenVLA deploy server at server_url) or "
                          "'local' (the model at model_path, loaded at configure)")
     server_url: str = param("http://127.0.0.1:8000/act", "the deploy server's /act URL (backend 'server')")
-    server_timeout_s: float = param(5.0, "longest wait for one /act answer (s); a timeout is a VLA error", 0.05, 120.0)
+    server_timeout_s: float = param(5.0, "total deadline of one /act request, connect to the last byte of the answer "
+                                    "(s; not a per-read timeout): a request not answered whole by then is a VLA error",
+                                    0.05, 120.0)
     model_path: str = param("", "local directory of an OpenVLA checkpoint (backend 'local'; never downloaded)")
     device: str = param("auto", "backend 'local': 'auto' (cuda:0 when available, else cpu), 'cpu' or 'cuda[:n]'")
     unnorm_key: str = param("bridge_orig", "dataset statistics that un-normalize the actions ('' = the model's only "

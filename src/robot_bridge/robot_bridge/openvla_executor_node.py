@@ -30,15 +30,19 @@ the model. With `autostart` the node configures and activates itself.
 
 Control loop: each tick judges the current step (step_monitor) on the latest arm state and, when no VLA call is
 in flight, sends the latest image and the step's instruction to the backend in a worker thread (a slow server
-never blocks the subscriptions or the ticks). Each answer becomes one EndEffectorDelta. When the step ends the
+never blocks the subscriptions or the ticks). A server request is bounded as a whole by `server_timeout_s`
+(connect to the answer's last byte, so a server that drips its answer fails it too), and a request whose step
+changed (a new plan, the step ended, deactivate) is cancelled at once, so the next step's request never queues
+behind it. Each answer becomes one EndEffectorDelta. When the step ends the
 outcome and a context entry are published and the next step starts; after a failure the rest of the plan is
 abandoned (on_failure 'abandon', the default: the failure outcome asks the planner for a new plan) or continued.
 After the last step the agent is idle until the next plan. A new plan replaces the current one and starts at its
 first step; a plan with the current plan's id again is ignored (the latched copy). A malformed plan (parameters
 that are not a JSON object, an unknown skill, a missing parameter, an unknown location) is counted as
 rejected.plan.<reason> and dropped whole: the current step goes on. VLA errors (server down, "error" answers,
-timeouts, malformed actions) are counted; `max_vla_errors` in a row fail the step with FAILURE_EXECUTOR and
-diagnostics say ERROR until an answer comes. The executor never touches the replanning topics.
+deadlines by phase, malformed or non-real actions) are counted as vla_errors.<reason>; `max_vla_errors` in a row
+fail the step with FAILURE_EXECUTOR (so does a step timeout without a single answer) and diagnostics say ERROR
+until an answer comes. The executor never touches the replanning topics.
 """
 
 from __future__ import annotations
@@ -161,9 +165,9 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
         self.ee_xyz: Optional[tuple[float, float, float]] = None
         self.pose_time: Optional[float] = None
         self.commanded_gripper_m = math.nan
-        # the VLA call in flight: (generation, future)
+        # the VLA call in flight: (generation, future, monotonic start); a call of an older generation is cancelled
         self.pool: Optional[ThreadPoolExecutor] = None
-        self.in_flight: Optional[tuple[int, Future]] = None
+        self.in_flight: Optional[tuple[int, Future, float]] = None
         self.ee_pub = self.outcome_pub = self.context_pub = None
         self._subscriptions: list = []
         self._control_timer = None
@@ -231,7 +235,7 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
             self._control_timer.destroy()
             self._control_timer = None
         self.generation += 1
-        self.in_flight = None
+        self._abandon_request()
         if self.monitor is not None:
             self.monitor.stop()
 
@@ -340,9 +344,15 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
         """The step being executed (None when idle)."""
         return self.steps[self.index] if self.index < len(self.steps) else None
 
+    def _abandon_request(self) -> None:
+        """Forget the VLA call in flight (its generation is over, so it cancels itself); counted when it was running."""
+        if self.in_flight is not None and not self.in_flight[1].done():
+            self.counts["vla_requests_cancelled"] += 1
+        self.in_flight = None
+
     def _begin_step(self) -> None:
         self.generation += 1
-        self.in_flight = None
+        self._abandon_request()
         step = self.current
         if step is None:
             self.monitor.stop()
@@ -369,16 +379,22 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
             step = self.current
             if step is not None and self.monitor.active and self.in_flight is None and self.image is not None:
                 image, size = self.image, self.config.image_size
-                future = self.pool.submit(self._predict, image, size, step.instruction)
-                self.in_flight = (self.generation, future)
+                generation = self.generation
+                future = self.pool.submit(self._predict, self.backend, image, size, step.instruction,
+                                          lambda: generation != self.generation)
+                self.in_flight = (generation, future, now)
+                self.counts["vla_requests"] += 1
 
-    def _predict(self, image: np.ndarray, size: int, instruction: str) -> np.ndarray:
-        return self.backend.predict(resize_image(np.ascontiguousarray(image), size), instruction)
+    @staticmethod
+    def _predict(backend, image: np.ndarray, size: int, instruction: str, cancelled) -> np.ndarray:
+        # `cancelled` turns true when the step changes or the loop stops: the request ends within a poll, so the
+        # single worker is free for the next step's request at once instead of queueing it behind a slow answer
+        return backend.predict(resize_image(np.ascontiguousarray(image), size), instruction, cancelled)
 
     def _take_answer(self, now: float) -> Optional[StepResult]:
         if self.in_flight is None or not self.in_flight[1].done():
             return None
-        generation, future = self.in_flight
+        generation, future, _ = self.in_flight
         self.in_flight = None
         if generation != self.generation or not self.monitor.active:
             self.counts["answers_dropped"] += 1
@@ -459,6 +475,7 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
                   "instruction": step.instruction if step else "", "ticks": self.ticks,
                   "gripper_m": "" if self.gripper_m is None else f"{self.gripper_m:.4f}",
                   "holding": bool(gripper and gripper.holding), "consecutive_vla_errors": self.consecutive_vla_errors,
+                  "vla_in_flight_s": "" if self.in_flight is None else f"{time.monotonic() - self.in_flight[2]:.2f}",
                   "last_vla_error": self.last_vla_error, **dict(sorted(self.counts.items())),
                   **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}}
         warnings = nonzero(self.counts, ("vla_errors", "actions_clipped")) + \

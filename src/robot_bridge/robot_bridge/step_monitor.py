@@ -17,11 +17,13 @@ Failures (brace_common.vocabulary.Failure):
   `min_object_width_m` (grasp and place).
 - DROP_SLIP: the gripper held an object and its opening collapsed below `min_object_width_m`
   while still commanded closed (any skill); or a place opened the gripper away from its target.
-- TIMEOUT: the step ran `step_timeout_s` or used `max_step_actions` actions without succeeding.
+- TIMEOUT: the step ran `step_timeout_s` or used `max_step_actions` actions without succeeding
+  (EXECUTOR when the VLA never answered during the step: the skill never ran, the executor failed it).
 - CONTACT_LOSS: a push whose object has a known location: once the end effector came within
   `push_contact_m` of the object's path (the segment from the object's location to the target),
   it moved more than `push_loss_m` away from that path.
-- EXECUTOR: `max_vla_errors` VLA errors in a row; the arm's state or the camera image older than
+- EXECUTOR: `max_vla_errors` VLA errors in a row; no VLA answer within `step_timeout_s`; the arm's state or
+  the camera image older than
   `stale_input_s`; the gripper not closing when commanded (settled opening above
   `max_object_width_m`).
 
@@ -294,6 +296,7 @@ class StepMonitor:
         self.started = 0.0
         self.actions = 0
         self.vla_errors = 0           # consecutive, in this step
+        self.last_vla_error = ""
         self.contact = False          # push: the end effector has been on the object's path
         self.had_hold = False         # place: the gripper held an object during this step
         self.released_width = math.nan
@@ -322,6 +325,7 @@ class StepMonitor:
         self.started = t
         self.actions = 0
         self.vla_errors = 0
+        self.last_vla_error = ""
         self.contact = False
         self.had_hold = self.gripper.holding
         self.released = False
@@ -348,6 +352,7 @@ class StepMonitor:
         if self.step is None:
             return None
         self.vla_errors += 1
+        self.last_vla_error = detail
         if self.vla_errors >= self.cfg.max_vla_errors:
             return self._end(t, Failure.EXECUTOR, f"VLA failed {self.vla_errors} times in a row: {detail}")
         return None
@@ -375,6 +380,10 @@ class StepMonitor:
         if result is not None:
             return result
         if obs.t - self.started >= cfg.step_timeout_s - EPS_S:
+            if self.actions == 0:  # the VLA never answered: not a skill that took too long, the executor failed it
+                errors = f" ({self.vla_errors} errors in a row: {self.last_vla_error})" if self.vla_errors else ""
+                return self._end(obs.t, Failure.EXECUTOR, f"no VLA answer within the step timeout of "
+                                 f"{cfg.step_timeout_s:g} s{errors}")
             return self._end(obs.t, Failure.TIMEOUT, f"no success within the step timeout of {cfg.step_timeout_s:g} s")
         if self.actions >= cfg.max_step_actions:
             return self._end(obs.t, Failure.TIMEOUT, f"no success within the budget of {cfg.max_step_actions} actions")

@@ -95,14 +95,52 @@ def unnormalize(normalized: Sequence[float] | np.ndarray, q01: Sequence[float], 
     return np.where(keep, 0.5 * (values + 1.0) * (high - low) + low, values)
 
 
-def check_action(action, dim: int = ACTION_DIM) -> np.ndarray:
-    """The action as a float64 array of shape (dim,); ActionError when its shape is wrong or a value is not finite."""
+REAL_KINDS = "iuf"
+"""numpy dtype kinds of real numbers (signed, unsigned, floating): not bool, complex, text, objects or dates."""
+
+
+def _items(items: list, dim: int) -> np.ndarray:
+    if len(items) != dim or any(isinstance(v, (list, tuple, dict, np.ndarray)) for v in items):
+        raise ActionError("bad_shape", f"the action is not {dim} numbers: {str(items)[:120]}")
+    for value in items:
+        if isinstance(value, (complex, np.complexfloating)):
+            raise ActionError("not_real", f"the action holds a complex value: {str(items)[:120]}")
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ActionError("not_numeric", f"the action holds a {type(value).__name__}: {str(items)[:120]}")
     try:
-        values = np.asarray(action, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ActionError("bad_action", f"the action is not numeric: {str(action)[:80]}") from None
-    if values.shape != (dim,):
-        raise ActionError("bad_shape", f"the action has shape {values.shape}, expected ({dim},)")
+        return np.array([float(v) for v in items], dtype=np.float64)
+    except OverflowError:  # an integer beyond float range
+        raise ActionError("non_finite", f"the action has a value beyond float range: {str(items)[:120]}") from None
+
+
+def check_action(action, dim: int = ACTION_DIM) -> np.ndarray:
+    """The action as a float64 array of shape (dim,) of finite real numbers; ActionError with the reason otherwise.
+
+    Reasons: `not_real` (complex values: json_numpy carries complex dtypes, and a cast would drop the imaginary
+    part without a word), `not_numeric` (booleans, strings, None, objects, dates: nothing numpy would quietly
+    turn into a number counts as one), `bad_shape` (not a flat sequence of `dim`), `non_finite` (NaN,
+    infinity, or a value beyond float range).
+    """
+    if isinstance(action, np.ndarray):
+        kind = action.dtype.kind
+        if kind == "c":
+            raise ActionError("not_real", f"the action is complex ({action.dtype}): {str(action.tolist())[:120]}")
+        if kind == "O":
+            if action.ndim != 1:
+                raise ActionError("bad_shape", f"the action has shape {action.shape}, expected ({dim},)")
+            values = _items(action.tolist(), dim)
+        elif kind not in REAL_KINDS:
+            raise ActionError("not_numeric", f"the action's dtype {action.dtype} is not a real number type")
+        elif action.shape != (dim,):
+            raise ActionError("bad_shape", f"the action has shape {action.shape}, expected ({dim},)")
+        else:
+            with np.errstate(over="ignore"):  # a longdouble beyond float64 becomes inf: non_finite below
+                values = action.astype(np.float64)
+    elif isinstance(action, (list, tuple)):
+        values = _items(list(action), dim)
+    else:
+        raise ActionError("bad_shape", f"the action is a {type(action).__name__}, not {dim} numbers: "
+                          f"{str(action)[:80]}")
     if not np.isfinite(values).all():
         raise ActionError("non_finite", f"the action has non-finite values: {values.tolist()}")
     return values

@@ -1,14 +1,17 @@
 """Where the executor's actions come from: an OpenVLA REST server, or the model loaded in this process.
 
-Both backends answer `predict(image, instruction) -> np.ndarray (7,)`, the un-normalized action
-of the dataset statistics `unnorm_key` (see vla_action.py). Every failure is a `VlaError` whose
-`reason` says why (a counter key): `unreachable`, `timeout`, `http_status`, `server_error`,
-`bad_response`, `bad_shape`, `non_finite`, `bad_image`, `model_path`, `model`, `unnorm_key`.
+Both backends answer `predict(image, instruction, cancelled) -> np.ndarray (7,)`, the un-normalized
+action of the dataset statistics `unnorm_key` (see vla_action.py). Every failure is a `VlaError`
+whose `reason` says why (a counter key): SERVER_REASONS for the server's, `bad_image`, `model_path`,
+`model`, `unnorm_key`, and vla_action's `bad_shape`, `non_finite`, `not_real`, `not_numeric`.
 
 ServerBackend speaks the protocol of OpenVLA's vla-scripts/deploy.py: POST <server_url> with a
 json_numpy body {"image": uint8 (H, W, 3), "instruction": str, "unnorm_key": str}; the answer is
 the action as json_numpy. The upstream server answers the JSON string "error" with HTTP 200 when
 anything goes wrong on its side (a bad key, a model exception), so that body is an error here.
+Each request is one HTTP/1.1 exchange (brace_common.http_deadline) bounded as a whole by
+`timeout_s` — connect, send, status line, headers and body — not by a per-read timeout that a
+server dripping a byte a second never trips; `cancelled()` true ends it within a poll (50 ms).
 
 LocalBackend loads an OpenVLA checkpoint from a local directory only (never downloads): the
 processor and the model through their remote code (trust_remote_code), bfloat16 on CUDA, float32
@@ -20,13 +23,16 @@ is reported as a `model` error when the node is configured.
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Optional, Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
 import json_numpy
 import numpy as np
+
+from brace_common.http_deadline import Connection, HttpFailure
 
 from .vla_action import ACTION_DIM, ActionError, check_action
 
@@ -34,6 +40,12 @@ PROMPT = "In: What action should the robot take to {instruction}?\nOut:"
 """OpenVLA's prompt (the deploy server lower-cases the instruction; so do we)."""
 MAX_RESPONSE_BYTES = 1 << 20
 """An action answer is a few hundred bytes; anything this large is not one."""
+SERVER_REASONS = ("unreachable", "connect_timeout", "slow_send", "deadline", "slow_headers", "slow_body",
+                  "cancelled", "http_status", "server_error", "bad_response")
+"""Why a server request failed: refused or lost connection; no connection within the deadline; the request not
+taken within it; no answer within it; an answer whose head or body did not finish within it (a dripping server);
+given up because the step changed; an HTTP error status; the upstream "error" body; a body that is no action."""
+_DEADLINE_REASON = {"connect": "connect_timeout", "send": "slow_send", "body": "slow_body"}
 
 
 class VlaError(RuntimeError):
@@ -48,8 +60,12 @@ class VlaError(RuntimeError):
 class VlaBackend(Protocol):
     """Something that predicts OpenVLA's 7-D action for an image and an instruction."""
 
-    def predict(self, image: np.ndarray, instruction: str) -> np.ndarray:
-        """The un-normalized action (7,) for an RGB image (H, W, 3) uint8; VlaError when there is none."""
+    def predict(self, image: np.ndarray, instruction: str,
+                cancelled: Callable[[], bool] = lambda: False) -> np.ndarray:
+        """The un-normalized action (7,) for an RGB image (H, W, 3) uint8; VlaError when there is none.
+
+        `cancelled` true gives up (VlaError 'cancelled') where the backend can: the caller no longer wants the answer.
+        """
         ...
 
     def close(self) -> None:
@@ -95,14 +111,18 @@ def _action(value, where: str) -> np.ndarray:
 
 
 class ServerBackend:
-    """A client of an OpenVLA REST server (vla-scripts/deploy.py's POST /act)."""
+    """A client of an OpenVLA REST server (vla-scripts/deploy.py's POST /act), each request bounded by `timeout_s`."""
 
     def __init__(self, server_url: str, unnorm_key: str = "bridge_orig", timeout_s: float = 5.0):
-        if not server_url.startswith(("http://", "https://")):
-            raise ValueError(f"server_url '{server_url}' is not an http(s) URL")
+        parts = urlsplit(server_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"server_url '{server_url}' is not an http(s)://host[:port]/path URL")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s {timeout_s} must be positive")
         self.server_url = server_url
+        self.host, self.tls = parts.hostname, parts.scheme == "https"
+        self.port = parts.port or (443 if self.tls else 80)
+        self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self.unnorm_key = unnorm_key
         self.timeout_s = timeout_s
 
@@ -113,24 +133,39 @@ class ServerBackend:
             payload["unnorm_key"] = self.unnorm_key
         return json_numpy.dumps(payload).encode()
 
-    def predict(self, image: np.ndarray, instruction: str) -> np.ndarray:
-        """POST one request and check the answer (VlaError with the reason on any failure)."""
-        request = urllib.request.Request(self.server_url, data=self.body(image, instruction), method="POST",
-                                         headers={"Content-Type": "application/json"})
+    def predict(self, image: np.ndarray, instruction: str,
+                cancelled: Callable[[], bool] = lambda: False) -> np.ndarray:
+        """POST one request and check the answer, all within `timeout_s` (VlaError with the reason on any failure)."""
+        body = self.body(image, instruction)
+        deadline = time.monotonic() + self.timeout_s
+        conn = None
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                raw = response.read(MAX_RESPONSE_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            raise VlaError("http_status", f"{self.server_url} answered HTTP {exc.code} {exc.reason}") from None
-        except TimeoutError:
-            raise VlaError("timeout", f"{self.server_url} did not answer within {self.timeout_s} s") from None
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, TimeoutError):
-                raise VlaError("timeout", f"{self.server_url} did not answer within {self.timeout_s} s") from None
-            raise VlaError("unreachable", f"{self.server_url}: {exc.reason}") from None
-        except (OSError, ValueError) as exc:  # connection reset mid-answer, a malformed status line
-            raise VlaError("unreachable", f"{self.server_url}: {type(exc).__name__}: {exc}") from None
+            conn = Connection(self.host, self.port, deadline, self.tls, cancelled)
+            conn.request("POST", self.target, f"{self.host}:{self.port}", {"Content-Type": "application/json"}, body)
+            status, headers = conn.read_head()
+            raw = b"".join(conn.body(headers, MAX_RESPONSE_BYTES))
+        except HttpFailure as exc:
+            raise self._failure(exc, conn) from None
+        finally:
+            if conn is not None:
+                conn.close()
+        if status != 200:
+            raise VlaError("http_status", f"{self.server_url} answered HTTP {status}: {raw[:80]!r}")
         return self.parse(raw)
+
+    def _failure(self, exc: HttpFailure, conn: Optional[Connection]) -> VlaError:
+        """The VlaError of a failed exchange: a deadline is named after the phase it struck in."""
+        if exc.reason == "deadline":
+            phase = conn.phase if conn is not None else "connect"
+            reason = _DEADLINE_REASON.get(phase) or ("slow_headers" if conn.received else "deadline")
+            received = f", {conn.received} bytes received" if conn is not None else ""
+            return VlaError(reason, f"{self.server_url}: no complete answer within {self.timeout_s:g} s "
+                            f"({reason}: the deadline struck during {phase}{received})")
+        if exc.reason in ("cancelled", "connect_timeout"):
+            return VlaError(exc.reason, f"{self.server_url}: {exc}")
+        if exc.reason in ("too_large", "malformed", "truncated"):
+            return VlaError("bad_response", f"{self.server_url}: {exc}")
+        return VlaError("unreachable", f"{self.server_url}: {exc}")
 
     def parse(self, raw: bytes) -> np.ndarray:
         """The action in an answer body: json_numpy (or a plain list); 'error' and anything else -> VlaError."""
@@ -152,7 +187,7 @@ class ServerBackend:
 
     def describe(self) -> str:
         """One line for logs and diagnostics."""
-        return f"server {self.server_url} (timeout {self.timeout_s} s, unnorm_key '{self.unnorm_key}')"
+        return f"server {self.server_url} (deadline {self.timeout_s:g} s per request, unnorm_key '{self.unnorm_key}')"
 
 
 def _check_model_dir(model_path: str) -> Path:
@@ -216,10 +251,16 @@ class LocalBackend:
         if self.unnorm_key and self.unnorm_key not in known:
             raise VlaError("unnorm_key", f"the checkpoint has no statistics '{self.unnorm_key}' (it has: {sorted(known)})")
 
-    def predict(self, image: np.ndarray, instruction: str) -> np.ndarray:
-        """One forward pass: greedy action tokens, decoded and un-normalized by the model's `predict_action`."""
+    def predict(self, image: np.ndarray, instruction: str,
+                cancelled: Callable[[], bool] = lambda: False) -> np.ndarray:
+        """One forward pass: greedy action tokens, decoded and un-normalized by the model's `predict_action`.
+
+        A forward pass cannot be interrupted: `cancelled` is checked before it starts.
+        """
         if self.model is None:
             raise VlaError("model", "the model is not loaded")
+        if cancelled():
+            raise VlaError("cancelled", "the request was cancelled before the forward pass")
         import torch
         from PIL import Image
 

@@ -7,7 +7,9 @@ simulated gripper that closes on an object of a set width) and the planner (plan
 from __future__ import annotations
 
 import math
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +26,9 @@ from brace_common.testing import wait_for
 from brace_common.vocabulary import Block, EntryKind, Failure
 from robot_bridge.executor_config import ExecutorConfig
 from robot_bridge.openvla_executor_node import OpenVlaExecutorNode, image_to_array
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared DripServer
+from act_drip_server import DripServer  # noqa: E402
 
 NS = "/arm"
 OPEN = 0.07
@@ -229,6 +234,65 @@ def test_unreachable_server_fails_the_step(ros, act):
     arm.plan("p1", ("move_to", '{"target": "bowl"}'))
     wait_for(lambda: len(arm.outcomes) == 1, what="the executor failure")
     assert arm.outcomes[0].failure == ExecutionOutcome.FAILURE_EXECUTOR and node.counts["vla_errors.unreachable"] == 2
+
+
+def diagnostic_value(status: DiagnosticStatus, key: str) -> str:
+    return next((kv.value for kv in status.values if kv.key == key), "")
+
+
+def test_a_dripping_server_fails_the_step_within_the_deadline_and_the_executor_recovers(ros):
+    # a byte every 0.1 s (the whole answer takes 15+ s): each byte is well inside a per-read timeout, so only a total
+    # deadline per request ends it; the step is the executor's failure, not the skill's TIMEOUT
+    with DripServer("drip_body", action=CLOSE_ACTION, drip_s=0.1) as server:
+        node = executor(server.url, server_timeout_s=0.5, max_vla_errors=2, step_timeout_s=60.0)
+        arm = start(ros, node)
+        arm.plan("p1", ("pick", '{"object": "cup"}'))
+        wait_for(lambda: len(arm.outcomes) == 1, what="the step's EXECUTOR failure")
+        outcome = arm.outcomes[0]
+        assert outcome.failure == Failure.EXECUTOR and not outcome.success, outcome.detail
+        assert "2 times in a row" in outcome.detail and "slow_body" in outcome.detail
+        assert node.counts["vla_errors.slow_body"] == 2 and node.counts["vla_errors"] == 2 and not arm.commands
+        assert server.answered == 0
+        wait_for(lambda: any(s.level == DiagnosticStatus.ERROR and diagnostic_value(s, "vla_errors.slow_body") == "2"
+                             and "VLA failing" in s.message for s in list(arm.diagnostics)), what="diagnostics ERROR")
+        # the server answers normally again: the next plan's actions come at once and the pick succeeds
+        server.mode = "normal"
+        arm.plan("p2", ("pick", '{"object": "cup"}'))
+        wait_for(lambda: len(arm.outcomes) == 2, what="the next plan's outcome")
+        assert arm.outcomes[1].success and node.consecutive_vla_errors == 0 and arm.commands
+
+
+def test_a_new_plan_does_not_wait_behind_a_stuck_request(ros):
+    # the deadline is far (60 s) and the drip slow (30+ s for the answer): only cancelling the stuck request, when
+    # its step is replaced, frees the single worker for the new plan's request
+    with DripServer("drip_body", action=CLOSE_ACTION, drip_s=0.2) as server:
+        node = executor(server.url, server_timeout_s=60.0)
+        arm = start(ros, node)
+        arm.plan("p1", ("pick", '{"object": "cup"}'))
+        wait_for(lambda: server.requests == 1 and node.in_flight is not None, what="a request dripping")
+        server.mode = "normal"
+        arm.plan("p2", ("pick", '{"object": "mug"}'))
+        wait_for(lambda: len(arm.commands) >= 1, what="the new plan's commands")
+        wait_for(lambda: len(arm.outcomes) == 1, what="the new plan's outcome")
+        assert arm.outcomes[0].success and "mug" in arm.outcomes[0].detail
+        assert node.counts["vla_requests_cancelled"] == 1 and node.counts["steps_replaced"] == 1
+
+
+@pytest.mark.parametrize("answer, reason, text", [
+    (np.array([0.001, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0 + 1.0j]), "not_real", "complex"),
+    (np.array([0.001, 0.0, 0.0, 0.0, 0.0, 0.0, np.nan]), "non_finite", "non-finite"),
+])
+def test_non_real_actions_are_refused_and_counted(ros, answer, reason, text):
+    import json_numpy
+
+    with DripServer("raw") as server:
+        server.raw = json_numpy.dumps(answer).encode()
+        node = executor(server.url, max_vla_errors=2)
+        arm = start(ros, node)
+        arm.plan("p1", ("pick", '{"object": "cup"}'))
+        wait_for(lambda: len(arm.outcomes) == 1, what="the step's EXECUTOR failure")
+    assert arm.outcomes[0].failure == Failure.EXECUTOR and text in arm.outcomes[0].detail
+    assert node.counts[f"vla_errors.{reason}"] == 2 and node.counts["actions"] == 0 and not arm.commands
 
 
 def test_malformed_plans_are_counted_and_the_step_goes_on(ros, act):

@@ -195,6 +195,19 @@ def test_vla_errors_fail_after_max_consecutive():
     assert run.monitor.vla_error(0.7, "x") is None              # no step: nothing to fail
 
 
+def test_a_step_the_vla_never_answered_in_times_out_as_an_executor_failure():
+    run = Run(cfg=config(step_timeout_s=1.0, max_vla_errors=100), action="move_to", params={"target": "dock"})
+    for i in range(1, 12):  # a request in flight, then errors below max_vla_errors: no action ever reached the arm
+        t = i * 0.1
+        if i > 5:
+            assert run.monitor.vla_error(t, "slow_body: no complete answer within 0.5 s") is None
+        result = run.monitor.observe(Observation(t, OPEN, (0.0, 0.0, 0.2), math.nan, t, t))
+        if result is not None:
+            break
+    assert result.failure == Failure.EXECUTOR and result.actions == 0, result
+    assert "no VLA answer within the step timeout of 1 s (5 errors in a row: slow_body" in result.detail
+
+
 def test_stale_inputs_are_executor_failures():
     run = Run(cfg=config(stale_input_s=0.5), action="move_to", params={"target": "dock"})
     assert run.tick(5, state=False) is None                     # 0.5 s since the step began: not yet stale

@@ -116,9 +116,44 @@ def test_config_validation():
 
 def test_malformed_actions():
     for bad, reason in (([0.0] * 6, "bad_shape"), (np.zeros((1, 7)), "bad_shape"), ([0.0] * 6 + [math.nan], "non_finite"),
-                        (["a"] * 7, "bad_action"), (None, "bad_shape")):
+                        (["a"] * 7, "not_numeric"), (None, "bad_shape")):
         with pytest.raises(ActionError) as err:
             check_action(bad)
         assert err.value.reason == reason, bad
     with pytest.raises(ActionError):
         to_arm([0.0] * 6 + [math.inf], ArmScaling(), GripperMapping())
+
+
+@pytest.mark.parametrize("bad, reason", [
+    (np.array([0.01] * 6 + [1 + 0j]), "not_real"),                  # a cast would drop the imaginary part silently
+    (np.full(7, 1j, dtype=np.complex64), "not_real"),
+    ([0.0] * 6 + [1j], "not_real"),
+    (np.array([0.0] * 6 + [2j], dtype=object), "not_real"),
+    ([True] * 7, "not_numeric"),                                   # booleans are not numbers here
+    (np.ones(7, dtype=bool), "not_numeric"),
+    ([0.0] * 6 + [np.True_], "not_numeric"),
+    (["0.1"] * 7, "not_numeric"),                                  # numpy would parse these strings
+    (np.array(["0.1"] * 7), "not_numeric"),
+    (np.zeros(7, dtype="datetime64[s]"), "not_numeric"),           # numpy would cast these to 0.0
+    ([0.0] * 6 + [None], "not_numeric"),
+    (np.array([0.0] * 6 + [np.nan]), "non_finite"),
+    ([0.0] * 6 + [-math.inf], "non_finite"),
+    ([0] * 6 + [10 ** 400], "non_finite"),
+    ([[0.0] * 7], "bad_shape"),
+    (np.zeros(8), "bad_shape"),
+    ({"x": 1.0}, "bad_shape"),
+    ("0,0,0,0,0,0,1", "bad_shape"),
+])
+def test_non_real_actions_are_refused(bad, reason):
+    with pytest.raises(ActionError) as err:
+        check_action(bad)
+    assert err.value.reason == reason, (bad, err.value)
+    with pytest.raises(ActionError):
+        to_arm(bad, ArmScaling(), GripperMapping())
+
+
+def test_real_actions_of_any_real_type_are_taken():
+    for good in ([0, 0, 0, 0, 0, 0, 1], np.arange(7, dtype=np.uint8), np.zeros(7, np.float16), np.zeros(7, np.int64),
+                 np.array([0.5] * 7, dtype=object), tuple(np.float32(0.25) for _ in range(7))):
+        values = check_action(good)
+        assert values.dtype == np.float64 and values.shape == (7,)

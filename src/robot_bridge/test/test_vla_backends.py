@@ -1,9 +1,12 @@
-"""vla_backends against a real ActServer on 127.0.0.1 (the deploy server's protocol); LocalBackend's error path."""
+"""vla_backends against a real ActServer on 127.0.0.1 (the deploy server's protocol), against a DripServer (the
+same protocol, misbehaving at the socket level), and LocalBackend's error path."""
 
 import http.client
 import json
 import socket
+import sys
 import threading
+from pathlib import Path
 
 import json_numpy
 import numpy as np
@@ -18,6 +21,9 @@ from robot_bridge.vla_backends import (
     openvla_prompt,
     resize_image,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared DripServer
+from act_drip_server import DripServer  # noqa: E402
 
 IMAGE = np.arange(4 * 6 * 3, dtype=np.uint8).reshape(4, 6, 3)
 ACTION = np.array([0.01, -0.02, 0.003, 0.1, -0.2, 0.05, 1.0])
@@ -118,6 +124,13 @@ class RawServer:
     (200, json_numpy.dumps(np.array([0.0] * 6 + [np.inf])).encode(), "non_finite"),
     (200, json_numpy.dumps(np.zeros(3)).encode(), "bad_shape"),
     (200, b"[0, 0, 0, 0, 0, 0, 1]", None),
+    (200, b"[0, 0, 0, 0, 0, 0, true]", "not_numeric"),
+    (200, b'["0", 0, 0, 0, 0, 0, 1]', "not_numeric"),
+    (200, b"[0, 0, 0, 0, 0, 0, 1e999]", "non_finite"),
+    (200, json_numpy.dumps(np.array([0.0] * 6 + [1j])).encode(), "not_real"),
+    (200, json_numpy.dumps(np.ones(7, dtype=bool)).encode(), "not_numeric"),
+    (200, json_numpy.dumps(np.array([0.0] * 6 + [np.nan])).encode(), "non_finite"),
+    (200, json.dumps(json_numpy.dumps(np.ones(7, dtype=np.complex64))).encode(), "not_real"),  # double-encoded
     (200, json.dumps(json_numpy.dumps(ACTION)).encode(), None),   # the double-encoded form
     (200, b"<html>", "bad_response"),
     (200, b'"something"', "bad_response"),
@@ -141,16 +154,48 @@ def test_timeout(act):
     release = threading.Event()
 
     def slow(image, instruction, key):
-        release.wait(10.0)  # longer than the client's timeout; released at the end of the test
+        release.wait(10.0)  # longer than the client's deadline; released at the end of the test
         return ACTION
 
     server = act(Recorder(slow))
     try:
         with pytest.raises(VlaError) as err:
             ServerBackend(server.url, timeout_s=0.2).predict(IMAGE, "pick")
-        assert err.value.reason == "timeout" and "0.2 s" in str(err.value)
+        assert err.value.reason == "deadline" and "0.2 s" in str(err.value)
     finally:
         release.set()
+
+
+@pytest.mark.parametrize("mode, reason", [("drip_body", "slow_body"), ("drip_head", "slow_headers"),
+                                          ("silent", "deadline")])
+def test_a_dripping_server_is_cut_at_the_deadline(mode, reason):
+    # a byte every 0.1 s never trips a per-read timeout: only a total deadline ends the request (the drip takes 15+ s)
+    with DripServer(mode, drip_s=0.1) as server:
+        backend = ServerBackend(server.url, timeout_s=0.5)
+        with pytest.raises(VlaError) as err:
+            backend.predict(IMAGE, "pick")
+        assert err.value.reason == reason, err.value
+        assert "0.5 s" in str(err.value) and server.answered == 0
+        # the server answers normally again: the next request gets its action
+        server.mode = "normal"
+        assert backend.predict(IMAGE, "pick").tolist() == server.action.tolist()
+
+
+def test_a_server_that_does_not_read_the_request_is_cut_at_the_deadline():
+    big = np.zeros((2048, 2048, 3), np.uint8)  # ~17 MB of json_numpy: more than the socket buffers take
+    with DripServer("no_read") as server:
+        with pytest.raises(VlaError) as err:
+            ServerBackend(server.url, timeout_s=0.5).predict(big, "pick")
+    assert err.value.reason == "slow_send", err.value
+
+
+def test_a_cancel_ends_the_request_at_once():
+    cancel = threading.Event()
+    with DripServer("drip_body", drip_s=0.1) as server:
+        threading.Timer(0.3, cancel.set).start()
+        with pytest.raises(VlaError) as err:
+            ServerBackend(server.url, timeout_s=60.0).predict(IMAGE, "pick", cancelled=cancel.is_set)
+    assert err.value.reason == "cancelled"
 
 
 def test_server_down():
@@ -198,6 +243,8 @@ def test_backend_input_checks(act):
         ServerBackend("ftp://x/act")
     with pytest.raises(ValueError):
         ServerBackend("http://127.0.0.1:1/act", timeout_s=0.0)
+    with pytest.raises(ValueError):
+        ServerBackend("http:///act")
 
 
 def test_prompt_and_image_preparation():
