@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from brace_common.config import ConfigError, check_fields, param
-from brace_common.validation import ID_PATTERN, MAX_ID_CHARS
+from brace_common.config import ConfigError, check_agent_ids, check_fields, param
 
 from .instructions import InstructionTemplates
 from .step_monitor import MonitorConfig, parse_conditions, parse_locations
@@ -96,8 +95,7 @@ class ExecutorConfig:
     def validate(self) -> None:
         """ConfigError naming the first invalid parameter."""
         check_fields(self)
-        if not self.agent_id or len(self.agent_id) > MAX_ID_CHARS or not ID_PATTERN.match(self.agent_id):
-            raise ConfigError("agent_id", f"'{self.agent_id}' is not a valid id")
+        check_agent_ids("agent_id", self.agent_id)
         if self.backend not in BACKENDS:
             raise ConfigError("backend", f"'{self.backend}' is not one of {list(BACKENDS)}")
         if self.backend == "server" and not self.server_url.startswith(("http://", "https://")):

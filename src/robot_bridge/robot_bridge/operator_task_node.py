@@ -34,7 +34,7 @@ from std_srvs.srv import Trigger
 
 from brace_common import names, qos
 from brace_common.clock import steady_timer
-from brace_common.config import ConfigError, param
+from brace_common.config import ConfigError, check_agent_ids, param
 from brace_common.diagnostics import diagnostic_array
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.readiness import PeerWait
@@ -74,8 +74,7 @@ class OperatorTaskConfig:
 
     def validate(self) -> None:
         """ConfigError naming the first invalid parameter."""
-        if not self.agent_id:
-            raise ConfigError("agent_id", "must not be empty")
+        check_agent_ids("agent_id", self.agent_id)
         if self.start_on_ready and not self.task_lines():
             raise ConfigError("tasks", "start_on_ready needs at least one task line")
 

@@ -41,7 +41,7 @@ from rclpy.node import Node
 
 from brace_common import names, qos
 from brace_common.clock import steady_timer
-from brace_common.config import ConfigError, param
+from brace_common.config import ConfigError, check_agent_ids, param
 from brace_common.diagnostics import diagnostic_array
 from brace_common.episode import EpisodeResult, episode_msg
 from brace_common.params import declare_config, reject_undeclared
@@ -85,8 +85,7 @@ class TwinWorldConfig:
             raise ConfigError("can_port", "must not be empty")
         if self.can_interface not in ("virtual", "udp_multicast", "socketcan"):
             raise ConfigError("can_interface", f"'{self.can_interface}' is not virtual, udp_multicast or socketcan")
-        if not self.agent_id:
-            raise ConfigError("agent_id", "must not be empty")
+        check_agent_ids("agent_id", self.agent_id)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,13 @@ def test_start_on_ready_needs_a_task():
     assert err.value.parameter == "tasks"
 
 
+@pytest.mark.parametrize("agent_id", ["", "arm_0/../x", "arm.0", "0arm"])
+def test_the_agent_id_is_a_name_token(agent_id):
+    with pytest.raises(ConfigError) as err:
+        OperatorTaskConfig(agent_id=agent_id).validate()
+    assert err.value.parameter == "agent_id"
+
+
 class Operator(Node):
     """The operator's console and the planner's ears: services, the task topic, episodes and context."""
 
