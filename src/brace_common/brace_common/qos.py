@@ -54,11 +54,13 @@ ROBOT_FEEDBACK = QoSProfile(
 """An arm's joint_states / end_pose: reliable, so best-effort and reliable subscribers (RViz,
 robot_state_publisher, the executor's STATE subscription) all match."""
 ROBOT_COMMANDS = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST, depth=1,
+    history=HistoryPolicy.KEEP_LAST, depth=100,
     reliability=ReliabilityPolicy.BEST_EFFORT, durability=DurabilityPolicy.VOLATILE,
 )
-"""An arm's command subscriptions: the newest only (a command queued behind a slow callback is dropped, never
-executed late); matches reliable and best-effort publishers."""
+"""An arm's command subscriptions; matches reliable and best-effort publishers. The node takes every sample at
+once and runs only the newest (a command is never executed late), counting each one it skips; the depth only
+absorbs a burst while the taking callback waits for a thread (a depth of 1 overwrote samples before they were
+taken, where nobody could count them)."""
 SIM_COMMANDS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=1,
     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,

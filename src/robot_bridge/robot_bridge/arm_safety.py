@@ -20,6 +20,8 @@ A command is either accepted as a whole (the returned target is what is sent) or
 State-dependent refusals (`CommandGate`): inactive (lifecycle), stopped (emergency stop until ~/resume),
 fault (CAN silence, an arm error, disabled motors). `CommandWatchdog`
 tells when commands stop arriving (the node then holds position) and `Backoff` paces reconnection attempts.
+`LatestCommands` runs the newest command of each input and counts every one it never ran: superseded (taken,
+then replaced by a newer one before it ran) or lost (a gap in its publisher's sequence numbers: never taken).
 
 Orientation convention: roll, pitch, yaw about the fixed base axes x, y, z (R = Rz(yaw) Ry(pitch) Rx(roll)),
 the convention of the PiPER's end-pose feedback. An end-effector rotation delta is applied in the base frame:
@@ -29,9 +31,11 @@ R_target = R(delta) R(current).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from brace_common.validation import InvalidInput
 
@@ -342,3 +346,57 @@ class CommandGate:
         refusal = self.refusal()
         if refusal is not None:
             raise refusal
+
+
+class LatestCommands:
+    """A newest-only mailbox per command input, and the count of every command it never ran.
+
+    `put` stores a command taken from an input, replacing (and counting as `superseded`) one of that input not yet
+    run; `pop` hands out the waiting commands, oldest put first. A command's publisher and sequence number, when
+    the transport gives them, reveal the commands never taken at all: a jump from n to n + k counts k - 1 `lost`
+    (the first command seen from a publisher only starts its count). Thread-safe.
+    """
+
+    MAX_PUBLISHERS = 64
+    """Publishers remembered per input (the least recent is forgotten; a forgotten one starts its count again)."""
+
+    def __init__(self, inputs: Sequence[str]) -> None:
+        self.inputs = tuple(inputs)
+        self.counts: dict[str, int] = {}
+        for name in self.inputs:
+            self.counts.update({f"taken.{name}": 0, f"dropped.{name}.superseded": 0, f"dropped.{name}.lost": 0})
+        self._waiting: OrderedDict[str, Any] = OrderedDict()
+        self._sequences: dict[str, OrderedDict[Hashable, int]] = {name: OrderedDict() for name in self.inputs}
+        self._lock = threading.Lock()
+
+    def put(self, name: str, command: Any, publisher: Optional[Hashable] = None,
+            sequence: Optional[int] = None) -> None:
+        """A command taken from input `name` (KeyError for an unknown input)."""
+        with self._lock:
+            self.counts[f"taken.{name}"] += 1
+            if publisher is not None and sequence is not None:
+                seen = self._sequences[name]
+                last = seen.pop(publisher, None)
+                if last is not None and sequence > last + 1:
+                    self.counts[f"dropped.{name}.lost"] += sequence - last - 1
+                seen[publisher] = sequence if last is None else max(last, sequence)
+                while len(seen) > self.MAX_PUBLISHERS:
+                    seen.popitem(last=False)
+            if self._waiting.pop(name, None) is not None:
+                self.counts[f"dropped.{name}.superseded"] += 1
+            self._waiting[name] = command
+
+    def pop(self) -> Optional[tuple[str, Any]]:
+        """The oldest waiting (input, command), or None when nothing waits."""
+        with self._lock:
+            return self._waiting.popitem(last=False) if self._waiting else None
+
+    def pending(self) -> bool:
+        """Whether a command waits."""
+        with self._lock:
+            return bool(self._waiting)
+
+    def dropped(self) -> int:
+        """Commands never run: superseded and lost, every input."""
+        with self._lock:
+            return sum(v for k, v in self.counts.items() if k.startswith("dropped."))

@@ -38,6 +38,11 @@ class PiperArmConfig:
                                         0.002, 1.0)
     command_timeout_s: float = param(0.5, "no command for this long: hold position (s)", 0.01, 60.0)
     feedback_timeout_s: float = param(2.0, "activate waits this long for the arm's first frames (s)", 0.1, 60.0)
+    silence_timeout_s: float = param(0.25, "no feedback frame from the arm itself (status, end pose, joints, "
+                                     "gripper; never the node's own frames echoed) for this long: can_silent (s)",
+                                     0.01, 10.0)
+    silence_recovery_s: float = param(0.5, "can_silent clears once the arm's own feedback has arrived this long "
+                                      "without a silent gap (s)", 0.0, 60.0)
     enable_attempts: int = param(20, "enable attempts at activate / ~/enable before giving up", 1, 1000)
     enable_interval_s: float = param(0.1, "pause between enable attempts (s)", 0.001, 10.0)
     reconnect_initial_s: float = param(0.5, "first wait before reconnecting after CAN silence (s); doubles", 0.01,
@@ -75,6 +80,9 @@ class PiperArmConfig:
             raise ConfigError("agent_id", "must not be empty")
         if not self.frame_id.strip():
             raise ConfigError("frame_id", "must not be empty")
+        if self.silence_timeout_s <= self.supervision_period_s:
+            raise ConfigError("silence_timeout_s", f"{self.silence_timeout_s} is not above supervision_period_s "
+                              f"{self.supervision_period_s}")
         if self.reconnect_initial_s > self.reconnect_max_s:
             raise ConfigError("reconnect_max_s", f"{self.reconnect_max_s} is below reconnect_initial_s "
                               f"{self.reconnect_initial_s}")

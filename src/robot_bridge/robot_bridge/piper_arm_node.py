@@ -3,19 +3,24 @@
 Names are relative (launch puts each robot in its namespace); /diagnostics is global.
 
 Publishes   joint_states (sensor_msgs/JointState: joint1..joint6 rad, gripper m; effort N·m) and
-            end_pose (geometry_msgs/PoseStamped in `frame_id`) at `feedback_rate_hz` while active and frames
-            arrive; agent_states (brace_msgs/AgentState: `agent_id`, position = end-effector position,
+            end_pose (geometry_msgs/PoseStamped in `frame_id`) at most at `feedback_rate_hz` while active, once
+            per new joint feedback frame, stamped with that frame's arrival (never republished as fresh);
+            agent_states (brace_msgs/AgentState: `agent_id`, position = end-effector position,
             tracking_error NaN, has_goal = commands are arriving, step = this node's publication counter) at
             `agent_state_rate_hz`; /diagnostics (arm status and error bits by name, enable state, CAN health,
-            emergency stop, reconnections, refused commands as rejected.<input>.<reason>), in every state
+            emergency stop, liveness, reconnections, refused commands as rejected.<input>.<reason>, commands
+            never run as dropped.<input>.superseded / .lost), in every state
 Subscribes  ee_delta_cmd (brace_msgs/EndEffectorDelta: applied to the measured end pose; gripper NaN = leave it),
             joint_cmd (sensor_msgs/JointState: positions by joint name, unnamed = joint1..6 [, gripper]),
-            gripper_cmd (std_msgs/Float64: opening in m). Best-effort, newest only: a command is never run late
+            gripper_cmd (std_msgs/Float64: opening in m). Best-effort; every sample is taken at once and the
+            newest of each input is run (a command is never run late): one replaced before it ran is counted
+            superseded, one its publisher's sequence numbers show was never taken is counted lost
 Services    ~/enable (enable the motors, bounded retry), ~/stop (the SDK's damped emergency stop; commands are
             refused until ~/resume), ~/resume (the SDK's resume, re-enable, hold) - std_srvs/Trigger
 
 Parameters  can_port, can_interface, agent_id, frame_id, autostart, feedback_rate_hz, agent_state_rate_hz,
-            diagnostics_period_s, supervision_period_s, command_timeout_s, feedback_timeout_s, enable_attempts,
+            diagnostics_period_s, supervision_period_s, command_timeout_s, feedback_timeout_s,
+            silence_timeout_s, silence_recovery_s, enable_attempts,
             enable_interval_s, reconnect_initial_s, reconnect_max_s, speed_percent, gripper_effort_nm,
             joint_lower_rad, joint_upper_rad, workspace_min_m, workspace_max_m, max_joint_step_rad,
             max_translation_step_m, max_rotation_step_rad, gripper_min_m, gripper_max_m
@@ -30,9 +35,11 @@ Safety layers: (1) every command checked by arm_safety (finite, joint limits, on
 workspace box, gripper stroke) and refused whole, counted by reason; (2) a command gate: inactive, stopped
 (~/stop until ~/resume) or faulted (CAN silence, an arm error status or error bits, motor faults, motors
 disabled) refuses every command; (3) a watchdog: no accepted command for `command_timeout_s` holds the measured
-joints; (4) on an arm fault the node holds position once; on CAN silence (isOk false) it reconnects with capped
-exponential backoff and sends nothing else. The node never disables or resets the arm (the SDK documents that
-the arm then drops): recovering from a fault is the operator's (docs/piper_arm.md).
+joints; (4) on an arm fault the node holds position once; on CAN silence (no frame the arm itself sends for
+`silence_timeout_s`: the node's own frames echoed back never count) it reconnects with capped exponential backoff
+and sends nothing else, and clears the fault only after `silence_recovery_s` of the arm's feedback without a gap.
+The node never disables or resets the arm (the SDK documents that the arm then drops): recovering from a fault is
+the operator's (docs/piper_arm.md).
 """
 
 from __future__ import annotations
@@ -41,12 +48,14 @@ import math
 import sys
 import threading
 import time
-from typing import Optional
+from functools import partial
+from typing import Any, Optional
 
 from brace_msgs.msg import AgentState, EndEffectorDelta
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.duration import Duration
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64
@@ -62,14 +71,15 @@ from brace_common.spin import spin_node
 from brace_common.validation import InvalidInput, Rejections
 
 from . import arm_safety as safety
-from .arm_safety import GRIPPER_NAME, JOINT_NAMES, Backoff, CommandGate, CommandWatchdog, Refused
+from .arm_safety import GRIPPER_NAME, JOINT_NAMES, Backoff, CommandGate, CommandWatchdog, LatestCommands, Refused
 from .piper_arm_config import PiperArmConfig
 from .piper_driver import CtrlMode, DriverError, Feedback, MoveMode, PiperDriver, wait_feedback
 
-EXECUTOR_THREADS = 4  # feedback, supervision (a reconnection blocks it), commands and services, reports
+EXECUTOR_THREADS = 6  # feedback, supervision (a reconnection blocks it), taking commands, running them, services,
+#                      reports
 CAN_SILENT = "can_silent"
 MOTORS_DISABLED = "motors_disabled"
-
+COMMAND_INPUTS = ("joint_cmd", "ee_delta_cmd", "gripper_cmd")
 
 
 class PiperArmNode(ReleasingLifecycleNode):
@@ -90,10 +100,13 @@ class PiperArmNode(ReleasingLifecycleNode):
         self.last_error = ""
         self.agent_step = 0
         self.counts = {"commands.joint_cmd": 0, "commands.ee_delta_cmd": 0, "commands.gripper_cmd": 0,
-                       "holds.watchdog": 0, "holds.fault": 0, "faults": 0, "recoveries": 0, "reconnects": 0,
+                       "holds.watchdog": 0, "holds.fault": 0, "faults_raised": 0, "recoveries": 0, "reconnects": 0,
                        "reconnect_failures": 0, "stops": 0, "resumes": 0, "enables": 0}
         self.rejections = Rejections(self.get_logger())
         self._reported_rejections = 0
+        self.commands = LatestCommands(COMMAND_INPUTS)
+        self._reported_lost = 0
+        self._published_joint_frames = -1
         self._state_lock = threading.RLock()  # gate, watchdog and command sending: one at a time
         # Every topic, service and timer lives as long as the node: configure re-times the timers and cleanup
         # cancels them (destroying entities while another executor thread waits on them races in rclpy).
@@ -103,7 +116,7 @@ class PiperArmNode(ReleasingLifecycleNode):
         self.agent_pub = self.create_lifecycle_publisher(AgentState, names.AGENT_STATES, qos.EVENTS)
         reports = MutuallyExclusiveCallbackGroup()
         services = MutuallyExclusiveCallbackGroup()
-        commands = MutuallyExclusiveCallbackGroup()
+        takes = MutuallyExclusiveCallbackGroup()
         period = self.get_parameter("diagnostics_period_s").value
         steady_timer(self, period if isinstance(period, float) and 0.05 <= period <= 60.0 else 1.0,
                      self.publish_diagnostics, reports)
@@ -113,10 +126,15 @@ class PiperArmNode(ReleasingLifecycleNode):
         self._timers_of_config = (self.feedback_timer, self.supervision_timer, self.agent_timer)
         for timer in self._timers_of_config:
             timer.cancel()
-        self.create_subscription(EndEffectorDelta, names.EE_DELTA_CMD, self.on_ee_delta, qos.ROBOT_COMMANDS,
-                                 callback_group=commands)
-        self.create_subscription(JointState, names.JOINT_CMD, self.on_joint_cmd, qos.ROBOT_COMMANDS, callback_group=commands)
-        self.create_subscription(Float64, names.GRIPPER_CMD, self.on_gripper_cmd, qos.ROBOT_COMMANDS, callback_group=commands)
+        # Taking a command only files it (cheap, in order, one input after another); a guard condition then runs the
+        # newest of each input in its own group, so a command stream faster than the arm is counted, not lost unseen.
+        self._handlers = {"joint_cmd": self.on_joint_cmd, "ee_delta_cmd": self.on_ee_delta,
+                          "gripper_cmd": self.on_gripper_cmd}
+        self._runner = self.create_guard_condition(self.run_commands, MutuallyExclusiveCallbackGroup())
+        for kind, topic, name in ((EndEffectorDelta, names.EE_DELTA_CMD, "ee_delta_cmd"),
+                                  (JointState, names.JOINT_CMD, "joint_cmd"), (Float64, names.GRIPPER_CMD, "gripper_cmd")):
+            self.create_subscription(kind, topic, partial(self.take_command, name), qos.ROBOT_COMMANDS,
+                                     callback_group=takes)
         self.create_service(Trigger, "~/enable", self.on_enable, callback_group=services)
         self.create_service(Trigger, "~/stop", self.on_stop, callback_group=services)
         self.create_service(Trigger, "~/resume", self.on_resume, callback_group=services)
@@ -137,7 +155,8 @@ class PiperArmNode(ReleasingLifecycleNode):
         except (ConfigError, ValueError) as exc:
             return self._fail("configure failed", exc)
         cfg = self.config
-        driver = PiperDriver(cfg.can_port, cfg.can_interface, cfg.speed_percent, cfg.gripper_effort_nm)
+        driver = PiperDriver(cfg.can_port, cfg.can_interface, cfg.speed_percent, cfg.gripper_effort_nm,
+                             cfg.silence_timeout_s)
         try:
             driver.connect()
         except DriverError as exc:
@@ -205,6 +224,7 @@ class PiperArmNode(ReleasingLifecycleNode):
         self.feedback = None
         self.gate = CommandGate()
         self.silent_since = None
+        self._published_joint_frames = -1
 
     def release(self) -> None:
         """Process exit, whatever the lifecycle state: hold if active, then disconnect (no ROS call)."""
@@ -233,8 +253,9 @@ class PiperArmNode(ReleasingLifecycleNode):
             self.get_logger().error(f"hold failed ({why}): {exc}")
 
     def _faults(self, feedback: Feedback) -> list[str]:
-        """What forbids commanding the arm now, by name."""
-        if not feedback.can_ok:
+        """What forbids commanding the arm now, by name (can_silent until the arm's feedback is back for good)."""
+        recovering = CAN_SILENT in self.gate.faults and feedback.alive_s < self.config.silence_recovery_s
+        if not feedback.can_ok or recovering:
             return [CAN_SILENT]
         faults = feedback.faults
         if self.gate.active and not feedback.enabled:
@@ -269,7 +290,7 @@ class PiperArmNode(ReleasingLifecycleNode):
             had = self.gate.faults
             self.gate.faults = tuple(faults)
             if faults and not had:
-                self.counts["faults"] += 1
+                self.counts["faults_raised"] += 1
                 self.watchdog.reset()
                 self.get_logger().error(f"arm fault: {', '.join(faults)}: commands refused")
                 if self.gate.active and not self.gate.stopped and feedback.can_ok:
@@ -278,10 +299,12 @@ class PiperArmNode(ReleasingLifecycleNode):
             elif had and not faults:
                 self.counts["recoveries"] += 1
                 self.get_logger().info(f"arm fault cleared ({', '.join(had)}): commands accepted again")
-            if feedback.can_ok:
+            elif set(had) != set(faults):
+                self.get_logger().error(f"arm fault now: {', '.join(faults)} (was {', '.join(had)}): commands refused")
+            if CAN_SILENT not in faults:
                 self.silent_since = None
                 self.backoff.reset()
-            else:
+            elif not feedback.can_ok:  # silent (not merely recovering): reconnect, with growing waits
                 if self.silent_since is None:
                     self.silent_since = now
                     self.backoff.failed(now)  # the first attempt after reconnect_initial_s of silence
@@ -294,8 +317,8 @@ class PiperArmNode(ReleasingLifecycleNode):
 
     def _reconnect(self) -> None:
         self.counts["reconnects"] += 1
-        self.get_logger().warning(f"CAN port '{self.config.can_port}' silent: reconnecting (attempt "
-                                  f"{self.backoff.attempts}; the arm is not disabled)", throttle_duration_sec=1.0)
+        self.get_logger().warning(f"no feedback from the arm on CAN port '{self.config.can_port}': reconnecting "
+                                  f"(attempt {self.backoff.attempts}; the arm is not disabled)")
         try:
             self.driver.reconnect()
         except DriverError as exc:
@@ -303,19 +326,22 @@ class PiperArmNode(ReleasingLifecycleNode):
             self.get_logger().error(f"reconnect failed: {exc}", throttle_duration_sec=5.0)
         with self._state_lock:
             wait = self.backoff.failed(time.monotonic())  # success is counted when frames arrive again
-        self.get_logger().info(f"next reconnection in {wait:.1f} s unless frames return", throttle_duration_sec=5.0)
+        self.get_logger().info(f"next reconnection in {wait:.2f} s unless the arm's feedback returns")
 
     # ------------------------------------------------------------------ feedback
 
     def publish_feedback(self) -> None:
-        """joint_states and end_pose from the latest frames (nothing while the bus is silent)."""
+        """joint_states and end_pose once per new joint feedback frame, stamped when it arrived (nothing while silent)."""
         driver = self.driver
         if driver is None:
             return
         feedback = self.feedback = driver.read()
         if not feedback.can_ok or not self.joint_pub.is_activated:
             return
-        stamp = self.get_clock().now().to_msg()
+        if feedback.joint_frames == self._published_joint_frames or not math.isfinite(feedback.joints_age_s):
+            return  # nothing new from the arm: a republished state would pass stale joints off as fresh
+        self._published_joint_frames = feedback.joint_frames
+        stamp = (self.get_clock().now() - Duration(nanoseconds=round(feedback.joints_age_s * 1e9))).to_msg()
         joints = JointState()
         joints.header.stamp = stamp
         joints.header.frame_id = self.config.frame_id
@@ -346,6 +372,20 @@ class PiperArmNode(ReleasingLifecycleNode):
         self.agent_pub.publish(msg)
 
     # ------------------------------------------------------------------ commands
+
+    def take_command(self, name: str, msg: Any, info: dict) -> None:
+        """File a command taken from input `name` (its publisher and sequence number reveal commands never taken)."""
+        # rclpy passes the message info only to a callback with exactly two required parameters
+        gid = info.get("publisher_gid")
+        publisher = bytes(gid["data"]) if isinstance(gid, dict) and gid.get("data") is not None else None
+        self.commands.put(name, msg, publisher, info.get("publication_sequence_number"))
+        self._runner.trigger()
+
+    def run_commands(self) -> None:
+        """Run the newest waiting command of each input, oldest input first, until none waits."""
+        while (item := self.commands.pop()) is not None:
+            name, msg = item
+            self._handlers[name](msg)
 
     def _command(self, what: str, run) -> None:
         """Run one command under the gate; a refusal is counted by reason, never raised."""
@@ -475,7 +515,8 @@ class PiperArmNode(ReleasingLifecycleNode):
                   "faults": ", ".join(self.gate.faults)}
         if feedback is not None:
             values.update({
-                "can_ok": feedback.can_ok, "can_fps": round(feedback.can_fps, 1),
+                "can_ok": feedback.can_ok, "feedback_age_s": _age(feedback.feedback_age_s),
+                "joints_age_s": _age(feedback.joints_age_s), "alive_s": round(feedback.alive_s, 3),
                 "arm_status": feedback.arm_status_name, "ctrl_mode": feedback.ctrl_mode_name,
                 "move_mode": feedback.move_mode_name, "error_code": f"0x{feedback.err_code:04x}",
                 "errors": ", ".join(feedback.errors), "motor_faults": ", ".join(feedback.motor_faults),
@@ -484,6 +525,12 @@ class PiperArmNode(ReleasingLifecycleNode):
         values.update(self.counts)
         if self.driver is not None:
             values["driver_reconnects"] = self.driver.reconnects
+            values.update({f"frames.{k}": v for k, v in self.driver.frames.counts.items()})
+        if self.backoff is not None:
+            silent = self.silent_since is not None
+            values["reconnect_attempt"] = self.backoff.attempts if silent else 0
+            values["reconnect_delay_s"] = round(self.backoff.delay_s, 3) if silent else 0.0
+        values.update(self.commands.counts)
         values.update({f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())})
         errors: list[str] = []
         if self.last_error:
@@ -497,9 +544,18 @@ class PiperArmNode(ReleasingLifecycleNode):
         if total > self._reported_rejections:
             warnings.append(f"{total - self._reported_rejections} commands refused")
         self._reported_rejections = total
+        lost = sum(v for k, v in self.commands.counts.items() if k.endswith(".lost"))
+        if lost > self._reported_lost:
+            warnings.append(f"{lost - self._reported_lost} commands lost before they were taken")
+        self._reported_lost = lost
         self.diag_pub.publish(diagnostic_array(
             f"{self.get_name()}: PiPER arm on {cfg.can_port if cfg else '?'}", values,
             self.get_clock().now().to_msg(), warnings, errors))
+
+
+def _age(seconds: float) -> float | str:
+    """An age for /diagnostics: seconds to the millisecond, 'never' for none."""
+    return round(seconds, 3) if math.isfinite(seconds) else "never"
 
 
 def main(args=None) -> int:

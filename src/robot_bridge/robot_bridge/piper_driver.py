@@ -16,25 +16,40 @@ SDK behaviour the driver works with:
 - the SDK swallows a bus that fails to open (CreateCanBus only logs it), and its reader spins without pause on
   an unopened bus, so the driver checks the bus opened (`Init()` answers "exists") before ConnectPort
 - `EnablePiper()` sends an enable frame and answers whether all six motors reported enabled before it
-- `isOk()` turns False after about 0.3-0.5 s without a frame (the SDK's frame-rate monitor)
+- `isOk()` turns False after about 0.3-0.5 s without *any* decoded frame (the SDK's frame-rate monitor), and the
+  SDK decodes the host's own command frames too: its send and receive buses are two buses on one channel, so on a
+  virtual or udp_multicast bus (and behind a CAN adapter that echoes) every frame the node sends comes back to its
+  reader. `isOk()` therefore says nothing about the arm; the driver judges the arm alive only from the frames the
+  arm itself sends (`ARM_FEEDBACK_IDS`), timed by a `FrameMonitor` that sees every frame before the SDK parses it
 - the SDK's reader waits at most 1 s per receive and checks its stop flag in between: a reconnection waits that
   long between DisconnectPort and ConnectPort so the old reader has ended and ConnectPort starts a fresh one
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Optional
+from typing import Any, Optional
 
+from . import piper_frames as pf
 from . import piper_units as units
 from .arm_safety import apply_ee_delta
 
 READER_EXIT_S = 1.2
 """How long a reconnection waits after DisconnectPort: the SDK's reader receives with a 1 s timeout."""
+SILENCE_S = 0.25
+"""Default bound on the age of the arm's latest own feedback frame before the driver calls the bus silent."""
+
+ARM_FEEDBACK_IDS: frozenset[int] = frozenset({pf.ARM_STATUS, *pf.END_POSE_FB_IDS, *pf.JOINT_FB_IDS, pf.GRIPPER_FB})
+"""Frames only the arm sends, every cycle (status, end pose, joints, gripper): the only proof that it is alive."""
+HOST_COMMAND_IDS: frozenset[int] = frozenset({
+    pf.MOTION_CTRL_1, pf.MOTION_CTRL_2, *pf.END_POSE_CTRL_IDS, *pf.JOINT_CTRL_IDS, pf.GRIPPER_CTRL, pf.MOTOR_ENABLE,
+    pf.MOTOR_LIMIT_QUERY, pf.FIRMWARE})
+"""Frames the host sends (the firmware answer shares its ID with the query): seen on the reader they are echoes."""
 
 
 class DriverError(RuntimeError):
@@ -165,8 +180,11 @@ class Feedback:
     motor_faults: tuple[str, ...]
     motors_enabled: tuple[bool, ...]
     received: bool                       # joint feedback has arrived since the SDK instance exists
-    can_ok: bool                         # isOk(): frames are arriving (and some have arrived)
-    can_fps: float
+    can_ok: bool                         # connected and the arm's own feedback is younger than the silence bound
+    feedback_age_s: float = math.inf     # age of the arm's latest own feedback frame (inf: none since connect)
+    joints_age_s: float = math.inf       # age of the latest joint feedback frame (what joint_states are stamped by)
+    alive_s: float = 0.0                 # how long the arm's feedback has arrived without a silent gap (0: silent)
+    joint_frames: int = 0                # joint feedback frames received (a new one: fresh joints to publish)
 
     @property
     def arm_status_name(self) -> str:
@@ -205,11 +223,78 @@ class Feedback:
         return [self.arm_status_name] if arm_status_severity(self.arm_status) == Severity.WARN else []
 
 
+@dataclass(frozen=True)
+class Liveness:
+    """What the frames on the bus say about the arm at one instant (steady seconds)."""
+
+    feedback_age_s: float
+    joints_age_s: float
+    alive_s: float
+    joint_frames: int
+
+
+class FrameMonitor:
+    """Sorts every frame the SDK's reader receives by who sent it and times the arm's own feedback.
+
+    Only a frame with an ID in ARM_FEEDBACK_IDS, received from the bus (`is_rx`), proves the arm alive: the host's
+    command IDs coming back (an echo: the SDK's own two buses, multicast loopback, an echoing adapter) and other IDs
+    are counted, never timed. `alive_s` is how long feedback has arrived with no gap longer than `silence_s`, so a
+    single stray frame after a silence does not make the arm alive for long.
+    """
+
+    def __init__(self, silence_s: float = SILENCE_S, clock: Callable[[], float] = time.monotonic) -> None:
+        if not silence_s > 0.0:
+            raise ValueError(f"silence_s {silence_s} must be positive")
+        self.silence_s = silence_s
+        self.clock = clock
+        self.counts = {"feedback": 0, "own": 0, "other": 0}
+        self._last_feedback: Optional[float] = None
+        self._last_joints: Optional[float] = None
+        self._alive_since: Optional[float] = None
+        self._joint_frames = 0
+        self._lock = threading.Lock()
+
+    def observe(self, arbitration_id: int, is_rx: bool = True) -> None:
+        """One frame arrived now (called on the SDK's reader thread before the SDK parses it)."""
+        now = self.clock()
+        with self._lock:
+            if not is_rx or arbitration_id in HOST_COMMAND_IDS:
+                self.counts["own"] += 1
+                return
+            if arbitration_id not in ARM_FEEDBACK_IDS:
+                self.counts["other"] += 1
+                return
+            self.counts["feedback"] += 1
+            if self._last_feedback is None or now - self._last_feedback > self.silence_s:
+                self._alive_since = now
+            self._last_feedback = now
+            if arbitration_id in pf.JOINT_FB_IDS:
+                self._last_joints = now
+                self._joint_frames += 1
+
+    def wrap(self, parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """The SDK's frame callback `parse`, observed first."""
+        def observed(message: Any) -> Any:
+            self.observe(int(message.arbitration_id), bool(getattr(message, "is_rx", True)))
+            return parse(message)
+        observed.observed = True
+        return observed
+
+    def liveness(self) -> Liveness:
+        """The ages of the arm's latest feedback and joint frames, and how long it has been alive, now."""
+        now = self.clock()
+        with self._lock:
+            age = math.inf if self._last_feedback is None else max(0.0, now - self._last_feedback)
+            joints = math.inf if self._last_joints is None else max(0.0, now - self._last_joints)
+            alive = 0.0 if age > self.silence_s or self._alive_since is None else now - self._alive_since
+            return Liveness(age, joints, alive, self._joint_frames)
+
+
 class PiperDriver:
     """One PiPER arm on one CAN port through the real piper_sdk; thread-safe (one lock around the SDK)."""
 
     def __init__(self, can_port: str, can_interface: str = "socketcan", speed_percent: int = 50,
-                 gripper_effort_nm: float = 1.0) -> None:
+                 gripper_effort_nm: float = 1.0, silence_s: float = SILENCE_S) -> None:
         if not 1 <= int(speed_percent) <= 100:
             raise ValueError(f"speed_percent {speed_percent} is outside 1..100")
         self.can_port = can_port
@@ -221,6 +306,7 @@ class PiperDriver:
         self.sdk = None
         self.connected = False
         self.reconnects = 0
+        self.frames = FrameMonitor(silence_s)
         self._lock = threading.RLock()
         self._stop = threading.Event()  # interrupts a running enable retry (shutdown)
 
@@ -248,6 +334,8 @@ class PiperDriver:
         if status is None or status != bus.CAN_STATUS.INIT_CAN_BUS_IS_EXIST:
             raise DriverError(f"cannot open CAN port '{self.can_port}' ({self.can_interface}): "
                               f"{getattr(status, 'name', status)}")
+        if not getattr(bus.callback_function, "observed", False):  # CreateCanBus made a bus with the SDK's parser
+            bus.callback_function = self.frames.wrap(bus.callback_function)
 
     def reconnect(self) -> None:
         """Close and reopen the CAN bus and restart the SDK's reader; DriverError when the bus does not open.
@@ -291,6 +379,7 @@ class PiperDriver:
         for i, motor in enumerate(motors_low, start=1):
             motor_faults += motor_fault_names(i, int(motor.foc_status_code))
         received = joints.time_stamp != 0
+        live = self.frames.liveness()
         return Feedback(
             joints_rad=tuple(units.joints_from_sdk([js.joint_1, js.joint_2, js.joint_3, js.joint_4, js.joint_5,
                                                     js.joint_6])),
@@ -306,8 +395,11 @@ class PiperDriver:
             motor_faults=tuple(motor_faults),
             motors_enabled=tuple(bool(int(m.foc_status_code) & (1 << MOTOR_ENABLED_BIT)) for m in motors_low),
             received=received,
-            can_ok=bool(sdk.isOk()) and received and self.connected,
-            can_fps=float(sdk.GetCanFps()),
+            can_ok=received and self.connected and live.feedback_age_s <= self.frames.silence_s,
+            feedback_age_s=live.feedback_age_s,
+            joints_age_s=live.joints_age_s,
+            alive_s=live.alive_s if self.connected else 0.0,
+            joint_frames=live.joint_frames,
         )
 
     def _sdk(self, connected: bool = True):

@@ -286,6 +286,41 @@ def test_backoff_doubles_up_to_its_cap_and_resets():
 # ---------------------------------------------------------------------------------------------- gate
 
 
+def test_latest_commands_run_the_newest_and_count_the_superseded():
+    box = s.LatestCommands(["joint_cmd", "gripper_cmd"])
+    assert box.pop() is None and not box.pending()
+    box.put("joint_cmd", "j1")
+    box.put("gripper_cmd", "g1")
+    box.put("joint_cmd", "j2")  # replaces j1, which never ran
+    assert box.pending()
+    assert box.pop() == ("gripper_cmd", "g1")  # the input put longest ago first
+    assert box.pop() == ("joint_cmd", "j2") and box.pop() is None
+    box.put("joint_cmd", "j3")
+    assert box.pop() == ("joint_cmd", "j3")  # run before the next came: nothing superseded
+    assert box.counts == {"taken.joint_cmd": 3, "dropped.joint_cmd.superseded": 1, "dropped.joint_cmd.lost": 0,
+                          "taken.gripper_cmd": 1, "dropped.gripper_cmd.superseded": 0, "dropped.gripper_cmd.lost": 0}
+    with pytest.raises(KeyError):
+        box.put("ee_delta_cmd", "x")
+
+
+def test_latest_commands_count_sequence_gaps_per_publisher_as_lost():
+    box = s.LatestCommands(["joint_cmd"])
+    box.put("joint_cmd", 0, b"a", 7)   # the first seen from a publisher only starts its count
+    box.put("joint_cmd", 1, b"a", 8)
+    box.put("joint_cmd", 2, b"b", 1)
+    box.put("joint_cmd", 3, b"a", 12)  # 9, 10, 11 never taken
+    box.put("joint_cmd", 4, b"b", 3)   # 2 never taken
+    box.put("joint_cmd", 5, b"a", 11)  # out of order: no gap, no negative count
+    box.put("joint_cmd", 6, b"a", 13)
+    box.put("joint_cmd", 7, None, 99)  # no publisher: nothing to compare
+    assert box.counts["dropped.joint_cmd.lost"] == 4
+    assert box.counts["taken.joint_cmd"] == 8 and box.counts["dropped.joint_cmd.superseded"] == 7
+    assert box.dropped() == 11
+    for n in range(s.LatestCommands.MAX_PUBLISHERS + 10):  # memory stays bounded under many publishers
+        box.put("joint_cmd", n, n.to_bytes(4, "big"), 1)
+    assert len(box._sequences["joint_cmd"]) == s.LatestCommands.MAX_PUBLISHERS
+
+
 def test_gate_reasons_in_order_of_precedence():
     gate = s.CommandGate()
     assert gate.refusal().reason == "inactive"
@@ -337,6 +372,9 @@ def test_config_defaults_are_valid_and_give_the_default_limits():
     ({"gripper_max_m": 0.08}, "gripper_max_m"),
     ({"gripper_min_m": 0.05, "gripper_max_m": 0.04}, "gripper_max_m"),
     ({"reconnect_initial_s": 5.0, "reconnect_max_s": 1.0}, "reconnect_max_s"),
+    ({"silence_timeout_s": 0.0}, "silence_timeout_s"),
+    ({"silence_timeout_s": 0.02, "supervision_period_s": 0.05}, "silence_timeout_s"),
+    ({"silence_recovery_s": -1.0}, "silence_recovery_s"),
 ])
 def test_invalid_config_names_the_parameter(change, parameter):
     with pytest.raises(ConfigError) as info:

@@ -9,6 +9,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import can
@@ -36,6 +38,7 @@ from piper_sdk_session import close_sdk, unique_port  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore:The 'bustype' argument:DeprecationWarning")
 
 CONFIG = Path(__file__).resolve().parents[3] / "config" / "piper_arm.yaml"
+TWIN_CONFIG = Path(__file__).resolve().parents[1] / "config" / "piper_twin.yaml"
 SUCCESS = TransitionCallbackReturn.SUCCESS
 FAILURE = TransitionCallbackReturn.FAILURE
 
@@ -59,6 +62,17 @@ class Operator(Node):
                                  qos.DIAGNOSTICS)
         self.clients_ = {name: self.create_client(Trigger, f"/piper_arm/{name}") for name in ("enable", "stop",
                                                                                                 "resume")}
+        self.sent = 0
+        self.streamed: list[float] | None = None
+        self.create_timer(0.05, self._stream)
+
+    def _stream(self) -> None:
+        if self.streamed is not None:
+            self.joints(self.streamed)
+
+    def stream(self, positions) -> None:
+        """Send joint command `positions` every 50 ms from now on (None stops)."""
+        self.streamed = None if positions is None else list(positions)
 
     def call(self, service: str) -> Trigger.Response:
         return call_service(self.clients_[service], Trigger.Request(), f"~/{service}", answer_s=30.0)
@@ -67,6 +81,7 @@ class Operator(Node):
         msg = JointState(name=list(names) if names is not None else [f"joint{i + 1}" for i in range(len(positions))],
                          position=[float(p) for p in positions])
         self.joint_cmd.publish(msg)
+        self.sent += 1
 
     def delta(self, translation=(0.0, 0.0, 0.0), rotation=(0.0, 0.0, 0.0), gripper=math.nan) -> None:
         msg = EndEffectorDelta(gripper=float(gripper))
@@ -84,8 +99,19 @@ class Operator(Node):
 
     def level(self) -> int | None:
         status = self.status()
-        return None if status is None else int.from_bytes(status.level, "little") if isinstance(
-            status.level, bytes) else int(status.level)
+        return None if status is None else level_of(status)
+
+    def mine_since(self, index: int) -> list[DiagnosticStatus]:
+        """The node's statuses received after the first `index` statuses."""
+        return [s for s in self.diagnostics[index:] if s.name.startswith("piper_arm")]
+
+
+def level_of(status: DiagnosticStatus) -> int:
+    return int.from_bytes(status.level, "little") if isinstance(status.level, bytes) else int(status.level)
+
+
+def values_of(status: DiagnosticStatus) -> dict[str, str]:
+    return {kv.key: kv.value for kv in status.values}
 
 
 def close(a, b, tol) -> bool:
@@ -110,8 +136,9 @@ class Rig:
         self.op: Operator | None = None
 
     def make(self, **params) -> PiperArmNode:
+        # silence_timeout_s: a busy test machine can pause the SDK's reader thread for a few hundred ms
         params = {"can_port": self.port, "can_interface": "virtual", "diagnostics_period_s": 0.1,
-                  "feedback_rate_hz": 50.0,
+                  "feedback_rate_hz": 50.0, "silence_timeout_s": 1.0,
                   "enable_interval_s": 0.02, "enable_attempts": 100, "feedback_timeout_s": 10.0, **params}
         self.node = PiperArmNode(parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
         self.ros.add(self.node)
@@ -408,6 +435,96 @@ def test_another_device_taking_the_arm_is_a_fault_until_enable(rig):
     wait_for(lambda: close(rig.twin.state().joints_rad, target, 1e-4), 15.0, "commands pass again")
 
 
+class EchoPeer:
+    """A CAN adapter that echoes: every frame on the channel goes back onto it, so the node hears its own frames."""
+
+    def __init__(self, port: str) -> None:
+        self.bus = can.Bus(interface="virtual", channel=port, receive_own_messages=False)
+        self.echoed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            msg = self.bus.recv(0.05)
+            if msg is not None:
+                self.bus.send(can.Message(arbitration_id=msg.arbitration_id, data=msg.data, is_extended_id=False))
+                self.echoed += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        self.bus.shutdown()
+
+
+def assert_faulted_without_flapping(rig: Rig, since: int, before: dict[str, int]) -> None:
+    """Since diagnostics index `since`: ERROR with can_silent every time, never OK; since the counts `before`: no
+    command accepted, the fault raised once and never cleared; the reconnection attempts grew with capped waits."""
+    node = rig.node
+    assert node.counts["recoveries"] == before["recoveries"], node.counts
+    assert node.counts["faults_raised"] == before["faults_raised"] + 1, node.counts
+    assert node.counts["commands.joint_cmd"] == before["commands.joint_cmd"]
+    statuses = rig.op.mine_since(since)
+    assert statuses and all(level_of(st) == 2 and "can_silent" in st.message for st in statuses), \
+        [(level_of(st), st.message) for st in statuses]
+    values = [values_of(st) for st in statuses]
+    assert all(v["can_ok"] == "False" and v["faults"] == "can_silent" for v in values), \
+        [(v.get("can_ok"), v["faults"]) for v in values]
+    attempts = [int(v["reconnect_attempt"]) for v in values]
+    assert attempts == sorted(attempts) and attempts[-1] >= 3, attempts  # grows, never back to 1
+    assert all(float(v["reconnect_delay_s"]) <= 0.4 for v in values)
+
+
+def test_an_echoing_bus_with_the_arm_gone_never_reads_alive(rig):
+    node = rig.up(command_timeout_s=30.0, reconnect_initial_s=0.1, reconnect_max_s=0.4, silence_timeout_s=0.5)
+    rig.op.stream([0.0] * 6)
+    wait_for(lambda: node.counts["commands.joint_cmd"] >= 3 and not node.gate.faults, 15.0, "commands accepted")
+    before = dict(node.counts)
+    rig.twin.stop()  # the arm is gone, and the adapter echoes every frame the node sends
+    echo = EchoPeer(rig.port)
+    try:
+        wait_for(lambda: rig.op.level() == 2 and "can_silent" in rig.op.status().message, 15.0,
+                 "ERROR while commands (and their echoes) keep coming")
+        since = len(rig.op.diagnostics)
+        wait_for(lambda: rig.rejected("joint_cmd.fault") >= 3, 15.0, "commands refused")
+        before["commands.joint_cmd"] = node.counts["commands.joint_cmd"]
+        wait_for(lambda: node.backoff.attempts >= 3 and echo.echoed > 20, 30.0, "reconnections under echoes")
+        rig.op.stream(None)  # no commands: the reconnections' start-up queries are all that echoes now
+        attempts = node.backoff.attempts
+        wait_for(lambda: node.backoff.attempts >= attempts + 2, 30.0, "more reconnections")
+        count = len(rig.op.diagnostics)
+        wait_for(lambda: len(rig.op.mine_since(count)) >= 2, 15.0, "fresh diagnostics")
+        assert_faulted_without_flapping(rig, since, before)
+        assert node.driver.frames.counts["own"] > 0 and not node.driver.read().can_ok
+        assert int(rig.op.values()["frames.own"]) > 0
+    finally:
+        echo.close()
+
+
+def test_a_command_flood_runs_the_newest_and_counts_every_command_it_skips(rig):
+    node = rig.up(command_timeout_s=30.0)
+    rig.op.joints([0.0] * 6)  # the publisher's first command starts its sequence count
+    wait_for(lambda: node.commands.counts["taken.joint_cmd"] == 1, 15.0, "the first command taken")
+    for k in range(3000):  # as fast as this thread can publish: far faster than commands run
+        rig.op.joints([0.001 * (k % 100), 0.0, 0.0, 0.0, 0.0, 0.0])
+    final = [0.15, 0.0, 0.0, 0.0, 0.0, 0.0]
+    wait_for(lambda: rig.op.joints(final) or close(rig.twin.state().joints_rad, final, 1e-4), 30.0,
+             "the newest command runs")
+    counts = node.commands.counts
+
+    def refused() -> int:
+        return sum(v for k, v in node.rejections.counts.items() if k.startswith("joint_cmd."))
+
+    wait_for(lambda: counts["taken.joint_cmd"] + counts["dropped.joint_cmd.lost"] == rig.op.sent, 30.0,
+             f"every command sent taken or counted lost ({counts}, sent {rig.op.sent})")
+    wait_for(lambda: node.counts["commands.joint_cmd"] + refused() + counts["dropped.joint_cmd.superseded"]
+             == counts["taken.joint_cmd"], 30.0, "every command taken run, refused or counted superseded")
+    assert refused() == 0
+    keys = ("taken.joint_cmd", "dropped.joint_cmd.superseded", "dropped.joint_cmd.lost")
+    wait_for(lambda: all(rig.op.values().get(k) == str(counts[k]) for k in keys), 15.0, "the counts on /diagnostics")
+
+
 # ---------------------------------------------------------------------------------------------- the executable
 
 
@@ -447,6 +564,68 @@ def test_the_executable_drives_a_twin_in_another_process_and_leaves_it_enabled(r
             code = stop(proc)
         assert code == 0, log_path.read_text()[-2000:]
         assert twin.state().enabled  # exiting holds and disconnects; it never disables the arm
+
+
+class TwinProcess:
+    """The piper_twin executable on a udp_multicast group: started, killed (SIGKILL), started again."""
+
+    def __init__(self, env: dict, log_path: Path, group: str) -> None:
+        self.env, self.log_path, self.group = env, log_path, group
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [str(installed_executable("robot_bridge", "piper_twin")), "--ros-args", "--params-file", str(TWIN_CONFIG),
+             "-p", f"can_port:={self.group}"], env=self.env, stdout=self.log_path.open("a"), stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc)
+
+
+def test_a_killed_twin_process_faults_the_arm_without_flapping_and_it_recovers_when_the_twin_returns(
+        ros, tmp_path, monkeypatch):
+    port = free_udp_port()  # udp_multicast loops every frame the node sends back to its own reader
+    monkeypatch.setenv("CAN_CONFIG", json.dumps({"port": port}))
+    group = f"ff01::74:{(os.getpid() + 2) % 0xFFFF:x}"
+    twin = TwinProcess({**os.environ, "ROS_DOMAIN_ID": str(ros.domain_id)}, tmp_path / "piper_twin.log", group)
+    twin.start()
+    rig = Rig(ros, twin, group)
+    try:
+        node = rig.up(can_interface="udp_multicast", feedback_timeout_s=60.0, command_timeout_s=30.0,
+                      reconnect_initial_s=0.1, reconnect_max_s=0.4, silence_timeout_s=0.5)
+        rig.op.stream([0.0] * 6)
+        wait_for(lambda: node.counts["commands.joint_cmd"] >= 3 and not node.gate.faults, 15.0, "commands accepted")
+        before = dict(node.counts)
+        twin.kill()
+        wait_for(lambda: rig.op.level() == 2 and "can_silent" in rig.op.status().message, 15.0,
+                 "ERROR while commands keep coming")
+        noticed = time.time()
+        since = len(rig.op.diagnostics)
+        wait_for(lambda: rig.rejected("joint_cmd.fault") >= 3, 15.0, "commands refused")
+        before["commands.joint_cmd"] = node.counts["commands.joint_cmd"]
+        wait_for(lambda: node.backoff.attempts >= 4, 30.0, "reconnections while the twin is dead")
+        count = len(rig.op.diagnostics)
+        wait_for(lambda: len(rig.op.mine_since(count)) >= 2, 15.0, "fresh diagnostics")
+        assert_faulted_without_flapping(rig, since, before)
+        # no joint state passed a dead arm's last frame off as fresh
+        assert max(stamp(m) for m in rig.op.joint_states) < noticed
+        twin.start()  # the arm is back, powered up again: motors disabled, not in CAN control
+        wait_for(lambda: node.gate.faults and "can_silent" not in node.gate.faults, 60.0,
+                 f"the twin's feedback back ({twin.log_path.read_text()[-1500:]})")
+        assert "motors_disabled" in node.gate.faults and node.counts["recoveries"] == before["recoveries"]
+        response = rig.op.call("enable")
+        assert response.success, response.message
+        wait_for(level_is(rig, 0), 15.0, "OK again")
+        accepted = node.counts["commands.joint_cmd"]
+        wait_for(lambda: node.counts["commands.joint_cmd"] > accepted + 2, 15.0, "commands accepted again")
+        assert 0 < int(rig.op.values()["frames.own"])
+    finally:
+        rig.close()
 
 
 def test_the_executable_exits_2_naming_an_invalid_parameter(tmp_path):

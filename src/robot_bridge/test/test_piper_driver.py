@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from brace_common.testing import wait_for
 from robot_bridge import piper_driver as pd
+from robot_bridge import piper_frames as pf
 from robot_bridge.piper_driver import DriverError, PiperDriver, wait_feedback
 from robot_bridge.piper_twin import PiperTwin, TwinConfig
 
@@ -67,6 +69,58 @@ def test_status_and_error_codes_by_name():
     assert pd.error_names(1 << 15) == ["error_bit_15"]
     assert pd.motor_fault_names(2, 1 << 6) == []  # the enable bit is no fault
     assert pd.motor_fault_names(2, (1 << 4) | (1 << 5)) == ["joint2_collision_protection", "joint2_driver_error"]
+
+
+class Clock:
+    """A steady clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_only_the_arms_own_feedback_frames_prove_it_alive():
+    clock = Clock()
+    frames = pd.FrameMonitor(silence_s=0.25, clock=clock)
+    assert frames.liveness() == pd.Liveness(math.inf, math.inf, 0.0, 0)
+    for can_id in sorted(pd.HOST_COMMAND_IDS):  # the node's own frames coming back: an echo
+        frames.observe(can_id)
+    frames.observe(pf.JOINT_FB_12, is_rx=False)  # a frame the bus marks as sent by this host
+    frames.observe(0x251)  # the arm's high-speed motor info: not a liveness frame
+    assert frames.liveness().feedback_age_s == math.inf
+    assert frames.counts == {"feedback": 0, "own": len(pd.HOST_COMMAND_IDS) + 1, "other": 1}
+    assert pd.ARM_FEEDBACK_IDS.isdisjoint(pd.HOST_COMMAND_IDS)
+    frames.observe(pf.ARM_STATUS)
+    clock.now += 0.1
+    frames.observe(pf.JOINT_FB_34)
+    clock.now += 0.1
+    live = frames.liveness()
+    assert (live.feedback_age_s, live.joints_age_s, live.alive_s) == pytest.approx((0.1, 0.1, 0.2))
+    assert live.joint_frames == 1
+    clock.now += 0.3  # silent longer than the bound
+    assert frames.liveness().alive_s == 0.0 and frames.liveness().feedback_age_s == pytest.approx(0.4)
+    frames.observe(pf.GRIPPER_FB)  # one frame after a silence: alive again, but only just
+    clock.now += 0.05
+    live = frames.liveness()
+    assert live.alive_s == pytest.approx(0.05) and live.joints_age_s == pytest.approx(0.45) and live.joint_frames == 1
+
+
+def test_an_echoing_bus_does_not_keep_a_dead_arm_alive(rig):
+    twin, driver = enabled_rig(rig)
+    twin.stop()  # the arm is gone; the SDK's receive bus still hears every frame the driver sends
+
+    def command_and_look() -> bool:
+        driver.send_joints([0.0] * 6)
+        return not driver.read().can_ok
+
+    wait_for(command_and_look, 10.0, "silence noticed while the driver's own frames keep coming back")
+    for _ in range(50):
+        assert command_and_look()
+    feedback = driver.read()
+    assert feedback.alive_s == 0.0 and feedback.feedback_age_s > 0.25
+    assert driver.frames.counts["own"] > 50  # the echoes did reach the reader
 
 
 # ---------------------------------------------------------------------------------------------- connection
@@ -189,7 +243,7 @@ def test_faults_by_name(rig):
 def test_silence_then_reconnect_recovers_without_disabling(rig):
     twin, driver = enabled_rig(rig)
     twin.set_silent(True)
-    wait_for(lambda: not driver.read().can_ok, 10.0, "silence noticed (isOk false)")
+    wait_for(lambda: not driver.read().can_ok, 10.0, "silence noticed (no feedback frame from the arm)")
     driver.reconnect()
     assert driver.reconnects == 1 and not driver.read().can_ok
     twin.set_silent(False)
