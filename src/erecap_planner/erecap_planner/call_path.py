@@ -28,7 +28,7 @@ from brace_common.vocabulary import CallStatus, Mode, Phase, meets_slo
 
 from .compressors import Compressor, make_compressor
 from .constrained import ConstrainedPlanDecoder
-from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextBuffer, RenderedContext
+from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextBuffer, RenderedContext, TokenCounts
 from .phase_clock import PhaseClock, PhaseRecord
 from .plan_parser import ActionSchema, PlanError, Step, parse_plan
 from .predictor import PredictorBank
@@ -148,6 +148,14 @@ def parse_into(outcome: CallOutcome, text: str, schema: ActionSchema) -> None:
         outcome.error = str(exc)
 
 
+def checkpoint_of(abort: Callable[[], bool], where: str) -> Callable[[], None]:
+    """A checkpoint for long work in phase `where`: raises CallAborted once `abort()` is true."""
+    def checkpoint() -> None:
+        if abort():
+            raise CallAborted(f"during {where}")
+    return checkpoint
+
+
 def end_aborted(outcome: CallOutcome, clock: PhaseClock, why: str) -> None:
     """A call stopped by its cancel or hard deadline: no steps, the status saying which."""
     outcome.steps = []
@@ -185,7 +193,8 @@ class PlannerCallPath:
             raise ValueError(f"layout '{layout}' is not one of {LAYOUTS}")
         self.layout = layout
         self.prefix = PrefixCache() if prefix_reuse else None
-        self.max_context_tokens = max_context_tokens  # the oldest history is left out of longer prompts
+        self.max_context_tokens = max_context_tokens  # entries yield (yield_order) from longer prompts
+        self.token_counts = TokenCounts(tokenizer)  # each entry's tokens, counted once
         self.model_name = model_name or getattr(model.config, "_name_or_path", "") or model.config.model_type
         self.stack = DecoderStack(model, packed=True, decode_weights=decode_weights)
         self.plain = ErecapModel(model, stack=self.stack)
@@ -222,17 +231,25 @@ class PlannerCallPath:
         try:
             # context_compress
             t0 = begin(Phase.CONTEXT_COMPRESS)
-            ctx = buffer.render(self.tokenizer, request.agent_id, self.request_text(request.agent_id, request.mode),
-                                self.system_prompt, layout=self.layout, max_tokens=self.max_context_tokens)
-            outcome.tokens_before = len(ctx)
-            if self.in_model:
-                kept_ids, protect = list(ctx.token_ids), list(ctx.protected) if self.protect_blocks else None
-                request_at = ctx.request_start
-            else:
-                compressed = self.compressor.compress(ctx, request.token_budget)
-                kept_ids = compressed.token_ids
-                request_at = compressed.position_of(ctx.request_start)
-                protect = None
+            try:
+                checkpoint = checkpoint_of(abort, "context_compress")
+                checkpoint()
+                ctx = buffer.render(self.tokenizer, request.agent_id, self.request_text(request.agent_id, request.mode),
+                                    self.system_prompt, layout=self.layout, max_tokens=self.max_context_tokens,
+                                    checkpoint=checkpoint, counts=self.token_counts)
+                outcome.tokens_before = len(ctx)
+                checkpoint()
+                if self.in_model:
+                    kept_ids, protect = list(ctx.token_ids), list(ctx.protected) if self.protect_blocks else None
+                    request_at = ctx.request_start
+                else:
+                    compressed = self.compressor.compress(ctx, request.token_budget, should_abort=abort)
+                    kept_ids = compressed.token_ids
+                    request_at = compressed.position_of(ctx.request_start)
+                    protect = None
+            except CallAborted:
+                end(Phase.CONTEXT_COMPRESS, t0, outcome.tokens_before, 0)
+                raise
             compress_phase = end(Phase.CONTEXT_COMPRESS, t0, len(ctx), len(kept_ids))
 
             # retrieve

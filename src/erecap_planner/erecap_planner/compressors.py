@@ -20,8 +20,10 @@ most B for every method but `none`.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Optional
 
@@ -49,7 +51,7 @@ class Compressed:
 
     def position_of(self, index: int) -> int:
         """Where original token `index` (or the first kept one after it) is in the kept tokens."""
-        return next((j for j, i in enumerate(self.kept_index) if i >= index), len(self.kept_index))
+        return bisect.bisect_left(self.kept_index, index)
 
 
 def _protected_scores(ctx: RenderedContext) -> torch.Tensor:
@@ -72,8 +74,10 @@ class Compressor:
         """Score of every token (only prunable tokens' scores matter)."""
         raise NotImplementedError
 
-    def compress(self, ctx: RenderedContext, budget: int) -> Compressed:
-        """Keep at most `budget` tokens of `ctx`."""
+    def compress(self, ctx: RenderedContext, budget: int,
+                 should_abort: Optional[Callable[[], bool]] = None) -> Compressed:
+        """Keep at most `budget` tokens of `ctx` (the context is bounded by the call's token cap, so this is
+        short work; a compressor that runs a model checks `should_abort` between its layers)."""
         n = len(ctx)
         if budget >= n:
             return Compressed(list(range(n)), list(ctx.token_ids), n)
@@ -88,7 +92,8 @@ class NoCompression(Compressor):
 
     name = "none"
 
-    def compress(self, ctx: RenderedContext, budget: int) -> Compressed:
+    def compress(self, ctx: RenderedContext, budget: int,
+                 should_abort: Optional[Callable[[], bool]] = None) -> Compressed:
         """Every token."""
         return Compressed(list(range(len(ctx))), list(ctx.token_ids), len(ctx))
 
@@ -124,7 +129,8 @@ class StructuredSummary(Compressor):
 
     name = "summary"
 
-    def compress(self, ctx: RenderedContext, budget: int) -> Compressed:
+    def compress(self, ctx: RenderedContext, budget: int,
+                 should_abort: Optional[Callable[[], bool]] = None) -> Compressed:
         """Forced set, then entries in priority order while they fit whole."""
         n = len(ctx)
         if budget >= n:
@@ -154,7 +160,8 @@ class _ForcedOnly(Compressor):
     def prunable_scores(self, ctx: RenderedContext) -> torch.Tensor:
         return torch.full((len(ctx),), -1e18, dtype=torch.float64)
 
-    def compress(self, ctx: RenderedContext, budget: int) -> Compressed:
+    def compress(self, ctx: RenderedContext, budget: int,
+                 should_abort: Optional[Callable[[], bool]] = None) -> Compressed:
         n_forced = sum(ctx.protected)
         head, tail = self.schedule.head_tokens, self.schedule.tail_size(len(ctx))
         n_forced += sum(1 for i in range(len(ctx)) if not ctx.protected[i] and (i < head or i >= len(ctx) - tail))
@@ -170,14 +177,16 @@ class ErecapPromptCompressor(Compressor):
         super().__init__(schedule or scorer.schedule)
         self.scorer = scorer
 
-    def compress(self, ctx: RenderedContext, budget: int) -> Compressed:
-        """Run the scorer model up to its last pruning layer with budget B and protected tokens."""
+    def compress(self, ctx: RenderedContext, budget: int,
+                 should_abort: Optional[Callable[[], bool]] = None) -> Compressed:
+        """Run the scorer model up to its last pruning layer with budget B and protected tokens (CallAborted
+        once `should_abort()` is true, checked before every layer)."""
         n = len(ctx)
         if budget >= n:
             return Compressed(list(range(n)), list(ctx.token_ids), n)
         ids = torch.tensor(ctx.token_ids)
         out = self.scorer.prefill(ids, token_budget=budget, stop_after_pruning=True,
-                                  protect=torch.tensor(ctx.protected))
+                                  protect=torch.tensor(ctx.protected), should_abort=should_abort)
         kept = out.kept_index.tolist()
         return Compressed(kept, [ctx.token_ids[i] for i in kept], n)
 

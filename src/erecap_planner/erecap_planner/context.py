@@ -34,15 +34,21 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+import weakref
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from brace_common.vocabulary import Block, EntryKind
 
-MAX_CHARS_PER_TOKEN = 16
-"""No tokenizer packs more characters than this into a token on ordinary text: a prompt of more than
-max_tokens x this many characters certainly has more than max_tokens tokens."""
+MAX_TOKENS_PER_CHAR = 4
+"""No tokenizer makes more tokens of a character than its UTF-8 bytes: lines of at most max_tokens / 4 characters
+certainly fit max_tokens tokens, and are not counted first."""
+FIXED_TOKENS_PER_BLOCK = 8
+"""Tokens a block's title takes, about (the fit to the rendered tokens corrects an error)."""
+RENDER_CHECK_TOKENS = 16_384
+"""Tokens labelled between two checkpoints of a render."""
 PROTECTED_BLOCKS = frozenset({Block.TASK, Block.STATE, Block.CONSTRAINTS, Block.COORDINATION})
 _ORDER = (Block.TASK, Block.CONSTRAINTS, Block.STATE, Block.COORDINATION, Block.HISTORY)
 LAYOUTS = ("focus", "stable_first")
@@ -99,22 +105,110 @@ class RenderedContext:
         return spans
 
 
+def _no_check() -> None:
+    """A checkpoint that never stops the work."""
+
+
+@dataclass(frozen=True)
+class ContextLimits:
+    """What a ContextBuffer holds at most, enforced as entries arrive (so its memory is bounded, not only prompts).
+
+    Per agent and per block task, constraints and coordination: at most `block_entries` entries and `block_chars`
+    characters of text, the agent's oldest entry of that block yielding (the newest task / message stays). Each
+    agent's state is its latest entry. History: at most `history` entries, the oldest yielding. In all (every
+    agent, every block, the states included): at most `total_entries` entries and `total_chars` characters, the
+    oldest history entry yielding first, then the oldest entry of any other block (a state included).
+    """
+
+    history: int = 20_000
+    block_entries: int = 256
+    block_chars: int = 65_536
+    total_entries: int = 20_000
+    total_chars: int = 1_048_576
+
+
+DROP_REASONS = ("history", "block_entries", "block_chars", "total_entries", "total_chars")
+"""Why a held entry yielded (the diagnostics count `dropped.context.<reason>`)."""
+
+
+class TokenCounts:
+    """Tokens of each entry's prompt line by one tokenizer, remembered while the entry lives.
+
+    A call that fits a long context to its token cap counts only the entries that arrived since the last call;
+    the counting runs in batches of `BATCH_CHARS` characters with a checkpoint between them.
+    """
+
+    BATCH_CHARS = 65_536
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self._counts: weakref.WeakKeyDictionary[Entry, int] = weakref.WeakKeyDictionary()
+
+    def count(self, entries: list[Entry], checkpoint: Callable[[], None] = _no_check) -> list[int]:
+        """Tokens of `entry.line()` plus its newline for each entry (`checkpoint()` between batches)."""
+        batch: list[Entry] = []
+        size = 0
+        for entry in entries:
+            if entry in self._counts:
+                continue
+            batch.append(entry)
+            size += len(entry.text)
+            if size >= self.BATCH_CHARS:
+                self._encode(batch)
+                checkpoint()
+                batch, size = [], 0
+        if batch:
+            self._encode(batch)
+        return [self._counts[e] for e in entries]
+
+    def _encode(self, batch: list[Entry]) -> None:
+        ids = self.tokenizer([e.line() + "\n" for e in batch], add_special_tokens=False)["input_ids"]
+        for entry, tokens in zip(batch, ids, strict=True):
+            self._counts[entry] = len(tokens)
+
+
 class ContextBuffer:
-    """Accumulates ContextEntries; renders the planner prompt for one agent.
+    """Accumulates ContextEntries within `ContextLimits`; renders the planner prompt for one agent.
 
     Every entry but the agents' states is kept in one log in arrival order (the
     blocks are views of it); each agent's latest state replaces its previous one.
+    An entry beyond a limit makes the oldest one the limit names yield, counted
+    by reason in `dropped_by`.
     """
 
-    def __init__(self, max_history: int = 100_000):
-        self.max_history = max_history
-        self.log: list[Entry] = []
+    def __init__(self, max_history: Optional[int] = None, limits: Optional[ContextLimits] = None):
+        limits = limits or ContextLimits()
+        self.limits = limits if max_history is None else replace(limits, history=max_history)
+        self._seq = 0
+        self._log: OrderedDict[int, Entry] = OrderedDict()      # arrival number -> entry (every block but state)
+        self._history: deque[int] = deque()                      # arrival numbers of the history entries
+        self._blocks: dict[tuple[str, Block], deque[int]] = {}   # (agent, block) -> its entries' arrival numbers
+        self._block_chars: dict[tuple[str, Block], int] = {}
         self.state: dict[str, Entry] = {}
-        self.dropped = 0
-        self._history_count = 0
+        self._state_seq: OrderedDict[str, int] = OrderedDict()  # agent -> arrival number of its state, oldest first
+        self.chars = 0                                           # characters of every held text
+        self.dropped_by = dict.fromkeys(DROP_REASONS, 0)
+
+    @property
+    def max_history(self) -> int:
+        """History entries kept (the oldest beyond it yield)."""
+        return self.limits.history
+
+    @property
+    def dropped(self) -> int:
+        """Entries that yielded to a limit, all reasons."""
+        return sum(self.dropped_by.values())
+
+    @property
+    def log(self) -> list[Entry]:
+        """Every held entry but the states, in arrival order."""
+        return list(self._log.values())
+
+    def __len__(self) -> int:
+        return len(self._log) + len(self.state)
 
     def _block(self, block: Block) -> list[Entry]:
-        return [e for e in self.log if e.block == block]
+        return [e for e in self._log.values() if e.block == block]
 
     @property
     def task(self) -> list[Entry]:
@@ -137,48 +231,108 @@ class ContextBuffer:
         return self._block(Block.HISTORY)
 
     def add(self, entry: Entry) -> None:
-        """Add one entry; ValueError on an empty agent id or text, or an unknown block."""
+        """Add one entry, making older ones yield to the limits; ValueError on an empty agent id or text, or an
+        unknown block."""
         if not entry.agent_id.strip():
             raise ValueError("agent_id is empty")
         if not entry.text.strip():
             raise ValueError("text is empty")
         block = Block(entry.block)
-        if block == Block.STATE:
-            self.state[entry.agent_id] = entry
-            return
-        self.log.append(entry)
+        self._seq += 1
+        self._insert(self._seq, entry, block)
+        limits = self.limits
         if block == Block.HISTORY:
-            self._history_count += 1
-            if self._history_count > self.max_history:
-                oldest = next(i for i, e in enumerate(self.log) if e.block == Block.HISTORY)
-                del self.log[oldest]
-                self._history_count -= 1
-                self.dropped += 1
+            while len(self._history) > limits.history:
+                self._drop(self._history[0], "history")
+        elif block != Block.STATE:
+            key = (entry.agent_id, block)
+            while key in self._blocks and len(self._blocks[key]) > limits.block_entries:
+                self._drop(self._blocks[key][0], "block_entries")
+            while key in self._blocks and self._block_chars[key] > limits.block_chars:
+                self._drop(self._blocks[key][0], "block_chars")
+        while len(self) > limits.total_entries or self.chars > limits.total_chars:
+            self._drop_oldest("total_entries" if len(self) > limits.total_entries else "total_chars")
+
+    def _insert(self, seq: int, entry: Entry, block: Block) -> None:
+        if block == Block.STATE:
+            old = self.state.pop(entry.agent_id, None)
+            if old is not None:
+                self.chars -= len(old.text)
+                del self._state_seq[entry.agent_id]
+            self.state[entry.agent_id] = entry
+            self._state_seq[entry.agent_id] = seq
+        else:
+            self._log[seq] = entry
+            if block == Block.HISTORY:
+                self._history.append(seq)
+            else:
+                key = (entry.agent_id, block)
+                self._blocks.setdefault(key, deque()).append(seq)
+                self._block_chars[key] = self._block_chars.get(key, 0) + len(entry.text)
+        self.chars += len(entry.text)
+
+    def _drop(self, seq: int, reason: str) -> None:
+        """Drop the log entry `seq`, the oldest of its block (and agent)."""
+        entry = self._log.pop(seq)
+        if entry.block == Block.HISTORY:
+            self._history.popleft()
+        else:
+            key = (entry.agent_id, Block(entry.block))
+            self._blocks[key].popleft()
+            self._block_chars[key] -= len(entry.text)
+            if not self._blocks[key]:
+                del self._blocks[key], self._block_chars[key]
+        self.chars -= len(entry.text)
+        self.dropped_by[reason] += 1
+
+    def _drop_oldest(self, reason: str) -> None:
+        """The oldest history entry yields, else the oldest entry of any block."""
+        if self._history:
+            self._drop(self._history[0], reason)
+            return
+        oldest_log = next(iter(self._log), None)
+        oldest_state = next(iter(self._state_seq.items()), None)
+        if oldest_state is not None and (oldest_log is None or oldest_state[1] < oldest_log):
+            self.chars -= len(self.state.pop(oldest_state[0]).text)
+            del self._state_seq[oldest_state[0]]
+            self.dropped_by[reason] += 1
+        elif oldest_log is not None:
+            self._drop(oldest_log, reason)
 
     def extend(self, entries: Iterable[Entry]) -> None:
         """Add several entries."""
         for entry in entries:
             self.add(entry)
 
+    def _rebuild(self, log: list[tuple[int, Entry]], states: list[tuple[int, Entry]]) -> None:
+        """Hold exactly `log` and `states` (arrival number, entry); the counts of what yielded stay."""
+        seq, dropped_by = self._seq, self.dropped_by
+        self.__init__(limits=self.limits)
+        for number, entry in sorted([*log, *states], key=lambda item: item[0]):
+            self._insert(number, entry, Block(entry.block))
+        self._seq, self.dropped_by = seq, dropped_by
+
     def snapshot(self) -> ContextBuffer:
         """A copy that later `add` calls do not change (entries are immutable, containers are copied)."""
-        copy = ContextBuffer(self.max_history)
-        copy.log, copy.state = list(self.log), dict(self.state)
-        copy.dropped, copy._history_count = self.dropped, self._history_count
+        copy = ContextBuffer(limits=self.limits)
+        copy._seq, copy.chars, copy.dropped_by = self._seq, self.chars, dict(self.dropped_by)
+        copy._log, copy._history = OrderedDict(self._log), deque(self._history)
+        copy._blocks = {key: deque(seqs) for key, seqs in self._blocks.items()}
+        copy._block_chars = dict(self._block_chars)
+        copy.state, copy._state_seq = dict(self.state), OrderedDict(self._state_seq)
         return copy
 
     def clear(self) -> None:
         """Forget everything."""
-        self.__init__(self.max_history)
+        self.__init__(limits=self.limits)
 
     def forget_before(self, stamp: float) -> int:
         """Forget every entry stamped before `stamp` (a new episode began then); how many were forgotten."""
-        kept = [e for e in self.log if e.stamp >= stamp]
-        states = {a: e for a, e in self.state.items() if e.stamp >= stamp}
-        forgotten = len(self.log) - len(kept) + len(self.state) - len(states)
-        self.log, self.state = kept, states
-        self._history_count = sum(e.block == Block.HISTORY for e in kept)
-        return forgotten
+        held = len(self)
+        log = [(seq, e) for seq, e in self._log.items() if e.stamp >= stamp]
+        states = [(self._state_seq[a], e) for a, e in self.state.items() if e.stamp >= stamp]
+        self._rebuild(log, states)
+        return held - len(self)
 
     def blocks(self, layout: str = "focus") -> list[tuple[Block, list[Entry]]]:
         """The blocks in prompt order with their entries.
@@ -190,63 +344,101 @@ class ContextBuffer:
         if layout != "stable_first":
             return [(b, state if b == Block.STATE else self._block(b)) for b in _ORDER]
         runs: list[tuple[Block, list[Entry]]] = []
-        for entry in self.log:
+        for entry in self._log.values():
             if runs and runs[-1][0] == entry.block:
                 runs[-1][1].append(entry)
             else:
                 runs.append((Block(entry.block), [entry]))
         return [*runs, (Block.STATE, state)]
 
+    def yield_order(self, agent_id: str, entries: list[Entry]) -> list[int]:
+        """Indices of `entries` in the order they leave a prompt for `agent_id` that is over its token cap.
+
+        History first, then what concerns other agents only (their entries in the protected blocks, their
+        states), then what concerns `agent_id` (its own entries, the entries that name it or that no agent
+        contributed), its own state last; within each, the oldest (step, then position) first.
+        """
+        agents = set(self.state)
+        named = re.compile(rf"\b{re.escape(agent_id)}\b")
+
+        def tier(entry: Entry) -> int:
+            if entry.block == Block.HISTORY:
+                return 0
+            if entry.agent_id != agent_id and entry.agent_id in agents and not named.search(entry.text):
+                return 1
+            return 3 if entry.block == Block.STATE else 2
+
+        return sorted(range(len(entries)), key=lambda i: (tier(entries[i]), entries[i].step, i))
+
     def render(self, tokenizer, agent_id: str, request: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
                entries: Optional[list[tuple[Block, list[Entry]]]] = None, layout: str = "focus",
-               max_tokens: Optional[int] = None) -> RenderedContext:
+               max_tokens: Optional[int] = None, checkpoint: Callable[[], None] = _no_check,
+               counts: Optional[TokenCounts] = None) -> RenderedContext:
         """The chat-templated prompt asking for `agent_id`'s next step, with per-token labels.
 
-        With `max_tokens`, a prompt longer than that leaves out its oldest history entries until it fits (the
-        other blocks are kept whole; `RenderedContext.evicted` counts what was left out).
+        With `max_tokens`, entries leave a longer prompt in `yield_order` until it fits (history first, the
+        protected blocks' oldest entries after it; `RenderedContext.evicted` counts what was left out); the
+        entries' tokens are counted first (`counts` remembers them across calls), so only a prompt of about
+        `max_tokens` tokens is rendered. `checkpoint()` runs between bounded pieces of the work and may raise
+        to stop it (a call's deadline or cancel).
         """
+        blocks = entries if entries is not None else self.blocks(layout)
+        evicted = 0
         if max_tokens is not None:
-            entries = self._within_chars(entries if entries is not None else self.blocks(layout),
-                                         max_tokens * MAX_CHARS_PER_TOKEN)
-        ctx = self._render(tokenizer, agent_id, request, system_prompt, entries, layout)
+            blocks, evicted = self._fit(tokenizer, agent_id, request, system_prompt, blocks, max_tokens,
+                                        checkpoint, counts or TokenCounts(tokenizer))
+        checkpoint()
+        ctx = self._render(tokenizer, agent_id, request, system_prompt, blocks, layout, checkpoint)
+        ctx.evicted = evicted
         if max_tokens is None or len(ctx) <= max_tokens:
             return ctx
-        excess = len(ctx) - max_tokens
-        sizes = [0] * len(ctx.entries)
+        # What rendering adds (titles, the FOR section's copies, merges across lines) overshot: fit to the
+        # rendered tokens.
+        sizes: dict[int, int] = {}
         for e in ctx.entry_of_token:
             if e >= 0:
-                sizes[e] += 1
-        evict: set[int] = set()  # ids of the oldest history entries whose tokens cover the excess
-        for index in sorted((i for i, e in enumerate(ctx.entries) if e.block == Block.HISTORY),
-                            key=lambda i: (ctx.entries[i].step, i)):
+                key = id(ctx.entries[e])
+                sizes[key] = sizes.get(key, 0) + 1
+        unique = list({id(e): e for _, block_entries in blocks for e in block_entries}.values())
+        excess = len(ctx) - max_tokens
+        evict: set[int] = set()
+        for index in self.yield_order(agent_id, unique):
             if excess <= 0:
                 break
-            evict.add(id(ctx.entries[index]))
-            excess -= sizes[index]
-        kept = [(block, [e for e in block_entries if id(e) not in evict])
-                for block, block_entries in (entries if entries is not None else self.blocks(layout))]
-        trimmed = self._render(tokenizer, agent_id, request, system_prompt, kept, layout)
-        trimmed.evicted = len(evict)
+            evict.add(id(unique[index]))
+            excess -= sizes.get(id(unique[index]), 0)
+        kept = [(block, [e for e in block_entries if id(e) not in evict]) for block, block_entries in blocks]
+        checkpoint()
+        trimmed = self._render(tokenizer, agent_id, request, system_prompt, kept, layout, checkpoint)
+        trimmed.evicted = evicted + len(evict)
         return trimmed
 
-    @staticmethod
-    def _within_chars(blocks: list[tuple[Block, list[Entry]]], limit: int) -> list[tuple[Block, list[Entry]]]:
-        """`blocks` without their oldest history entries beyond `limit` characters in all (before tokenising:
-        a prompt that long has more than max_tokens tokens whatever the tokenizer, so its tail is never read)."""
-        total = sum(len(e.text) for _, block_entries in blocks for e in block_entries)
-        if total <= limit:
-            return blocks
-        history = sorted((e for b, es in blocks if b == Block.HISTORY for e in es), key=lambda e: e.step)
+    def _fit(self, tokenizer, agent_id: str, request: str, system_prompt: str,
+             blocks: list[tuple[Block, list[Entry]]], max_tokens: int, checkpoint: Callable[[], None],
+             counts: TokenCounts) -> tuple[list[tuple[Block, list[Entry]]], int]:
+        """`blocks` without the entries that yield until their lines' tokens fit `max_tokens` less the prompt's
+        fixed part; how many yielded."""
+        unique = list({id(e): e for _, block_entries in blocks for e in block_entries}.values())
+        fixed = len(tokenizer(system_prompt + request, add_special_tokens=False)["input_ids"]) \
+            + FIXED_TOKENS_PER_BLOCK * (len(blocks) + 2)
+        room = max_tokens - fixed
+        if MAX_TOKENS_PER_CHAR * sum(len(e.text) + len(e.agent_id) + 16 for e in unique) <= room:
+            return blocks, 0  # certainly within the cap: nothing to count
+        sizes = counts.count(unique, checkpoint)
+        total = sum(sizes)
+        if total <= room:
+            return blocks, 0
         evict: set[int] = set()
-        for entry in history:
-            if total <= limit:
+        for index in self.yield_order(agent_id, unique):
+            if total <= room:
                 break
-            evict.add(id(entry))
-            total -= len(entry.text)
-        return [(b, [e for e in es if id(e) not in evict]) for b, es in blocks]
+            evict.add(id(unique[index]))
+            total -= sizes[index]
+        return [(b, [e for e in es if id(e) not in evict]) for b, es in blocks], len(evict)
 
     def _render(self, tokenizer, agent_id: str, request: str, system_prompt: str,
-                entries: Optional[list[tuple[Block, list[Entry]]]], layout: str) -> RenderedContext:
+                entries: Optional[list[tuple[Block, list[Entry]]]], layout: str,
+                checkpoint: Callable[[], None] = _no_check) -> RenderedContext:
         if layout not in LAYOUTS:
             raise ValueError(f"layout '{layout}' is not one of {LAYOUTS}")
         stable = layout == "stable_first"
@@ -292,11 +484,15 @@ class ContextBuffer:
             labels.append((entry_index, protected))
             pos += len(piece)
         end = pos
+        checkpoint()
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        checkpoint()
         protected_mask, entry_of_token = [], []
         request_char = starts[-1]
         request_start, content = -1, [-1, -1]
-        for begin, _ in enc["offset_mapping"]:
+        for n, (begin, _) in enumerate(enc["offset_mapping"]):
+            if n % RENDER_CHECK_TOKENS == RENDER_CHECK_TOKENS - 1:
+                checkpoint()
             if request_start < 0 and begin >= request_char:
                 request_start = len(protected_mask)
             if content[0] < 0 and begin >= offset:

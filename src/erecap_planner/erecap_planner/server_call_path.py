@@ -33,6 +33,7 @@ from .call_path import (
     CallRequest,
     NoRetrieval,
     Retriever,
+    checkpoint_of,
     end_aborted,
     json_object_closed,
     parse_into,
@@ -40,10 +41,11 @@ from .call_path import (
     splice_memory,
 )
 from .compressors import Compressor
-from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextBuffer, RenderedContext
+from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextBuffer, RenderedContext, TokenCounts
 from .openai_client import OpenAIClient, ServerError, StreamResult
 from .phase_clock import PhaseClock
 from .plan_parser import ActionSchema, holds_json
+from .pruned_forward import CallAborted
 
 ENDPOINTS = ("chat", "completions")
 """chat: /chat/completions with system + user messages (the server applies its chat template);
@@ -127,6 +129,7 @@ class ServerCallPath:
         self.plan_steps = dict(plan_steps or {})
         self.layout = layout
         self.max_context_tokens = max_context_tokens
+        self.token_counts = TokenCounts(tokenizer)  # each entry's tokens, counted once
         self.backoff = backoff or Backoff()
         # Free text may ramble past the plan: close the stream once it is written. Structured output ends at the
         # plan by itself, and closing early would only risk a server that mishandles a client going away
@@ -201,10 +204,18 @@ class ServerCallPath:
         outcome = CallOutcome(status=CallStatus.OK, slo_ms=request.slo_ms, compressor=self.compressor_name,
                               backend="openai")
         t0 = clock.begin(Phase.CONTEXT_COMPRESS)
-        ctx = buffer.render(self.tokenizer, request.agent_id, request_text(self.schema, request.agent_id,
-                                                                           request.mode),
-                            self.system_prompt, layout=self.layout, max_tokens=self.max_context_tokens)
-        compressed = self.compressor.compress(ctx, request.token_budget)
+        checkpoint = checkpoint_of(clock.abort, "context_compress")
+        try:
+            checkpoint()
+            ctx = buffer.render(self.tokenizer, request.agent_id, request_text(self.schema, request.agent_id,
+                                                                               request.mode),
+                                self.system_prompt, layout=self.layout, max_tokens=self.max_context_tokens,
+                                checkpoint=checkpoint, counts=self.token_counts)
+            checkpoint()
+            compressed = self.compressor.compress(ctx, request.token_budget, should_abort=clock.abort)
+        except CallAborted as exc:
+            clock.end(Phase.CONTEXT_COMPRESS, t0, 0, 0)
+            return self._aborted(outcome, clock, str(exc))
         kept_ids, kept_index = compressed.token_ids, compressed.kept_index
         outcome.tokens_before = len(ctx)
         clock.end(Phase.CONTEXT_COMPRESS, t0, len(ctx), len(kept_ids))

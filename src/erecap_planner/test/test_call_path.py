@@ -8,8 +8,9 @@ import pytest
 from test_context import buffer
 from test_plan_parser import SCHEMA
 
-from brace_common.vocabulary import CallStatus
+from brace_common.vocabulary import Block, CallStatus
 from erecap_planner.call_path import CallRequest, PlannerCallPath, json_object_closed
+from erecap_planner.context import ContextBuffer, ContextLimits, Entry
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule
 from erecap_planner.testing import byte_tokenizer, tiny
@@ -95,3 +96,18 @@ def test_candidate_decoding_always_yields_a_valid_plan(compressor):
 def test_unknown_decoding_is_rejected():
     with pytest.raises(ValueError, match="decoding"):
         path("none", decoding="beam")
+
+
+@pytest.mark.parametrize("compressor", ["erecap", "summary"])
+def test_a_protected_flood_never_keeps_a_call_past_its_deadline(compressor):
+    """Issue 27: 300 protected TASK entries of 8,000 characters, held whole (limits raised), took seconds to render
+    past a hard deadline; the render fits the call's token cap first and checks the deadline as it goes."""
+    flood = ContextBuffer(limits=ContextLimits(block_entries=1_000, block_chars=10**8, total_chars=10**8))
+    for i in range(300):
+        flood.add(Entry("a", i, Block.TASK, f"task {i:03d} " + "y" * 7_991, "task"))
+    call_path = path(compressor, max_context_tokens=32_768)
+    out = call_path.run(flood, CallRequest("a", 384, slo_ms=300.0, hard_deadline_ms=600.0))
+    assert out.latency_ms <= 600.0 + 250.0, [(p.phase, p.duration_ms) for p in out.phases]
+    assert out.status == CallStatus.DEADLINE and out.steps == []
+    out = call_path.run(flood, CallRequest("a", 384, slo_ms=60_000, hard_deadline_ms=120_000))
+    assert 0 < out.tokens_before <= 32_768  # the newest protected entries, within the cap

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from brace_common.vocabulary import Block
-from erecap_planner.context import ContextBuffer, Entry
+from erecap_planner.context import ContextBuffer, ContextLimits, Entry
 from erecap_planner.testing import byte_tokenizer
 
 
@@ -126,3 +126,68 @@ def test_a_token_cap_leaves_out_the_oldest_history_and_keeps_the_rest(layout):
     assert "event 19999" in ctx.text and "event 0:" not in ctx.text  # the newest history stays
     assert "fetch cup_3 to dock_2" in ctx.text and "I hold the corridor" in ctx.text  # protected blocks stay
     assert len(c.render(tok, "a", "next step for a?", layout=layout)) > 2_000  # without the cap nothing is cut
+
+
+def test_a_flood_of_an_agents_task_entries_keeps_its_newest_within_the_block_limits():
+    c = ContextBuffer(limits=ContextLimits(block_entries=5, block_chars=1_000))
+    for i in range(300):
+        c.add(Entry("a", i, Block.TASK, f"t{i} " + "x" * 150, "task"))
+    c.add(Entry("b", 0, Block.TASK, "b's own task", "task"))
+    tasks = [e for e in c.task if e.agent_id == "a"]
+    assert [e.step for e in tasks] == [295, 296, 297, 298, 299]  # entries: 5 stay, the oldest yielded
+    assert c.dropped_by["block_entries"] == 295 and c.dropped == 295 and "b's own task" in c.task[-1].text
+    for i in range(10):
+        c.add(Entry("a", 300 + i, Block.COORDINATION, "m" * 400, "message"))
+    assert sum(len(e.text) for e in c.coordination) <= 1_000 and c.dropped_by["block_chars"] == 8
+    assert c.chars == sum(len(e.text) for e in c.log) + sum(len(e.text) for e in c.state.values())
+
+
+def test_the_totals_make_the_oldest_history_yield_first_then_the_oldest_of_any_block():
+    c = ContextBuffer(limits=ContextLimits(total_entries=10, total_chars=10_000))
+    c.add(Entry("a", 0, Block.TASK, "oldest task", "task"))
+    c.add(Entry("a", 0, Block.STATE, "at dock"))
+    for t in range(12):
+        c.add(Entry("b", t, Block.HISTORY, f"event {t}"))
+    assert len(c) == 10 and c.dropped_by["total_entries"] == 4 and c.task and "at dock" in c.state["a"].text
+    assert [e.step for e in c.history] == [4, 5, 6, 7, 8, 9, 10, 11]
+    for agent in range(12):  # protected entries of many agents: no history left, the oldest of any block yields
+        c.add(Entry(f"x{agent}", 20, Block.COORDINATION, f"x{agent} -> a: hold", "message"))
+    assert len(c) == 10 and not c.history and not c.task and "a" not in c.state
+    assert [e.agent_id for e in c.coordination] == [f"x{i}" for i in range(2, 12)]
+    c.add(Entry("y", 30, Block.TASK, "z" * 9_990, "task"))  # the characters: the oldest yield until it fits
+    assert c.chars <= 10_000 and c.dropped_by["total_chars"] > 0 and c.task[-1].agent_id == "y"
+
+
+def test_forget_and_snapshot_keep_the_limits_consistent():
+    c = ContextBuffer(limits=ContextLimits(block_entries=2))
+    for t in range(4):
+        c.add(Entry("a", t, Block.TASK, f"t{t}", "task", stamp=float(t)))
+        c.add(Entry("a", t, Block.HISTORY, f"h{t}", stamp=float(t)))
+    copy = c.snapshot()
+    assert c.forget_before(3.0) == 4 and [e.text for e in c.log] == ["t3", "h3"]
+    assert len(copy) == 6 and c.chars == 4 and copy.chars == 12
+    for t in range(4, 7):
+        c.add(Entry("a", t, Block.TASK, f"t{t}", "task", stamp=float(t)))
+    assert [e.text for e in c.task] == ["t5", "t6"] and [e.text for e in copy.task] == ["t2", "t3"]
+
+
+def test_a_token_cap_makes_the_protected_blocks_yield_oldest_first_after_the_history():
+    tok = byte_tokenizer()
+    c = ContextBuffer(limits=ContextLimits(block_entries=10_000, block_chars=10**8, total_chars=10**8))
+    for t in range(100):
+        c.add(Entry("a", t, Block.TASK, f"task {t:03d} " + "x" * 400, "task"))
+        c.add(Entry("b", t, Block.COORDINATION, f"b -> c: message {t:03d} " + "y" * 400, "message"))
+        c.add(Entry("b", t, Block.HISTORY, f"event {t:03d}", "observation"))
+    c.add(Entry("b", 100, Block.STATE, "b at dock"))
+    c.add(Entry("a", 100, Block.STATE, "a at shelf"))
+    seen = []
+    ctx = c.render(tok, "a", "next step for a?", max_tokens=8_000, checkpoint=lambda: seen.append(1))
+    assert len(ctx) <= 8_000 and ctx.evicted > 0 and seen
+    assert "event" not in ctx.text and "message" not in ctx.text  # history, then what concerns others only
+    assert "task 099" in ctx.text and "task 000" not in ctx.text and "a at shelf" in ctx.text
+    with pytest.raises(RuntimeError, match="stop"):
+        c.render(tok, "a", "next step for a?", max_tokens=8_000, checkpoint=_stop)
+
+
+def _stop() -> None:
+    raise RuntimeError("stop")
