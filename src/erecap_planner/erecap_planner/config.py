@@ -9,7 +9,7 @@ from pathlib import Path
 from brace_common.config import ConfigError, check_fields, package_file, param, resolve_path
 
 from .compressors import BASELINES
-from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS
+from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextLimits
 from .precision import DECODE_WEIGHTS, DTYPES
 from .server_call_path import ENDPOINTS, STRUCTURED_OUTPUTS
 
@@ -85,11 +85,28 @@ class PlannerConfig:
                                 "only appends, so calls share a prefix), the states and the FOR section last")
     prefix_reuse: bool = param(False, "reuse the previous call's prefill of the common prompt prefix in the layers "
                                "before the first pruning layer (exact); pays with context_layout stable_first")
-    max_history: int = param(100000, "history entries kept in the context buffer (oldest dropped)", 1, 10**8)
+    max_history: int = param(20000, "history entries held in the context buffer (the oldest yield, counted "
+                             "dropped.context.history)", 1, 10**8)
     max_entry_chars: int = param(8192, "longest context entry text accepted (longer entries are rejected and "
                                  "counted)", 16, 1_000_000)
-    max_context_tokens: int = param(32768, "most context tokens a call reads: the oldest history is left out of the "
-                                    "prompt beyond it (the protected blocks always stay)", 256, 10**7)
+    max_block_entries: int = param(256, "entries held per agent in each of the task, constraints and coordination "
+                                   "blocks: the agent's oldest entry of the block yields (dropped.context."
+                                   "block_entries)", 1, 10**6)
+    max_block_chars: int = param(65536, "characters held per agent in each of the task, constraints and "
+                                 "coordination blocks: the agent's oldest entry of the block yields (dropped."
+                                 "context.block_chars); at least max_entry_chars", 16, 10**9)
+    max_context_entries: int = param(20000, "entries held in all (every agent and block, the states included): "
+                                     "the oldest history entry yields, then the oldest of any block "
+                                     "(dropped.context.total_entries)", 1, 10**8)
+    max_context_chars: int = param(1048576, "characters held in all (every agent and block, the states included): "
+                                   "the oldest history entry yields, then the oldest of any block "
+                                   "(dropped.context.total_chars); at least max_block_chars", 16, 10**10)
+    max_context_tokens: int = param(32768, "most context tokens a call reads: beyond it entries leave the prompt, "
+                                    "the oldest history first, then other agents' entries, then the oldest of the "
+                                    "requested agent's own (its state last)", 256, 10**7)
+    context_queue_depth: int = param(1000, "ContextEntry messages the subscription holds before the node takes "
+                                     "them (keep-last: an entry overwritten there, or discarded by its publisher, "
+                                     "is counted lost.context.sequence_gap)", 1, 100000)
     replan_action: str = param("replan", "name of the Replan action this planner serves (relative: in the node's "
                                "namespace)")
     autostart: bool = param(True, "configure and activate at start (no lifecycle manager needed)")
@@ -108,6 +125,15 @@ class PlannerConfig:
             raise ConfigError("first_cut", f"{self.first_cut} must be 0 (off) or >= 1")
         if any(layer < 0 for layer in self.pruning_layers) or self.pruning_layers != sorted(set(self.pruning_layers)):
             raise ConfigError("pruning_layers", "must be distinct, non-negative and increasing")
+        if self.max_block_chars < self.max_entry_chars:
+            raise ConfigError("max_block_chars", f"{self.max_block_chars} is less than max_entry_chars "
+                              f"({self.max_entry_chars}): an agent's entry would not fit its block")
+        if self.max_context_chars < self.max_block_chars:
+            raise ConfigError("max_context_chars", f"{self.max_context_chars} is less than max_block_chars "
+                              f"({self.max_block_chars})")
+        if self.max_context_entries < self.max_block_entries:
+            raise ConfigError("max_context_entries", f"{self.max_context_entries} is less than max_block_entries "
+                              f"({self.max_block_entries})")
         if not self.replan_action.strip():
             raise ConfigError("replan_action", "must name an action")
         if self.context_layout not in LAYOUTS:
@@ -138,6 +164,12 @@ class PlannerConfig:
             value = getattr(self, name)
             if value and not Path(resolve_path(value)).is_file():
                 raise ConfigError(name, f"no such file: {value}")
+
+    def context_limits(self) -> ContextLimits:
+        """What the context buffer holds at most."""
+        return ContextLimits(history=self.max_history, block_entries=self.max_block_entries,
+                             block_chars=self.max_block_chars, total_entries=self.max_context_entries,
+                             total_chars=self.max_context_chars)
 
     def schema_path(self) -> Path:
         """The action schema file this config names."""

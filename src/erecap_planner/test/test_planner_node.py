@@ -126,6 +126,8 @@ def test_the_server_is_up_exactly_while_the_node_is_active(ros, model_dir):
     ({"pruning_layers": [2, 9]}, "pruning_layers"),
     ({"compressor": "magic"}, "compressor"),
     ({"predictor_path": "/nonexistent.safetensors"}, "predictor_path"),
+    ({"max_block_chars": 4096}, "max_block_chars"),
+    ({"max_context_chars": 60_000}, "max_context_chars"),
 ])
 def test_bad_parameters_fail_configure_naming_them(ros, model_dir, params, parameter):
     node = planner(model_dir, **params)
@@ -198,3 +200,50 @@ def test_goals_out_of_bounds_are_rejected_and_counted_by_reason(ros, model_dir, 
     client = start(ros, node)
     assert not client.send(**goal).accepted
     assert node.rejections.counts[f"goal.{reason}"] == 1
+
+
+def _lost(node: ErecapPlannerNode) -> int:
+    return node.counts["lost.context.sequence_gap"] + node.counts["lost.context.message_lost"]
+
+
+def test_a_protected_flood_is_bounded_as_it_arrives_and_no_call_outlives_its_deadline(ros, model_dir):
+    """Issue 27: 300 TASK entries of 8,000 characters (all the requested agent's, so all protected) were held whole,
+    and rendering them took seconds past the hard deadline; the agent's oldest yield at ingest now, counted, and the
+    call (whose 32,768-token prompt the tiny model could not prefill in time) stops within 250 ms of its deadline."""
+    node = planner(model_dir)
+    client = start(ros, node)
+    for i in range(300):
+        client.context_pub.publish(ContextEntry(agent_id="a", step=100 + i, block=ContextEntry.BLOCK_TASK,
+                                                kind="task", text=f"task {i:03d} " + "x" * 7_991))
+    wait_for(lambda: node.counts["context_entries"] + _lost(node) >= 341, timeout=60, what="the flood taken")
+    limits = node.config.context_limits()
+    with node.buffer_lock:
+        tasks = [e for e in node.buffer.task if e.agent_id == "a"]
+        held_chars, dropped = node.buffer.chars, dict(node.buffer.dropped_by)
+    assert sum(len(e.text) for e in tasks) <= limits.block_chars and held_chars <= limits.total_chars
+    assert tasks[-1].text.startswith("task 299")  # the newest stay, the oldest yielded and were counted
+    assert dropped["block_chars"] == node.counts["context_entries"] - 41 - len(tasks) + 1  # + the small task
+    handle = client.send(hard_deadline_ms=1_500.0, slo_ms=1_000.0, token_budget=384)
+    result_future = handle.get_result_async()
+    wait_for(result_future.done, timeout=60, what="result")
+    call = result_future.result().result.call
+    assert call.status == ReplanCall.STATUS_DEADLINE, call.error
+    assert call.latency_ms <= call.hard_deadline_ms + 250.0, [(p.phase, p.duration_ms) for p in call.phases]
+    assert call.tokens_before <= node.config.max_context_tokens
+
+
+def test_a_context_burst_is_taken_or_counted_entry_by_entry(ros, model_dir):
+    """Issue 27: of a 100,000-entry burst from a keep-last writer the planner counted 7,212; its keep-all reader,
+    5,000 samples behind, never received from that writer again. Every entry is now taken or counted lost."""
+    node = planner(model_dir)
+    client = start(ros, node)
+    burst = 20_000
+    for i in range(burst):
+        client.context_pub.publish(ContextEntry(agent_id="b", step=1_000 + i, block=ContextEntry.BLOCK_HISTORY,
+                                                kind="observation", text=f"burst {i}"))
+    taken = lambda: node.counts["context_entries"] + node.counts["malformed_context"]  # noqa: E731
+    wait_for(lambda: taken() + _lost(node) >= 42 + burst, timeout=60, what="every burst entry taken or counted")
+    assert taken() + node.counts["lost.context.sequence_gap"] == 42 + burst
+    client.context_pub.publish(ContextEntry(agent_id="b", step=99_999, block=ContextEntry.BLOCK_HISTORY,
+                                            kind="observation", text="after the burst"))
+    wait_for(lambda: node.buffer.history[-1].text == "after the burst", what="the writer's next entry")
