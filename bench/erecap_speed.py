@@ -53,12 +53,6 @@ def prompt_ids(tokenizer, n: int) -> torch.Tensor:
     return torch.tensor(ids[:n])
 
 
-def kv_bytes(cache) -> int:
-    """Bytes held by a DynamicCache."""
-    return sum(layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
-               for layer in cache.layers if getattr(layer, "keys", None) is not None)
-
-
 def measure(runner: ErecapModel, ids: torch.Tensor, device: torch.device) -> dict:
     """One call: prefill, then a fixed-length decode on the pruned cache."""
     if device.type == "cuda":
@@ -69,7 +63,7 @@ def measure(runner: ErecapModel, ids: torch.Tensor, device: torch.device) -> dic
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     t1 = time.perf_counter()
-    kv = kv_bytes(pre.cache)
+    kv = pre.cache.nbytes()  # the filled keys and values (the kept tokens per layer)
     runner.decode(pre, DECODE_TOKENS, eos_token_ids=())
     if device.type == "cuda":
         torch.cuda.synchronize(device)
