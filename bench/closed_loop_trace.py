@@ -10,9 +10,12 @@ and B_t the controller's budget policy gives the trigger (profile `embedded`) un
 call with the plan, the oracle's plan from the true state and whether the first
 steps agree, then the world events and the episode metrics; with --episodes N
 a summary of success, deliveries, agreement, tokens before / after and call
-latency P50 / P95 follows. Writes the calls to bench/out/closed_loop_trace.csv.
+latency P50 / P95 follows. Writes the calls to <out>/closed_loop_trace.csv (--out, default bench/out).
 
     python bench/closed_loop_trace.py --agents 4 --seed 1 --compressor erecap
+
+Quick mode (`--quick`, what `make test` runs): one episode of K = 2 agents cut off after 4 steps, E-RECAP at the
+policy's B_t; options given explicitly still win. Always exits 0 (it traces, it has no target).
 """
 
 from __future__ import annotations
@@ -102,11 +105,12 @@ def episode(path: PlannerCallPath, sim: SimConfig, monitor: TriggerMonitor, budg
 def main() -> None:
     """Run the traced episodes."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--agents", type=int, default=4)
+    ap.add_argument("--agents", type=int, help="K (default 4)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--episodes", type=int, default=1, help="seeds seed, seed + 1, …")
-    ap.add_argument("--max-steps", type=int, default=60)
-    ap.add_argument("--compressor", default="none", choices=["none", "erecap", "random", "recency", "summary"])
+    ap.add_argument("--max-steps", type=int, help="steps before an unfinished episode fails (default 60)")
+    ap.add_argument("--compressor", choices=["none", "erecap", "random", "recency", "summary"],
+                    help="context compression (default none)")
     ap.add_argument("--budget", type=int, default=0,
                     help="B of every call; 0 = the mode and B_t the controller's policy gives the trigger (profile "
                          "'embedded', as the sim runs)")
@@ -117,7 +121,14 @@ def main() -> None:
     ap.add_argument("--predictor", default=PREDICTOR)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--quiet", action="store_true", help="only the episode lines and the summary")
+    ap.add_argument("--out", type=Path, default=OUT, help="folder of the CSV")
+    ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = ap.parse_args()
+    defaults = dict(agents=2, max_steps=4, compressor="erecap") if args.quick else \
+        dict(agents=4, max_steps=60, compressor="none")
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
 
     model, tok = load_model("smollm2-135m-instruct", dtype=args.dtype)
     if args.adapter:
@@ -167,8 +178,7 @@ def main() -> None:
               f"oracle agreement {sum(r['agrees'] for r in rows) / len(rows):.0%}, tokens {before / len(rows):.0f} -> "
               f"{after / len(rows):.0f} (reduction {1 - after / before:.1%}), latency P50 / P95 "
               f"{percentile(latency, 50):.0f} / {percentile(latency, 95):.0f} ms")
-    OUT.mkdir(parents=True, exist_ok=True)
-    write_csv(rows, OUT / "closed_loop_trace.csv")
+    print(f"wrote {write_csv(rows, args.out / 'closed_loop_trace.csv')}")
 
 
 if __name__ == "__main__":

@@ -19,8 +19,13 @@ bench-setup` (llama-cpp-python[server], built from source); they are skipped, an
     python bench/planner_backends.py [--calls 3] [--sizes 1024 2048 4096] [--budgets 256 384 0] [--points 20]
     python bench/planner_backends.py --avx2          # PyTorch / oneDNN / MKL capped at AVX2 (server processes too)
 
-Prints the tables with the CPU, writes bench/out/planner_backends{,_quality}.csv and planner_backends.png.
-`source scripts/env.sh` first.
+Prints the tables with the CPU, writes <out>/planner_backends{,_quality}.csv, planner_backends.png and the servers'
+logs (--out, default bench/out); always exits 0 (no target). `source scripts/env.sh` first.
+
+Quick mode (`--quick`, what `make test` runs): one call per backend at N ~ 1024 and B_t = 256 with free plans cut
+at 16 tokens (too few for a whole plan: the latency table's valid_plans is 0), and the quality table on one decision
+point at B_t = 384 only; the llama.cpp rows are skipped (and said so) unless llama-cpp-python[server] is installed.
+Options given explicitly still win.
 """
 
 from __future__ import annotations
@@ -177,9 +182,10 @@ def quality(stack, url: dict[str, str], args) -> list[dict]:
                                          decode_weights="float16")
         prompts[label].compressor = prompt_compressor(stack, layers)  # kept tokens re-prefilled from scratch
     servers = paths(stack, schema, url, args.max_new_tokens)
+    budgets = args.quality_budgets
     configs = [("in_process", "none", 0, local["none"]), *[("in_process", "in_model", b, local["in_model"])
-                                                          for b in (256, 384)],
-               *[("in_process", label, b, path) for label, path in prompts.items() for b in (256, 384)]]
+                                                          for b in budgets],
+               *[("in_process", label, b, path) for label, path in prompts.items() for b in budgets]]
     for backend in url:
         configs += [(backend, "none", 0, servers[backend]["full"]), (backend, "prompt_level_first_layer", 384,
                                                                       servers[backend]["budget"])]
@@ -236,17 +242,30 @@ def plot(rows: list[dict], path: Path, caption: str) -> None:
 def main() -> int:
     """Run the backends side by side; print and write the tables."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calls", type=int, default=3, help="calls per backend, N and B_t")
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096])
-    ap.add_argument("--budgets", type=int, nargs="+", default=[256, 384, 0], help="0 = the whole context")
-    ap.add_argument("--points", type=int, default=20, help="decision points of the quality table")
-    ap.add_argument("--episodes", type=int, default=2)
-    ap.add_argument("--max-new-tokens", type=int, default=160, help="plan tokens (a whole 4-step plan is ~80)")
+    ap.add_argument("--calls", type=int, help="calls per backend, N and B_t (default 3)")
+    ap.add_argument("--sizes", type=int, nargs="+", help="context sizes N (default 1024 2048 4096)")
+    ap.add_argument("--budgets", type=int, nargs="+", help="B_t of the latency table, 0 = the whole context "
+                                                           "(default 256 384 0)")
+    ap.add_argument("--points", type=int, help="decision points of the quality table (default 20)")
+    ap.add_argument("--quality-budgets", type=int, nargs="+", help="in-process B_t of the quality table "
+                                                                   "(default 256 384)")
+    ap.add_argument("--episodes", type=int, help="oracle episodes the decision points come from (default 2)")
+    ap.add_argument("--max-new-tokens", type=int, help="plan tokens (a whole 4-step plan is ~80; default 160)")
     ap.add_argument("--adapter", default=sim_planner_checkpoint("adapter_path"))
     ap.add_argument("--predictor", default=sim_planner_checkpoint("predictor_path"))
     ap.add_argument("--skip", nargs="*", default=[], choices=["latency", "quality", "llama_cpp"])
     ap.add_argument("--avx2", action="store_true", help="cap PyTorch / oneDNN / MKL at AVX2 (servers too)")
+    ap.add_argument("--out", type=Path, default=OUT, help="folder of the tables, plot and server logs")
+    ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = ap.parse_args()
+    defaults = dict(calls=1, sizes=[1024], budgets=[256], points=1, quality_budgets=[384], episodes=1,
+                    max_new_tokens=16) if args.quick else \
+        dict(calls=3, sizes=[1024, 2048, 4096], budgets=[256, 384, 0], points=20, quality_budgets=[256, 384],
+             episodes=2, max_new_tokens=160)
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    out = args.out
     if args.avx2:
         reexec_as_avx2()
     from erecap_planner.gguf_export import merged_gguf
@@ -257,29 +276,32 @@ def main() -> int:
     print(f"CPU: {caption}", flush=True)
     stack: dict = {}
     build(args, stack)
-    OUT.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     llama = "llama_cpp" not in args.skip and llama_cpp_available()
     if "llama_cpp" not in args.skip and not llama:
         print("llama.cpp rows SKIPPED: llama-cpp-python[server] is not installed (make bench-setup)", flush=True)
     with contextlib.ExitStack() as servers:
         serve = servers.enter_context(LocalServer(stack["folder"], dtype="float32",
-                                                  log_path=OUT / "planner_backends_serve.log"))
+                                                  log_path=out / "planner_backends_serve.log"))
         url = {"transformers_serve": serve.base_url}
         if llama:
             gguf = merged_gguf("smollm2-135m-instruct", args.adapter)
             url["llama_cpp"] = servers.enter_context(LocalServer(
-                gguf, engine="llama_cpp", log_path=OUT / "planner_backends_llama.log")).base_url
+                gguf, engine="llama_cpp", log_path=out / "planner_backends_llama.log")).base_url
         lat_rows = [] if "latency" in args.skip else latency(stack, url, args)
         qual_rows = [] if "quality" in args.skip else quality(stack, url, args)
+    skipped = "" if llama or "llama_cpp" in args.skip else \
+        "\n\nllama_cpp: SKIPPED (llama-cpp-python[server] is not installed: make bench-setup)"
     if lat_rows:
         lat_rows.sort(key=lambda r: (str(r["budget"]), r["tokens_n"], BACKENDS.index(r["backend"])))
-        write_csv(lat_rows, OUT / "planner_backends.csv")
-        plot(lat_rows, OUT / "planner_backends.png", caption)
-        print("\n## Call latency by backend\n\n" + markdown(lat_rows))
+        write_csv(lat_rows, out / "planner_backends.csv")
+        plot(lat_rows, out / "planner_backends.png", caption)
+        print("\n## Call latency by backend\n\n" + markdown(lat_rows) + skipped)
     if qual_rows:
-        write_csv(qual_rows, OUT / "planner_backends_quality.csv")
-        print("\n## Oracle agreement by backend and compression (K = 4 decision points)\n\n" + markdown(qual_rows))
-    print(f"\nCPU: {caption}\nwritten: {OUT}/planner_backends*.csv, planner_backends.png")
+        write_csv(qual_rows, out / "planner_backends_quality.csv")
+        print("\n## Oracle agreement by backend and compression (K = 4 decision points)\n\n" + markdown(qual_rows)
+              + skipped)
+    print(f"\nCPU: {caption}\nwritten: {out}/planner_backends*.csv, planner_backends.png")
     return 0
 
 

@@ -5,9 +5,13 @@ renders the planner context the embedded_sim would publish, and asks each
 planner configuration for the requested agent's plan. Reports oracle agreement
 (first step equals the oracle's first step), full-plan agreement and call
 latency, side by side in one run. ROS-free (the same core as the nodes).
+Writes <out>/planner_choice.csv (--out, default bench/out); always exits 0 (no target).
 
     python bench/planner_choice.py --episodes 3 --agents 4
     python bench/planner_choice.py --adapter ''    # the off-the-shelf model
+
+Quick mode (`--quick`, what `make test` runs): the first 2 decision points of one episode, constrained decoding
+unpruned and under E-RECAP; options given explicitly still win.
 """
 
 from __future__ import annotations
@@ -38,21 +42,22 @@ OUT = Path(__file__).parent / "out"
 PREDICTOR = sim_planner_checkpoint("predictor_path")
 ADAPTER = sim_planner_checkpoint("adapter_path")
 CONFIGS = ["candidates/none", "constrained/none", "constrained/erecap", "constrained/random", "constrained/recency"]
+QUICK_CONFIGS = ["constrained/none", "constrained/erecap"]
 
 
 def main() -> None:
     """Compare decodings / compressors by oracle agreement."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--episodes", type=int, default=2)
+    ap.add_argument("--episodes", type=int, help="oracle episodes (seeds 0..N-1) of the decision points (default 2)")
     ap.add_argument("--agents", type=int, default=4)
     ap.add_argument("--every", type=int, default=8)
     ap.add_argument("--observe-every", type=int, default=4)
-    ap.add_argument("--limit", type=int, default=40, help="decision points per configuration")
+    ap.add_argument("--limit", type=int, help="decision points per configuration (default 40)")
     ap.add_argument("--budget", type=int, default=384)
     ap.add_argument("--adapter", default=ADAPTER, help="LoRA adapter merged into the model ('' = off-the-shelf)")
     ap.add_argument("--predictor", default=PREDICTOR, help="E-RECAP predictor checkpoint of constrained/erecap")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="model weights on the CPU")
-    ap.add_argument("--configs", nargs="+", default=CONFIGS, choices=CONFIGS)
+    ap.add_argument("--configs", nargs="+", choices=CONFIGS, help="default: all")
     ap.add_argument("--first-cut", nargs="+", type=float, default=[0.0],
                     help="E-RECAP configs run with each: two-stage prefill keeping first_cut x B at the first pruning "
                          "layer (0 = Table 8 progressive)")
@@ -60,7 +65,14 @@ def main() -> None:
                     help="run every config with each context layout")
     ap.add_argument("--decode-weights", nargs="+", default=["model"], choices=["model", "float16", "int8"],
                     help="run every config with each (decode-sized forwards read these weights)")
+    ap.add_argument("--out", type=Path, default=OUT, help="folder of the CSV")
+    ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = ap.parse_args()
+    defaults = dict(episodes=1, limit=2, configs=QUICK_CONFIGS) if args.quick else \
+        dict(episodes=2, limit=40, configs=CONFIGS)
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
 
     model, tok = load_model("smollm2-135m-instruct", dtype=args.dtype)
     if args.adapter:
@@ -101,9 +113,9 @@ def main() -> None:
                      "tokens_after": round(statistics.mean(t[1] for t in toks)),
                      "wall_s": round(time.monotonic() - started, 1)})
         print(rows[-1], flush=True)
-    OUT.mkdir(parents=True, exist_ok=True)
-    write_csv(rows, OUT / "planner_choice.csv")
+    path = write_csv(rows, args.out / "planner_choice.csv")
     print(yaml.safe_dump(rows, sort_keys=False))
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,10 @@ cores: side by side in one run). Example, the subset in docs/results.md:
 
     python bench/reproduce.py --tables table2 --episodes 4
     python bench/reproduce.py --tables airsim2 --episodes 2
+
+Exits 0 when every table was written (no target). Quick mode (`--quick`, what `make test` runs): Table 2 only (No
+BRACE and BRACE + E-RECAP), one episode per row of K = 2 agents cut off after 4 steps (a row's own settings, such as
+Table 5's K, still win); --tables and --episodes given explicitly still win.
 """
 
 from __future__ import annotations
@@ -89,6 +93,7 @@ A25_COLUMNS = ["label", "episodes", "triggers", "admitted", "suppressed", "share
                "share_drift", "share_hazard", "share_deadlock", "replans_per_min", "slo_violation", "success"]
 A26_COLUMNS = ["label", "agents", *A2_COLUMNS[1:]]
 
+QUICK = {"embedded_sim": {"agents": 2, "max_steps": 4, "step_period_s": 0.01}}  # under a row's own settings
 HARD = {"embedded_sim": {"grasp_failure": 0.3, "drift": 0.05}}
 DEADLOCK_PRONE = {"embedded_sim": {"agents": 6, "task_docks": 1}}  # six agents, one dock: they queue and block
 
@@ -169,13 +174,15 @@ def plot(table: Table, rows: list[dict], path: Path) -> Path:
     return path
 
 
-def run_table(cfg: RunConfig, table: Table, episodes: int, out: Path, quiet: bool) -> str:
-    """Run every row; write the table's markdown, CSV and PNG; return the markdown."""
+def run_table(cfg: RunConfig, table: Table, episodes: int, out: Path, quiet: bool,
+              base: dict[str, dict] | None = None) -> str:
+    """Run every row (on top of `base`, the quick mode's settings); write its markdown, CSV and PNG; the markdown."""
     rows = []
     folder = out / table.name
     shutil.rmtree(folder, ignore_errors=True)  # a rerun replaces the table's earlier rows (and their bags)
     for i, row in enumerate(table.rows):
-        extra = _merge(row.extra, {table.world: {"episodes": episodes}})
+        extra = _merge({table.world: (base or {}).get(table.world, {})}, row.extra,
+                       {table.world: {"episodes": episodes}})
         started = time.monotonic()
         row_folder = folder / f"{i:02d}_{row.variant}"
         with airsim_peer(cfg, row.variant, row_folder, extra) as row_extra:  # the row's simulator, if it has one
@@ -196,19 +203,23 @@ def main() -> int:
     """Run the chosen tables."""
     all_tables = tables()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tables", nargs="+", choices=list(all_tables), default=list(all_tables))
-    ap.add_argument("--episodes", type=int, default=3, help="seeded episodes per row (seeds 0..N-1)")
+    ap.add_argument("--tables", nargs="+", choices=list(all_tables), help="default: all")
+    ap.add_argument("--episodes", type=int, help="seeded episodes per row (seeds 0..N-1; default 3)")
     ap.add_argument("--config", type=Path, default=ROOT / "config" / "runs" / "variants.yaml")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--quiet", action="store_true", help="no per-step progress line")
+    ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = ap.parse_args()
+    args.tables = args.tables or (["table2"] if args.quick else list(all_tables))
+    if args.episodes is None:
+        args.episodes = 1 if args.quick else 3
     args.out.mkdir(parents=True, exist_ok=True)
     parts = []
     for name in args.tables:
         started = time.monotonic()
         table = all_tables[name]
         cfg = RunConfig.load(table.config or args.config)
-        text = run_table(cfg, table, args.episodes, args.out, args.quiet)
+        text = run_table(cfg, table, args.episodes, args.out, args.quiet, QUICK if args.quick else None)
         print(f"\n{text}\n({name}: {time.monotonic() - started:.0f} s, {args.episodes} episodes per row)\n", flush=True)
         parts.append(text)
     (args.out / "reproduce.md").write_text("\n".join(parts))
