@@ -1,0 +1,98 @@
+"""Benchmarks that cannot rot (issue 27): every script under bench/ runs its quick mode as a user would.
+
+Each script runs as its own process from the workspace root (`python bench/<script>.py --quick --out <tmp>`, the
+sourced environment of the test run). It must start, measure and write its table: no traceback, exit 0 or 1 (1 is
+a missed target, which a smoke run on a busy machine may well miss: no target is checked here), the table on
+stdout, and the CSVs it names in the temporary folder with rows whose measured columns are positive numbers.
+Nothing may be written into bench/out. bench/fuzz_graph.py has its own short test (test_fuzz_graph.py);
+bench/report.py is the scripts' shared helper, not a benchmark.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+WORKSPACE = Path(__file__).resolve().parents[3]
+BENCH = WORKSPACE / "bench"
+
+
+@dataclass(frozen=True)
+class Quick:
+    """A script's quick run: its extra arguments ({out}: the temporary folder), the stdout table's header and
+    the CSVs (relative to {out}) with the columns every row must fill with a positive number."""
+
+    args: tuple[str, ...]
+    header: str
+    tables: dict[str, tuple[str, ...]]
+
+
+RUNS = {
+    "budget_targets": Quick(("--out", "{out}/budget_targets"), "call latency while the context grows",
+                            {"budget_targets_growth.csv": ("tokens_before", "p50_ms", "prefill_ms"),
+                             "budget_targets_growth_calls.csv": ("latency_ms",),
+                             "budget_targets.csv": ()}),
+    "closed_loop_trace": Quick(("--out", "{out}"), "episode seed 0:",
+                               {"closed_loop_trace.csv": ("tokens_before", "tokens_after", "latency_ms")}),
+    "controller_overhead": Quick(("--out", "{out}"), "Trigger -> decision over DDS",
+                                 {"controller_overhead.csv": ("count", "p50", "p99")}),
+    "erecap_quality": Quick(("--out", "{out}"), "seed recall %", {"erecap_quality.csv": ("cases", "tokens_after")}),
+    "erecap_speed": Quick(("--out", "{out}/erecap_speed"), "prefill_speedup",
+                          {"erecap_speed.csv": ("tokens_after", "prefill_ms", "e2e_ms", "kv_mb")}),
+    "planner_backends": Quick(("--out", "{out}"), "## Call latency by backend",
+                              {"planner_backends.csv": ("tokens_n", "p50_ms"),
+                               "planner_backends_quality.csv": ("points", "p50_ms")}),
+    "planner_choice": Quick(("--out", "{out}"), "first_step_agreement:",
+                            {"planner_choice.csv": ("points", "latency_p50_ms", "tokens_before")}),
+    "reproduce": Quick(("--out", "{out}"), "| label | episodes |",
+                       {"table2.csv": ("episodes", "tokens_before", "latency_p50_ms")}),
+}
+NOT_BENCHMARKS = {"report", "fuzz_graph"}  # the shared helper; the fuzz harness (test_fuzz_graph.py)
+
+
+def test_every_benchmark_has_a_quick_run():
+    scripts = {p.stem for p in BENCH.glob("*.py")} - NOT_BENCHMARKS
+    assert scripts == set(RUNS), "a benchmark under bench/ without a quick run here (or one that is gone)"
+
+
+def snapshot(folder: Path) -> dict[str, int]:
+    """Every file under `folder` with its modification time."""
+    return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()} if folder.exists() else {}
+
+
+def positive(value: str) -> bool:
+    try:
+        number = float(value)
+    except ValueError:
+        return False
+    return math.isfinite(number) and number > 0
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("script", sorted(RUNS), ids=sorted(RUNS))
+def test_quick_run_measures_and_writes_its_table(script, tmp_path):
+    quick = RUNS[script]
+    before = snapshot(BENCH / "out")
+    cmd = [sys.executable, f"bench/{script}.py", "--quick", *(a.format(out=tmp_path) for a in quick.args)]
+    proc = subprocess.run(cmd, cwd=WORKSPACE, env=dict(os.environ), capture_output=True, text=True, timeout=540)
+    output = f"$ {' '.join(cmd)}\n--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}"
+    assert proc.returncode in (0, 1), output  # 1: a missed target; anything else: it did not run through
+    assert "Traceback" not in proc.stdout + proc.stderr, output
+    assert quick.header in proc.stdout, output
+    for name, columns in quick.tables.items():
+        path = tmp_path / name
+        assert path.is_file(), f"{name} not written\n{output}"
+        with path.open() as f:
+            rows = list(csv.DictReader(f))
+        assert rows, f"{name} has no rows\n{output}"
+        for column in columns:
+            bad = [row.get(column) for row in rows if not positive(row.get(column) or "")]
+            assert not bad, f"{name}: column {column} is not a positive number in every row: {bad}\n{output}"
+    assert snapshot(BENCH / "out") == before, "a quick run wrote into bench/out"
