@@ -351,10 +351,11 @@ class CommandGate:
 class LatestCommands:
     """A newest-only mailbox per command input, and the count of every command it never ran.
 
-    `put` stores a command taken from an input, replacing (and counting as `superseded`) one of that input not yet
-    run; `pop` hands out the waiting commands, oldest put first. A command's publisher and sequence number, when
-    the transport gives them, reveal the commands never taken at all: a jump from n to n + k counts k - 1 `lost`
-    (the first command seen from a publisher only starts its count). Thread-safe.
+    `put` stores a command taken from an input, replacing (and counting as `dropped.<input>.superseded`) one of
+    that input not yet run; `pop` hands out the waiting commands, oldest put first. A command's publisher and
+    sequence number, when the transport gives them, reveal the commands never taken at all: a jump from n to n + k
+    counts k - 1 as `lost.<input>.sequence_gap` (the first command seen from a publisher only starts its count).
+    Thread-safe.
     """
 
     MAX_PUBLISHERS = 64
@@ -364,7 +365,7 @@ class LatestCommands:
         self.inputs = tuple(inputs)
         self.counts: dict[str, int] = {}
         for name in self.inputs:
-            self.counts.update({f"taken.{name}": 0, f"dropped.{name}.superseded": 0, f"dropped.{name}.lost": 0})
+            self.counts.update({f"taken.{name}": 0, f"dropped.{name}.superseded": 0, f"lost.{name}.sequence_gap": 0})
         self._waiting: OrderedDict[str, Any] = OrderedDict()
         self._sequences: dict[str, OrderedDict[Hashable, int]] = {name: OrderedDict() for name in self.inputs}
         self._lock = threading.Lock()
@@ -378,7 +379,7 @@ class LatestCommands:
                 seen = self._sequences[name]
                 last = seen.pop(publisher, None)
                 if last is not None and sequence > last + 1:
-                    self.counts[f"dropped.{name}.lost"] += sequence - last - 1
+                    self.counts[f"lost.{name}.sequence_gap"] += sequence - last - 1
                 seen[publisher] = sequence if last is None else max(last, sequence)
                 while len(seen) > self.MAX_PUBLISHERS:
                     seen.popitem(last=False)
@@ -399,4 +400,4 @@ class LatestCommands:
     def dropped(self) -> int:
         """Commands never run: superseded and lost, every input."""
         with self._lock:
-            return sum(v for k, v in self.counts.items() if k.startswith("dropped."))
+            return sum(v for k, v in self.counts.items() if k.startswith(("dropped.", "lost.")))

@@ -9,7 +9,7 @@ Publishes   joint_states (sensor_msgs/JointState: joint1..joint6 rad, gripper m;
             tracking_error NaN, has_goal = commands are arriving, step = this node's publication counter) at
             `agent_state_rate_hz`; /diagnostics (arm status and error bits by name, enable state, CAN health,
             emergency stop, liveness, reconnections, refused commands as rejected.<input>.<reason>, commands
-            never run as dropped.<input>.superseded / .lost), in every state
+            never run as dropped.<input>.superseded and lost.<input>.sequence_gap), in every state
 Subscribes  ee_delta_cmd (brace_msgs/EndEffectorDelta: applied to the measured end pose; gripper NaN = leave it),
             joint_cmd (sensor_msgs/JointState: positions by joint name, unnamed = joint1..6 [, gripper]),
             gripper_cmd (std_msgs/Float64: opening in m). Best-effort; every sample is taken at once and the
@@ -544,7 +544,7 @@ class PiperArmNode(ReleasingLifecycleNode):
         if total > self._reported_rejections:
             warnings.append(f"{total - self._reported_rejections} commands refused")
         self._reported_rejections = total
-        lost = sum(v for k, v in self.commands.counts.items() if k.endswith(".lost"))
+        lost = sum(v for k, v in self.commands.counts.items() if k.startswith("lost."))
         if lost > self._reported_lost:
             warnings.append(f"{lost - self._reported_lost} commands lost before they were taken")
         self._reported_lost = lost

@@ -297,8 +297,8 @@ def test_latest_commands_run_the_newest_and_count_the_superseded():
     assert box.pop() == ("joint_cmd", "j2") and box.pop() is None
     box.put("joint_cmd", "j3")
     assert box.pop() == ("joint_cmd", "j3")  # run before the next came: nothing superseded
-    assert box.counts == {"taken.joint_cmd": 3, "dropped.joint_cmd.superseded": 1, "dropped.joint_cmd.lost": 0,
-                          "taken.gripper_cmd": 1, "dropped.gripper_cmd.superseded": 0, "dropped.gripper_cmd.lost": 0}
+    assert box.counts == {"taken.joint_cmd": 3, "dropped.joint_cmd.superseded": 1, "lost.joint_cmd.sequence_gap": 0,
+                          "taken.gripper_cmd": 1, "dropped.gripper_cmd.superseded": 0, "lost.gripper_cmd.sequence_gap": 0}
     with pytest.raises(KeyError):
         box.put("ee_delta_cmd", "x")
 
@@ -313,7 +313,7 @@ def test_latest_commands_count_sequence_gaps_per_publisher_as_lost():
     box.put("joint_cmd", 5, b"a", 11)  # out of order: no gap, no negative count
     box.put("joint_cmd", 6, b"a", 13)
     box.put("joint_cmd", 7, None, 99)  # no publisher: nothing to compare
-    assert box.counts["dropped.joint_cmd.lost"] == 4
+    assert box.counts["lost.joint_cmd.sequence_gap"] == 4
     assert box.counts["taken.joint_cmd"] == 8 and box.counts["dropped.joint_cmd.superseded"] == 7
     assert box.dropped() == 11
     for n in range(s.LatestCommands.MAX_PUBLISHERS + 10):  # memory stays bounded under many publishers

@@ -516,12 +516,12 @@ def test_a_command_flood_runs_the_newest_and_counts_every_command_it_skips(rig):
     def refused() -> int:
         return sum(v for k, v in node.rejections.counts.items() if k.startswith("joint_cmd."))
 
-    wait_for(lambda: counts["taken.joint_cmd"] + counts["dropped.joint_cmd.lost"] == rig.op.sent, 30.0,
+    wait_for(lambda: counts["taken.joint_cmd"] + counts["lost.joint_cmd.sequence_gap"] == rig.op.sent, 30.0,
              f"every command sent taken or counted lost ({counts}, sent {rig.op.sent})")
     wait_for(lambda: node.counts["commands.joint_cmd"] + refused() + counts["dropped.joint_cmd.superseded"]
              == counts["taken.joint_cmd"], 30.0, "every command taken run, refused or counted superseded")
     assert refused() == 0
-    keys = ("taken.joint_cmd", "dropped.joint_cmd.superseded", "dropped.joint_cmd.lost")
+    keys = ("taken.joint_cmd", "dropped.joint_cmd.superseded", "lost.joint_cmd.sequence_gap")
     wait_for(lambda: all(rig.op.values().get(k) == str(counts[k]) for k in keys), 15.0, "the counts on /diagnostics")
 
 
