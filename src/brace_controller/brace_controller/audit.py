@@ -1,4 +1,4 @@
-"""`brace-audit`: recompute a run's tables from its bag, or replay the bag on ROS 2.
+"""`brace-audit`: recompute a run's tables from its bag, recover a damaged bag, or replay a bag on ROS 2.
 
     brace-audit report <bag | run folder> [--csv DIR]
     brace-audit recover <bag> [--output OUT | --in-place]

@@ -447,9 +447,17 @@ def _scan(path: Path) -> _Scan:
             scan.error = f"file ends inside a {scan.cut_record} record of {length} bytes"
             return scan
         body = data[pos + 9:pos + 9 + length]
-        if opcode == OP_FOOTER:
-            _check_end(scan, data, pos, body)
+        if opcode == OP_FOOTER and len(data) - (pos + 9 + length) <= len(MAGIC):
+            try:
+                _check_end(scan, data, pos, body)
+            except (_Damaged, struct.error):
+                scan.error = "footer unreadable"
             return scan
+        if opcode == OP_FOOTER:
+            scan.skipped.append("a footer record amid the data")  # a damaged record: reading goes on
+            pos += 9 + length
+            scan.intact_end = pos
+            continue
         messages: list[_Message] = []
         try:
             if opcode == OP_CHUNK:
@@ -530,7 +538,7 @@ class Recovery:
     output: Path
     messages: int
     damage: Optional[BagDamage]
-    dropped: int = 0            # messages read whose channel record was lost (not written)
+    dropped: int = 0            # messages read whose schema record was lost (not written)
     kept_original: Optional[Path] = None  # in place: where the damaged file was kept
 
 
@@ -572,7 +580,7 @@ def recover_bag(bag: str | Path, output: str | Path | None = None, in_place: boo
         if kept.exists():
             raise BagError(f"{kept} exists: move it away first")
     else:
-        target = Path(output) if output else folder.parent / f"{folder.name if bag.is_dir() else bag.stem}_recovered"
+        target = Path(output) if output else bag.parent / f"{bag.name if bag.is_dir() else bag.stem}_recovered"
         if target.exists():
             raise BagError(f"{target} exists")
         file_name, kept = f"{target.name}_0.mcap", None
