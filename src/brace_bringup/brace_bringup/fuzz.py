@@ -9,7 +9,8 @@ NaN, unknown enums, JSON nested thousands deep, 200 KB texts, plans whose
 parameters are lists), a tenth of the plans against a decision the simulator
 holds, and `goals` abusive Replan goals in bursts with cancels. The same
 checks the nodes run (their convert modules) say which messages are malformed;
-each node's /diagnostics must count every one of them. Then the held episode
+each node's /diagnostics must count every one of them (refused, or lost to a flood: a gap in the attack's
+sequence numbers). Then the held episode
 starts: it must run to its end with plans, no call past its hard deadline by
 more than OVERRUN_MS, no process dead or hung. `bench/fuzz_graph.py` runs it at
 full size; `test_fuzz_graph.py` a short version in `make test`.
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from brace_common.testing import installed_executable
 
@@ -227,10 +229,13 @@ def _run_config(folder: Path, model_dir: str, workspace: Path) -> Path:
 
 
 def _diagnostics_counts(status) -> int:
-    """The rejections a node's diagnostics status reports (every 'rejected.*' value)."""
-    return sum(int(kv.value) for kv in status.values if kv.key.startswith("rejected."))
+    """The inputs a node's diagnostics status reports refused or lost (every 'rejected.*' and 'lost.*' value)."""
+    return sum(int(kv.value) for kv in status.values if kv.key.startswith(("rejected.", "lost.")))
 
 
+ATTACK_WRITER = QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=ReliabilityPolicy.RELIABLE,
+                           durability=DurabilityPolicy.VOLATILE)
+"""The attack's event writers: keep-all, so every loss is the reader's."""
 SENSOR_RATE_HZ = 200.0
 """Rate of the best-effort attack (a state stream's rate, e.g. the arm's feedback)."""
 
@@ -323,9 +328,9 @@ def run(folder: Path, per_topic: int = 10_000, goals: int = 100, seed: int = 0, 
                   ("decision", names.DECISIONS, ReplanDecision, "embedded_sim", _decision)]
         for kind, topic, cls, target, make in topics:
             profile = qos.STATE if topic == names.AGENT_STATES else qos.EVENTS
-            # Keep-all: when a node reads slower than the attack writes, the attack waits (reliable back-pressure);
-            # a keep-last writer would overwrite what the node has not received yet.
-            pub = node.create_publisher(cls, topic, qos.INPUTS if profile is qos.EVENTS else profile)
+            # Keep-all: the attack never discards a message itself, so a sample the node did not take is the node's
+            # to count (its keep-last input overwrote it: a gap in this writer's sequence numbers).
+            pub = node.create_publisher(cls, topic, ATTACK_WRITER if profile is qos.EVENTS else profile)
             spin(1.0)
             before = counted(target)
             attack = Attack(f"{per_topic} fuzzed {cls.__name__}", target)

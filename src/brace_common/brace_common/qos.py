@@ -40,13 +40,18 @@ ACTION_SERVICES = QoSProfile(
 )
 """Replan's goal, cancel and result services: ROS's default keeps 10 requests, so a burst of goals lost the
 oldest ones without an answer (8 of 20); a deep queue answers every goal of a burst."""
+INPUT_DEPTH = 1000
+"""Samples an event subscription keeps until its node takes them (a burst beyond it is counted lost)."""
 INPUTS = QoSProfile(
-    history=HistoryPolicy.KEEP_ALL,
+    history=HistoryPolicy.KEEP_LAST, depth=INPUT_DEPTH,
     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
 )
-"""A node's subscription to an event topic: keep every sample until the node takes it (a flood is slowed down by
-reliable back-pressure instead of overwriting what the node has not read: nothing is lost without a count).
-Matches EVENTS publishers (history is not part of QoS compatibility)."""
+"""A node's subscription to an event topic: reliable, the last INPUT_DEPTH samples the node has not taken yet.
+Not keep-all: under Fast DDS a keep-all reader holds at most ~5,000 samples, and a keep-last writer discards what
+it cannot deliver, so a flood was lost without a count (20,000 samples at full speed into a 2 kHz reader: 5,178
+taken; a 100,000-entry context burst: 7,212). What a flood overwrites leaves a gap in its publisher's sequence
+numbers, which `counted_inputs.CountedInputs` counts on /diagnostics. Matches EVENTS publishers (history is not
+part of QoS compatibility)."""
 ROBOT_FEEDBACK = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=20,
     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,

@@ -12,7 +12,7 @@ first one seen here are not counted: the reader may have matched it later.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any, Optional
 
 
@@ -34,9 +34,12 @@ class SequenceGaps:
         number, gid = info.get("publication_sequence_number"), info.get("publisher_gid")
         if number is None or not gid:
             return 0
-        key = bytes(gid.get("data", b"")) if isinstance(gid, Mapping) else bytes(gid)
-        last = self._last.pop(key, None)
-        self._last[key] = number
+        return self.observe(bytes(gid.get("data", b"")) if isinstance(gid, Mapping) else bytes(gid), number)
+
+    def observe(self, publisher: Hashable, number: int) -> int:
+        """Account sample `number` of `publisher`; how many of its samples were missed just before it."""
+        last = self._last.pop(publisher, None)
+        self._last[publisher] = number if last is None else max(last, number)
         if len(self._last) > self.max_publishers:
             self._last.popitem(last=False)
         if last is None:
@@ -47,6 +50,11 @@ class SequenceGaps:
         missed = number - last - 1
         self.lost += missed
         return missed
+
+    @property
+    def publishers(self) -> int:
+        """Publishers remembered."""
+        return len(self._last)
 
     def forget(self) -> None:
         """Forget every publisher (the subscription was recreated)."""

@@ -35,7 +35,8 @@ from rclpy.qos import QoSProfile
 from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, check_fields, param
-from brace_common.diagnostics import diagnostic_array
+from brace_common.counted_inputs import CountedInputs
+from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
 
@@ -110,13 +111,13 @@ class AuditRecorderNode(Node):
         except (OSError, RuntimeError) as exc:
             raise ConfigError("output_dir", str(exc)) from None
         self.path = self.writer.directory
+        self.inputs = CountedInputs()  # what never reached the bag, per topic
         for topic in self.config.topics:
             type_name, profile = TOPICS[topic]
             resolved = self.resolve_topic_name(topic)
             self.writer.add_topic(resolved, type_name, qos_profiles(profile))
-            self.create_subscription(message_class(type_name), topic,
-                                     lambda data, t=resolved: self.on_message(t, data),
-                                     qos.INPUTS if profile is qos.EVENTS else profile, raw=True)
+            self.inputs.subscribe(self, message_class(type_name), topic, lambda data, t=resolved: self.on_message(t, data),
+                                  topic.strip("/"), qos.INPUTS if profile is qos.EVENTS else profile, raw=True)
         self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
         steady_timer(self, 1.0, self.publish_diagnostics)
         steady_timer(self, self.config.metadata_period_s, self.write_metadata)
@@ -149,7 +150,9 @@ class AuditRecorderNode(Node):
         """Messages recorded per topic, and how many of them are written out, on /diagnostics."""
         counts = {t: i.count for t, i in self.writer.topics.items()} if self.writer is not None else {}
         counts["written_out"] = self.flushed
-        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: audit bag", counts, self.get_clock().now().to_msg(),
+        lost = self.inputs.counts
+        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: audit bag", {**counts, **lost},
+                                               self.get_clock().now().to_msg(), nonzero(lost, lost),
                                                message=str(self.path)))
 
 

@@ -34,6 +34,7 @@ from rclpy.node import Node
 
 from brace_common import names, qos
 from brace_common.clock import steady_timer
+from brace_common.counted_inputs import CountedInputs
 from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
@@ -84,6 +85,7 @@ class BraceControllerNode(Node):
         self.core = BraceController(self.config, self.config.load_profile(),
                                     id_prefix=f"{self.get_name()}/{secrets.token_hex(3)}")
         self.rejections = Rejections(self.get_logger())
+        self.inputs = CountedInputs()
         self.pending: dict[str, PendingCall] = {}
         self._lock = threading.RLock()
         self.counts = {"malformed_triggers": 0, "malformed_calls": 0, "planner_unavailable": 0,
@@ -95,9 +97,9 @@ class BraceControllerNode(Node):
         self.plan_pub = self.create_publisher(Plan, names.PLAN, qos.PLANS)
         self.state_pub = self.create_publisher(ControllerState, names.CONTROLLER_STATE, qos.STATE)
         self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
-        self.create_subscription(TriggerEvent, names.TRIGGERS, self.on_trigger, qos.INPUTS)
-        self.create_subscription(ReplanCall, names.REPLAN_CALLS, self.on_call_record, qos.INPUTS)
-        self.create_subscription(Episode, names.EPISODE, self.on_episode, qos.INPUTS)
+        self.inputs.subscribe(self, TriggerEvent, names.TRIGGERS, self.on_trigger, "trigger")
+        self.inputs.subscribe(self, ReplanCall, names.REPLAN_CALLS, self.on_call_record, "call_record")
+        self.inputs.subscribe(self, Episode, names.EPISODE, self.on_episode, "episode")
         self.calls_pub = self.create_publisher(ReplanCall, names.REPLAN_CALLS, qos.EVENTS)
         self.replan_client = ActionClient(self, Replan, self.node_config.replan_action,
                                           goal_service_qos_profile=qos.ACTION_SERVICES,
@@ -300,9 +302,11 @@ class BraceControllerNode(Node):
             **{f"reason.{k}": v for k, v in sorted(totals.items())},
             **self.counts,
             **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())},
+            **self.inputs.counts,
         }
-        warnings = nonzero(self.counts, ("malformed_triggers", "malformed_calls", "planner_unavailable",
-                                         "goals_rejected", "deadline_cancellations"))
+        warnings = nonzero({**self.counts, **self.inputs.counts},
+                           ("malformed_triggers", "malformed_calls", "planner_unavailable", "goals_rejected",
+                            "deadline_cancellations", *self.inputs.counts))
         if not server:
             warnings.append(f"no Replan server on '{self.node_config.replan_action}'")
         self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: replanning gate", values,

@@ -22,6 +22,7 @@ from rclpy.node import Node
 
 from brace_common import names, qos
 from brace_common.clock import steady_timer
+from brace_common.counted_inputs import CountedInputs
 from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
@@ -47,13 +48,14 @@ class TriggerMonitorNode(Node):
         self.counts = {"malformed_states": 0, "malformed_outcomes": 0, "malformed_verdicts": 0}
         self.raised: dict[str, int] = {}
         self.rejections = Rejections(self.get_logger())
+        self.inputs = CountedInputs()
 
         self.trigger_pub = self.create_publisher(TriggerEvent, names.TRIGGERS, qos.EVENTS)
         self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
         self.create_subscription(AgentState, names.AGENT_STATES, self.on_state, qos.STATE)
-        self.create_subscription(ExecutionOutcome, names.OUTCOMES, self.on_outcome, qos.INPUTS)
-        self.create_subscription(VerifierVerdict, names.VERDICTS, self.on_verdict, qos.INPUTS)
-        self.create_subscription(Episode, names.EPISODE, self.on_episode, qos.INPUTS)
+        self.inputs.subscribe(self, ExecutionOutcome, names.OUTCOMES, self.on_outcome, "outcome")
+        self.inputs.subscribe(self, VerifierVerdict, names.VERDICTS, self.on_verdict, "verdict")
+        self.inputs.subscribe(self, Episode, names.EPISODE, self.on_episode, "episode")
         if self.config.step_source == "timer":
             # The step is controller time: with use_sim_time it follows /clock.
             self.create_timer(self.config.step_period_s, self.on_tick)
@@ -115,9 +117,10 @@ class TriggerMonitorNode(Node):
         """Raised triggers per kind and malformed inputs on /diagnostics."""
         values = {"step": self.monitor.step, "agents": len(self.monitor.agents()),
                   **{f"raised.{k}": v for k, v in sorted(self.raised.items())}, **self.counts,
-                  **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}}
+                  **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}, **self.inputs.counts}
+        warnings = nonzero({**self.counts, **self.inputs.counts}, (*self.counts, *self.inputs.counts))
         self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: trigger detection", values,
-                                               self.get_clock().now().to_msg(), nonzero(self.counts, self.counts)))
+                                               self.get_clock().now().to_msg(), warnings))
 
 
 def main(args=None) -> int:

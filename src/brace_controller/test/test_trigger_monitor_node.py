@@ -159,6 +159,47 @@ def test_a_path_like_agent_id_is_refused_and_counted(ros, agent_id):
     assert node.monitor.failure.consecutive == {}
 
 
+FLOOD = """
+import sys, time, rclpy, rclpy.duration
+from brace_msgs.msg import ExecutionOutcome
+from brace_common import qos
+rclpy.init()
+node = rclpy.create_node("flood", namespace="/brace")
+pub = node.create_publisher(ExecutionOutcome, "outcomes", qos.EVENTS)  # keep-last 200, as every node publishes
+end = time.monotonic() + 30
+while pub.get_subscription_count() == 0 and time.monotonic() < end:
+    rclpy.spin_once(node, timeout_sec=0.05)
+for i in range(int(sys.argv[1])):
+    pub.publish(ExecutionOutcome(agent_id="", detail="d" * 2000))  # malformed: each one counted when taken
+# The newest samples must reach the reader: a loss after the last sample taken leaves no gap to see.
+pub.wait_for_all_acked(rclpy.duration.Duration(seconds=100))
+"""
+
+
+def test_a_flood_from_a_keep_last_writer_is_taken_or_counted_sample_by_sample(ros):
+    """Keep-all readers lost most of a keep-last writer's flood without a trace; now each sample is taken (here
+    rejected) or counted as a gap in its publisher's sequence numbers."""
+    node = monitor()
+    connect(ros, node)
+    sent = 20_000
+    env = {**os.environ, "ROS_DOMAIN_ID": str(ros.domain_id)}
+    writer = subprocess.Popen([sys.executable, "-c", FLOOD, str(sent)], env=env)
+
+    def lost() -> int:
+        return node.inputs.counts["lost.outcome.sequence_gap"]
+
+    def taken_or_lost() -> int:
+        return node.counts["malformed_outcomes"] + lost()
+
+    try:
+        assert writer.wait(timeout=150) == 0  # it ends once the reader acknowledged its newest samples
+    finally:
+        writer.kill()
+    wait_for(lambda: taken_or_lost() >= sent, timeout=30.0,
+             what=f"every sample taken or counted (taken {node.counts['malformed_outcomes']}, lost {lost()})")
+    assert taken_or_lost() == sent
+
+
 def test_a_state_from_step_2_to_the_64_is_refused_and_triggers_go_on(ros):
     node = monitor(hazard_distance_m=1.0, hazard_repeat_steps=1)
     world = connect(ros, node)

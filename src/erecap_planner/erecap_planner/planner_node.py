@@ -40,19 +40,17 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy._rclpy_pybind11 import InvalidHandle, RCLError
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.event_handler import QoSMessageLostInfo, SubscriptionEventCallbacks
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from rclpy.qos import HistoryPolicy, QoSProfile
-from rclpy.subscription import MessageInfo
 from rclpy.time import Time
 
 from brace_common import names, qos
 from brace_common.clock import seconds_of, steady_timer
 from brace_common.config import ConfigError
+from brace_common.counted_inputs import CountedInputs
 from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.params import declare_parameters, read_config, reject_undeclared
-from brace_common.reception import SequenceGaps
 from brace_common.spin import spin_node
 from brace_common.validation import Rejections
 from brace_common.vocabulary import CallStatus, EpisodeEvent
@@ -86,7 +84,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self._probe_timer = None
         self.buffer = ContextBuffer()
         self.buffer_lock = threading.Lock()
-        self.context_gaps = SequenceGaps()
+        self.inputs = CountedInputs()
         self.queue = CallQueue()  # one model: calls run one at a time, earliest deadline first
         self.calls: dict[bytes, QueuedCall] = {}  # goal id -> its call
         self.state_label = "unconfigured"
@@ -94,7 +92,6 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self.ids = itertools.count(1)
         self.counts = {"calls": 0, "malformed_context": 0, "context_entries": 0, "goals_rejected": 0,
                        "entries_forgotten": 0, "goal_wait_before_acceptance_ms": 0.0,
-                       "lost.context.sequence_gap": 0, "lost.context.message_lost": 0,
                        **{f"status.{s.label}": 0 for s in CallStatus}}
         self.rejections = Rejections(self.get_logger())
         self.action_server: Optional[ActionServer] = None
@@ -122,20 +119,17 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
         self.buffer = ContextBuffer(limits=self.config.context_limits())
-        self.context_gaps = SequenceGaps()
+        self.inputs.forget()  # the subscriptions are new: their publishers' numbering starts again
         self.calls_pub = self.create_lifecycle_publisher(ReplanCall, names.REPLAN_CALLS, qos.EVENTS)
         context_group = MutuallyExclusiveCallbackGroup()  # entries and episode starts in arrival order
-        # Keep-last, not keep-all: a keep-all reader that fell 5,000 samples behind a keep-last writer (Fast DDS)
-        # never received from that writer again (a burst of 100,000 entries: 7,212 taken, the rest and every later
-        # entry lost without a trace); here a flood overwrites, and the gap it leaves is counted.
+        # Keep-last (qos.INPUTS with the node's depth): a flood overwrites, and the gap it leaves is counted.
         context_qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=self.config.context_queue_depth,
                                  reliability=qos.INPUTS.reliability, durability=qos.INPUTS.durability)
         self._subscriptions = [
-            self.create_subscription(ContextEntry, names.CONTEXT, self.on_context, context_qos,
-                                     callback_group=context_group,
-                                     event_callbacks=SubscriptionEventCallbacks(message_lost=self.on_context_lost)),
-            self.create_subscription(Episode, names.EPISODE, self.on_episode, qos.INPUTS,
-                                     callback_group=context_group)]
+            self.inputs.subscribe(self, ContextEntry, names.CONTEXT, self.on_context, "context", context_qos,
+                                  callback_group=context_group),
+            self.inputs.subscribe(self, Episode, names.EPISODE, self.on_episode, "episode",
+                                  callback_group=context_group)]
         self._queue_timer = steady_timer(self, QUEUE_CHECK_PERIOD_S, self.expire_waiting, self._timers_group)
         self.state_label = "inactive"
         if isinstance(self.call_path, ServerCallPath):
@@ -221,9 +215,8 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
 
     # ------------------------------------------------------------------ context
 
-    def on_context(self, msg: ContextEntry, info: MessageInfo) -> None:
-        """Add a context entry; malformed entries are counted and dropped, as are the entries missing before it."""
-        self.counts["lost.context.sequence_gap"] += self.context_gaps.received(info)
+    def on_context(self, msg: ContextEntry) -> None:
+        """Add a context entry; malformed entries are counted and dropped."""
         try:
             entry = convert.entry_from_msg(msg, self.config.max_entry_chars)
         except ValueError as exc:
@@ -233,10 +226,6 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         with self.buffer_lock:
             self.buffer.add(entry)
         self.counts["context_entries"] += 1
-
-    def on_context_lost(self, info: QoSMessageLostInfo) -> None:
-        """The rmw reports context samples lost before they reached the node (counted as it reports them)."""
-        self.counts["lost.context.message_lost"] += int(info.total_count_change)
 
     def on_episode(self, msg: Episode) -> None:
         """A new episode: forget what was said before it began (entries of the new one may already be in)."""
@@ -361,7 +350,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             held = {"context.held_entries": len(self.buffer), "context.held_chars": self.buffer.chars,
                     **{f"dropped.context.{k}": v for k, v in self.buffer.dropped_by.items()}}
         values = {"state": self.state_label, "model": self.config.model_path if self.config else "",
-                  "compressor": self.config.compressor if self.config else "", **self.counts, **held,
+                  "compressor": self.config.compressor if self.config else "", **self.counts, **self.inputs.counts, **held,
                   **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())},
                   "queue.waiting": len(self.queue), **{f"queue.{k}": v for k, v in self.queue.counts.items()}}
         path = self.call_path
@@ -378,8 +367,9 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
                 stats = path.prefix.stats
                 values.update({"prefix.hit_rate": round(stats.hit_rate, 3), "prefix.reused_share":
                                round(stats.reuse_share, 3), "prefix.tokens_reused": stats.tokens_reused})
-        warnings = nonzero(self.counts, ("malformed_context", "goals_rejected", "status.planner_error",
-                                         "status.deadline", "lost.context.sequence_gap", "lost.context.message_lost"))
+        warnings = nonzero({**self.counts, **self.inputs.counts},
+                           ("malformed_context", "goals_rejected", "status.planner_error", "status.deadline",
+                            *self.inputs.counts))
         self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: replanning calls", values,
                                                self.get_clock().now().to_msg(), warnings, errors))
 

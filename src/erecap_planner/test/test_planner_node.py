@@ -203,7 +203,7 @@ def test_goals_out_of_bounds_are_rejected_and_counted_by_reason(ros, model_dir, 
 
 
 def _lost(node: ErecapPlannerNode) -> int:
-    return node.counts["lost.context.sequence_gap"] + node.counts["lost.context.message_lost"]
+    return node.inputs.counts["lost.context.sequence_gap"] + node.inputs.counts["lost.context.message_lost"]
 
 
 def test_a_protected_flood_is_bounded_as_it_arrives_and_no_call_outlives_its_deadline(ros, model_dir):
@@ -243,7 +243,7 @@ def test_a_context_burst_is_taken_or_counted_entry_by_entry(ros, model_dir):
                                                 kind="observation", text=f"burst {i}"))
     taken = lambda: node.counts["context_entries"] + node.counts["malformed_context"]  # noqa: E731
     wait_for(lambda: taken() + _lost(node) >= 42 + burst, timeout=60, what="every burst entry taken or counted")
-    assert taken() + node.counts["lost.context.sequence_gap"] == 42 + burst
+    assert taken() + node.inputs.counts["lost.context.sequence_gap"] == 42 + burst
     client.context_pub.publish(ContextEntry(agent_id="b", step=99_999, block=ContextEntry.BLOCK_HISTORY,
                                             kind="observation", text="after the burst"))
     wait_for(lambda: node.buffer.history[-1].text == "after the burst", what="the writer's next entry")

@@ -42,7 +42,8 @@ from rclpy.node import Node
 from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, check_agent_ids, param
-from brace_common.diagnostics import diagnostic_array
+from brace_common.counted_inputs import CountedInputs
+from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.episode import EpisodeResult, episode_msg
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.readiness import PeerWait
@@ -140,7 +141,8 @@ class TwinWorldNode(Node):
         self.episode_pub = self.create_publisher(Episode, names.EPISODE, qos.EVENTS)
         self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
         self.create_subscription(Plan, names.PLAN, self.on_plan, qos.PLANS)
-        self.create_subscription(ExecutionOutcome, names.OUTCOMES, self.on_outcome, qos.INPUTS)
+        self.inputs = CountedInputs()
+        self.inputs.subscribe(self, ExecutionOutcome, names.OUTCOMES, self.on_outcome, "outcome")
         actions = {cfg.replan_action: ActionClient(self, Replan, cfg.replan_action)} if cfg.replan_action else {}
         self.peers = PeerWait(self, cfg.wait_for_nodes, actions, cfg.wait_settle_s, cfg.wait_timeout_s)
         self.timer = steady_timer(self, cfg.period_s, self.tick)
@@ -243,10 +245,11 @@ class TwinWorldNode(Node):
         state = self.twin.state()
         values = {"episode": self.episode, "act_url": self.act.url, "twin.enabled": state.enabled,
                   "twin.gripper_m": round(state.gripper_m, 4), **self.counts,
-                  **{f"world.{k}": v for k, v in vars(self.world.counts).items()}}
+                  **{f"world.{k}": v for k, v in vars(self.world.counts).items()}, **self.inputs.counts}
         errors = self.peers.errors("episodes do not start")
         self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: PickFruit on the PiPER twin", values,
-                                               self.get_clock().now().to_msg(), errors=errors))
+                                               self.get_clock().now().to_msg(),
+                                               nonzero(self.inputs.counts, self.inputs.counts), errors))
 
     def close(self) -> None:
         """Stop the /act server and the twin (idempotent; also after a constructor that failed half way)."""

@@ -41,6 +41,7 @@ from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from brace_common import names, qos
 from brace_common.clock import stamp_of, steady_timer
 from brace_common.config import ConfigError
+from brace_common.counted_inputs import CountedInputs
 from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.episode import EpisodeResult, episode_msg
 from brace_common.lifecycle import ReleasingLifecycleNode, serialized
@@ -88,8 +89,9 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         self.sim_time = self.get_parameter("use_sim_time").value
         self.out = WorldPublishers(self)
         self.create_subscription(Plan, names.PLAN, self.on_plan, qos.PLANS)
-        self.create_subscription(ReplanDecision, names.DECISIONS, self.on_decision, qos.INPUTS)
-        self.create_subscription(ReplanCall, names.REPLAN_CALLS, self.on_call, qos.INPUTS)
+        self.inputs = CountedInputs()
+        self.inputs.subscribe(self, ReplanDecision, names.DECISIONS, self.on_decision, "decision")
+        self.inputs.subscribe(self, ReplanCall, names.REPLAN_CALLS, self.on_call, "call_record")
         self.peers: Optional[PeerWait] = None
         self.timer = None
         steady_timer(self, 1.0, self.publish_diagnostics)
@@ -329,7 +331,7 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
                   "connected": link_up, "episode": self.episode, "step": self.world.t if self.world else 0,
                   "done": self.done, "waiting_for_peers": waiting, "calls_waited_on": len(self.holds.waiting),
                   "rpc_calls": self.link.calls if self.link else 0, **self.counts,
-                  **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}}
+                  **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}, **self.inputs.counts}
         if self.world is not None and math.isfinite(self.world.min_distance):
             values["min_distance_m"] = round(self.world.min_distance, 2)
         errors = [] if link_up or self.state_label != "active" else [self.last_error or "not connected to AirSim"]
@@ -337,7 +339,8 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
             errors += self.peers.errors("episodes do not start")
         self.out.diagnostics.publish(diagnostic_array(
             f"{self.get_name()}: AirSim bridge", values, self.get_clock().now().to_msg(),
-            nonzero(self.counts, ("hold_timeouts", "malformed_plans", "link_losses")), errors,
+            nonzero({**self.counts, **self.inputs.counts},
+                    ("hold_timeouts", "malformed_plans", "link_losses", *self.inputs.counts)), errors,
             message="waiting for peers" if waiting and not errors else ""))
 
 

@@ -39,6 +39,7 @@ from rclpy.node import Node
 
 from brace_common import names, qos
 from brace_common.clock import stamp_of, steady_timer
+from brace_common.counted_inputs import CountedInputs
 from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.episode import EpisodeResult, episode_msg
 from brace_common.params import declare_config, reject_undeclared
@@ -78,8 +79,9 @@ class EmbeddedSimNode(WorldInputs, Node):
 
         self.out = WorldPublishers(self)
         self.create_subscription(Plan, names.PLAN, self.on_plan, qos.PLANS)
-        self.create_subscription(ReplanDecision, names.DECISIONS, self.on_decision, qos.INPUTS)
-        self.create_subscription(ReplanCall, names.REPLAN_CALLS, self.on_call, qos.INPUTS)
+        self.inputs = CountedInputs()
+        self.inputs.subscribe(self, ReplanDecision, names.DECISIONS, self.on_decision, "decision")
+        self.inputs.subscribe(self, ReplanCall, names.REPLAN_CALLS, self.on_call, "call_record")
         actions = {self.config.replan_action: ActionClient(self, Replan, self.config.replan_action)} \
             if self.config.replan_action else {}
         self.peers = PeerWait(self, self.config.wait_for_nodes, actions, self.config.wait_settle_s,
@@ -185,11 +187,12 @@ class EmbeddedSimNode(WorldInputs, Node):
         waiting = not self.peers.done
         values = {"episode": self.episode, "step": self.world.t if self.world else 0, "done": self.done,
                   "waiting_for_peers": waiting, "calls_waited_on": len(self.holds.waiting), **self.counts,
-                  **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}}
+                  **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}, **self.inputs.counts}
         errors = self.peers.errors("episodes do not start")
         self.out.diagnostics.publish(diagnostic_array(
             f"{self.get_name()}: embedded warehouse", values, self.get_clock().now().to_msg(),
-            nonzero(self.counts, ("hold_timeouts", "malformed_plans")), errors,
+            nonzero({**self.counts, **self.inputs.counts}, ("hold_timeouts", "malformed_plans", *self.inputs.counts)),
+            errors,
             message="waiting for peers" if waiting and not errors else ""))
 
 
