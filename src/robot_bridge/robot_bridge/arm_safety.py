@@ -37,6 +37,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from brace_common.reception import SequenceGaps
 from brace_common.validation import InvalidInput
 
 from .piper_units import GRIPPER_RANGE_M, JOINT_COUNT, JOINT_LIMITS_RAD
@@ -367,7 +368,7 @@ class LatestCommands:
         for name in self.inputs:
             self.counts.update({f"taken.{name}": 0, f"dropped.{name}.superseded": 0, f"lost.{name}.sequence_gap": 0})
         self._waiting: OrderedDict[str, Any] = OrderedDict()
-        self._sequences: dict[str, OrderedDict[Hashable, int]] = {name: OrderedDict() for name in self.inputs}
+        self._gaps = {name: SequenceGaps(self.MAX_PUBLISHERS) for name in self.inputs}
         self._lock = threading.Lock()
 
     def put(self, name: str, command: Any, publisher: Optional[Hashable] = None,
@@ -376,13 +377,7 @@ class LatestCommands:
         with self._lock:
             self.counts[f"taken.{name}"] += 1
             if publisher is not None and sequence is not None:
-                seen = self._sequences[name]
-                last = seen.pop(publisher, None)
-                if last is not None and sequence > last + 1:
-                    self.counts[f"lost.{name}.sequence_gap"] += sequence - last - 1
-                seen[publisher] = sequence if last is None else max(last, sequence)
-                while len(seen) > self.MAX_PUBLISHERS:
-                    seen.popitem(last=False)
+                self.counts[f"lost.{name}.sequence_gap"] += self._gaps[name].observe(publisher, sequence)
             if self._waiting.pop(name, None) is not None:
                 self.counts[f"dropped.{name}.superseded"] += 1
             self._waiting[name] = command

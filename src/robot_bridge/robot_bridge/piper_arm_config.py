@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from brace_common.config import ConfigError, check_fields, param
+from brace_common.config import ConfigError, check_agent_ids, check_fields, param
 
 from .arm_safety import SafetyLimits
 from .piper_units import GRIPPER_EFFORT_MAX_NM, GRIPPER_RANGE_M, JOINT_COUNT, JOINT_LIMITS_RAD
@@ -76,8 +76,7 @@ class PiperArmConfig:
         if self.can_interface not in can_interfaces():
             raise ConfigError("can_interface", f"'{self.can_interface}' is not a python-can interface (socketcan, "
                               f"virtual, udp_multicast, ...: {', '.join(sorted(can_interfaces()))})")
-        if not self.agent_id.strip():
-            raise ConfigError("agent_id", "must not be empty")
+        check_agent_ids("agent_id", self.agent_id)
         if not self.frame_id.strip():
             raise ConfigError("frame_id", "must not be empty")
         if self.silence_timeout_s <= self.supervision_period_s:

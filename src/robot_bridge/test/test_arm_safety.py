@@ -318,7 +318,7 @@ def test_latest_commands_count_sequence_gaps_per_publisher_as_lost():
     assert box.dropped() == 11
     for n in range(s.LatestCommands.MAX_PUBLISHERS + 10):  # memory stays bounded under many publishers
         box.put("joint_cmd", n, n.to_bytes(4, "big"), 1)
-    assert len(box._sequences["joint_cmd"]) == s.LatestCommands.MAX_PUBLISHERS
+    assert box._gaps["joint_cmd"].publishers == s.LatestCommands.MAX_PUBLISHERS
 
 
 def test_gate_reasons_in_order_of_precedence():
@@ -375,6 +375,7 @@ def test_config_defaults_are_valid_and_give_the_default_limits():
     ({"silence_timeout_s": 0.0}, "silence_timeout_s"),
     ({"silence_timeout_s": 0.02, "supervision_period_s": 0.05}, "silence_timeout_s"),
     ({"silence_recovery_s": -1.0}, "silence_recovery_s"),
+    ({"agent_id": "arm_0/../x"}, "agent_id"),
 ])
 def test_invalid_config_names_the_parameter(change, parameter):
     with pytest.raises(ConfigError) as info:
