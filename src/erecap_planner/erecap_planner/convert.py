@@ -9,6 +9,7 @@ from brace_common.clock import seconds_of, stamp_after
 from brace_common.validation import (
     MAX_TEXT_CHARS,
     InvalidInput,
+    check_agent_id,
     check_float,
     check_id,
     check_int,
@@ -35,7 +36,7 @@ def entry_from_msg(msg: ContextEntry, max_text_chars: int = MAX_TEXT_CHARS) -> E
         block = Block(msg.block)
     except ValueError:
         raise InvalidInput("bad_block", f"unknown block {msg.block}") from None
-    return Entry(check_id("agent_id", msg.agent_id), check_step("step", msg.step), block,
+    return Entry(check_agent_id("agent_id", msg.agent_id), check_step("step", msg.step), block,
                  check_text("text", msg.text, max_text_chars, allow_empty=False),
                  check_id("kind", msg.kind, allow_empty=True) or EntryKind.OBSERVATION.value,
                  seconds_of(msg.header.stamp))
@@ -49,7 +50,7 @@ def request_from_goal(goal) -> CallRequest:
     deadline_ms = check_float("hard_deadline_ms", goal.hard_deadline_ms, 0.0, MAX_CALL_MS)
     if slo_ms <= 0.0 or deadline_ms <= 0.0:
         raise InvalidInput("range_slo_ms", "slo_ms and hard_deadline_ms must be > 0")
-    return CallRequest(check_id("agent_id", goal.agent_id),
+    return CallRequest(check_agent_id("agent_id", goal.agent_id),
                        check_int("token_budget", goal.token_budget, MIN_TOKEN_BUDGET, MAX_TOKEN_BUDGET),
                        slo_ms, deadline_ms, int(goal.mode), check_step("step", goal.step),
                        check_id("decision_id", goal.decision_id, allow_empty=True))

@@ -194,6 +194,7 @@ def test_latency_runs_from_when_the_goal_was_sent(ros, model_dir):
     ({"slo_ms": float("nan")}, "range_slo_ms"), ({"slo_ms": float("inf")}, "range_slo_ms"),
     ({"mode": 3}, "bad_mode"), ({"mode": 255}, "bad_mode"), ({"agent_id": "a" * 100_000}, "long_agent_id"),
     ({"hard_deadline_ms": -1.0}, "range_hard_deadline_ms"),
+    ({"agent_id": "agent_0/../../x"}, "bad_agent_id"), ({"agent_id": ".."}, "bad_agent_id"),
 ])
 def test_goals_out_of_bounds_are_rejected_and_counted_by_reason(ros, model_dir, goal, reason):
     node = planner(model_dir)
