@@ -8,6 +8,7 @@ gs_usb adapter (USB-CAN), a vcan link and the loopback interface.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -394,6 +395,31 @@ def test_vla_server_refused_and_silent():
         listener.listen(1)
         silent = pf.check_vla_server(vla(f"http://127.0.0.1:{listener.getsockname()[1]}/act"), timeout=0.3)
     assert silent.status is pf.Status.MISSING and "no answer within 0.3 s" in silent.detail
+
+
+def test_a_server_that_drips_its_answer_cannot_hold_the_check():
+    """The timeout bounds the whole exchange: a per-read timeout never fired for a byte every 0.1 s."""
+    stop = threading.Event()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+
+        def drip() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nX-Pad: ")
+                while not stop.wait(0.1):  # the header never ends
+                    with contextlib.suppress(OSError):
+                        conn.sendall(b"a")
+
+        server = threading.Thread(target=drip, daemon=True)
+        server.start()
+        try:
+            answer = pf.check_vla_server(vla(f"http://127.0.0.1:{listener.getsockname()[1]}/act"), timeout=0.5)
+        finally:
+            stop.set()
+            server.join(timeout=5)
+    assert answer.status is pf.Status.MISSING and "no answer within 0.5 s" in answer.detail
 
 
 def test_openai_models(peers):
