@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """The graph fuzz harness at full size (issue 17): every node its own process, hostile input, then a real run.
 
-    python bench/fuzz_graph.py [--per-topic 10000] [--goals 100] [--seed 0] [--skip topics overlays] [--quick]
+    python bench/fuzz_graph.py [--per-topic 10000] [--goals 100] [--seed 0] [--skip topics overlays scenarios]
+                               [--quick]
 
 Prints the table of attacks (sent, malformed by the nodes' own checks, counted on /diagnostics) and outcomes
 (crashes, hangs, the held episode's plans, calls past their hard deadline by more than 250 ms, goal answers), then
 the overlay-parameter attack (every node of the sim and twin stacks started with its files plus one that breaks a
-parameter: refused = exit 2 naming it); writes bench/out/fuzz_graph.csv; exits 1 when a target is missed.
+parameter: refused = exit 2 naming it), then the scenario attacks (brace_bringup.fuzz_scenarios: a protected context
+flood against the planner's deadline, an /act server that drips against the executor, a recorder killed mid-episode
+against brace-audit, the CAN twin killed under the arm node); writes bench/out/fuzz_graph.csv; exits 1 when a target is
+missed.
 `source scripts/env.sh` first.
 """
 
@@ -23,6 +27,7 @@ from report import cpu_report, describe_cpu, write_csv
 
 from brace_bringup.fuzz import OVERRUN_MS, run
 from brace_bringup.fuzz_parameters import default_cases, run_overlays
+from brace_bringup.fuzz_scenarios import run_scenarios
 
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -33,9 +38,10 @@ def main() -> int:
     ap.add_argument("--per-topic", type=int, default=10_000)
     ap.add_argument("--goals", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--skip", nargs="*", default=[], choices=["topics", "overlays"])
+    ap.add_argument("--skip", nargs="*", default=[], choices=["topics", "overlays", "scenarios"])
     ap.add_argument("--out", type=Path, default=OUT / "fuzz_graph.csv", help="the CSV table")
-    ap.add_argument("--quick", action="store_true", help="200 per topic, 40 goals, one overlay case per node")
+    ap.add_argument("--quick", action="store_true", help="200 per topic, 40 goals, one overlay case per node, "
+                    "the scenarios with short windows")
     args = ap.parse_args()
     if args.quick:
         args.per_topic, args.goals = 200, 40
@@ -49,6 +55,11 @@ def main() -> int:
             overlays, refused = overlay_attack(Path(tmp), args.seed, per_node=1 if args.quick else 2)
         rows += overlays
         ok = ok and refused
+    if "scenarios" not in args.skip:
+        with tempfile.TemporaryDirectory(prefix="fuzz_scenarios_") as tmp:
+            scenarios, held = scenario_attacks(Path(tmp), args.seed, args.quick)
+        rows += scenarios
+        ok = ok and held
     print(f"\nCPU: {describe_cpu(cpu_report())}; {time.monotonic() - started:.0f} s; targets met: {'yes' if ok else 'NO'}")
     write_csv(rows, args.out)
     return 0 if ok else 1
@@ -66,6 +77,16 @@ def overlay_attack(folder: Path, seed: int, per_node: int) -> tuple[list[dict], 
         rows.append({"attack": f"overlay {o.case.parameter}={o.case.value!r}", "node": o.case.node.name, "sent": 1,
                      "malformed": 1, "counted": int(o.refused), "uncounted": int(not o.refused), "note": outcome})
     return rows, all(o.refused for o in outcomes)
+
+
+def scenario_attacks(folder: Path, seed: int, quick: bool) -> tuple[list[dict], bool]:
+    """The scenario attacks, each against its node's executable; rows and whether every one held."""
+    results = run_scenarios(folder, quick=quick, seed=seed)
+    print(f"\n{'scenario attack':<60} {'node':<17} {'sent':>5} {'counted':>8}  ok  outcome")
+    for r in results:
+        print(f"{r.attack[:60]:<60} {r.node:<17} {r.sent:>5} {f'{r.counted}/{r.expected}':>8}  "
+              f"{'yes' if r.ok else 'NO':<3} {r.outcome}")
+    return [r.row for r in results], all(r.ok for r in results)
 
 
 def topic_attacks(folder: Path, args) -> tuple[list[dict], bool]:

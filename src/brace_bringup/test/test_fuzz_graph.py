@@ -36,3 +36,20 @@ def test_every_node_refuses_a_bad_value_in_an_overlay_parameter_file(tmp_path):
     assert any(r["attack"] == "overlay agents=[]" for r in rows)  # the empty list rcl's merge used to drop
     assert [r for r in rows if r["note"] != "refused"] == [], proc.stdout[-3000:]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_every_scenario_attack_holds(tmp_path):
+    """bench/fuzz_graph.py's scenario attacks, quick (issue 27): a protected context flood ends within 250 ms of its
+    hard deadline with the planner's context bounded, a dripping /act server fails the step EXECUTOR counted by
+    reason and a new plan's commands flow once it answers, a recorder killed mid-episode leaves a bag brace-audit
+    reports damaged and recovers for every reader, a killed CAN twin faults the arm without a flap or an accepted
+    command until it is back."""
+    table = tmp_path / "fuzz.csv"
+    proc = subprocess.run([sys.executable, str(WORKSPACE / "bench" / "fuzz_graph.py"), "--quick", "--skip", "topics",
+                           "overlays", "--out", str(table)], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert table.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = list(csv.DictReader(table.open()))
+    assert [r["node"] for r in rows] == ["erecap_planner", "openvla_executor", "audit_recorder", "piper_arm"], rows
+    assert [r for r in rows if r["ok"] != "True"] == [], proc.stdout[-3000:]
+    assert all(int(r["sent"]) > 0 and r["counted"] == r["expected"] != "0" for r in rows if r["node"] != "audit_recorder")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
