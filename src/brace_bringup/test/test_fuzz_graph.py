@@ -29,7 +29,7 @@ def test_every_node_refuses_a_bad_value_in_an_overlay_parameter_file(tmp_path):
     """bench/fuzz_graph.py's overlay attack, quick: each node of the sim and twin stacks with one broken parameter."""
     table = tmp_path / "fuzz.csv"
     proc = subprocess.run([sys.executable, str(WORKSPACE / "bench" / "fuzz_graph.py"), "--quick", "--skip", "topics",
-                           "--out", str(table)], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+                           "scenarios", "--out", str(table)], capture_output=True, text=True, timeout=900, cwd=tmp_path)
     rows = list(csv.DictReader(table.open()))
     assert {r["node"] for r in rows} >= {"embedded_sim", "trigger_monitor", "brace_controller", "erecap_planner",
                                          "audit_recorder", "piper_arm", "openvla_executor", "twin_world"}, rows
