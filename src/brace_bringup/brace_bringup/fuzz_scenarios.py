@@ -431,7 +431,7 @@ def drip_server(folder: Path, domain: int, quick: bool = False) -> ScenarioResul
     result.ok = executor_failure and result.counted == result.expected > 0 and drip_commands == 0 and recovered
     failure = {ExecutionOutcome.FAILURE_EXECUTOR: "EXECUTOR", ExecutionOutcome.FAILURE_TIMEOUT: "TIMEOUT"}.get(
         outcome.failure, str(outcome.failure))
-    result.outcome = (f"step ended {failure} after {failed_s:.1f} s ({outcome.detail[:120]}); {requests} requests, "
+    result.outcome = (f"step ended {failure} after {failed_s:.1f} s ({outcome.detail[:200]}); {requests} requests, "
                       f"vla_errors {reasons}, {cancelled} cancelled, {drip_commands} commands while dripping; server "
                       f"normal again: " + (f"first command {recovered_s:.2f} s after the new plan" if recovered
                                            else "NO command"))
