@@ -30,7 +30,6 @@ import re
 import signal
 import socket
 import subprocess
-import threading
 import time
 import traceback
 from collections import defaultdict
@@ -43,6 +42,7 @@ import yaml
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from brace_common import names, qos
+from brace_common.act_drip_server import DripServer
 from brace_common.config import load_ros_parameters
 from brace_common.testing import installed_executable
 
@@ -284,72 +284,6 @@ def protected_flood(folder: Path, domain: int, quick: bool = False, entries: int
 # ------------------------------------------------------------------------------------------ drip server
 
 
-class DripServer:
-    """An OpenVLA /act peer on 127.0.0.1 at the socket level: in mode `drip` it reads the request, sends its answer's
-    head, then the body one byte every `drip_s` (each byte well inside any per-read timeout); in mode `normal` it
-    answers at once. The mode applies to the next request; a drip goes on until its client leaves or `close()`."""
-
-    def __init__(self, action: tuple[float, ...], drip_s: float) -> None:
-        self.mode = "drip"
-        self.drip_s = drip_s
-        self.body = json.dumps([float(a) for a in action]).encode()  # the executor takes a plain list as well
-        self.requests = {"drip": 0, "normal": 0}  # requests read, by the mode that answered them
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/act"
-        threading.Thread(target=self._accept, daemon=True, name="drip_server").start()
-
-    def close(self) -> None:
-        """Stop every drip and the listener."""
-        self.stop.set()
-        self.sock.close()
-
-    def _accept(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _read_request(self, conn: socket.socket) -> bool:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = conn.recv(65536)
-            if not chunk:
-                return False
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = next((int(line.partition(b":")[2]) for line in head.split(b"\r\n")
-                       if line.partition(b":")[0].strip().lower() == b"content-length"), 0)
-        while len(body) < length:
-            chunk = conn.recv(65536)
-            if not chunk:
-                return False
-            body += chunk
-        return True
-
-    def _serve(self, conn: socket.socket) -> None:
-        mode = self.mode
-        with conn:
-            try:
-                if not self._read_request(conn):
-                    return
-                with self.lock:
-                    self.requests[mode] += 1
-                conn.sendall((f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                              f"{len(self.body)}\r\nConnection: close\r\n\r\n").encode())
-                for i in range(len(self.body) if mode == "drip" else 0):
-                    if self.stop.wait(self.drip_s):
-                        return
-                    conn.sendall(self.body[i:i + 1])
-                if mode == "normal":
-                    conn.sendall(self.body)
-            except OSError:
-                return  # the client gave up on a drip
-
-
 def drip_server(folder: Path, domain: int, quick: bool = False) -> ScenarioResult:
     """The executor's step against a dripping /act server, then a new plan once the server answers normally."""
     import numpy as np
@@ -362,7 +296,7 @@ def drip_server(folder: Path, domain: int, quick: bool = False) -> ScenarioResul
                             "openvla_executor")
     shipped = _workspace() / "config" / "openvla_executor.yaml"
     params = load_ros_parameters(shipped, "openvla_executor")
-    server = DripServer((0.001, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0), drip_s)  # a small step, the gripper open
+    server = DripServer("drip_body", (0.001, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0), drip_s)  # a small step, gripper open
     try:
         with Graph(folder, domain) as graph:
             # stale_input_s: the harness's node publishes the arm's state; a busy machine may pause it for seconds
@@ -404,7 +338,7 @@ def drip_server(folder: Path, domain: int, quick: bool = False) -> ScenarioResul
             started = time.monotonic()
             plan("fuzz_drip/1")
             if not graph.wait(lambda: bool(outcomes), 120.0):
-                result.outcome = f"no outcome for the step ({server.requests['drip']} requests dripping)"
+                result.outcome = f"no outcome for the step ({server.requests_by_mode['drip_body']} requests dripping)"
                 return result
             failed_s = time.monotonic() - started
             outcome, drip_commands = outcomes[0], len(commands)
@@ -425,7 +359,7 @@ def drip_server(folder: Path, domain: int, quick: bool = False) -> ScenarioResul
         server.close()
     reasons = {k: int(v) for k, v in values.items() if k.startswith("vla_errors.") and int(v)}
     requests, cancelled = _int(values, "vla_requests"), _int(values, "vla_requests_cancelled")
-    result.sent = server.requests["drip"]
+    result.sent = server.requests_by_mode["drip_body"]
     result.counted, result.expected = sum(reasons.values()), requests - cancelled
     executor_failure = outcome.failure == ExecutionOutcome.FAILURE_EXECUTOR and not outcome.success
     result.ok = executor_failure and result.counted == result.expected > 0 and drip_commands == 0 and recovered

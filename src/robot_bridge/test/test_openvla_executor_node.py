@@ -7,7 +7,6 @@ simulated gripper that closes on an object of a set width) and the planner (plan
 from __future__ import annotations
 
 import math
-import sys
 import threading
 from pathlib import Path
 
@@ -22,13 +21,11 @@ from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image, JointState
 
 from brace_common import names, qos
+from brace_common.act_drip_server import DripServer
 from brace_common.testing import wait_for
 from brace_common.vocabulary import Block, EntryKind, Failure
 from robot_bridge.executor_config import ExecutorConfig
 from robot_bridge.openvla_executor_node import OpenVlaExecutorNode, image_to_array
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared DripServer
-from act_drip_server import DripServer  # noqa: E402
 
 NS = "/arm"
 OPEN = 0.07
@@ -400,7 +397,6 @@ def test_local_backend_without_a_checkpoint_fails_configure(ros, tmp_path):
 
 
 def test_shipped_parameter_file_is_valid():
-    from pathlib import Path
 
     from brace_common.config import config_from_file
 

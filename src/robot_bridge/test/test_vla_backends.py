@@ -4,14 +4,13 @@ same protocol, misbehaving at the socket level), and LocalBackend's error path."
 import http.client
 import json
 import socket
-import sys
 import threading
-from pathlib import Path
 
 import json_numpy
 import numpy as np
 import pytest
 
+from brace_common.act_drip_server import DripServer
 from robot_bridge.vla_backends import (
     LocalBackend,
     ServerBackend,
@@ -21,9 +20,6 @@ from robot_bridge.vla_backends import (
     openvla_prompt,
     resize_image,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared DripServer
-from act_drip_server import DripServer  # noqa: E402
 
 IMAGE = np.arange(4 * 6 * 3, dtype=np.uint8).reshape(4, 6, 3)
 ACTION = np.array([0.01, -0.02, 0.003, 0.1, -0.2, 0.05, 1.0])
@@ -178,7 +174,7 @@ def test_a_dripping_server_is_cut_at_the_deadline(mode, reason):
         assert "0.5 s" in str(err.value) and server.answered == 0
         # the server answers normally again: the next request gets its action
         server.mode = "normal"
-        assert backend.predict(IMAGE, "pick").tolist() == server.action.tolist()
+        assert backend.predict(IMAGE, "pick").tolist() == server.action
 
 
 def test_a_server_that_does_not_read_the_request_is_cut_at_the_deadline():

@@ -1,19 +1,19 @@
 """A misbehaving OpenVLA deploy server on 127.0.0.1 at the socket level: it drips, stalls, or answers raw bytes.
 
-The executor's tests run it where ActServer (a well-behaved /act) cannot go: an answer that comes one byte
-every `drip_s` (each byte well inside any per-read timeout, the whole far beyond any deadline), a server that
-takes the request and never answers, one that never reads the request, and answers that are not real numbers
-(a complex json_numpy action). `mode` can change at any time; it applies to the next request, while requests
-already dripping go on dripping (as a real stuck server's would) until `close()`.
+The executor's tests and the fuzz harness's drip attack run it where ActServer (a well-behaved /act) cannot go:
+an answer that comes one byte every `drip_s` (each byte well inside any per-read timeout, the whole far beyond
+any deadline), a server that takes the request and never answers, one that never reads the request, and answers
+that are not real numbers (`raw` bytes, e.g. a complex json_numpy action). `mode` can change at any time; it
+applies to the next request, while requests already dripping go on dripping (as a real stuck server's would)
+until `close()`.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
-
-import json_numpy
-import numpy as np
+from collections import Counter
 
 MODES = ("normal", "drip_body", "drip_head", "silent", "no_read", "raw")
 
@@ -23,10 +23,11 @@ class DripServer:
 
     def __init__(self, mode: str = "drip_body", action=(0.001, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0), drip_s: float = 0.1):
         self.mode = mode
-        self.action = np.asarray(action, dtype=np.float64)
+        self.action = [float(a) for a in action]  # a plain JSON list: json_numpy reads it as the action array
         self.raw = b""
         self.drip_s = drip_s
-        self.requests = 0          # request heads read
+        self.requests = 0          # requests read
+        self.requests_by_mode: Counter[str] = Counter()  # requests read, by the mode that answered them
         self.answered = 0          # answers sent whole
         self.disconnects = 0       # a drip or answer the client did not wait for
         self.lock = threading.Lock()
@@ -55,7 +56,7 @@ class DripServer:
                 return
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
-    def _read_request(self, conn: socket.socket) -> bool:
+    def _read_request(self, conn: socket.socket, mode: str) -> bool:
         data = b""
         while b"\r\n\r\n" not in data:
             chunk = conn.recv(65536)
@@ -75,6 +76,7 @@ class DripServer:
             rest += chunk
         with self.lock:
             self.requests += 1
+            self.requests_by_mode[mode] += 1
         return True
 
     def _serve(self, conn: socket.socket) -> None:
@@ -84,9 +86,9 @@ class DripServer:
                 if mode == "no_read":
                     self.stop.wait()
                     return
-                if not self._read_request(conn):
+                if not self._read_request(conn, mode):
                     return
-                body = self.raw if mode == "raw" else json_numpy.dumps(self.action).encode()
+                body = self.raw if mode == "raw" else json.dumps(self.action).encode()
                 head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
                         "Connection: close\r\n\r\n").encode()
                 if mode == "silent":
