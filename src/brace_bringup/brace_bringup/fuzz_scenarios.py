@@ -39,13 +39,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from brace_common import names, qos
 from brace_common.act_drip_server import DripServer
 from brace_common.config import load_ros_parameters
 from brace_common.testing import installed_executable
 
+from .fuzz import ATTACK_WRITER as WRITER
 from .fuzz import OVERRUN_MS
 
 START_LIMIT_S = 120.0
@@ -56,9 +56,6 @@ machine)."""
 EVENT_LIMIT_S = 60.0
 """How long the harness waits for any one event it expects (generous: a miss is a failed row, not a slow one)."""
 
-WRITER = QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=ReliabilityPolicy.RELIABLE,
-                    durability=DurabilityPolicy.VOLATILE)
-"""The harness's bursts: keep-all, so the harness never discards a message itself (every loss is the reader's)."""
 AGENT = "agent_0"
 """The agent of the protected flood (the planner plans for it, so all its TASK entries are protected)."""
 
