@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import time
@@ -228,9 +229,14 @@ def _run_config(folder: Path, model_dir: str, workspace: Path) -> Path:
     return path
 
 
+def diagnostics_sum(values: dict[str, str], *prefixes: str) -> int:
+    """The sum of a diagnostics status's integer values whose key starts with one of `prefixes`."""
+    return sum(int(v) for k, v in values.items() if k.startswith(prefixes) and re.fullmatch(r"-?\d+", v))
+
+
 def _diagnostics_counts(status) -> int:
     """The inputs a node's diagnostics status reports refused or lost (every 'rejected.*' and 'lost.*' value)."""
-    return sum(int(kv.value) for kv in status.values if kv.key.startswith(("rejected.", "lost.")))
+    return diagnostics_sum({kv.key: kv.value for kv in status.values}, "rejected.", "lost.")
 
 
 ATTACK_WRITER = QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=ReliabilityPolicy.RELIABLE,

@@ -47,6 +47,7 @@ from brace_common.testing import installed_executable
 
 from .fuzz import ATTACK_WRITER as WRITER
 from .fuzz import OVERRUN_MS
+from .fuzz import diagnostics_sum as _sum
 
 START_LIMIT_S = 120.0
 """How long a node may take to come up (import, model load) on a slow, busy machine."""
@@ -97,11 +98,6 @@ def _int(values: dict[str, str], key: str) -> int:
     """One integer value (0 when absent or not an integer)."""
     value = values.get(key, "")
     return int(value) if re.fullmatch(r"-?\d+", value) else 0
-
-
-def _sum(values: dict[str, str], *prefixes: str) -> int:
-    """The sum of every integer value whose key starts with one of `prefixes`."""
-    return sum(int(v) for k, v in values.items() if k.startswith(prefixes) and re.fullmatch(r"-?\d+", v))
 
 
 def _rss_mb(pid: int) -> float:
