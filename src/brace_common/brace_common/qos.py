@@ -20,6 +20,14 @@ STATE = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=20,
     reliability=ReliabilityPolicy.BEST_EFFORT, durability=DurabilityPolicy.VOLATILE,
 )
+WORLD_STATE = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=64,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
+"""world_state: reliable and latched. Latched, so a module that starts late (a verifier, a memory) gets the
+current state at once; reliable with a queue rather than depth 1, because its readers need every state, not only
+the newest: the bag records each step, and a state-transition graph (GiG) built from it must not skip a step. A
+late joiner receives up to 64 recent states in order and takes the last one as current."""
 DIAGNOSTICS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=10,
     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,

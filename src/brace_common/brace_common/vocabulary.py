@@ -135,6 +135,38 @@ class EpisodeEvent(_LabelledEnum):
     END = 1
 
 
+class Activity(_LabelledEnum):
+    """What an agent is doing in a world state (AgentActivity.ACTIVITY_*)."""
+
+    IDLE = 0
+    EXECUTING = 1
+    WAITING = 2
+    BLOCKED = 3
+    FAILED = 4
+
+
+class Predicate(str, enum.Enum):
+    """A relation of a world state's scene graph (Relation.PREDICATE_*)."""
+
+    AT = "at"
+    ON = "on"
+    IN = "in"
+    HOLDING = "holding"
+    NEAR = "near"
+    ASSIGNED = "assigned"
+    TARGET = "target"
+    CONCERNS = "concerns"
+    AFTER = "after"
+    YIELDS_TO = "yields_to"
+
+
+class Observability(_LabelledEnum):
+    """How much of the world a world state holds (WorldState.OBSERVABILITY_*)."""
+
+    FULL = 0
+    PARTIAL = 1
+
+
 MSG_CONSTANTS: dict[type[enum.Enum], tuple[str, str, str]] = {
     TriggerKind: ("brace_msgs.msg", "TriggerEvent", "KIND_"),
     Mode: ("brace_msgs.msg", "ReplanDecision", "MODE_"),
@@ -145,6 +177,9 @@ MSG_CONSTANTS: dict[type[enum.Enum], tuple[str, str, str]] = {
     Phase: ("brace_msgs.msg", "PhaseTiming", "PHASE_"),
     EpisodeEvent: ("brace_msgs.msg", "Episode", "EVENT_"),
     Failure: ("brace_msgs.msg", "ExecutionOutcome", "FAILURE_"),
+    Activity: ("brace_msgs.msg", "AgentActivity", "ACTIVITY_"),
+    Predicate: ("brace_msgs.msg", "Relation", "PREDICATE_"),
+    Observability: ("brace_msgs.msg", "WorldState", "OBSERVABILITY_"),
 }
 """Which message constants each enum mirrors: (module, message, constant prefix)."""
 

@@ -1,0 +1,101 @@
+"""WorldState: the message round trip, diffs, when a world publishes, plan progress seen from outside."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from brace_msgs.msg import Relation as RelationMsg
+from brace_msgs.msg import WorldState as WorldStateMsg
+from builtin_interfaces.msg import Time
+from rclpy.serialization import deserialize_message, serialize_message
+
+from brace_common.vocabulary import Activity, Observability, Predicate
+from brace_common.world_state import (
+    AgentActivity,
+    Entity,
+    PlanProgress,
+    Pose,
+    Relation,
+    StatePublication,
+    WorldState,
+    changed,
+    diff,
+    world_state_from_msg,
+    world_state_msg,
+)
+
+
+def scene(step: int = 3, cup_state: str = "held", activity: Activity = Activity.EXECUTING) -> WorldState:
+    return WorldState(
+        "warehouse", 2, step,
+        entities=(Entity("agent_0", "robot", "", Pose.planar(1.0, 2.0, yaw=0.5), {"cell": "[1, 2]"}),
+                  Entity("cup_3", "object", cup_state, None, {"width_m": "0.045"}),
+                  Entity("shelf_1", "shelf", "", Pose.planar(2.0, 2.0))),
+        relations=(Relation("agent_0", Predicate.HOLDING, "cup_3"), Relation("agent_0", "beside", "shelf_1")),
+        agents=(AgentActivity("agent_0", activity, "move_to", '{"target": "dock_1"}', 1, 3),),
+        observability=Observability.FULL)
+
+
+def test_the_message_round_trip_keeps_every_field():
+    state = scene()
+    msg = world_state_msg(state, Time(sec=5, nanosec=7), "map")
+    wire = deserialize_message(serialize_message(msg), WorldStateMsg)
+    assert wire.header.frame_id == "map" and wire.header.stamp.sec == 5
+    assert wire.relations[0].predicate == RelationMsg.PREDICATE_HOLDING
+    back = world_state_from_msg(wire)
+    assert back == state
+    assert back.entity("cup_3").pose is None and not wire.entities[1].has_pose
+    assert math.isclose(back.entity("agent_0").pose.yaw, 0.5)
+
+
+def test_partial_observability_survives_the_round_trip():
+    state = WorldState("real", 0, 0, (Entity("apple", "object", "unknown"),), observability=Observability.PARTIAL)
+    assert world_state_from_msg(world_state_msg(state, Time(), "")) == state
+
+
+def test_inconsistent_states_are_refused():
+    with pytest.raises(ValueError, match="repeat"):
+        WorldState("w", 0, 0, (Entity("a", "robot"), Entity("a", "object")))
+    with pytest.raises(ValueError, match="relations"):
+        WorldState("w", 0, 0, (Entity("a", "robot"),), (Relation("a", "holding", "ghost"),))
+    with pytest.raises(ValueError, match="activities"):
+        WorldState("w", 0, 0, (), (), (AgentActivity("a"),))
+
+
+def test_diff_names_what_changed():
+    before, after = scene(cup_state="on_shelf", activity=Activity.WAITING), scene(cup_state="held")
+    d = diff(before, after)
+    assert d.changed == ("cup_3",) and d.agents_changed == ("agent_0",)
+    assert not d.added and not d.removed and not d.relations_added
+    assert not diff(after, scene(step=9))                      # the step alone is no change
+    gone = WorldState("warehouse", 2, 3, after.entities, after.relations[1:], after.agents)
+    assert diff(after, gone).relations_removed == (Relation("agent_0", "holding", "cup_3"),)
+    assert changed(None, after) and changed(after, scene(cup_state="delivered")) and not changed(after, scene(step=4))
+    other_episode = WorldState("warehouse", 3, 3, after.entities, after.relations, after.agents)
+    assert changed(after, other_episode)
+
+
+def test_a_world_publishes_each_step_and_on_change_only():
+    publication = StatePublication()
+    assert publication.due(scene(step=0))
+    assert not publication.due(scene(step=0))                            # the same state again: nothing new
+    assert publication.due(scene(step=0, activity=Activity.WAITING))     # a plan arrived between steps
+    assert publication.due(scene(step=1, activity=Activity.WAITING))     # a new step, even unchanged
+    assert publication.published == 3
+
+
+def test_plan_progress_follows_the_executors_outcomes():
+    progress = PlanProgress("arm_0")
+    assert progress.activity() == AgentActivity("arm_0", Activity.IDLE)
+    progress.plan([("pick", '{"object": "apple"}'), ("place", '{"object": "apple", "target": "bowl"}')])
+    assert progress.activity() == AgentActivity("arm_0", Activity.EXECUTING, "pick", '{"object": "apple"}', 0, 2)
+    progress.outcome("place", True)                  # not the current step: ignored
+    progress.outcome("pick", False)
+    assert progress.activity().activity == Activity.FAILED
+    progress.outcome("pick", True)
+    assert progress.activity().action == "place" and progress.activity().activity == Activity.EXECUTING
+    progress.outcome("place", True)
+    assert progress.activity() == AgentActivity("arm_0", Activity.IDLE, index=2, plan_steps=2)
+    progress.clear()
+    assert progress.activity().plan_steps == 0
