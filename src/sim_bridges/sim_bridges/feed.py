@@ -20,7 +20,7 @@ from typing import Optional
 from brace_common.validation import MAX_ID_CHARS, InvalidInput, check_id, parse_json_object, shorten
 from brace_common.vocabulary import Block, EntryKind
 
-from .warehouse import SUPERVISOR, Event, Step, Warehouse
+from .warehouse import SUPERVISOR, Event, Prediction, Step, Warehouse, lookahead
 
 
 @dataclass(frozen=True)
@@ -211,3 +211,17 @@ def same_first_step(plan: list[Step], oracle: list[Step], here: str) -> bool:
 def agrees_with_oracle(world: Warehouse, agent: str, plan: list[Step]) -> bool:
     """The plan's first effective step is the oracle's first step from the true state."""
     return same_first_step(plan, world.oracle_plan(agent), place_near(world, world.agents[agent].pos))
+
+
+def answer_lookahead(world: Optional[Warehouse], episode: int, state_episode: int, state_step: int, agent: str,
+                     action: str, parameters_json: str) -> Prediction:
+    """A Lookahead request against the live world: refused (not valid, no state) when the state it names is not
+    the live one or the step is malformed; else the one-step prediction of `warehouse.lookahead`."""
+    live = f"{episode}/{world.t}" if world is not None else "none (between episodes)"
+    if world is None or (state_episode, state_step) != (episode, world.t):
+        return Prediction(False, f"state {state_episode}/{state_step} is not the live state ({live})", None)
+    try:
+        step = plan_from_steps([(action, parameters_json)])[0]
+    except InvalidInput as exc:
+        return Prediction(False, f"malformed step: {exc}", None)
+    return lookahead(world, episode, agent, step)

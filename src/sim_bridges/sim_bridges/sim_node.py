@@ -4,8 +4,9 @@ Names are relative (the stack's namespace, /brace by default, comes from launch)
 
 Subscribes  plan (Plan), decisions (ReplanDecision), replan_calls (ReplanCall)
 Publishes   context (ContextEntry), agent_states (AgentState), outcomes (ExecutionOutcome),
-            episode (Episode), /clock (rosgraph_msgs/Clock), markers (visualization_msgs/MarkerArray),
-            /diagnostics
+            episode (Episode), world_state (WorldState: each step and on a plan change), /clock
+            (rosgraph_msgs/Clock), markers (visualization_msgs/MarkerArray), /diagnostics
+Services    lookahead (Lookahead: one step of the warehouse's transition model on a copy of the live world)
 
 Readiness: the first episode starts only once the nodes in `wait_for_nodes`
 are in the graph and the `replan_action` server answers (they may start in
@@ -33,6 +34,7 @@ from typing import Optional
 
 from brace_msgs.action import Replan
 from brace_msgs.msg import Episode, Plan, ReplanCall, ReplanDecision
+from brace_msgs.srv import Lookahead
 from builtin_interfaces.msg import Time
 from rclpy.action import ActionClient
 from rclpy.node import Node
@@ -47,12 +49,13 @@ from brace_common.readiness import PeerWait
 from brace_common.spin import spin_node
 from brace_common.validation import Rejections
 from brace_common.vocabulary import EpisodeEvent
+from brace_common.world_state import world_state_msg
 
 from . import feed
 from .config import SimConfig
 from .holds import CallHolds
 from .markers import CallEvents, world_markers
-from .warehouse import Warehouse
+from .warehouse import Warehouse, world_state
 from .world_inputs import WorldInputs
 from .world_io import WorldPublishers
 
@@ -86,6 +89,7 @@ class EmbeddedSimNode(WorldInputs, Node):
             if self.config.replan_action else {}
         self.peers = PeerWait(self, self.config.wait_for_nodes, actions, self.config.wait_settle_s,
                               self.config.wait_timeout_s)
+        self.create_service(Lookahead, names.LOOKAHEAD, self.on_lookahead)
         self.timer = steady_timer(self, self.config.step_period_s, self.tick)
         steady_timer(self, 1.0, self.publish_diagnostics)
 
@@ -107,7 +111,17 @@ class EmbeddedSimNode(WorldInputs, Node):
         """Set the agent's plan; True when its first step is the oracle's."""
         agrees = feed.agrees_with_oracle(self.world, agent, steps)
         self.world.set_plan(agent, steps)
+        self._publish_world_state()
         return agrees
+
+    def on_lookahead(self, request: Lookahead.Request, response: Lookahead.Response) -> Lookahead.Response:
+        """One step of the transition model for a candidate step, on a copy (the live world does not change)."""
+        prediction = feed.answer_lookahead(self.world, self.episode, request.episode, request.step, request.agent_id,
+                                           request.action, request.parameters_json)
+        response.valid, response.reason = prediction.valid, prediction.reason
+        if prediction.state is not None:
+            response.state = world_state_msg(prediction.state, self.stamp(), self.config.frame_id)
+        return response
 
     # ------------------------------------------------------------------ stepping
 
@@ -176,11 +190,15 @@ class EmbeddedSimNode(WorldInputs, Node):
     def _publish_states(self) -> None:
         stamp = self.stamp()
         self.out.agent_states(feed.agent_reports(self.world), stamp, self.config.frame_id)
+        self._publish_world_state()
         self._publish_clock()
         if self.config.markers:
             markers = world_markers(self.world, self.config.frame_id, stamp)
             markers.markers.extend(self.calls.markers(self.config.frame_id, stamp, (6.5, 9.0)).markers)
             self.out.markers.publish(markers)
+
+    def _publish_world_state(self) -> None:
+        self.out.world_state(world_state(self.world, self.episode), self.stamp(), self.config.frame_id)
 
     def publish_diagnostics(self) -> None:
         """Readiness, episode progress, holds and dropped plans on /diagnostics."""

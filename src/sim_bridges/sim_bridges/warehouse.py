@@ -16,8 +16,10 @@ parking place `park_<i>`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -25,7 +27,11 @@ from typing import Optional
 
 from brace_common.config import check_fields, param
 from brace_common.episode import EpisodeMetrics
-from brace_common.vocabulary import EntryKind
+from brace_common.vocabulary import Activity, EntryKind, Predicate
+from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState, parameters_text
+
+WORLD = "warehouse"
+"""Episode.world and WorldState.world of the warehouse."""
 
 SUPERVISOR = "supervisor"
 """Agent id of what no agent did: the world's own notices (an object moved) and the episode's framing."""
@@ -406,3 +412,91 @@ class Warehouse:
         """A canonical JSON description of the state (determinism checks, logs)."""
         return json.dumps({"t": self.t, "agents": {n: [a.pos, a.holding, a.cursor] for n, a in sorted(self.agents.items())},
                            "objects": self.objects, "done": [t.done for t in self.tasks]}, sort_keys=True)
+
+
+# ---------------------------------------------------------------------- structured state and lookahead
+
+WAITING_SKILLS = ("wait",)
+
+
+def _activity(a: Agent) -> AgentActivity:
+    step = a.current
+    if step is None:
+        return AgentActivity(a.name, Activity.IDLE, index=a.cursor, plan_steps=len(a.plan))
+    kind = Activity.WAITING if step.action in WAITING_SKILLS else Activity.BLOCKED if a.stalled else Activity.EXECUTING
+    return AgentActivity(a.name, kind, step.action, parameters_text(step.params), a.cursor, len(a.plan))
+
+
+def world_state(world: Warehouse, episode: int) -> WorldState:
+    """The warehouse as a scene graph (poses are cells: x, y in the markers' frame, 1 cell = 1 unit).
+
+    Entities: the agents (robot), the objects with their state (on_shelf, held, delivered, placed: put down
+    elsewhere than its task's dock, where the world no longer tracks it), shelves, docks, parking places and the
+    tasks (open, done). Relations: agent at place (standing on its access cell), agent holding object, object on
+    shelf, delivered object at dock, agents near each other (closer than d_min), agent assigned task, task
+    concerns object, task target dock.
+    """
+    entities: list[Entity] = []
+    relations: list[Relation] = []
+    places = {**{s: world.access(s) for s in world.shelves}, **world.docks, **world.parks}
+    names = sorted(world.agents)
+    for name in names:
+        a = world.agents[name]
+        entities.append(Entity(name, "robot", pose=Pose.planar(*a.pos)))
+        relations += [Relation(name, Predicate.AT, place) for place, cell in places.items() if cell == a.pos]
+        if a.holding:
+            relations.append(Relation(name, Predicate.HOLDING, a.holding))
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            pa, pb = world.agents[a].pos, world.agents[b].pos
+            if 0 < math.dist(pa, pb) < world.config.hazard_distance:
+                relations.append(Relation(a, Predicate.NEAR, b))
+    holders = {a.holding: a for a in world.agents.values() if a.holding}
+    dock_of = {t.obj: t.dock for t in world.tasks if t.done}
+    for obj in sorted(world.objects):
+        shelf = world.objects[obj]
+        if shelf is not None:
+            entities.append(Entity(obj, "object", "on_shelf", Pose.planar(*world.shelves[shelf])))
+            relations.append(Relation(obj, Predicate.ON, shelf))
+        elif obj in holders:
+            entities.append(Entity(obj, "object", "held", Pose.planar(*holders[obj].pos)))
+        elif obj in dock_of:
+            entities.append(Entity(obj, "object", "delivered", Pose.planar(*world.docks[dock_of[obj]])))
+            relations.append(Relation(obj, Predicate.AT, dock_of[obj]))
+        else:
+            entities.append(Entity(obj, "object", "placed"))
+    entities += [Entity(s, "shelf", pose=Pose.planar(*cell)) for s, cell in world.shelves.items()]
+    entities += [Entity(d, "dock", pose=Pose.planar(*cell)) for d, cell in world.docks.items()]
+    entities += [Entity(p, "park", pose=Pose.planar(*cell)) for p, cell in world.parks.items()]
+    for i, t in enumerate(world.tasks):
+        task = f"task_{i}"
+        text = f"deliver {t.obj} to {t.dock}" + (f", {t.giver} hands it to {t.carrier}" if t.giver else "")
+        entities.append(Entity(task, "task", "done" if t.done else "open", attributes={"text": text}))
+        relations += [Relation(agent, Predicate.ASSIGNED, task) for agent in (t.giver, t.carrier) if agent]
+        relations += [Relation(task, Predicate.CONCERNS, t.obj), Relation(task, Predicate.TARGET, t.dock)]
+    return WorldState(WORLD, episode, world.t, tuple(entities), tuple(relations),
+                      tuple(_activity(world.agents[n]) for n in names))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A one-step lookahead: whether the candidate step can run and did what it is for, why, and the state after."""
+
+    valid: bool
+    reason: str
+    state: Optional[WorldState]   # None when the candidate could not be simulated (an unknown agent)
+
+
+def lookahead(world: Warehouse, episode: int, agent: str, step: Step) -> Prediction:
+    """What one world step would give if `agent` executed `step` (its whole plan for that step) and the other
+    agents went on with their plans: the world's own step function on a copy, chance events (slips, drift)
+    off. The live world is not changed."""
+    if agent not in world.agents:
+        return Prediction(False, f"unknown agent {agent}", None)
+    twin = copy.deepcopy(world)
+    twin.config = dataclasses.replace(twin.config, grasp_failure=0.0, drift=0.0)
+    twin.set_plan(agent, [step])
+    events = [e for e in twin.step() if e.agent == agent and e.kind != EntryKind.OBSERVATION]
+    failed = [e for e in events if not e.success]
+    reason = "; ".join(e.text for e in failed or events) or f"{step.text()} under way"
+    return Prediction(not failed, reason, world_state(twin, episode))

@@ -1,11 +1,11 @@
 """The topics a world node publishes and the plumbing that fills them (context entries, agent states,
-outcomes, episodes, /clock, markers, /diagnostics), shared by the embedded warehouse and the AirSim bridge."""
+outcomes, episodes, world states, /clock, markers, /diagnostics), shared by the embedded warehouse and the AirSim bridge."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from brace_msgs.msg import AgentState, ContextEntry, Episode, ExecutionOutcome
+from brace_msgs.msg import AgentState, ContextEntry, Episode, ExecutionOutcome, WorldState
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
 from rosgraph_msgs.msg import Clock
@@ -13,6 +13,8 @@ from visualization_msgs.msg import MarkerArray
 
 from brace_common import names, qos
 from brace_common.clock import stamp_of
+from brace_common.world_state import StatePublication, world_state_msg
+from brace_common.world_state import WorldState as State
 
 from .feed import AgentReport, FeedEntry, outcomes
 
@@ -28,6 +30,13 @@ class WorldPublishers:
         self.clock = node.create_publisher(Clock, names.CLOCK, qos.CLOCK)
         self.markers = node.create_publisher(MarkerArray, names.MARKERS, qos.MARKERS)
         self.diagnostics = node.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
+        self.world_states = node.create_publisher(WorldState, names.WORLD_STATE, qos.WORLD_STATE)
+        self.state_publication = StatePublication()
+
+    def world_state(self, state: State, stamp: Time, frame_id: str) -> None:
+        """Publish the world's state when it is of a new step or changed since the last one published."""
+        if self.state_publication.due(state):
+            self.world_states.publish(world_state_msg(state, stamp, frame_id))
 
     def entries(self, entries: Iterable[FeedEntry], stamp: Time) -> None:
         """Publish context entries."""

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
-from sim_bridges.warehouse import Step, Warehouse, WorldConfig
+from brace_common.vocabulary import Activity
+from brace_common.world_state import Pose, Relation
+from sim_bridges.warehouse import Step, Warehouse, WorldConfig, lookahead, world_state
 
 
 def run_oracle(world: Warehouse, replan_every: int = 1) -> list:
@@ -139,3 +143,101 @@ def test_giver_goes_to_its_park_once_the_carrier_holds_the_object():
     world.objects[task.obj] = None
     world.agents[task.giver].pos = world.access(task.dock)
     assert world.oracle_plan(task.giver) == [Step("move_to", {"target": "park_0"}), Step("wait")]
+
+
+# ---------------------------------------------------------------------- structured state and lookahead
+
+
+def test_the_world_state_follows_an_oracle_episode():
+    world = Warehouse(WorldConfig(agents=2, seed=3, grasp_failure=0.0, drift=0.0))
+    state = world_state(world, 5)
+    assert (state.world, state.episode, state.step) == ("warehouse", 5, 0)
+    obj = world.tasks[0].obj
+    assert state.entity(obj).state == "on_shelf"
+    assert Relation(obj, "on", world.objects[obj]) in state.relations
+    assert Relation("agent_0", "at", "park_0") in state.relations
+    assert state.entity("task_0").state == "open" and Relation("task_0", "target", world.tasks[0].dock) in state.relations
+    assert state.entity("agent_0").pose == Pose.planar(*world.agents["agent_0"].pos)
+    assert state.activity("agent_0").activity == Activity.IDLE
+    seen = set()
+    for name in world.agents:
+        world.set_plan(name, world.oracle_plan(name))
+    assert world_state(world, 5).activity("agent_0").action == "move_to"
+    while not world.finished:
+        world.step()
+        state = world_state(world, 5)
+        seen |= {e.state for e in state.entities if e.type == "object"}
+        for r in state.related("holding"):
+            assert state.entity(r.object).state == "held"
+            assert state.entity(r.object).pose == state.entity(r.subject).pose
+        for name, agent in world.agents.items():
+            if agent.current is None:
+                world.set_plan(name, world.oracle_plan(name))
+    assert world.success and {"on_shelf", "held", "delivered"} <= seen
+    final = world_state(world, 5)
+    assert all(e.state == "done" for e in final.entities if e.type == "task")
+    assert Relation(obj, "at", world.tasks[0].dock) in final.relations
+
+
+def test_near_agents_are_related():
+    world = Warehouse(WorldConfig(agents=2, seed=0))
+    world.agents["agent_1"].pos = (world.agents["agent_0"].pos[0] + 1, world.agents["agent_0"].pos[1])
+    assert world_state(world, 0).related("near") == [Relation("agent_0", "near", "agent_1")]
+
+
+def test_a_blocked_agent_and_a_waiting_one_say_so():
+    world = Warehouse(WorldConfig(agents=2, seed=0))
+    world.set_plan("agent_0", [Step("wait")])
+    world.agents["agent_1"].stalled = 2
+    world.set_plan("agent_1", [Step("move_to", {"target": "dock_1"})])
+    state = world_state(world, 0)
+    assert state.activity("agent_0").activity == Activity.WAITING
+    assert state.activity("agent_1").activity == Activity.BLOCKED
+    assert state.activity("agent_1").parameters_json == '{"target": "dock_1"}'
+
+
+def candidates(world: Warehouse, agent: str) -> list[Step]:
+    task = world.task_of(agent)
+    return [*world.oracle_plan(agent)[:1], Step("pick", {"object": task.obj}), Step("wait"),
+            Step("move_to", {"target": "dock_1"}), Step("place", {"object": task.obj, "target": task.dock}),
+            Step("fly", {})]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lookahead_predicts_what_the_world_then_does_and_leaves_it_unchanged(seed):
+    world = Warehouse(WorldConfig(agents=4, seed=seed, grasp_failure=0.0, drift=0.0))
+    for name in world.agents:
+        world.set_plan(name, world.oracle_plan(name))
+    for _ in range(12):  # part-way into the episode: agents at shelves, some holding
+        for name in ("agent_0", "agent_1"):
+            for step in candidates(world, name):
+                before, rng = world.snapshot(), world.rng.getstate()
+                prediction = lookahead(world, 7, name, step)
+                assert world.snapshot() == before and world.rng.getstate() == rng  # the live world did not change
+                executed = copy.deepcopy(world)
+                executed.set_plan(name, [step])
+                events = [e for e in executed.step() if e.agent == name]
+                assert prediction.state == world_state(executed, 7), (seed, world.t, name, step)
+                assert prediction.valid == all(e.success for e in events), (step, prediction.reason)
+        world.step()
+
+
+def test_lookahead_says_why_a_step_cannot_run():
+    world = Warehouse(WorldConfig(agents=2, seed=1, grasp_failure=0.0, drift=0.0))
+    obj = world.tasks[0].obj
+    prediction = lookahead(world, 0, "agent_0", Step("pick", {"object": obj}))
+    assert not prediction.valid and "not here" in prediction.reason
+    assert prediction.state.step == 1 and prediction.state.entity(obj).state == "on_shelf"
+    unknown = lookahead(world, 0, "agent_9", Step("wait"))
+    assert not unknown.valid and unknown.state is None
+
+
+def test_lookahead_predicts_the_nominal_outcome_not_the_worlds_chance():
+    world = Warehouse(WorldConfig(agents=1, seed=0, grasp_failure=1.0, drift=0.0))
+    obj = world.tasks[0].obj
+    world.agents["agent_0"].pos = world.access(world.objects[obj])
+    prediction = lookahead(world, 0, "agent_0", Step("pick", {"object": obj}))
+    assert prediction.valid and prediction.state.entity(obj).state == "held"
+    world.set_plan("agent_0", [Step("pick", {"object": obj})])
+    world.step()
+    assert world_state(world, 0).entity(obj).state == "on_shelf"  # the grasp slipped: chance is not predicted
