@@ -4,8 +4,8 @@ Names are relative (the stack's namespace, /brace by default, comes from launch)
 
 Subscribes  plan (Plan), decisions (ReplanDecision), replan_calls (ReplanCall)
 Publishes   context (ContextEntry), agent_states (AgentState, ENU in `frame_id`), outcomes (ExecutionOutcome),
-            episode (Episode), /clock (rosgraph_msgs/Clock), markers (visualization_msgs/MarkerArray),
-            /diagnostics
+            episode (Episode), world_state (WorldState, ENU in `frame_id`: each step and on a plan change),
+            /clock (rosgraph_msgs/Clock), markers (visualization_msgs/MarkerArray), /diagnostics
 
 The simulator is AirSim (or Cosys-AirSim) at host:port — a real one, with the vehicles of the scenario in its
 settings.json (`brace-airsim-peer --write-settings` writes them), or `brace-airsim-peer`, the protocol-level
@@ -56,7 +56,7 @@ from .airsim_link import AirSimLink, LinkDown, continue_for
 from .config import AirSimBridgeConfig
 from .drone_feed import ned_to_enu
 from .drone_markers import drone_markers
-from .drone_world import DroneWorld, read_settings
+from .drone_world import DroneWorld, read_settings, world_state
 from .holds import CallHolds
 from .markers import CallEvents
 from .world_inputs import WorldInputs
@@ -169,6 +169,7 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         """Set the drone's plan; True when its first step is the oracle's."""
         agrees = drone_feed.agrees_with_oracle(self.world, agent, steps)
         self.world.set_plan(agent, steps)
+        self._publish_world_state()
         return agrees
 
     # ------------------------------------------------------------------ stepping
@@ -312,11 +313,15 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         stamp = self.stamp()
         reports = drone_feed.agent_reports(self.world)  # ENU, as ROS frames are
         self.out.agent_states(reports, stamp, self.config.frame_id)
+        self._publish_world_state()
         self.out.sim_clock(self.sim_steps * self.config.sim_step_s)
         if self.config.markers:
             markers = drone_markers(self.world, self.config.frame_id, stamp)
             markers.markers.extend(self.calls.markers(self.config.frame_id, stamp, (0.0, 0.0)).markers)
             self.out.markers.publish(markers)
+
+    def _publish_world_state(self) -> None:
+        self.out.world_state(world_state(self.world, self.episode), self.stamp(), self.config.frame_id)
 
     def publish_diagnostics(self) -> None:
         """Link, readiness, episode progress, holds and dropped plans on /diagnostics."""

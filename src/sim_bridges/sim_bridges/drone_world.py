@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from brace_common.episode import EpisodeMetrics
-from brace_common.vocabulary import EntryKind, Failure
+from brace_common.vocabulary import Activity, EntryKind, Failure, Predicate
+from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState, parameters_text
 
 from .intersection import (
     TOWER,
@@ -34,6 +35,7 @@ from .intersection import (
     arrived,
     cleared,
     crossing_order,
+    in_box,
     oracle_plan,
     routes,
 )
@@ -450,6 +452,56 @@ class DroneWorld:
                               near_misses=self.near_misses, collisions=self.collisions,
                               min_distance=round(self.min_distance, 3) if math.isfinite(self.min_distance)
                               else float("nan"))
+
+
+WORLD = "airsim"
+"""Episode.world and WorldState.world of the drone intersection."""
+
+WAITING_SKILLS = ("hover", "yield_to")
+
+
+def _enu(p: Point) -> Pose:
+    return Pose(p[1], p[0], -p[2])  # AirSim's NED as ROS's ENU (x east, y north, z up), as agent_states
+
+
+def _activity(d: Drone) -> AgentActivity:
+    step = d.current
+    if step is None:
+        return AgentActivity(d.name, Activity.IDLE, index=d.cursor, plan_steps=len(d.plan))
+    kind = Activity.WAITING if step.action in WAITING_SKILLS else Activity.EXECUTING
+    return AgentActivity(d.name, kind, step.action, parameters_text(step.params), d.cursor, len(d.plan))
+
+
+def world_state(world: DroneWorld, episode: int) -> WorldState:
+    """The intersection as a scene graph, poses in ENU (as agent_states; the planner's text is NED).
+
+    Entities: the drones (state landed, flying, or arrived: landed at its goal), the intersection box, each
+    drone's task (land at its goal: open, done; its pose is the goal). Relations: drone assigned its task, drone in
+    the intersection box, drones near each other (closer than d_min at the last step), drone after the drone
+    before it in the tower's crossing order, drone yields_to the drone its yield_to step waits for.
+    """
+    entities: list[Entity] = []
+    relations: list[Relation] = []
+    cfg = world.cfg
+    for name, d in sorted(world.drones.items()):
+        state = "arrived" if d.done else "landed" if d.landed_state == LANDED else "flying"
+        entities.append(Entity(name, "drone", state, _enu(d.position),
+                               {"approach": d.route.approach, "row": str(d.route.row), "cleared": str(d.cleared).lower()}))
+        if in_box(cfg, d.position[0], d.position[1]):
+            relations.append(Relation(name, Predicate.IN, "intersection"))
+        relations.append(Relation(name, Predicate.ASSIGNED, f"task_{name}"))
+        if d.current is not None and d.current.action == "yield_to" and d.current.params.get("agent") in world.drones:
+            relations.append(Relation(name, Predicate.YIELDS_TO, d.current.params["agent"]))
+    relations += [Relation(a, Predicate.NEAR, b) for a, b in sorted(world.reported_pairs)]
+    order = world.order()
+    relations += [Relation(later, Predicate.AFTER, before) for before, later in zip(order, order[1:], strict=False)]
+    entities.append(Entity("intersection", "area", pose=Pose(), attributes={"half_width_m": f"{cfg.box_m:g}"}))
+    for name, d in sorted(world.drones.items()):
+        gx, gy, _ = d.route.goal
+        entities.append(Entity(f"task_{name}", "task", "done" if d.done else "open", _enu(d.route.goal),
+                               {"text": f"{name} lands at its goal ({gx:.1f}, {gy:.1f}) NED"}))
+    return WorldState(WORLD, episode, world.t, tuple(entities), tuple(relations),
+                      tuple(_activity(world.drones[n]) for n in sorted(world.drones)))
 
 
 def _xy(p: Point) -> str:

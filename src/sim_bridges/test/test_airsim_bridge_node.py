@@ -6,7 +6,16 @@ from __future__ import annotations
 import socket
 
 import pytest
-from brace_msgs.msg import AgentState, ContextEntry, Episode, ExecutionOutcome, Plan, PlanStep, ReplanDecision
+from brace_msgs.msg import (
+    AgentState,
+    ContextEntry,
+    Episode,
+    ExecutionOutcome,
+    Plan,
+    PlanStep,
+    ReplanDecision,
+    WorldState,
+)
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -15,6 +24,7 @@ from brace_common import names, qos
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.spin import autostart
 from brace_common.testing import wait_for
+from brace_common.world_state import world_state_from_msg
 from sim_bridges.airsim_bridge_node import AirSimBridgeNode
 from sim_bridges.airsim_peer import AirSimPeer
 from sim_bridges.intersection import IntersectionConfig, routes, settings
@@ -38,6 +48,8 @@ class Stack(Node):
         self.outcomes: list[ExecutionOutcome] = []
         self.entries: list[ContextEntry] = []
         self.episodes: list[Episode] = []
+        self.world_states: list[WorldState] = []
+        self.create_subscription(WorldState, names.WORLD_STATE, self.world_states.append, qos.WORLD_STATE)
         self.diagnostics: list[DiagnosticStatus] = []
         self.create_subscription(AgentState, names.AGENT_STATES, lambda m: self.states.__setitem__(m.agent_id, m),
                                  qos.EVENTS)
@@ -107,6 +119,15 @@ def test_the_simulator_may_come_up_after_the_bridge_and_a_plan_lands_the_drone_a
         assert abs(state.position.x - gy) < 2.0 and abs(state.position.y - gx) < 2.0 and state.position.z < 0.5
         assert peer.counts["moveToPosition"] >= 1 and peer.counts["simContinueForTime"] >= end.steps
         assert any(m == "getSettingsString" for m, _ in peer.received)
+        wait_for(lambda: stack.world_states and stack.world_states[-1].step == end.steps, what="the last world state")
+        steps = [s.step for s in stack.world_states]
+        assert set(steps) == set(range(end.steps + 1)) and steps == sorted(steps)  # each step, on change once more
+        last = world_state_from_msg(stack.world_states[-1])
+        assert last.world == "airsim" and last.entity("drone_0").state == "arrived"
+        assert last.entity("task_drone_0").state == "done" and stack.world_states[-1].header.frame_id == "map"
+        pose = last.entity("drone_0").pose
+        assert abs(pose.x - gy) < 2.0 and abs(pose.y - gx) < 2.0  # ENU, as agent_states
+        assert any(s.agents[0].action == "move_to" for s in stack.world_states)
 
 
 def test_malformed_plans_are_counted_and_nothing_moves(ros):

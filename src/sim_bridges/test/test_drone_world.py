@@ -7,11 +7,12 @@ from functools import partial
 import pytest
 
 from brace_common.validation import InvalidInput
-from brace_common.vocabulary import Block, EntryKind, Failure
+from brace_common.vocabulary import Activity, Block, EntryKind, Failure
+from brace_common.world_state import Pose, Relation
 from sim_bridges import drone_feed
 from sim_bridges.airsim_link import AirSimLink, LinkDown, continue_for
 from sim_bridges.airsim_peer import AirSimPeer
-from sim_bridges.drone_world import DroneWorld, read_settings
+from sim_bridges.drone_world import DroneWorld, read_settings, world_state
 from sim_bridges.intersection import IntersectionConfig, Step, fly_to, routes, settings
 
 
@@ -189,3 +190,32 @@ def test_a_replan_during_the_landing_does_not_climb_back_and_a_landed_drone_stay
     assert world.set_plan("drone_0", [fly_to(cfg, goal), Step("land")]) is False
     world.step()
     assert world.drones["drone_0"].altitude < 0.5 and world.success
+
+
+def test_the_world_state_follows_the_crossing(fly):
+    cfg = IntersectionConfig(agents=4, seed=0, gust_probability=0.0)
+    world = fly(cfg)
+    first = world_state(world, 2)
+    assert (first.world, first.episode, first.step) == ("airsim", 2, 0)
+    order = world.order()
+    assert first.related("after") == [Relation(b, "after", a) for a, b in zip(order, order[1:], strict=False)]
+    assert first.activity("drone_0").action == "takeoff"
+    gx, gy, gz = routes(cfg)["drone_0"].goal
+    assert first.entity("task_drone_0").pose == Pose(gy, gx, -gz)  # ENU, as agent_states
+    seen, boxed, yielding = set(), set(), set()
+    while not world.finished:
+        world.step()
+        state = world_state(world, 2)
+        seen |= {e.state for e in state.entities if e.type == "drone"}
+        boxed |= {r.subject for r in state.related("in")}
+        yielding |= {r.subject for r in state.related("yields_to")}
+        assert {(r.subject, r.object) for r in state.related("near")} == world.reported_pairs
+        x, y, z = world.drones["drone_1"].position
+        assert state.entity("drone_1").pose == Pose(y, x, -z)
+        for name, d in world.drones.items():
+            if d.current is None and not d.done:
+                world.set_plan(name, world.oracle_plan(name))
+    final = world_state(world, 2)
+    assert {"flying", "arrived"} <= seen and boxed == set(world.drones) and yielding
+    assert all(e.state == "done" for e in final.entities if e.type == "task")
+    assert all(a.activity == Activity.IDLE for a in final.agents)
