@@ -10,7 +10,8 @@ Subscribes  <robot>/odom (nav_msgs/Odometry; mobile), <robot>/joint_states (sens
             plan (brace_msgs/Plan) in the stack's namespace
 Publishes   <robot>/cmd_vel (geometry_msgs/Twist; mobile), <robot>/joint_command (sensor_msgs/JointState
             positions; arm); agent_states (AgentState), context (ContextEntry), outcomes (ExecutionOutcome),
-            episode (Episode) in the stack's namespace; /diagnostics (in every state)
+            episode (Episode), world_state (WorldState: the robots and their tasks, PARTIAL; with every
+            agent_states round and on a plan) in the stack's namespace; /diagnostics (in every state)
 
 Readiness: the episode starts (EVENT_START, the task entries) once every
 robot's contract topics have delivered and, with use_sim_time, /clock runs;
@@ -39,7 +40,7 @@ import time
 from dataclasses import replace
 from typing import Optional
 
-from brace_msgs.msg import AgentState, ContextEntry, Episode, ExecutionOutcome, Plan
+from brace_msgs.msg import AgentState, ContextEntry, Episode, ExecutionOutcome, Plan, WorldState
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
@@ -59,6 +60,7 @@ from brace_common.params import declare_parameters, read_config, reject_undeclar
 from brace_common.spin import spin_node
 from brace_common.validation import InvalidInput, Rejections, check_agent_id
 from brace_common.vocabulary import EpisodeEvent
+from brace_common.world_state import StatePublication, world_state_msg
 
 from . import isaac_contract as contract
 from . import isaac_feed as feed
@@ -161,6 +163,8 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
         self.state_pub = self._keep(self.create_publisher(AgentState, names.AGENT_STATES, qos.EVENTS))
         self.outcome_pub = self._keep(self.create_publisher(ExecutionOutcome, names.OUTCOMES, qos.EVENTS))
         self.episode_pub = self._keep(self.create_publisher(Episode, names.EPISODE, qos.EVENTS))
+        self.world_state_pub = self._keep(self.create_publisher(WorldState, names.WORLD_STATE, qos.WORLD_STATE))
+        self.world_states = StatePublication()
         self._keep(self.create_subscription(Plan, names.PLAN, self.on_plan, qos.PLANS, callback_group=self.group))
         for period, callback in ((cfg.control_period_s, self.control), (cfg.agent_state_period_s,
                                                                         self.publish_agent_states),
@@ -298,6 +302,7 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
             self.rejections.reject("plan", exc, msg.plan_id)
             return
         self.executors[agent].set_plan(msg.plan_id, calls)
+        self._publish_world_state()
         self.plans += 1
         self.counts["plans_applied"] += 1
         self.get_logger().info(f"{agent}: plan {msg.plan_id[:48]}: {', '.join(c.text() for c in calls)}")
@@ -477,6 +482,13 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
             msg.header.stamp, msg.header.frame_id = stamp, self.config.frame_id
             msg.position.x, msg.position.y = float(x), float(y)
             self.state_pub.publish(msg)
+        self._publish_world_state()
+
+    def _publish_world_state(self) -> None:
+        state = feed.world_state(WORLD, self.episode, self.state_step, self.robots, self.states, self.executors,
+                                 self.holding, self.config.goals(), self.judge.reached, self.config.poses())
+        if self.world_states.due(state):
+            self.world_state_pub.publish(world_state_msg(state, self._stamp(), self.config.frame_id))
 
     @serialized
     def publish_observations(self) -> None:

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from brace_common.episode import EpisodeMetrics
-from brace_common.vocabulary import Block, EntryKind
+from brace_common.vocabulary import Activity, Block, EntryKind, Observability, Predicate
+from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState, parameters_text
 
 from .feed import FeedEntry
 from .isaac_config import TaskGoal
 from .isaac_contract import RobotKind, RobotSpec, RobotState
-from .isaac_skills import MOVE_JOINTS, Outcome, SkillCall, SkillSchema, joint_error
+from .isaac_skills import MOVE_JOINTS, WAIT, Outcome, RobotExecutor, SkillCall, SkillSchema, joint_error
 from .warehouse import SUPERVISOR
 
 
@@ -154,3 +155,52 @@ class EpisodeJudge:
         return EpisodeMetrics(success=self.success(), steps=steps, delivered=len(self.reached), tasks=len(self.goals),
                               path_efficiency=efficiency, coordination_wait=0, near_misses=0, collisions=0,
                               min_distance=self.min_distance if math.isfinite(self.min_distance) else math.nan)
+
+
+def _activity(name: str, executor: RobotExecutor, held: bool) -> AgentActivity:
+    call = executor.current
+    if call is None:
+        return AgentActivity(name, Activity.IDLE, index=executor.cursor, plan_steps=len(executor.plan))
+    kind = Activity.BLOCKED if held else Activity.WAITING if call.action == WAIT else Activity.EXECUTING
+    return AgentActivity(name, kind, call.action, parameters_text(call.params), executor.cursor, len(executor.plan))
+
+
+def world_state(world: str, episode: int, step: int, robots: dict[str, RobotSpec], states: dict[str, RobotState],
+                executors: dict[str, RobotExecutor], held: dict[str, bool], goals: list[TaskGoal],
+                reached: dict[str, float], poses: dict[str, tuple[float, ...]]) -> WorldState:
+    """The Isaac scene as far as the bridge reads it: the robots and their tasks (PARTIAL: objects of the
+    Isaac stage are not on the contract's topics, so they are not in the state).
+
+    A base's pose comes from its odometry (none before the first sample), an arm's is its base; an arm's state is
+    the named pose its joints are nearest to. A robot with stale inputs is BLOCKED. Each robot with a goal has a
+    task entity (open, done; a base's goal position as its pose) and an `assigned` relation.
+    """
+    entities: list[Entity] = []
+    relations: list[Relation] = []
+    for name, spec in robots.items():
+        state = states.get(name, RobotState())
+        attributes = {"kind": spec.kind.value}
+        pose, label = None, ""
+        if spec.kind == RobotKind.MOBILE and state.base is not None:
+            b = state.base
+            pose = Pose.planar(b.pose.x, b.pose.y, yaw=b.pose.yaw)
+            attributes.update(linear_mps=f"{b.linear:.3f}", angular_radps=f"{b.angular:.3f}")
+            label = "moving" if abs(b.linear) > 0.02 or abs(b.angular) > 0.02 else "still"
+        elif spec.kind == RobotKind.ARM:
+            pose = Pose.planar(spec.origin.x, spec.origin.y, yaw=spec.origin.yaw)
+            if state.joints is not None:
+                label = nearest_pose(state.joints, poses)[0] or "measured"
+                attributes["joints_rad"] = ", ".join(f"{q:.3f}" for q in state.joints)
+        if spec.camera:
+            attributes["camera"] = state.camera.text()
+        entities.append(Entity(name, "robot", label or "unknown", pose, attributes))
+    for goal in goals:
+        task = f"task_{goal.robot}"
+        pose = Pose.planar(*goal.position) if goal.position is not None else None
+        entities.append(Entity(task, "task", "done" if goal.robot in reached else "open", pose,
+                               {"text": f"{goal.robot} {goal.text()}"}))
+        if goal.robot in robots:
+            relations.append(Relation(goal.robot, Predicate.ASSIGNED, task))
+    return WorldState(world, episode, step, tuple(entities), tuple(relations),
+                      tuple(_activity(n, executors[n], held.get(n, False)) for n in robots if n in executors),
+                      Observability.PARTIAL)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from brace_msgs.msg import AgentState, ContextEntry, Episode, ExecutionOutcome, Plan, PlanStep
+from brace_msgs.msg import AgentState, ContextEntry, Episode, ExecutionOutcome, Plan, PlanStep, WorldState
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
@@ -25,7 +25,8 @@ from brace_common import qos
 from brace_common.clock import seconds_of
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import installed_executable, wait_for
-from brace_common.vocabulary import EpisodeEvent, Failure
+from brace_common.vocabulary import EpisodeEvent, Failure, Observability
+from brace_common.world_state import world_state_from_msg
 from sim_bridges.isaac_bridge_node import IsaacBridgeNode
 from sim_bridges.isaac_skills import Outcome, SkillCall
 
@@ -55,6 +56,8 @@ class FakeStack(Node):
         self.create_subscription(AgentState, "agent_states", self.states.append, qos.INPUTS)
         self.create_subscription(Episode, "episode", self.episodes.append, qos.INPUTS)
         self.create_subscription(ContextEntry, "context", self.entries.append, qos.INPUTS)
+        self.world_states: list[WorldState] = []
+        self.create_subscription(WorldState, "world_state", self.world_states.append, qos.WORLD_STATE)
         self.create_subscription(DiagnosticArray, "/diagnostics",
                                  lambda m: self.diagnostics.extend(s for s in m.status if "isaac_bridge" in s.name),
                                  qos.DIAGNOSTICS)
@@ -164,6 +167,14 @@ def test_a_plan_drives_the_base_to_its_goal_and_the_episode_succeeds(ros):
     assert (end.success, end.delivered, end.tasks, end.plans) == (True, 1, 1, 1) and end.path_efficiency > 0.8
     wait_for(lambda: sim.cmd_vel["carter_1"][-1] == (0.0, 0.0), what="the base stopped")
     wait_for(lambda: any(c.kind == "task_done" for c in stack.entries), what="the task_done entry")
+    wait_for(lambda: stack.world_states and world_state_from_msg(stack.world_states[-1]).entity("task_carter_1").state
+             == "done", what="the world state with the task done")
+    states = [world_state_from_msg(m) for m in stack.world_states]
+    assert {s.world for s in states} == {"isaac_sim"} and states[-1].observability == Observability.PARTIAL
+    assert any(s.activity("carter_1").action == "move_to" for s in states)
+    pose = states[-1].entity("carter_1").pose
+    assert abs(pose.x - 2.0) < 0.2 and abs(pose.y - 1.0) < 0.2
+    assert [s.step for s in states] == sorted(s.step for s in states)
 
 
 def test_a_plan_moves_the_arm_to_a_named_pose(ros):

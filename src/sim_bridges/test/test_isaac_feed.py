@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from brace_common.vocabulary import Block, EntryKind, Failure
+from brace_common.vocabulary import Activity, Block, EntryKind, Failure, Observability
+from brace_common.world_state import AgentActivity, Pose, Relation
 from sim_bridges.isaac_config import TaskGoal
 from sim_bridges.isaac_contract import BaseState, CameraStatus, Pose2D, RobotKind, RobotSpec, RobotState
 from sim_bridges.isaac_feed import (
@@ -14,8 +15,9 @@ from sim_bridges.isaac_feed import (
     observation_text,
     outcome_entry,
     task_done_entry,
+    world_state,
 )
-from sim_bridges.isaac_skills import Outcome, SkillCall, SkillSchema
+from sim_bridges.isaac_skills import ExecLimits, Outcome, RobotExecutor, SkillCall, SkillSchema
 
 SCHEMA = SkillSchema.load(Path(__file__).resolve().parents[1] / "config" / "isaac_actions.yaml")
 POSES = {"home": (0.0, 0.0), "ready": (1.0, -0.5), "extended": (0.5, 0.5)}
@@ -89,3 +91,28 @@ def test_without_every_goal_the_episode_fails_at_its_time_limit():
     assert (metrics.success, metrics.delivered, metrics.path_efficiency) == (False, 1, 0.0)
     assert math.isnan(metrics.min_distance)
     assert not EpisodeJudge([], POSES, 0.15, 0.03, 30.0).success()  # no goals: it runs until the time limit
+
+
+def test_the_world_state_holds_the_robots_their_tasks_and_what_they_do():
+    robots = {"carter_1": CARTER, "franka_1": FRANKA}
+    executors = {name: RobotExecutor(spec, ExecLimits(), POSES) for name, spec in robots.items()}
+    executors["carter_1"].set_plan("p1", [SkillCall("move_to", {"x": 3.0, "y": 1.0}), SkillCall("stop")])
+    states = {"carter_1": RobotState(base=BaseState(Pose2D(1.0, 2.0, 0.5), 0.3, 0.0)),
+              "franka_1": RobotState(joints=(0.98, -0.5))}
+    state = world_state("isaac_sim", 1, 4, robots, states, executors, {"franka_1": True}, GOALS,
+                        {"franka_1": 12.0}, POSES)
+    assert (state.world, state.episode, state.step, state.observability) == ("isaac_sim", 1, 4,
+                                                                          Observability.PARTIAL)
+    carter, franka = state.entity("carter_1"), state.entity("franka_1")
+    assert carter.pose == Pose.planar(1.0, 2.0, yaw=0.5) and carter.state == "moving"
+    assert carter.attributes["camera"] == "camera: no image yet"
+    assert franka.pose == Pose.planar(1.5, -1.0) and franka.state == "ready"
+    assert (state.entity("task_carter_1").state, state.entity("task_franka_1").state) == ("open", "done")
+    assert state.entity("task_carter_1").pose == Pose.planar(3.0, 1.0)
+    assert Relation("franka_1", "assigned", "task_franka_1") in state.relations
+    assert state.activity("carter_1") == AgentActivity("carter_1", Activity.EXECUTING, "move_to",
+                                                       '{"x": 3.0, "y": 1.0}', 0, 2)
+    assert state.activity("franka_1").activity == Activity.IDLE
+    unseen = world_state("isaac_sim", 1, 0, robots, {}, executors, {"carter_1": True}, GOALS, {}, POSES)
+    assert unseen.entity("carter_1").pose is None and unseen.entity("carter_1").state == "unknown"
+    assert unseen.activity("carter_1").activity == Activity.BLOCKED  # held: its inputs are stale
