@@ -13,6 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from brace_common.vocabulary import Observability, Predicate
+from brace_common.world_state import AgentActivity, Entity, Relation, WorldState
+
 MAX_TASK_CHARS = 2000
 """Longest task line taken (a longer one is refused, not cut: the planner would read half a task)."""
 
@@ -78,3 +81,22 @@ class OperatorEpisodes:
     def elapsed(self, now: float) -> float:
         """Seconds the running episode has run (NaN when none runs)."""
         return now - self.started_at if self.started_at is not None else math.nan
+
+
+def world_state(episodes: OperatorEpisodes, world: str, step: int, activity: AgentActivity,
+                objects: list[str]) -> WorldState:
+    """What an operator-driven robot knows of its world, and no more (PARTIAL): the arm, the objects the
+    operator named (no pose, state "unknown": nothing here observes them) and the task lines of the current (or
+    last) episode (open while it runs, then done or failed by the operator's verdict or the timeout)."""
+    arm = activity.agent_id
+    entities = [Entity(arm, "arm", "unknown")]
+    entities += [Entity(name, "object", "unknown") for name in dict.fromkeys(objects) if name != arm]
+    relations: list[Relation] = []
+    last = episodes.history[-1] if episodes.history and not episodes.running else None
+    state = "open" if episodes.running else "" if last is None else "done" if last.success else "failed"
+    if state:
+        for i, line in enumerate(episodes.tasks):
+            entities.append(Entity(f"task_{i}", "task", state, attributes={"text": line}))
+            relations.append(Relation(arm, Predicate.ASSIGNED, f"task_{i}"))
+    return WorldState(world, max(episodes.episode, 0), step, tuple(entities), tuple(relations), (activity,),
+                      Observability.PARTIAL)

@@ -5,10 +5,12 @@ success; on a real arm nothing does, so the planner would plan for no task and
 the audit bag would hold no episode. This node is that part for a real robot:
 
 Subscribes  task (std_msgs/String: start an episode with this task, one line per task; refused while one runs),
-            plan (Plan: counted per episode for the Episode record)
+            plan (Plan: counted per episode for the Episode record), outcomes (ExecutionOutcome: the arm's step)
 Publishes   episode (Episode: start; end with the operator's verdict or a timeout), context (ContextEntry: the
             task lines in block TASK and the `constraints` lines in block CONSTRAINTS at each start),
-            /diagnostics (episode, elapsed, counts, peers missing)
+            world_state (WorldState, PARTIAL: the arm, the operator's `objects` without pose or state, the task
+            lines; at every start, plan, outcome and end; its step counts the episode's plans), /diagnostics
+            (episode, elapsed, counts, peers missing)
 Services    ~/start (std_srvs/Trigger: start an episode with the `tasks` parameter), ~/succeed and ~/fail
             (std_srvs/Trigger: end the running episode with that verdict)
 
@@ -25,7 +27,7 @@ import time
 from dataclasses import dataclass
 
 from brace_msgs.action import Replan
-from brace_msgs.msg import ContextEntry, Episode, Plan
+from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, Plan, WorldState
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.action import ActionClient
 from rclpy.node import Node
@@ -41,8 +43,9 @@ from brace_common.readiness import PeerWait
 from brace_common.spin import spin_node
 from brace_common.validation import shorten
 from brace_common.vocabulary import Block, EntryKind, EpisodeEvent
+from brace_common.world_state import PlanProgress, StatePublication, world_state_msg
 
-from .operator_episodes import EpisodeError, EpisodeRecord, OperatorEpisodes
+from .operator_episodes import EpisodeError, EpisodeRecord, OperatorEpisodes, world_state
 
 TASK_TOPIC = "task"
 """std_msgs/String: an operator's task (relative: /brace/task under the launch files' namespace)."""
@@ -60,6 +63,8 @@ class OperatorTaskConfig:
     start_on_ready: bool = param(False, "start the first episode with `tasks` once every peer is up")
     max_duration_s: float = param(0.0, "an episode still running after this long ends as a failure (0 = no limit)",
                                   0.0, 86400.0)
+    objects: list[str] = param([], "objects the operator reports on the table, e.g. ['apple', 'bowl']: world_state "
+                                    "lists them without pose or state (nothing here observes them)")
     variant: str = param("", "the run's variant label, copied into Episode messages")
     world: str = param("real", "Episode.world of this robot's episodes")
     period_s: float = param(0.2, "how often readiness and the duration limit are checked (s)", 0.01, 5.0)
@@ -96,6 +101,9 @@ class OperatorTaskNode(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
         self.create_subscription(String, TASK_TOPIC, self.on_task, qos.INPUTS)
         self.create_subscription(Plan, names.PLAN, self.on_plan, qos.PLANS)
+        self.world_state_pub = self.create_publisher(WorldState, names.WORLD_STATE, qos.WORLD_STATE)
+        self.world_states, self.progress = StatePublication(), PlanProgress(cfg.agent_id)
+        self.create_subscription(ExecutionOutcome, names.OUTCOMES, self.on_outcome, qos.INPUTS)
         self.create_service(Trigger, "~/start", self.on_start)
         self.create_service(Trigger, "~/succeed", lambda req, res: self.on_verdict(True, res))
         self.create_service(Trigger, "~/fail", lambda req, res: self.on_verdict(False, res))
@@ -139,6 +147,14 @@ class OperatorTaskNode(Node):
         if msg.agent_id == self.config.agent_id and self.episodes.running:
             self.plans += 1
             self.counts["plans"] += 1
+            self.progress.plan((step.action, step.parameters_json) for step in msg.steps)
+            self._publish_world_state()
+
+    def on_outcome(self, msg: ExecutionOutcome) -> None:
+        """The arm finished a step of its plan: its activity moves on (or failed)."""
+        if msg.agent_id == self.config.agent_id and self.episodes.running:
+            self.progress.outcome(msg.action, msg.success)
+            self._publish_world_state()
 
     # ------------------------------------------------------------------ episodes
 
@@ -153,6 +169,8 @@ class OperatorTaskNode(Node):
             self.counts["requests_refused"] += 1
             return False, str(exc)
         self.plans = 0
+        self.progress.clear()
+        self._publish_world_state()
         self.counts["episodes_started"] += 1
         self.episode_pub.publish(self._episode_msg(EpisodeEvent.START))
         for line in self.episodes.tasks:
@@ -169,6 +187,7 @@ class OperatorTaskNode(Node):
         if record.reason == "timeout":
             self.counts["episodes_timed_out"] += 1
         self.episode_pub.publish(self._episode_msg(EpisodeEvent.END, record))
+        self._publish_world_state()
         self.get_logger().info(f"episode {record.episode}: success={record.success} ({record.reason}) "
                                f"{record.duration_s:.1f} s plans={self.plans}")
 
@@ -184,6 +203,12 @@ class OperatorTaskNode(Node):
             self.get_logger().warning(f"episode {record.episode} ran past max_duration_s "
                                       f"({self.config.max_duration_s:g} s): failed")
             self._ended(record)
+
+    def _publish_world_state(self) -> None:
+        state = world_state(self.episodes, self.config.world, self.plans, self.progress.activity(),
+                            self.config.objects)
+        if self.world_states.due(state):
+            self.world_state_pub.publish(world_state_msg(state, self.get_clock().now().to_msg(), ""))
 
     def _entry(self, block: Block, kind: EntryKind, text: str) -> None:
         msg = ContextEntry(agent_id=self.config.agent_id, step=0, block=int(block), kind=kind.value, text=text)

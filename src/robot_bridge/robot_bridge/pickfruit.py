@@ -26,6 +26,9 @@ from typing import Optional
 
 import numpy as np
 
+from brace_common.vocabulary import Predicate
+from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState
+
 Point = tuple[float, float, float]
 
 HOME_JOINTS = (0.0, 1.5, -1.3, 0.0, 1.0, 0.0)
@@ -197,6 +200,39 @@ class PickFruitWorld:
         bx, by, _ = self.config.bowl
         lines.append(f"bowl on the table at x={bx:.2f} y={by:.2f}")
         return lines
+
+
+WORLD = "pickfruit"
+"""Episode.world and WorldState.world of PickFruit."""
+
+
+def world_state(world: PickFruitWorld, episode: int, step: int, activity: AgentActivity, tool: Point,
+                gripper_m: float) -> WorldState:
+    """The PickFruit table as a scene graph, poses in base_link (m).
+
+    Entities: the arm (its pose is the tool point; gripper_m), the fruits (state held, in_bowl or on_table;
+    width_m), the bowl and the table, and one task per fruit to put in the bowl (open, done). Relations: arm
+    holding fruit, fruit in bowl, fruit on table, arm assigned task, task concerns fruit, task target bowl.
+    """
+    arm = activity.agent_id
+    entities = [Entity(arm, "arm", "", Pose(*map(float, tool)), {"gripper_m": f"{gripper_m:.4f}"})]
+    relations: list[Relation] = []
+    for f in world.snapshot().values():
+        state = "held" if f.held else "in_bowl" if f.in_bowl else "on_table"
+        entities.append(Entity(f.name, "fruit", state, Pose(*f.position), {"width_m": f"{f.width_m:g}"}))
+        relations.append(Relation(arm, Predicate.HOLDING, f.name) if f.held else
+                         Relation(f.name, Predicate.IN, "bowl") if f.in_bowl else Relation(f.name, Predicate.ON, "table"))
+    cfg = world.config
+    entities.append(Entity("bowl", "container", "", Pose(*cfg.bowl), {"radius_m": f"{cfg.bowl_radius_m:g}"}))
+    entities.append(Entity("table", "table"))
+    fruits = world.snapshot()
+    for fruit in world.task:
+        task = f"task_{fruit}"
+        done = fruit in fruits and fruits[fruit].in_bowl
+        entities.append(Entity(task, "task", "done" if done else "open", attributes={"text": task_text(fruit)}))
+        relations += [Relation(arm, Predicate.ASSIGNED, task), Relation(task, Predicate.CONCERNS, fruit),
+                      Relation(task, Predicate.TARGET, "bowl")]
+    return WorldState(WORLD, episode, step, tuple(entities), tuple(relations), (activity,))
 
 
 @dataclass(frozen=True)

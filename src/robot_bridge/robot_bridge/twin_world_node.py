@@ -12,7 +12,8 @@ as it would call the real server).
 Names are relative (the stack's namespace comes from launch).
 
 Publishes   episode (Episode: start / end with the verdict), context (ContextEntry: the task, the scene after
-            every grasp, slip or release), /diagnostics
+            every grasp, slip or release), world_state (WorldState: arm, fruits, bowl, tasks; every `period_s`
+            tick and on a plan or an outcome; the arm's step as far as plans and outcomes tell), /diagnostics
 Subscribes  plan (Plan: counted per episode), outcomes (ExecutionOutcome: failure categories per episode)
 
 Readiness: the first episode starts once the nodes in `wait_for_nodes` are in
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from brace_msgs.action import Replan
-from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, Plan
+from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, Plan, WorldState
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.action import ActionClient
 from rclpy.node import Node
@@ -50,9 +51,19 @@ from brace_common.readiness import PeerWait
 from brace_common.spin import spin_node
 from brace_common.validation import shorten
 from brace_common.vocabulary import Block, EntryKind, EpisodeEvent, Failure
+from brace_common.world_state import PlanProgress, StatePublication, world_state_msg
 
 from .act_server import ActServer
-from .pickfruit import HOME_JOINTS, SKILLS_TEXT, PickFruitConfig, PickFruitWorld, TwinPolicy, scene_text, task_text
+from .pickfruit import (
+    HOME_JOINTS,
+    SKILLS_TEXT,
+    PickFruitConfig,
+    PickFruitWorld,
+    TwinPolicy,
+    scene_text,
+    task_text,
+    world_state,
+)
 from .piper_twin import PiperTwin, TwinConfig
 
 
@@ -140,6 +151,8 @@ class TwinWorldNode(Node):
         self.context_pub = self.create_publisher(ContextEntry, names.CONTEXT, qos.EVENTS)
         self.episode_pub = self.create_publisher(Episode, names.EPISODE, qos.EVENTS)
         self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
+        self.world_state_pub = self.create_publisher(WorldState, names.WORLD_STATE, qos.WORLD_STATE)
+        self.world_states, self.progress, self.state_step = StatePublication(), PlanProgress(cfg.agent_id), 0
         self.create_subscription(Plan, names.PLAN, self.on_plan, qos.PLANS)
         self.inputs = CountedInputs()
         self.inputs.subscribe(self, ExecutionOutcome, names.OUTCOMES, self.on_outcome, "outcome")
@@ -155,12 +168,16 @@ class TwinWorldNode(Node):
         if msg.agent_id == self.config.agent_id and self.started_at is not None:
             self.plans += 1
             self.counts["plans"] += 1
+            self.progress.plan((step.action, step.parameters_json) for step in msg.steps)
+            self._publish_world_state()
 
     def on_outcome(self, msg: ExecutionOutcome) -> None:
         """Count failed steps by category."""
         if msg.agent_id != self.config.agent_id or self.started_at is None:
             return
         self.counts["outcomes"] += 1
+        self.progress.outcome(msg.action, msg.success)
+        self._publish_world_state()
         if not msg.success:
             self.counts["failed_outcomes"] += 1
             try:
@@ -196,6 +213,8 @@ class TwinWorldNode(Node):
         seed = self.config.seed + self.episode
         task = self.world.reset(seed)
         self.plans, self.failures, self.scene = 0, Counter(), []
+        self.state_step = -1
+        self.progress.clear()
         self.episode_pub.publish(self._episode_msg(EpisodeEvent.START, seed))
         self.started_at = time.monotonic()
         for fruit in task:
@@ -225,7 +244,16 @@ class TwinWorldNode(Node):
 
     # ------------------------------------------------------------------ outputs
 
+    def _publish_world_state(self) -> None:
+        twin = self.twin.state()
+        state = world_state(self.world, self.episode, max(self.state_step, 0), self.progress.activity(),
+                            tuple(twin.end_pose[:3]), twin.gripper_m)
+        if self.world_states.due(state):
+            self.world_state_pub.publish(world_state_msg(state, self.get_clock().now().to_msg(), "base_link"))
+
     def _publish_scene_changes(self) -> None:
+        self.state_step += 1  # one tick of the episode: a step of its world state
+        self._publish_world_state()
         scene = self.world.describe()
         if scene != self.scene:
             self.scene = scene

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from brace_msgs.msg import ContextEntry, Episode, Plan
+from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, Plan, PlanStep, WorldState
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from std_msgs.msg import String
@@ -14,8 +14,9 @@ from std_srvs.srv import Trigger
 from brace_common import names, qos
 from brace_common.config import ConfigError
 from brace_common.testing import call_service, installed_executable, wait_for
-from brace_common.vocabulary import Block, EpisodeEvent
-from robot_bridge.operator_episodes import EpisodeError, OperatorEpisodes
+from brace_common.vocabulary import Activity, Block, EpisodeEvent, Observability
+from brace_common.world_state import AgentActivity, world_state_from_msg
+from robot_bridge.operator_episodes import EpisodeError, OperatorEpisodes, world_state
 from robot_bridge.operator_task_node import OperatorTaskConfig, OperatorTaskNode
 
 NS = "/arm"
@@ -44,6 +45,20 @@ def test_episodes_start_end_and_time_out():
     assert OperatorEpisodes().start([TASK], 0.0) == 0 and OperatorEpisodes().expire(1e9) is None
 
 
+def test_the_world_state_holds_what_the_operator_knows_and_no_more():
+    episodes = OperatorEpisodes()
+    idle = AgentActivity("arm_0")
+    before = world_state(episodes, "real", 0, idle, ["apple", "bowl", "apple"])
+    assert [e.id for e in before.entities] == ["arm_0", "apple", "bowl"] and before.observability == Observability.PARTIAL
+    assert all(e.pose is None and e.state == "unknown" for e in before.entities)
+    episodes.start(["Put the apple in the bowl."], now=0.0)
+    running = world_state(episodes, "real", 2, idle, ["apple"])
+    assert running.entity("task_0").state == "open" and running.entity("task_0").attributes["text"].startswith("Put")
+    assert running.related("assigned") and running.step == 2
+    episodes.finish(False, now=1.0)
+    assert world_state(episodes, "real", 2, idle, []).entity("task_0").state == "failed"
+
+
 def test_start_on_ready_needs_a_task():
     with pytest.raises(ConfigError) as err:
         OperatorTaskConfig(start_on_ready=True, tasks=["", " "]).validate()
@@ -66,6 +81,9 @@ class Operator(Node):
         self.entries: list[ContextEntry] = []
         self.create_subscription(Episode, names.EPISODE, self.episodes.append, qos.INPUTS)
         self.create_subscription(ContextEntry, names.CONTEXT, self.entries.append, qos.INPUTS)
+        self.world_states: list[WorldState] = []
+        self.create_subscription(WorldState, names.WORLD_STATE, self.world_states.append, qos.WORLD_STATE)
+        self.outcome_pub = self.create_publisher(ExecutionOutcome, names.OUTCOMES, qos.EVENTS)
         self.task_pub = self.create_publisher(String, "task", qos.EVENTS)
         self.plan_pub = self.create_publisher(Plan, names.PLAN, qos.PLANS)
         self.clients_ = {name: self.create_client(Trigger, f"{NS}/operator_task/{name}")
@@ -92,11 +110,19 @@ def test_the_operator_starts_and_judges_episodes(ros):
     assert op.episodes[0].event == EpisodeEvent.START and op.episodes[0].world == "real"
     assert [(e.block, e.text) for e in op.entries] == [(Block.TASK, TASK), (Block.CONSTRAINTS, SKILLS)]
     assert not op.call("start").success                            # one episode at a time
-    op.plan_pub.publish(Plan(plan_id="p1", agent_id="arm_0"))
+    wait_for(lambda: op.world_states and op.world_states[-1].entities[-1].state == "open", what="the open task")
+    op.plan_pub.publish(Plan(plan_id="p1", agent_id="arm_0", steps=[PlanStep(action="pick", parameters_json="{}")]))
     op.plan_pub.publish(Plan(plan_id="p2", agent_id="arm_9"))       # another agent's: not counted
     wait_for(lambda: task.counts["plans"] == 1, what="the plan counted")
+    wait_for(lambda: op.world_states[-1].agents[0].action == "pick", what="the plan in the world state")
+    op.outcome_pub.publish(ExecutionOutcome(agent_id="arm_0", action="pick", success=False))
+    wait_for(lambda: op.world_states[-1].agents[0].activity == Activity.FAILED, what="the failed step")
+    state = world_state_from_msg(op.world_states[-1])
+    assert state.world == "real" and state.observability == Observability.PARTIAL and state.step == 1
+    assert state.entity("arm_0").pose is None and state.entity("task_0").attributes["text"] == TASK
     assert op.call("fail").success
     wait_for(lambda: len(op.episodes) == 2, what="the end")
+    wait_for(lambda: op.world_states[-1].entities[-1].state == "failed", what="the verdict in the world state")
     end = op.episodes[1]
     assert end.event == EpisodeEvent.END and not end.success and end.plans == 1 and end.tasks == 1
     # a task sent on the topic starts the next episode with its lines

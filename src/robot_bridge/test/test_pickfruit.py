@@ -6,7 +6,9 @@ import math
 
 import numpy as np
 
-from robot_bridge.pickfruit import PickFruitConfig, PickFruitWorld, TwinPolicy
+from brace_common.vocabulary import Activity
+from brace_common.world_state import AgentActivity, Pose, Relation
+from robot_bridge.pickfruit import PickFruitConfig, PickFruitWorld, TwinPolicy, world_state
 
 
 class Tool:
@@ -87,3 +89,25 @@ def test_steps_are_bounded():
     (fruit,) = world.reset(0)
     action = TwinPolicy(world, tool=lambda: (0.0, 0.0, 0.5))(np.zeros((2, 2, 3), np.uint8), f"pick up the {fruit}")
     assert np.linalg.norm(action[:3]) <= 0.02 + 1e-9 and action[6] == 1.0
+
+
+def test_the_world_state_follows_the_fruit_from_the_table_to_the_bowl():
+    world = PickFruitWorld(PickFruitConfig(slip_probability=0.0))
+    (fruit,) = world.reset(1)
+    arm = AgentActivity("arm_0", Activity.EXECUTING, "pick", f'{{"object": "{fruit}"}}', 0, 2)
+    start = world_state(world, 3, 0, arm, (0.3, 0.0, 0.25), 0.07)
+    assert (start.world, start.episode, start.step) == ("pickfruit", 3, 0)
+    assert start.entity(fruit).state == "on_table" and Relation(fruit, "on", "table") in start.relations
+    assert start.entity(fruit).pose == Pose(*world.snapshot()[fruit].position)
+    assert start.entity(f"task_{fruit}").state == "open" and start.entity("arm_0").pose == Pose(0.3, 0.0, 0.25)
+    assert Relation(f"task_{fruit}", "target", "bowl") in start.relations and start.activity("arm_0") == arm
+    tool = run(world, f"pick up the {fruit}", ticks=80)
+    held = world_state(world, 3, 1, arm, tuple(tool.p), tool.opening)
+    assert held.entity(fruit).state == "held" and held.related("holding") == [Relation("arm_0", "holding", fruit)]
+    assert held.entity("arm_0").attributes["gripper_m"] == f"{tool.opening:.4f}"
+    policy = TwinPolicy(world, tool=lambda: tuple(tool.p))
+    for _ in range(80):
+        tool.act(policy(np.zeros((2, 2, 3), np.uint8), f"put the {fruit} in the bowl"))
+    done = world_state(world, 3, 2, arm, tuple(tool.p), tool.opening)
+    assert done.entity(fruit).state == "in_bowl" and Relation(fruit, "in", "bowl") in done.relations
+    assert done.entity(f"task_{fruit}").state == "done"

@@ -1,0 +1,53 @@
+"""The twin_world node: the PickFruit world state on `world_state`, each tick and when a plan or an outcome
+changes the arm's step."""
+
+from __future__ import annotations
+
+from brace_msgs.msg import ExecutionOutcome, Plan, PlanStep, WorldState
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+
+from brace_common import names, qos
+from brace_common.names import DEFAULT_NAMESPACE as NS
+from brace_common.testing import wait_for
+from brace_common.vocabulary import Activity
+from brace_common.world_state import world_state_from_msg
+from robot_bridge.twin_world_node import TwinWorldNode
+
+
+class Executor(Node):
+    """Sends the arm's plans and outcomes as the planner and the executor would; keeps the world states."""
+
+    def __init__(self) -> None:
+        super().__init__("fake_executor", namespace=NS)
+        self.plans = self.create_publisher(Plan, names.PLAN, qos.PLANS)
+        self.outcomes = self.create_publisher(ExecutionOutcome, names.OUTCOMES, qos.EVENTS)
+        self.states: list[WorldState] = []
+        self.create_subscription(WorldState, names.WORLD_STATE, self.states.append, qos.WORLD_STATE)
+
+
+def test_the_twin_world_publishes_its_state_each_tick_and_on_a_plan(ros):
+    params = {"episodes": 1, "replan_action": "", "wait_settle_s": 0.0, "act_port": 0, "can_port": "twin_world_test",
+              "max_duration_s": 60.0}
+    node = ros.add(TwinWorldNode(namespace=NS, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()]))
+    try:
+        ex = ros.add(Executor())
+        wait_for(lambda: len(ex.states) >= 3, what="world states each tick")
+        steps = [s.step for s in ex.states]
+        assert steps == sorted(steps) and steps[0] == 0 and steps[-1] >= 2
+        first = world_state_from_msg(ex.states[0])
+        (fruit,) = node.world.task
+        assert first.world == "pickfruit" and first.entity(fruit).state == "on_table"
+        assert first.entity(f"task_{fruit}").state == "open" and ex.states[0].header.frame_id == "base_link"
+        assert first.activity("arm_0").activity == Activity.IDLE
+        wait_for(lambda: ex.plans.get_subscription_count() > 0 and ex.outcomes.get_subscription_count() > 0,
+                 what="the node's subscriptions")
+        ex.plans.publish(Plan(plan_id="p", agent_id="arm_0", steps=[
+            PlanStep(action="pick", parameters_json=f'{{"object": "{fruit}"}}'),
+            PlanStep(action="place", parameters_json=f'{{"object": "{fruit}", "target": "bowl"}}')]))
+        wait_for(lambda: ex.states[-1].agents[0].action == "pick", what="the plan's first step")
+        ex.outcomes.publish(ExecutionOutcome(agent_id="arm_0", action="pick", success=True))
+        wait_for(lambda: ex.states[-1].agents[0].action == "place", what="the outcome moves the arm on")
+        assert world_state_from_msg(ex.states[-1]).activity("arm_0").index == 1
+    finally:
+        node.close()
