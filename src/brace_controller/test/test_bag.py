@@ -10,10 +10,16 @@ import time
 
 import pytest
 import yaml
-from brace_msgs.msg import Episode, ReplanCall
+from brace_msgs.msg import Episode, ReplanCall, WorldState
+from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.serialization import deserialize_message, serialize_message
 
+from brace_common import names, qos
 from brace_common.testing import wait_for
+from brace_common.world_state import Entity, world_state_from_msg, world_state_msg
+from brace_common.world_state import WorldState as State
+from brace_controller.audit_recorder_node import AuditRecorderNode
 from brace_controller.bag import BagError, BagWriter, message_definition, read_bag, recover_bag
 
 
@@ -428,3 +434,20 @@ def test_recover_in_place_replaces_the_bag_and_keeps_the_damaged_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bag"]  # no temporary folder left behind
     with pytest.raises(BagError, match="exists"):
         recover_bag(tmp_path / "bag", in_place=True)  # would overwrite the kept damaged file
+
+
+def test_the_recorder_records_the_world_state_by_default(tmp_path, ros):
+    bag = tmp_path / "rec"
+    recorder = ros.add(AuditRecorderNode(namespace=names.DEFAULT_NAMESPACE,
+                                         parameter_overrides=[Parameter("output_dir", value=str(bag))]))
+    assert names.WORLD_STATE in recorder.config.topics
+    world = ros.add(Node("world_state_publisher"))
+    pub = world.create_publisher(WorldState, f"{names.DEFAULT_NAMESPACE}/{names.WORLD_STATE}", qos.WORLD_STATE)
+    states = [State("warehouse", 0, step, (Entity("agent_0", "robot", "", None, {"step": str(step)}),))
+              for step in range(3)]
+    for state in states:  # latched: recorded even when published before the recorder matched
+        pub.publish(world_state_msg(state, world.get_clock().now().to_msg(), "map"))
+    wait_for(lambda: recorder.writer.topics["/brace/world_state"].count == 3, what="the states recorded")
+    recorder.close()
+    contents = read_bag(bag)
+    assert [world_state_from_msg(deserialize_message(m.data, WorldState)) for m in contents.messages] == states
