@@ -43,7 +43,7 @@ def default_adapter() -> Path:
 
 def target_ids(point: DecisionPoint, decoder: ConstrainedPlanDecoder) -> list[int]:
     """The oracle plan's token ids exactly as constrained decoding writes them."""
-    return decoder.token_ids([PlanStep(s.action, dict(s.params)) for s in point.oracle])
+    return decoder.token_ids([PlanStep(s.action, dict(s.parameters)) for s in point.oracle])
 
 
 def context_buffer(entries: list[FeedEntry]) -> ContextBuffer:

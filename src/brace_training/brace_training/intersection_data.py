@@ -54,7 +54,7 @@ def detour_plan(world: DroneWorld, name: str, rng: random.Random) -> list[Step]:
 
 
 def _plan_steps(plan: list[Step]) -> list[PlanStep]:
-    return [PlanStep(s.action, dict(s.params)) for s in plan]
+    return [PlanStep(s.action, dict(s.parameters)) for s in plan]
 
 
 def decision_points(seeds: range, agents: int, every: int = 10, observe_every: int = 10, detour: float = 0.0,

@@ -188,7 +188,7 @@ class DroneWorld:
         d = self.drones[name]
         if d.done:
             return False  # landed at its goal: the task is over, the drone stays down
-        changed = [(s.action, s.params) for s in plan] != [(s.action, s.params) for s in d.plan[d.cursor:]]
+        changed = [(s.action, s.parameters) for s in plan] != [(s.action, s.parameters) for s in d.plan[d.cursor:]]
         plan = list(plan)
         if plan and plan[0].action in AIRBORNE_SKILLS and d.landed_state == LANDED:
             plan.insert(0, Step("takeoff"))  # a drone on the ground takes off first
@@ -330,7 +330,7 @@ class DroneWorld:
             if error:
                 return [self._finish(d, error, False, Failure.EXECUTOR)]
             d.commanded, d.step_started, elapsed = True, self.sim_time, 0.0
-        act, p = step.action, step.params
+        act, p = step.action, step.parameters
         if act == "takeoff":
             if d.altitude >= TAKEOFF_ALTITUDE_M:
                 events.append(self._finish(d, f"took off, at {d.altitude:.1f} m"))
@@ -373,7 +373,7 @@ class DroneWorld:
 
     def _command(self, d: Drone, step: Step) -> str:
         """Send the skill's command; an error text when the step cannot run."""
-        act, p = step.action, step.params
+        act, p = step.action, step.parameters
         name = d.name
         if act == "takeoff":
             self.client.takeoffAsync(vehicle_name=name)

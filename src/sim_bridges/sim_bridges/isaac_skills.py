@@ -327,7 +327,7 @@ class RobotExecutor:
     def _start(self, call: SkillCall, now: float, state: RobotState) -> None:
         self.started = now
         if call.action == MOVE_TO and state.base is not None:
-            self.segment = ((state.base.pose.x, state.base.pose.y), (call.params["x"], call.params["y"]))
+            self.segment = ((state.base.pose.x, state.base.pose.y), (call.parameters["x"], call.parameters["y"]))
         if call.action == MOVE_JOINTS and state.joints is not None:
             self.setpoint = state.joints
 
@@ -338,10 +338,10 @@ class RobotExecutor:
         if call.action == STOP:
             return self.hold(state), (True, Failure.NONE, "stopped")
         if call.action == WAIT:
-            done = elapsed >= call.params["seconds"]
-            return self._idle(), (True, Failure.NONE, f"waited {call.params['seconds']:g} s") if done else None
+            done = elapsed >= call.parameters["seconds"]
+            return self._idle(), (True, Failure.NONE, f"waited {call.parameters['seconds']:g} s") if done else None
         if call.action == MOVE_TO:
-            goal = (call.params["x"], call.params["y"])
+            goal = (call.parameters["x"], call.parameters["y"])
             pose = state.base.pose
             distance = math.hypot(goal[0] - pose.x, goal[1] - pose.y)
             self.tracking_error = segment_distance((pose.x, pose.y), *self.segment)
@@ -354,15 +354,15 @@ class RobotExecutor:
                                                             f"({pose.x:.2f}, {pose.y:.2f})")
             return Command(twist=go_to_goal(pose, goal, lim)), None
         # MOVE_JOINTS
-        target = self.poses[call.params["pose"]]
+        target = self.poses[call.parameters["pose"]]
         self.setpoint = step_toward(self.setpoint, target, lim.max_joint_speed * dt)
         error = joint_error(state.joints, target)
         self.tracking_error = math.dist(self.setpoint, state.joints)
         if error <= lim.joint_tolerance_rad:
-            return Command(joints=target), (True, Failure.NONE, f"at pose {call.params['pose']} (largest joint "
+            return Command(joints=target), (True, Failure.NONE, f"at pose {call.parameters['pose']} (largest joint "
                                                                 f"error {error:.3f} rad) in {elapsed:.1f} s")
         if elapsed > lim.joints_timeout_s:
-            return self.hold(state), (False, Failure.TIMEOUT, f"not at pose {call.params['pose']} after "
+            return self.hold(state), (False, Failure.TIMEOUT, f"not at pose {call.parameters['pose']} after "
                                                               f"{lim.joints_timeout_s:g} s: largest joint error "
                                                               f"{error:.3f} rad")
         return Command(joints=self.setpoint), None

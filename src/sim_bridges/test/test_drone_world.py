@@ -150,7 +150,7 @@ def test_a_good_plan_parses_with_its_numbers():
     steps = drone_feed.plan_from_steps([("yield_to", '{"agent": "drone_0"}'),
                                         ("move_to", '{"x": -3.0, "y": 40, "z": -10.0, "speed": 5.0}'), ("land", "{}"),
                                         ("hover", "{}")], IntersectionConfig(agents=2))
-    assert [s.action for s in steps] == ["yield_to", "move_to", "land", "hover"] and steps[1].params["y"] == 40
+    assert [s.action for s in steps] == ["yield_to", "move_to", "land", "hover"] and steps[1].parameters["y"] == 40
 
 
 def test_a_dead_simulator_raises_link_down_within_the_timeout():

@@ -111,4 +111,4 @@ def test_hostile_plans_are_refused_before_the_world_sees_them(raw, reason):
     with pytest.raises(InvalidInput) as err:
         feed.plan_from_steps(raw)
     assert err.value.reason == reason
-    assert feed.plan_from_steps([("move_to", '{"target": "shelf_0"}'), ("wait", "")])[0].params == {"target": "shelf_0"}
+    assert feed.plan_from_steps([("move_to", '{"target": "shelf_0"}'), ("wait", "")])[0].parameters == {"target": "shelf_0"}

@@ -198,7 +198,7 @@ def test_move_joints_commands_bounded_steps_until_the_pose_is_within_tolerance()
         arm.apply(command.joints, 0.05)
         if outcomes:
             break
-    assert [(o.success, o.call.params["pose"]) for o in outcomes] == [(True, "ready")]
+    assert [(o.success, o.call.parameters["pose"]) for o in outcomes] == [(True, "ready")]
     assert command.joints == POSES["ready"]  # the final target is sent as well
     assert max(abs(a - b) for a, b in zip(arm.joints, POSES["ready"], strict=True)) <= limits.joint_tolerance_rad
 
