@@ -229,7 +229,7 @@ class ActionSchema:
             entities[str(kind)] = tuple(ids or ())
         actions_raw = raw.get("actions") or {}
         if not isinstance(actions_raw, Mapping) or not actions_raw:
-            raise ValueError("an action schema needs at least one action")
+            raise ValueError("an action schema needs an 'actions' mapping with at least one action")
         actions = {}
         for name, params in actions_raw.items():
             if params is not None and not isinstance(params, Mapping):

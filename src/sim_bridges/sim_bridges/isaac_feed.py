@@ -13,13 +13,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from brace_common.action_schema import Step
 from brace_common.episode import EpisodeMetrics
 from brace_common.vocabulary import Block, EntryKind
 
 from .feed import FeedEntry
 from .isaac_config import TaskGoal
 from .isaac_contract import RobotKind, RobotSpec, RobotState
-from .isaac_skills import MOVE_JOINTS, Outcome, SkillCall, SkillSchema, joint_error
+from .isaac_skills import MOVE_JOINTS, Outcome, SkillSchema, joint_error
 from .warehouse import SUPERVISOR
 
 
@@ -54,7 +55,7 @@ def nearest_pose(joints: tuple[float, ...], poses: dict[str, tuple[float, ...]])
     return best
 
 
-def observation_text(robot: RobotSpec, state: RobotState, current: Optional[SkillCall],
+def observation_text(robot: RobotSpec, state: RobotState, current: Optional[Step],
                      poses: dict[str, tuple[float, ...]]) -> str:
     """A robot's observation as the planner reads it."""
     if robot.kind == RobotKind.MOBILE and state.base is not None:
@@ -70,7 +71,7 @@ def observation_text(robot: RobotSpec, state: RobotState, current: Optional[Skil
     return f"{robot.name} {where}{camera}, next {current.text() if current else 'no plan'}"
 
 
-def observation_entry(robot: RobotSpec, state: RobotState, current: Optional[SkillCall],
+def observation_entry(robot: RobotSpec, state: RobotState, current: Optional[Step],
                       poses: dict[str, tuple[float, ...]], step: int) -> FeedEntry:
     """A robot's latest observation as its state entry."""
     return FeedEntry(robot.name, step, Block.STATE, EntryKind.OBSERVATION.value,

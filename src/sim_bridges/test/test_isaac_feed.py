@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from brace_common.action_schema import Step
 from brace_common.vocabulary import Block, EntryKind, Failure
 from sim_bridges.isaac_config import TaskGoal
 from sim_bridges.isaac_contract import BaseState, CameraStatus, Pose2D, RobotKind, RobotSpec, RobotState
@@ -15,7 +16,7 @@ from sim_bridges.isaac_feed import (
     outcome_entry,
     task_done_entry,
 )
-from sim_bridges.isaac_skills import Outcome, SkillCall, SkillSchema
+from sim_bridges.isaac_skills import Outcome, SkillSchema
 
 SCHEMA = SkillSchema.load(Path(__file__).resolve().parents[1] / "config" / "isaac_actions.yaml")
 POSES = {"home": (0.0, 0.0), "ready": (1.0, -0.5), "extended": (0.5, 0.5)}
@@ -44,7 +45,7 @@ def test_an_episode_opens_with_the_scene_tasks_and_each_robots_skills():
 def test_observations_read_the_robots_state_camera_and_next_skill():
     carter = base(1.234, -0.5, v=0.4)
     carter.camera = CameraStatus(width=640, height=480, images=12)
-    text = observation_text(CARTER, carter, SkillCall("move_to", {"x": 3.0, "y": 1.0}), POSES)
+    text = observation_text(CARTER, carter, Step("move_to", {"x": 3.0, "y": 1.0}), POSES)
     assert text == ("carter_1 at (1.23, -0.50) heading 0 deg, moving, camera 640x480, 12 images, "
                     "next move_to(x=3.0, y=1.0)")
     arm = observation_text(FRANKA, RobotState(joints=(0.98, -0.5)), None, POSES)
@@ -53,11 +54,11 @@ def test_observations_read_the_robots_state_camera_and_next_skill():
 
 
 def test_outcomes_are_history_and_a_reached_goal_is_a_task_entry():
-    failed = Outcome("carter_1", "p", 0, SkillCall("move_to", {"x": 3.0, "y": 1.0}), False, Failure.TIMEOUT, "stuck")
+    failed = Outcome("carter_1", "p", 0, Step("move_to", {"x": 3.0, "y": 1.0}), False, Failure.TIMEOUT, "stuck")
     entry = outcome_entry(failed, 7)
     assert (entry.block, entry.kind, entry.step) == (Block.HISTORY, EntryKind.FAILURE_TRACE.value, 7)
     assert entry.text == "carter_1 move_to(x=3.0, y=1.0) FAILED (timeout): stuck"
-    done = outcome_entry(Outcome("franka_1", "p", 0, SkillCall("stop"), True, Failure.NONE, "stopped"), 8)
+    done = outcome_entry(Outcome("franka_1", "p", 0, Step("stop"), True, Failure.NONE, "stopped"), 8)
     assert done.kind == EntryKind.ACTION_OUTCOME.value and done.text == "franka_1 stop() done: stopped"
     task = task_done_entry(GOALS[1], 9)
     assert (task.block, task.kind, task.text) == (Block.TASK, "task_done", "task done: franka_1 at pose ready")
