@@ -389,6 +389,12 @@ class ActionSchema:
         return [one(i, item) for i, item in enumerate(items)]
 
 
+def step_from_message(action: str, parameters_json: str) -> Step:
+    """A step read from a message's (action, parameters_json), bounds-checked (`check_id`, `parse_json_object`)
+    but not against a schema: for an executor whose skills are defined elsewhere (an instruction table)."""
+    return Step(check_id("action", action), parse_json_object("parameters_json", parameters_json))
+
+
 def _checked(index: int, action: str, name: str, value: Any, p: ParameterSpec) -> Any:
     where = f"step {index}: {action}.{name}"
     if isinstance(value, bool) and p.type != "boolean" or not isinstance(value, TYPES[p.type]):
