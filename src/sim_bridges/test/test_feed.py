@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from brace_common.action_schema import Step
 from brace_common.vocabulary import Block, EntryKind
 from sim_bridges import feed
-from sim_bridges.warehouse import Event, Step, Warehouse, WorldConfig
+from sim_bridges.warehouse import Event, Warehouse, WorldConfig
 
 
 def test_episode_opens_with_task_and_constraints():

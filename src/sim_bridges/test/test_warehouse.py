@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim_bridges.warehouse import Step, Warehouse, WorldConfig
+from brace_common.action_schema import Step
+from sim_bridges.warehouse import Warehouse, WorldConfig
 
 
 def run_oracle(world: Warehouse, replan_every: int = 1) -> list:
