@@ -19,8 +19,8 @@ import yaml
 from brace_bringup.graph import STACKS
 from brace_bringup.param_docs import NODE_CONFIGS, render
 from brace_bringup.run_config import RunConfig
+from brace_common.action_schema import ActionSchema
 from brace_common.config import from_mapping, load_ros_parameters, resolve_path
-from erecap_planner.plan_parser import ActionSchema
 from sim_bridges.isaac_bridge_node import load_schema
 from sim_bridges.isaac_config import IsaacBridgeConfig
 

@@ -19,9 +19,9 @@ import hashlib
 import random
 from dataclasses import dataclass
 
+from brace_common.action_schema import ActionSchema, Step
 from brace_common.vocabulary import Block
 from erecap_planner.context import ContextBuffer, Entry
-from erecap_planner.plan_parser import ActionSchema, Step
 
 SHELVES = [f"shelf_{i}" for i in range(1, 7)]
 DOCKS = [f"dock_{i}" for i in range(1, 4)]

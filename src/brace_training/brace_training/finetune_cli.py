@@ -19,14 +19,13 @@ import random
 import sys
 from pathlib import Path
 
+from brace_common.action_schema import ActionSchema, Step
 from brace_common.vocabulary import Block
 from brace_training.adapter_training import PlanExample, fit_and_save, prune_share
 from erecap_planner.call_path import request_text
 from erecap_planner.constrained import ConstrainedPlanDecoder
 from erecap_planner.context import ContextBuffer, Entry, RenderedContext
 from erecap_planner.models import SMOLLM2, cache_root, load_model
-from erecap_planner.plan_parser import ActionSchema
-from erecap_planner.plan_parser import Step as PlanStep
 from erecap_planner.scoring import enumerate_steps
 from sim_bridges.feed import FeedEntry, action_schema
 from sim_bridges.warehouse import Warehouse, WorldConfig
@@ -43,7 +42,7 @@ def default_adapter() -> Path:
 
 def target_ids(point: DecisionPoint, decoder: ConstrainedPlanDecoder) -> list[int]:
     """The oracle plan's token ids exactly as constrained decoding writes them."""
-    return decoder.token_ids([PlanStep(s.action, dict(s.params)) for s in point.oracle])
+    return decoder.token_ids([Step(s.action, dict(s.parameters)) for s in point.oracle])
 
 
 def context_buffer(entries: list[FeedEntry]) -> ContextBuffer:

@@ -15,15 +15,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 
+from brace_common.action_schema import Step
 from brace_common.vocabulary import Block
 from erecap_planner.context import Entry
-from erecap_planner.plan_parser import Step as PlanStep
 from sim_bridges import drone_feed
 from sim_bridges.airsim_link import AirSimLink, continue_for
 from sim_bridges.airsim_peer import AirSimPeer
 from sim_bridges.drone_world import DroneWorld, read_settings
 from sim_bridges.feed import FeedEntry
-from sim_bridges.intersection import IntersectionConfig, Step, fly_to, routes, settings
+from sim_bridges.intersection import IntersectionConfig, fly_to, routes, settings
 
 
 @dataclass
@@ -32,7 +32,7 @@ class IntersectionPoint:
 
     entries: list[Entry]
     agent_id: str
-    oracle: list[PlanStep]
+    oracle: list[Step]
     step: int
     seed: int
 
@@ -53,8 +53,8 @@ def detour_plan(world: DroneWorld, name: str, rng: random.Random) -> list[Step]:
     return [Step("hover", {"seconds": 5.0})]
 
 
-def _plan_steps(plan: list[Step]) -> list[PlanStep]:
-    return [PlanStep(s.action, dict(s.params)) for s in plan]
+def _plan_steps(plan: list[Step]) -> list[Step]:
+    return [Step(s.action, dict(s.parameters)) for s in plan]
 
 
 def decision_points(seeds: range, agents: int, every: int = 10, observe_every: int = 10, detour: float = 0.0,

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import yaml
 
+from brace_common.action_schema import ActionSchema, Step
 from brace_common.config import resolve_path
 from brace_training.adapter_training import evaluation_model, fit_and_save, prune_share
 from erecap_planner.call_path import CallRequest, PlannerCallPath
 from erecap_planner.models import cache_root, load_model
-from erecap_planner.plan_parser import ActionSchema
-from sim_bridges.intersection import IntersectionConfig, Step, action_schema, same_step
+from sim_bridges.intersection import IntersectionConfig, action_schema, same_step
 
 from .cli_args import PREDICTOR, add_adapter_arguments
 from .intersection_data import IntersectionPoint, decision_points

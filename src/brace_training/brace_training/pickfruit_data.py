@@ -17,8 +17,8 @@ import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from brace_common.action_schema import Step
 from erecap_planner.context import Entry
-from erecap_planner.plan_parser import Step
 from robot_bridge.pickfruit import PickFruitConfig, PickFruitWorld
 from robot_bridge.pickfruit_rollout import PickFruitRollout
 

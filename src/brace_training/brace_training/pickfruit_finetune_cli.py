@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from brace_common.action_schema import ActionSchema
 from brace_common.config import resolve_path
 from brace_common.vocabulary import Mode
 from brace_training.adapter_training import PlanExample, evaluation_model, fit_and_save
@@ -30,7 +31,6 @@ from erecap_planner.call_path import CallRequest, PlannerCallPath, request_text
 from erecap_planner.constrained import ConstrainedPlanDecoder
 from erecap_planner.context import ContextBuffer
 from erecap_planner.models import cache_root, load_model
-from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.scoring import enumerate_steps
 
 from .cli_args import PREDICTOR, add_adapter_arguments

@@ -16,8 +16,9 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from brace_common.action_schema import Step
 from sim_bridges.feed import FeedEntry, episode_entries, place_near, step_entries
-from sim_bridges.warehouse import Step, Warehouse, WorldConfig
+from sim_bridges.warehouse import Warehouse, WorldConfig
 
 
 @dataclass

@@ -23,6 +23,7 @@ from typing import Optional, Protocol
 
 import torch
 
+from brace_common.action_schema import ActionSchema, PlanError, Step
 from brace_common.validation import json_depths
 from brace_common.vocabulary import CallStatus, Mode, Phase, meets_slo
 
@@ -30,7 +31,7 @@ from .compressors import Compressor, make_compressor
 from .constrained import ConstrainedPlanDecoder
 from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextBuffer, RenderedContext, TokenCounts
 from .phase_clock import PhaseClock, PhaseRecord
-from .plan_parser import ActionSchema, PlanError, Step, parse_plan
+from .plan_parser import parse_plan
 from .predictor import PredictorBank
 from .prefix_cache import PrefixCache
 from .pruned_forward import CallAborted, ErecapModel

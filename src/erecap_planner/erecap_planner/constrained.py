@@ -18,7 +18,8 @@ from typing import Optional
 
 import torch
 
-from .plan_parser import Step
+from brace_common.action_schema import Step
+
 from .pruned_forward import CallAborted, ErecapModel, PrefillResult
 
 PLAN_OPEN = '{"plan": ['

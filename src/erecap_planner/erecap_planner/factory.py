@@ -9,11 +9,11 @@ import os
 from dataclasses import replace
 from typing import Optional, Union
 
+from brace_common.action_schema import ActionSchema
 from brace_common.config import ConfigError, resolve_path
 
 from .call_path import PlannerCallPath
 from .config import PlannerConfig
-from .plan_parser import ActionSchema
 from .predictor import PredictorBank, PredictorMismatchError
 from .pruning import PruneSchedule, table8_layers
 from .server_call_path import Backoff, ServerCallPath
@@ -23,11 +23,9 @@ CallPath = Union[PlannerCallPath, ServerCallPath]
 
 def load_schema(cfg: PlannerConfig) -> ActionSchema:
     """The action schema `cfg` names."""
-    import yaml
-
     try:
-        return ActionSchema.from_dict(yaml.safe_load(cfg.schema_path().read_text()) or {})
-    except (OSError, ValueError, AttributeError, yaml.YAMLError) as exc:
+        return ActionSchema.load(cfg.schema_path())
+    except (OSError, ValueError) as exc:
         raise ConfigError("action_schema_file", f"cannot load {cfg.schema_path()}: {exc}") from None
 
 

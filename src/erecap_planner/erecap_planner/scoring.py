@@ -17,7 +17,8 @@ from typing import Optional
 
 import torch
 
-from .plan_parser import ActionSchema, Step
+from brace_common.action_schema import ActionSchema, Step
+
 from .pruned_forward import ErecapModel, PrefillResult
 from .transformer import KVCache
 
@@ -28,7 +29,7 @@ def enumerate_steps(schema: ActionSchema) -> list[Step]:
     """Every skill call whose parameters all have enumerated choices (optional ones left out)."""
     steps = []
     for spec in schema.actions.values():
-        required = {name: p for name, p in spec.params.items() if p.required}
+        required = {name: p for name, p in spec.parameters.items() if p.required}
         if any(p.choices is None for p in required.values()):
             continue
         names = list(required)

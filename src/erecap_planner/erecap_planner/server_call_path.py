@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Optional
 
+from brace_common.action_schema import ActionSchema
 from brace_common.vocabulary import CallStatus, Phase
 
 from .call_path import (
@@ -44,7 +45,7 @@ from .compressors import Compressor
 from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextBuffer, RenderedContext, TokenCounts
 from .openai_client import OpenAIClient, ServerError, StreamResult
 from .phase_clock import PhaseClock
-from .plan_parser import ActionSchema, holds_json
+from .plan_parser import holds_json
 from .pruned_forward import CallAborted
 
 ENDPOINTS = ("chat", "completions")

@@ -94,7 +94,7 @@ def test_abort_is_checked_at_every_model_forward():
 
 
 def test_plan_length_follows_the_cap_of_the_call():
-    from erecap_planner.plan_parser import Step
+    from brace_common.action_schema import Step
 
     model = tiny("llama")
     tok = byte_tokenizer()

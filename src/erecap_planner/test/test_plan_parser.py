@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from erecap_planner.plan_parser import ActionSchema, PlanError, parse_plan
+from brace_common.action_schema import ActionSchema, PlanError
+from erecap_planner.plan_parser import parse_plan
 
 SCHEMA = ActionSchema.from_dict({
     "max_steps": 4,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from erecap_planner.plan_parser import ActionSchema, Step
+from brace_common.action_schema import ActionSchema, Step
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruned_forward import ErecapModel
 from erecap_planner.pruning import PruneSchedule

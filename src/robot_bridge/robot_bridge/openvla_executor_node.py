@@ -47,7 +47,6 @@ until an answer comes. The executor never touches the replanning topics.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import threading
@@ -66,18 +65,19 @@ from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import Image, JointState
 
 from brace_common import names, qos
+from brace_common.action_schema import Step, step_from_message
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError
 from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
-from brace_common.validation import InvalidInput, Rejections, check_id, check_text, parse_json_object, shorten
+from brace_common.validation import InvalidInput, Rejections, check_id, shorten
 from brace_common.vocabulary import Block, EntryKind, Failure
 
 from .executor_config import ExecutorConfig
 from .instructions import InstructionError, InstructionTemplates
-from .step_monitor import Observation, StepError, StepMonitor, StepResult, StepSpec, describe_step, outcome_text
+from .step_monitor import Observation, StepError, StepMonitor, StepResult, StepSpec, outcome_text
 from .vla_action import ActionError, ArmScaling, GripperMapping, to_arm
 from .vla_backends import LocalBackend, ServerBackend, VlaError, resize_image
 
@@ -89,21 +89,34 @@ EXECUTOR_THREADS = 2  # subscriptions and the control tick share one mutually ex
 
 @dataclass(frozen=True)
 class PlannedStep:
-    """One validated step of the current plan."""
+    """One step of the current plan with what the executor derived from it when the plan arrived.
+
+    Not a second step type: it wraps the plan's `Step` with executor state (its index in the plan, the VLA
+    instruction, the step monitor's spec), which a Step does not carry.
+    """
 
     index: int
-    action: str
-    parameters: dict[str, Any]
+    step: Step
     instruction: str
     spec: StepSpec
 
+    @property
+    def action(self) -> str:
+        """The step's skill."""
+        return self.step.action
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The step's parameters."""
+        return self.step.parameters
+
     def describe(self) -> str:
         """`pick(object=cup)` for logs and context entries."""
-        return describe_step(self.action, self.parameters)
+        return self.step.text()
 
     def call(self) -> str:
         """The skill call as canonical text (what makes two plan steps the same)."""
-        return self.action + json.dumps(self.parameters, sort_keys=True)
+        return self.step.call()
 
 
 def image_to_array(msg: Image) -> np.ndarray:
@@ -297,11 +310,10 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
         if len(msg.steps) > MAX_PLAN_STEPS:
             raise InvalidInput("long_steps", f"the plan has {len(msg.steps)} steps (at most {MAX_PLAN_STEPS})")
         steps = []
-        for i, step in enumerate(msg.steps):
-            action = check_text("action", step.action, 64, allow_empty=False)
-            parameters = parse_json_object("parameters_json", step.parameters_json)
-            instruction = self.templates.instruction(action, parameters)
-            steps.append(PlannedStep(i, action, parameters, instruction, self.monitor.spec(action, parameters)))
+        for i, raw in enumerate(msg.steps):
+            step = step_from_message(raw.action, raw.parameters_json)
+            instruction = self.templates.instruction(step.action, step.parameters)
+            steps.append(PlannedStep(i, step, instruction, self.monitor.spec(step.action, step.parameters)))
         return steps
 
     def on_image(self, msg: Image) -> None:

@@ -9,17 +9,12 @@ periodic state log are history (prunable): the context grows with time and with 
 
 from __future__ import annotations
 
-import math
-
-from brace_common.validation import InvalidInput, check_id, parse_json_object, shorten
+from brace_common.action_schema import Fault, PlanError, Step
 from brace_common.vocabulary import Block, EntryKind
 
 from .drone_world import DroneWorld, Event
 from .feed import MAX_PLAN_STEPS, AgentReport, FeedEntry, event_entries, state_entries
-from .intersection import TOWER, IntersectionConfig, Step, action_schema, in_box, same_step
-
-MAX_COORDINATE_M = 10_000.0
-"""Largest |coordinate| or speed a plan may name."""
+from .intersection import TOWER, IntersectionConfig, drone_schema, in_box, same_step
 
 
 def _p(x: float, y: float, z: float) -> str:
@@ -67,7 +62,7 @@ def state_text(world: DroneWorld, name: str) -> str:
         where = "past the intersection"
     else:
         where = "before the intersection"
-    nxt = d.current.text() if d.current else "no plan"
+    nxt = d.current.values_text() if d.current else "no plan"
     return f"{name} at {_p(x, y, z)}, {where}, next {nxt}"
 
 
@@ -92,38 +87,19 @@ def agent_reports(world: DroneWorld) -> list[AgentReport]:
     return out
 
 
+DRONE_REASONS = {reason: "bad_parameter" for reason in (
+    Fault.UNKNOWN_PARAMETER, Fault.BAD_PARAMETER_TYPE, Fault.BAD_PARAMETER_VALUE, Fault.OUT_OF_RANGE,
+    Fault.UNKNOWN_CHOICE)}
+"""The drone world counts every refused parameter value as bad_parameter."""
+
+
 def plan_from_steps(raw: list[tuple[str, str]], cfg: IntersectionConfig) -> list[Step]:
-    """Drone steps from (action, parameters_json) pairs, checked against the drone skill schema; InvalidInput
-    naming what is wrong (nothing moves on a bad plan)."""
-    if len(raw) > MAX_PLAN_STEPS:
-        raise InvalidInput("long_plan", f"plan has {len(raw)} steps (at most {MAX_PLAN_STEPS})")
-    skills = action_schema(cfg)["actions"]
-    steps = []
-    for action, params_json in raw:
-        action = check_id("action", action)
-        if action not in skills:
-            raise InvalidInput("unknown_skill", f"{shorten(action)} is not a drone skill ({', '.join(skills)})")
-        params = parse_json_object("parameters_json", params_json)
-        spec = skills[action]
-        unknown = set(params) - set(spec)
-        if unknown:
-            raise InvalidInput("bad_parameter", f"{action} takes no {shorten(sorted(unknown)[0])}")
-        for key, pspec in spec.items():
-            if key not in params:
-                if key == "seconds":
-                    continue
-                raise InvalidInput("missing_parameter", f"{action} needs {key}")
-            value = params[key]
-            if pspec.get("type") == "number":
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                        or abs(value) > MAX_COORDINATE_M:
-                    raise InvalidInput("bad_parameter", f"{action}.{key} must be a finite number")
-                if key in ("speed", "seconds") and value <= 0:
-                    raise InvalidInput("bad_parameter", f"{action}.{key} must be positive")
-            elif not isinstance(value, str) or value not in pspec.get("choices", [value]):
-                raise InvalidInput("bad_parameter", f"{action}.{key} must be one of {pspec.get('choices')}")
-        steps.append(Step(action, params))
-    return steps
+    """Drone steps from (action, parameters_json) pairs, checked against the drone skills of scenario `cfg`;
+    InvalidInput naming what is wrong (nothing moves on a bad plan; an empty plan clears the drone's)."""
+    try:
+        return drone_schema(cfg).plan_from_pairs(raw, max_steps=MAX_PLAN_STEPS, allow_empty=True)
+    except PlanError as exc:
+        raise exc.renamed(DRONE_REASONS) from None
 
 
 def agrees_with_oracle(world: DroneWorld, name: str, plan: list[Step]) -> bool:

@@ -190,7 +190,7 @@ class DroneWorld:
         d = self.drones[name]
         if d.done:
             return False  # landed at its goal: the task is over, the drone stays down
-        changed = [(s.action, s.params) for s in plan] != [(s.action, s.params) for s in d.plan[d.cursor:]]
+        changed = [(s.action, s.parameters) for s in plan] != [(s.action, s.parameters) for s in d.plan[d.cursor:]]
         plan = list(plan)
         if plan and plan[0].action in AIRBORNE_SKILLS and d.landed_state == LANDED:
             plan.insert(0, Step("takeoff"))  # a drone on the ground takes off first
@@ -332,7 +332,7 @@ class DroneWorld:
             if error:
                 return [self._finish(d, error, False, Failure.EXECUTOR)]
             d.commanded, d.step_started, elapsed = True, self.sim_time, 0.0
-        act, p = step.action, step.params
+        act, p = step.action, step.parameters
         if act == "takeoff":
             if d.altitude >= TAKEOFF_ALTITUDE_M:
                 events.append(self._finish(d, f"took off, at {d.altitude:.1f} m"))
@@ -375,7 +375,7 @@ class DroneWorld:
 
     def _command(self, d: Drone, step: Step) -> str:
         """Send the skill's command; an error text when the step cannot run."""
-        act, p = step.action, step.params
+        act, p = step.action, step.parameters
         name = d.name
         if act == "takeoff":
             self.client.takeoffAsync(vehicle_name=name)
@@ -469,7 +469,7 @@ def _activity(d: Drone) -> AgentActivity:
     if step is None:
         return AgentActivity(d.name, Activity.IDLE, index=d.cursor, plan_steps=len(d.plan))
     kind = Activity.WAITING if step.action in WAITING_SKILLS else Activity.EXECUTING
-    return AgentActivity(d.name, kind, step.action, parameters_text(step.params), d.cursor, len(d.plan))
+    return AgentActivity(d.name, kind, step.action, parameters_text(step.parameters), d.cursor, len(d.plan))
 
 
 def world_state(world: DroneWorld, episode: int) -> WorldState:
@@ -490,8 +490,8 @@ def world_state(world: DroneWorld, episode: int) -> WorldState:
         if in_box(cfg, d.position[0], d.position[1]):
             relations.append(Relation(name, Predicate.IN, "intersection"))
         relations.append(Relation(name, Predicate.ASSIGNED, f"task_{name}"))
-        if d.current is not None and d.current.action == "yield_to" and d.current.params.get("agent") in world.drones:
-            relations.append(Relation(name, Predicate.YIELDS_TO, d.current.params["agent"]))
+        if d.current is not None and d.current.action == "yield_to" and d.current.parameters.get("agent") in world.drones:
+            relations.append(Relation(name, Predicate.YIELDS_TO, d.current.parameters["agent"]))
     relations += [Relation(a, Predicate.NEAR, b) for a, b in sorted(world.reported_pairs)]
     order = world.order()
     relations += [Relation(later, Predicate.AFTER, before) for before, later in zip(order, order[1:], strict=False)]

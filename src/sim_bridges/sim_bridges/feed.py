@@ -17,10 +17,11 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from brace_common.validation import MAX_ID_CHARS, InvalidInput, check_id, parse_json_object, shorten
+from brace_common.action_schema import ActionSchema, Fault, PlanError, Step
+from brace_common.validation import InvalidInput
 from brace_common.vocabulary import Block, EntryKind
 
-from .warehouse import SUPERVISOR, Event, Prediction, Step, Warehouse, lookahead
+from .warehouse import SUPERVISOR, Event, Prediction, Warehouse, lookahead
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def state_text(world: Warehouse, agent: str) -> str:
     near = place_near(world, a.pos)
     where = f"at {near} {a.pos}" if near else f"at {a.pos}"
     what = f"holding {a.holding}" if a.holding else "empty-handed"
-    nxt = a.current.text() if a.current else "no plan"
+    nxt = a.current.values_text() if a.current else "no plan"
     return f"{where}, {what}, next {nxt}"
 
 
@@ -138,9 +139,9 @@ def tracking_error(world: Warehouse, agent: str) -> float:
     target: Optional[str] = None
     for step in a.plan[a.cursor:]:
         if step.action == "move_to":
-            target = step.params.get("target")
+            target = step.parameters.get("target")
         elif step.action == "pick":
-            shelf = world.objects.get(step.params.get("object", ""))
+            shelf = world.objects.get(step.parameters.get("object", ""))
             if shelf is None or target not in world.shelves or target == shelf:
                 return 0.0
             (x1, y1), (x2, y2) = world.shelves[target], world.shelves[shelf]
@@ -154,22 +155,38 @@ def agent_reports(world: Warehouse) -> list[AgentReport]:
             for n, a in sorted(world.agents.items())]
 
 
+WAREHOUSE_SKILLS = ActionSchema.from_dict({
+    "max_steps": 4,
+    "entities": {"place": [], "object": [], "dock": [], "agent": []},
+    "actions": {
+        "move_to": {"target": {"type": "string", "entity": "place"}},
+        "pick": {"object": {"type": "string", "entity": "object"}},
+        "place": {"object": {"type": "string", "entity": "object"}, "target": {"type": "string", "entity": "dock"}},
+        "handoff": {"object": {"type": "string", "entity": "object"}, "to_agent": {"type": "string", "entity": "agent"}},
+        "wait": {"steps": {"type": "integer", "required": False}},
+    }})
+"""The warehouse's skills (the world's intake schema). Its entities list no ids: the world takes any name and
+reports one it does not know (an unknown place, an object that is not here) as a failed step the planner reads."""
+
+WAREHOUSE_REASONS = {reason: "bad_parameter" for reason in (
+    Fault.UNKNOWN_PARAMETER, Fault.MISSING_PARAMETER, Fault.BAD_PARAMETER_TYPE, Fault.BAD_PARAMETER_VALUE,
+    Fault.UNKNOWN_CHOICE)}
+"""The warehouse counts every refused parameter as bad_parameter."""
+
+
+def world_schema(world: Warehouse, max_steps: int = 4) -> ActionSchema:
+    """The warehouse skills with the ids of `world`'s places, objects, docks and agents."""
+    return WAREHOUSE_SKILLS.extend({"max_steps": max_steps, "entities": {
+        "place": [*world.shelves, *world.docks, *world.parks], "object": sorted(world.objects),
+        "dock": list(world.docks), "agent": sorted(world.agents)}})
+
+
 def action_schema(world: Warehouse, max_steps: int = 4) -> dict:
     """The agents' allowed skill calls with every parameter enumerated from the world (planner schema).
 
     Four steps hold every oracle plan (go, pick, go, place / handoff); a longer plan only costs decoding time.
     """
-    places = [*world.shelves, *world.docks, *world.parks]
-    objects = sorted(world.objects)
-    return {"max_steps": max_steps, "actions": {
-        "move_to": {"target": {"type": "string", "choices": places}},
-        "pick": {"object": {"type": "string", "choices": objects}},
-        "place": {"object": {"type": "string", "choices": objects},
-                  "target": {"type": "string", "choices": list(world.docks)}},
-        "handoff": {"object": {"type": "string", "choices": objects},
-                    "to_agent": {"type": "string", "choices": sorted(world.agents)}},
-        "wait": {"steps": {"type": "integer", "required": False}},
-    }}
+    return world_schema(world, max_steps).to_dict()
 
 
 MAX_PLAN_STEPS = 64
@@ -177,21 +194,12 @@ MAX_PLAN_STEPS = 64
 
 
 def plan_from_steps(raw: list[tuple[str, str]]) -> list[Step]:
-    """World steps from (action, parameters_json) pairs; InvalidInput naming what is wrong.
-
-    The warehouse's skills take names only: every parameter value must be a short string (a list where a place
-    belongs would reach the world's lookups).
-    """
-    if len(raw) > MAX_PLAN_STEPS:
-        raise InvalidInput("long_plan", f"plan has {len(raw)} steps (at most {MAX_PLAN_STEPS})")
-    steps = []
-    for action, params_json in raw:
-        params = parse_json_object("parameters_json", params_json)
-        for key, value in params.items():
-            if not isinstance(value, str) or len(value) > MAX_ID_CHARS:
-                raise InvalidInput("bad_parameter", f"parameter {shorten(key)} of {shorten(action)} is not a name")
-        steps.append(Step(check_id("action", action), params))
-    return steps
+    """World steps from (action, parameters_json) pairs, checked against the warehouse skills; InvalidInput
+    naming what is wrong (an empty plan clears the agent's)."""
+    try:
+        return WAREHOUSE_SKILLS.plan_from_pairs(raw, max_steps=MAX_PLAN_STEPS, allow_empty=True)
+    except PlanError as exc:
+        raise exc.renamed(WAREHOUSE_REASONS) from None
 
 
 def same_first_step(plan: list[Step], oracle: list[Step], here: str) -> bool:
@@ -201,11 +209,11 @@ def same_first_step(plan: list[Step], oracle: list[Step], here: str) -> bool:
     oracle never writes one: it does not count against the plan.
     """
     plan = list(plan)
-    while plan and here and plan[0].action == "move_to" and plan[0].params.get("target") == here:
+    while plan and here and plan[0].action == "move_to" and plan[0].parameters.get("target") == here:
         plan.pop(0)
     if not plan or not oracle:
         return not plan and not oracle
-    return (plan[0].action, plan[0].params) == (oracle[0].action, oracle[0].params)
+    return (plan[0].action, plan[0].parameters) == (oracle[0].action, oracle[0].parameters)
 
 
 def agrees_with_oracle(world: Warehouse, agent: str, plan: list[Step]) -> bool:

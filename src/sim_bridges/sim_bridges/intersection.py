@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from brace_common.action_schema import ActionSchema, Step
 from brace_common.config import ConfigError, check_fields, param
 
 TOWER = "tower"
@@ -165,18 +166,6 @@ def arrived(cfg: IntersectionConfig, route: Route, x: float, y: float) -> bool:
     return math.hypot(x - route.goal[0], y - route.goal[1]) <= cfg.goal_tolerance_m
 
 
-@dataclass
-class Step:
-    """One skill call of a drone plan (numbers as the plan's JSON has them)."""
-
-    action: str
-    params: dict = dataclasses.field(default_factory=dict)
-
-    def text(self) -> str:
-        """How the skill call reads in the context."""
-        return f"{self.action}({', '.join(f'{v}' for v in self.params.values())})"
-
-
 def fly_to(cfg: IntersectionConfig, goal: Point) -> Step:
     """move_to the point above `goal` at cruise altitude and speed."""
     return Step("move_to", {"x": goal[0], "y": goal[1], "z": -cfg.cruise_altitude_m, "speed": cfg.cruise_speed_mps})
@@ -233,32 +222,53 @@ def oracle_plan(cfg: IntersectionConfig, drone: str, views: dict[str, DroneView]
     return plan + [fly_to(cfg, route.goal), Step("land")]
 
 
+MAX_COORDINATE_M = 10_000.0
+"""Largest |coordinate| or speed a plan may name."""
+
+DRONE_SKILLS = ActionSchema.from_dict({
+    "max_steps": 3,
+    "entities": {"drone": []},
+    "actions": {
+        "takeoff": {},
+        "move_to": {axis: {"type": "number", "min": -MAX_COORDINATE_M, "max": MAX_COORDINATE_M} for axis in "xyz"}
+        | {"speed": {"type": "number", "min": 0.0, "exclusive_min": True, "max": MAX_COORDINATE_M}},
+        "hover": {"seconds": {"type": "number", "required": False, "min": 0.0, "exclusive_min": True,
+                              "max": MAX_COORDINATE_M}},
+        "yield_to": {"agent": {"type": "string", "entity": "drone"}},
+        "land": {},
+    }})
+"""What a drone executes (the world's intake schema): NED metres, positive speeds and hover times (a hover
+without `seconds` holds until the next plan), yielding to a drone of the scenario."""
+
+
+def drone_schema(cfg: IntersectionConfig) -> ActionSchema:
+    """The drone skills of scenario `cfg`: its drones are the ones a drone may yield to."""
+    return DRONE_SKILLS.extend({"entities": {"drone": cfg.names()}})
+
+
 def action_schema(cfg: IntersectionConfig, max_steps: int = 3) -> dict:
-    """The drones' skill calls with every parameter enumerated from the scenario (planner schema).
+    """The planner's schema: the drone skills with every parameter enumerated from the scenario.
 
     `move_to` takes world NED coordinates: x and y among the goals' and holds' coordinates, z the cruise
-    altitude (negative: up), speed the cruise speed. Three steps hold every oracle plan (yield, fly, land).
+    altitude (negative: up), speed the cruise speed; a planned hover names its seconds. Three steps hold every
+    oracle plan (yield, fly, land).
     """
     rs = routes(cfg).values()
     xs = sorted({r.goal[0] for r in rs} | {r.hold[0] for r in rs})
     ys = sorted({r.goal[1] for r in rs} | {r.hold[1] for r in rs})
-    return {"max_steps": max_steps, "actions": {
-        "takeoff": {},
-        "move_to": {"x": {"type": "number", "choices": xs}, "y": {"type": "number", "choices": ys},
-                    "z": {"type": "number", "choices": [-cfg.cruise_altitude_m]},
-                    "speed": {"type": "number", "choices": [cfg.cruise_speed_mps]}},
-        "hover": {"seconds": {"type": "number", "choices": [2.0, 5.0]}},
-        "yield_to": {"agent": {"type": "string", "choices": cfg.names()}},
-        "land": {},
-    }}
+    return drone_schema(cfg).extend({"max_steps": max_steps, "actions": {
+        "move_to": {"x": {"choices": xs}, "y": {"choices": ys}, "z": {"choices": [-cfg.cruise_altitude_m]},
+                    "speed": {"choices": [cfg.cruise_speed_mps]}},
+        "hover": {"seconds": {"choices": [2.0, 5.0], "required": True}},
+    }}).to_dict()
 
 
 def same_step(a: Step, b: Step, tolerance: float = 1e-6) -> bool:
     """Two skill calls are the same (numbers equal within `tolerance`)."""
-    if a.action != b.action or set(a.params) != set(b.params):
+    if a.action != b.action or set(a.parameters) != set(b.parameters):
         return False
-    for key, value in a.params.items():
-        other = b.params[key]
+    for key, value in a.parameters.items():
+        other = b.parameters[key]
         if isinstance(value, (int, float)) and isinstance(other, (int, float)):
             if abs(float(value) - float(other)) > tolerance:
                 return False

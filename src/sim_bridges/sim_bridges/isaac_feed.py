@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from brace_common.action_schema import Step
 from brace_common.episode import EpisodeMetrics
 from brace_common.vocabulary import Activity, Block, EntryKind, Observability, Predicate
 from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState, parameters_text
@@ -20,7 +21,7 @@ from brace_common.world_state import AgentActivity, Entity, Pose, Relation, Worl
 from .feed import FeedEntry
 from .isaac_config import TaskGoal
 from .isaac_contract import RobotKind, RobotSpec, RobotState
-from .isaac_skills import MOVE_JOINTS, WAIT, Outcome, RobotExecutor, SkillCall, SkillSchema, joint_error
+from .isaac_skills import MOVE_JOINTS, WAIT, Outcome, RobotExecutor, SkillSchema, joint_error
 from .warehouse import SUPERVISOR
 
 
@@ -55,7 +56,7 @@ def nearest_pose(joints: tuple[float, ...], poses: dict[str, tuple[float, ...]])
     return best
 
 
-def observation_text(robot: RobotSpec, state: RobotState, current: Optional[SkillCall],
+def observation_text(robot: RobotSpec, state: RobotState, current: Optional[Step],
                      poses: dict[str, tuple[float, ...]]) -> str:
     """A robot's observation as the planner reads it."""
     if robot.kind == RobotKind.MOBILE and state.base is not None:
@@ -71,7 +72,7 @@ def observation_text(robot: RobotSpec, state: RobotState, current: Optional[Skil
     return f"{robot.name} {where}{camera}, next {current.text() if current else 'no plan'}"
 
 
-def observation_entry(robot: RobotSpec, state: RobotState, current: Optional[SkillCall],
+def observation_entry(robot: RobotSpec, state: RobotState, current: Optional[Step],
                       poses: dict[str, tuple[float, ...]], step: int) -> FeedEntry:
     """A robot's latest observation as its state entry."""
     return FeedEntry(robot.name, step, Block.STATE, EntryKind.OBSERVATION.value,
@@ -162,7 +163,7 @@ def _activity(name: str, executor: RobotExecutor, held: bool) -> AgentActivity:
     if call is None:
         return AgentActivity(name, Activity.IDLE, index=executor.cursor, plan_steps=len(executor.plan))
     kind = Activity.BLOCKED if held else Activity.WAITING if call.action == WAIT else Activity.EXECUTING
-    return AgentActivity(name, kind, call.action, parameters_text(call.params), executor.cursor, len(executor.plan))
+    return AgentActivity(name, kind, call.action, parameters_text(call.parameters), executor.cursor, len(executor.plan))
 
 
 def world_state(world: str, episode: int, step: int, robots: dict[str, RobotSpec], states: dict[str, RobotState],

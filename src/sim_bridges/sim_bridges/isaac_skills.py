@@ -18,13 +18,11 @@ bridge reads: `kinds` (the skills each robot kind may call) and a number's
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Optional
 
-import yaml
-
-from brace_common.validation import InvalidInput, parse_json_object, shorten
+from brace_common.action_schema import ActionSchema, Fault, PlanError, Step
+from brace_common.validation import shorten
 from brace_common.vocabulary import Failure
 
 from .isaac_contract import Pose2D, RobotKind, RobotSpec, RobotState, wrap_angle
@@ -32,148 +30,66 @@ from .isaac_contract import Pose2D, RobotKind, RobotSpec, RobotState, wrap_angle
 MOVE_TO, MOVE_JOINTS, STOP, WAIT = "move_to", "move_joints", "stop", "wait"
 SKILLS = (MOVE_TO, MOVE_JOINTS, STOP, WAIT)
 """The skills the bridge can execute (a schema may offer a subset)."""
-_TYPES = {"string": (str,), "number": (int, float), "integer": (int,), "boolean": (bool,)}
+ISAAC_REASONS = {Fault.SKILL_NOT_FOR_KIND: "skill_not_for_robot"}
+"""The bridge's counter key for a skill the robot's kind may not call."""
+_PARAMETERS = {MOVE_TO: ("x", "y"), MOVE_JOINTS: ("pose",), WAIT: ("seconds",)}
+"""The parameters the bridge reads of each skill that takes any."""
 
 
 @dataclass(frozen=True)
-class ParamRule:
-    """One parameter of a skill: JSON type, allowed values, required, range of a number."""
+class SkillSchema(ActionSchema):
+    """The action schema of Isaac robots; its `kinds` are robot kinds (RobotKind values).
 
-    type: str = "string"
-    choices: Optional[tuple] = None
-    required: bool = True
-    low: Optional[float] = None
-    high: Optional[float] = None
-
-
-@dataclass(frozen=True)
-class SkillCall:
-    """One validated plan step."""
-
-    action: str
-    params: dict[str, Any] = field(default_factory=dict)
-
-    def text(self) -> str:
-        """`move_to(x=1.0, y=2.0)` as context entries write it."""
-        return f"{self.action}({', '.join(f'{k}={v}' for k, v in self.params.items())})"
-
-
-@dataclass(frozen=True)
-class SkillSchema:
-    """Which skills exist, with which parameters, and which robot kind may call which."""
-
-    actions: dict[str, dict[str, ParamRule]]
-    kinds: dict[RobotKind, tuple[str, ...]]
-    max_steps: int = 4
+    A subclass for what only this bridge knows: at load, that every skill is one it executes with exactly the
+    parameters it reads and every kind a robot kind; at intake, that a pose is one of the robot's named poses.
+    """
 
     @classmethod
     def from_dict(cls, raw: Any) -> SkillSchema:
         """{'max_steps', 'kinds': {kind: [skill]}, 'actions': {skill: {param: {type, choices, required, low, high}}}};
         ValueError naming what is wrong."""
-        if not isinstance(raw, dict) or not isinstance(raw.get("actions"), dict) or not raw["actions"]:
-            raise ValueError("the schema needs an 'actions' mapping with at least one skill")
-        actions: dict[str, dict[str, ParamRule]] = {}
-        for name, params in raw["actions"].items():
+        schema = super().from_dict(raw)
+        for name, spec in schema.actions.items():
             if name not in SKILLS:
                 raise ValueError(f"skill '{name}' is not one the bridge executes ({', '.join(SKILLS)})")
-            rules = {}
-            for pname, p in (params or {}).items():
-                p = p or {}
-                if p.get("type", "string") not in _TYPES:
-                    raise ValueError(f"{name}.{pname}: type '{p.get('type')}' is not one of {', '.join(_TYPES)}")
-                choices = tuple(p["choices"]) if p.get("choices") is not None else None
-                rules[pname] = ParamRule(p.get("type", "string"), choices, bool(p.get("required", True)),
-                                         p.get("low"), p.get("high"))
-            actions[name] = rules
-        for name, needed in ((MOVE_TO, ("x", "y")), (MOVE_JOINTS, ("pose",)), (WAIT, ("seconds",))):
-            if name in actions and set(actions[name]) != set(needed):
+            needed = _PARAMETERS.get(name, ())
+            if name in _PARAMETERS and set(spec.parameters) != set(needed):
                 raise ValueError(f"skill '{name}' takes exactly ({', '.join(needed)}), the schema gives "
-                                 f"({', '.join(actions[name])})")
-        kinds: dict[RobotKind, tuple[str, ...]] = {}
-        for kind, skills in (raw.get("kinds") or {}).items():
+                                 f"({', '.join(spec.parameters)})")
+        for kind, skills in schema.kinds.items():
             try:
                 kind = RobotKind(kind)
             except ValueError:
                 raise ValueError(f"kinds: '{kind}' is not a robot kind (mobile, arm)") from None
-            unknown = [s for s in skills or [] if s not in actions]
-            if unknown:
-                raise ValueError(f"kinds.{kind.value}: {unknown} are not skills of the schema")
-            wrong = [s for s in skills or [] if s == (MOVE_JOINTS if kind == RobotKind.MOBILE else MOVE_TO)]
+            wrong = [s for s in skills if s == (MOVE_JOINTS if kind == RobotKind.MOBILE else MOVE_TO)]
             if wrong:
                 raise ValueError(f"kinds.{kind.value}: a {kind.value} robot cannot execute {wrong[0]}")
-            kinds[kind] = tuple(skills or ())
-        max_steps = raw.get("max_steps", 4)
-        if not isinstance(max_steps, int) or not 1 <= max_steps <= 64:
-            raise ValueError(f"max_steps {max_steps!r} is not an integer in [1, 64]")
-        return cls(actions, kinds, max_steps)
-
-    @classmethod
-    def load(cls, path: str | Path) -> SkillSchema:
-        """The schema in YAML file `path`; ValueError (OSError when unreadable) naming what is wrong."""
-        try:
-            raw = yaml.safe_load(Path(path).read_text())
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{path} is not YAML: {exc}") from None
-        return cls.from_dict(raw)
+        if schema.max_steps > 64:
+            raise ValueError(f"max_steps {schema.max_steps!r} is not an integer in [1, 64]")
+        return schema
 
     def skills_of(self, kind: RobotKind) -> tuple[str, ...]:
-        """The skills a robot of `kind` may call."""
-        return self.kinds.get(kind, ())
+        """The skills a robot of `kind` may call (none when the schema's kinds do not name it)."""
+        return self.kinds.get(kind.value, ())
 
     def pose_choices(self) -> tuple[str, ...]:
         """The pose names move_joints offers the planner ('' when it offers none or has no move_joints)."""
-        rule = self.actions.get(MOVE_JOINTS, {}).get("pose")
+        spec = self.actions.get(MOVE_JOINTS)
+        rule = spec.parameters.get("pose") if spec is not None else None
         return tuple(rule.choices) if rule is not None and rule.choices else ()
 
-    def signature(self, skill: str) -> str:
-        """`move_to(x, y)` as the constraints entry shows a skill."""
-        return f"{skill}({', '.join(self.actions[skill])})"
-
-    def validate(self, kind: RobotKind, steps: list[tuple[str, str]], poses: dict[str, tuple]) -> list[SkillCall]:
+    def validate(self, kind: RobotKind, steps: list[tuple[str, str]], poses: dict[str, tuple]) -> list[Step]:
         """Skill calls from a plan's (action, parameters_json) pairs for a robot of `kind` whose named poses are
         `poses`; InvalidInput naming what is wrong (nothing of a plan with one bad step is executed)."""
-        if not steps:
-            raise InvalidInput("empty_plan", "the plan has no steps")
-        if len(steps) > self.max_steps:
-            raise InvalidInput("long_plan", f"plan has {len(steps)} steps (at most {self.max_steps})")
-        return [self._call(kind, action, params_json, poses) for action, params_json in steps]
-
-    def _call(self, kind: RobotKind, action: str, params_json: str, poses: dict[str, tuple]) -> SkillCall:
-        if action not in self.actions:
-            raise InvalidInput("unknown_skill", f"skill '{shorten(action)}' is not in the action schema")
-        if action not in self.skills_of(kind):
-            raise InvalidInput("skill_not_for_robot", f"a {kind.value} robot cannot {action}")
-        params = parse_json_object("parameters_json", params_json)
-        rules = self.actions[action]
-        unknown = [k for k in params if k not in rules]
-        if unknown:
-            raise InvalidInput("unknown_parameter", f"{action} has no parameter {shorten(unknown[0])}")
-        out: dict[str, Any] = {}
-        for name, rule in rules.items():
-            if name not in params:
-                if rule.required:
-                    raise InvalidInput("missing_parameter", f"{action} needs '{name}'")
-                continue
-            out[name] = _checked(action, name, params[name], rule)
-        if action == MOVE_JOINTS and out["pose"] not in poses:
-            raise InvalidInput("unknown_pose", f"pose '{shorten(out['pose'])}' is not a named pose of this robot")
-        return SkillCall(action, out)
-
-
-def _checked(action: str, name: str, value: Any, rule: ParamRule) -> Any:
-    types = _TYPES[rule.type]
-    if isinstance(value, bool) and rule.type != "boolean" or not isinstance(value, types):
-        raise InvalidInput("bad_parameter_type", f"{action}.{name} must be a {rule.type}")
-    if rule.type == "number":
-        value = float(value)
-        if not math.isfinite(value):
-            raise InvalidInput("bad_parameter_value", f"{action}.{name} is not finite")
-    if rule.type in ("number", "integer") and (rule.low is not None and value < rule.low
-                                               or rule.high is not None and value > rule.high):
-        raise InvalidInput("parameter_out_of_range", f"{action}.{name}={value} is outside [{rule.low}, {rule.high}]")
-    if rule.choices is not None and value not in rule.choices:
-        raise InvalidInput("unknown_choice", f"{action}.{name}={shorten(str(value))} is not one of the schema's")
-    return value
+        try:
+            calls = self.plan_from_pairs(steps, kind=kind.value)
+        except PlanError as exc:
+            raise exc.renamed(ISAAC_REASONS) from None
+        for index, call in enumerate(calls):
+            if call.action == MOVE_JOINTS and call.parameters["pose"] not in poses:
+                raise PlanError("unknown_pose", f"step {index}: pose '{shorten(call.parameters['pose'])}' is not a "
+                                                "named pose of this robot", index, "pose")
+        return calls
 
 
 # ---------------------------------------------------------------------- controllers
@@ -250,7 +166,7 @@ class Outcome:
     agent_id: str
     plan_id: str
     index: int
-    call: SkillCall
+    call: Step
     success: bool
     failure: Failure
     detail: str
@@ -264,7 +180,7 @@ class RobotExecutor:
         self.limits = limits
         self.poses = poses
         self.plan_id = ""
-        self.plan: list[SkillCall] = []
+        self.plan: list[Step] = []
         self.cursor = 0
         self.started: Optional[float] = None              # ROS time the current step started
         self.segment: Optional[tuple[tuple[float, float], tuple[float, float]]] = None  # move_to: start, goal
@@ -273,7 +189,7 @@ class RobotExecutor:
         self.tracking_error = math.nan
 
     @property
-    def current(self) -> Optional[SkillCall]:
+    def current(self) -> Optional[Step]:
         """The step being executed (None when idle)."""
         return self.plan[self.cursor] if self.cursor < len(self.plan) else None
 
@@ -282,7 +198,7 @@ class RobotExecutor:
         """A plan with unfinished steps."""
         return self.current is not None
 
-    def set_plan(self, plan_id: str, steps: list[SkillCall]) -> None:
+    def set_plan(self, plan_id: str, steps: list[Step]) -> None:
         """Replace the plan (a running step is abandoned without an outcome; the next tick starts the new one)."""
         self.plan_id, self.plan, self.cursor = plan_id, list(steps), 0
         self._reset_step()
@@ -324,24 +240,24 @@ class RobotExecutor:
                 self.plan, self.cursor = [], 0  # a failed step abandons the rest of its plan
         return last, outcomes
 
-    def _start(self, call: SkillCall, now: float, state: RobotState) -> None:
+    def _start(self, call: Step, now: float, state: RobotState) -> None:
         self.started = now
         if call.action == MOVE_TO and state.base is not None:
-            self.segment = ((state.base.pose.x, state.base.pose.y), (call.params["x"], call.params["y"]))
+            self.segment = ((state.base.pose.x, state.base.pose.y), (call.parameters["x"], call.parameters["y"]))
         if call.action == MOVE_JOINTS and state.joints is not None:
             self.setpoint = state.joints
 
-    def _run(self, call: SkillCall, now: float, dt: float, state: RobotState):
+    def _run(self, call: Step, now: float, dt: float, state: RobotState):
         """(command, None) while running; (command, (success, failure, detail)) when the step ended."""
         elapsed = now - self.started
         lim = self.limits
         if call.action == STOP:
             return self.hold(state), (True, Failure.NONE, "stopped")
         if call.action == WAIT:
-            done = elapsed >= call.params["seconds"]
-            return self._idle(), (True, Failure.NONE, f"waited {call.params['seconds']:g} s") if done else None
+            done = elapsed >= call.parameters["seconds"]
+            return self._idle(), (True, Failure.NONE, f"waited {call.parameters['seconds']:g} s") if done else None
         if call.action == MOVE_TO:
-            goal = (call.params["x"], call.params["y"])
+            goal = (call.parameters["x"], call.parameters["y"])
             pose = state.base.pose
             distance = math.hypot(goal[0] - pose.x, goal[1] - pose.y)
             self.tracking_error = segment_distance((pose.x, pose.y), *self.segment)
@@ -354,15 +270,15 @@ class RobotExecutor:
                                                             f"({pose.x:.2f}, {pose.y:.2f})")
             return Command(twist=go_to_goal(pose, goal, lim)), None
         # MOVE_JOINTS
-        target = self.poses[call.params["pose"]]
+        target = self.poses[call.parameters["pose"]]
         self.setpoint = step_toward(self.setpoint, target, lim.max_joint_speed * dt)
         error = joint_error(state.joints, target)
         self.tracking_error = math.dist(self.setpoint, state.joints)
         if error <= lim.joint_tolerance_rad:
-            return Command(joints=target), (True, Failure.NONE, f"at pose {call.params['pose']} (largest joint "
+            return Command(joints=target), (True, Failure.NONE, f"at pose {call.parameters['pose']} (largest joint "
                                                                 f"error {error:.3f} rad) in {elapsed:.1f} s")
         if elapsed > lim.joints_timeout_s:
-            return self.hold(state), (False, Failure.TIMEOUT, f"not at pose {call.params['pose']} after "
+            return self.hold(state), (False, Failure.TIMEOUT, f"not at pose {call.parameters['pose']} after "
                                                               f"{lim.joints_timeout_s:g} s: largest joint error "
                                                               f"{error:.3f} rad")
         return Command(joints=self.setpoint), None

@@ -63,7 +63,7 @@ def world_markers(world: Warehouse, frame: str, stamp: Time) -> MarkerArray:
         pos = a.pos
         path.points.append(Point(x=float(pos[0]), y=float(pos[1]), z=0.1))
         for step in a.plan[a.cursor:]:
-            target = step.params.get("target", "") if step.action == "move_to" else ""
+            target = step.parameters.get("target", "") if step.action == "move_to" else ""
             if target in world.shelves or target in world.docks or target in world.parks:
                 route = world.path(pos, world.access(target)) or []
                 path.points.extend(Point(x=float(c[0]), y=float(c[1]), z=0.1) for c in route)

@@ -25,6 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
+from brace_common.action_schema import Step
 from brace_common.config import check_fields, param
 from brace_common.episode import EpisodeMetrics
 from brace_common.vocabulary import Activity, EntryKind, Predicate
@@ -71,18 +72,6 @@ class WorldConfig:
     def world_fields(self) -> dict:
         """The world's own fields (without what a subclass adds)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(WorldConfig)}
-
-
-@dataclass
-class Step:
-    """One skill call of a plan."""
-
-    action: str
-    params: dict = field(default_factory=dict)
-
-    def text(self) -> str:
-        """How the skill call reads in the context."""
-        return f"{self.action}({', '.join(f'{v}' for v in self.params.values())})"
 
 
 @dataclass
@@ -263,7 +252,7 @@ class Warehouse:
         pos, total = a.pos, 0
         for step in self.oracle_plan(agent):
             if step.action == "move_to":
-                goal = self.access(step.params["target"])
+                goal = self.access(step.parameters["target"])
                 route = self.path(pos, goal)
                 total += len(route or [])
                 pos = goal
@@ -274,7 +263,7 @@ class Warehouse:
     def set_plan(self, agent: str, plan: list[Step]) -> bool:
         """Replace an agent's plan; True when it differs from the current one."""
         a = self.agents[agent]
-        changed = [(s.action, s.params) for s in plan] != [(s.action, s.params) for s in a.plan[a.cursor:]]
+        changed = [(s.action, s.parameters) for s in plan] != [(s.action, s.parameters) for s in a.plan[a.cursor:]]
         a.plan, a.cursor = list(plan), 0
         return changed
 
@@ -296,12 +285,12 @@ class Warehouse:
         self._hazards(events)
         for name, a in sorted(self.agents.items()):
             what = f"holding {a.holding}" if a.holding else "empty-handed"
-            nxt = a.current.text() if a.current else "no plan"
+            nxt = a.current.values_text() if a.current else "no plan"
             events.append(Event(name, self.t, EntryKind.OBSERVATION, f"at {a.pos}, {what}, next {nxt}"))
         return events
 
     def _execute(self, a: Agent, step: Step, occupied: frozenset) -> list[Event]:
-        act, p = step.action, step.params
+        act, p = step.action, step.parameters
         if act == "wait":
             a.waited += 1
             a.cursor += 1
@@ -424,7 +413,7 @@ def _activity(a: Agent) -> AgentActivity:
     if step is None:
         return AgentActivity(a.name, Activity.IDLE, index=a.cursor, plan_steps=len(a.plan))
     kind = Activity.WAITING if step.action in WAITING_SKILLS else Activity.BLOCKED if a.stalled else Activity.EXECUTING
-    return AgentActivity(a.name, kind, step.action, parameters_text(step.params), a.cursor, len(a.plan))
+    return AgentActivity(a.name, kind, step.action, parameters_text(step.parameters), a.cursor, len(a.plan))
 
 
 def world_state(world: Warehouse, episode: int) -> WorldState:

@@ -6,6 +6,7 @@ from functools import partial
 
 import pytest
 
+from brace_common.action_schema import Step
 from brace_common.validation import InvalidInput
 from brace_common.vocabulary import Activity, Block, EntryKind, Failure
 from brace_common.world_state import Pose, Relation
@@ -13,7 +14,7 @@ from sim_bridges import drone_feed
 from sim_bridges.airsim_link import AirSimLink, LinkDown, continue_for
 from sim_bridges.airsim_peer import AirSimPeer
 from sim_bridges.drone_world import DroneWorld, read_settings, world_state
-from sim_bridges.intersection import IntersectionConfig, Step, fly_to, routes, settings
+from sim_bridges.intersection import IntersectionConfig, fly_to, routes, settings
 
 
 @pytest.fixture
@@ -151,7 +152,7 @@ def test_a_good_plan_parses_with_its_numbers():
     steps = drone_feed.plan_from_steps([("yield_to", '{"agent": "drone_0"}'),
                                         ("move_to", '{"x": -3.0, "y": 40, "z": -10.0, "speed": 5.0}'), ("land", "{}"),
                                         ("hover", "{}")], IntersectionConfig(agents=2))
-    assert [s.action for s in steps] == ["yield_to", "move_to", "land", "hover"] and steps[1].params["y"] == 40
+    assert [s.action for s in steps] == ["yield_to", "move_to", "land", "hover"] and steps[1].parameters["y"] == 40
 
 
 def test_a_dead_simulator_raises_link_down_within_the_timeout():

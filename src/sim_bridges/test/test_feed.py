@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from brace_common.action_schema import Step
 from brace_common.vocabulary import Block, EntryKind
 from sim_bridges import feed
-from sim_bridges.warehouse import Event, Step, Warehouse, WorldConfig
+from sim_bridges.warehouse import Event, Warehouse, WorldConfig
 
 
 def test_episode_opens_with_task_and_constraints():
@@ -111,4 +112,4 @@ def test_hostile_plans_are_refused_before_the_world_sees_them(raw, reason):
     with pytest.raises(InvalidInput) as err:
         feed.plan_from_steps(raw)
     assert err.value.reason == reason
-    assert feed.plan_from_steps([("move_to", '{"target": "shelf_0"}'), ("wait", "")])[0].params == {"target": "shelf_0"}
+    assert feed.plan_from_steps([("move_to", '{"target": "shelf_0"}'), ("wait", "")])[0].parameters == {"target": "shelf_0"}

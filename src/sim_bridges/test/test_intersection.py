@@ -64,8 +64,8 @@ def test_the_oracle_yields_until_the_drone_before_has_cleared_then_flies_and_lan
     views = _views(cfg)
     assert oracle_plan(cfg, "drone_0", views)[0].action == "move_to"   # first in order: no one to yield to
     plan = oracle_plan(cfg, "drone_1", views)
-    assert [s.action for s in plan] == ["yield_to", "move_to", "land"] and plan[0].params == {"agent": "drone_0"}
-    assert plan[1].params == {"x": rs["drone_1"].goal[0], "y": rs["drone_1"].goal[1], "z": -cfg.cruise_altitude_m,
+    assert [s.action for s in plan] == ["yield_to", "move_to", "land"] and plan[0].parameters == {"agent": "drone_0"}
+    assert plan[1].parameters == {"x": rs["drone_1"].goal[0], "y": rs["drone_1"].goal[1], "z": -cfg.cruise_altitude_m,
                               "speed": cfg.cruise_speed_mps}
     past = (rs["drone_0"].goal[0] / 2, rs["drone_0"].goal[1])   # drone_0 half way to its goal: cleared
     assert cleared(cfg, rs["drone_0"], *past)

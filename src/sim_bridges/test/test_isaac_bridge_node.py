@@ -22,13 +22,14 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from brace_common import qos
+from brace_common.action_schema import Step
 from brace_common.clock import seconds_of
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import installed_executable, wait_for
 from brace_common.vocabulary import EpisodeEvent, Failure, Observability
 from brace_common.world_state import world_state_from_msg
 from sim_bridges.isaac_bridge_node import IsaacBridgeNode
-from sim_bridges.isaac_skills import Outcome, SkillCall
+from sim_bridges.isaac_skills import Outcome
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the stand-in beside this file
 from isaac_standin import FRANKA_JOINTS, INITIAL_JOINTS, IsaacStandIn  # noqa: E402
@@ -253,7 +254,7 @@ def test_holds_and_outcomes_log_at_both_severities_from_one_node(ros):
     for why in ("episode over", "/carter_1/odom stale"):
         node.holding["carter_1"] = False
         node._hold(spec, state, why)
-    call = SkillCall("stop", {})
+    call = Step("stop", {})
     for success in (True, False):
         node._publish_outcome(Outcome("carter_1", "p", 0, call, success, Failure.NONE if success else Failure.TIMEOUT,
                                       "detail"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from brace_common.action_schema import Step
 from brace_common.vocabulary import Activity, Block, EntryKind, Failure, Observability
 from brace_common.world_state import AgentActivity, Pose, Relation
 from sim_bridges.isaac_config import TaskGoal
@@ -17,7 +18,7 @@ from sim_bridges.isaac_feed import (
     task_done_entry,
     world_state,
 )
-from sim_bridges.isaac_skills import ExecLimits, Outcome, RobotExecutor, SkillCall, SkillSchema
+from sim_bridges.isaac_skills import ExecLimits, Outcome, RobotExecutor, SkillSchema
 
 SCHEMA = SkillSchema.load(Path(__file__).resolve().parents[1] / "config" / "isaac_actions.yaml")
 POSES = {"home": (0.0, 0.0), "ready": (1.0, -0.5), "extended": (0.5, 0.5)}
@@ -46,7 +47,7 @@ def test_an_episode_opens_with_the_scene_tasks_and_each_robots_skills():
 def test_observations_read_the_robots_state_camera_and_next_skill():
     carter = base(1.234, -0.5, v=0.4)
     carter.camera = CameraStatus(width=640, height=480, images=12)
-    text = observation_text(CARTER, carter, SkillCall("move_to", {"x": 3.0, "y": 1.0}), POSES)
+    text = observation_text(CARTER, carter, Step("move_to", {"x": 3.0, "y": 1.0}), POSES)
     assert text == ("carter_1 at (1.23, -0.50) heading 0 deg, moving, camera 640x480, 12 images, "
                     "next move_to(x=3.0, y=1.0)")
     arm = observation_text(FRANKA, RobotState(joints=(0.98, -0.5)), None, POSES)
@@ -55,11 +56,11 @@ def test_observations_read_the_robots_state_camera_and_next_skill():
 
 
 def test_outcomes_are_history_and_a_reached_goal_is_a_task_entry():
-    failed = Outcome("carter_1", "p", 0, SkillCall("move_to", {"x": 3.0, "y": 1.0}), False, Failure.TIMEOUT, "stuck")
+    failed = Outcome("carter_1", "p", 0, Step("move_to", {"x": 3.0, "y": 1.0}), False, Failure.TIMEOUT, "stuck")
     entry = outcome_entry(failed, 7)
     assert (entry.block, entry.kind, entry.step) == (Block.HISTORY, EntryKind.FAILURE_TRACE.value, 7)
     assert entry.text == "carter_1 move_to(x=3.0, y=1.0) FAILED (timeout): stuck"
-    done = outcome_entry(Outcome("franka_1", "p", 0, SkillCall("stop"), True, Failure.NONE, "stopped"), 8)
+    done = outcome_entry(Outcome("franka_1", "p", 0, Step("stop"), True, Failure.NONE, "stopped"), 8)
     assert done.kind == EntryKind.ACTION_OUTCOME.value and done.text == "franka_1 stop() done: stopped"
     task = task_done_entry(GOALS[1], 9)
     assert (task.block, task.kind, task.text) == (Block.TASK, "task_done", "task done: franka_1 at pose ready")
@@ -96,7 +97,7 @@ def test_without_every_goal_the_episode_fails_at_its_time_limit():
 def test_the_world_state_holds_the_robots_their_tasks_and_what_they_do():
     robots = {"carter_1": CARTER, "franka_1": FRANKA}
     executors = {name: RobotExecutor(spec, ExecLimits(), POSES) for name, spec in robots.items()}
-    executors["carter_1"].set_plan("p1", [SkillCall("move_to", {"x": 3.0, "y": 1.0}), SkillCall("stop")])
+    executors["carter_1"].set_plan("p1", [Step("move_to", {"x": 3.0, "y": 1.0}), Step("stop")])
     states = {"carter_1": RobotState(base=BaseState(Pose2D(1.0, 2.0, 0.5), 0.3, 0.0)),
               "franka_1": RobotState(joints=(0.98, -0.5))}
     state = world_state("isaac_sim", 1, 4, robots, states, executors, {"franka_1": True}, GOALS,

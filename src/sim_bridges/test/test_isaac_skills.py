@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from brace_common.action_schema import Step
 from brace_common.validation import InvalidInput
 from brace_common.vocabulary import Failure
 from sim_bridges.isaac_contract import BaseState, Pose2D, RobotKind, RobotSpec, RobotState
 from sim_bridges.isaac_skills import (
     ExecLimits,
     RobotExecutor,
-    SkillCall,
     SkillSchema,
     go_to_goal,
     segment_distance,
@@ -41,11 +41,11 @@ def test_the_shipped_schema_gives_each_kind_its_skills():
 def test_a_valid_plan_becomes_skill_calls_with_numbers_as_floats():
     calls = SCHEMA.validate(RobotKind.MOBILE, steps(("move_to", {"x": 3, "y": -1.5}), ("wait", {"seconds": 2}),
                                                     ("stop", "")), POSES)
-    assert calls == [SkillCall("move_to", {"x": 3.0, "y": -1.5}), SkillCall("wait", {"seconds": 2.0}),
-                     SkillCall("stop", {})]
+    assert calls == [Step("move_to", {"x": 3.0, "y": -1.5}), Step("wait", {"seconds": 2.0}),
+                     Step("stop", {})]
     assert calls[0].text() == "move_to(x=3.0, y=-1.5)"
     assert SCHEMA.validate(RobotKind.ARM, steps(("move_joints", {"pose": "ready"})), POSES) == [
-        SkillCall("move_joints", {"pose": "ready"})]
+        Step("move_joints", {"pose": "ready"})]
 
 
 @pytest.mark.parametrize("kind, plan, reason", [
@@ -142,7 +142,7 @@ def run(executor: RobotExecutor, body, seconds: float, dt: float = 0.05):
 
 def test_move_to_reaches_its_goal_close_to_the_straight_segment():
     executor, body = RobotExecutor(CARTER, ExecLimits(), POSES), Unicycle()
-    executor.set_plan("p1", [SkillCall("move_to", {"x": 2.0, "y": 1.0})])
+    executor.set_plan("p1", [Step("move_to", {"x": 2.0, "y": 1.0})])
     errors = []
     for i in range(600):
         command, outcomes = executor.tick(i * 0.05, body.state())
@@ -159,7 +159,7 @@ def test_move_to_reaches_its_goal_close_to_the_straight_segment():
 
 def test_a_base_that_cannot_move_times_out_and_abandons_the_rest_of_its_plan():
     executor = RobotExecutor(CARTER, ExecLimits(move_timeout_s=2.0), POSES)
-    executor.set_plan("p", [SkillCall("move_to", {"x": 2.0, "y": 0.0}), SkillCall("wait", {"seconds": 1.0})])
+    executor.set_plan("p", [Step("move_to", {"x": 2.0, "y": 0.0}), Step("wait", {"seconds": 1.0})])
     body = Unicycle(stuck=True)
     outcomes = []
     for i in range(100):
@@ -188,7 +188,7 @@ class Arm:
 def test_move_joints_commands_bounded_steps_until_the_pose_is_within_tolerance():
     limits = ExecLimits(max_joint_speed=1.0)
     executor, arm = RobotExecutor(FRANKA, limits, POSES), Arm()
-    executor.set_plan("p", [SkillCall("move_joints", {"pose": "ready"})])
+    executor.set_plan("p", [Step("move_joints", {"pose": "ready"})])
     previous, outcomes = (0.0, 0.0), []
     for i in range(400):
         command, outcomes = executor.tick(i * 0.05, arm.state())
@@ -198,14 +198,14 @@ def test_move_joints_commands_bounded_steps_until_the_pose_is_within_tolerance()
         arm.apply(command.joints, 0.05)
         if outcomes:
             break
-    assert [(o.success, o.call.params["pose"]) for o in outcomes] == [(True, "ready")]
+    assert [(o.success, o.call.parameters["pose"]) for o in outcomes] == [(True, "ready")]
     assert command.joints == POSES["ready"]  # the final target is sent as well
     assert max(abs(a - b) for a, b in zip(arm.joints, POSES["ready"], strict=True)) <= limits.joint_tolerance_rad
 
 
 def test_an_arm_that_does_not_follow_times_out_and_is_held_where_it_is():
     executor = RobotExecutor(FRANKA, ExecLimits(joints_timeout_s=1.0), POSES)
-    executor.set_plan("p", [SkillCall("move_joints", {"pose": "ready"})])
+    executor.set_plan("p", [Step("move_joints", {"pose": "ready"})])
     arm = Arm(joints=(0.2, 0.1), lag=0.0)
     for i in range(60):
         command, outcomes = executor.tick(i * 0.05, arm.state())
@@ -217,21 +217,21 @@ def test_an_arm_that_does_not_follow_times_out_and_is_held_where_it_is():
 def test_stop_wait_and_a_new_plan():
     arm = Arm(joints=(0.3, 0.2))
     executor = RobotExecutor(FRANKA, ExecLimits(), POSES)
-    executor.set_plan("p", [SkillCall("stop", {})])
+    executor.set_plan("p", [Step("stop", {})])
     command, outcomes = executor.tick(0.0, arm.state())
     assert command.joints == (0.3, 0.2) and outcomes[0].success  # stop holds the measured joints
-    executor.set_plan("w", [SkillCall("wait", {"seconds": 1.0})])
+    executor.set_plan("w", [Step("wait", {"seconds": 1.0})])
     assert executor.tick(1.0, arm.state())[1] == [] and executor.has_goal
     command, outcomes = executor.tick(2.0, arm.state())
     assert outcomes[0].detail == "waited 1 s" and command.joints is None and not executor.has_goal
-    executor.set_plan("m", [SkillCall("move_joints", {"pose": "ready"})])
-    executor.set_plan("h", [SkillCall("move_joints", {"pose": "home"})])  # replaces the plan before it ran
-    assert executor.current == SkillCall("move_joints", {"pose": "home"}) and executor.plan_id == "h"
+    executor.set_plan("m", [Step("move_joints", {"pose": "ready"})])
+    executor.set_plan("h", [Step("move_joints", {"pose": "home"})])  # replaces the plan before it ran
+    assert executor.current == Step("move_joints", {"pose": "home"}) and executor.plan_id == "h"
 
 
 def test_nothing_runs_before_the_robot_has_a_state():
     executor = RobotExecutor(CARTER, ExecLimits(), POSES)
-    executor.set_plan("p", [SkillCall("move_to", {"x": 1.0, "y": 0.0})])
+    executor.set_plan("p", [Step("move_to", {"x": 1.0, "y": 0.0})])
     command, outcomes = executor.tick(0.0, RobotState())
     assert command.twist == (0.0, 0.0) and outcomes == [] and executor.has_goal
     assert RobotExecutor(FRANKA, ExecLimits(), POSES).hold(RobotState()).joints is None

@@ -79,7 +79,7 @@ def test_lookahead_answers_over_ros_and_the_world_then_does_what_it_said(ros):
     wait_for(lambda: "d_0" in node.holds.waiting, what="the world holds for the call")
     t, before = node.world.t, node.world.snapshot()
     wait_for(lambda: controller.states and controller.states[-1].step == t, what="the held state")
-    target = node.world.oracle_plan("agent_0")[0].params["target"]
+    target = node.world.oracle_plan("agent_0")[0].parameters["target"]
     request = Lookahead.Request(episode=0, step=t, agent_id="agent_0", action="move_to",
                                 parameters_json=f'{{"target": "{target}"}}')
     wait_for(lambda: controller.lookahead.service_is_ready(), what="the lookahead service")

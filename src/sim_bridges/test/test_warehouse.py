@@ -6,9 +6,10 @@ import copy
 
 import pytest
 
+from brace_common.action_schema import Step
 from brace_common.vocabulary import Activity
 from brace_common.world_state import Pose, Relation
-from sim_bridges.warehouse import Step, Warehouse, WorldConfig, lookahead, world_state
+from sim_bridges.warehouse import Warehouse, WorldConfig, lookahead, world_state
 
 
 def run_oracle(world: Warehouse, replan_every: int = 1) -> list:
