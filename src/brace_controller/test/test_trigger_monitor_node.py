@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ament_index_python.packages import get_package_share_directory
 from brace_msgs.msg import AgentState, ExecutionOutcome, ReplanDecision, TriggerEvent, VerifierVerdict
 from geometry_msgs.msg import Point
 from rclpy.node import Node
@@ -142,7 +143,7 @@ def test_an_empty_agent_list_after_the_shipped_file_stops_the_process(tmp_path, 
     """rcl drops an untyped `[]` when it merges files and -p, so the shipped file's four agents stayed in force."""
     empty = tmp_path / "empty.yaml"
     empty.write_text("/**/trigger_monitor:\n  ros__parameters:\n    agents: []\n")  # the shipped file's section
-    shipped = Path(__file__).resolve().parents[3] / "config" / "trigger_monitor.yaml"
+    shipped = Path(get_package_share_directory("brace_bringup")) / "params" / "trigger_monitor.yaml"
     args = ["--ros-args", "-r", f"__ns:={NS}", "--params-file", str(shipped),
             *[str(empty) if a == "EMPTY" else a for a in overlay]]
     proc = subprocess.run([sys.executable, "-m", "brace_controller.trigger_monitor_node", *args],
