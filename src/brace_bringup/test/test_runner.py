@@ -67,8 +67,9 @@ def test_closed_loop_runs_and_the_bag_reproduces_the_live_numbers(model_dir, tmp
         assert all(same(a[k], b[k]) for k in a if k != "variant"), (a, b)
     erecap = summary(runs[1])
     assert erecap["tokens_after"] < erecap["tokens_before"]  # pruned (byte tokens: protected blocks alone exceed B)
-    params = (folder / "no_brace" / "params.yaml").read_text()
-    assert "warehouse_actions.yaml" in params and "agent_" not in params  # K = 2's schema; no agent list copied
+    params = yaml.safe_load((folder / "no_brace" / "params.yaml").read_text())
+    assert params["/**/trigger_monitor"]["ros__parameters"]["agents"] == []  # learnt from the world, not copied
+    assert params["/**/erecap_planner"]["ros__parameters"]["action_schema_file"].endswith("warehouse_actions.yaml")
 
 
 def test_a_run_with_a_planner_server_starts_it_and_plans_through_it(model_dir, tmp_path, monkeypatch):
