@@ -112,7 +112,7 @@ def test_airsim_peer_is_checked_and_the_run_writes_the_drones_schema(tmp_path):
     assert params["airsim_bridge"]["agents"] == 3 and cfg.peer_spec()["port"] == 41451
     written = yaml.safe_load(cfg.write_parameters("brace_erecap", tmp_path / "run",
                                                   {"airsim_bridge": {"agents": 3}}).read_text())
-    assert "agents" not in written["/**/trigger_monitor"]["ros__parameters"]  # learnt from the drones' states
+    assert written["/**/trigger_monitor"]["ros__parameters"]["agents"] == []  # learnt from the drones' states
     schema = yaml.safe_load(Path(written["/**/erecap_planner"]["ros__parameters"]["action_schema_file"]).read_text())
     assert schema["actions"]["yield_to"]["agent"]["choices"] == ["drone_0", "drone_1", "drone_2"]
 
