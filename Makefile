@@ -27,7 +27,7 @@ test: setup lint
 
 # The closed loop on the embedded warehouse: No BRACE vs BRACE + E-RECAP, K = 4, two seeded episodes.
 demo: setup
-	@$(ENV) && python -m brace_bringup.runner config/runs/demo.yaml --output runs
+	@$(ENV) && python -m brace_bringup.runner demo --output runs
 
 # Each benchmark exits non-zero when it misses a target; `make bench` still runs them all.
 bench: setup

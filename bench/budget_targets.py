@@ -13,7 +13,7 @@
             with prefix reuse (the sim's configuration), and No BRACE with prefix reuse. Target: the sim
             configuration's P95 at N = 4096 within 1.3x of its P95 at N = 512. Reuse is reported as hit rate,
             reused share of the prompt and milliseconds saved against the same path without it.
-3. closed   (--closed-loop) `make demo`'s run config (config/runs/demo.yaml) at the machine's threads, at
+3. closed   (--closed-loop) `make demo`'s run config (brace_bringup's runs/demo.yaml) at the machine's threads, at
             one thread (OMP_NUM_THREADS=1), and at K = 8 (max_steps 80): BRACE + E-RECAP SLO violation
             <= 5%, success >= No BRACE's, token reduction >= 70%, No BRACE violation > 50%. `--runs
             LABEL=FOLDER ...` reads finished brace-run folders instead (labels: demo, one_thread, k8).
@@ -234,12 +234,12 @@ CLOSED_LOOP = {"demo": ({}, ["--episodes", "4"]),
 
 
 def run_closed_loop(label: str, out: Path) -> Path:
-    """One brace-run of config/runs/demo.yaml in the setting `label`; its run folder."""
+    """One brace-run of the demo run configuration in the setting `label`; its run folder."""
     env_extra, args = CLOSED_LOOP[label]
     env = {**os.environ, **env_extra}
     folder_root = out / label
     before = set(folder_root.glob("*")) if folder_root.exists() else set()
-    cmd = [sys.executable, "-m", "brace_bringup.runner", str(ROOT / "config/runs/demo.yaml"), "--output",
+    cmd = [sys.executable, "-m", "brace_bringup.runner", "demo", "--output",
            str(folder_root), *args]
     print(f"  closed loop '{label}': {' '.join(cmd[1:])} {' '.join(f'{k}={v}' for k, v in env_extra.items())}",
           flush=True)

@@ -1,7 +1,7 @@
 """Where does the planner go wrong in the closed loop? One episode, every call next to the oracle's plan.
 
 ROS-free and in one process: the embedded warehouse, the trigger monitor core with
-`config/trigger_monitor.yaml` (periodic triggers staggered one agent per step, as
+brace_bringup's `params/trigger_monitor.yaml` (periodic triggers staggered one agent per step, as
 in the sim runs), and the planner call path as `config/erecap_planner_sim.yaml`
 runs it (shipped adapter and warehouse predictor). Every trigger is served at
 once and the world waits for the plan (No BRACE's lockstep, no gate), with the mode
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from report import sim_planner_checkpoint, write_csv
 
+from brace_bringup.run_config import params_dir
 from brace_common.config import config_from_file, load_ros_parameters, resolve_path
 from brace_controller.config import ControllerConfig, ControllerNodeConfig, MonitorConfig, MonitorNodeConfig
 from brace_controller.metrics import percentile
@@ -134,12 +135,12 @@ def main() -> None:
     if args.adapter:
         merge_adapter(model, resolve_path(args.adapter))
     predictors = PredictorBank.load(resolve_path(args.predictor), model.config) if args.compressor == "erecap" else None
-    sim = config_from_file(SimConfig, ROOT / "config" / "embedded_sim.yaml", "embedded_sim", agents=args.agents,
+    sim = config_from_file(SimConfig, params_dir() / "embedded_sim.yaml", "embedded_sim", agents=args.agents,
                            seed=args.seed, max_steps=args.max_steps)
     first = Warehouse(sim.world(0))
     schema = ActionSchema.from_dict(action_schema(first))
-    planner = {**load_ros_parameters(ROOT / "config" / "erecap_planner.yaml", "erecap_planner"),
-               **load_ros_parameters(ROOT / "config" / "erecap_planner_sim.yaml", "erecap_planner")}
+    planner = {**load_ros_parameters(params_dir() / "erecap_planner.yaml", "erecap_planner"),
+               **load_ros_parameters(params_dir() / "erecap_planner_sim.yaml", "erecap_planner")}
     cut = planner["first_cut"] if args.first_cut is None else args.first_cut
     layout = args.layout or planner["context_layout"]
     reuse = planner["prefix_reuse"] and not args.no_reuse
@@ -148,7 +149,7 @@ def main() -> None:
                            predictors, decoding="constrained", decode_weights=resolve("cpu", args.dtype).decode_weights,
                            plan_steps={m: n for m, n in enumerate(planner["plan_steps"]) if n}, layout=layout,
                            prefix_reuse=reuse)
-    controller = config_from_file(ControllerConfig, ROOT / "config" / "brace_controller.yaml", "brace_controller",
+    controller = config_from_file(ControllerConfig, params_dir() / "brace_controller.yaml", "brace_controller",
                                   ControllerNodeConfig, budget_profile="embedded")
     policy = BudgetPolicy(controller.load_profile(), controller)
 
@@ -160,7 +161,7 @@ def main() -> None:
 
     print(f"planner: {args.compressor}, first_cut {cut}, layout {layout}, prefix reuse {reuse}, "
           f"B {args.budget or 'per mode (profile embedded)'}", flush=True)
-    monitor = TriggerMonitor(config_from_file(MonitorConfig, ROOT / "config" / "trigger_monitor.yaml", "trigger_monitor",
+    monitor = TriggerMonitor(config_from_file(MonitorConfig, params_dir() / "trigger_monitor.yaml", "trigger_monitor",
                                               MonitorNodeConfig, agents=sorted(first.agents),
                                               periodic_stagger_steps=1))
     rows, results = [], []

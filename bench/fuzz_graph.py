@@ -67,8 +67,7 @@ def main() -> int:
 
 def overlay_attack(folder: Path, seed: int, per_node: int) -> tuple[list[dict], bool]:
     """Every node started with its files plus an overlay breaking one parameter; rows and whether all refused."""
-    workspace = Path(__file__).resolve().parents[1]
-    outcomes = run_overlays(default_cases(per_node), folder, workspace, domain=1 + (os.getpid() + seed + 50) % 200)
+    outcomes = run_overlays(default_cases(per_node), folder, domain=1 + (os.getpid() + seed + 50) % 200)
     print(f"\n{'overlay parameter file (node: parameter=value)':<60} {'exit':>5} {'named':>6}  outcome")
     rows = []
     for o in outcomes:

@@ -18,10 +18,11 @@ def write_csv(rows: list[dict], path: Path) -> Path:
 
 
 def sim_planner_checkpoint(name: str) -> str:
-    """`adapter_path` or `predictor_path` as config/erecap_planner_sim.yaml ships it (the benches' default)."""
+    """`adapter_path` or `predictor_path` as brace_bringup's params/erecap_planner_sim.yaml ships it (the benches' default)."""
+    from brace_bringup.run_config import params_dir
     from brace_common.config import load_ros_parameters
 
-    sim = Path(__file__).resolve().parent.parent / "config" / "erecap_planner_sim.yaml"
+    sim = params_dir() / "erecap_planner_sim.yaml"
     return str(load_ros_parameters(sim, "erecap_planner")[name])
 
 

@@ -1,6 +1,6 @@
 """The paper's tables in shape, from our own closed-loop runs on the embedded warehouse.
 
-Every row is one `brace-run` variant (config/runs/variants.yaml: the five nodes
+Every row is one `brace-run` variant (brace_bringup's runs/variants.yaml: the five nodes
 on one executor over real DDS, audit bag per row) with the row's overrides:
 
   table2   No BRACE vs BRACE + E-RECAP (paper Table 2)
@@ -11,7 +11,7 @@ on one executor over real DDS, audit bag per row) with the row's overrides:
            world (K = 6, every task to one dock) (Table 30)
   table5   K = 1, 2, 4, 8 with unpruned, E-RECAP and random context at the same B (Table 5 shape)
 
-and on the AirSim drone intersection (config/runs/airsim_k8.yaml: the airsim stack on brace-airsim-peer, the
+and on the AirSim drone intersection (runs/airsim_k8.yaml: the airsim stack on brace-airsim-peer, the
 protocol-level AirSim, one per row):
 
   airsim2  K = 8: No BRACE vs BRACE + E-RECAP with the safety proxies (Tables 2 and 24 shape: near-misses,
@@ -44,13 +44,13 @@ from pathlib import Path
 from report import write_csv
 
 from brace_bringup.run_config import RunConfig
-from brace_bringup.runner import airsim_peer, run_variant
+from brace_bringup.run_plan import plan
+from brace_bringup.runner import free_ports, run_variant
 from brace_common.vocabulary import TriggerKind
 from brace_controller.audit_report import markdown, summary, trigger_rows
 
-ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).parent / "out" / "reproduce"
-AIRSIM_RUN = ROOT / "config" / "runs" / "airsim_k8.yaml"
+AIRSIM_RUN = "airsim_k8"  # installed run configurations are named
 
 
 @dataclass
@@ -71,7 +71,7 @@ class Table:
     rows: list[Row]
     columns: list[str]
     plot: str = "slo_violation"
-    config: Path | None = None   # the run configuration of the rows (None: --config)
+    config: str | None = None    # the run configuration of the rows (a name or a file; None: --config)
     world: str = "embedded_sim"  # the node whose episodes and agents the rows set
 
 
@@ -185,8 +185,8 @@ def run_table(cfg: RunConfig, table: Table, episodes: int, out: Path, quiet: boo
                        {table.world: {"episodes": episodes}})
         started = time.monotonic()
         row_folder = folder / f"{i:02d}_{row.variant}"
-        with airsim_peer(cfg, row.variant, row_folder, extra) as row_extra:  # the row's simulator, if it has one
-            records, _bag, _, _ = run_variant(cfg, row.variant, row_folder, row_extra, quiet)
+        # the row's processes (its simulator, if it has one) start and stop with it
+        records, _bag, _, _ = run_variant(plan(cfg, row.variant, row_folder, extra, free_ports()), quiet)
         records.variant = row.label
         agents = int(cfg.parameters(row.variant, extra)[table.world].get("agents", 4))
         rows.append(row_metrics(row.label, records, agents))
@@ -205,7 +205,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tables", nargs="+", choices=list(all_tables), help="default: all")
     ap.add_argument("--episodes", type=int, help="seeded episodes per row (seeds 0..N-1; default 3)")
-    ap.add_argument("--config", type=Path, default=ROOT / "config" / "runs" / "variants.yaml")
+    ap.add_argument("--config", default="variants", help="run configuration: an installed one's name or a file")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--quiet", action="store_true", help="no per-step progress line")
     ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")

@@ -4,7 +4,7 @@
 # scripts/env.sh activates the venv (ROS 2 from the PyPI wheels) and sources the colcon install space; the
 # packages' executables (install/<pkg>/lib/<pkg>/: robot_preflight, piper_arm, brace-run ...) go on PATH, as
 # `ros2 run` would find them, so a command names them directly.
-# With BRACE_PREFLIGHT set to parameter files (a glob is expanded, e.g. "config/robot/*.yaml"), the command
+# With BRACE_PREFLIGHT set to parameter files (a glob is expanded, e.g. "src/brace_bringup/params/robot/*.yaml"), the command
 # starts only when robot_preflight passes on them: no arm is driven without its CAN link, cameras and servers.
 set -eo pipefail
 cd /opt/brace

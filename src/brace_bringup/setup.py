@@ -1,3 +1,5 @@
+from glob import glob
+
 from setuptools import find_packages, setup
 
 package_name = "brace_bringup"
@@ -9,6 +11,12 @@ setup(
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{package_name}"]),
         (f"share/{package_name}", ["package.xml"]),
+        # Nav2 bringup's layout: found through get_package_share_directory (symlinks with --symlink-install)
+        (f"share/{package_name}/launch", glob("launch/*.launch.py")),
+        (f"share/{package_name}/params", glob("params/*.yaml")),
+        *((f"share/{package_name}/params/{world}", glob(f"params/{world}/*.yaml")) for world in ("robot", "airsim", "isaac")),
+        (f"share/{package_name}/runs", glob("runs/*.yaml")),
+        (f"share/{package_name}/rviz", glob("rviz/*.rviz")),
     ],
     install_requires=["setuptools"],
     zip_safe=True,

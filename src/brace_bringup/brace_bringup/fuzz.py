@@ -216,10 +216,10 @@ def _malformed(kind: str, msg) -> bool:
 # ------------------------------------------------------------------------------------------ the harness
 
 
-def _run_config(folder: Path, model_dir: str, workspace: Path) -> Path:
+def _run_config(folder: Path, model_dir: str) -> Path:
     path = folder / "fuzz_run.yaml"
     path.write_text(yaml.safe_dump({"run": {
-        "extends": str(workspace / "config" / "runs" / "demo.yaml"),
+        "extends": "demo.yaml",  # the installed run configuration
         "overrides": {
             "embedded_sim": {"episodes": 1, "agents": 2, "max_steps": 12, "step_period_s": 0.01,
                              "shutdown_when_done": True, "hold_timeout_s": 2.0,
@@ -246,7 +246,7 @@ SENSOR_RATE_HZ = 200.0
 """Rate of the best-effort attack (a state stream's rate, e.g. the arm's feedback)."""
 
 
-def run(folder: Path, per_topic: int = 10_000, goals: int = 100, seed: int = 0, workspace: Path | None = None,
+def run(folder: Path, per_topic: int = 10_000, goals: int = 100, seed: int = 0,
         rate_hz: float = 2000.0, log=print) -> FuzzResult:
     """Fuzz the sim stack in `folder`; the result (see FuzzResult.ok)."""
     import rclpy
@@ -269,9 +269,8 @@ def run(folder: Path, per_topic: int = 10_000, goals: int = 100, seed: int = 0, 
     from brace_controller.audit import records_from_bag
     from erecap_planner.testing import saved_tiny_llama
 
-    workspace = workspace or next(p for p in Path(__file__).resolve().parents if (p / "config").is_dir())
     folder.mkdir(parents=True, exist_ok=True)
-    cfg = RunConfig.load(_run_config(folder, saved_tiny_llama(folder / "tiny_llama"), workspace))
+    cfg = RunConfig.load(_run_config(folder, saved_tiny_llama(folder / "tiny_llama")))
     params = cfg.write_parameters("brace_erecap", folder / "run")
     domain = str(1 + (os.getpid() + seed) % 200)
     env = {**os.environ, "ROS_DOMAIN_ID": domain}

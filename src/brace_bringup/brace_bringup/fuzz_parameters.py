@@ -26,6 +26,7 @@ from brace_common.testing import installed_executable
 
 from .graph import PIPER_TWIN, SIM, NodeSpec
 from .param_docs import NODE_CONFIGS
+from .run_config import params_dir
 
 AGENT_ID_CASES: dict[str, tuple[str, Any]] = {
     "trigger_monitor": ("agents", []),
@@ -98,12 +99,12 @@ def default_cases(per_node: int = 2) -> list[OverlayCase]:
     return overlay_cases((*SIM.nodes, *PIPER_TWIN.nodes), per_node)
 
 
-def _start(case: OverlayCase, folder: Path, workspace: Path, env: dict[str, str]) -> OverlayOutcome:
+def _start(case: OverlayCase, folder: Path, env: dict[str, str]) -> OverlayOutcome:
     overlay = folder / f"overlay_{case.node.name}_{case.parameter}.yaml"
     values = {case.parameter: case.value, **({"autostart": True} if case.node.lifecycle else {})}  # configure now
     overlay.write_text(yaml.safe_dump({f"/**/{case.node.name}": {"ros__parameters": values}}))
     files = [arg for name in case.node.parameter_files
-             for arg in ("--params-file", str(workspace / "config" / name))]
+             for arg in ("--params-file", str(params_dir() / name))]
     command = [str(installed_executable(case.node.package, case.node.executable)), "--ros-args",
                "-r", f"__ns:={names.DEFAULT_NAMESPACE}", "-r", f"__node:={case.node.name}", *files,
                "--params-file", str(overlay)]
@@ -117,10 +118,10 @@ def _start(case: OverlayCase, folder: Path, workspace: Path, env: dict[str, str]
     return OverlayOutcome(case, proc.returncode, f"'{case.parameter}'" in output)
 
 
-def run_overlays(cases: list[OverlayCase], folder: Path, workspace: Path, domain: int,
+def run_overlays(cases: list[OverlayCase], folder: Path, domain: int,
                  parallel: int = 4) -> list[OverlayOutcome]:
     """Start every case's node (`parallel` at a time) on DDS domain `domain`; their outcomes in case order."""
     folder.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "ROS_DOMAIN_ID": str(domain)}
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        return list(pool.map(lambda c: _start(c, folder, workspace, env), cases))
+        return list(pool.map(lambda c: _start(c, folder, env), cases))

@@ -48,6 +48,7 @@ from brace_common.testing import installed_executable
 from .fuzz import ATTACK_WRITER as WRITER
 from .fuzz import OVERRUN_MS
 from .fuzz import diagnostics_sum as _sum
+from .run_config import params_dir
 
 START_LIMIT_S = 120.0
 """How long a node may take to come up (import, model load) on a slow, busy machine."""
@@ -79,10 +80,6 @@ class ScenarioResult:
         """The table row (the harness's CSV columns, with `expected` and `ok`)."""
         return {"attack": self.attack, "node": self.node, "sent": self.sent, "counted": self.counted,
                 "expected": self.expected, "note": self.outcome, "ok": self.ok}
-
-
-def _workspace() -> Path:
-    return next(p for p in Path(__file__).resolve().parents if (p / "config").is_dir())
 
 
 def _level(status) -> int:
@@ -212,7 +209,7 @@ def protected_flood(folder: Path, domain: int, quick: bool = False, entries: int
 
     result = ScenarioResult(f"protected flood: {entries} TASK entries of {chars:,} chars + Replan "
                             f"({hard_deadline_ms / 1000:g} s deadline)", "erecap_planner")
-    shipped = _workspace() / "config" / "erecap_planner.yaml"
+    shipped = params_dir() / "erecap_planner.yaml"
     limits = load_ros_parameters(shipped, "erecap_planner")
     model = saved_tiny_llama(folder / "tiny_llama")
     with Graph(folder, domain) as graph:
@@ -287,7 +284,7 @@ def drip_server(folder: Path, domain: int, quick: bool = False) -> ScenarioResul
     drip_s, timeout_s = (0.5, 1.0) if quick else (2.0, 2.0)
     result = ScenarioResult(f"drip server: /act answers a byte every {drip_s:g} s (server_timeout_s {timeout_s:g})",
                             "openvla_executor")
-    shipped = _workspace() / "config" / "openvla_executor.yaml"
+    shipped = params_dir() / "openvla_executor.yaml"
     params = load_ros_parameters(shipped, "openvla_executor")
     server = DripServer("drip_body", (0.001, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0), drip_s)  # a small step, gripper open
     try:
@@ -404,7 +401,7 @@ def recorder_kill(folder: Path, domain: int, quick: bool = False) -> ScenarioRes
     calls = 20 if quick else 200
     result = ScenarioResult(f"recorder SIGKILL mid-episode ({2 * calls + calls // 2} calls), brace-audit report / "
                             "recover", "audit_recorder")
-    shipped = _workspace() / "config" / "audit_recorder.yaml"
+    shipped = params_dir() / "audit_recorder.yaml"
     bag, recovered = folder / "bag", folder / "recovered"
     audit = str(installed_executable("brace_controller", "brace-audit"))
     with Graph(folder, domain) as graph:
@@ -480,7 +477,7 @@ def twin_kill(folder: Path, domain: int, quick: bool = False) -> ScenarioResult:
 
     dead_attempts = 6 if quick else 12  # reconnection attempts watched while the twin is dead
     result = ScenarioResult("twin kill: SIGKILL piper_twin under joint commands at 4 Hz, then restart", "piper_arm")
-    arm_file = _workspace() / "config" / "piper_arm.yaml"
+    arm_file = params_dir() / "piper_arm.yaml"
     twin_file = Path(get_package_share_directory("robot_bridge")) / "config" / "piper_twin.yaml"
     group = f"ff01::74:{(os.getpid() + domain + 31) % 0xFFFF:x}"  # interface-local multicast: never leaves the host
     env = {"CAN_CONFIG": json.dumps({"port": _free_udp_port()})}  # python-can's udp_multicast: one port per bus

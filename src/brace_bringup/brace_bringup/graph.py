@@ -1,10 +1,10 @@
 """The stacks: which nodes run, from which package and executable, with which parameter files.
 
-One definition read by the launch files (`launch/*.launch.py` build their
-Node actions from it), by brace-run (which composes the same nodes in one
-process) and by the graph test (which starts every executable as its own
-process, all at once). Parameter files are named relative to the
-workspace's config/ folder, in the order they apply.
+One definition read through the run plan (brace_bringup.run_plan) by the
+launch files (every node its own process), by brace-run (which composes the
+same nodes in one process) and by the graph tests. Parameter files are named
+relative to brace_bringup's installed params/ folder (run_config.params_dir),
+in the order they apply.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ SIM = Stack("sim", (EMBEDDED_SIM, TRIGGER_MONITOR, BRACE_CONTROLLER, ERECAP_PLAN
             use_sim_time=False, description="the closed loop on the embedded warehouse", world="embedded_sim")
 
 # The real-robot graph (issue 18): the PiPER arm node, Orbbec cameras, the OpenVLA executor and the control stack
-# with the robot's settings (config/robot/control.yaml). Without hardware (piper_twin) the arm runs on the CAN twin,
+# with the robot's settings (params/robot/control.yaml). Without hardware (piper_twin) the arm runs on the CAN twin,
 # a camera replays video and the executor asks the twin's /act stand-in; the twin world runs PickFruit episodes.
 TWIN_WORLD = NodeSpec("robot_bridge", "twin_world", "twin_world", ("twin_world.yaml",),
                       node_class="robot_bridge.twin_world_node:TwinWorldNode")
@@ -110,7 +110,7 @@ PIPER_REAL = Stack("piper_real", tuple(
                    description="the real AgileX PiPER arm, two Orbbec cameras, the OpenVLA executor and the control "
                                "stack (docs/robot.md)")
 # The AirSim drone intersection (issue 20): the bridge flies K drones in AirSim (or brace-airsim-peer, its
-# protocol-level stand-in) through its RPC API; the control stack with the drones' settings (config/airsim/).
+# protocol-level stand-in) through its RPC API; the control stack with the drones' settings (params/airsim/).
 AIRSIM_BRIDGE = NodeSpec("sim_bridges", "airsim_bridge", "airsim_bridge", ("airsim_bridge.yaml",), lifecycle=True,
                          node_class="sim_bridges.airsim_bridge_node:AirSimBridgeNode")
 AIRSIM = Stack("airsim", (AIRSIM_BRIDGE, *control_nodes("airsim/control.yaml")),
@@ -118,7 +118,7 @@ AIRSIM = Stack("airsim", (AIRSIM_BRIDGE, *control_nodes("airsim/control.yaml")),
                world="airsim_bridge")
 # Isaac Sim (docs/isaac_sim.md): the bridge drives robots in a running Isaac Sim through the topics of its ROS 2
 # bridge (odom, joint_states, camera in; cmd_vel, joint_command out); the control stack with the Isaac robots'
-# settings (config/isaac/control.yaml). Every node follows Isaac's /clock.
+# settings (params/isaac/control.yaml). Every node follows Isaac's /clock.
 ISAAC_BRIDGE = NodeSpec("sim_bridges", "isaac_bridge", "isaac_bridge", ("isaac_bridge.yaml",), lifecycle=True,
                         node_class="sim_bridges.isaac_bridge_node:IsaacBridgeNode")
 ISAAC = Stack("isaac", (ISAAC_BRIDGE, *control_nodes("isaac/control.yaml")),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -30,6 +29,7 @@ from sim_bridges.config import AirSimBridgeConfig, SimConfig
 from sim_bridges.isaac_config import IsaacBridgeConfig
 
 from .graph import AIRSIM, ISAAC, PIPER_REAL, PIPER_TWIN, SIM
+from .run_config import params_dir
 
 NODE_CONFIGS: dict[str, tuple[type, ...]] = {
     "embedded_sim": (SimConfig,),
@@ -54,9 +54,9 @@ Generated from the config dataclasses by `python -m brace_bringup.param_docs > d
 this file is current). Every parameter is declared read-only with this description and range (`ros2 param
 describe`); an invalid value stops the node at start, or fails the planner's configure transition, with a message
 naming the parameter. Every node also takes ROS's `use_sim_time` (stamps then follow /clock; latencies, deadlines
-and pacing timers stay on the steady clock). "config/" is the value the node's parameter files (listed under
-its name; the control nodes: the sim stack's) give where it differs from the default; the robot stacks add
-config/robot/*.yaml and run configurations (config/runs/) override further.
+and pacing timers stay on the steady clock). "params/" is the value the node's parameter files (brace_bringup's
+params/, listed under its name; the control nodes: the sim stack's) give where it differs from the default; the
+robot stacks add params/robot/*.yaml and run configurations (brace_bringup's runs/) override further.
 """
 
 
@@ -77,7 +77,7 @@ def _type(f: dataclasses.Field) -> str:
     return str(f.type).replace("typing.", "")
 
 
-def render(workspace: Path) -> str:
+def render() -> str:
     """The whole of docs/parameters.md."""
     lines = [HEADER]
     specs = {}
@@ -87,10 +87,10 @@ def render(workspace: Path) -> str:
     for spec in specs.values():
         files = {}
         for name in spec.parameter_files:
-            files.update(load_ros_parameters(workspace / "config" / name, spec.name))
+            files.update(load_ros_parameters(params_dir() / name, spec.name))
         lines += [f"## `{spec.name}` ({spec.package}, `{spec.executable}`{', lifecycle' if spec.lifecycle else ''})", "",
-                  f"Files: {', '.join(f'`config/{n}`' for n in spec.parameter_files)}.", "",
-                  "| parameter | type | default | config/ | range | description |",
+                  f"Files: {', '.join(f'`params/{n}`' for n in spec.parameter_files)}.", "",
+                  "| parameter | type | default | params/ | range | description |",
                   "|---|---|---|---|---|---|"]
         for cls in NODE_CONFIGS[spec.name]:
             for f in dataclasses.fields(cls):
@@ -104,9 +104,8 @@ def render(workspace: Path) -> str:
 
 
 def main() -> int:
-    """Print docs/parameters.md for the workspace this module's source tree is in (or the current folder)."""
-    workspace = next((p for p in (Path.cwd(), *Path(__file__).resolve().parents) if (p / "config").is_dir()), Path.cwd())
-    sys.stdout.write(render(workspace))
+    """Print docs/parameters.md (from the code and brace_bringup's installed parameter files)."""
+    sys.stdout.write(render())
     return 0
 
 

@@ -1,29 +1,26 @@
-"""Run configurations (config/runs/*.yaml): a stack, overrides for every variant, and the variants' overlays.
+"""Run configurations (share/brace_bringup/runs/*.yaml): a stack, overrides for every variant, the variants' overlays.
 
     run:
-      stack: sim                      # brace_bringup.graph.STACKS: nodes and their parameter files
-      extends: demo.yaml              # optional: another run config (its overrides and variants come first)
+      stack: sim                      # brace_bringup.graph.STACKS: nodes and their parameter files (params/)
+      extends: demo.yaml              # optional: another run config (beside this one, else an installed one)
       overrides: {node: {param: value}}          # every variant
       variants: {name: {node: {param: value}}}   # each variant's overlay
       planner_server: {engine: transformers, model: ..., adapter: ..., dtype: float32, port: 8000}   # optional
       airsim_peer: {port: 41451, clock_speed: 1.0}   # optional, stacks with an airsim_bridge
 
-With `planner_server`, brace-run and the launch files also start a local
-planner server (erecap_planner.local_server: `transformers serve` on the
-model folder, or llama.cpp's server on the GGUF, the adapter merged) and
-point the planner's `server_url` at it; the planner's `backend: openai` is
-the run's to set. With `airsim_peer` they start brace-airsim-peer (the
-protocol-level AirSim) with the settings.json of the run's intersection and
-point the bridge's `port` at it.
-
-The launch files and brace-run both turn a (run config, variant) into one
-parameter file with `write_parameters`, so `ros2 launch` and `brace-run` run
-the same system: the stack's files in order, then the overrides, the
-variant's overlay and the caller's extras, then what follows from them
-(the simulator's K names the monitor's agents and, for K != 4, the warehouse
-action schema; the AirSim bridge's scenario names the drones and their
-intersection schema; the recorder writes into the run folder; use_sim_time as the
-stack says).
+A run configuration is named by a path or by the name of one installed
+with brace_bringup (`demo` or `demo.yaml`: share/brace_bringup/runs/); the
+parameter files a stack names are brace_bringup's (share/brace_bringup/params/).
+With `planner_server` the run also starts a local planner server, with
+`airsim_peer` brace-airsim-peer: brace_bringup.run_plan turns a (run config,
+variant) into those processes and one parameter file (`write_parameters`),
+which the launch files and brace-run both render, so `ros2 launch` and
+`brace-run` run the same system. The parameter file holds the stack's files
+in order, then the overrides, the variant's overlay and the caller's extras,
+then what follows from them (for K != 4 the warehouse action schema; the
+AirSim bridge's scenario gives the drones' intersection schema; the recorder
+writes into the run folder; use_sim_time as the stack says). The trigger
+monitor learns the agents from the world's AgentState messages.
 """
 
 from __future__ import annotations
@@ -34,10 +31,40 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ament_index_python.packages import get_package_share_directory
 
 from brace_common.config import load_ros_parameters
 
 from .graph import STACKS, Stack
+
+
+def share() -> Path:
+    """brace_bringup's installed share folder: launch/, params/, runs/, rviz/ (links into src/ with --symlink-install)."""
+    return Path(get_package_share_directory("brace_bringup"))
+
+
+def params_dir() -> Path:
+    """The folder of the stacks' parameter files (graph.NodeSpec.parameter_files are relative to it)."""
+    return share() / "params"
+
+
+def installed_runs() -> list[str]:
+    """The names of the run configurations installed with brace_bringup."""
+    return sorted(p.stem for p in (share() / "runs").glob("*.yaml"))
+
+
+def run_file(run: str | Path) -> Path:
+    """A run configuration's file: `run` when it is a file, else the installed one of that name ('demo' or
+    'demo.yaml'); FileNotFoundError naming the installed ones."""
+    path = Path(run)
+    if path.is_file():
+        return path
+    if path.name == str(run):  # a bare name, not a path
+        installed = share() / "runs" / (path.name if path.suffix == ".yaml" else f"{path.name}.yaml")
+        if installed.is_file():
+            return installed
+    raise FileNotFoundError(f"no run configuration '{run}': neither a file nor one of brace_bringup's "
+                            f"({', '.join(installed_runs())})")
 
 SHIPPED_SCHEMA = "warehouse_actions.yaml"
 """The warehouse action schema shipped with sim_bridges (K = 4's places and agents)."""
@@ -68,14 +95,6 @@ def intersection_of(bridge: dict[str, Any]):
     return from_mapping(IntersectionConfig, {k: v for k, v in bridge.items() if k in known})
 
 
-def workspace_of(path: Path) -> Path:
-    """The workspace a file belongs to: the nearest parent folder with a config/ folder."""
-    root = path.resolve().parent
-    while root != root.parent and not (root / "config").is_dir():
-        root = root.parent
-    return root
-
-
 def _merge(into: dict[str, dict], layer: dict[str, dict] | None) -> None:
     for node, values in (layer or {}).items():
         into.setdefault(node, {}).update(copy.deepcopy(values or {}))
@@ -88,14 +107,15 @@ class RunConfig:
     stack: Stack
     overrides: dict[str, dict] = field(default_factory=dict)
     variants: dict[str, dict[str, dict]] = field(default_factory=dict)
-    root: Path = Path(".")
+    params_dir: Path = Path(".")  # where the stack's parameter files are (brace_bringup's share/params)
     planner_server: dict[str, Any] = field(default_factory=dict)
     airsim_peer: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: Path) -> RunConfig:
-        """Read and check a run config; ValueError naming what is wrong. Parameter files live in <workspace>/config."""
-        path = Path(path)
+    def load(cls, run: str | Path) -> RunConfig:
+        """Read and check a run config (a path or an installed one's name, see `run_file`); ValueError naming what is
+        wrong, FileNotFoundError when there is none."""
+        path = run_file(run)
         raw = (yaml.safe_load(path.read_text()) or {}).get("run")
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: no 'run' mapping")
@@ -104,13 +124,14 @@ class RunConfig:
             raise ValueError(f"{path}: unknown keys {sorted(unknown_keys)} (stack, extends, overrides, variants, "
                              "planner_server, airsim_peer)")
         if raw.get("extends"):
-            base = cls.load(path.parent / raw["extends"])
+            beside = path.parent / raw["extends"]
+            base = cls.load(beside if beside.is_file() else raw["extends"])
         else:
-            base = cls(STACKS["sim"], root=workspace_of(path))
+            base = cls(STACKS["sim"], params_dir=params_dir())
         stack_name = raw.get("stack", base.stack.name)
         if stack_name not in STACKS:
             raise ValueError(f"{path}: unknown stack '{stack_name}' (known: {', '.join(STACKS)})")
-        cfg = cls(STACKS[stack_name], copy.deepcopy(base.overrides), copy.deepcopy(base.variants), base.root,
+        cfg = cls(STACKS[stack_name], copy.deepcopy(base.overrides), copy.deepcopy(base.variants), base.params_dir,
                   {**base.planner_server, **(raw.get("planner_server") or {})},
                   {**base.airsim_peer, **(raw.get("airsim_peer") or {})})
         bad = set(cfg.planner_server) - set(PLANNER_SERVER_KEYS)
@@ -130,8 +151,8 @@ class RunConfig:
                 raise ValueError(f"{path}: {label} names nodes {sorted(bad)} that stack '{cfg.stack.name}' does not run")
         for spec in cfg.stack.nodes:
             for f in spec.parameter_files:
-                if not (cfg.root / "config" / f).is_file():
-                    raise ValueError(f"{path}: parameter file config/{f} does not exist under {cfg.root}")
+                if not (cfg.params_dir / f).is_file():
+                    raise ValueError(f"{path}: parameter file {f} does not exist in {cfg.params_dir}")
         if not cfg.variants:
             raise ValueError(f"{path}: no variants")
         return cfg
@@ -152,7 +173,7 @@ class RunConfig:
         for spec in self.stack.nodes:
             merged[spec.name] = {}
             for f in spec.parameter_files:
-                merged[spec.name].update(load_ros_parameters(self.root / "config" / f, spec.name))
+                merged[spec.name].update(load_ros_parameters(self.params_dir / f, spec.name))
         for layer in (self.overrides, self.variants.get(variant) or {}, extra or {}):
             _merge(merged, layer)
         return merged
@@ -174,18 +195,13 @@ class RunConfig:
         if self.stack.world:
             params[self.stack.world]["variant"] = variant
         if "embedded_sim" in params:
-            sim = params["embedded_sim"]
-            agents = int(sim.get("agents", WorldConfig.agents))
-            if "trigger_monitor" in params:
-                params["trigger_monitor"]["agents"] = [f"agent_{i}" for i in range(agents)]
+            agents = int(params["embedded_sim"].get("agents", WorldConfig.agents))
             planner = params.get("erecap_planner", {})
             if str(planner.get("action_schema_file", "")).endswith(SHIPPED_SCHEMA) and agents != 4:
                 schema = action_schema(Warehouse(WorldConfig(agents=agents)))  # the shipped schema is K = 4's
                 planner["action_schema_file"] = _write_schema(folder / SHIPPED_SCHEMA, schema)
         if "airsim_bridge" in params:
             scenario = intersection_of(params["airsim_bridge"])
-            if "trigger_monitor" in params:
-                params["trigger_monitor"]["agents"] = scenario.names()
             if "erecap_planner" in params:  # this run's drones and coordinates
                 params["erecap_planner"]["action_schema_file"] = _write_schema(
                     folder / "intersection_actions.yaml", intersection.action_schema(scenario))

@@ -1,21 +1,26 @@
-"""`brace-run <config>`: a run's stack in one process, one variant after another.
+"""`brace-run <run>`: a run's stack in one process, one variant after another.
 
-Composes the nodes a stack runs (brace_bringup.graph: the same ones
-`launch/brace_sim.launch.py` starts, in the same namespace) on one executor,
-with the parameter file `RunConfig.write_parameters` writes for each variant
-(the launch file passes the same one). Readiness is the graph's: the
-simulator waits for its peers. Each variant gets `<output>/<timestamp>/<variant>/`
-with its parameter file and its audit bag; the run folder gets summary.csv,
-latency_cdf.png and slo_violation.png, and the Table-2-shaped summary is
-printed. The bag's report (`brace-audit report <run folder>`) recomputes the
-same numbers from the bags alone.
+Renders each variant's run plan (brace_bringup.run_plan: the processes and
+the parameter file the launch files start too): the plan's processes (a
+planner server, the AirSim peer) run as children, kept from one variant to
+the next while unchanged; the stack's nodes are composed on one executor in
+the stack's namespace. Readiness is the graph's: the world waits for its
+peers. `<run>` is a run configuration's path or the name of an installed one
+(`demo`: share/brace_bringup/runs/demo.yaml). Each variant gets
+`<output>/<timestamp>/<variant>/` with its parameter file and its audit bag;
+the run folder gets summary.csv, latency_cdf.png and slo_violation.png, and
+the Table-2-shaped summary is printed. The bag's report (`brace-audit report
+<run folder>`) recomputes the same numbers from the bags alone.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
+import os
+import signal
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -33,6 +38,7 @@ from brace_common.spin import autostart, spin_once
 
 from .graph import NodeSpec
 from .run_config import RunConfig
+from .run_plan import AIRSIM_PEER, PLANNER_SERVER, Process, RunPlan, plan
 
 
 class LiveCollector(Node):
@@ -89,30 +95,105 @@ def _drain(executor, recorder, collector: LiveCollector, episodes: int, settle_s
         spin_once(executor, 0.05)
 
 
-def run_variant(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dict], quiet: bool = False):
-    """Run one variant to completion; return its live RunRecords, bag path and episode results."""
-    params_file = cfg.write_parameters(variant, folder, extra)
+class Children:
+    """A run plan's processes as children of brace-run (a context manager that stops them all).
+
+    `start` keeps a process the previous plan started when the new plan has it unchanged (one planner server for
+    every variant) and replaces the others; each logs to `<folder>/<name>.log`.
+    """
+
+    STOP_TIMEOUT_S = 10.0
+
+    def __init__(self, folder: Path, quiet: bool = False) -> None:
+        self.folder = folder
+        self.quiet = quiet
+        self.running: dict[str, tuple[Process, subprocess.Popen, object]] = {}
+
+    def start(self, processes: tuple[Process, ...]) -> None:
+        """Run exactly `processes`: stop the running ones not among them, start the missing ones."""
+        wanted = {p.name: p for p in processes}
+        for name, (process, _, _) in list(self.running.items()):
+            if wanted.get(name) != process:
+                self.stop(name)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for process in processes:
+            if process.name in self.running:
+                continue
+            command = process.command()
+            if not self.quiet:
+                print(f"{process.name}: {' '.join(command)}", flush=True)
+            log = (self.folder / f"{process.name}.log").open("ab")
+            child = subprocess.Popen(command, env={**os.environ, **dict(process.environment)}, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+            self.running[process.name] = (process, child, log)
+
+    def check(self) -> None:
+        """RuntimeError naming a child that exited (with its log's tail)."""
+        for name, (_, child, _) in self.running.items():
+            if child.poll() is not None:
+                tail = (self.folder / f"{name}.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{name} exited with {child.returncode}:\n{tail}")
+
+    def stop(self, name: str) -> None:
+        """SIGTERM a child (its process group), SIGKILL after STOP_TIMEOUT_S."""
+        _, child, log = self.running.pop(name)
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGTERM)
+            try:
+                child.wait(self.STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+        log.close()
+
+    def __enter__(self) -> Children:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name in list(self.running):
+            self.stop(name)
+
+
+def free_ports() -> dict[str, int]:
+    """A free port on 127.0.0.1 for each process a plan may start (brace-run's instead of the run's fixed ones)."""
+    ports = {}
+    for name in (PLANNER_SERVER, AIRSIM_PEER):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            ports[name] = int(sock.getsockname()[1])
+    return ports
+
+
+def run_variant(run_plan: RunPlan, quiet: bool = False, children: Children | None = None):
+    """Run one variant's plan to completion (its processes in `children`, else started and stopped here); return its
+    live RunRecords, bag path, episode results and episode rows."""
+    if children is None:
+        with Children(run_plan.folder, quiet) as own:
+            return run_variant(run_plan, quiet, own)
+    children.start(run_plan.processes)
+    variant = run_plan.variant
     context = rclpy.Context()
-    rclpy.init(args=["--ros-args", "--params-file", str(params_file)], context=context)
+    rclpy.init(args=["--ros-args", "--params-file", str(run_plan.parameters)], context=context)
     nodes: dict[str, Node] = {}
     executor = MultiThreadedExecutor(num_threads=4, context=context)
-    ns = {"context": context, "namespace": names.DEFAULT_NAMESPACE}
+    ns = {"context": context, "namespace": run_plan.namespace}
     try:
         # Every node at once, as launch starts them; the world's readiness wait orders the start.
-        for spec in cfg.stack.nodes:
+        for spec in run_plan.nodes:
             nodes[spec.name] = compose(spec, **ns)
         collector = nodes["brace_run_collector"] = LiveCollector(variant, **ns)
-        for spec in cfg.stack.nodes:
+        for spec in run_plan.nodes:
             node = nodes[spec.name]
             if spec.lifecycle and node.get_parameter("autostart").value and (error := autostart(node)) is not None:
                 raise ConfigError(spec.name, error)
         for n in nodes.values():
             executor.add_node(n)
-        world, recorder = nodes.get(cfg.stack.world), nodes["audit_recorder"]
+        world, recorder = nodes.get(run_plan.stack.world), nodes["audit_recorder"]
         started, last_print = time.monotonic(), 0.0
         try:
             while (world is None or not world.done) and context.ok():  # a stack without a world: until Ctrl-C
                 spin_once(executor, 0.05)
+                children.check()
                 if world is not None and not quiet and \
                         time.monotonic() - last_print > (1.0 if sys.stdout.isatty() else 15.0):  # logs: sparse
                     line = _progress(variant, world, collector, started)
@@ -177,60 +258,17 @@ def plots(runs, folder: Path) -> list[Path]:
     return out
 
 
-@contextlib.contextmanager
-def planner_server(cfg: RunConfig, folder: Path, extra: dict[str, dict]):
-    """The run's local planner server, if it names one, on a free port for all its variants (its log in `folder`)."""
-    if not cfg.planner_server:
-        yield None
-        return
-    from erecap_planner.local_server import LocalServer, served_model
-
-    spec = cfg.server_spec()
-    folder.mkdir(parents=True, exist_ok=True)
-    server = LocalServer(served_model(spec["engine"], spec["model"], spec["adapter"]), dtype=spec["dtype"],
-                         threads=int(spec["threads"]), log_path=folder / "planner_server.log", engine=spec["engine"])
-    print(f"planner server: {spec['engine']} on {server.folder.name} at {server.base_url}", flush=True)
-    with server.start():
-        extra.setdefault("erecap_planner", {})["server_url"] = server.base_url
-        yield server
-
-
-@contextlib.contextmanager
-def airsim_peer(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dict]):
-    """The variant's protocol-level AirSim (brace-airsim-peer in this process), if the run names one, on a free
-    port with the settings.json of the variant's intersection (written to `folder`); yields the variant's extras
-    with the bridge pointed at it."""
-    if not cfg.airsim_peer:
-        yield extra
-        return
-    import json
-
-    from sim_bridges.airsim_peer import AirSimPeer
-    from sim_bridges.intersection import settings
-
-    from .run_config import intersection_of
-
-    spec = cfg.peer_spec()
-    scenario = intersection_of(cfg.parameters(variant, extra)["airsim_bridge"])
-    sim_settings = settings(scenario, float(spec["clock_speed"]))
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "settings.json").write_text(json.dumps(sim_settings, indent=2))
-    with AirSimPeer(sim_settings, port=0) as peer:
-        bridge = {**extra.get("airsim_bridge", {}), "host": "127.0.0.1", "port": peer.port}
-        yield {**extra, "airsim_bridge": bridge}
-
-
 def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict], quiet: bool = False):
     """Every variant in order; write CSV and plots; return (run folder, live records per variant)."""
     from brace_controller.audit import write_csvs
 
     folder = output / time.strftime("%Y%m%d_%H%M%S")
     runs, rows = [], []
-    with planner_server(cfg, folder, extra):
+    ports = free_ports()
+    with Children(folder, quiet) as children:
         for variant in variants:
-            with airsim_peer(cfg, variant, folder / variant, extra) as variant_extra:
-                records, _bag, _results, episode_rows = run_variant(cfg, variant, folder / variant, variant_extra,
-                                                                    quiet)
+            records, _bag, _results, episode_rows = run_variant(plan(cfg, variant, folder / variant, extra, ports),
+                                                                quiet, children)
             runs.append(records)
             rows.append(episode_rows)
     write_csvs(runs, folder)
@@ -242,11 +280,11 @@ def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict
 
 
 def main(argv=None) -> int:
-    """`brace-run config/runs/demo.yaml [--variants ...] [--episodes N] [--agents K]`."""
+    """`brace-run demo [--variants ...] [--episodes N] [--agents K]` (an installed run's name or a file)."""
     from brace_controller.audit_report import report
 
     ap = argparse.ArgumentParser(prog="brace-run", description=__doc__.splitlines()[0])
-    ap.add_argument("config", type=Path)
+    ap.add_argument("config", help="run configuration: a file, or the name of an installed one (e.g. demo)")
     ap.add_argument("--variants", nargs="*", help="subset of the config's variants (default: all, in order)")
     ap.add_argument("--episodes", type=int)
     ap.add_argument("--agents", type=int)
@@ -283,6 +321,9 @@ def main(argv=None) -> int:
     except ConfigError as exc:
         print(f"brace-run: invalid configuration: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # a process of the run (a planner server, the AirSim peer) exited
+        print(f"brace-run: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     print(report(runs))

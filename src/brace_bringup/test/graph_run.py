@@ -17,7 +17,6 @@ from brace_common.vocabulary import CallStatus
 from brace_controller.audit import records_from_bag
 from erecap_planner.testing import saved_tiny_llama
 
-WORKSPACE = Path(__file__).resolve().parents[3]  # src/<pkg>/test/<file>
 VARIANT = "brace_erecap"
 EPISODES = 2
 
@@ -27,7 +26,7 @@ def tiny_run_config(folder: Path) -> Path:
     model = saved_tiny_llama(folder / "tiny_llama")
     path = folder / "tiny_run.yaml"
     path.write_text(yaml.safe_dump({"run": {
-        "extends": str(WORKSPACE / "config" / "runs" / "demo.yaml"),
+        "extends": "demo.yaml",  # the installed run configuration
         "overrides": {
             "embedded_sim": {"episodes": EPISODES, "agents": 2, "max_steps": 10, "step_period_s": 0.01,
                              "shutdown_when_done": True, "wait_timeout_s": 240.0},

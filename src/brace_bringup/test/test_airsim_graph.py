@@ -1,4 +1,4 @@
-"""The AirSim stack as `ros2 launch launch/airsim.launch.py` starts it: every process at once, in no order.
+"""The AirSim stack as `ros2 launch brace_bringup airsim.launch.py` starts it: every process at once, in no order.
 
 The bridge first, the simulator (brace-airsim-peer, its own process) last: the bridge must wait for the
 simulator, its peers and the Replan server before its first episode, or the episodes end with no plans. A tiny
@@ -15,7 +15,7 @@ import socket
 import subprocess
 
 import yaml
-from graph_run import EPISODES, VARIANT, WORKSPACE, check_bag, run_all_at_once
+from graph_run import EPISODES, VARIANT, check_bag, run_all_at_once
 
 from brace_bringup.run_config import RunConfig, intersection_of
 from brace_common.testing import installed_executable
@@ -35,7 +35,7 @@ def test_every_process_at_once_flies_the_intersection(tmp_path):
     port = free_port()
     path = tmp_path / "tiny_airsim.yaml"
     path.write_text(yaml.safe_dump({"run": {
-        "extends": str(WORKSPACE / "config" / "runs" / "airsim_k8.yaml"),
+        "extends": "airsim_k8.yaml",
         "overrides": {
             "airsim_bridge": {"episodes": EPISODES, "agents": 2, "max_steps": 12, "step_period_s": 0.01,
                               "shutdown_when_done": True, "wait_timeout_s": 240.0, "port": port},

@@ -2,9 +2,10 @@
 
 Every node of every stack is an installed executable whose parameter files
 exist and build a valid config; every run configuration loads and writes, for
-each of its variants, a parameter file every node accepts; every launch file
-names a run configuration that exists; the Isaac launch's planner and monitor
-agree with its bridge's robots and action schema.
+each of its variants, a parameter file every node accepts; every installed
+launch file names an installed run configuration and computes no path from
+its own location; the Isaac launch's planner decodes against its bridge's
+action schema. test_launch_stacks.py starts what each launch file starts.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ import yaml
 
 from brace_bringup.graph import STACKS
 from brace_bringup.param_docs import NODE_CONFIGS, render
-from brace_bringup.run_config import RunConfig
+from brace_bringup.run_config import RunConfig, params_dir, share
 from brace_common.action_schema import ActionSchema
 from brace_common.config import from_mapping, load_ros_parameters, resolve_path
 from sim_bridges.isaac_bridge_node import load_schema
 from sim_bridges.isaac_config import IsaacBridgeConfig
 
-WORKSPACE = Path(__file__).resolve().parents[3]  # src/<pkg>/test/<file>
-LAUNCH_FILES = sorted((WORKSPACE / "launch").glob("*.launch.py"))
-RUN_CONFIGS = sorted((WORKSPACE / "config" / "runs").glob("*.yaml"))
+WORKSPACE = Path(__file__).resolve().parents[3]  # src/<pkg>/test/<file>: the source tree's docs/
+LAUNCH_FILES = sorted((share() / "launch").glob("*.launch.py"))
+RUN_CONFIGS = sorted((share() / "runs").glob("*.yaml"))
 ROS_PARAMETERS = {"use_sim_time"}  # declared by rclpy itself, not by a config
 
 
@@ -48,7 +49,7 @@ def test_stack_nodes_are_installed_and_their_files_are_valid(stack):
         assert any(e.is_file() and os.access(e, os.X_OK) for e in executables), f"{spec} not installed"
         values: dict = {}
         for name in spec.parameter_files:
-            values.update(load_ros_parameters(WORKSPACE / "config" / name, spec.name))
+            values.update(load_ros_parameters(params_dir() / name, spec.name))
         validate(spec.name, values)
 
 
@@ -66,23 +67,26 @@ def test_every_variant_writes_a_parameter_file_every_node_accepts(path, tmp_path
 @pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
 def test_launch_files_start_a_run_configuration(path):
     calls = [c for c in ast.walk(ast.parse(path.read_text()))
-             if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "declare_arguments"]
+             if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "stack_launch_description"]
     assert len(calls) == 1, "a launch file starts one run configuration's stack"
-    run, variant = (a.value for a in calls[0].args[1:3])
-    cfg = RunConfig.load(WORKSPACE / "config" / "runs" / run)
+    run, variant = (a.value for a in calls[0].args[:2])
+    cfg = RunConfig.load(run)  # an installed one, by name
     assert variant in cfg.variants
     assert "parameters=" not in path.read_text(), "no parameter is set inline in a launch file"
+    assert "__file__" not in path.read_text(), "a launch file finds its files through the package's share"
+    assert {p.name for p in LAUNCH_FILES} == {f"{name}.launch.py" for name in (
+        "brace_sim", "brace_control", "piper_twin", "piper_real", "airsim", "isaac")}
 
 
 def test_the_parameter_reference_is_generated_from_the_code():
-    assert (WORKSPACE / "docs" / "parameters.md").read_text() == render(WORKSPACE), \
+    assert (WORKSPACE / "docs" / "parameters.md").read_text() == render(), \
         "docs/parameters.md is stale: python -m brace_bringup.param_docs > docs/parameters.md"
 
 
 def test_the_isaac_launch_plans_for_the_bridges_robots_with_its_schema_on_isaacs_clock(tmp_path):
-    """launch/isaac.launch.py's parameters: the monitor's agents are the bridge's robots, the planner decodes JSON
+    """isaac.launch.py's parameters: the monitor's agents are the bridge's robots, the planner decodes JSON
     plans against the bridge's action schema (which both sides load), every node follows /clock."""
-    cfg = RunConfig.load(WORKSPACE / "config" / "runs" / "isaac.yaml")
+    cfg = RunConfig.load("isaac")
     assert cfg.stack.use_sim_time and cfg.stack.world == "isaac_bridge"
     for variant in cfg.variants:
         written = yaml.safe_load(cfg.write_parameters(variant, tmp_path / variant).read_text())

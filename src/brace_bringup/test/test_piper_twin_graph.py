@@ -1,8 +1,8 @@
-"""The real-robot graph on the CAN twin as `ros2 launch launch/piper_twin.launch.py` starts it: every node its own
+"""The real-robot graph on the CAN twin as `ros2 launch brace_bringup piper_twin.launch.py` starts it: every node its own
 process, all at once, in no order.
 
 The processes of the piper_twin stack start back to back with the run's
-parameter file (config/runs/piper_twin_launch.yaml: the twin and the arm node
+parameter file (runs/piper_twin_launch.yaml: the twin and the arm node
 on python-can's udp_multicast bus), twin_world first and the planner last. The
 graph orders itself: the arm node retries its CAN connection until the twin
 answers, the executor waits for state and images, the twin world waits for
@@ -25,7 +25,6 @@ from brace_bringup.run_config import RunConfig
 from brace_controller.audit import records_from_bag
 from erecap_planner.testing import saved_tiny_llama
 
-WORKSPACE = Path(__file__).resolve().parents[3]
 VARIANT = "brace_erecap"
 WORLD_TIMEOUT_S = 300.0
 
@@ -42,7 +41,7 @@ def twin_run_config(folder: Path, group: str, act_port: int) -> RunConfig:
     model = saved_tiny_llama(folder / "tiny")
     path = folder / "twin_run.yaml"
     path.write_text(yaml.safe_dump({"run": {
-        "extends": str(WORKSPACE / "config" / "runs" / "piper_twin_launch.yaml"),
+        "extends": "piper_twin_launch.yaml",
         "overrides": {
             "twin_world": {"episodes": 1, "max_duration_s": 30.0, "can_port": group, "act_port": act_port,
                            "shutdown_when_done": True, "wait_timeout_s": 240.0},

@@ -8,14 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from brace_bringup.run_config import RunConfig
+from brace_bringup.run_config import RunConfig, params_dir, run_file, share
 from brace_bringup.runner import run
 from brace_common.vocabulary import CallStatus
 from brace_controller.audit import records_from_bag
 from brace_controller.audit_report import summary
 from erecap_planner.testing import saved_tiny_llama
-
-WORKSPACE = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +27,8 @@ def same(a, b) -> bool:
 
 
 def test_demo_config_loads():
-    cfg = RunConfig.load(WORKSPACE / "config" / "runs" / "demo.yaml")
-    assert cfg.root == WORKSPACE and set(cfg.variants) == {"no_brace", "brace_erecap"}
+    cfg = RunConfig.load("demo")
+    assert cfg.params_dir == params_dir() and set(cfg.variants) == {"no_brace", "brace_erecap"}
     params = cfg.parameters("no_brace", {})
     assert params["erecap_planner"]["compressor"] == "none" and params["brace_controller"]["cooldown_steps"] == 0
     assert params["erecap_planner"]["decoding"] == "constrained"
@@ -44,14 +42,14 @@ def test_demo_config_loads():
 def test_set_overrides_must_name_a_node_and_parameter(capsys):
     from brace_bringup.runner import main
 
-    assert main([str(WORKSPACE / "config" / "runs" / "demo.yaml"), "--set", "max_steps=80"]) == 2
-    assert main([str(WORKSPACE / "config" / "runs" / "demo.yaml"), "--set", "robot.max_steps=80"]) == 2
+    assert main(["demo", "--set", "max_steps=80"]) == 2
+    assert main(["demo.yaml", "--set", "robot.max_steps=80"]) == 2
     assert "NODE.PARAM=VALUE" in capsys.readouterr().err
 
 
 def test_closed_loop_runs_and_the_bag_reproduces_the_live_numbers(model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("ROS_DOMAIN_ID", str(180 + (hash(str(tmp_path)) % 19)))
-    cfg = RunConfig.load(WORKSPACE / "config" / "runs" / "demo.yaml")
+    cfg = RunConfig.load("demo")
     extra = {"embedded_sim": {"episodes": 2, "agents": 2, "max_steps": 10, "step_period_s": 0.01},
              "erecap_planner": {"model_path": model_dir, "pruning_layers": [1, 3], "predictor_path": "",
                                 "adapter_path": ""}}
@@ -61,6 +59,7 @@ def test_closed_loop_runs_and_the_bag_reproduces_the_live_numbers(model_dir, tmp
     for live in runs:
         assert len(live.episodes) == 2
         assert live.calls, "the episode start asks every agent for an initial plan"
+        assert {agent for _, agent, _ in live.plans} == {"agent_0", "agent_1"}, "the monitor learnt the world's K"
         bag = folder / live.variant / "bag"
         recorded, note = records_from_bag(bag)
         assert note == ""
@@ -68,15 +67,16 @@ def test_closed_loop_runs_and_the_bag_reproduces_the_live_numbers(model_dir, tmp
         assert all(same(a[k], b[k]) for k in a if k != "variant"), (a, b)
     erecap = summary(runs[1])
     assert erecap["tokens_after"] < erecap["tokens_before"]  # pruned (byte tokens: protected blocks alone exceed B)
-    params = (folder / "no_brace" / "params.yaml").read_text()
-    assert "agent_1" in params and "warehouse_actions.yaml" in params
+    params = yaml.safe_load((folder / "no_brace" / "params.yaml").read_text())
+    assert params["/**/trigger_monitor"]["ros__parameters"]["agents"] == []  # learnt from the world, not copied
+    assert params["/**/erecap_planner"]["ros__parameters"]["action_schema_file"].endswith("warehouse_actions.yaml")
 
 
 def test_a_run_with_a_planner_server_starts_it_and_plans_through_it(model_dir, tmp_path, monkeypatch):
-    # config/runs/demo_server.yaml on the tiny model: brace-run starts `transformers serve` on it (a real server on
+    # runs/demo_server.yaml on the tiny model: brace-run starts `transformers serve` on it (a real server on
     # 127.0.0.1), points the planner at it, and every call goes through it (a random model: counted planner errors).
     monkeypatch.setenv("ROS_DOMAIN_ID", str(160 + (hash(str(tmp_path)) % 19)))
-    cfg = RunConfig.load(WORKSPACE / "config" / "runs" / "demo_server.yaml")
+    cfg = RunConfig.load("demo_server")
     assert cfg.planner_server.get("engine", "transformers") == "transformers" and cfg.planner_server["adapter"]
     assert cfg.parameters("brace_erecap", {})["erecap_planner"]["backend"] == "openai"
     cfg.planner_server = {**cfg.planner_server, "model": model_dir, "adapter": ""}
@@ -92,28 +92,39 @@ def test_a_run_with_a_planner_server_starts_it_and_plans_through_it(model_dir, t
 
 
 def test_run_configs_reject_unknown_planner_server_keys(tmp_path):
-    path = tmp_path / "config" / "runs" / "bad.yaml"
-    path.parent.mkdir(parents=True)
-    path.write_text(f"run:\n  extends: {WORKSPACE / 'config' / 'runs' / 'demo_server.yaml'}\n"
+    path = tmp_path / "bad.yaml"
+    path.write_text("run:\n  extends: demo_server.yaml\n"
                     "  planner_server: {gpus: 2}\n")
     with pytest.raises(ValueError, match="planner_server has unknown keys"):
         RunConfig.load(path)
 
 
-def test_airsim_peer_is_checked_and_the_run_names_the_drones_and_writes_their_schema(tmp_path):
-    bad = tmp_path / "config" / "runs" / "bad.yaml"
-    bad.parent.mkdir(parents=True)
-    bad.write_text(f"run:\n  extends: {WORKSPACE / 'config' / 'runs' / 'airsim_k8.yaml'}\n  airsim_peer: {{gpu: 1}}\n")
+def test_airsim_peer_is_checked_and_the_run_writes_the_drones_schema(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run:\n  extends: airsim_k8.yaml\n  airsim_peer: {gpu: 1}\n")
     with pytest.raises(ValueError, match="airsim_peer has unknown keys"):
         RunConfig.load(bad)
-    bad.write_text(f"run:\n  extends: {WORKSPACE / 'config' / 'runs' / 'demo.yaml'}\n  airsim_peer: {{port: 1}}\n")
+    bad.write_text("run:\n  extends: demo.yaml\n  airsim_peer: {port: 1}\n")
     with pytest.raises(ValueError, match="needs a stack with an airsim_bridge"):
         RunConfig.load(bad)
-    cfg = RunConfig.load(WORKSPACE / "config" / "runs" / "airsim_k8.yaml")
+    cfg = RunConfig.load("airsim_k8")
     params = cfg.parameters("brace_erecap", {"airsim_bridge": {"agents": 3}})
     assert params["airsim_bridge"]["agents"] == 3 and cfg.peer_spec()["port"] == 41451
     written = yaml.safe_load(cfg.write_parameters("brace_erecap", tmp_path / "run",
                                                   {"airsim_bridge": {"agents": 3}}).read_text())
-    assert written["/**/trigger_monitor"]["ros__parameters"]["agents"] == ["drone_0", "drone_1", "drone_2"]
+    assert written["/**/trigger_monitor"]["ros__parameters"]["agents"] == []  # learnt from the drones' states
     schema = yaml.safe_load(Path(written["/**/erecap_planner"]["ros__parameters"]["action_schema_file"]).read_text())
     assert schema["actions"]["yield_to"]["agent"]["choices"] == ["drone_0", "drone_1", "drone_2"]
+
+
+def test_a_run_configuration_is_a_file_or_an_installed_name(tmp_path):
+    installed = share() / "runs" / "demo.yaml"
+    assert run_file("demo") == run_file("demo.yaml") == installed and run_file(str(installed)) == installed
+    own = tmp_path / "mine.yaml"
+    own.write_text("run:\n  extends: demo.yaml\n  overrides: {embedded_sim: {episodes: 1}}\n")
+    cfg = RunConfig.load(own)  # extends: an installed one (none beside it)
+    assert cfg.parameters("brace_erecap")["embedded_sim"]["episodes"] == 1
+    with pytest.raises(FileNotFoundError, match="demo_server"):  # the message names the installed ones
+        run_file("no_such_run")
+    with pytest.raises(FileNotFoundError):
+        run_file(tmp_path / "missing.yaml")

@@ -172,7 +172,8 @@ class ControllerConfig:
 class MonitorConfig:
     """Parameters of the trigger detectors."""
 
-    agents: list[str] = param(["agent_0"], "agent ids the monitor expects (others are accepted too)")
+    agents: list[str] = param([], "agent ids the monitor expects before their first state ([] = the world's: an "
+                              "agent joins with its first AgentState of an episode, initial plan included)")
     step_source: str = param("timer", "'timer': step advances every step_period_s; 'agent_state': step follows AgentState.step")
     step_period_s: float = param(0.1, "controller step period when step_source is 'timer' (s)", 0.001, 3600.0)
     periodic_interval_steps: int = param(10, "steps between periodic triggers per agent (0 = off)", 0, 10**6)
@@ -199,8 +200,6 @@ class MonitorConfig:
         check_fields(self)
         if self.step_source not in ("timer", "agent_state"):
             raise ConfigError("step_source", f"'{self.step_source}' is not 'timer' or 'agent_state'")
-        if not self.agents:
-            raise ConfigError("agents", "needs at least one agent id")
         check_agent_ids("agents", self.agents)
         if len(set(self.agents)) != len(self.agents):
             raise ConfigError("agents", "agent ids must be unique")

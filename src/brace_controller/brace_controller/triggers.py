@@ -228,7 +228,9 @@ class TriggerMonitor:
         c = self.config
         self.step = 0
         self.states = {}
-        self.initial_pending: set[str] = set(self.agents()) if episode_start and c.initial_plan else set()
+        self.initial_plans = episode_start and c.initial_plan
+        self.initial_pending: set[str] = set(self.agents()) if self.initial_plans else set()
+        self.joined: set[str] = set(self.agents())
         self.first_step: Optional[int] = None
         self.periodic = PeriodicDetector(c.periodic_interval_steps, c.periodic_stagger_steps)
         self.plan_done = PlanDoneDetector(c.plan_done_idle_steps, c.deadlock_progress_m)
@@ -247,7 +249,12 @@ class TriggerMonitor:
         return self.failure.consecutive.get(agent, 0)
 
     def on_state(self, agent: str, state: AgentObservation) -> None:
-        """Store the latest state of an agent (evaluated at the next step)."""
+        """Store the latest state of an agent (evaluated at the next step); an agent new in the episode joins it,
+        with an initial plan pending when the episode asks for them."""
+        if agent not in self.joined:
+            self.joined.add(agent)
+            if self.initial_plans:
+                self.initial_pending.add(agent)
         self.states[agent] = state
 
     def on_outcome(self, agent: str, success: bool, detail: str = "") -> list[Trigger]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from ament_index_python.packages import get_package_share_directory
 
 from brace_common.config import ConfigError, config_from_file, from_mapping
 from brace_common.vocabulary import Mode
@@ -17,7 +18,7 @@ from brace_controller.config import (
     load_profiles,
 )
 
-WORKSPACE = Path(__file__).resolve().parents[3]
+PARAMS = Path(get_package_share_directory("brace_bringup")) / "params"  # the stacks' parameter files
 
 
 @pytest.mark.parametrize("field,value", [
@@ -31,7 +32,7 @@ def test_invalid_controller_values_name_the_parameter(field, value):
 
 
 @pytest.mark.parametrize("values,parameter", [
-    ({"step_source": "wall"}, "step_source"), ({"agents": []}, "agents"), ({"agents": ["a", "a"]}, "agents"),
+    ({"step_source": "wall"}, "step_source"), ({"agents": [""]}, "agents"), ({"agents": ["a", "a"]}, "agents"),
     ({"deadlock_window": 2, "deadlock_threshold": 3}, "deadlock_threshold"), ({"step_period_s": 0.0}, "step_period_s"),
 ])
 def test_invalid_monitor_values(values, parameter):
@@ -76,7 +77,7 @@ def test_malformed_profile_files(tmp_path, body, match):
 
 
 def test_workspace_parameter_files_build_valid_configs():
-    cfg = config_from_file(ControllerConfig, WORKSPACE / "config" / "brace_controller.yaml", "brace_controller",
+    cfg = config_from_file(ControllerConfig, PARAMS / "brace_controller.yaml", "brace_controller",
                            ControllerNodeConfig)
     cfg.load_profile()
-    config_from_file(MonitorConfig, WORKSPACE / "config" / "trigger_monitor.yaml", "trigger_monitor", MonitorNodeConfig)
+    config_from_file(MonitorConfig, PARAMS / "trigger_monitor.yaml", "trigger_monitor", MonitorNodeConfig)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ament_index_python.packages import get_package_share_directory
 from brace_msgs.msg import Plan, ReplanDecision, TriggerEvent
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
@@ -202,7 +203,7 @@ def test_executable_exits_with_message_on_bad_parameter():
 
 
 def test_workspace_parameter_file_configures_the_node(ros):
-    params = Path(__file__).resolve().parents[3] / "config" / "brace_controller.yaml"
+    params = Path(get_package_share_directory("brace_bringup")) / "params" / "brace_controller.yaml"
     node = ros.add(BraceControllerNode(namespace=NS, cli_args=["--ros-args", "--params-file", str(params)]))
     assert node.config.cooldown_steps == 3 and node.config.budget_profile == "default"
     assert node.node_config.replan_action == "replan"  # relative: the server in the node's namespace

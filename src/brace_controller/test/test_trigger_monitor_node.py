@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from brace_msgs.msg import AgentState, ExecutionOutcome, ReplanDecision, TriggerEvent, VerifierVerdict
+from ament_index_python.packages import get_package_share_directory
+from brace_msgs.msg import AgentState, Episode, ExecutionOutcome, ReplanDecision, TriggerEvent, VerifierVerdict
 from geometry_msgs.msg import Point
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -129,22 +130,31 @@ def test_chain_outcomes_to_monitor_to_controller_to_planner(ros):
     assert planner.goals[0].token_budget == 512 and planner.goals[0].slo_ms == 1500.0
 
 
-def test_an_empty_agent_list_in_a_parameter_file_stops_the_node(ros, tmp_path):
+def test_an_empty_agent_list_learns_the_agents_from_the_world(ros, tmp_path):
+    """The shipped file's `agents: []`: every agent that reports a state joins, with its initial plan."""
     params = tmp_path / "empty.yaml"
-    params.write_text("/**/trigger_monitor:\n  ros__parameters:\n    agents: []\n")
-    with pytest.raises(ConfigError) as err:
-        TriggerMonitorNode(namespace=NS, cli_args=["--ros-args", "--params-file", str(params)])
-    assert err.value.parameter == "agents"
+    params.write_text("/**/trigger_monitor:\n  ros__parameters:\n    agents: []\n    step_source: agent_state\n"
+                      "    hazard_distance_m: 0.0\n    deadlock_window: 0\n")
+    node = TriggerMonitorNode(namespace=NS, cli_args=["--ros-args", "--params-file", str(params)])
+    assert node.config.agents == []
+    world = connect(ros, node)
+    episode = world.create_publisher(Episode, "/brace/episode", qos.EVENTS)
+    wait_for(lambda: episode.get_subscription_count() > 0, what="discovery of the episode topic")
+    episode.publish(Episode(event=Episode.EVENT_START, agents=2))
+    wait_for(lambda: node.monitor.initial_plans, what="the episode start")
+    for step in (1, 2):
+        publish_step(world, step, {"agent_0": 0.0, "agent_1": 3.0})
+    wait_for(lambda: {t.agent_id for t in world.triggers} >= {"agent_0", "agent_1"}, what="both initial plans")
 
 
-@pytest.mark.parametrize("overlay", [["--params-file", "EMPTY"], ["-p", "agents:=[]"]])
-def test_an_empty_agent_list_after_the_shipped_file_stops_the_process(tmp_path, overlay):
-    """rcl drops an untyped `[]` when it merges files and -p, so the shipped file's four agents stayed in force."""
-    empty = tmp_path / "empty.yaml"
-    empty.write_text("/**/trigger_monitor:\n  ros__parameters:\n    agents: []\n")  # the shipped file's section
-    shipped = Path(__file__).resolve().parents[3] / "config" / "trigger_monitor.yaml"
+@pytest.mark.parametrize("overlay", [["--params-file", "BAD"], ["-p", "agents:=['..']"]])
+def test_a_bad_agent_list_after_the_shipped_file_stops_the_process(tmp_path, overlay):
+    """A value given after the shipped file is checked like one in it."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("/**/trigger_monitor:\n  ros__parameters:\n    agents: ['..']\n")
+    shipped = Path(get_package_share_directory("brace_bringup")) / "params" / "trigger_monitor.yaml"
     args = ["--ros-args", "-r", f"__ns:={NS}", "--params-file", str(shipped),
-            *[str(empty) if a == "EMPTY" else a for a in overlay]]
+            *[str(bad) if a == "BAD" else a for a in overlay]]
     proc = subprocess.run([sys.executable, "-m", "brace_controller.trigger_monitor_node", *args],
                           capture_output=True, text=True, timeout=90, env=os.environ.copy())
     assert proc.returncode == 2 and "'agents'" in proc.stdout + proc.stderr

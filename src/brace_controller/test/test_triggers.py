@@ -45,6 +45,27 @@ def test_initial_plans_at_episode_start_follow_the_stagger():
     assert off.on_step(1) == []
 
 
+def test_agents_join_from_the_worlds_states_with_their_initial_plans():
+    """No agent list: each agent the world reports joins the episode with its first state (K comes from the world)."""
+    monitor = TriggerMonitor(MonitorConfig(periodic_interval_steps=10, periodic_stagger_steps=1, hazard_distance_m=0.0,
+                                           deadlock_window=0))
+    monitor.reset(episode_start=True)
+    assert monitor.agents() == []
+    for agent in ("a", "b", "c"):
+        monitor.on_state(agent, at(0.0))
+    initial = {s: [(t.agent_id, t.detail) for t in monitor.on_step(s)] for s in range(2, 6)}
+    assert initial == {2: [("a", "initial plan")], 3: [("b", "initial plan")], 4: [("c", "initial plan")], 5: []}
+    monitor.on_state("d", at(1.0))  # a late agent still gets its initial plan
+    assert [(t.agent_id, t.detail) for t in monitor.on_step(6)] == [("d", "initial plan")]
+    monitor.reset(episode_start=True)  # the next episode: everyone joins again
+    monitor.on_state("b", at(0.0))
+    assert [(t.agent_id, t.detail) for t in monitor.on_step(1)] == [("b", "initial plan")]
+    closed = TriggerMonitor(MonitorConfig(initial_plan=False))
+    closed.reset(episode_start=True)
+    closed.on_state("a", at(0.0))
+    assert closed.on_step(1) == []
+
+
 def test_failure_after_k_consecutive_and_reset_on_success():
     det = FailureDetector(2)
     assert det.update("a", 1, False) is None

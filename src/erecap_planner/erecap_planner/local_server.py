@@ -183,15 +183,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--dtype", default="float32", help="float32 (any CPU) or bfloat16 (native bf16 CPUs, GPUs)")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads of the engine (0 = its default)")
     args = parser.parse_args(argv)
     try:
         folder = served_model(args.engine, args.model, args.adapter)
     except (FileNotFoundError, OSError, ValueError) as exc:
         print(f"brace-planner-server: {exc}", file=sys.stderr)
         return 2
-    command = engine_command(args.engine, folder, args.port, args.host, args.dtype)
+    command = engine_command(args.engine, folder, args.port, args.host, args.dtype, args.threads)
+    env = serve_env()
+    if args.threads:  # as LocalServer: torch's threads for transformers serve
+        env["OMP_NUM_THREADS"] = str(args.threads)
     print(f"serving {folder} at http://{args.host}:{args.port}/v1", flush=True)
-    os.execve(command[0], command, serve_env())
+    os.execve(command[0], command, env)
     return 0  # not reached: execv replaces the process
 
 

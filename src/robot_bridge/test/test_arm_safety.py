@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
+from ament_index_python.packages import get_package_share_directory
 
 from brace_common.config import ConfigError, config_from_file, load_ros_parameters
 from brace_common.validation import Rejections
@@ -384,7 +385,7 @@ def test_invalid_config_names_the_parameter(change, parameter):
 
 
 def test_the_parameter_file_sets_every_parameter_to_its_default():
-    path = Path(__file__).resolve().parents[3] / "config" / "piper_arm.yaml"
+    path = Path(get_package_share_directory("brace_bringup")) / "params" / "piper_arm.yaml"
     values = load_ros_parameters(path, "piper_arm")
     assert set(values) == {f.name for f in dataclasses.fields(PiperArmConfig)}
     assert config_from_file(PiperArmConfig, path, "piper_arm") == PiperArmConfig()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ament_index_python.packages import get_package_share_directory
 from brace_msgs.msg import ContextEntry, EndEffectorDelta, ExecutionOutcome, Plan, PlanStep
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
@@ -401,7 +402,7 @@ def test_shipped_parameter_file_is_valid():
 
     from brace_common.config import config_from_file
 
-    path = Path(__file__).resolve().parents[3] / "config" / "openvla_executor.yaml"
+    path = Path(get_package_share_directory("brace_bringup")) / "params" / "openvla_executor.yaml"
     cfg = config_from_file(ExecutorConfig, path, "openvla_executor")
     assert cfg.unnorm_key == "bridge_orig" and cfg.control_rate_hz == 5.0 and cfg.backend == "server"
     assert cfg.monitor_config().locations["bowl"] == (0.25, 0.12, 0.12)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import can
 import pytest
+from ament_index_python.packages import get_package_share_directory
 from brace_msgs.msg import AgentState, EndEffectorDelta
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
@@ -37,7 +38,7 @@ from piper_sdk_session import close_sdk, unique_port  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:The 'bustype' argument:DeprecationWarning")
 
-CONFIG = Path(__file__).resolve().parents[3] / "config" / "piper_arm.yaml"
+CONFIG = Path(get_package_share_directory("brace_bringup")) / "params" / "piper_arm.yaml"
 TWIN_CONFIG = Path(__file__).resolve().parents[1] / "config" / "piper_twin.yaml"
 SUCCESS = TransitionCallbackReturn.SUCCESS
 FAILURE = TransitionCallbackReturn.FAILURE

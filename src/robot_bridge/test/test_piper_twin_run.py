@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import csv
 import socket
-from pathlib import Path
 
 from brace_bringup.run_config import RunConfig
 from brace_bringup.runner import run
 from brace_controller.audit import records_from_bag
 from erecap_planner.testing import saved_tiny_llama
 
-WORKSPACE = Path(__file__).resolve().parents[3]
-
 
 def test_the_twin_graph_closes_the_loop_and_prints_table_32(tmp_path, capsys):
     model = saved_tiny_llama(tmp_path / "tiny")
-    cfg = RunConfig.load(WORKSPACE / "config" / "runs" / "piper_twin.yaml")
+    cfg = RunConfig.load("piper_twin")  # the installed run configuration
     with socket.socket() as probe:  # a free port for the /act stand-in (the executor must know it beforehand)
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ament_index_python.packages import get_package_share_directory
 from brace_msgs.msg import AgentState, ContextEntry, Episode, ExecutionOutcome, Plan, PlanStep, WorldState
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.lifecycle import TransitionCallbackReturn
@@ -34,7 +35,7 @@ from sim_bridges.isaac_skills import Outcome
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the stand-in beside this file
 from isaac_standin import FRANKA_JOINTS, INITIAL_JOINTS, IsaacStandIn  # noqa: E402
 
-WORKSPACE = Path(__file__).resolve().parents[3]
+PARAMS = Path(get_package_share_directory("brace_bringup")) / "params"  # the stacks' parameter files
 READY = (0.0, -0.3, 0.0, -1.9, 0.0, 1.6, 0.785)
 BOTH = {"carter_1": "mobile", "franka_1": "arm"}
 FAST = {"use_sim_time": True, "control_period_s": 0.02, "agent_state_period_s": 0.05, "observe_period_s": 0.5,
@@ -289,7 +290,7 @@ def test_stamps_follow_isaacs_clock(ros):
 def test_the_executable_stops_the_base_on_sigint_and_refuses_bad_parameters(ros, tmp_path):
     env = {**os.environ, "ROS_DOMAIN_ID": str(ros.domain_id)}
     executable = str(installed_executable("sim_bridges", "isaac_bridge"))
-    params = ["--ros-args", "--params-file", str(WORKSPACE / "config" / "isaac_bridge.yaml"),
+    params = ["--ros-args", "--params-file", str(PARAMS / "isaac_bridge.yaml"),
               "-p", "use_sim_time:=true", "-r", f"__ns:={NS}"]
     bad = subprocess.run([executable, *params, "-p", "robot_kinds:=[mobile,flying]"], env=env, capture_output=True,
                          text=True, timeout=60)

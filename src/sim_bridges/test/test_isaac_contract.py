@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
+from ament_index_python.packages import get_package_share_directory
 
 from brace_common.config import ConfigError, config_from_file, from_mapping
 from brace_common.validation import InvalidInput
@@ -22,7 +23,7 @@ from sim_bridges.isaac_contract import (
     yaw_of,
 )
 
-WORKSPACE = Path(__file__).resolve().parents[3]
+PARAMS = Path(get_package_share_directory("brace_bringup")) / "params"  # the stacks' parameter files
 
 
 def test_a_mobile_robot_with_a_camera_speaks_odom_cmd_vel_and_the_camera_helper_topics():
@@ -84,7 +85,7 @@ def test_liveness_tells_missing_from_stale_topics():
 
 
 def test_the_shipped_parameter_file_builds_the_default_scene():
-    cfg = config_from_file(IsaacBridgeConfig, WORKSPACE / "config" / "isaac_bridge.yaml", "isaac_bridge")
+    cfg = config_from_file(IsaacBridgeConfig, PARAMS / "isaac_bridge.yaml", "isaac_bridge")
     carter, franka = cfg.robot_specs()
     assert (carter.kind, carter.camera, franka.kind, franka.camera) == (RobotKind.MOBILE, True, RobotKind.ARM, False)
     assert franka.origin == Pose2D(1.5, -1.0, 0.0)

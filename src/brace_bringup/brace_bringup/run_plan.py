@@ -1,0 +1,131 @@
+"""A run plan: what one variant of a run configuration starts, as data: its processes and the one parameter file.
+
+Every orchestration step is written here once; two renderers read the plan.
+The launch files (brace_bringup.launch_description) start each process and
+each node as its own process; brace-run (brace_bringup.runner) starts the
+processes as children and composes the nodes in one process. A run's
+processes are a local planner server (`planner_server` in the run
+configuration: the planner's `server_url` points at it) and the
+protocol-level AirSim (`airsim_peer`: brace-airsim-peer with the settings.json
+of the variant's intersection; the bridge's `host` / `port` point at it).
+Every process starts at once with the nodes: the planner waits for its
+server, the AirSim bridge for its simulator.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ament_index_python.packages import get_package_prefix
+
+from brace_common.names import DEFAULT_NAMESPACE
+from sim_bridges.intersection import settings
+
+from .graph import NodeSpec, Stack
+from .run_config import RunConfig, intersection_of
+
+PLANNER_SERVER = "planner_server"
+AIRSIM_PEER = "airsim_peer"
+
+
+@dataclass(frozen=True)
+class Process:
+    """A program a run starts beside its nodes: an installed executable with its arguments and environment."""
+
+    name: str
+    package: str
+    executable: str
+    arguments: tuple[str, ...] = ()
+    environment: tuple[tuple[str, str], ...] = ()  # set on top of the caller's environment
+
+    def command(self) -> list[str]:
+        """The command line (the executable `ros2 run <package> <executable>` starts)."""
+        return [str(Path(get_package_prefix(self.package)) / "lib" / self.package / self.executable), *self.arguments]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One variant of a run: the stack's nodes, the processes beside them and the parameter file every node reads."""
+
+    stack: Stack
+    variant: str
+    folder: Path               # the variant's run folder (parameter file, bag, settings.json)
+    parameters: Path           # the one parameter file
+    processes: tuple[Process, ...] = ()
+    namespace: str = DEFAULT_NAMESPACE  # of every node and topic of the stack
+
+    @property
+    def nodes(self) -> tuple[NodeSpec, ...]:
+        """The stack's nodes, in launch order."""
+        return self.stack.nodes
+
+
+def plan(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dict] | None = None,
+         ports: Mapping[str, int] | None = None, airsim_peer: bool = True, namespace: str = DEFAULT_NAMESPACE) -> RunPlan:
+    """The plan of `variant` with its files written into `folder`: `extra` overrides node parameters last;
+    `ports` (process name -> port) replace the run configuration's ports (brace-run picks free ones); without
+    `airsim_peer` the bridge flies a real AirSim at its own host and port."""
+    extra = copy.deepcopy(extra or {})
+    ports = ports or {}
+    processes = []
+    if cfg.planner_server:
+        served = cfg.server_spec()
+        port = int(ports.get(PLANNER_SERVER, served["port"]))
+        extra.setdefault("erecap_planner", {})["server_url"] = f"http://127.0.0.1:{port}/v1"
+        flags = [f"--{key}={served[key]}" for key in ("engine", "model", "adapter", "dtype", "threads")]
+        processes.append(Process(PLANNER_SERVER, "erecap_planner", "brace-planner-server", (*flags, f"--port={port}")))
+    if cfg.airsim_peer and airsim_peer:
+        peer = cfg.peer_spec()
+        port = int(ports.get(AIRSIM_PEER, peer["port"]))
+        scenario = intersection_of(cfg.parameters(variant, extra)["airsim_bridge"])
+        folder.mkdir(parents=True, exist_ok=True)
+        settings_file = folder / "settings.json"
+        settings_file.write_text(json.dumps(settings(scenario, float(peer["clock_speed"])), indent=2))
+        extra.setdefault("airsim_bridge", {}).update(host="127.0.0.1", port=port)
+        processes.append(Process(AIRSIM_PEER, "sim_bridges", "brace-airsim-peer",
+                                 ("--settings", str(settings_file), "--port", str(port))))
+    return RunPlan(cfg.stack, variant, folder, cfg.write_parameters(variant, folder, extra), tuple(processes),
+                   namespace)
+
+
+LAUNCH_ARGUMENTS = {
+    "run": ("demo.yaml", "run configuration: a file, or the name of one installed with brace_bringup (runs/*.yaml)"),
+    "variant": ("brace_erecap", "the variant of the run configuration to start"),
+    "namespace": (DEFAULT_NAMESPACE.strip("/"), "namespace of the stack's nodes and topics"),
+    "output": ("", "run folder for the parameter file and the audit bag ('' = ./runs/launch_<time>)"),
+}
+"""The arguments of every launch file: name -> (default, description)."""
+
+AIRSIM_LAUNCH_ARGUMENTS = {
+    "agents": ("", "K: drones of the intersection ('' = the run configuration's)"),
+    "peer": ("true", "true: start brace-airsim-peer (the run's airsim_peer) beside the stack; false: a real AirSim "
+                     "at host:port"),
+    "host": ("127.0.0.1", "AirSim RPC host when peer is false"),
+    "port": ("41451", "AirSim RPC port when peer is false"),
+}
+"""The AirSim launch file's own arguments: name -> (default, description)."""
+
+
+def plan_for_launch(arguments: Mapping[str, str]) -> RunPlan:
+    """The plan a launch file starts for its arguments (strings, as the launch tool gives them; LAUNCH_ARGUMENTS,
+    and AIRSIM_LAUNCH_ARGUMENTS where a launch file declares them)."""
+    cfg = RunConfig.load(arguments["run"])
+    variant = arguments["variant"]
+    output = Path(arguments["output"]) if arguments.get("output") else \
+        Path.cwd() / "runs" / f"launch_{time.strftime('%Y%m%d_%H%M%S')}"
+    extra: dict[str, dict] = {}
+    peer = True
+    if "airsim_bridge" in cfg.stack.names:
+        bridge = extra.setdefault("airsim_bridge", {})
+        if arguments.get("agents"):
+            bridge["agents"] = int(arguments["agents"])
+        peer = bool(cfg.airsim_peer) and arguments.get("peer", "true").lower() == "true"
+        if not peer:  # a real AirSim (its settings.json names the scenario's vehicles)
+            bridge.update(host=arguments.get("host", "127.0.0.1"), port=int(arguments.get("port", "41451")))
+    return plan(cfg, variant, output / variant, extra, airsim_peer=peer,
+                namespace="/" + arguments.get("namespace", "").strip("/"))
