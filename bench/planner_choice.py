@@ -103,7 +103,7 @@ def main() -> None:
             out = path.run(context_buffer(point.entries), CallRequest(point.agent_id, args.budget, 60_000, 120_000))
             plan = [Step(s.action, s.parameters) for s in out.steps]
             first += same_first_step(plan, oracle, point.here)
-            full += [(s.action, s.params) for s in plan] == [(s.action, s.params) for s in oracle]
+            full += [(s.action, s.parameters) for s in plan] == [(s.action, s.parameters) for s in oracle]
             lat.append(out.latency_ms)
             toks.append((out.tokens_before, out.tokens_after))
         n = len(points)

@@ -29,12 +29,12 @@ from .param_docs import NODE_CONFIGS
 from .run_config import params_dir
 
 AGENT_ID_CASES: dict[str, tuple[str, Any]] = {
-    "trigger_monitor": ("agents", []),
+    "trigger_monitor": ("agents", ["agent 0", "agent_1"]),
     "piper_arm": ("agent_id", "arm_0/../x"),
     "openvla_executor": ("agent_id", "../arm_0"),
     "twin_world": ("agent_id", "arm.0"),
 }
-"""Per node, an agent-list or agent-id value it must refuse (rcl drops an untyped `[]` in its merge)."""
+"""Per node, an agent-list or agent-id value it must refuse (agent ids are ROS name tokens)."""
 START_LIMIT_S = 60.0
 """How long a node may take to refuse its parameters (model loading never comes first)."""
 
