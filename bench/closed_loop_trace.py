@@ -25,9 +25,9 @@ from pathlib import Path
 
 from report import sim_planner_checkpoint, write_csv
 
+from brace_audit.metrics import percentile
 from brace_common.config import config_from_file, load_ros_parameters, resolve_path
 from brace_controller.config import ControllerConfig, ControllerNodeConfig, MonitorConfig, MonitorNodeConfig
-from brace_controller.metrics import percentile
 from brace_controller.policy import BudgetPolicy, select_mode
 from brace_controller.triggers import AgentObservation, TriggerMonitor
 from brace_training.finetune_cli import context_buffer

@@ -43,10 +43,10 @@ from pathlib import Path
 
 from report import write_csv
 
+from brace_audit.audit_report import markdown, summary, trigger_rows
 from brace_bringup.run_config import RunConfig
 from brace_bringup.runner import airsim_peer, run_variant
 from brace_common.vocabulary import TriggerKind
-from brace_controller.audit_report import markdown, summary, trigger_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).parent / "out" / "reproduce"

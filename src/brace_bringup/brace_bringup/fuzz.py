@@ -187,13 +187,14 @@ def _decision(rng):
 
 def _malformed(kind: str, msg) -> bool:
     """Whether the node's own checks reject `msg` (the convert module of the node that reads the topic)."""
+    from brace_common import convert as common_convert
     from brace_controller import convert as controller_convert
     from erecap_planner import convert as planner_convert
     from sim_bridges import feed
 
     try:
         if kind == "trigger":
-            controller_convert.trigger_from_msg(msg)
+            common_convert.trigger_from_msg(msg)
         elif kind == "call_record":
             controller_convert.call_record_from_msg(msg)
         elif kind == "agent_state":
@@ -265,8 +266,8 @@ def run(folder: Path, per_topic: int = 10_000, goals: int = 100, seed: int = 0, 
     from rclpy.action import ActionClient
     from rclpy.executors import SingleThreadedExecutor
 
+    from brace_audit.audit import records_from_bag
     from brace_common import names, qos
-    from brace_controller.audit import records_from_bag
     from erecap_planner.testing import saved_tiny_llama
 
     workspace = workspace or next(p for p in Path(__file__).resolve().parents if (p / "config").is_dir())
@@ -459,9 +460,9 @@ def _deadlines(result: FuzzResult, bag: Path, since_ns: int) -> FuzzResult:
     from brace_msgs.msg import ReplanCall
     from rclpy.serialization import deserialize_message
 
+    from brace_audit.audit import topic_role
+    from brace_audit.bag import read_bag
     from brace_common import names
-    from brace_controller.audit import topic_role
-    from brace_controller.bag import read_bag
 
     for m in read_bag(bag).messages:
         if topic_role(m.topic) != names.REPLAN_CALLS:

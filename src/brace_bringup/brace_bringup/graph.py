@@ -56,8 +56,8 @@ BRACE_CONTROLLER = NodeSpec("brace_controller", "brace_controller", "brace_contr
                             node_class="brace_controller.controller_node:BraceControllerNode")
 ERECAP_PLANNER = NodeSpec("erecap_planner", "erecap_planner", "erecap_planner", ("erecap_planner.yaml",),
                           lifecycle=True, node_class=_PLANNER)
-AUDIT_RECORDER = NodeSpec("brace_controller", "audit_recorder", "audit_recorder", ("audit_recorder.yaml",),
-                          node_class="brace_controller.audit_recorder_node:AuditRecorderNode")
+AUDIT_RECORDER = NodeSpec("brace_audit", "audit_recorder", "audit_recorder", ("audit_recorder.yaml",),
+                          node_class="brace_audit.audit_recorder_node:AuditRecorderNode")
 EMBEDDED_SIM = NodeSpec("sim_bridges", "embedded_sim", "embedded_sim", ("embedded_sim.yaml",),
                         node_class="sim_bridges.sim_node:EmbeddedSimNode")
 ERECAP_PLANNER_SIM = NodeSpec("erecap_planner", "erecap_planner", "erecap_planner",
@@ -96,7 +96,7 @@ def control_nodes(settings: str) -> tuple[NodeSpec, ...]:
 ROBOT_CONTROL = control_nodes("robot/control.yaml")
 PIPER_TWIN = Stack("piper_twin", (TWIN_WORLD, PIPER_ARM, FRONT_CAMERA, OPENVLA_EXECUTOR, *ROBOT_CONTROL),
                    description="the real-robot graph on the PiPER CAN twin (PickFruit with grasp slips)",
-                   world="twin_world", report="robot_bridge.table32:report")
+                   world="twin_world", report="brace_audit.pickfruit_report:report")
 WRIST_CAMERA = NodeSpec("robot_bridge", "orbbec_camera", "wrist_camera", ("orbbec_camera.yaml",), lifecycle=True,
                         node_class=_CAMERA)
 OPERATOR_TASK = NodeSpec("robot_bridge", "operator_task", "operator_task", ("operator_task.yaml",),

@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
+from brace_audit.audit_recorder_node import RecorderConfig
 from brace_common.config import field_default, load_ros_parameters
-from brace_controller.audit_recorder_node import RecorderConfig
 from brace_controller.config import ControllerConfig, ControllerNodeConfig, MonitorConfig, MonitorNodeConfig
 from erecap_planner.config import PlannerConfig
 from robot_bridge.camera_config import CameraConfig

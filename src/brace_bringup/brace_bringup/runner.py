@@ -40,7 +40,7 @@ class LiveCollector(Node):
 
     def __init__(self, variant: str, **kwargs) -> None:
         super().__init__("brace_run_collector", **kwargs)
-        from brace_controller.audit import RecordCollector
+        from brace_audit.audit import RecordCollector
 
         self.collector = RecordCollector(variant)
         self.lock = threading.Lock()
@@ -143,7 +143,7 @@ def plots(runs, folder: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from brace_controller.audit_report import summary
+    from brace_audit.audit_report import summary
 
     out = []
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -222,7 +222,7 @@ def airsim_peer(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dic
 
 def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict], quiet: bool = False):
     """Every variant in order; write CSV and plots; return (run folder, live records per variant)."""
-    from brace_controller.audit import write_csvs
+    from brace_audit.audit import write_csvs
 
     folder = output / time.strftime("%Y%m%d_%H%M%S")
     runs, rows = [], []
@@ -243,7 +243,7 @@ def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict
 
 def main(argv=None) -> int:
     """`brace-run config/runs/demo.yaml [--variants ...] [--episodes N] [--agents K]`."""
-    from brace_controller.audit_report import report
+    from brace_audit.audit_report import report
 
     ap = argparse.ArgumentParser(prog="brace-run", description=__doc__.splitlines()[0])
     ap.add_argument("config", type=Path)

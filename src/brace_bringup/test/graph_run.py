@@ -10,11 +10,11 @@ from pathlib import Path
 
 import yaml
 
+from brace_audit.audit import records_from_bag
 from brace_bringup.run_config import RunConfig
 from brace_common.names import DEFAULT_NAMESPACE
 from brace_common.testing import installed_executable
 from brace_common.vocabulary import CallStatus
-from brace_controller.audit import records_from_bag
 from erecap_planner.testing import saved_tiny_llama
 
 WORKSPACE = Path(__file__).resolve().parents[3]  # src/<pkg>/test/<file>

@@ -21,8 +21,8 @@ from pathlib import Path
 import yaml
 from graph_run import run_all_at_once
 
+from brace_audit.audit import records_from_bag
 from brace_bringup.run_config import RunConfig
-from brace_controller.audit import records_from_bag
 from erecap_planner.testing import saved_tiny_llama
 
 WORKSPACE = Path(__file__).resolve().parents[3]

@@ -14,9 +14,9 @@ import csv
 import socket
 from pathlib import Path
 
+from brace_audit.audit import records_from_bag
 from brace_bringup.run_config import RunConfig
 from brace_bringup.runner import run
-from brace_controller.audit import records_from_bag
 from erecap_planner.testing import saved_tiny_llama
 
 WORKSPACE = Path(__file__).resolve().parents[3]

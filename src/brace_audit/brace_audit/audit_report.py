@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from brace_common.episode import EpisodeResult
+from brace_common.replanning import Decision
 from brace_common.vocabulary import CallStatus, Phase
 
 from .metrics import churn_ratio, latency_summary, suppression_audit, trigger_audit
-from .types import Decision
 
 PHASES = tuple(p.value for p in (Phase.QUEUE, Phase.CONTEXT_COMPRESS, Phase.RETRIEVE, Phase.PREFILL, Phase.REQUEST,
                                   Phase.FIRST_TOKEN, Phase.DECODE, Phase.PARSE))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from brace_controller.audit_report import EpisodeLedger
+from brace_audit.audit_report import EpisodeLedger
 
 
 def test_complete_episodes_and_late_calls_are_no_problem():

@@ -13,13 +13,13 @@ import yaml
 from brace_msgs.msg import Episode, ReplanCall
 from rclpy.serialization import deserialize_message, serialize_message
 
+from brace_audit.bag import BagError, BagWriter, message_definition, read_bag, recover_bag
 from brace_common.testing import wait_for
-from brace_controller.bag import BagError, BagWriter, message_definition, read_bag, recover_bag
 
 
 def write_calls(path, n: int = 50, chunk_size: int = 64 * 1024):
+    from brace_audit.audit_recorder_node import qos_profiles
     from brace_common import qos
-    from brace_controller.audit_recorder_node import qos_profiles
 
     writer = BagWriter(path, chunk_size=chunk_size)
     writer.add_topic("/brace/replan_calls", "brace_msgs/msg/ReplanCall", qos_profiles(qos.EVENTS))  # real QoS
@@ -90,8 +90,8 @@ def test_a_damaged_chunk_is_skipped_and_reading_goes_on(tmp_path):
 
 
 def test_a_recorder_that_dies_leaves_a_bag_that_opens(tmp_path):
+    from brace_audit.audit_recorder_node import qos_profiles
     from brace_common import qos
-    from brace_controller.audit_recorder_node import qos_profiles
 
     writer = BagWriter(tmp_path / "bag", chunk_size=1024)
     writer.add_topic("/brace/episode", "brace_msgs/msg/Episode", qos_profiles(qos.EVENTS))
@@ -108,7 +108,7 @@ def test_a_recorder_that_dies_leaves_a_bag_that_opens(tmp_path):
 def test_brace_audit_never_raises_and_says_what_it_read(tmp_path, capsys):
     import random
 
-    from brace_controller.audit import EXIT_INTACT, EXIT_RECOVERED, EXIT_UNREADABLE, main
+    from brace_audit.audit import EXIT_INTACT, EXIT_RECOVERED, EXIT_UNREADABLE, main
 
     write_calls(tmp_path / "bag", n=300, chunk_size=2048)
     assert main(["report", str(tmp_path / "bag")]) == EXIT_INTACT
@@ -161,8 +161,8 @@ def test_recorder_refuses_a_used_output_dir_by_name(tmp_path):
     import rclpy
     from rclpy.parameter import Parameter
 
+    from brace_audit.audit_recorder_node import AuditRecorderNode
     from brace_common.config import ConfigError
-    from brace_controller.audit_recorder_node import AuditRecorderNode
 
     (tmp_path / "old.mcap").write_bytes(b"x")
     context = rclpy.Context()
@@ -178,7 +178,7 @@ def test_recorder_refuses_a_used_output_dir_by_name(tmp_path):
 def start_recorder(bag, topics: str = "['episode']", *params: str) -> subprocess.Popen:
     """The audit_recorder as its own process in /brace, recording `topics` into `bag`; `params`: 'name:=value'."""
     args = [a for p in params for a in ("-p", p)]
-    return subprocess.Popen([sys.executable, "-m", "brace_controller.audit_recorder_node", "--ros-args",
+    return subprocess.Popen([sys.executable, "-m", "brace_audit.audit_recorder_node", "--ros-args",
                              "-p", f"output_dir:={bag}", "-p", f"topics:={topics}", *args, "-r", "__ns:=/brace"],
                             env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
@@ -225,7 +225,7 @@ def test_recorder_finishes_the_bag_on_sigterm(tmp_path):
 def test_a_plan_with_parameters_nested_thousands_deep_is_compared_as_text():
     from brace_msgs.msg import Plan, PlanStep
 
-    from brace_controller.convert import plan_signature
+    from brace_common.convert import plan_signature
 
     deep = "[" * 100_000 + "]" * 100_000  # json.loads raised RecursionError in the audit report before
     plan = Plan(steps=[PlanStep(action="move_to", parameters_json=deep), PlanStep(action="wait",
@@ -267,8 +267,8 @@ def test_a_killed_recorder_bag_is_reported_damaged_and_recovered_for_every_reade
     `recover` writes a bag that rosbags and mcap read whole, whose report still names the episode incomplete."""
     import rclpy
 
+    from brace_audit.audit import EXIT_RECOVERED, main
     from brace_common import qos
-    from brace_controller.audit import EXIT_RECOVERED, main
 
     bag, out = tmp_path / "rec", tmp_path / "recovered"
     proc = start_recorder(bag, "['episode', 'replan_calls']", "chunk_kb:=1", "metadata_period_s:=0.2")
@@ -359,8 +359,8 @@ def test_a_killed_recorder_keeps_every_message_written_out_before_the_kill(tmp_p
 
 def killed_bag(path, episodes_ended: bool, n: int = 40):
     """A bag as a recorder killed after its last write_metadata() leaves it: an episode, its calls, maybe its end."""
+    from brace_audit.audit_recorder_node import qos_profiles
     from brace_common import qos
-    from brace_controller.audit_recorder_node import qos_profiles
 
     writer = BagWriter(path, chunk_size=1024)
     writer.add_topic("/brace/episode", "brace_msgs/msg/Episode", qos_profiles(qos.EVENTS))
@@ -375,7 +375,7 @@ def killed_bag(path, episodes_ended: bool, n: int = 40):
 
 
 def test_an_unfinished_bag_is_damaged_even_when_every_record_is_intact(tmp_path, capsys):
-    from brace_controller.audit import EXIT_INTACT, EXIT_RECOVERED, main
+    from brace_audit.audit import EXIT_INTACT, EXIT_RECOVERED, main
 
     killed_bag(tmp_path / "bag", episodes_ended=True)
     contents = read_bag(tmp_path / "bag")
@@ -393,7 +393,7 @@ def test_an_unfinished_bag_is_damaged_even_when_every_record_is_intact(tmp_path,
 
 
 def test_a_bag_cut_inside_a_chunk_says_what_was_lost(tmp_path, capsys):
-    from brace_controller.audit import EXIT_RECOVERED, main
+    from brace_audit.audit import EXIT_RECOVERED, main
 
     killed_bag(tmp_path / "bag", episodes_ended=True, n=300)
     mcap = tmp_path / "bag" / "bag_0.mcap"

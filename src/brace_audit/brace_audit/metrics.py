@@ -10,9 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from brace_common.replanning import Decision
 from brace_common.vocabulary import Reason, TriggerKind
-
-from .types import Decision
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -29,9 +29,10 @@ from brace_msgs.msg import Episode, Plan, ReplanCall, ReplanDecision
 from rclpy.serialization import deserialize_message
 
 from brace_common import names
+from brace_common.convert import decision_from_msg, plan_signature
+from brace_common.episode import episode_from_msg
 from brace_common.vocabulary import CallStatus, EpisodeEvent
 
-from . import convert
 from .audit_recorder_node import message_class
 from .audit_report import CallRow, RunRecords, phase_breakdown, report, summary, suppression_rows
 from .bag import RECOVERY_NOTE, BagError, read_bag, recover_bag
@@ -68,7 +69,7 @@ class RecordCollector:
                 self.records.variant = self.records.variant or msg.variant
                 self.records.ledger.start(int(msg.episode), time_ns)
             else:
-                self.records.episodes.append(convert.episode_from_msg(msg))
+                self.records.episodes.append(episode_from_msg(msg))
                 self.records.ledger.end(int(msg.episode), time_ns)
         elif role == names.REPLAN_CALLS:
             self.records.ledger.call(time_ns)
@@ -84,11 +85,11 @@ class RecordCollector:
                                               int(getattr(msg, "tokens_reused", 0))))
         elif role == names.DECISIONS:
             try:
-                self.records.decisions.append((self.episode, convert.decision_from_msg(msg)))
+                self.records.decisions.append((self.episode, decision_from_msg(msg)))
             except ValueError:
                 self.malformed += 1
         elif role == names.PLAN:
-            self.records.plans.append((self.episode, msg.agent_id, convert.plan_signature(msg)))
+            self.records.plans.append((self.episode, msg.agent_id, plan_signature(msg)))
 
 
 EXIT_INTACT, EXIT_RECOVERED, EXIT_UNREADABLE = 0, 1, 2

@@ -1,6 +1,6 @@
 """BRACE Table 32's shape for the real-robot tasks: episodes, success, duration, replans, latency tail, SLO, failures.
 
-ROS-free: reads a variant's call records (brace_controller.audit.RunRecords)
+ROS-free: reads a variant's call records (brace_audit.audit.RunRecords)
 and its world's episode rows (twin_world's RobotEpisode.as_row()).
 """
 
@@ -11,8 +11,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from brace_audit.audit_report import summary
 from brace_common.vocabulary import Failure
-from brace_controller.audit_report import summary
 
 FAILURES = [f.label for f in Failure if f != Failure.NONE]
 

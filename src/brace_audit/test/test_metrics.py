@@ -6,8 +6,7 @@ import math
 
 import pytest
 
-from brace_common.vocabulary import Mode, Reason, TriggerKind
-from brace_controller.metrics import (
+from brace_audit.metrics import (
     churn_ratio,
     latency_summary,
     percentile,
@@ -15,7 +14,8 @@ from brace_controller.metrics import (
     suppression_audit,
     trigger_audit,
 )
-from brace_controller.types import Decision, Trigger
+from brace_common.replanning import Decision, Trigger
+from brace_common.vocabulary import Mode, Reason, TriggerKind
 
 
 def test_percentiles():
