@@ -38,8 +38,8 @@ from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.precision import resolve
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
-from sim_bridges.config import SimConfig
-from sim_bridges.feed import (
+from sim_bridges.warehouse.warehouse_config import SimConfig
+from sim_bridges.warehouse.warehouse_feed import (
     action_schema,
     agent_reports,
     episode_entries,
@@ -48,7 +48,7 @@ from sim_bridges.feed import (
     same_first_step,
     step_entries,
 )
-from sim_bridges.warehouse import Step, Warehouse
+from sim_bridges.warehouse.warehouse_world import Step, Warehouse
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).parent / "out"

@@ -25,7 +25,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import rclpy
 from brace_msgs.msg import Episode, Plan, ReplanCall, ReplanDecision
+from rclpy.executors import ExternalShutdownException
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 
 from brace_common import names
@@ -248,9 +251,6 @@ def cmd_recover(args) -> int:
 
 def cmd_replay(args) -> int:
     """Republish the bag's topics with their recorded timing."""
-    import rclpy
-    from rclpy.executors import ExternalShutdownException
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
     contents = read_bag(Path(args.bag))
     if contents.damage:

@@ -11,12 +11,14 @@ controller for a Replan server, the planner configures and activates itself).
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 from brace_common.names import DEFAULT_NAMESPACE
+from sim_bridges.airsim.intersection import settings
 
-from .run_config import RunConfig
+from .run_config import RunConfig, intersection_of
 
 ARGUMENTS = {
     "run": "run configuration (config/runs/*.yaml): the stack, its overrides and variants",
@@ -28,6 +30,7 @@ ARGUMENTS = {
 
 def declare_arguments(workspace: Path, run: str, variant: str) -> list:
     """DeclareLaunchArgument actions with the defaults of a launch file."""
+    # optional: the launch tool is not in the PyPI wheels; brace-run imports this module without it
     from launch.actions import DeclareLaunchArgument
 
     defaults = {"run": str(workspace / "config" / "runs" / run), "variant": variant,
@@ -47,6 +50,7 @@ AIRSIM_ARGUMENTS = {
 
 def declare_airsim_arguments() -> list:
     """DeclareLaunchArgument actions of the AirSim launch file's own arguments."""
+    # optional: the launch tool is not in the PyPI wheels; brace-run imports this module without it
     from launch.actions import DeclareLaunchArgument
 
     defaults = {"agents": "", "peer": "true", "host": "127.0.0.1", "port": "41451"}
@@ -56,6 +60,7 @@ def declare_airsim_arguments() -> list:
 
 def stack_nodes(context, workspace: Path) -> list:
     """Node actions of the run's stack (an OpaqueFunction body: reads the launch arguments)."""
+    # optional: the launch tool is not in the PyPI wheels; brace-run imports this module without it
     from launch.actions import ExecuteProcess
     from launch.substitutions import LaunchConfiguration
     from launch_ros.actions import Node
@@ -85,13 +90,8 @@ def stack_nodes(context, workspace: Path) -> list:
 
 def _airsim(cfg: RunConfig, variant: str, folder: Path, extra: dict, arg) -> list:
     """The AirSim bridge's K and simulator (the peer with the intersection's settings.json, or a real host)."""
-    import json
-
+    # optional: the launch tool is not in the PyPI wheels; brace-run imports this module without it
     from launch.actions import ExecuteProcess
-
-    from sim_bridges.intersection import settings
-
-    from .run_config import intersection_of
 
     bridge = extra.setdefault("airsim_bridge", {})
     if arg("agents"):

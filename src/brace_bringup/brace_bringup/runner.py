@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import json
 import sys
 import threading
 import time
@@ -27,12 +28,17 @@ from brace_msgs.msg import Episode, Plan, ReplanCall, ReplanDecision
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 
+from brace_audit.audit import RecordCollector, write_csvs
+from brace_audit.audit_report import report, summary
 from brace_common import names, qos
 from brace_common.config import ConfigError
 from brace_common.spin import autostart, spin_once
+from erecap_planner.local_server import LocalServer, served_model
+from sim_bridges.airsim.airsim_peer import AirSimPeer
+from sim_bridges.airsim.intersection import settings
 
 from .graph import NodeSpec
-from .run_config import RunConfig
+from .run_config import RunConfig, intersection_of
 
 
 class LiveCollector(Node):
@@ -40,7 +46,6 @@ class LiveCollector(Node):
 
     def __init__(self, variant: str, **kwargs) -> None:
         super().__init__("brace_run_collector", **kwargs)
-        from brace_audit.audit import RecordCollector
 
         self.collector = RecordCollector(variant)
         self.lock = threading.Lock()
@@ -138,12 +143,12 @@ def run_variant(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dic
 
 def plots(runs, folder: Path) -> list[Path]:
     """latency_cdf.png (per-variant CDF with the SLO line) and slo_violation.png."""
+    # matplotlib: the Agg backend must be chosen before pyplot loads
     import matplotlib
 
     matplotlib.use("Agg")
+    # matplotlib: the Agg backend must be chosen before pyplot loads
     import matplotlib.pyplot as plt
-
-    from brace_audit.audit_report import summary
 
     out = []
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -183,7 +188,6 @@ def planner_server(cfg: RunConfig, folder: Path, extra: dict[str, dict]):
     if not cfg.planner_server:
         yield None
         return
-    from erecap_planner.local_server import LocalServer, served_model
 
     spec = cfg.server_spec()
     folder.mkdir(parents=True, exist_ok=True)
@@ -203,12 +207,6 @@ def airsim_peer(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dic
     if not cfg.airsim_peer:
         yield extra
         return
-    import json
-
-    from sim_bridges.airsim_peer import AirSimPeer
-    from sim_bridges.intersection import settings
-
-    from .run_config import intersection_of
 
     spec = cfg.peer_spec()
     scenario = intersection_of(cfg.parameters(variant, extra)["airsim_bridge"])
@@ -222,7 +220,6 @@ def airsim_peer(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dic
 
 def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict], quiet: bool = False):
     """Every variant in order; write CSV and plots; return (run folder, live records per variant)."""
-    from brace_audit.audit import write_csvs
 
     folder = output / time.strftime("%Y%m%d_%H%M%S")
     runs, rows = [], []
@@ -235,15 +232,13 @@ def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict
             rows.append(episode_rows)
     write_csvs(runs, folder)
     plots(runs, folder)
-    if cfg.stack.report:
-        module, _, function = cfg.stack.report.partition(":")
-        print(getattr(importlib.import_module(module), function)(runs, rows, folder))
+    if cfg.stack.report is not None:
+        print(cfg.stack.report(runs, rows, folder))
     return folder, runs
 
 
 def main(argv=None) -> int:
     """`brace-run config/runs/demo.yaml [--variants ...] [--episodes N] [--agents K]`."""
-    from brace_audit.audit_report import report
 
     ap = argparse.ArgumentParser(prog="brace-run", description=__doc__.splitlines()[0])
     ap.add_argument("config", type=Path)

@@ -28,8 +28,8 @@ from erecap_planner.models import SMOLLM2, cache_root, load_model
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.plan_parser import Step as PlanStep
 from erecap_planner.scoring import enumerate_steps
-from sim_bridges.feed import FeedEntry, action_schema
-from sim_bridges.warehouse import Warehouse, WorldConfig
+from sim_bridges.warehouse.warehouse_feed import FeedEntry, action_schema
+from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
 from .plan_data import DecisionPoint, decision_points
 

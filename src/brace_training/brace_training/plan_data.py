@@ -16,8 +16,8 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sim_bridges.feed import FeedEntry, episode_entries, place_near, step_entries
-from sim_bridges.warehouse import Step, Warehouse, WorldConfig
+from sim_bridges.warehouse.warehouse_feed import FeedEntry, episode_entries, place_near, step_entries
+from sim_bridges.warehouse.warehouse_world import Step, Warehouse, WorldConfig
 
 
 @dataclass

@@ -14,7 +14,7 @@ from visualization_msgs.msg import MarkerArray
 from brace_common import names, qos
 from brace_common.clock import stamp_of
 
-from .feed import AgentReport, FeedEntry, outcomes
+from .warehouse.warehouse_feed import AgentReport, FeedEntry, outcomes
 
 
 class WorldPublishers:

@@ -8,11 +8,11 @@ import pytest
 
 from brace_common.validation import InvalidInput
 from brace_common.vocabulary import Block, EntryKind, Failure
-from sim_bridges import drone_feed
-from sim_bridges.airsim_link import AirSimLink, LinkDown, continue_for
-from sim_bridges.airsim_peer import AirSimPeer
-from sim_bridges.drone_world import DroneWorld, read_settings
-from sim_bridges.intersection import IntersectionConfig, Step, fly_to, routes, settings
+from sim_bridges.airsim import drone_feed
+from sim_bridges.airsim.airsim_link import AirSimLink, LinkDown, continue_for
+from sim_bridges.airsim.airsim_peer import AirSimPeer
+from sim_bridges.airsim.drone_world import DroneWorld, read_settings
+from sim_bridges.airsim.intersection import IntersectionConfig, Step, fly_to, routes, settings
 
 
 @pytest.fixture

@@ -26,8 +26,8 @@ from brace_common.clock import seconds_of
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import installed_executable, wait_for
 from brace_common.vocabulary import EpisodeEvent, Failure
-from sim_bridges.isaac_bridge_node import IsaacBridgeNode
-from sim_bridges.isaac_skills import Outcome, SkillCall
+from sim_bridges.isaac.isaac_bridge_node import IsaacBridgeNode
+from sim_bridges.isaac.isaac_skills import Outcome, SkillCall
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the stand-in beside this file
 from isaac_standin import FRANKA_JOINTS, INITIAL_JOINTS, IsaacStandIn  # noqa: E402

@@ -9,8 +9,8 @@ import pytest
 
 from brace_common.config import ConfigError, config_from_file, from_mapping
 from brace_common.validation import InvalidInput
-from sim_bridges.isaac_config import IsaacBridgeConfig, TaskGoal
-from sim_bridges.isaac_contract import (
+from sim_bridges.isaac.isaac_config import IsaacBridgeConfig, TaskGoal
+from sim_bridges.isaac.isaac_contract import (
     DEFAULT_TOPICS,
     Liveness,
     Pose2D,

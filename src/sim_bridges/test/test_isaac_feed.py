@@ -6,16 +6,16 @@ import math
 from pathlib import Path
 
 from brace_common.vocabulary import Block, EntryKind, Failure
-from sim_bridges.isaac_config import TaskGoal
-from sim_bridges.isaac_contract import BaseState, CameraStatus, Pose2D, RobotKind, RobotSpec, RobotState
-from sim_bridges.isaac_feed import (
+from sim_bridges.isaac.isaac_config import TaskGoal
+from sim_bridges.isaac.isaac_contract import BaseState, CameraStatus, Pose2D, RobotKind, RobotSpec, RobotState
+from sim_bridges.isaac.isaac_feed import (
     EpisodeJudge,
     episode_entries,
     observation_text,
     outcome_entry,
     task_done_entry,
 )
-from sim_bridges.isaac_skills import Outcome, SkillCall, SkillSchema
+from sim_bridges.isaac.isaac_skills import Outcome, SkillCall, SkillSchema
 
 SCHEMA = SkillSchema.load(Path(__file__).resolve().parents[1] / "config" / "isaac_actions.yaml")
 POSES = {"home": (0.0, 0.0), "ready": (1.0, -0.5), "extended": (0.5, 0.5)}
