@@ -157,7 +157,7 @@ class AuditRecorderNode(Node):
 
 
 def main(args=None) -> int:
-    """`ros2 run brace_controller audit_recorder`; the bag is finished on SIGINT / SIGTERM."""
+    """`ros2 run brace_audit audit_recorder`; the bag is finished on SIGINT / SIGTERM."""
     return spin_node(AuditRecorderNode, "audit_recorder", args, on_exit=AuditRecorderNode.close)
 
 

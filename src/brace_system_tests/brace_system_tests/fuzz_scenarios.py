@@ -405,9 +405,9 @@ def recorder_kill(folder: Path, domain: int, quick: bool = False) -> ScenarioRes
                             "recover", "audit_recorder")
     shipped = _workspace() / "config" / "audit_recorder.yaml"
     bag, recovered = folder / "bag", folder / "recovered"
-    audit = str(installed_executable("brace_controller", "brace-audit"))
+    audit = str(installed_executable("brace_audit", "brace-audit"))
     with Graph(folder, domain) as graph:
-        proc = graph.start("brace_controller", "audit_recorder", "audit_recorder", [shipped], {"output_dir": str(bag)})
+        proc = graph.start("brace_audit", "audit_recorder", "audit_recorder", [shipped], {"output_dir": str(bag)})
         episodes = graph.node.create_publisher(Episode, names.EPISODE, WRITER)
         records = graph.node.create_publisher(ReplanCall, names.REPLAN_CALLS, WRITER)
         if not graph.wait(lambda: episodes.get_subscription_count() > 0 and records.get_subscription_count() > 0,
