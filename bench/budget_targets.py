@@ -129,7 +129,7 @@ def growth_stream(agents: int, seed: int, tokenizer, schema, longest: int):
     from brace_training.finetune_cli import context_buffer
     from brace_training.plan_data import decision_points
     from erecap_planner.call_path import request_text
-    from sim_bridges.feed import FeedEntry
+    from sim_bridges.warehouse.warehouse_feed import FeedEntry
 
     entries = list(decision_points(range(seed, seed + 1), agents, max_steps=80))[-1].entries
     history = [e for e in entries if e.block == Block.HISTORY]
@@ -162,8 +162,8 @@ def growth(model, tokenizer, calls: int, grow: int, sizes=SIZES, only=None) -> t
     from erecap_planner.plan_parser import ActionSchema
     from erecap_planner.predictor import PredictorBank
     from erecap_planner.pruning import PruneSchedule, table8_layers
-    from sim_bridges.feed import action_schema
-    from sim_bridges.warehouse import Warehouse, WorldConfig
+    from sim_bridges.warehouse.warehouse_feed import action_schema
+    from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
     agents = 8
     schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(agents=agents))))

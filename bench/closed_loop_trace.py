@@ -25,10 +25,11 @@ from pathlib import Path
 
 from report import sim_planner_checkpoint, write_csv
 
+from brace_audit.metrics import percentile
 from brace_bringup.run_config import params_dir
+from brace_common.action_schema import Step
 from brace_common.config import config_from_file, load_ros_parameters, resolve_path
 from brace_controller.config import ControllerConfig, ControllerNodeConfig, MonitorConfig, MonitorNodeConfig
-from brace_controller.metrics import percentile
 from brace_controller.policy import BudgetPolicy, select_mode
 from brace_controller.triggers import AgentObservation, TriggerMonitor
 from brace_training.finetune_cli import context_buffer
@@ -39,8 +40,8 @@ from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.precision import resolve
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
-from sim_bridges.config import SimConfig
-from sim_bridges.feed import (
+from sim_bridges.warehouse.warehouse_config import SimConfig
+from sim_bridges.warehouse.warehouse_feed import (
     action_schema,
     agent_reports,
     episode_entries,
@@ -49,7 +50,7 @@ from sim_bridges.feed import (
     same_first_step,
     step_entries,
 )
-from sim_bridges.warehouse import Step, Warehouse
+from sim_bridges.warehouse.warehouse_world import Warehouse
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).parent / "out"

@@ -28,14 +28,14 @@ from pathlib import Path
 
 from report import write_csv  # bench/report.py (the script folder is on sys.path)
 
+from brace_audit.metrics import latency_summary
 from brace_common import names
 from brace_common.names import DEFAULT_NAMESPACE as NS
+from brace_common.replanning import CallRecord, Trigger
 from brace_common.vocabulary import CallStatus, TriggerKind
 from brace_controller.config import ControllerConfig
 from brace_controller.controller import BraceController
 from brace_controller.latency_model import CallSample
-from brace_controller.metrics import latency_summary
-from brace_controller.types import CallRecord, Trigger
 
 OUT = Path(__file__).resolve().parent / "out"
 AGENTS = [f"agent_{i}" for i in range(8)]

@@ -34,11 +34,11 @@ from pathlib import Path
 import torch
 from report import write_csv  # bench/report.py (the script folder is on sys.path)
 
+from brace_common.action_schema import Step
 from brace_training.datagen import AGENTS, DOCKS, OBJECTS, SHELVES, make_case
 from brace_training.erecap_train_cli import REQUEST, default_output
 from erecap_planner.compressors import make_compressor
 from erecap_planner.models import SMOLLM2, load_model
-from erecap_planner.plan_parser import Step
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruned_forward import ErecapModel
 from erecap_planner.pruning import PruneSchedule, table8_layers

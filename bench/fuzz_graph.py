@@ -7,7 +7,7 @@
 Prints the table of attacks (sent, malformed by the nodes' own checks, counted on /diagnostics) and outcomes
 (crashes, hangs, the held episode's plans, calls past their hard deadline by more than 250 ms, goal answers), then
 the overlay-parameter attack (every node of the sim and twin stacks started with its files plus one that breaks a
-parameter: refused = exit 2 naming it), then the scenario attacks (brace_bringup.fuzz_scenarios: a protected context
+parameter: refused = exit 2 naming it), then the scenario attacks (brace_system_tests.fuzz_scenarios: a protected context
 flood against the planner's deadline, an /act server that drips against the executor, a recorder killed mid-episode
 against brace-audit, the CAN twin killed under the arm node); writes bench/out/fuzz_graph.csv; exits 1 when a target is
 missed.
@@ -25,9 +25,9 @@ from pathlib import Path
 
 from report import cpu_report, describe_cpu, write_csv
 
-from brace_bringup.fuzz import OVERRUN_MS, run
-from brace_bringup.fuzz_parameters import default_cases, run_overlays
-from brace_bringup.fuzz_scenarios import run_scenarios
+from brace_system_tests.fuzz import OVERRUN_MS, run
+from brace_system_tests.fuzz_parameters import default_cases, run_overlays
+from brace_system_tests.fuzz_scenarios import run_scenarios
 
 OUT = Path(__file__).resolve().parent / "out"
 

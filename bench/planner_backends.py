@@ -67,8 +67,8 @@ def build(args, stack):
     from erecap_planner.plan_parser import ActionSchema
     from erecap_planner.predictor import PredictorBank
     from erecap_planner.pruning import PruneSchedule, table8_layers
-    from sim_bridges.feed import action_schema
-    from sim_bridges.warehouse import Warehouse, WorldConfig
+    from sim_bridges.warehouse.warehouse_feed import action_schema
+    from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
     model, tokenizer = load_model("smollm2-135m-instruct", "cpu", "float32")
     merge_adapter(model, resolve_path(args.adapter))
@@ -164,11 +164,11 @@ def latency(stack, url: dict[str, str], args) -> list[dict]:
 
 def quality(stack, url: dict[str, str], args) -> list[dict]:
     """Oracle agreement of each (backend, compression, B_t) on K = 4 decision points."""
+    from brace_common.action_schema import Step
     from brace_training.finetune_cli import context_buffer
     from brace_training.plan_data import decision_points
     from erecap_planner.call_path import CallRequest, PlannerCallPath
-    from sim_bridges.feed import same_first_step
-    from sim_bridges.warehouse import Step
+    from sim_bridges.warehouse.warehouse_feed import same_first_step
 
     model, tok, schedule, predictors = stack["model"], stack["tokenizer"], stack["schedule"], stack["predictors"]
     schema = stack["schemas"][4]

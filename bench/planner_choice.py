@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 from report import sim_planner_checkpoint, write_csv
 
+from brace_common.action_schema import Step
 from brace_common.config import resolve_path
 from brace_training.finetune_cli import context_buffer
 from brace_training.plan_data import decision_points
@@ -35,8 +36,8 @@ from erecap_planner.models import load_model
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
-from sim_bridges.feed import action_schema, same_first_step
-from sim_bridges.warehouse import Step, Warehouse, WorldConfig
+from sim_bridges.warehouse.warehouse_feed import action_schema, same_first_step
+from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
 OUT = Path(__file__).parent / "out"
 PREDICTOR = sim_planner_checkpoint("predictor_path")

@@ -43,11 +43,11 @@ from pathlib import Path
 
 from report import write_csv
 
+from brace_audit.audit_report import markdown, summary, trigger_rows
 from brace_bringup.run_config import RunConfig
 from brace_bringup.run_plan import plan
 from brace_bringup.runner import free_ports, run_variant
 from brace_common.vocabulary import TriggerKind
-from brace_controller.audit_report import markdown, summary, trigger_rows
 
 OUT = Path(__file__).parent / "out" / "reproduce"
 AIRSIM_RUN = "airsim_k8"  # installed run configurations are named

@@ -7,7 +7,7 @@ cd /opt/brace
 # shellcheck source=/dev/null
 source /opt/brace/scripts/env.sh
 if [ -z "${BRACE_PREFLIGHT:-}" ]; then
-  exec python -c "import rclpy, robot_bridge.preflight"
+  exec python -c "import rclpy, robot_bridge.preflight.robot_preflight"
 fi
 # shellcheck disable=SC2086  # word splitting and globbing of the file list are wanted
-python -m robot_bridge.preflight ${BRACE_PREFLIGHT} --timeout 5 >/dev/null || exit 1
+python -m robot_bridge.preflight.robot_preflight ${BRACE_PREFLIGHT} --timeout 5 >/dev/null || exit 1

@@ -23,8 +23,6 @@ setup(
         "console_scripts": [
             "brace_controller = brace_controller.controller_node:main",
             "trigger_monitor = brace_controller.trigger_monitor_node:main",
-            "audit_recorder = brace_controller.audit_recorder_node:main",
-            "brace-audit = brace_controller.audit:main",
         ],
     },
 )

@@ -21,9 +21,9 @@ setup(
     description="Simulator bridges: embedded warehouse, AirSim, Isaac Sim",
     license="Apache-2.0",
     entry_points={"console_scripts": [
-        "embedded_sim = sim_bridges.sim_node:main",
-        "airsim_bridge = sim_bridges.airsim_bridge_node:main",
-        "isaac_bridge = sim_bridges.isaac_bridge_node:main",
-        "brace-airsim-peer = sim_bridges.airsim_peer:main",
+        "embedded_sim = sim_bridges.warehouse.embedded_sim_node:main",
+        "airsim_bridge = sim_bridges.airsim.airsim_bridge_node:main",
+        "isaac_bridge = sim_bridges.isaac.isaac_bridge_node:main",
+        "brace-airsim-peer = sim_bridges.airsim.airsim_peer:main",
     ]},
 )

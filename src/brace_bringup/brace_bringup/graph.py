@@ -9,7 +9,11 @@ in the order they apply.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Optional
+
+from brace_audit.pickfruit_report import report as pickfruit_report
 
 
 @dataclass(frozen=True)
@@ -21,7 +25,10 @@ class NodeSpec:
     name: str
     parameter_files: tuple[str, ...]
     lifecycle: bool = False  # a lifecycle node (configures and activates itself with its `autostart` parameter)
-    node_class: str = ""     # "module:Class" that brace-run composes in one process (launch runs the executable)
+    # "module:Class" that brace-run composes in one process (launch runs the executable). A string, not the class:
+    # the launch files read this table in the launch process, which must not import every node's module (the
+    # planner's loads torch, seconds); runner.compose imports it, and test_launch_files checks every one resolves.
+    node_class: str = ""
 
 
 @dataclass(frozen=True)
@@ -33,7 +40,7 @@ class Stack:
     use_sim_time: bool = False  # every node follows /clock (a simulator in the stack publishes it)
     description: str = ""
     world: str = ""             # the node that runs the episodes (brace-run runs until it is done); "" = none
-    report: str = ""            # "module:function" printing the stack's own table from (runs, episode rows, folder)
+    report: Optional[Callable] = None  # the stack's own table from (runs, episode rows, folder), printed by brace-run
 
     def node(self, name: str) -> NodeSpec:
         """The node called `name`; KeyError when the stack has none."""
@@ -56,10 +63,10 @@ BRACE_CONTROLLER = NodeSpec("brace_controller", "brace_controller", "brace_contr
                             node_class="brace_controller.controller_node:BraceControllerNode")
 ERECAP_PLANNER = NodeSpec("erecap_planner", "erecap_planner", "erecap_planner", ("erecap_planner.yaml",),
                           lifecycle=True, node_class=_PLANNER)
-AUDIT_RECORDER = NodeSpec("brace_controller", "audit_recorder", "audit_recorder", ("audit_recorder.yaml",),
-                          node_class="brace_controller.audit_recorder_node:AuditRecorderNode")
+AUDIT_RECORDER = NodeSpec("brace_audit", "audit_recorder", "audit_recorder", ("audit_recorder.yaml",),
+                          node_class="brace_audit.audit_recorder_node:AuditRecorderNode")
 EMBEDDED_SIM = NodeSpec("sim_bridges", "embedded_sim", "embedded_sim", ("embedded_sim.yaml",),
-                        node_class="sim_bridges.sim_node:EmbeddedSimNode")
+                        node_class="sim_bridges.warehouse.embedded_sim_node:EmbeddedSimNode")
 ERECAP_PLANNER_SIM = NodeSpec("erecap_planner", "erecap_planner", "erecap_planner",
                               ("erecap_planner.yaml", "erecap_planner_sim.yaml"), lifecycle=True, node_class=_PLANNER)
 
@@ -76,14 +83,14 @@ SIM = Stack("sim", (EMBEDDED_SIM, TRIGGER_MONITOR, BRACE_CONTROLLER, ERECAP_PLAN
 # with the robot's settings (params/robot/control.yaml). Without hardware (piper_twin) the arm runs on the CAN twin,
 # a camera replays video and the executor asks the twin's /act stand-in; the twin world runs PickFruit episodes.
 TWIN_WORLD = NodeSpec("robot_bridge", "twin_world", "twin_world", ("twin_world.yaml",),
-                      node_class="robot_bridge.twin_world_node:TwinWorldNode")
+                      node_class="robot_bridge.pickfruit.twin_world_node:TwinWorldNode")
 PIPER_ARM = NodeSpec("robot_bridge", "piper_arm", "piper_arm", ("piper_arm.yaml",), lifecycle=True,
-                     node_class="robot_bridge.piper_arm_node:PiperArmNode")
-_CAMERA = "robot_bridge.orbbec_camera_node:OrbbecCameraNode"
+                     node_class="robot_bridge.piper.piper_arm_node:PiperArmNode")
+_CAMERA = "robot_bridge.orbbec.orbbec_camera_node:OrbbecCameraNode"
 FRONT_CAMERA = NodeSpec("robot_bridge", "orbbec_camera", "front_camera", ("orbbec_camera.yaml",), lifecycle=True,
                         node_class=_CAMERA)
 OPENVLA_EXECUTOR = NodeSpec("robot_bridge", "openvla_executor", "openvla_executor", ("openvla_executor.yaml",),
-                            lifecycle=True, node_class="robot_bridge.openvla_executor_node:OpenVlaExecutorNode")
+                            lifecycle=True, node_class="robot_bridge.openvla.openvla_executor_node:OpenVlaExecutorNode")
 
 
 def control_nodes(settings: str) -> tuple[NodeSpec, ...]:
@@ -96,11 +103,11 @@ def control_nodes(settings: str) -> tuple[NodeSpec, ...]:
 ROBOT_CONTROL = control_nodes("robot/control.yaml")
 PIPER_TWIN = Stack("piper_twin", (TWIN_WORLD, PIPER_ARM, FRONT_CAMERA, OPENVLA_EXECUTOR, *ROBOT_CONTROL),
                    description="the real-robot graph on the PiPER CAN twin (PickFruit with grasp slips)",
-                   world="twin_world", report="robot_bridge.table32:report")
+                   world="twin_world", report=pickfruit_report)
 WRIST_CAMERA = NodeSpec("robot_bridge", "orbbec_camera", "wrist_camera", ("orbbec_camera.yaml",), lifecycle=True,
                         node_class=_CAMERA)
 OPERATOR_TASK = NodeSpec("robot_bridge", "operator_task", "operator_task", ("operator_task.yaml",),
-                         node_class="robot_bridge.operator_task_node:OperatorTaskNode")
+                         node_class="robot_bridge.pickfruit.operator_task_node:OperatorTaskNode")
 _REAL = "robot/piper_real.yaml"  # the robot's CAN port, camera serials, VLA server (checked by robot_preflight)
 PIPER_REAL = Stack("piper_real", tuple(
     NodeSpec(s.package, s.executable, s.name, (*s.parameter_files, _REAL), s.lifecycle, s.node_class)
@@ -112,7 +119,7 @@ PIPER_REAL = Stack("piper_real", tuple(
 # The AirSim drone intersection (issue 20): the bridge flies K drones in AirSim (or brace-airsim-peer, its
 # protocol-level stand-in) through its RPC API; the control stack with the drones' settings (params/airsim/).
 AIRSIM_BRIDGE = NodeSpec("sim_bridges", "airsim_bridge", "airsim_bridge", ("airsim_bridge.yaml",), lifecycle=True,
-                         node_class="sim_bridges.airsim_bridge_node:AirSimBridgeNode")
+                         node_class="sim_bridges.airsim.airsim_bridge_node:AirSimBridgeNode")
 AIRSIM = Stack("airsim", (AIRSIM_BRIDGE, *control_nodes("airsim/control.yaml")),
                use_sim_time=False, description="the K-drone intersection in AirSim or its protocol-level peer",
                world="airsim_bridge")
@@ -120,7 +127,7 @@ AIRSIM = Stack("airsim", (AIRSIM_BRIDGE, *control_nodes("airsim/control.yaml")),
 # bridge (odom, joint_states, camera in; cmd_vel, joint_command out); the control stack with the Isaac robots'
 # settings (params/isaac/control.yaml). Every node follows Isaac's /clock.
 ISAAC_BRIDGE = NodeSpec("sim_bridges", "isaac_bridge", "isaac_bridge", ("isaac_bridge.yaml",), lifecycle=True,
-                        node_class="sim_bridges.isaac_bridge_node:IsaacBridgeNode")
+                        node_class="sim_bridges.isaac.isaac_bridge_node:IsaacBridgeNode")
 ISAAC = Stack("isaac", (ISAAC_BRIDGE, *control_nodes("isaac/control.yaml")),
               use_sim_time=True, description="robots in a running Isaac Sim through its ROS 2 bridge's topics",
               world="isaac_bridge")

@@ -16,17 +16,17 @@ from typing import Any
 
 import yaml
 
+from brace_audit.audit_recorder_node import RecorderConfig
 from brace_common.config import field_default, load_ros_parameters
-from brace_controller.audit_recorder_node import RecorderConfig
 from brace_controller.config import ControllerConfig, ControllerNodeConfig, MonitorConfig, MonitorNodeConfig
 from erecap_planner.config import PlannerConfig
-from robot_bridge.camera_config import CameraConfig
-from robot_bridge.executor_config import ExecutorConfig
-from robot_bridge.operator_task_node import OperatorTaskConfig
-from robot_bridge.piper_arm_config import PiperArmConfig
-from robot_bridge.twin_world_node import TwinWorldConfig
-from sim_bridges.config import AirSimBridgeConfig, SimConfig
-from sim_bridges.isaac_config import IsaacBridgeConfig
+from robot_bridge.openvla.executor_config import ExecutorConfig
+from robot_bridge.orbbec.camera_config import CameraConfig
+from robot_bridge.pickfruit.operator_task_node import OperatorTaskConfig
+from robot_bridge.pickfruit.twin_world_node import TwinWorldConfig
+from robot_bridge.piper.piper_arm_config import PiperArmConfig
+from sim_bridges.isaac.isaac_config import IsaacBridgeConfig
+from sim_bridges.warehouse.warehouse_config import AirSimBridgeConfig, SimConfig
 
 from .graph import AIRSIM, ISAAC, PIPER_REAL, PIPER_TWIN, SIM
 from .run_config import params_dir

@@ -26,6 +26,7 @@ monitor learns the agents from the world's AgentState messages.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,11 @@ from typing import Any
 import yaml
 from ament_index_python.packages import get_package_share_directory
 
-from brace_common.config import load_ros_parameters
+from brace_common.config import from_mapping, load_ros_parameters
+from sim_bridges.airsim import intersection
+from sim_bridges.airsim.intersection import IntersectionConfig
+from sim_bridges.warehouse.warehouse_feed import action_schema
+from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
 from .graph import STACKS, Stack
 
@@ -86,10 +91,6 @@ def _write_schema(path: Path, schema: dict) -> str:
 
 def intersection_of(bridge: dict[str, Any]):
     """The intersection scenario an airsim_bridge parameter set describes (its scenario fields only)."""
-    import dataclasses
-
-    from brace_common.config import from_mapping
-    from sim_bridges.intersection import IntersectionConfig
 
     known = {f.name for f in dataclasses.fields(IntersectionConfig)}
     return from_mapping(IntersectionConfig, {k: v for k, v in bridge.items() if k in known})
@@ -180,9 +181,6 @@ class RunConfig:
 
     def write_parameters(self, variant: str, folder: Path, extra: dict[str, dict] | None = None) -> Path:
         """Write `folder`/params.yaml for `variant` (what every node of the run reads); return its path."""
-        from sim_bridges import intersection
-        from sim_bridges.feed import action_schema
-        from sim_bridges.warehouse import Warehouse, WorldConfig
 
         folder.mkdir(parents=True, exist_ok=True)
         params = self.parameters(variant, extra)

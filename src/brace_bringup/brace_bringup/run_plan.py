@@ -24,7 +24,7 @@ from pathlib import Path
 from ament_index_python.packages import get_package_prefix
 
 from brace_common.names import DEFAULT_NAMESPACE
-from sim_bridges.intersection import settings
+from sim_bridges.airsim.intersection import settings
 
 from .graph import NodeSpec, Stack
 from .run_config import RunConfig, intersection_of

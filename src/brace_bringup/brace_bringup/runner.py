@@ -32,6 +32,8 @@ from brace_msgs.msg import Episode, Plan, ReplanCall, ReplanDecision
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 
+from brace_audit.audit import RecordCollector, write_csvs
+from brace_audit.audit_report import report, summary
 from brace_common import names, qos
 from brace_common.config import ConfigError
 from brace_common.spin import autostart, spin_once
@@ -46,7 +48,6 @@ class LiveCollector(Node):
 
     def __init__(self, variant: str, **kwargs) -> None:
         super().__init__("brace_run_collector", **kwargs)
-        from brace_controller.audit import RecordCollector
 
         self.collector = RecordCollector(variant)
         self.lock = threading.Lock()
@@ -219,12 +220,12 @@ def run_variant(run_plan: RunPlan, quiet: bool = False, children: Children | Non
 
 def plots(runs, folder: Path) -> list[Path]:
     """latency_cdf.png (per-variant CDF with the SLO line) and slo_violation.png."""
+    # matplotlib: the Agg backend must be chosen before pyplot loads
     import matplotlib
 
     matplotlib.use("Agg")
+    # matplotlib: the Agg backend must be chosen before pyplot loads
     import matplotlib.pyplot as plt
-
-    from brace_controller.audit_report import summary
 
     out = []
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -260,7 +261,6 @@ def plots(runs, folder: Path) -> list[Path]:
 
 def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict], quiet: bool = False):
     """Every variant in order; write CSV and plots; return (run folder, live records per variant)."""
-    from brace_controller.audit import write_csvs
 
     folder = output / time.strftime("%Y%m%d_%H%M%S")
     runs, rows = [], []
@@ -273,16 +273,13 @@ def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict
             rows.append(episode_rows)
     write_csvs(runs, folder)
     plots(runs, folder)
-    if cfg.stack.report:
-        module, _, function = cfg.stack.report.partition(":")
-        print(getattr(importlib.import_module(module), function)(runs, rows, folder))
+    if cfg.stack.report is not None:
+        print(cfg.stack.report(runs, rows, folder))
     return folder, runs
 
 
 def main(argv=None) -> int:
     """`brace-run demo [--variants ...] [--episodes N] [--agents K]` (an installed run's name or a file)."""
-    from brace_controller.audit_report import report
-
     ap = argparse.ArgumentParser(prog="brace-run", description=__doc__.splitlines()[0])
     ap.add_argument("config", help="run configuration: a file, or the name of an installed one (e.g. demo)")
     ap.add_argument("--variants", nargs="*", help="subset of the config's variants (default: all, in order)")

@@ -11,6 +11,7 @@ action schema. test_launch_stacks.py starts what each launch file starts.
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 from pathlib import Path
 
@@ -22,8 +23,8 @@ from brace_bringup.param_docs import NODE_CONFIGS, render
 from brace_bringup.run_config import RunConfig, params_dir, share
 from brace_common.action_schema import ActionSchema
 from brace_common.config import from_mapping, load_ros_parameters, resolve_path
-from sim_bridges.isaac_bridge_node import load_schema
-from sim_bridges.isaac_config import IsaacBridgeConfig
+from sim_bridges.isaac.isaac_bridge_node import load_schema
+from sim_bridges.isaac.isaac_config import IsaacBridgeConfig
 
 WORKSPACE = Path(__file__).resolve().parents[3]  # src/<pkg>/test/<file>: the source tree's docs/
 LAUNCH_FILES = sorted((share() / "launch").glob("*.launch.py"))
@@ -51,6 +52,14 @@ def test_stack_nodes_are_installed_and_their_files_are_valid(stack):
         for name in spec.parameter_files:
             values.update(load_ros_parameters(params_dir() / name, spec.name))
         validate(spec.name, values)
+
+
+@pytest.mark.parametrize("stack", list(STACKS.values()), ids=lambda s: s.name)
+def test_every_node_class_brace_run_composes_exists_in_the_nodes_package(stack):
+    for spec in stack.nodes:
+        module, _, cls = spec.node_class.partition(":")
+        assert module.split(".")[0] == spec.package, spec  # the class of the executable launch starts
+        assert isinstance(getattr(importlib.import_module(module), cls), type), spec
 
 
 @pytest.mark.parametrize("path", RUN_CONFIGS, ids=lambda p: p.name)

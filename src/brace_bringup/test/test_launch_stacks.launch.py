@@ -27,9 +27,9 @@ from launch.actions import IncludeLaunchDescription, SetEnvironmentVariable  # n
 from launch.launch_description_sources import PythonLaunchDescriptionSource  # noqa: E402
 from test_launch_stacks import LAUNCH_FILES, launch_file_arguments, nodes_up, small_run  # noqa: E402
 
+from brace_audit.audit import records_from_bag  # noqa: E402
 from brace_bringup.run_config import RunConfig  # noqa: E402
 from brace_common.names import DEFAULT_NAMESPACE  # noqa: E402
-from brace_controller.audit import records_from_bag  # noqa: E402
 
 WORLDS = {"demo.yaml": "embedded_sim", "airsim_k8.yaml": "airsim_bridge", "piper_twin_launch.yaml": "twin_world"}
 FOLDER = Path(tempfile.mkdtemp(prefix="brace_launch_stacks_"))

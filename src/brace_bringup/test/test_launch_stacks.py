@@ -30,11 +30,11 @@ import rclpy
 import yaml
 from rclpy.executors import SingleThreadedExecutor
 
+from brace_audit.audit import records_from_bag
 from brace_bringup.run_config import share
 from brace_bringup.run_plan import AIRSIM_LAUNCH_ARGUMENTS, LAUNCH_ARGUMENTS, RunPlan, plan_for_launch
 from brace_common.spin import spin_once
 from brace_common.testing import installed_executable, wait_for
-from brace_controller.audit import records_from_bag
 from erecap_planner.testing import saved_tiny_llama
 
 LAUNCH_FILES = sorted((share() / "launch").glob("*.launch.py"))

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from brace_audit.audit import records_from_bag
+from brace_audit.audit_report import summary
 from brace_bringup.run_config import RunConfig, params_dir, run_file, share
 from brace_bringup.runner import run
 from brace_common.vocabulary import CallStatus
-from brace_controller.audit import records_from_bag
-from brace_controller.audit_report import summary
 from erecap_planner.testing import saved_tiny_llama
 
 

@@ -120,6 +120,7 @@ def config_from_file(cls: type, path: str | Path, node_name: str, node_cls: Opti
 def package_file(package: str, relative: str, source_root: Path) -> Path:
     """A file a package installs under share/<package>/, else the same path in its source tree."""
     try:
+        # optional: ament_index exists only in a sourced ROS install (plain YAML use works without it)
         from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
 
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -52,3 +53,13 @@ def episode_msg(event: int, episode: int, seed: int, agents: int, world: str, va
         msg.min_distance = float(result.min_distance)
         msg.plans, msg.plans_agreeing = result.plans, result.plans_agreeing
     return msg
+
+
+def episode_from_msg(msg: Episode) -> EpisodeResult:
+    """An Episode EVENT_END message -> EpisodeResult."""
+    return EpisodeResult(
+        success=bool(msg.success), steps=int(msg.steps), delivered=int(msg.delivered), tasks=int(msg.tasks),
+        path_efficiency=round(float(msg.path_efficiency), 4), coordination_wait=int(msg.coordination_wait),
+        near_misses=int(msg.near_misses), collisions=int(msg.collisions),
+        min_distance=float(getattr(msg, "min_distance", math.nan)), episode=int(msg.episode),
+        seed=int(msg.seed), plans=int(msg.plans), plans_agreeing=int(msg.plans_agreeing))

@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import rclpy
 from brace_msgs.action import Replan
@@ -153,7 +154,6 @@ if pytest is not None:
 
 def installed_executable(package: str, name: str):
     """The executable `ros2 run <package> <name>` would start (from AMENT_PREFIX_PATH); FileNotFoundError if none."""
-    from pathlib import Path
 
     for prefix in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep):
         path = Path(prefix) / "lib" / package / name

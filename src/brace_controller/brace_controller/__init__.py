@@ -1,2 +1,2 @@
 """BRACE controller: the stability gate (Eq. 1), budget policy (Eq. 2), trigger
-detectors and replanning metrics, plus the thin rclpy nodes around them."""
+detectors, plus the thin rclpy nodes around them (the audit of their records is brace_audit)."""

@@ -45,13 +45,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from brace_common.replanning import CallRecord, Decision, Trigger
 from brace_common.vocabulary import TEAM_AGENT, CallStatus, Mode, Reason, TriggerKind
 
 from .config import BudgetProfile, ControllerConfig
 from .gate import AgentCounters, StabilityGate
 from .latency_model import CallSample, LatencyModel
 from .policy import BudgetPolicy
-from .types import CallRecord, Decision, Trigger
 
 # Triggers that are never deferred for predicted SLO infeasibility: they signal
 # failure, danger or a blocked team, where a late plan beats no plan.

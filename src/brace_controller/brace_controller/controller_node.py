@@ -34,9 +34,11 @@ from rclpy.node import Node
 
 from brace_common import names, qos
 from brace_common.clock import steady_timer
+from brace_common.convert import plan_signature, trigger_from_msg
 from brace_common.counted_inputs import CountedInputs
 from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.params import declare_config, reject_undeclared
+from brace_common.replanning import CallRecord, Decision
 from brace_common.spin import spin_node
 from brace_common.validation import Rejections
 from brace_common.vocabulary import TEAM_AGENT, CallStatus, EpisodeEvent
@@ -44,7 +46,6 @@ from brace_common.vocabulary import TEAM_AGENT, CallStatus, EpisodeEvent
 from . import convert
 from .config import ControllerConfig, ControllerNodeConfig
 from .controller import BraceController
-from .types import CallRecord, Decision
 
 
 def _serialized(method):
@@ -120,7 +121,7 @@ class BraceControllerNode(Node):
     def on_trigger(self, msg: TriggerEvent) -> None:
         """Decide on one trigger; publish the decision; start the call if admitted."""
         try:
-            trigger = convert.trigger_from_msg(msg, self.core.team.latest_step)
+            trigger = trigger_from_msg(msg, self.core.team.latest_step)
         except ValueError as exc:
             self.counts["malformed_triggers"] += 1
             self.rejections.reject("trigger", exc, msg.trigger_id or msg.agent_id)
@@ -204,7 +205,7 @@ class BraceControllerNode(Node):
             plan = result.plan
             plan.agent_id = plan.agent_id or call.decision.trigger.agent_id
             plan.decision_id = plan.decision_id or decision_id
-            plan_changed = self.core.accept_plan(plan.agent_id, convert.plan_signature(plan))
+            plan_changed = self.core.accept_plan(plan.agent_id, plan_signature(plan))
             self.plan_pub.publish(plan)
         self.finish(call.decision, status, float(result.call.latency_ms), plan_changed, int(result.call.tokens_after),
                     tokens_before=int(result.call.tokens_before))

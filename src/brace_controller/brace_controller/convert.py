@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Optional
 
@@ -10,9 +9,7 @@ from brace_msgs.action import Replan
 from brace_msgs.msg import (
     AgentState,
     ControllerState,
-    Episode,
     ExecutionOutcome,
-    Plan,
     ReplanCall,
     ReplanDecision,
     TriggerEvent,
@@ -21,7 +18,7 @@ from brace_msgs.msg import (
 from builtin_interfaces.msg import Time
 from std_msgs.msg import Header
 
-from brace_common.episode import EpisodeResult
+from brace_common.replanning import CallRecord, Decision, Trigger
 from brace_common.validation import (
     MAX_COUNT,
     MAX_ID_CHARS,
@@ -33,15 +30,13 @@ from brace_common.validation import (
     check_int,
     check_step,
     check_text,
-    parse_json_object,
     shorten,
 )
-from brace_common.vocabulary import CallStatus, Mode, Phase, Reason, TriggerKind
+from brace_common.vocabulary import CallStatus, Mode, Phase
 
 from .gate import AgentCounters
 from .latency_model import CallSample
 from .triggers import AgentObservation
-from .types import CallRecord, Decision, Trigger
 
 PHASE_NAMES = frozenset(p.value for p in Phase)
 MAX_LATENCY_MS = 86_400_000.0
@@ -52,33 +47,6 @@ def _never(value):
     return -1 if value is None else max(-1, min(int(value), MAX_STEP))
 
 
-def time_to_sec(stamp: Time) -> float:
-    """builtin_interfaces/Time as float seconds."""
-    return stamp.sec + stamp.nanosec * 1e-9
-
-
-def trigger_from_msg(msg: TriggerEvent, latest_step: Optional[int] = None) -> Trigger:
-    """TriggerEvent -> Trigger; InvalidInput naming the field when the message is out of bounds.
-
-    `latest_step`: the latest step seen; a step that jumps far past it is rejected.
-    """
-    try:
-        kind = TriggerKind(msg.kind)
-    except ValueError:
-        raise InvalidInput("bad_kind", f"unknown trigger kind {msg.kind}") from None
-    trigger = Trigger(
-        kind=kind,
-        agent_id=check_agent_id("agent_id", msg.agent_id),
-        step=check_step("step", msg.step, latest_step),
-        severity=check_float("severity", msg.severity, 0.0, 1.0),
-        consecutive_failures=check_int("consecutive_failures", msg.consecutive_failures, 0, MAX_COUNT),
-        trigger_id=check_id("trigger_id", msg.trigger_id, allow_empty=True),
-        detail=check_text("detail", msg.detail),
-        stamp=time_to_sec(msg.header.stamp),
-        has_goal=bool(msg.has_goal),
-    )
-    trigger.validate()
-    return trigger
 
 
 def trigger_to_msg(trigger: Trigger, stamp: Time, trigger_id: str = "") -> TriggerEvent:
@@ -116,22 +84,6 @@ def decision_to_msg(decision: Decision, source: TriggerEvent, stamp: Time) -> Re
     msg.predicted_p95_ms = float(decision.predicted_p95_ms)
     return msg
 
-
-def decision_from_msg(msg: ReplanDecision) -> Decision:
-    """ReplanDecision -> Decision (audit replay); ValueError when the message is malformed."""
-    try:
-        reason, mode = Reason(msg.reason), Mode(msg.mode)
-    except ValueError as exc:
-        raise ValueError(f"decision {msg.decision_id}: {exc}") from None
-    return Decision(
-        decision_id=msg.decision_id, trigger=trigger_from_msg(msg.trigger), admitted=bool(msg.admitted),
-        reason=reason, mode=mode, token_budget=int(msg.token_budget), slo_ms=float(msg.slo_ms),
-        hard_deadline_ms=float(msg.hard_deadline_ms), override=bool(msg.override),
-        steps_since_call=None if msg.steps_since_call < 0 else int(msg.steps_since_call),
-        steps_since_change=None if msg.steps_since_change < 0 else int(msg.steps_since_change),
-        consecutive_failures=int(msg.consecutive_failures), consecutive_deferrals=int(msg.consecutive_deferrals),
-        predicted_p95_ms=float(msg.predicted_p95_ms),
-    )
 
 
 def goal_from_decision(decision: Decision, stamp: Time) -> Replan.Goal:
@@ -200,16 +152,6 @@ def unanswered_call_to_msg(decision: Decision, status: CallStatus, latency_ms: f
     )
 
 
-def plan_signature(plan: Plan) -> tuple[tuple[str, str], ...]:
-    """What makes two plans the same: their actions and canonicalised parameters, in order."""
-    def canonical(text: str) -> str:
-        try:
-            return json.dumps(parse_json_object("parameters_json", text), sort_keys=True) if text else ""
-        except InvalidInput:
-            return text  # not a (bounded) JSON object: compared as written
-
-    return tuple((s.action, canonical(s.parameters_json)) for s in plan.steps)
-
 
 def state_to_msg(agent_id: str, counters: AgentCounters, tally, stamp: Time) -> ControllerState:
     """One agent's counters and tallies as a ControllerState message."""
@@ -228,15 +170,6 @@ def state_to_msg(agent_id: str, counters: AgentCounters, tally, stamp: Time) -> 
         )
     return msg
 
-
-def episode_from_msg(msg: Episode) -> EpisodeResult:
-    """An Episode EVENT_END message -> EpisodeResult."""
-    return EpisodeResult(
-        success=bool(msg.success), steps=int(msg.steps), delivered=int(msg.delivered), tasks=int(msg.tasks),
-        path_efficiency=round(float(msg.path_efficiency), 4), coordination_wait=int(msg.coordination_wait),
-        near_misses=int(msg.near_misses), collisions=int(msg.collisions),
-        min_distance=float(getattr(msg, "min_distance", math.nan)), episode=int(msg.episode),
-        seed=int(msg.seed), plans=int(msg.plans), plans_agreeing=int(msg.plans_agreeing))
 
 
 MAX_POSITION_M = 1e6

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from brace_common.replanning import Trigger
 from brace_common.vocabulary import Mode, TriggerKind
 
 from .config import BudgetProfile, ControllerConfig, KindScale
-from .types import Trigger
 
 _FULL_REPLAN_KINDS = (TriggerKind.HAZARD, TriggerKind.DEADLOCK, TriggerKind.PREEMPT)
 _PARTIAL_REPLAN_KINDS = (TriggerKind.FAILURE, TriggerKind.DRIFT)

@@ -25,6 +25,7 @@ from brace_common.clock import steady_timer
 from brace_common.counted_inputs import CountedInputs
 from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.params import declare_config, reject_undeclared
+from brace_common.replanning import Trigger
 from brace_common.spin import spin_node
 from brace_common.validation import Rejections
 from brace_common.vocabulary import EpisodeEvent
@@ -32,7 +33,6 @@ from brace_common.vocabulary import EpisodeEvent
 from . import convert
 from .config import MonitorConfig, MonitorNodeConfig
 from .triggers import TriggerMonitor
-from .types import Trigger
 
 
 class TriggerMonitorNode(Node):

@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
+from brace_common.replanning import Trigger
 from brace_common.vocabulary import TriggerKind
 
 from .config import MonitorConfig
-from .types import Trigger
 
 
 @dataclass

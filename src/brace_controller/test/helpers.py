@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from brace_common.replanning import Trigger
 from brace_common.vocabulary import Mode, TriggerKind
 from brace_controller.config import BudgetProfile, ControllerConfig, KindScale, ModeBudget
 from brace_controller.controller import BraceController
-from brace_controller.types import Trigger
 
 
 def profile(min_budget: int = 32, max_budget: int = 2048) -> BudgetProfile:

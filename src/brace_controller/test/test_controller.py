@@ -8,9 +8,9 @@ import random
 import pytest
 from helpers import controller, trig
 
+from brace_common.replanning import CallRecord, Trigger
 from brace_common.vocabulary import CallStatus, Mode, Reason, TriggerKind
 from brace_controller.latency_model import CallSample
-from brace_controller.types import CallRecord, Trigger
 
 CONTEXT = 2000  # tokens the agents' calls read in these tests
 

@@ -213,9 +213,9 @@ def test_workspace_parameter_file_configures_the_node(ros):
 def test_a_call_closed_by_its_result_while_the_watchdog_scans_is_skipped(ros):
     # Action futures run their callbacks outside the node's callback group: a result may close a call between the
     # watchdog's snapshot of the pending calls and its pop (seen as a KeyError that stopped a K = 8 run).
+    from brace_common.replanning import Trigger
     from brace_common.vocabulary import TriggerKind
     from brace_controller.controller_node import PendingCall
-    from brace_controller.types import Trigger
 
     node = ros.add(controller())
     decision = node.core.decide(Trigger(TriggerKind.PERIODIC, "a", 0))
@@ -234,9 +234,9 @@ def test_a_call_closed_by_its_result_while_the_watchdog_scans_is_skipped(ros):
 def test_a_trigger_held_for_the_backlog_is_decided_again_when_a_call_finishes(ros):
     import random
 
+    from brace_common.replanning import CallRecord
     from brace_common.vocabulary import CallStatus
     from brace_controller.latency_model import CallSample
-    from brace_controller.types import CallRecord
 
     node = controller(defer_when_infeasible=True)
     planner = PlannerDouble(hold=True)  # a's call runs until the controller cancels it at its hard deadline
@@ -270,8 +270,8 @@ def test_a_misspelt_parameter_stops_the_node_naming_it(ros, tmp_path):
 
 
 def test_two_controllers_on_one_graph_never_issue_the_same_decision_id(ros):
+    from brace_common.replanning import Trigger
     from brace_common.vocabulary import TriggerKind
-    from brace_controller.types import Trigger
 
     first, second = controller(), controller()
     trigger = Trigger(TriggerKind.PERIODIC, "a", 1)

@@ -6,9 +6,9 @@ from helpers import controller, trig
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from brace_common.replanning import CallRecord
 from brace_common.vocabulary import CallStatus, Reason, TriggerKind
 from brace_controller.gate import AgentCounters, StabilityGate
-from brace_controller.types import CallRecord
 
 
 def test_gate_open_before_any_call():

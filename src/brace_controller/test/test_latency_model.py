@@ -97,9 +97,9 @@ def test_bad_samples_are_ignored():
 
 
 def test_a_planner_servers_queue_and_prefill_are_learnt_as_the_prefill():
+    from brace_common.replanning import CallRecord
     from brace_common.vocabulary import CallStatus
     from brace_controller.convert import latency_sample
-    from brace_controller.types import CallRecord
 
     phases = {"queue": 50.0, "context_compress": 20.0, "retrieve": 1.0, "request": 30.0, "first_token": 400.0,
               "decode": 900.0, "parse": 1.0}

@@ -27,8 +27,8 @@ from erecap_planner.constrained import ConstrainedPlanDecoder
 from erecap_planner.context import ContextBuffer, Entry, RenderedContext
 from erecap_planner.models import SMOLLM2, cache_root, load_model
 from erecap_planner.scoring import enumerate_steps
-from sim_bridges.feed import FeedEntry, action_schema
-from sim_bridges.warehouse import Warehouse, WorldConfig
+from sim_bridges.warehouse.warehouse_feed import FeedEntry, action_schema
+from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
 from .plan_data import DecisionPoint, decision_points
 

@@ -18,12 +18,12 @@ from functools import partial
 from brace_common.action_schema import Step
 from brace_common.vocabulary import Block
 from erecap_planner.context import Entry
-from sim_bridges import drone_feed
-from sim_bridges.airsim_link import AirSimLink, continue_for
-from sim_bridges.airsim_peer import AirSimPeer
-from sim_bridges.drone_world import DroneWorld, read_settings
-from sim_bridges.feed import FeedEntry
-from sim_bridges.intersection import IntersectionConfig, fly_to, routes, settings
+from sim_bridges.airsim import drone_feed
+from sim_bridges.airsim.airsim_link import AirSimLink, continue_for
+from sim_bridges.airsim.airsim_peer import AirSimPeer
+from sim_bridges.airsim.drone_world import DroneWorld, read_settings
+from sim_bridges.airsim.intersection import IntersectionConfig, fly_to, routes, settings
+from sim_bridges.warehouse.warehouse_feed import FeedEntry
 
 
 @dataclass

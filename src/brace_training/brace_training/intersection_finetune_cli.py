@@ -27,7 +27,7 @@ from brace_common.config import resolve_path
 from brace_training.adapter_training import evaluation_model, fit_and_save, prune_share
 from erecap_planner.call_path import CallRequest, PlannerCallPath
 from erecap_planner.models import cache_root, load_model
-from sim_bridges.intersection import IntersectionConfig, action_schema, same_step
+from sim_bridges.airsim.intersection import IntersectionConfig, action_schema, same_step
 
 from .cli_args import PREDICTOR, add_adapter_arguments
 from .intersection_data import IntersectionPoint, decision_points

@@ -1,6 +1,6 @@
 """Oracle-labelled decision points of PickFruit on the arm (planner fine-tuning and evaluation data).
 
-ROS-free. Each seed is an episode of `robot_bridge.pickfruit_rollout`: the
+ROS-free. Each seed is an episode of `robot_bridge.pickfruit.pickfruit_rollout`: the
 context the twin world and the executor publish, a call for the arm at the
 start, after every failed step, when a plan ended without finishing the task,
 and now and then in the middle of a plan (the trigger monitor's periodic and
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from brace_common.action_schema import Step
 from erecap_planner.context import Entry
-from robot_bridge.pickfruit import PickFruitConfig, PickFruitWorld
-from robot_bridge.pickfruit_rollout import PickFruitRollout
+from robot_bridge.pickfruit.pickfruit_rollout import PickFruitRollout
+from robot_bridge.pickfruit.pickfruit_world import PickFruitConfig, PickFruitWorld
 
 AGENT = "arm_0"
 TARGET = "bowl"

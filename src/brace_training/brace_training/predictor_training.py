@@ -16,6 +16,7 @@ L = L_L + lambda1 L_M + lambda2 L_R (Eq. 9). Only predictor weights are trained.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -41,7 +42,6 @@ class Example:
 
 def target_text(step) -> str:
     """The JSON the planner should write for one step."""
-    import json
 
     return json.dumps({"plan": [{"action": step.action, "parameters": step.parameters}]})
 

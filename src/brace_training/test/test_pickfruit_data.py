@@ -8,7 +8,7 @@ from brace_common.vocabulary import Block
 from brace_training import pickfruit_finetune_cli
 from brace_training.pickfruit_data import decision_points
 from erecap_planner.testing import saved_tiny_llama
-from robot_bridge.pickfruit import task_text
+from robot_bridge.pickfruit.pickfruit_world import task_text
 
 
 def task_fruits(point) -> list[str]:

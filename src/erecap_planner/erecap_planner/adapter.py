@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 from torch import nn
 
@@ -38,7 +39,6 @@ def signature(model) -> dict[str, str]:
 
 def merge_adapter(model, path: str | Path) -> int:
     """Merge a saved adapter into `model` in place (W += B A); return how many projections changed."""
-    from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata() or {}

@@ -23,6 +23,7 @@ CallPath = Union[PlannerCallPath, ServerCallPath]
 
 def load_schema(cfg: PlannerConfig) -> ActionSchema:
     """The action schema `cfg` names."""
+
     try:
         return ActionSchema.load(cfg.schema_path())
     except (OSError, ValueError) as exc:
@@ -31,6 +32,7 @@ def load_schema(cfg: PlannerConfig) -> ActionSchema:
 
 def load_local_model(cfg: PlannerConfig, logger=None):
     """(model, tokenizer, precision) of `cfg.model_path` with the adapter merged."""
+    # heavy: these modules import torch; a server-backed planner never loads them
     from .models import load_model
     from .precision import resolve
 
@@ -45,6 +47,7 @@ def load_local_model(cfg: PlannerConfig, logger=None):
     except (FileNotFoundError, OSError, ValueError) as exc:
         raise ConfigError("model_path", str(exc)) from None
     if cfg.adapter_path:
+        # heavy: these modules import torch; a server-backed planner never loads them
         from .adapter import AdapterMismatchError, merge_adapter
 
         try:
@@ -57,8 +60,10 @@ def load_local_model(cfg: PlannerConfig, logger=None):
 def load_tokenizer(cfg: PlannerConfig):
     """The tokenizer of `cfg.model_path` alone (a server backend that compresses without a scorer model)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # heavy: torch / transformers load only when a model is built or run
     from transformers import AutoTokenizer
 
+    # heavy: these modules import torch; a server-backed planner never loads them
     from .models import resolve_model_path
 
     try:
@@ -121,6 +126,7 @@ def build_local(cfg: PlannerConfig, schema: ActionSchema, logger=None) -> Planne
 
 def build_server(cfg: PlannerConfig, schema: ActionSchema, logger=None) -> ServerCallPath:
     """The server call path: local tokenizer and compressor (E-RECAP: the local model scores), remote decoding."""
+    # heavy: these modules import torch; a server-backed planner never loads them
     from .compressors import make_compressor
     from .openai_client import OpenAIClient
     from .pruned_forward import ErecapModel

@@ -20,6 +20,8 @@ from typing import Optional
 import numpy as np
 import torch
 
+from .models import SMOLLM2, gguf_source, load_merged, merged_cache_path
+
 _SKIPPED_FIELDS = ("GGUF.", "general.architecture", "general.file_type", "general.quantization_version")
 _FILE_TYPE_F16 = 1  # llama.cpp's LLAMA_FTYPE_MOSTLY_F16
 
@@ -31,6 +33,7 @@ def interleave_rotary(weight: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 def _copy_fields(reader, writer) -> None:
+    # optional: gguf (llama.cpp's writer) is needed only to export a GGUF file
     import gguf
 
     for name, field in reader.fields.items():
@@ -46,6 +49,7 @@ def _copy_fields(reader, writer) -> None:
 
 def export_gguf(model, source: Path, target: Path) -> Path:
     """Write `model`'s weights with `source`'s metadata to `target` (float16); return `target`."""
+    # optional: gguf (llama.cpp's writer) is needed only to export a GGUF file
     import gguf
 
     reader = gguf.GGUFReader(str(source))
@@ -85,7 +89,6 @@ def export_gguf(model, source: Path, target: Path) -> Path:
 
 def merged_gguf(model_path: str, adapter_path: str = "") -> Path:
     """The packaged SmolLM2 GGUF with `adapter_path` merged (written once into the model cache, keyed by content)."""
-    from .models import SMOLLM2, gguf_source, load_merged, merged_cache_path
 
     if model_path != SMOLLM2:
         raise ValueError(f"only '{SMOLLM2}' has a source GGUF to take the metadata from, not '{model_path}'")

@@ -54,6 +54,7 @@ def prepare_model_folder(model_path: str, adapter_path: str = "") -> Path:
 def served_model(engine: str, model_path: str, adapter_path: str = "") -> Path:
     """What `engine` loads: a model folder (transformers) or a GGUF file (llama_cpp), the adapter merged."""
     if engine == "llama_cpp":
+        # heavy: gguf_export imports torch; a served GGUF file needs none
         from .gguf_export import merged_gguf
 
         return merged_gguf(model_path, adapter_path)

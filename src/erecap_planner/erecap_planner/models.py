@@ -8,12 +8,17 @@ loads read that folder in under a second.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
 import shutil
 from pathlib import Path
 from typing import Optional
+
+from brace_common.config import resolve_path
+
+from .precision import resolve
 
 SMOLLM2 = "smollm2-135m-instruct"
 """Model path value that selects the packaged SmolLM2-135M-Instruct."""
@@ -44,6 +49,7 @@ def gguf_source() -> Path:
 def convert_smollm2(target: Optional[Path] = None) -> Path:
     """Dequantise the packaged GGUF into a safetensors model folder; return the folder."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # heavy: torch / transformers load only when a model is built or run
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -81,10 +87,9 @@ def resolve_model_path(model_path: str) -> Path:
 def load_model(model_path: str, device: str = "auto", dtype: str = "auto"):
     """(model, tokenizer) from `model_path`; 'auto' device / dtype as `precision.resolve` chooses them."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # heavy: torch / transformers load only when a model is built or run
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .precision import resolve
 
     folder = resolve_model_path(model_path)
     if device == "auto" or dtype == "auto":
@@ -97,9 +102,6 @@ def load_model(model_path: str, device: str = "auto", dtype: str = "auto"):
 
 def merged_cache_path(base_name: str, adapter_path: str) -> tuple[Path, Path]:
     """(the adapter file, where `base_name` with it merged is cached: named by the adapter's stem and content)."""
-    import hashlib
-
-    from brace_common.config import resolve_path
 
     adapter = Path(resolve_path(adapter_path))
     digest = hashlib.sha256(adapter.read_bytes()).hexdigest()[:16]
@@ -108,6 +110,7 @@ def merged_cache_path(base_name: str, adapter_path: str) -> tuple[Path, Path]:
 
 def load_merged(model_path: str, adapter: Path):
     """(model, tokenizer) of `model_path` in float32 on the CPU with the LoRA `adapter` merged."""
+    # heavy: adapter imports torch
     from .adapter import merge_adapter
 
     model, tokenizer = load_model(model_path, "cpu", "float32")

@@ -55,6 +55,7 @@ class CpuInfo:
     @classmethod
     def read(cls) -> CpuInfo:
         """This machine's values."""
+        # heavy: torch / transformers load only when a model is built or run
         import torch
 
         return cls(torch.backends.cpu.get_cpu_capability(), frozenset(cpu_flags()), platform.machine(),
@@ -104,6 +105,7 @@ def resolve(device: str = "auto", dtype: str = "auto", decode_weights: str = "au
     if decode_weights not in DECODE_WEIGHTS:
         raise ValueError(f"decode_weights '{decode_weights}' is not one of {', '.join(DECODE_WEIGHTS)}")
     if cuda_available is None or (cuda_bf16 is None and device != "cpu"):
+        # heavy: torch / transformers load only when a model is built or run
         import torch
 
         cuda_available = torch.cuda.is_available() if cuda_available is None else cuda_available
@@ -144,6 +146,7 @@ def resolve(device: str = "auto", dtype: str = "auto", decode_weights: str = "au
         if not on_cpu:
             raise ValueError(f"decode_weights 'int8' runs on the CPU only (device is {device})")
         if int8_runs is None:
+            # heavy: transformer imports torch
             from .transformer import int8_available
 
             int8_runs = int8_available()

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -92,7 +93,6 @@ class PredictorBank(nn.Module):
     @classmethod
     def load(cls, path: str | Path, config=None) -> PredictorBank:
         """Read a checkpoint; with `config`, refuse one made for another architecture."""
-        from safetensors import safe_open
 
         path = Path(path)
         if not path.is_file():

@@ -278,6 +278,7 @@ class DecoderStack:
         self.scaling = self.head_dim ** -0.5
         self.sliding_window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) \
             else None
+        # heavy: torch / transformers load only when a model is built or run
         from transformers.activations import ACT2FN
 
         self.act = ACT2FN[config.hidden_act]

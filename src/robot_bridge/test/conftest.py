@@ -3,7 +3,7 @@
 import pytest
 
 from brace_common.testing import ros  # noqa: F401
-from robot_bridge.act_server import ActServer
+from robot_bridge.openvla.act_server import ActServer
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from ament_index_python.packages import get_package_share_directory
 
 from brace_common.config import ConfigError, config_from_file, load_ros_parameters
 from brace_common.validation import Rejections
-from robot_bridge import arm_safety as s
-from robot_bridge.piper_arm_config import PiperArmConfig
-from robot_bridge.piper_units import GRIPPER_RANGE_M, JOINT_LIMITS_RAD
+from robot_bridge.piper import arm_safety as s
+from robot_bridge.piper.piper_arm_config import PiperArmConfig
+from robot_bridge.piper.piper_units import GRIPPER_RANGE_M, JOINT_LIMITS_RAD
 
 LIMITS = s.SafetyLimits()
 HOME = [0.0, 0.5, -0.5, 0.0, 0.3, 0.0]          # inside every joint's limits

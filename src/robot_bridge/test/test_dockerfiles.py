@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from robot_bridge.preflight import DEFAULT_VLA_URL
+from robot_bridge.preflight.robot_preflight import DEFAULT_VLA_URL
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCKER = ROOT / "docker"

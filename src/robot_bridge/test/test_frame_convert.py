@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from robot_bridge.frame_convert import (
+from robot_bridge.orbbec.frame_convert import (
     FrameError,
     Intrinsics,
     camera_info_data,

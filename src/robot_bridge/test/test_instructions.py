@@ -2,7 +2,7 @@
 
 import pytest
 
-from robot_bridge.instructions import InstructionError, InstructionTemplates, parse_table
+from robot_bridge.openvla.instructions import InstructionError, InstructionTemplates, parse_table
 
 TABLE = ["pick=pick up the {object}", "place=put the {object} in the {target}", "push=push the {0} to the {1}",
          "wave=wave"]

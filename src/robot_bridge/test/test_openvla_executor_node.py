@@ -25,8 +25,8 @@ from brace_common import names, qos
 from brace_common.act_drip_server import DripServer
 from brace_common.testing import wait_for
 from brace_common.vocabulary import Block, EntryKind, Failure
-from robot_bridge.executor_config import ExecutorConfig
-from robot_bridge.openvla_executor_node import OpenVlaExecutorNode, image_to_array
+from robot_bridge.openvla.executor_config import ExecutorConfig
+from robot_bridge.openvla.openvla_executor_node import OpenVlaExecutorNode, image_to_array
 
 NS = "/arm"
 OPEN = 0.07

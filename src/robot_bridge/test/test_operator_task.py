@@ -16,8 +16,8 @@ from brace_common.config import ConfigError
 from brace_common.testing import call_service, installed_executable, wait_for
 from brace_common.vocabulary import Activity, Block, EpisodeEvent, Observability
 from brace_common.world_state import AgentActivity, world_state_from_msg
-from robot_bridge.operator_episodes import EpisodeError, OperatorEpisodes, world_state
-from robot_bridge.operator_task_node import OperatorTaskConfig, OperatorTaskNode
+from robot_bridge.pickfruit.operator_episodes import EpisodeError, OperatorEpisodes, world_state
+from robot_bridge.pickfruit.operator_task_node import OperatorTaskConfig, OperatorTaskNode
 
 NS = "/arm"
 TASK = "Put the apple in the bowl."

@@ -19,9 +19,9 @@ from sensor_msgs.msg import CameraInfo, Image
 
 from brace_common import qos
 from brace_common.testing import wait_for
-from robot_bridge.frame_convert import Intrinsics
-from robot_bridge.orbbec_camera_node import OrbbecCameraNode
-from robot_bridge.orbbec_device import DeviceLostError, Frames, NoDeviceError
+from robot_bridge.orbbec.frame_convert import Intrinsics
+from robot_bridge.orbbec.orbbec_camera_node import OrbbecCameraNode
+from robot_bridge.orbbec.orbbec_device import DeviceLostError, Frames, NoDeviceError
 
 NS = "/r1"
 SUCCESS = TransitionCallbackReturn.SUCCESS

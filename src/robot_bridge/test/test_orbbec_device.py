@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from robot_bridge.frame_convert import COLOR_FORMATS, DEPTH_FORMATS
-from robot_bridge.orbbec_device import (
+from robot_bridge.orbbec.frame_convert import COLOR_FORMATS, DEPTH_FORMATS
+from robot_bridge.orbbec.orbbec_device import (
     COLOR_PREFERENCE,
     FrameSource,
     NoDeviceError,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from brace_common.vocabulary import Block, EntryKind, Failure
-from robot_bridge.pickfruit import SKILLS_TEXT, PickFruitConfig, PickFruitWorld, scene_text, task_text
-from robot_bridge.pickfruit_rollout import PickFruitRollout
-from robot_bridge.step_monitor import describe_step, outcome_text
+from robot_bridge.openvla.step_monitor import describe_step, outcome_text
+from robot_bridge.pickfruit.pickfruit_rollout import PickFruitRollout
+from robot_bridge.pickfruit.pickfruit_world import SKILLS_TEXT, PickFruitConfig, PickFruitWorld, scene_text, task_text
 
 
 def rollout(slip: float = 0.0, seed: int = 3) -> tuple[PickFruitRollout, str]:

@@ -29,9 +29,9 @@ from std_srvs.srv import Trigger
 
 from brace_common import qos
 from brace_common.testing import call_service, installed_executable, wait_for
-from robot_bridge import piper_frames as pf
-from robot_bridge.piper_arm_node import PiperArmNode
-from robot_bridge.piper_twin import PiperTwin, TwinConfig
+from robot_bridge.piper import piper_frames as pf
+from robot_bridge.piper.piper_arm_node import PiperArmNode
+from robot_bridge.piper.piper_twin import PiperTwin, TwinConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared piper_sdk_session helper
 from piper_sdk_session import close_sdk, unique_port  # noqa: E402

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from brace_common.testing import wait_for
-from robot_bridge import piper_driver as pd
-from robot_bridge import piper_frames as pf
-from robot_bridge.piper_driver import DriverError, PiperDriver, wait_feedback
-from robot_bridge.piper_twin import PiperTwin, TwinConfig
+from robot_bridge.piper import piper_driver as pd
+from robot_bridge.piper import piper_frames as pf
+from robot_bridge.piper.piper_driver import DriverError, PiperDriver, wait_feedback
+from robot_bridge.piper.piper_twin import PiperTwin, TwinConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared piper_sdk_session helper
 from piper_sdk_session import close_sdk, unique_port  # noqa: E402

@@ -13,7 +13,7 @@ from piper_sdk import C_PiperInterface_V2
 from piper_sdk.piper_msgs.msg_v2 import PiperMessage
 from piper_sdk.protocol.protocol_v2 import C_PiperParserV2
 
-from robot_bridge import piper_frames as pf
+from robot_bridge.piper import piper_frames as pf
 
 _port = itertools.count()
 

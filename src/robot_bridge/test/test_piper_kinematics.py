@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 from piper_sdk.kinematics import C_PiperForwardKinematics
 
-from robot_bridge.piper_kinematics import (
+from robot_bridge.piper.piper_kinematics import (
     PiperKinematics,
     matrix_to_pose,
     pose_to_matrix,
     rotation_log,
     rpy_to_rotation,
 )
-from robot_bridge.piper_units import JOINT_LIMITS_RAD
+from robot_bridge.piper.piper_units import JOINT_LIMITS_RAD
 
 
 def random_joints(rng: random.Random) -> list[float]:

@@ -14,10 +14,10 @@ from brace_common.testing import wait_for
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared piper_sdk_session helper
 from piper_sdk_session import sdk_session, unique_port  # noqa: E402
 
-from robot_bridge import piper_frames as pf  # noqa: E402
-from robot_bridge import piper_units as units  # noqa: E402
-from robot_bridge.piper_kinematics import PiperKinematics  # noqa: E402
-from robot_bridge.piper_twin import PiperArmModel, PiperTwin, TwinConfig  # noqa: E402
+from robot_bridge.piper import piper_frames as pf  # noqa: E402
+from robot_bridge.piper import piper_units as units  # noqa: E402
+from robot_bridge.piper.piper_kinematics import PiperKinematics  # noqa: E402
+from robot_bridge.piper.piper_twin import PiperArmModel, PiperTwin, TwinConfig  # noqa: E402
 
 START = [0.1, 0.5, -0.6, 0.2, -0.3, 0.4]
 

@@ -27,8 +27,8 @@ from brace_common.testing import installed_executable, wait_for
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared piper_sdk_session helper
 from piper_sdk_session import sdk_session  # noqa: E402
 
-from robot_bridge import piper_frames as pf  # noqa: E402
-from robot_bridge import piper_units as units  # noqa: E402
+from robot_bridge.piper import piper_frames as pf  # noqa: E402
+from robot_bridge.piper import piper_units as units  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "config" / "piper_twin.yaml"
 START = [0.1, 0.5, -0.6, 0.2, -0.3, 0.4]

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from robot_bridge import piper_units as u
+from robot_bridge.piper import piper_units as u
 
 
 def test_known_values_use_exact_pi():

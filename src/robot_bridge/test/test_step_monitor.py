@@ -5,7 +5,7 @@ import math
 import pytest
 
 from brace_common.vocabulary import Failure
-from robot_bridge.step_monitor import (
+from robot_bridge.openvla.step_monitor import (
     Condition,
     GripperEvent,
     GripperTracker,

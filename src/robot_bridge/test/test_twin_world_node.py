@@ -12,7 +12,7 @@ from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import wait_for
 from brace_common.vocabulary import Activity
 from brace_common.world_state import world_state_from_msg
-from robot_bridge.twin_world_node import TwinWorldNode
+from robot_bridge.pickfruit.twin_world_node import TwinWorldNode
 
 
 class Executor(Node):

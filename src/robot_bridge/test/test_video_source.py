@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from robot_bridge.frame_convert import FrameError
-from robot_bridge.orbbec_device import FrameSource
-from robot_bridge.video_source import VideoSource, VideoSourceError
+from robot_bridge.orbbec.frame_convert import FrameError
+from robot_bridge.orbbec.orbbec_device import FrameSource
+from robot_bridge.orbbec.video_source import VideoSource, VideoSourceError
 
 W, H = 64, 48
 COLORS = [(200, 40, 40), (40, 200, 40), (40, 40, 200), (220, 220, 60), (128, 128, 128)]

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from robot_bridge.vla_action import (
+from robot_bridge.openvla.vla_action import (
     ActionError,
     ArmScaling,
     GripperMapping,

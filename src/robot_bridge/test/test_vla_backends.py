@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from brace_common.act_drip_server import DripServer
-from robot_bridge.vla_backends import (
+from robot_bridge.openvla.vla_backends import (
     LocalBackend,
     ServerBackend,
     VlaBackend,

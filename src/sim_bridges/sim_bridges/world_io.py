@@ -16,7 +16,7 @@ from brace_common.clock import stamp_of
 from brace_common.world_state import StatePublication, world_state_msg
 from brace_common.world_state import WorldState as State
 
-from .feed import AgentReport, FeedEntry, outcomes
+from .warehouse.warehouse_feed import AgentReport, FeedEntry, outcomes
 
 
 class WorldPublishers:

@@ -25,9 +25,9 @@ from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.spin import autostart
 from brace_common.testing import wait_for
 from brace_common.world_state import world_state_from_msg
-from sim_bridges.airsim_bridge_node import AirSimBridgeNode
-from sim_bridges.airsim_peer import AirSimPeer
-from sim_bridges.intersection import IntersectionConfig, routes, settings
+from sim_bridges.airsim.airsim_bridge_node import AirSimBridgeNode
+from sim_bridges.airsim.airsim_peer import AirSimPeer
+from sim_bridges.airsim.intersection import IntersectionConfig, routes, settings
 
 
 def free_port() -> int:

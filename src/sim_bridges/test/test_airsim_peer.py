@@ -20,8 +20,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from sim_bridges.airsim_peer import AirSimPeer, load_settings, main, parse_settings
-from sim_bridges.msgpack_rpc import Deferred, MsgpackRpcServer, RpcError
+from sim_bridges.airsim.airsim_peer import AirSimPeer, load_settings, main, parse_settings
+from sim_bridges.airsim.msgpack_rpc import Deferred, MsgpackRpcServer, RpcError
 
 airsim = pytest.importorskip("cosysairsim")
 RPCError = pytest.importorskip("msgpackrpc.error").RPCError
@@ -487,7 +487,7 @@ def test_cli_serves_until_sigterm(tmp_path):
     path.write_text(json.dumps(SETTINGS))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    proc = subprocess.Popen([sys.executable, "-m", "sim_bridges.airsim_peer", "--settings", str(path), "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "sim_bridges.airsim.airsim_peer", "--settings", str(path), "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 30.0)

@@ -10,11 +10,11 @@ from brace_common.action_schema import Step
 from brace_common.validation import InvalidInput
 from brace_common.vocabulary import Activity, Block, EntryKind, Failure
 from brace_common.world_state import Pose, Relation
-from sim_bridges import drone_feed
-from sim_bridges.airsim_link import AirSimLink, LinkDown, continue_for
-from sim_bridges.airsim_peer import AirSimPeer
-from sim_bridges.drone_world import DroneWorld, read_settings, world_state
-from sim_bridges.intersection import IntersectionConfig, fly_to, routes, settings
+from sim_bridges.airsim import drone_feed
+from sim_bridges.airsim.airsim_link import AirSimLink, LinkDown, continue_for
+from sim_bridges.airsim.airsim_peer import AirSimPeer
+from sim_bridges.airsim.drone_world import DroneWorld, read_settings, world_state
+from sim_bridges.airsim.intersection import IntersectionConfig, fly_to, routes, settings
 
 
 @pytest.fixture

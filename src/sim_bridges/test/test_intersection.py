@@ -5,7 +5,7 @@ import math
 import pytest
 
 from brace_common.config import ConfigError
-from sim_bridges.intersection import (
+from sim_bridges.airsim.intersection import (
     DroneView,
     IntersectionConfig,
     Step,

@@ -29,8 +29,8 @@ from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import installed_executable, wait_for
 from brace_common.vocabulary import EpisodeEvent, Failure, Observability
 from brace_common.world_state import world_state_from_msg
-from sim_bridges.isaac_bridge_node import IsaacBridgeNode
-from sim_bridges.isaac_skills import Outcome
+from sim_bridges.isaac.isaac_bridge_node import IsaacBridgeNode
+from sim_bridges.isaac.isaac_skills import Outcome
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the stand-in beside this file
 from isaac_standin import FRANKA_JOINTS, INITIAL_JOINTS, IsaacStandIn  # noqa: E402

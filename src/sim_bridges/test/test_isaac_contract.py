@@ -10,8 +10,8 @@ from ament_index_python.packages import get_package_share_directory
 
 from brace_common.config import ConfigError, config_from_file, from_mapping
 from brace_common.validation import InvalidInput
-from sim_bridges.isaac_config import IsaacBridgeConfig, TaskGoal
-from sim_bridges.isaac_contract import (
+from sim_bridges.isaac.isaac_config import IsaacBridgeConfig, TaskGoal
+from sim_bridges.isaac.isaac_contract import (
     DEFAULT_TOPICS,
     Liveness,
     Pose2D,

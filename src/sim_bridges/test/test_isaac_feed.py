@@ -8,9 +8,9 @@ from pathlib import Path
 from brace_common.action_schema import Step
 from brace_common.vocabulary import Activity, Block, EntryKind, Failure, Observability
 from brace_common.world_state import AgentActivity, Pose, Relation
-from sim_bridges.isaac_config import TaskGoal
-from sim_bridges.isaac_contract import BaseState, CameraStatus, Pose2D, RobotKind, RobotSpec, RobotState
-from sim_bridges.isaac_feed import (
+from sim_bridges.isaac.isaac_config import TaskGoal
+from sim_bridges.isaac.isaac_contract import BaseState, CameraStatus, Pose2D, RobotKind, RobotSpec, RobotState
+from sim_bridges.isaac.isaac_feed import (
     EpisodeJudge,
     episode_entries,
     observation_text,
@@ -18,7 +18,7 @@ from sim_bridges.isaac_feed import (
     task_done_entry,
     world_state,
 )
-from sim_bridges.isaac_skills import ExecLimits, Outcome, RobotExecutor, SkillSchema
+from sim_bridges.isaac.isaac_skills import ExecLimits, Outcome, RobotExecutor, SkillSchema
 
 SCHEMA = SkillSchema.load(Path(__file__).resolve().parents[1] / "config" / "isaac_actions.yaml")
 POSES = {"home": (0.0, 0.0), "ready": (1.0, -0.5), "extended": (0.5, 0.5)}

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from brace_common.config import ConfigError
-from sim_bridges.multirotor_model import Completion, Mode, MultirotorConfig, MultirotorModel, Vec3
+from sim_bridges.airsim.multirotor_model import Completion, Mode, MultirotorConfig, MultirotorModel, Vec3
 
 CFG = MultirotorConfig()
 
@@ -277,7 +277,7 @@ def test_config_is_validated():
 
 def test_collision_info_is_reported_on_both_sides_and_reset_on_read():
     airsim = pytest.importorskip("cosysairsim")
-    from sim_bridges.airsim_peer import AirSimPeer
+    from sim_bridges.airsim.airsim_peer import AirSimPeer
 
     settings = {"SettingsVersion": 2.0, "SimMode": "Multirotor", "ClockSpeed": 1.0,
                 "Vehicles": {"drone_0": {"VehicleType": "SimpleFlight", "X": 0, "Y": 0, "Z": 0},

@@ -1,0 +1,316 @@
+"""`brace-audit`: recompute a run's tables from its bag, recover a damaged bag, or replay a bag on ROS 2.
+
+    brace-audit report <bag | run folder> [--csv DIR]
+    brace-audit recover <bag> [--output OUT | --in-place]
+    brace-audit replay <bag> [--rate X] [--topics T ...]
+
+`report` reads the bag alone (every table of `audit_report`); a run folder with
+several bags (one per variant) gives one row per bag. A truncated or corrupt
+bag, or one a killed recorder left unfinished, is reported as damaged (exit 1)
+with what was lost, which episodes are incomplete and the tables of the
+recovered part. `recover` rewrites such a bag into a finished one that every
+MCAP / rosbag2 reader opens (it keeps what was read; it invents nothing).
+`replay` republishes the recorded topics with their recorded timing (scaled by
+--rate) for RViz. `RecordCollector` turns messages into RunRecords and is
+shared by the live run and the report, so both compute the same numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import rclpy
+from brace_msgs.msg import Episode, Plan, ReplanCall, ReplanDecision
+from rclpy.executors import ExternalShutdownException
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.serialization import deserialize_message
+
+from brace_common import names
+from brace_common.convert import decision_from_msg, plan_signature
+from brace_common.episode import episode_from_msg
+from brace_common.vocabulary import CallStatus, EpisodeEvent
+
+from .audit_recorder_node import message_class
+from .audit_report import CallRow, RunRecords, phase_breakdown, report, summary, suppression_rows
+from .bag import RECOVERY_NOTE, BagError, read_bag, recover_bag
+
+REPORTED = {names.REPLAN_CALLS: ReplanCall, names.DECISIONS: ReplanDecision, names.PLAN: Plan,
+            names.EPISODE: Episode}
+"""The topics a report reads, by their relative name (a bag of any namespace reads the same)."""
+
+
+def topic_role(topic: str) -> str:
+    """The relative name of a recorded topic: '/brace/replan_calls' -> 'replan_calls'."""
+    return topic.rsplit("/", 1)[-1]
+
+
+class RecordCollector:
+    """Accumulates RunRecords from call records, decisions, plans and episode events, in arrival order."""
+
+    def __init__(self, variant: str = ""):
+        self.records = RunRecords(variant=variant)
+        self.episode = 0
+        self.malformed = 0
+        self.first_ns: int | None = None
+        self.last_ns = 0
+
+    def add(self, topic: str, msg, time_ns: int) -> None:
+        """One message of a reported topic."""
+        self.first_ns = time_ns if self.first_ns is None else self.first_ns
+        self.last_ns = max(self.last_ns, time_ns)
+        self.records.duration_s = (self.last_ns - self.first_ns) / 1e9
+        role = topic_role(topic)
+        if role == names.EPISODE:
+            if msg.event == EpisodeEvent.START:
+                self.episode = int(msg.episode)
+                self.records.variant = self.records.variant or msg.variant
+                self.records.ledger.start(int(msg.episode), time_ns)
+            else:
+                self.records.episodes.append(episode_from_msg(msg))
+                self.records.ledger.end(int(msg.episode), time_ns)
+        elif role == names.REPLAN_CALLS:
+            self.records.ledger.call(time_ns)
+            phases = {p.phase: (float(p.duration_ms), int(p.tokens_in), int(p.tokens_out)) for p in msg.phases}
+            try:
+                status = CallStatus(msg.status)
+            except ValueError:
+                self.malformed += 1
+                return
+            self.records.calls.append(CallRow(self.episode, msg.agent_id, status, float(msg.latency_ms),
+                                              float(msg.slo_ms), bool(msg.slo_met), int(msg.tokens_before),
+                                              int(msg.tokens_after), msg.compressor, phases,
+                                              int(getattr(msg, "tokens_reused", 0))))
+        elif role == names.DECISIONS:
+            try:
+                self.records.decisions.append((self.episode, decision_from_msg(msg)))
+            except ValueError:
+                self.malformed += 1
+        elif role == names.PLAN:
+            self.records.plans.append((self.episode, msg.agent_id, plan_signature(msg)))
+
+
+EXIT_INTACT, EXIT_RECOVERED, EXIT_UNREADABLE = 0, 1, 2
+"""`brace-audit report` exit codes: every bag intact; some bag damaged but read in part; a bag with nothing readable."""
+
+
+def records_from_bag(bag: Path, variant: str = "") -> tuple[RunRecords, str]:
+    """RunRecords of a bag and a note on damage ('' when the bag is intact)."""
+    audit = audit_bag(bag, variant)
+    return audit.records, audit.note
+
+
+def load_bag(bag: Path, variant: str = "") -> tuple[RunRecords, str, int]:
+    """RunRecords of a bag, a note on damage ('' when intact) and how many messages could be read."""
+    audit = audit_bag(bag, variant)
+    return audit.records, audit.note, audit.count
+
+
+@dataclass
+class BagAudit:
+    """A bag read for a report: its records, the damage found, what a recovery recorded, incomplete episodes."""
+
+    records: RunRecords
+    note: str                          # damage and malformed messages ('' when intact)
+    count: int                         # messages read
+    lost_data: bool = False            # messages were lost (damage, or a recovery that recorded a loss)
+    recovery: dict = field(default_factory=dict)  # the note `brace-audit recover` left in the file ({} if none)
+
+    @property
+    def problems(self) -> list[str]:
+        """Incomplete episodes and calls without their episode."""
+        return self.records.ledger.problems()
+
+    @property
+    def exit_code(self) -> int:
+        """EXIT_RECOVERED when the bag is damaged, or was recovered and lost messages or episode ends."""
+        if self.note or (self.recovery and (self.lost_data or self.problems)):
+            return EXIT_RECOVERED
+        return EXIT_INTACT
+
+
+def audit_bag(bag: Path, variant: str = "") -> BagAudit:
+    """Read a bag for a report (BagError / OSError when nothing can be read)."""
+    contents = read_bag(bag)
+    collector = RecordCollector(variant)
+    for m in contents.messages:
+        cls = REPORTED.get(topic_role(m.topic))
+        if cls is None:
+            continue
+        try:
+            msg = deserialize_message(m.data, cls)
+        except Exception:  # noqa: BLE001 (any deserialisation failure is counted, never fatal)
+            collector.malformed += 1
+            continue
+        collector.add(m.topic, msg, m.log_time_ns)
+    note = str(contents.damage) if contents.damage else ""
+    if collector.malformed:
+        note += f"{'; ' if note else ''}{collector.malformed} malformed messages skipped"
+    recovery = contents.notes.get(RECOVERY_NOTE, {})
+    lost = bool(contents.damage and contents.damage.lost_data) or recovery.get("lost_data") == "true"
+    return BagAudit(collector.records, note, len(contents.messages), lost, recovery)
+
+
+def find_bags(path: Path) -> list[Path]:
+    """The bag itself, or every bag (a folder with metadata.yaml or .mcap files) directly under a run folder."""
+    if path.is_file() or (path / "metadata.yaml").is_file() or list(path.glob("*.mcap")):
+        return [path]
+    bags = sorted(p for p in path.rglob("metadata.yaml"))
+    return [b.parent for b in bags]
+
+
+def write_csvs(runs: list[RunRecords], folder: Path) -> None:
+    """summary.csv, phases.csv and suppression.csv of the runs."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tables = {"summary.csv": [summary(r) for r in runs],
+              "phases.csv": [{"variant": r.variant, **row} for r in runs for row in phase_breakdown(r)],
+              "suppression.csv": [{"variant": r.variant, **row} for r in runs for row in suppression_rows(r)]}
+    for name, rows in tables.items():
+        if rows:
+            with (folder / name).open("w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+                writer.writeheader()
+                writer.writerows(rows)
+
+
+def cmd_report(args) -> int:
+    """Print the tables of one bag or of every bag in a run folder; exit EXIT_INTACT / _RECOVERED / _UNREADABLE."""
+    try:
+        bags = find_bags(Path(args.bag))
+    except OSError as exc:
+        print(f"brace-audit: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if not bags:
+        print(f"brace-audit: no bag under {args.bag}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    runs, code = [], EXIT_INTACT
+    for bag in bags:
+        try:
+            audit = audit_bag(bag)
+        except (BagError, OSError) as exc:
+            print(f"brace-audit: {bag}: {exc}", file=sys.stderr)
+            return EXIT_UNREADABLE
+        if audit.count == 0:
+            note = f" ({audit.note})" if audit.note else ""
+            print(f"brace-audit: {bag}: no message could be read{note}", file=sys.stderr)
+            return EXIT_UNREADABLE
+        records = audit.records
+        records.variant = records.variant or (bag.parent.name if bag.name == "bag" else bag.name)
+        print_integrity(bag, audit)
+        code = max(code, audit.exit_code)
+        runs.append(records)
+    print(report(runs))
+    if args.json:
+        print(json.dumps([summary(r) for r in runs], indent=1, default=str))
+    if args.csv:
+        write_csvs(runs, Path(args.csv))
+    return code
+
+
+def print_integrity(bag: Path, audit: BagAudit) -> None:
+    """WARNING lines for a damaged bag (what was lost, incomplete episodes); NOTE lines for a recovered or intact one.
+    """
+    damaged = audit.exit_code != EXIT_INTACT
+    level = "WARNING" if damaged else "NOTE"
+    if audit.note:
+        print(f"WARNING {bag}: {audit.note}", file=sys.stderr)
+        if not audit.recovery and "did not finish" in audit.note:
+            print(f"WARNING {bag}: `brace-audit recover {bag}` rewrites it into a bag every MCAP reader opens",
+                  file=sys.stderr)
+    if audit.recovery:
+        print(f"{level} {bag}: recovered by brace-audit recover from {audit.recovery.get('source', '?')}: "
+              f"{audit.recovery.get('damage', '')}", file=sys.stderr)
+    if audit.problems and (damaged or audit.recovery):
+        print(f"WARNING {bag}: the tables lack what was lost:", file=sys.stderr)
+    for line in audit.problems:
+        print(f"{level} {bag}: {line}", file=sys.stderr)
+
+
+def cmd_recover(args) -> int:
+    """Rewrite a damaged bag into a finished one; exit 0 when written (or intact), EXIT_UNREADABLE when not."""
+    try:
+        contents = read_bag(Path(args.bag))
+        if contents.damage is None:
+            print(f"brace-audit: {args.bag} is intact; nothing to recover", file=sys.stderr)
+            return 0
+        result = recover_bag(Path(args.bag), args.output, in_place=args.in_place)
+    except (BagError, OSError) as exc:
+        print(f"brace-audit: {args.bag}: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    kept = f"; the damaged file is kept as {result.kept_original}" if result.kept_original else ""
+    dropped = f"; {result.dropped} messages without their schema dropped" if result.dropped else ""
+    print(f"recovered {result.messages} messages into {result.output}{dropped}{kept}\n"
+          f"source: {result.damage}", file=sys.stderr)
+    return 0
+
+
+def cmd_replay(args) -> int:
+    """Republish the bag's topics with their recorded timing."""
+
+    contents = read_bag(Path(args.bag))
+    if contents.damage:
+        print(f"WARNING: {contents.damage}; replaying what was recovered", file=sys.stderr)
+    messages = [m for m in contents.messages if not args.topics or m.topic in args.topics]
+    if not messages:
+        print("brace-audit: nothing to replay", file=sys.stderr)
+        return 1
+    try:
+        with rclpy.init():
+            node = rclpy.create_node("brace_audit_replay")
+            latched = QoSProfile(depth=64, reliability=ReliabilityPolicy.RELIABLE,
+                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
+            pubs = {}
+            for m in messages:
+                if m.topic not in pubs:
+                    pubs[m.topic] = node.create_publisher(message_class(m.type), m.topic,
+                                                          latched if topic_role(m.topic) == names.PLAN else 100)
+            time.sleep(args.wait)  # let subscribers discover the publishers
+            start_wall, start_bag = time.monotonic(), messages[0].log_time_ns
+            for m in messages:
+                due = start_wall + (m.log_time_ns - start_bag) / 1e9 / args.rate
+                delay = due - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                pubs[m.topic].publish(m.data)  # serialized bytes are published as they were recorded
+            print(f"replayed {len(messages)} messages on {len(pubs)} topics", file=sys.stderr)
+            node.destroy_node()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    return 0
+
+
+def main(argv=None) -> int:
+    """`brace-audit report|recover|replay`."""
+    ap = argparse.ArgumentParser(prog="brace-audit", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    rep = sub.add_parser("report", help="recompute every table from the bag alone")
+    rep.add_argument("bag")
+    rep.add_argument("--csv", help="also write summary.csv / phases.csv / suppression.csv here")
+    rep.add_argument("--json", action="store_true", help="also print the summary rows as JSON")
+    rep.set_defaults(func=cmd_report)
+    rec = sub.add_parser("recover", help="rewrite a damaged bag (a killed recorder's) into a finished one")
+    rec.add_argument("bag")
+    where = rec.add_mutually_exclusive_group()
+    where.add_argument("--output", help="the recovered bag (default: <bag>_recovered beside it; must not exist)")
+    where.add_argument("--in-place", action="store_true",
+                       help="replace the bag's file and metadata.yaml, keeping the damaged file as <file>.damaged")
+    rec.set_defaults(func=cmd_recover)
+    play = sub.add_parser("replay", help="republish the recorded topics with their recorded timing")
+    play.add_argument("bag")
+    play.add_argument("--rate", type=float, default=1.0)
+    play.add_argument("--topics", nargs="*", default=[])
+    play.add_argument("--wait", type=float, default=1.0, help="seconds to wait for subscribers before replaying")
+    play.set_defaults(func=cmd_replay)
+    args = ap.parse_args(argv)
+    if getattr(args, "rate", 1.0) <= 0:
+        ap.error("--rate must be > 0")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

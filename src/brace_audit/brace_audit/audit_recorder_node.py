@@ -1,0 +1,166 @@
+"""audit_recorder node: records every /brace/* topic into a rosbag2 directory in MCAP storage.
+
+Subscribes  the topics in `topics` (default: every topic of the stack, relative to the node's
+            namespace, and /clock), as serialized messages with each topic's QoS
+            (best-effort topics best-effort, plans latched); the bag names them resolved
+            (/brace/triggers, ...)
+Writes      `output_dir`: metadata.yaml + <name>_0.mcap, readable by `ros2 bag info/play`,
+            Foxglove and the rosbags / mcap readers
+Publishes   /diagnostics
+
+The bag is finished (MCAP summary written, metadata.yaml written) on shutdown,
+SIGINT or SIGTERM, so nothing received is lost. Every `metadata_period_s` the
+chunk in progress is written out (handed to the OS) and metadata.yaml
+rewritten, and a chunk is written as soon as it holds `chunk_kb`: a recorder
+killed with SIGKILL loses at most the messages it received in the last
+`metadata_period_s` (and at most `chunk_kb` of them), plus what DDS had not yet
+delivered to it. Its file then lacks the MCAP footer: `brace-audit report`
+reports it as damaged and `brace-audit recover` rewrites it into a finished bag.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from rclpy.qos import QoSProfile
+
+from brace_common import names, qos
+from brace_common.clock import steady_timer
+from brace_common.config import ConfigError, check_fields, param
+from brace_common.counted_inputs import CountedInputs
+from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.params import declare_config, reject_undeclared
+from brace_common.spin import spin_node
+
+from .bag import BagWriter, qos_profile_dict
+
+# topic (as the nodes name it) -> (type, QoS the publishers offer)
+TOPICS: dict[str, tuple[str, QoSProfile]] = {
+    names.TRIGGERS: ("brace_msgs/msg/TriggerEvent", qos.EVENTS),
+    names.DECISIONS: ("brace_msgs/msg/ReplanDecision", qos.EVENTS),
+    names.REPLAN_CALLS: ("brace_msgs/msg/ReplanCall", qos.EVENTS),
+    names.PLAN: ("brace_msgs/msg/Plan", qos.PLANS),
+    names.CONTEXT: ("brace_msgs/msg/ContextEntry", qos.EVENTS),
+    names.AGENT_STATES: ("brace_msgs/msg/AgentState", qos.STATE),
+    names.OUTCOMES: ("brace_msgs/msg/ExecutionOutcome", qos.EVENTS),
+    names.VERDICTS: ("brace_msgs/msg/VerifierVerdict", qos.EVENTS),
+    names.EPISODE: ("brace_msgs/msg/Episode", qos.EVENTS),
+    names.WORLD_STATE: ("brace_msgs/msg/WorldState", qos.WORLD_STATE),
+    names.CONTROLLER_STATE: ("brace_msgs/msg/ControllerState", qos.STATE),
+    names.MARKERS: ("visualization_msgs/msg/MarkerArray", qos.MARKERS),
+    names.CLOCK: ("rosgraph_msgs/msg/Clock", qos.CLOCK),
+}
+
+
+def qos_profiles(profile: QoSProfile) -> list[dict]:
+    """The offered_qos_profiles entry rosbag2 writes for a topic (every key, as metadata version 9 spells them)."""
+    return [qos_profile_dict(profile.history.name.lower(), profile.depth, profile.reliability.name.lower(),
+                             profile.durability.name.lower())]
+
+
+def message_class(type_name: str) -> type:
+    """The Python class of 'pkg/msg/Name'."""
+    pkg, kind, name = type_name.split("/")
+    return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
+
+
+@dataclass
+class RecorderConfig:
+    """Parameters of audit_recorder."""
+
+    output_dir: str = param("", "bag directory to create (must not exist or be empty); '' = ./brace_audit_<time>")
+    topics: list[str] = param(list(TOPICS), "topics to record, as the nodes name them (each one of the stack's "
+                              "topics; relative ones resolve in this node's namespace)")
+    chunk_kb: int = param(64, "MCAP chunk size (KiB): a killed recorder loses at most one chunk", 1, 1 << 20)
+    metadata_period_s: float = param(1.0, "how often the chunk in progress is written out and metadata.yaml "
+                                     "rewritten (s): a killed recorder loses at most the messages of one period",
+                                     0.1, 3600.0)
+
+    def validate(self) -> None:
+        """ConfigError naming the first invalid parameter."""
+        check_fields(self)
+        unknown = [t for t in self.topics if t not in TOPICS]
+        if unknown:
+            raise ConfigError("topics", f"unknown topic(s) {unknown}; known: {sorted(TOPICS)}")
+        if not self.topics:
+            raise ConfigError("topics", "nothing to record")
+
+
+class AuditRecorderNode(Node):
+    """Serialized subscriptions -> BagWriter."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("audit_recorder", **kwargs)
+        self.writer: Optional[BagWriter] = None  # none when configuration fails: shutdown must still work
+        self.flushed = 0  # messages in the file as of the last write_metadata()
+        self.config = declare_config(self, RecorderConfig)
+        reject_undeclared(self)
+        # Receive times are system time, as rosbag2 records them, whether or not the stack runs on /clock
+        # (a simulator holding its clock while planning would put a whole step's messages at one instant).
+        self._receive_clock = Clock(clock_type=ClockType.SYSTEM_TIME)
+        out = self.config.output_dir or f"brace_audit_{time.strftime('%Y%m%d_%H%M%S')}"
+        try:
+            self.writer = BagWriter(Path(out), chunk_size=self.config.chunk_kb * 1024)
+        except (OSError, RuntimeError) as exc:
+            raise ConfigError("output_dir", str(exc)) from None
+        self.path = self.writer.directory
+        self.inputs = CountedInputs()  # what never reached the bag, per topic
+        for topic in self.config.topics:
+            type_name, profile = TOPICS[topic]
+            resolved = self.resolve_topic_name(topic)
+            self.writer.add_topic(resolved, type_name, qos_profiles(profile))
+            self.inputs.subscribe(self, message_class(type_name), topic, lambda data, t=resolved: self.on_message(t, data),
+                                  topic.strip("/"), qos.INPUTS if profile is qos.EVENTS else profile, raw=True)
+        self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
+        steady_timer(self, 1.0, self.publish_diagnostics)
+        steady_timer(self, self.config.metadata_period_s, self.write_metadata)
+        self.get_logger().info(f"recording {len(self.config.topics)} topics to {self.path}")
+
+    def on_message(self, topic: str, data: bytes) -> None:
+        """Append one serialized message, stamped with its receive time."""
+        if self.writer is not None and not self.writer.closed:
+            self.writer.write(topic, data, self._receive_clock.now().nanoseconds)
+
+    def write_metadata(self) -> None:
+        """Write out the chunk in progress and rewrite metadata.yaml (what a killed recorder keeps)."""
+        if self.writer is not None and not self.writer.closed:
+            self.writer.write_metadata()
+            self.flushed = sum(t.count for t in self.writer.topics.values())
+
+    def close(self) -> None:
+        """Finish the bag (idempotent)."""
+        if self.writer is not None and not self.writer.closed:
+            self.writer.close()
+            total = sum(t.count for t in self.writer.topics.values())
+            self.get_logger().info(f"bag {self.path} closed: {total} messages")
+
+    def destroy_node(self) -> None:
+        """Close the bag, then destroy the node."""
+        self.close()
+        super().destroy_node()
+
+    def publish_diagnostics(self) -> None:
+        """Messages recorded per topic, and how many of them are written out, on /diagnostics."""
+        counts = {t: i.count for t, i in self.writer.topics.items()} if self.writer is not None else {}
+        counts["written_out"] = self.flushed
+        lost = self.inputs.counts
+        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: audit bag", {**counts, **lost},
+                                               self.get_clock().now().to_msg(), nonzero(lost, lost),
+                                               message=str(self.path)))
+
+
+def main(args=None) -> int:
+    """`ros2 run brace_audit audit_recorder`; the bag is finished on SIGINT / SIGTERM."""
+    return spin_node(AuditRecorderNode, "audit_recorder", args, on_exit=AuditRecorderNode.close)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""The overlay-parameter attack: a node started with its shipped parameter files and one more that breaks it.
+
+`ros2 launch` users stack parameter files (a site file after the package's) and add `-p` on the command line; the
+value in force is the merge. For every node of the sim and twin stacks this starts the node's executable with its
+stack's files plus an overlay file that sets one parameter to a value the node must refuse (out of its declared
+range, an empty agent list, a path-like agent id; a lifecycle node also gets `autostart: true`, so it configures at
+once) and checks that the process stops with exit code 2 naming that parameter. `bench/fuzz_graph.py` runs every
+case; `test_fuzz_graph.py` a few."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from brace_bringup.graph import PIPER_TWIN, SIM, NodeSpec
+from brace_bringup.param_docs import NODE_CONFIGS
+from brace_bringup.run_config import params_dir
+from brace_common import names
+from brace_common.config import field_default
+from brace_common.testing import installed_executable
+
+AGENT_ID_CASES: dict[str, tuple[str, Any]] = {
+    "trigger_monitor": ("agents", ["agent 0", "agent_1"]),
+    "piper_arm": ("agent_id", "arm_0/../x"),
+    "openvla_executor": ("agent_id", "../arm_0"),
+    "twin_world": ("agent_id", "arm.0"),
+}
+"""Per node, an agent-list or agent-id value it must refuse (agent ids are ROS name tokens)."""
+START_LIMIT_S = 60.0
+"""How long a node may take to refuse its parameters (model loading never comes first)."""
+
+
+@dataclass(frozen=True)
+class OverlayCase:
+    """One node started with its files and an overlay setting `parameter` to `value`."""
+
+    node: NodeSpec
+    parameter: str
+    value: Any
+
+    @property
+    def label(self) -> str:
+        """'node: parameter=value'."""
+        return f"{self.node.name}: {self.parameter}={self.value!r}"
+
+
+@dataclass
+class OverlayOutcome:
+    """What the process did: its exit code (None: still running at START_LIMIT_S) and whether it named the
+    parameter."""
+
+    case: OverlayCase
+    returncode: int | None
+    named: bool
+
+    @property
+    def refused(self) -> bool:
+        """Stopped with exit code 2 naming the parameter."""
+        return self.returncode == 2 and self.named
+
+
+def out_of_range(f: dataclasses.Field) -> Any:
+    """A value past a numeric field's declared range (None for a field without one)."""
+    default, low, high = field_default(f), f.metadata.get("low"), f.metadata.get("high")
+    if isinstance(default, bool) or not isinstance(default, (int, float)):
+        return None
+    if high is not None:
+        return int(high) + 1 if isinstance(default, int) else float(high) * 2.0 + 1.0
+    if low is not None:
+        return int(low) - 1 if isinstance(default, int) else float(low) - 1.0
+    return None
+
+
+def overlay_cases(nodes: Iterable[NodeSpec], per_node: int = 2) -> list[OverlayCase]:
+    """Per node: its agent case (if any) and up to `per_node` out-of-range numeric parameters."""
+    cases, seen = [], set()
+    for spec in nodes:
+        if spec.name in seen or spec.name not in NODE_CONFIGS:
+            continue
+        seen.add(spec.name)
+        if spec.name in AGENT_ID_CASES:
+            cases.append(OverlayCase(spec, *AGENT_ID_CASES[spec.name]))
+        numeric = [(f.name, out_of_range(f)) for cls in NODE_CONFIGS[spec.name] for f in dataclasses.fields(cls)]
+        cases += [OverlayCase(spec, name, value) for name, value in numeric if value is not None][:per_node]
+    return cases
+
+
+def default_cases(per_node: int = 2) -> list[OverlayCase]:
+    """The cases for every node of the sim and twin stacks."""
+    return overlay_cases((*SIM.nodes, *PIPER_TWIN.nodes), per_node)
+
+
+def _start(case: OverlayCase, folder: Path, env: dict[str, str]) -> OverlayOutcome:
+    overlay = folder / f"overlay_{case.node.name}_{case.parameter}.yaml"
+    values = {case.parameter: case.value, **({"autostart": True} if case.node.lifecycle else {})}  # configure now
+    overlay.write_text(yaml.safe_dump({f"/**/{case.node.name}": {"ros__parameters": values}}))
+    files = [arg for name in case.node.parameter_files
+             for arg in ("--params-file", str(params_dir() / name))]
+    command = [str(installed_executable(case.node.package, case.node.executable)), "--ros-args",
+               "-r", f"__ns:={names.DEFAULT_NAMESPACE}", "-r", f"__node:={case.node.name}", *files,
+               "--params-file", str(overlay)]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = proc.communicate(timeout=START_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        output, _ = proc.communicate()
+        return OverlayOutcome(case, None, False)
+    return OverlayOutcome(case, proc.returncode, f"'{case.parameter}'" in output)
+
+
+def run_overlays(cases: list[OverlayCase], folder: Path, domain: int,
+                 parallel: int = 4) -> list[OverlayOutcome]:
+    """Start every case's node (`parallel` at a time) on DDS domain `domain`; their outcomes in case order."""
+    folder.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "ROS_DOMAIN_ID": str(domain)}
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        return list(pool.map(lambda c: _start(c, folder, env), cases))

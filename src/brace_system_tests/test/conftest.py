@@ -1,0 +1,8 @@
+"""Test setup: this folder's helpers importable, the `ros` fixture."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from brace_common.testing import ros  # noqa: E402, F401

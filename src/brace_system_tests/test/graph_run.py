@@ -1,0 +1,81 @@
+"""The graph tests' helpers: a small run of the sim stack (a tiny planner model, two agents, two short episodes),
+its bag check, and starting a stack's executables all at once as `ros2 launch` does."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from brace_audit.audit import records_from_bag
+from brace_bringup.run_config import RunConfig
+from brace_common.names import DEFAULT_NAMESPACE
+from brace_common.testing import installed_executable
+from brace_common.vocabulary import CallStatus
+from erecap_planner.testing import saved_tiny_llama
+
+VARIANT = "brace_erecap"
+EPISODES = 2
+
+
+def tiny_run_config(folder: Path) -> Path:
+    """A run configuration extending the demo's: the tiny model, K = 2, two episodes of 10 steps; its path."""
+    model = saved_tiny_llama(folder / "tiny_llama")
+    path = folder / "tiny_run.yaml"
+    path.write_text(yaml.safe_dump({"run": {
+        "extends": "demo.yaml",  # the installed run configuration
+        "overrides": {
+            "embedded_sim": {"episodes": EPISODES, "agents": 2, "max_steps": 10, "step_period_s": 0.01,
+                             "shutdown_when_done": True, "wait_timeout_s": 240.0},
+            "erecap_planner": {"model_path": model, "pruning_layers": [1, 3], "predictor_path": "",
+                               "adapter_path": ""}}}}))
+    RunConfig.load(path)  # fails here, not in a process, when the configuration is wrong
+    return path
+
+
+def check_bag(bag: Path) -> None:
+    """Every episode ended, received plans, and the bag holds them."""
+    records, note = records_from_bag(bag)
+    assert note == "", note
+    assert [e.episode for e in records.episodes] == list(range(EPISODES)), records.episodes
+    assert all(e.plans > 0 for e in records.episodes), records.episodes
+    assert {episode for episode, _agent, _signature in records.plans} == set(range(EPISODES))
+    assert all(c.status == CallStatus.OK for c in records.calls[:2]), "the first calls were served, not refused"
+
+
+STOP_TIMEOUT_S = 30.0
+
+
+def run_all_at_once(specs: Sequence, params: Path, env: dict, logs: Path, until: str, timeout_s: float,
+                    node_names: bool = False) -> tuple[dict[str, int], dict[str, str]]:
+    """Start every node of `specs` as its own process, back to back in that order, with the run's parameter file in
+    the stack's namespace (`__node:=` its name with `node_names`); wait for `until` to exit, SIGINT the rest (the
+    recorder finishes its bag on SIGINT). Return each process's exit code and the tail of its log.
+    """
+    procs: dict[str, subprocess.Popen] = {}
+    files = {}
+    try:
+        for spec in specs:
+            files[spec.name] = (logs / f"{spec.name}.log").open("w")
+            remaps = ["-r", f"__ns:={DEFAULT_NAMESPACE}"] + (["-r", f"__node:={spec.name}"] if node_names else [])
+            procs[spec.name] = subprocess.Popen(
+                [str(installed_executable(spec.package, spec.executable)), "--ros-args", "--params-file", str(params),
+                 *remaps], env=env, stdout=files[spec.name], stderr=subprocess.STDOUT)
+        procs[until].wait(timeout=timeout_s)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for log in files.values():
+            log.close()
+    return ({name: proc.returncode for name, proc in procs.items()},
+            {name: (logs / f"{name}.log").read_text()[-3000:] for name in procs})

@@ -1,0 +1,56 @@
+"""The graph fuzz harness, short (bench/fuzz_graph.py runs it at full size): hostile input, then a real run."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+from brace_system_tests.fuzz import run
+
+WORKSPACE = Path(__file__).resolve().parents[3]
+
+
+def test_hostile_input_is_counted_and_the_graph_still_closes_the_loop(tmp_path):
+    result = run(tmp_path, per_topic=200, goals=40, seed=1, log=lambda *_: None)
+    assert not result.crashed and not result.hung, (result.crashed, result.hung)
+    for attack in result.attacks:
+        assert attack.malformed > 0 or "Decision" in attack.name, attack.row  # the generators do send bad input
+        assert attack.fully_counted, attack.row
+    goals = result.goals
+    assert goals["unanswered"] == 0 and goals["rejected"] > 0 and goals["accepted"] > 0, goals
+    assert goals["finished"] == goals["accepted"], goals  # every accepted goal got its result (cancelled or not)
+    assert result.episodes == 1 and result.episodes_with_plans == 1
+    assert result.calls_over_deadline == 0, result.worst_overrun_ms
+
+
+def test_every_node_refuses_a_bad_value_in_an_overlay_parameter_file(tmp_path):
+    """bench/fuzz_graph.py's overlay attack, quick: each node of the sim and twin stacks with one broken parameter."""
+    table = tmp_path / "fuzz.csv"
+    proc = subprocess.run([sys.executable, str(WORKSPACE / "bench" / "fuzz_graph.py"), "--quick", "--skip", "topics",
+                           "scenarios", "--out", str(table)], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    rows = list(csv.DictReader(table.open()))
+    assert {r["node"] for r in rows} >= {"embedded_sim", "trigger_monitor", "brace_controller", "erecap_planner",
+                                         "audit_recorder", "piper_arm", "openvla_executor", "twin_world"}, rows
+    # an agent list whose id is not a ROS name token (an empty list is valid: the monitor learns the world's agents)
+    assert any(r["node"] == "trigger_monitor" and r["attack"].startswith("overlay agents=") for r in rows)
+    assert [r for r in rows if r["note"] != "refused"] == [], proc.stdout[-3000:]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_every_scenario_attack_holds(tmp_path):
+    """bench/fuzz_graph.py's scenario attacks, quick (issue 27): a protected context flood ends within 250 ms of its
+    hard deadline with the planner's context bounded, a dripping /act server fails the step EXECUTOR counted by
+    reason and a new plan's commands flow once it answers, a recorder killed mid-episode leaves a bag brace-audit
+    reports damaged and recovers for every reader, a killed CAN twin faults the arm without a flap or an accepted
+    command until it is back."""
+    table = tmp_path / "fuzz.csv"
+    proc = subprocess.run([sys.executable, str(WORKSPACE / "bench" / "fuzz_graph.py"), "--quick", "--skip", "topics",
+                           "overlays", "--out", str(table)], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert table.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = list(csv.DictReader(table.open()))
+    assert [r["node"] for r in rows] == ["erecap_planner", "openvla_executor", "audit_recorder", "piper_arm"], rows
+    assert [r for r in rows if r["ok"] != "True"] == [], proc.stdout[-3000:]
+    assert all(int(r["sent"]) > 0 and r["counted"] == r["expected"] != "0" for r in rows if r["node"] != "audit_recorder")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -1,0 +1,1 @@
+"""The OpenVLA executor: skill steps to instructions, /act backends, end-effector actions, step monitoring."""

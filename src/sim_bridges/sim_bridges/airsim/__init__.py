@@ -1,0 +1,1 @@
+"""The AirSim drone intersection: the scenario, drone world and feed, the bridge node, the RPC link and its peer."""

@@ -1,0 +1,359 @@
+"""airsim_bridge lifecycle node: K drones of the intersection scenario flown in AirSim through its RPC API.
+
+Names are relative (the stack's namespace, /brace by default, comes from launch).
+
+Subscribes  plan (Plan), decisions (ReplanDecision), replan_calls (ReplanCall)
+Publishes   context (ContextEntry), agent_states (AgentState, ENU in `frame_id`), outcomes (ExecutionOutcome),
+            episode (Episode), world_state (WorldState, ENU in `frame_id`: each step and on a plan change),
+            /clock (rosgraph_msgs/Clock), markers (visualization_msgs/MarkerArray), /diagnostics
+
+The simulator is AirSim (or Cosys-AirSim) at host:port — a real one, with the vehicles of the scenario in its
+settings.json (`brace-airsim-peer --write-settings` writes them), or `brace-airsim-peer`, the protocol-level
+peer that answers the same RPC without Unreal. Vehicle origins come from the simulator's own settings
+(getSettingsString). Every episode resets the simulator, gives each drone API control, arms it and takes it off;
+then each step (lockstep: the simulator is paused and advanced `sim_step_s` with simContinueForTime; otherwise
+it runs in real time and a step reads it every `step_period_s`) reads every drone's state and collision info,
+executes the drones' plans (drone_world.py), and publishes what happened.
+
+Lifecycle: configure validates the parameters (ConfigError naming the parameter) and starts the link to the
+simulator (it need not be up yet); activate starts stepping, deactivate commands every drone to hover and stops;
+cleanup closes the link. With `autostart` the node configures and activates itself.
+
+Readiness: the first episode starts once the simulator answers, the nodes in `wait_for_nodes` are in the graph
+and the `replan_action` server answers. A lost simulator turns diagnostics ERROR and the node keeps trying to
+reconnect every `reconnect_period_s`; when it is back every drone is commanded to hover, and its plan's current
+skill is commanded again when stepping resumes. Malformed plans are counted and dropped; nothing moves on them.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import Optional
+
+from brace_msgs.action import Replan
+from brace_msgs.msg import Plan, ReplanCall, ReplanDecision
+from builtin_interfaces.msg import Time
+from rclpy.action import ActionClient
+from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
+
+from brace_common import names, qos
+from brace_common.clock import stamp_of, steady_timer
+from brace_common.config import ConfigError
+from brace_common.counted_inputs import CountedInputs
+from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.episode import EpisodeResult, episode_msg
+from brace_common.lifecycle import ReleasingLifecycleNode, serialized
+from brace_common.params import declare_parameters, read_config, reject_undeclared
+from brace_common.readiness import PeerWait
+from brace_common.spin import spin_node
+from brace_common.validation import Rejections
+from brace_common.vocabulary import EpisodeEvent
+
+from ..holds import CallHolds
+from ..warehouse.warehouse_config import AirSimBridgeConfig
+from ..warehouse.warehouse_markers import CallEvents
+from ..world_inputs import WorldInputs
+from ..world_io import WorldPublishers
+from . import drone_feed
+from .airsim_link import AirSimLink, LinkDown, continue_for
+from .drone_feed import ned_to_enu
+from .drone_markers import drone_markers
+from .drone_world import DroneWorld, read_settings, world_state
+
+
+class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
+    """Thin lifecycle shell around DroneWorld over an AirSimLink: parameters, episodes, holds, topics."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("airsim_bridge", **kwargs)
+        declare_parameters(self, AirSimBridgeConfig, enforce_ranges=False)
+        self.config: Optional[AirSimBridgeConfig] = None
+        self.link: Optional[AirSimLink] = None
+        self.origins: dict = {}
+        self.clock_speed = 1.0
+        self.world: Optional[DroneWorld] = None
+        self.episode = -1
+        self.done = False
+        self.sim_steps = 0
+        self.results: list[EpisodeResult] = []
+        self.holds = CallHolds(60.0)
+        self.plans = self.agreeing = 0
+        self.calls = CallEvents()
+        self.counts = {"steps": 0, "held_ticks": 0, "hold_timeouts": 0, "malformed_plans": 0, "plans_applied": 0,
+                       "stale_plans": 0, "ticks_waiting_for_peers": 0, "link_losses": 0, "reconnects": 0}
+        self.last_error = ""
+        self.next_connect = 0.0
+        self.rejections = Rejections(self.get_logger())
+        self.sim_time = self.get_parameter("use_sim_time").value
+        self.out = WorldPublishers(self)
+        self.create_subscription(Plan, names.PLAN, self.on_plan, qos.PLANS)
+        self.inputs = CountedInputs()
+        self.inputs.subscribe(self, ReplanDecision, names.DECISIONS, self.on_decision, "decision")
+        self.inputs.subscribe(self, ReplanCall, names.REPLAN_CALLS, self.on_call, "call_record")
+        self.peers: Optional[PeerWait] = None
+        self.timer = None
+        steady_timer(self, 1.0, self.publish_diagnostics)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @serialized
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Validate the parameters and open the link (the simulator may come up later)."""
+        try:
+            self.config = read_config(self, AirSimBridgeConfig)
+            reject_undeclared(self)
+        except ConfigError as exc:
+            self.last_error = str(exc)
+            self.get_logger().error(f"configure failed: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        self.holds = CallHolds(self.config.hold_timeout_s)
+        actions = {self.config.replan_action: ActionClient(self, Replan, self.config.replan_action)} \
+            if self.config.replan_action else {}
+        self.peers = PeerWait(self, self.config.wait_for_nodes, actions, self.config.wait_settle_s,
+                              self.config.wait_timeout_s)
+        self.link = AirSimLink(self.config.host, self.config.port, self.config.timeout_s)
+        self.last_error = ""
+        self.state_label = "inactive"
+        return TransitionCallbackReturn.SUCCESS
+
+    @serialized
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Start stepping."""
+        self.timer = steady_timer(self, self.config.step_period_s, self.tick)
+        self.state_label = "active"
+        self.get_logger().info(f"AirSim bridge for {self.config.agents} drones at {self.config.host}:"
+                               f"{self.config.port} ({'lockstep' if self.config.lockstep else 'real time'})")
+        return TransitionCallbackReturn.SUCCESS
+
+    @serialized
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop stepping; every drone hovers."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self._hover_all()
+        self.state_label = "inactive"
+        return TransitionCallbackReturn.SUCCESS
+
+    def _release(self) -> None:
+        """Stop stepping and close the link (drones are told to hover first)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.link is not None:
+            self._hover_all()
+            self.link.close()
+            self.link = None
+        for client in (self.peers.action_clients.values() if self.peers is not None else ()):
+            client.destroy()
+        self.peers = None
+        self.world = None
+
+    # ------------------------------------------------------------------ inputs
+
+    def has_agent(self, agent: str) -> bool:
+        """The drone is in this episode."""
+        return agent in self.world.drones
+
+    def agent_xy(self, agent: str) -> tuple[float, float]:
+        """The drone's position (ENU, as the markers)."""
+        return ned_to_enu(self.world.drones[agent].position)[:2]
+
+    def parse_plan(self, raw: list[tuple[str, str]]) -> list:
+        """Drone steps, checked against the drone skill schema."""
+        return drone_feed.plan_from_steps(raw, self.world.cfg)
+
+    def apply_plan(self, agent: str, steps: list) -> bool:
+        """Set the drone's plan; True when its first step is the oracle's."""
+        agrees = drone_feed.agrees_with_oracle(self.world, agent, steps)
+        self.world.set_plan(agent, steps)
+        self._publish_world_state()
+        return agrees
+
+    # ------------------------------------------------------------------ stepping
+
+    def progress(self) -> str:
+        """Where the run is ('episode e/N step t'): brace-run's progress line."""
+        episodes = self.config.episodes if self.config else 0
+        return f"episode {max(self.episode, 0) + 1}/{episodes} step {self.world.t if self.world is not None else 0:3d}"
+
+    @serialized
+    def tick(self) -> None:
+        """Connect, wait for the peers, start an episode, step the world, or close the episode."""
+        if self.done or self.timer is None:  # a tick dispatched before deactivate or cleanup took the lock
+            return
+        if not self.link.up and not self._connect():
+            return
+        if self.peers.waiting(self.counts, self.get_logger()):
+            self.out.sim_clock(self.sim_steps * self.config.sim_step_s)
+            return
+        try:
+            self.advance()
+        except LinkDown as exc:
+            self._lost(str(exc))
+
+    def _connect(self) -> bool:
+        """Try to (re)connect at most every reconnect_period_s; on success read the vehicles and hover them."""
+        now = time.monotonic()
+        if now < self.next_connect:
+            return False
+        self.next_connect = now + self.config.reconnect_period_s
+        try:
+            version = self.link.connect()
+            client = self.link.client()
+            self.origins, self.clock_speed = read_settings(client.getSettingsString())
+            if self.config.lockstep:
+                client.simPause(True)
+        except (LinkDown, ValueError) as exc:
+            self.last_error = f"AirSim at {self.config.host}:{self.config.port}: {exc}"
+            self.get_logger().warning(self.last_error, throttle_duration_sec=10.0)
+            return False
+        missing = [n for n in self.config.names() if n not in self.origins]
+        if missing:
+            self.last_error = f"the simulator's settings have no vehicles {missing} (it has {sorted(self.origins)})"
+            self.get_logger().error(self.last_error, throttle_duration_sec=10.0)
+            self.link.up = False
+            return False
+        if self.world is not None:
+            self.counts["reconnects"] += 1
+            self._hover_all(reclaim=True)
+            for d in self.world.drones.values():
+                d.commanded = False  # the current skill is commanded again when stepping resumes
+        self.last_error = ""
+        self.get_logger().info(f"connected to AirSim {version} at {self.config.host}:{self.config.port}, "
+                               f"vehicles {sorted(self.origins)}")
+        return True
+
+    def _lost(self, reason: str) -> None:
+        self.counts["link_losses"] += 1
+        self.last_error = f"lost AirSim at {self.config.host}:{self.config.port}: {reason}"
+        self.get_logger().error(self.last_error)
+        self.next_connect = time.monotonic() + self.config.reconnect_period_s
+
+    def _hover_all(self, reclaim: bool = False) -> None:
+        """Command every flying drone of the episode to hover (best effort: the link may be down); with `reclaim`
+        take API control and arm every drone first."""
+        if self.world is None or self.link is None or not self.link.up:
+            return
+        client = self.link.client()
+        try:
+            for name, d in self.world.drones.items():
+                if reclaim:  # a simulator that restarted gave API control back
+                    client.enableApiControl(True, name)
+                    client.armDisarm(True, name)
+                if d.landed_state != 0:
+                    client.hoverAsync(vehicle_name=name)
+            self.link.flush()
+        except LinkDown as exc:
+            self.last_error = f"could not command hover: {exc}"
+
+    def _advance(self, seconds: float) -> None:
+        """Lockstep: run the paused simulator for `seconds` and wait until it has paused again."""
+        if not self.config.lockstep:
+            return
+        continue_for(self.link.client(), seconds, self.config.timeout_s + seconds / self.clock_speed)
+
+    def start_episode(self) -> None:
+        """Reset the simulator, take off every drone, announce the episode, publish its task and states."""
+        episode = self.episode + 1
+        # In real time a step is what the simulator ran between two ticks.
+        step_s = self.config.sim_step_s if self.config.lockstep else self.config.step_period_s * self.clock_speed
+        world = DroneWorld(self.config.scenario(episode), self.link.client(), self.origins, step_s, self._advance,
+                           self.link.vector)
+        world.start()
+        if self.config.lockstep:
+            self.link.client().simPause(True)
+        self.episode, self.world = episode, world
+        self.holds.new_episode()
+        self.plans = self.agreeing = 0
+        self.sim_steps += 1
+        stamp = self.stamp()
+        self.out.episode.publish(self._episode_msg(EpisodeEvent.START))
+        self.out.entries(drone_feed.episode_entries(world, episode), stamp)
+        self.out.entries(drone_feed.step_entries(world, [], 0), stamp)
+        self._publish_states()
+
+    def step_entries(self, events: list) -> list:
+        """The drones' entries of one step."""
+        return drone_feed.step_entries(self.world, events, self.config.observe_every)
+
+    def end_episode(self) -> None:
+        """Publish the episode's metrics; stop after the last episode."""
+        result = EpisodeResult(**vars(self.world.metrics()), episode=self.episode, seed=self.config.seed + self.episode,
+                               plans=self.plans, plans_agreeing=self.agreeing)
+        self.out.episode.publish(self._episode_msg(EpisodeEvent.END, result))
+        self.results.append(result)
+        self.get_logger().info(f"episode {self.episode}: success={result.success} steps={result.steps} "
+                               f"landed={result.delivered}/{result.tasks} near_misses={result.near_misses} "
+                               f"collisions={result.collisions} min_distance={result.min_distance} "
+                               f"plans={self.plans} oracle-agreeing={self.agreeing} held_ticks={self.counts['held_ticks']} "
+                               f"stale_plans={self.counts['stale_plans']}")
+        self._hover_all()
+        self.world = None
+        if self.episode + 1 >= self.config.episodes:
+            self.done = True
+            if self.timer is not None:
+                self.timer.cancel()
+
+    # ------------------------------------------------------------------ outputs
+
+    def stamp(self) -> Time:
+        """Simulated time with use_sim_time, else the node's clock."""
+        if self.sim_time:
+            return stamp_of(self.sim_steps * self.config.sim_step_s)
+        return self.get_clock().now().to_msg()
+
+    def _episode_msg(self, event: EpisodeEvent, result: Optional[EpisodeResult] = None):
+        return episode_msg(event, self.episode, self.config.seed + self.episode, self.config.agents, "airsim",
+                           self.config.variant, self.stamp(), result)
+
+    def _publish_states(self) -> None:
+        stamp = self.stamp()
+        reports = drone_feed.agent_reports(self.world)  # ENU, as ROS frames are
+        self.out.agent_states(reports, stamp, self.config.frame_id)
+        self._publish_world_state()
+        self.out.sim_clock(self.sim_steps * self.config.sim_step_s)
+        if self.config.markers:
+            markers = drone_markers(self.world, self.config.frame_id, stamp)
+            markers.markers.extend(self.calls.markers(self.config.frame_id, stamp, (0.0, 0.0)).markers)
+            self.out.markers.publish(markers)
+
+    def _publish_world_state(self) -> None:
+        self.out.world_state(world_state(self.world, self.episode), self.stamp(), self.config.frame_id)
+
+    def publish_diagnostics(self) -> None:
+        """Link, readiness, episode progress, holds and dropped plans on /diagnostics."""
+        if self.config is None:
+            self.out.diagnostics.publish(diagnostic_array(
+                f"{self.get_name()}: AirSim bridge", {"state": self.state_label}, self.get_clock().now().to_msg(),
+                [], [self.last_error] if self.last_error else [], message=self.state_label))
+            return
+        link_up = self.link is not None and self.link.up
+        waiting = self.peers is not None and not self.peers.done
+        values = {"state": self.state_label, "simulator": f"{self.config.host}:{self.config.port}",
+                  "connected": link_up, "episode": self.episode, "step": self.world.t if self.world else 0,
+                  "done": self.done, "waiting_for_peers": waiting, "calls_waited_on": len(self.holds.waiting),
+                  "rpc_calls": self.link.calls if self.link else 0, **self.counts,
+                  **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}, **self.inputs.counts}
+        if self.world is not None and math.isfinite(self.world.min_distance):
+            values["min_distance_m"] = round(self.world.min_distance, 2)
+        errors = [] if link_up or self.state_label != "active" else [self.last_error or "not connected to AirSim"]
+        if self.peers is not None:
+            errors += self.peers.errors("episodes do not start")
+        self.out.diagnostics.publish(diagnostic_array(
+            f"{self.get_name()}: AirSim bridge", values, self.get_clock().now().to_msg(),
+            nonzero({**self.counts, **self.inputs.counts},
+                    ("hold_timeouts", "malformed_plans", "link_losses", *self.inputs.counts)), errors,
+            message="waiting for peers" if waiting and not errors else ""))
+
+
+def main(args=None) -> int:
+    """`ros2 run sim_bridges airsim_bridge`; with `shutdown_when_done` it exits after the last episode."""
+    return spin_node(AirSimBridgeNode, "airsim_bridge", args,
+                     until=lambda node: node.done and node.config is not None and node.config.shutdown_when_done)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
