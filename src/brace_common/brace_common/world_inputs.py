@@ -4,9 +4,8 @@ A WorldNode for worlds that step in lockstep with the planner: an admitted decis
 holds the world, a call record releases it when the call produced no plan and is drawn as a replanning event, a
 plan of this episode is checked by the world's own parser and applied (malformed or foreign: counted and dropped,
 nothing moves); and one step of the world publishes its outcomes, context entries and states. The node calls
-`init_stepped_world` and supplies `world` (None between episodes), `sim_steps`, `_publish_states()`,
-`config.hold_while_planning`, `config.hold_timeout_s`, `start_episode()`, `end_episode()` and the world-specific
-hooks below.
+`init_stepped_world` and supplies `world` (None between episodes), `timer` (its stepping timer, or None),
+`_publish_states()`, `config.hold_while_planning`, `start_episode()` and the world-specific hooks below.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from typing import Optional
 from brace_msgs.msg import Plan, ReplanCall, ReplanDecision
 
 from . import names
+from .episode import EpisodeResult
 from .holds import CallHolds
 from .vocabulary import CallStatus
 from .world_io import STEPPED
@@ -64,12 +64,33 @@ class WorldInputs(WorldNode):
         """The context entries (FeedEntry) of one step's events and the states after it."""
         raise NotImplementedError
 
+    def episode_result(self) -> EpisodeResult:
+        """The world's record of the episode that ends (Episode's metric fields)."""
+        raise NotImplementedError
+
+    def episode_summary(self, result: EpisodeResult) -> str:
+        """The log line of an ended episode."""
+        raise NotImplementedError
+
+    def close_world(self) -> None:
+        """What the world does when its episode ended, before it is dropped (nothing by default)."""
+
     def begin_episode(self) -> int:
         """Announce the book's next episode (its holds and plan counts fresh, after everything the previous one
         said: the planner forgets that); its index."""
         self.holds.new_episode()
         self.sim_steps += 1
         return self.announce_start()
+
+    def end_episode(self) -> None:
+        """Publish the episode's record and drop the world; stop stepping after the last episode."""
+        result = self.episode_result()
+        last = self.announce_end(result)
+        self.get_logger().info(f"episode {self.episode}: {self.episode_summary(result)}")
+        self.close_world()
+        self.world = None
+        if last and self.timer is not None:
+            self.timer.cancel()
 
     def step(self) -> None:
         """One world step and everything it produced: outcomes, context entries, states."""

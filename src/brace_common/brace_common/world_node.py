@@ -33,6 +33,11 @@ PEERS_MISSING = "episodes do not start"
 """What a world's overdue peer wait means, in its diagnostics ERROR line."""
 
 
+def _book_view(name: str, doc: str) -> property:
+    """A read-only attribute of the node that is the book's `name`."""
+    return property(lambda self: getattr(self.book, name), doc=doc)
+
+
 class WorldNode:
     """Mixin for a world's rclpy node: `out` (WorldPublishers), `book` (EpisodeBook), `inputs` (CountedInputs),
     `rejections`, `peers` (PeerWait or None) and the steps every world takes with them.
@@ -51,32 +56,12 @@ class WorldNode:
         self.inputs = CountedInputs()
         self.out = WorldPublishers(self, topics)
 
-    # ------------------------------------------------------------------ the run's episodes, as the book keeps them
-
-    @property
-    def episode(self) -> int:
-        """Index of the current (or last) episode; -1 before the first."""
-        return self.book.episode
-
-    @property
-    def done(self) -> bool:
-        """The run's last episode has ended."""
-        return self.book.done
-
-    @property
-    def plans(self) -> int:
-        """Plans this episode's agents received."""
-        return self.book.plans
-
-    @property
-    def agreeing(self) -> int:
-        """Of this episode's plans, those whose first step was the oracle's."""
-        return self.book.agreeing
-
-    @property
-    def results(self) -> list[EpisodeResult]:
-        """The results of the episodes that ended."""
-        return self.book.results
+    # the run's episodes, as the book keeps them (read-only)
+    episode = _book_view("episode", "Index of the current (or last) episode; -1 before the first.")
+    done = _book_view("done", "The run's last episode has ended.")
+    plans = _book_view("plans", "Plans this episode's agents received.")
+    agreeing = _book_view("agreeing", "Of this episode's plans, those whose first step was the oracle's.")
+    results = _book_view("results", "The results (EpisodeResult) of the episodes that ended.")
 
     # ------------------------------------------------------------------ readiness and inputs
 

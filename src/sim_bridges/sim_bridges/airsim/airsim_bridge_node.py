@@ -252,20 +252,16 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         return EpisodeResult(**vars(self.world.metrics()), episode=self.episode, seed=self.book.seed,
                              plans=self.plans, plans_agreeing=self.agreeing)
 
-    def end_episode(self) -> None:
-        """Publish the episode's metrics; stop after the last episode."""
-        result = self.episode_result()
-        last = self.announce_end(result)
-        self.get_logger().info(f"episode {self.episode}: success={result.success} steps={result.steps} "
-                               f"landed={result.delivered}/{result.tasks} near_misses={result.near_misses} "
-                               f"collisions={result.collisions} min_distance={result.min_distance} "
-                               f"plans={self.plans} oracle-agreeing={self.agreeing} held_ticks={self.counts['held_ticks']} "
-                               f"stale_plans={self.counts['stale_plans']}")
+    def episode_summary(self, result: EpisodeResult) -> str:
+        """The log line of an ended episode."""
+        return (f"success={result.success} steps={result.steps} landed={result.delivered}/{result.tasks} "
+                f"near_misses={result.near_misses} collisions={result.collisions} min_distance={result.min_distance} "
+                f"plans={self.plans} oracle-agreeing={self.agreeing} held_ticks={self.counts['held_ticks']} "
+                f"stale_plans={self.counts['stale_plans']}")
+
+    def close_world(self) -> None:
+        """Every drone hovers between episodes."""
         self._hover_all()
-        self.world = None
-        if last:
-            if self.timer is not None:
-                self.timer.cancel()
 
     # ------------------------------------------------------------------ outputs
 

@@ -130,16 +130,10 @@ class EmbeddedSimNode(WorldInputs, Node):
         return EpisodeResult(**vars(self.world.metrics()), episode=self.episode, seed=self.book.seed,
                              plans=self.plans, plans_agreeing=self.agreeing)
 
-    def end_episode(self) -> None:
-        """Publish the episode's metrics; stop after the last episode."""
-        result = self.episode_result()
-        last = self.announce_end(result)
-        self.get_logger().info(f"episode {self.episode}: success={result.success} steps={result.steps} "
-                               f"delivered={result.delivered}/{result.tasks} plans={self.plans} "
-                               f"oracle-agreeing={self.agreeing}")
-        self.world = None
-        if last:
-            self.timer.cancel()
+    def episode_summary(self, result: EpisodeResult) -> str:
+        """The log line of an ended episode."""
+        return (f"success={result.success} steps={result.steps} delivered={result.delivered}/{result.tasks} "
+                f"plans={self.plans} oracle-agreeing={self.agreeing}")
 
     # ------------------------------------------------------------------ outputs
 
