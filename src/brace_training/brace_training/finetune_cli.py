@@ -21,13 +21,14 @@ from pathlib import Path
 
 from brace_common.action_schema import ActionSchema, Step
 from brace_common.vocabulary import Block
+from brace_common.world_feed import FeedEntry
 from brace_training.adapter_training import PlanExample, fit_and_save, prune_share
 from erecap_planner.call_path import request_text
 from erecap_planner.constrained import ConstrainedPlanDecoder
 from erecap_planner.context import ContextBuffer, Entry, RenderedContext
 from erecap_planner.models import SMOLLM2, cache_root, load_model
 from erecap_planner.scoring import enumerate_steps
-from sim_bridges.warehouse.warehouse_feed import FeedEntry, action_schema
+from sim_bridges.warehouse.warehouse_feed import action_schema
 from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
 from .plan_data import DecisionPoint, decision_points

@@ -17,13 +17,13 @@ from functools import partial
 
 from brace_common.action_schema import Step
 from brace_common.vocabulary import Block
+from brace_common.world_feed import FeedEntry
 from erecap_planner.context import Entry
 from sim_bridges.airsim import drone_feed
 from sim_bridges.airsim.airsim_link import AirSimLink, continue_for
 from sim_bridges.airsim.airsim_peer import AirSimPeer
 from sim_bridges.airsim.drone_world import DroneWorld, read_settings
 from sim_bridges.airsim.intersection import IntersectionConfig, fly_to, routes, settings
-from sim_bridges.warehouse.warehouse_feed import FeedEntry
 
 
 @dataclass

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from brace_common.action_schema import Step
-from sim_bridges.warehouse.warehouse_feed import FeedEntry, episode_entries, place_near, step_entries
+from brace_common.world_feed import FeedEntry
+from sim_bridges.warehouse.warehouse_feed import episode_entries, place_near, step_entries
 from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
 

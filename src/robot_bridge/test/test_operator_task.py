@@ -101,7 +101,7 @@ def node(**params) -> OperatorTaskNode:
 def test_the_operator_starts_and_judges_episodes(ros):
     op = ros.add(Operator())
     task = ros.add(node())
-    wait_for(lambda: op.task_pub.get_subscription_count() > 0 and task.episode_pub.get_subscription_count() > 0,
+    wait_for(lambda: op.task_pub.get_subscription_count() > 0 and task.out.episode.get_subscription_count() > 0,
              what="discovery")
     reply = op.call("succeed")
     assert not reply.success and "no episode" in reply.message

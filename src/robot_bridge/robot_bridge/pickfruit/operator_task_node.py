@@ -26,10 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from brace_msgs.action import Replan
-from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, Plan, WorldState
-from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.action import ActionClient
+from brace_msgs.msg import Episode, ExecutionOutcome, Plan
 from rclpy.node import Node
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
@@ -37,13 +34,12 @@ from std_srvs.srv import Trigger
 from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, check_agent_ids, param
-from brace_common.diagnostics import diagnostic_array
 from brace_common.params import declare_config, reject_undeclared
-from brace_common.readiness import PeerWait
 from brace_common.spin import spin_node
 from brace_common.validation import shorten
 from brace_common.vocabulary import Block, EntryKind, EpisodeEvent
-from brace_common.world_state import PlanProgress, StatePublication, world_state_msg
+from brace_common.world_node import WorldNode
+from brace_common.world_state import PlanProgress
 
 from .operator_episodes import EpisodeError, EpisodeRecord, OperatorEpisodes, world_state
 
@@ -84,7 +80,7 @@ class OperatorTaskConfig:
             raise ConfigError("tasks", "start_on_ready needs at least one task line")
 
 
-class OperatorTaskNode(Node):
+class OperatorTaskNode(WorldNode, Node):
     """Thin rclpy shell around OperatorEpisodes: services and the task topic in, Episode and context out."""
 
     def __init__(self, **kwargs) -> None:
@@ -92,24 +88,19 @@ class OperatorTaskNode(Node):
         self.config = declare_config(self, OperatorTaskConfig)
         reject_undeclared(self)
         cfg = self.config
+        self.world_name = cfg.world
+        self.init_world(("context", "episode", "diagnostics", "world_states"), seed=None)
         self.episodes = OperatorEpisodes(cfg.max_duration_s)
-        self.plans = 0
         self.counts = {"episodes_started": 0, "episodes_ended": 0, "episodes_timed_out": 0, "requests_refused": 0,
                        "plans": 0}
-        self.context_pub = self.create_publisher(ContextEntry, names.CONTEXT, qos.EVENTS)
-        self.episode_pub = self.create_publisher(Episode, names.EPISODE, qos.EVENTS)
-        self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
         self.create_subscription(String, TASK_TOPIC, self.on_task, qos.INPUTS)
-        self.create_subscription(Plan, names.PLAN, self.on_plan, qos.PLANS)
-        self.world_state_pub = self.create_publisher(WorldState, names.WORLD_STATE, qos.WORLD_STATE)
-        self.world_states, self.progress = StatePublication(), PlanProgress(cfg.agent_id)
+        self.subscribe_plans(self.on_plan)
+        self.plan_progress = PlanProgress(cfg.agent_id)
         self.create_subscription(ExecutionOutcome, names.OUTCOMES, self.on_outcome, qos.INPUTS)
         self.create_service(Trigger, "~/start", self.on_start)
         self.create_service(Trigger, "~/succeed", lambda req, res: self.on_verdict(True, res))
         self.create_service(Trigger, "~/fail", lambda req, res: self.on_verdict(False, res))
-        actions = {cfg.replan_action: ActionClient(self, Replan, cfg.replan_action)} if cfg.replan_action else {}
-        self.peers = PeerWait(self, cfg.wait_for_nodes, actions, cfg.wait_settle_s,
-                              cfg.wait_timeout_s)
+        self.wait_for_peers(cfg)
         self.auto_started = False
         self.timer = steady_timer(self, cfg.period_s, self.tick)
         steady_timer(self, 1.0, self.publish_diagnostics)
@@ -145,15 +136,15 @@ class OperatorTaskNode(Node):
     def on_plan(self, msg: Plan) -> None:
         """Count the arm's plans of the running episode."""
         if msg.agent_id == self.config.agent_id and self.episodes.running:
-            self.plans += 1
+            self.book.count_plan()
             self.counts["plans"] += 1
-            self.progress.plan((step.action, step.parameters_json) for step in msg.steps)
+            self.plan_progress.plan((step.action, step.parameters_json) for step in msg.steps)
             self._publish_world_state()
 
     def on_outcome(self, msg: ExecutionOutcome) -> None:
         """The arm finished a step of its plan: its activity moves on (or failed)."""
         if msg.agent_id == self.config.agent_id and self.episodes.running:
-            self.progress.outcome(msg.action, msg.success)
+            self.plan_progress.outcome(msg.action, msg.success)
             self._publish_world_state()
 
     # ------------------------------------------------------------------ episodes
@@ -168,16 +159,16 @@ class OperatorTaskNode(Node):
         except EpisodeError as exc:
             self.counts["requests_refused"] += 1
             return False, str(exc)
-        self.plans = 0
-        self.progress.clear()
+        self.book.start()
+        self.plan_progress.clear()
         self._publish_world_state()
         self.counts["episodes_started"] += 1
-        self.episode_pub.publish(self._episode_msg(EpisodeEvent.START))
+        self.out.episode.publish(self.operator_episode_msg(EpisodeEvent.START))
         for line in self.episodes.tasks:
-            self._entry(Block.TASK, EntryKind.TASK, line)
+            self.publish_entry(self.config.agent_id, Block.TASK, EntryKind.TASK, line)
         for line in self.config.constraints:
             if line.strip():
-                self._entry(Block.CONSTRAINTS, EntryKind.CONSTRAINT, line)
+                self.publish_entry(self.config.agent_id, Block.CONSTRAINTS, EntryKind.CONSTRAINT, line)
         message = f"episode {episode} started: {shorten(' / '.join(self.episodes.tasks), 200)}"
         self.get_logger().info(message)
         return True, message
@@ -186,7 +177,8 @@ class OperatorTaskNode(Node):
         self.counts["episodes_ended"] += 1
         if record.reason == "timeout":
             self.counts["episodes_timed_out"] += 1
-        self.episode_pub.publish(self._episode_msg(EpisodeEvent.END, record))
+        self.book.end()
+        self.out.episode.publish(self.operator_episode_msg(EpisodeEvent.END, record))
         self._publish_world_state()
         self.get_logger().info(f"episode {record.episode}: success={record.success} ({record.reason}) "
                                f"{record.duration_s:.1f} s plans={self.plans}")
@@ -205,20 +197,19 @@ class OperatorTaskNode(Node):
             self._ended(record)
 
     def _publish_world_state(self) -> None:
-        state = world_state(self.episodes, self.config.world, self.plans, self.progress.activity(),
-                            self.config.objects)
-        if self.world_states.due(state):
-            self.world_state_pub.publish(world_state_msg(state, self.get_clock().now().to_msg(), ""))
+        self.publish_state(world_state(self.episodes, self.config.world, self.plans, self.plan_progress.activity(),
+                                       self.config.objects), "")
 
-    def _entry(self, block: Block, kind: EntryKind, text: str) -> None:
-        msg = ContextEntry(agent_id=self.config.agent_id, step=0, block=int(block), kind=kind.value, text=text)
-        msg.header.stamp = self.get_clock().now().to_msg()
-        self.context_pub.publish(msg)
+    def num_agents(self) -> int:
+        """One arm."""
+        return 1
 
-    def _episode_msg(self, event: EpisodeEvent, record: EpisodeRecord | None = None) -> Episode:
+    def operator_episode_msg(self, event: EpisodeEvent, record: EpisodeRecord | None = None) -> Episode:
+        """The operator's Episode record: the task lines at the start; the verdict, the plans and the duration (in
+        `period_s` steps) at the end."""
         msg = Episode(event=int(event), episode=max(self.episodes.episode, 0), seed=0, agents=1,
                       world=self.config.world, variant=self.config.variant, tasks=len(self.episodes.tasks))
-        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.header.stamp = self.stamp()
         if record is not None:
             msg.success, msg.tasks, msg.plans = record.success, len(record.tasks), self.plans
             msg.delivered = len(record.tasks) if record.success else 0
@@ -230,9 +221,7 @@ class OperatorTaskNode(Node):
         now = time.monotonic()
         values = {"episode": self.episodes.episode, "running": self.episodes.running,
                   "elapsed_s": round(self.episodes.elapsed(now), 1) if self.episodes.running else "", **self.counts}
-        errors = self.peers.errors("episodes do not start")
-        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: operator episodes", values,
-                                               self.get_clock().now().to_msg(), errors=errors))
+        self.publish_world_diagnostics("operator episodes", values, errors=self.peer_errors())
 
 
 def main(args=None) -> int:

@@ -34,24 +34,20 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
-from brace_msgs.action import Replan
-from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, Plan, WorldState
-from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.action import ActionClient
+from brace_msgs.msg import ExecutionOutcome, Plan
 from rclpy.node import Node
 
-from brace_common import names, qos
+from brace_common import names
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, check_agent_ids, param
-from brace_common.counted_inputs import CountedInputs
-from brace_common.diagnostics import diagnostic_array, nonzero
-from brace_common.episode import EpisodeResult, episode_msg
+from brace_common.diagnostics import nonzero
+from brace_common.episode import EpisodeResult
 from brace_common.params import declare_config, reject_undeclared
-from brace_common.readiness import PeerWait
 from brace_common.spin import spin_node
 from brace_common.validation import shorten
-from brace_common.vocabulary import Block, EntryKind, EpisodeEvent, Failure
-from brace_common.world_state import PlanProgress, StatePublication, world_state_msg
+from brace_common.vocabulary import Block, EntryKind, Failure
+from brace_common.world_node import WorldNode
+from brace_common.world_state import PlanProgress
 
 from ..openvla.act_server import ActServer
 from ..piper.piper_twin import PiperTwin, TwinConfig
@@ -120,8 +116,10 @@ class RobotEpisode:
         return row
 
 
-class TwinWorldNode(Node):
+class TwinWorldNode(WorldNode, Node):
     """Thin rclpy shell around the CAN twin, the PickFruit world and the /act stand-in."""
+
+    world_name = "pickfruit"
 
     def __init__(self, **kwargs) -> None:
         super().__init__("twin_world", **kwargs)
@@ -138,26 +136,17 @@ class TwinWorldNode(Node):
         self.act.start()
         self.get_logger().info(f"CAN twin on {cfg.can_interface}:{cfg.can_port}; /act stand-in at {self.act.url}")
 
-        self.episode = -1
-        self.done = False
-        self.results: list[EpisodeResult] = []
+        self.init_world(("context", "episode", "diagnostics", "world_states"), cfg.episodes, cfg.seed)
         self.episode_rows: list[dict] = []   # RobotEpisode rows, for Table 32 (brace-run's stack report)
         self.started_at: Optional[float] = None
-        self.plans = 0
         self.failures: Counter = Counter()
         self.scene: list[str] = []
         self.counts = {"plans": 0, "outcomes": 0, "failed_outcomes": 0, "ticks_waiting_for_peers": 0}
 
-        self.context_pub = self.create_publisher(ContextEntry, names.CONTEXT, qos.EVENTS)
-        self.episode_pub = self.create_publisher(Episode, names.EPISODE, qos.EVENTS)
-        self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
-        self.world_state_pub = self.create_publisher(WorldState, names.WORLD_STATE, qos.WORLD_STATE)
-        self.world_states, self.progress, self.state_step = StatePublication(), PlanProgress(cfg.agent_id), 0
-        self.create_subscription(Plan, names.PLAN, self.on_plan, qos.PLANS)
-        self.inputs = CountedInputs()
+        self.plan_progress, self.state_step = PlanProgress(cfg.agent_id), 0
+        self.subscribe_plans(self.on_plan)
         self.inputs.subscribe(self, ExecutionOutcome, names.OUTCOMES, self.on_outcome, "outcome")
-        actions = {cfg.replan_action: ActionClient(self, Replan, cfg.replan_action)} if cfg.replan_action else {}
-        self.peers = PeerWait(self, cfg.wait_for_nodes, actions, cfg.wait_settle_s, cfg.wait_timeout_s)
+        self.wait_for_peers(cfg)
         self.timer = steady_timer(self, cfg.period_s, self.tick)
         steady_timer(self, 1.0, self.publish_diagnostics)
 
@@ -166,9 +155,9 @@ class TwinWorldNode(Node):
     def on_plan(self, msg: Plan) -> None:
         """Count the plans of this episode for the arm."""
         if msg.agent_id == self.config.agent_id and self.started_at is not None:
-            self.plans += 1
+            self.book.count_plan()
             self.counts["plans"] += 1
-            self.progress.plan((step.action, step.parameters_json) for step in msg.steps)
+            self.plan_progress.plan((step.action, step.parameters_json) for step in msg.steps)
             self._publish_world_state()
 
     def on_outcome(self, msg: ExecutionOutcome) -> None:
@@ -176,7 +165,7 @@ class TwinWorldNode(Node):
         if msg.agent_id != self.config.agent_id or self.started_at is None:
             return
         self.counts["outcomes"] += 1
-        self.progress.outcome(msg.action, msg.success)
+        self.plan_progress.outcome(msg.action, msg.success)
         self._publish_world_state()
         if not msg.success:
             self.counts["failed_outcomes"] += 1
@@ -191,7 +180,7 @@ class TwinWorldNode(Node):
     def progress(self) -> str:
         """Where the run is ('episode e/N t s'): brace-run's progress line."""
         elapsed = time.monotonic() - self.started_at if self.started_at is not None else 0.0
-        return f"episode {max(self.episode, 0) + 1}/{self.config.episodes} {elapsed:5.1f} s"
+        return f"{self.book.progress()} {elapsed:5.1f} s"
 
     def tick(self) -> None:
         """Wait for the peers, start an episode, publish scene changes, or close the episode."""
@@ -209,47 +198,43 @@ class TwinWorldNode(Node):
 
     def start_episode(self) -> None:
         """Reset the fruits, announce the episode, publish the task and the scene."""
-        self.episode += 1
-        seed = self.config.seed + self.episode
-        task = self.world.reset(seed)
-        self.plans, self.failures, self.scene = 0, Counter(), []
+        self.announce_start()
+        task = self.world.reset(self.book.seed)
+        self.failures, self.scene = Counter(), []
         self.state_step = -1
-        self.progress.clear()
-        self.episode_pub.publish(self._episode_msg(EpisodeEvent.START, seed))
+        self.plan_progress.clear()
         self.started_at = time.monotonic()
         for fruit in task:
-            self._entry(Block.TASK, EntryKind.TASK, task_text(fruit))
-        self._entry(Block.CONSTRAINTS, EntryKind.CONSTRAINT, SKILLS_TEXT)
+            self.publish_entry(self.config.agent_id, Block.TASK, EntryKind.TASK, task_text(fruit))
+        self.publish_entry(self.config.agent_id, Block.CONSTRAINTS, EntryKind.CONSTRAINT, SKILLS_TEXT)
         self._publish_scene_changes()
+
+    def episode_result(self, elapsed: float) -> EpisodeResult:
+        """PickFruit's record of the episode that ends (Episode's metric fields)."""
+        return EpisodeResult(success=self.world.success(), steps=int(elapsed / self.config.period_s),
+                             delivered=self.world.delivered(), tasks=len(self.world.task), path_efficiency=0.0,
+                             coordination_wait=0, near_misses=0, collisions=0, episode=self.episode,
+                             seed=self.book.seed, plans=self.plans, plans_agreeing=0)
 
     def end_episode(self, elapsed: float) -> None:
         """Publish the verdict; stop after the last episode."""
-        seed = self.config.seed + self.episode
-        success = self.world.success()
-        counts = self.world.counts
-        result = EpisodeResult(success=success, steps=int(elapsed / self.config.period_s),
-                               delivered=self.world.delivered(), tasks=len(self.world.task), path_efficiency=0.0,
-                               coordination_wait=0, near_misses=0, collisions=0, episode=self.episode, seed=seed,
-                               plans=self.plans, plans_agreeing=0)
-        self.results.append(result)
-        self.episode_rows.append(RobotEpisode(self.episode, seed, success, round(elapsed, 2), self.plans,
-                                              counts.grasps, counts.slips, dict(self.failures)).as_row())
-        self.episode_pub.publish(self._episode_msg(EpisodeEvent.END, seed, result))
-        self.get_logger().info(f"episode {self.episode}: success={success} {elapsed:.1f} s plans={self.plans} "
+        result, counts = self.episode_result(elapsed), self.world.counts
+        self.episode_rows.append(RobotEpisode(self.episode, result.seed, result.success, round(elapsed, 2),
+                                              self.plans, counts.grasps, counts.slips, dict(self.failures)).as_row())
+        last = self.announce_end(result)
+        self.get_logger().info(f"episode {self.episode}: success={result.success} {elapsed:.1f} s plans={self.plans} "
                                f"grasps={counts.grasps} slips={counts.slips} failures={dict(self.failures)}")
         self.started_at = None
-        if self.episode + 1 >= self.config.episodes:
-            self.done = True
+        if last:
             self.timer.cancel()
 
     # ------------------------------------------------------------------ outputs
 
     def _publish_world_state(self) -> None:
         twin = self.twin.state()
-        state = world_state(self.world, self.episode, max(self.state_step, 0), self.progress.activity(),
-                            tuple(twin.end_pose[:3]), twin.gripper_m)
-        if self.world_states.due(state):
-            self.world_state_pub.publish(world_state_msg(state, self.get_clock().now().to_msg(), "base_link"))
+        self.publish_state(world_state(self.world, self.episode, max(self.state_step, 0),
+                                       self.plan_progress.activity(), tuple(twin.end_pose[:3]), twin.gripper_m),
+                           "base_link")
 
     def _publish_scene_changes(self) -> None:
         self.state_step += 1  # one tick of the episode: a step of its world state
@@ -257,16 +242,11 @@ class TwinWorldNode(Node):
         scene = self.world.describe()
         if scene != self.scene:
             self.scene = scene
-            self._entry(Block.STATE, EntryKind.OBSERVATION, scene_text(scene))
+            self.publish_entry(self.config.agent_id, Block.STATE, EntryKind.OBSERVATION, scene_text(scene))
 
-    def _entry(self, block: Block, kind: EntryKind, text: str) -> None:
-        msg = ContextEntry(agent_id=self.config.agent_id, step=0, block=int(block), kind=kind.value, text=text)
-        msg.header.stamp = self.get_clock().now().to_msg()
-        self.context_pub.publish(msg)
-
-    def _episode_msg(self, event: EpisodeEvent, seed: int, result: Optional[EpisodeResult] = None) -> Episode:
-        return episode_msg(event, self.episode, seed, 1, "pickfruit", self.config.variant,
-                           self.get_clock().now().to_msg(), result)
+    def num_agents(self) -> int:
+        """One arm."""
+        return 1
 
     def publish_diagnostics(self) -> None:
         """Episode, twin state, /act server and counts on /diagnostics."""
@@ -274,10 +254,8 @@ class TwinWorldNode(Node):
         values = {"episode": self.episode, "act_url": self.act.url, "twin.enabled": state.enabled,
                   "twin.gripper_m": round(state.gripper_m, 4), **self.counts,
                   **{f"world.{k}": v for k, v in vars(self.world.counts).items()}, **self.inputs.counts}
-        errors = self.peers.errors("episodes do not start")
-        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: PickFruit on the PiPER twin", values,
-                                               self.get_clock().now().to_msg(),
-                                               nonzero(self.inputs.counts, self.inputs.counts), errors))
+        self.publish_world_diagnostics("PickFruit on the PiPER twin", values,
+                                       nonzero(self.inputs.counts, self.inputs.counts), self.peer_errors())
 
     def close(self) -> None:
         """Stop the /act server and the twin (idempotent; also after a constructor that failed half way)."""

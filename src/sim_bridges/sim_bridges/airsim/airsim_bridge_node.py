@@ -32,30 +32,20 @@ import sys
 import time
 from typing import Optional
 
-from brace_msgs.action import Replan
-from brace_msgs.msg import Plan, ReplanCall, ReplanDecision
 from builtin_interfaces.msg import Time
-from rclpy.action import ActionClient
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 
-from brace_common import names, qos
 from brace_common.clock import stamp_of, steady_timer
 from brace_common.config import ConfigError
-from brace_common.counted_inputs import CountedInputs
-from brace_common.diagnostics import diagnostic_array, nonzero
-from brace_common.episode import EpisodeResult, episode_msg
+from brace_common.diagnostics import nonzero
+from brace_common.episode import EpisodeResult
+from brace_common.holds import CallHolds
 from brace_common.lifecycle import ReleasingLifecycleNode, serialized
 from brace_common.params import declare_parameters, read_config, reject_undeclared
-from brace_common.readiness import PeerWait
 from brace_common.spin import spin_node
-from brace_common.validation import Rejections
-from brace_common.vocabulary import EpisodeEvent
+from brace_common.world_inputs import WorldInputs
 
-from ..holds import CallHolds
 from ..warehouse.warehouse_config import AirSimBridgeConfig
-from ..warehouse.warehouse_markers import CallEvents
-from ..world_inputs import WorldInputs
-from ..world_io import WorldPublishers
 from . import drone_feed
 from .airsim_link import AirSimLink, LinkDown, continue_for
 from .drone_feed import ned_to_enu
@@ -66,6 +56,8 @@ from .drone_world import DroneWorld, read_settings, world_state
 class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
     """Thin lifecycle shell around DroneWorld over an AirSimLink: parameters, episodes, holds, topics."""
 
+    world_name = "airsim"
+
     def __init__(self, **kwargs) -> None:
         super().__init__("airsim_bridge", **kwargs)
         declare_parameters(self, AirSimBridgeConfig, enforce_ranges=False)
@@ -74,25 +66,10 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         self.origins: dict = {}
         self.clock_speed = 1.0
         self.world: Optional[DroneWorld] = None
-        self.episode = -1
-        self.done = False
-        self.sim_steps = 0
-        self.results: list[EpisodeResult] = []
-        self.holds = CallHolds(60.0)
-        self.plans = self.agreeing = 0
-        self.calls = CallEvents()
-        self.counts = {"steps": 0, "held_ticks": 0, "hold_timeouts": 0, "malformed_plans": 0, "plans_applied": 0,
-                       "stale_plans": 0, "ticks_waiting_for_peers": 0, "link_losses": 0, "reconnects": 0}
+        self.init_stepped_world(None, 0, 60.0, ("link_losses", "reconnects"))
         self.last_error = ""
         self.next_connect = 0.0
-        self.rejections = Rejections(self.get_logger())
         self.sim_time = self.get_parameter("use_sim_time").value
-        self.out = WorldPublishers(self)
-        self.create_subscription(Plan, names.PLAN, self.on_plan, qos.PLANS)
-        self.inputs = CountedInputs()
-        self.inputs.subscribe(self, ReplanDecision, names.DECISIONS, self.on_decision, "decision")
-        self.inputs.subscribe(self, ReplanCall, names.REPLAN_CALLS, self.on_call, "call_record")
-        self.peers: Optional[PeerWait] = None
         self.timer = None
         steady_timer(self, 1.0, self.publish_diagnostics)
 
@@ -109,10 +86,8 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
         self.holds = CallHolds(self.config.hold_timeout_s)
-        actions = {self.config.replan_action: ActionClient(self, Replan, self.config.replan_action)} \
-            if self.config.replan_action else {}
-        self.peers = PeerWait(self, self.config.wait_for_nodes, actions, self.config.wait_settle_s,
-                              self.config.wait_timeout_s)
+        self.book.episodes, self.book.base_seed = self.config.episodes, self.config.seed
+        self.wait_for_peers(self.config)
         self.link = AirSimLink(self.config.host, self.config.port, self.config.timeout_s)
         self.last_error = ""
         self.state_label = "inactive"
@@ -146,9 +121,7 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
             self._hover_all()
             self.link.close()
             self.link = None
-        for client in (self.peers.action_clients.values() if self.peers is not None else ()):
-            client.destroy()
-        self.peers = None
+        self.release_peers()
         self.world = None
 
     # ------------------------------------------------------------------ inputs
@@ -176,8 +149,7 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
 
     def progress(self) -> str:
         """Where the run is ('episode e/N step t'): brace-run's progress line."""
-        episodes = self.config.episodes if self.config else 0
-        return f"episode {max(self.episode, 0) + 1}/{episodes} step {self.world.t if self.world is not None else 0:3d}"
+        return f"{self.book.progress()} step {self.world.t if self.world is not None else 0:3d}"
 
     @serialized
     def tick(self) -> None:
@@ -265,37 +237,31 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         world.start()
         if self.config.lockstep:
             self.link.client().simPause(True)
-        self.episode, self.world = episode, world
-        self.holds.new_episode()
-        self.plans = self.agreeing = 0
-        self.sim_steps += 1
-        stamp = self.stamp()
-        self.out.episode.publish(self._episode_msg(EpisodeEvent.START))
-        self.out.entries(drone_feed.episode_entries(world, episode), stamp)
-        self.out.entries(drone_feed.step_entries(world, [], 0), stamp)
+        self.world = world
+        self.begin_episode()
+        self.publish_entries(drone_feed.episode_entries(world, episode))
+        self.publish_entries(drone_feed.step_entries(world, [], 0))
         self._publish_states()
 
     def step_entries(self, events: list) -> list:
         """The drones' entries of one step."""
         return drone_feed.step_entries(self.world, events, self.config.observe_every)
 
-    def end_episode(self) -> None:
-        """Publish the episode's metrics; stop after the last episode."""
-        result = EpisodeResult(**vars(self.world.metrics()), episode=self.episode, seed=self.config.seed + self.episode,
-                               plans=self.plans, plans_agreeing=self.agreeing)
-        self.out.episode.publish(self._episode_msg(EpisodeEvent.END, result))
-        self.results.append(result)
-        self.get_logger().info(f"episode {self.episode}: success={result.success} steps={result.steps} "
-                               f"landed={result.delivered}/{result.tasks} near_misses={result.near_misses} "
-                               f"collisions={result.collisions} min_distance={result.min_distance} "
-                               f"plans={self.plans} oracle-agreeing={self.agreeing} held_ticks={self.counts['held_ticks']} "
-                               f"stale_plans={self.counts['stale_plans']}")
+    def episode_result(self) -> EpisodeResult:
+        """The drones' record of the episode that ends (Episode's metric fields)."""
+        return EpisodeResult(**vars(self.world.metrics()), episode=self.episode, seed=self.book.seed,
+                             plans=self.plans, plans_agreeing=self.agreeing)
+
+    def episode_summary(self, result: EpisodeResult) -> str:
+        """The log line of an ended episode."""
+        return (f"success={result.success} steps={result.steps} landed={result.delivered}/{result.tasks} "
+                f"near_misses={result.near_misses} collisions={result.collisions} min_distance={result.min_distance} "
+                f"plans={self.plans} oracle-agreeing={self.agreeing} held_ticks={self.counts['held_ticks']} "
+                f"stale_plans={self.counts['stale_plans']}")
+
+    def close_world(self) -> None:
+        """Every drone hovers between episodes."""
         self._hover_all()
-        self.world = None
-        if self.episode + 1 >= self.config.episodes:
-            self.done = True
-            if self.timer is not None:
-                self.timer.cancel()
 
     # ------------------------------------------------------------------ outputs
 
@@ -305,9 +271,9 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
             return stamp_of(self.sim_steps * self.config.sim_step_s)
         return self.get_clock().now().to_msg()
 
-    def _episode_msg(self, event: EpisodeEvent, result: Optional[EpisodeResult] = None):
-        return episode_msg(event, self.episode, self.config.seed + self.episode, self.config.agents, "airsim",
-                           self.config.variant, self.stamp(), result)
+    def num_agents(self) -> int:
+        """K."""
+        return self.config.agents
 
     def _publish_states(self) -> None:
         stamp = self.stamp()
@@ -321,32 +287,26 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
             self.out.markers.publish(markers)
 
     def _publish_world_state(self) -> None:
-        self.out.world_state(world_state(self.world, self.episode), self.stamp(), self.config.frame_id)
+        self.publish_state(world_state(self.world, self.episode), self.config.frame_id)
 
     def publish_diagnostics(self) -> None:
         """Link, readiness, episode progress, holds and dropped plans on /diagnostics."""
         if self.config is None:
-            self.out.diagnostics.publish(diagnostic_array(
-                f"{self.get_name()}: AirSim bridge", {"state": self.state_label}, self.get_clock().now().to_msg(),
-                [], [self.last_error] if self.last_error else [], message=self.state_label))
+            self.publish_world_diagnostics("AirSim bridge", {"state": self.state_label}, [],
+                                           [self.last_error] if self.last_error else [], message=self.state_label)
             return
         link_up = self.link is not None and self.link.up
-        waiting = self.peers is not None and not self.peers.done
         values = {"state": self.state_label, "simulator": f"{self.config.host}:{self.config.port}",
-                  "connected": link_up, "episode": self.episode, "step": self.world.t if self.world else 0,
-                  "done": self.done, "waiting_for_peers": waiting, "calls_waited_on": len(self.holds.waiting),
-                  "rpc_calls": self.link.calls if self.link else 0, **self.counts,
-                  **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}, **self.inputs.counts}
+                  "connected": link_up, "rpc_calls": self.link.calls if self.link else 0, **self.stepped_values()}
         if self.world is not None and math.isfinite(self.world.min_distance):
             values["min_distance_m"] = round(self.world.min_distance, 2)
         errors = [] if link_up or self.state_label != "active" else [self.last_error or "not connected to AirSim"]
-        if self.peers is not None:
-            errors += self.peers.errors("episodes do not start")
-        self.out.diagnostics.publish(diagnostic_array(
-            f"{self.get_name()}: AirSim bridge", values, self.get_clock().now().to_msg(),
+        errors += self.peer_errors()
+        self.publish_world_diagnostics(
+            "AirSim bridge", values,
             nonzero({**self.counts, **self.inputs.counts},
                     ("hold_timeouts", "malformed_plans", "link_losses", *self.inputs.counts)), errors,
-            message="waiting for peers" if waiting and not errors else ""))
+            message="waiting for peers" if values["waiting_for_peers"] and not errors else "")
 
 
 def main(args=None) -> int:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from brace_common.action_schema import Fault, PlanError, Step
 from brace_common.vocabulary import Block, EntryKind
+from brace_common.world_feed import AgentReport, FeedEntry
 
-from ..warehouse.warehouse_feed import MAX_PLAN_STEPS, AgentReport, FeedEntry, event_entries, state_entries
+from ..warehouse.warehouse_feed import MAX_PLAN_STEPS, event_entries, state_entries
 from .drone_world import DroneWorld, Event
 from .intersection import TOWER, IntersectionConfig, drone_schema, in_box, same_step
 

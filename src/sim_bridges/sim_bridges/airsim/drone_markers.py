@@ -1,6 +1,6 @@
 """RViz markers of the drone intersection (ENU, as ROS frames are): the box, lanes, goals, drones, their moves.
 
-Pure message construction; replanning events come from markers.CallEvents as for the warehouse.
+Pure message construction; replanning events come from brace_common.world_markers.CallEvents as for the warehouse.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from geometry_msgs.msg import Point
 from std_msgs.msg import ColorRGBA
 from visualization_msgs.msg import Marker, MarkerArray
 
-from ..warehouse.warehouse_markers import agent_colour, marker
+from brace_common.world_markers import agent_colour, marker
+
 from .drone_feed import ned_to_enu
 from .drone_world import DroneWorld
 

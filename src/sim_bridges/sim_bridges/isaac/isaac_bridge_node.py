@@ -40,9 +40,7 @@ import time
 from dataclasses import replace
 from typing import Optional
 
-from brace_msgs.msg import AgentState, ContextEntry, Episode, ExecutionOutcome, Plan, WorldState
-from builtin_interfaces.msg import Time
-from diagnostic_msgs.msg import DiagnosticArray
+from brace_msgs.msg import Plan
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -53,16 +51,15 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from brace_common import names, qos
 from brace_common.clock import seconds_of, steady_timer
 from brace_common.config import ConfigError, resolve_path
-from brace_common.diagnostics import diagnostic_array, nonzero
-from brace_common.episode import EpisodeResult, episode_msg
+from brace_common.diagnostics import nonzero
+from brace_common.episode import EpisodeResult
 from brace_common.lifecycle import ReleasingLifecycleNode, serialized
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
-from brace_common.validation import InvalidInput, Rejections, check_agent_id
-from brace_common.vocabulary import EpisodeEvent
-from brace_common.world_state import StatePublication, world_state_msg
+from brace_common.validation import InvalidInput
+from brace_common.world_feed import AgentReport
+from brace_common.world_node import WorldNode
 
-from ..warehouse.warehouse_feed import FeedEntry
 from . import isaac_contract as contract
 from . import isaac_feed as feed
 from .isaac_config import IsaacBridgeConfig
@@ -70,6 +67,8 @@ from .isaac_contract import Liveness, RobotKind, RobotSpec, RobotState
 from .isaac_skills import Command, RobotExecutor, SkillSchema
 
 WORLD = "isaac_sim"
+STACK_TOPICS = ("context", "states", "outcomes", "episode", "world_states")
+"""The stack's topics (WorldPublishers attributes) configure creates and cleanup destroys."""
 EXIT_ACK_S = 1.0
 """How long the exiting bridge waits for the simulator to acknowledge each robot's hold."""
 
@@ -89,8 +88,10 @@ def load_schema(cfg: IsaacBridgeConfig) -> SkillSchema:
     return schema
 
 
-class IsaacBridgeNode(ReleasingLifecycleNode):
+class IsaacBridgeNode(WorldNode, ReleasingLifecycleNode):
     """Thin lifecycle shell: Isaac's topics -> robot states -> the skill executors -> commands, outcomes, context."""
+
+    world_name = WORLD
 
     def __init__(self, **kwargs) -> None:
         super().__init__("isaac_bridge", **kwargs)
@@ -106,22 +107,17 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
         self.cmd_pubs: dict[str, object] = {}
         self.active = False
         self.activated_at = time.monotonic()
-        self.episode = -1            # index of the current (or last) episode
         self.episode_start_s = 0.0
-        self.done = False
-        self.results: list[EpisodeResult] = []
-        self.plans = 0
         self.ticks = 0
         self.state_step = 0
         self.last_error = ""
         self.counts = {"plans_applied": 0, "malformed_plans": 0, "stale_plans": 0, "outcomes_succeeded": 0,
                        "outcomes_failed": 0, "holds": 0, "ticks_waiting_for_contract": 0}
-        self.rejections = Rejections(self.get_logger())
         self._reported_rejections = 0
         self._entities: list = []  # what configure created (subscriptions, publishers, timers)
         self.group = MutuallyExclusiveCallbackGroup()  # every callback of the node, one at a time
+        self.init_world(("diagnostics",), episodes=1, seed=None)  # one episode a configuration, unseeded
         declare_parameters(self, IsaacBridgeConfig, enforce_ranges=False)  # after the state: a bad type raises here
-        self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
         period = self.get_parameter("diagnostics_period_s").value
         steady_timer(self, period if isinstance(period, float) and 0.05 <= period <= 60.0 else 1.0,
                      self.publish_diagnostics, self.group)
@@ -140,7 +136,8 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
             self.get_logger().error(self.last_error)
             return TransitionCallbackReturn.FAILURE
         self.config, self.last_error = cfg, ""
-        self.done, self.plans, self.ticks = False, 0, 0  # a new episode once the contract is live again
+        self.book.rearm()  # a new episode once the contract is live again
+        self.ticks = 0
         poses, limits, topics = cfg.poses(), cfg.limits(), cfg.topics()
         inputs: list[str] = []
         for spec in cfg.robot_specs():
@@ -159,13 +156,8 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
                     msg_type = Twist if spec.kind == RobotKind.MOBILE else JointState
                     self.cmd_pubs[name] = self._keep(self.create_publisher(msg_type, t.topic, qos.SIM_COMMANDS))
         self.liveness = Liveness(inputs, cfg.stale_after_s)
-        self.context_pub = self._keep(self.create_publisher(ContextEntry, names.CONTEXT, qos.EVENTS))
-        self.state_pub = self._keep(self.create_publisher(AgentState, names.AGENT_STATES, qos.EVENTS))
-        self.outcome_pub = self._keep(self.create_publisher(ExecutionOutcome, names.OUTCOMES, qos.EVENTS))
-        self.episode_pub = self._keep(self.create_publisher(Episode, names.EPISODE, qos.EVENTS))
-        self.world_state_pub = self._keep(self.create_publisher(WorldState, names.WORLD_STATE, qos.WORLD_STATE))
-        self.world_states = StatePublication()
-        self._keep(self.create_subscription(Plan, names.PLAN, self.on_plan, qos.PLANS, callback_group=self.group))
+        self.out.open(STACK_TOPICS)
+        self._keep(self.subscribe_plans(self.on_plan, callback_group=self.group))
         for period, callback in ((cfg.control_period_s, self.control), (cfg.agent_state_period_s,
                                                                         self.publish_agent_states),
                                  (cfg.observe_period_s, self.publish_observations)):
@@ -207,6 +199,7 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
             else:
                 self.destroy_subscription(entity)
         self._entities.clear()
+        self.out.close(STACK_TOPICS)
         self.cmd_pubs.clear()
         self.robots, self.states, self.executors, self.control_topics = {}, {}, {}, {}
         self.liveness, self.judge, self.config = None, None, None
@@ -284,28 +277,21 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
     @serialized
     def on_plan(self, msg: Plan) -> None:
         """Validate a plan whole against the schema for its robot's kind and hand it to the robot's executor."""
-        if not self.active or self.config is None:
-            self.counts["stale_plans"] += 1
+        calls = self.take_plan(msg, self.active and self.config is not None, lambda agent: agent in self.robots,
+                               lambda: self._plan_current(msg),
+                               lambda agent, raw: self.schema.validate(self.robots[agent].kind, raw,
+                                                                       self.executors[agent].poses))
+        if calls is None:
             return
-        try:
-            agent = check_agent_id("agent_id", msg.agent_id)
-            spec = self.robots.get(agent)
-            if spec is None:
-                raise InvalidInput("unknown_agent", f"'{agent}' is not a robot of this bridge")
-            if self.judge is None or self.done or 0 < seconds_of(msg.header.stamp) < self.episode_start_s:
-                self.counts["stale_plans"] += 1  # before this episode (a latched plan of an earlier run) or after it
-                return
-            calls = self.schema.validate(spec.kind, [(s.action, s.parameters_json) for s in msg.steps],
-                                         self.executors[agent].poses)
-        except InvalidInput as exc:
-            self.counts["malformed_plans"] += 1
-            self.rejections.reject("plan", exc, msg.plan_id)
-            return
-        self.executors[agent].set_plan(msg.plan_id, calls)
+        self.executors[msg.agent_id].set_plan(msg.plan_id, calls)
         self._publish_world_state()
-        self.plans += 1
+        self.book.count_plan()
         self.counts["plans_applied"] += 1
-        self.get_logger().info(f"{agent}: plan {msg.plan_id[:48]}: {', '.join(c.text() for c in calls)}")
+        self.get_logger().info(f"{msg.agent_id}: plan {msg.plan_id[:48]}: {', '.join(c.text() for c in calls)}")
+
+    def _plan_current(self, msg: Plan) -> bool:
+        """The plan is of the running episode (not of an earlier run, latched, nor after the episode ended)."""
+        return self.judge is not None and not self.done and not 0 < seconds_of(msg.header.stamp) < self.episode_start_s
 
     # ------------------------------------------------------------------ control
 
@@ -351,7 +337,7 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
                 self._publish_outcome(outcome)
             goal = self.judge.update(now, name, state)
             if goal is not None:
-                self._publish_entries([feed.task_done_entry(goal, self.ticks)])
+                self.publish_entries([feed.task_done_entry(goal, self.ticks)])
                 self.get_logger().info(f"{name}: task goal reached ({goal.text()})")
         self.judge.record_positions({name: self.position(name) for name in self.robots})
         if not self.done and self.judge.finished(now):
@@ -405,22 +391,18 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
     def start_episode(self, now: float) -> None:
         """EVENT_START, then the scene, the tasks and the constraints."""
         cfg = self.config
-        self.episode += 1
         self.episode_start_s = now
         self.judge = feed.EpisodeJudge(cfg.goals(), cfg.poses(), cfg.goal_tolerance_m, cfg.joint_tolerance_rad,
                                        cfg.max_episode_s, started=now)
-        self.episode_pub.publish(self._episode_msg(EpisodeEvent.START))
-        self._publish_entries(feed.episode_entries(list(self.robots.values()), cfg.task_texts(), cfg.goals(),
+        self.announce_start()
+        self.publish_entries(feed.episode_entries(list(self.robots.values()), cfg.task_texts(), cfg.goals(),
                                                    cfg.constraints, self.schema, cfg.poses(), cfg.frame_id))
         self.get_logger().info(f"episode started at {now:.2f} s: every contract topic is live")
 
     def end_episode(self, now: float) -> None:
         """EVENT_END with the verdict; every robot is held from now on."""
-        metrics = self.judge.metrics(self.ticks)
-        result = EpisodeResult(**vars(metrics), episode=self.episode, seed=0, plans=self.plans, plans_agreeing=0)
-        self.results.append(result)
-        self.episode_pub.publish(self._episode_msg(EpisodeEvent.END, result))
-        self.done = True
+        result = self.episode_result()
+        self.announce_end(result)
         for executor in self.executors.values():
             executor.clear()
         self.get_logger().info(f"episode ended after {now - self.episode_start_s:.1f} s: success={result.success} "
@@ -433,28 +415,22 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
         return (f"episode {self.now_s() - self.episode_start_s:6.1f} s, goals {len(self.judge.reached)}/"
                 f"{len(self.judge.goals)}")
 
-    def _episode_msg(self, event: EpisodeEvent, result: Optional[EpisodeResult] = None) -> Episode:
-        return episode_msg(event, self.episode, 0, len(self.robots), WORLD, self.config.variant, self._stamp(), result)
+    def episode_result(self) -> EpisodeResult:
+        """Isaac's record of the episode that ends (Episode's metric fields): the judge's verdict."""
+        metrics = self.judge.metrics(self.ticks)
+        return EpisodeResult(**vars(metrics), episode=self.episode, seed=0, plans=self.plans, plans_agreeing=0)
+
+    def num_agents(self) -> int:
+        """The robots."""
+        return len(self.robots)
 
     # ------------------------------------------------------------------ outputs
 
-    def _stamp(self) -> Time:
-        return self.get_clock().now().to_msg()
-
-    def _publish_entries(self, entries: list[FeedEntry]) -> None:
-        stamp = self._stamp()
-        for e in entries:
-            msg = ContextEntry(agent_id=e.agent_id, step=e.step, block=int(e.block), kind=e.kind, text=e.text)
-            msg.header.stamp = stamp
-            self.context_pub.publish(msg)
-
     def _publish_outcome(self, outcome) -> None:
         self.counts["outcomes_succeeded" if outcome.success else "outcomes_failed"] += 1
-        msg = ExecutionOutcome(agent_id=outcome.agent_id, step=self.ticks, action=outcome.call.action,
-                               success=outcome.success, detail=outcome.detail[:512], failure=int(outcome.failure))
-        msg.header.stamp = self._stamp()
-        self.outcome_pub.publish(msg)
-        self._publish_entries([feed.outcome_entry(outcome, self.ticks)])
+        self.out.outcome(outcome.agent_id, self.ticks, outcome.call.action, outcome.success, outcome.detail[:512],
+                         outcome.failure, self.stamp())
+        self.publish_entries([feed.outcome_entry(outcome, self.ticks)])
         text = f"{outcome.agent_id}: {outcome.call.text()} {'done' if outcome.success else 'failed'}: {outcome.detail}"
         if outcome.success:  # one call site per severity (rclpy)
             self.get_logger().info(text)
@@ -473,22 +449,15 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
         if not self.active or self.judge is None:
             return
         self.state_step += 1
-        stamp = self._stamp()
-        for name in self.robots:
-            executor = self.executors[name]
-            x, y = self.position(name)
-            msg = AgentState(agent_id=name, step=self.state_step, tracking_error=float(executor.tracking_error),
-                             has_goal=executor.has_goal)
-            msg.header.stamp, msg.header.frame_id = stamp, self.config.frame_id
-            msg.position.x, msg.position.y = float(x), float(y)
-            self.state_pub.publish(msg)
+        self.out.agent_states([AgentReport(name, self.state_step, *self.position(name),
+                                           float(self.executors[name].tracking_error), self.executors[name].has_goal)
+                               for name in self.robots], self.stamp(), self.config.frame_id)
         self._publish_world_state()
 
     def _publish_world_state(self) -> None:
         state = feed.world_state(WORLD, self.episode, self.state_step, self.robots, self.states, self.executors,
                                  self.holding, self.config.goals(), self.judge.reached, self.config.poses())
-        if self.world_states.due(state):
-            self.world_state_pub.publish(world_state_msg(state, self._stamp(), self.config.frame_id))
+        self.publish_state(state, self.config.frame_id)
 
     @serialized
     def publish_observations(self) -> None:
@@ -496,7 +465,7 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
         if not self.active or self.judge is None:
             return
         poses = self.config.poses()
-        self._publish_entries([feed.observation_entry(spec, self.states[name], self.executors[name].current, poses,
+        self.publish_entries([feed.observation_entry(spec, self.states[name], self.executors[name].current, poses,
                                                       self.ticks) for name, spec in self.robots.items()])
 
     def publish_diagnostics(self) -> None:
@@ -525,14 +494,14 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
                 elif missing:
                     message = f"waiting for Isaac Sim's topics: {', '.join(missing)}"
         values.update(self.counts)
-        values.update({f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())})
+        values.update(self.rejected_values())
         warnings = nonzero(self.counts, ("malformed_plans",))
         total = self.rejections.total
         if total > self._reported_rejections:
             warnings.append(f"{total - self._reported_rejections} inputs rejected")
         self._reported_rejections = total
-        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: Isaac Sim bridge", values, self._stamp(), warnings,
-                                               errors, message=message if not errors else ""))
+        self.publish_world_diagnostics("Isaac Sim bridge", values, warnings, errors,
+                                       message=message if not errors else "")
 
 
 def main(args=None) -> int:

@@ -16,9 +16,9 @@ from typing import Optional
 from brace_common.action_schema import Step
 from brace_common.episode import EpisodeMetrics
 from brace_common.vocabulary import Activity, Block, EntryKind, Observability, Predicate
+from brace_common.world_feed import FeedEntry
 from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState, parameters_text
 
-from ..warehouse.warehouse_feed import FeedEntry
 from ..warehouse.warehouse_world import SUPERVISOR
 from .isaac_config import TaskGoal
 from .isaac_contract import RobotKind, RobotSpec, RobotState

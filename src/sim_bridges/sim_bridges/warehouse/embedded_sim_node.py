@@ -32,63 +32,38 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
-from brace_msgs.action import Replan
-from brace_msgs.msg import Episode, Plan, ReplanCall, ReplanDecision
 from brace_msgs.srv import Lookahead
 from builtin_interfaces.msg import Time
-from rclpy.action import ActionClient
 from rclpy.node import Node
 
-from brace_common import names, qos
+from brace_common import names
 from brace_common.clock import stamp_of, steady_timer
-from brace_common.counted_inputs import CountedInputs
-from brace_common.diagnostics import diagnostic_array, nonzero
-from brace_common.episode import EpisodeResult, episode_msg
+from brace_common.diagnostics import nonzero
+from brace_common.episode import EpisodeResult
 from brace_common.params import declare_config, reject_undeclared
-from brace_common.readiness import PeerWait
 from brace_common.spin import spin_node
-from brace_common.validation import Rejections
-from brace_common.vocabulary import EpisodeEvent
+from brace_common.world_inputs import WorldInputs
 from brace_common.world_state import world_state_msg
 
-from ..holds import CallHolds
-from ..world_inputs import WorldInputs
-from ..world_io import WorldPublishers
 from . import warehouse_feed as feed
 from .warehouse_config import SimConfig
-from .warehouse_markers import CallEvents, world_markers
+from .warehouse_markers import world_markers
 from .warehouse_world import Warehouse, world_state
 
 
 class EmbeddedSimNode(WorldInputs, Node):
     """Thin rclpy shell around Warehouse and the feed."""
 
+    world_name = "warehouse"
+
     def __init__(self, **kwargs) -> None:
         super().__init__("embedded_sim", **kwargs)
         self.config = declare_config(self, SimConfig)
         reject_undeclared(self)
         self.world: Optional[Warehouse] = None
-        self.episode = -1
-        self.done = False
-        self.sim_steps = 0  # steps (and episode starts) so far: /clock = sim_steps x sim_step_s
-        self.results: list[EpisodeResult] = []
-        self.holds = CallHolds(self.config.hold_timeout_s)
-        self.plans = self.agreeing = 0
-        self.calls = CallEvents()
-        self.counts = {"steps": 0, "held_ticks": 0, "hold_timeouts": 0, "malformed_plans": 0,
-                       "plans_applied": 0, "stale_plans": 0, "ticks_waiting_for_peers": 0}
         self.sim_time = self.get_parameter("use_sim_time").value
-        self.rejections = Rejections(self.get_logger())
-
-        self.out = WorldPublishers(self)
-        self.create_subscription(Plan, names.PLAN, self.on_plan, qos.PLANS)
-        self.inputs = CountedInputs()
-        self.inputs.subscribe(self, ReplanDecision, names.DECISIONS, self.on_decision, "decision")
-        self.inputs.subscribe(self, ReplanCall, names.REPLAN_CALLS, self.on_call, "call_record")
-        actions = {self.config.replan_action: ActionClient(self, Replan, self.config.replan_action)} \
-            if self.config.replan_action else {}
-        self.peers = PeerWait(self, self.config.wait_for_nodes, actions, self.config.wait_settle_s,
-                              self.config.wait_timeout_s)
+        self.init_stepped_world(self.config.episodes, self.config.seed, self.config.hold_timeout_s)
+        self.wait_for_peers(self.config)
         self.create_service(Lookahead, names.LOOKAHEAD, self.on_lookahead)
         self.timer = steady_timer(self, self.config.step_period_s, self.tick)
         steady_timer(self, 1.0, self.publish_diagnostics)
@@ -127,8 +102,7 @@ class EmbeddedSimNode(WorldInputs, Node):
 
     def progress(self) -> str:
         """Where the run is ('episode e/N step t'): brace-run's progress line."""
-        return (f"episode {max(self.episode, 0) + 1}/{self.config.episodes} "
-                f"step {self.world.t if self.world is not None else 0:3d}")
+        return f"{self.book.progress()} step {self.world.t if self.world is not None else 0:3d}"
 
     def tick(self) -> None:
         """Wait for the peers, start an episode, step the world, or close the episode."""
@@ -141,48 +115,37 @@ class EmbeddedSimNode(WorldInputs, Node):
 
     def start_episode(self) -> None:
         """Reset the world, announce the episode, publish its task and initial states."""
-        self.episode += 1
-        self.world = Warehouse(self.config.world(self.episode))
-        self.holds.new_episode()
-        self.plans = self.agreeing = 0
-        self.sim_steps += 1  # the episode starts after everything the previous one said (the planner forgets that)
-        self.out.episode.publish(self._episode_msg(EpisodeEvent.START))
-        self._publish_entries(feed.episode_entries(self.world, self.episode))
-        self._publish_entries(feed.step_entries(self.world, [], 0))
+        self.world = Warehouse(self.config.world(self.episode + 1))
+        episode = self.begin_episode()
+        self.publish_entries(feed.episode_entries(self.world, episode))
+        self.publish_entries(feed.step_entries(self.world, [], 0))
         self._publish_states()
 
     def step_entries(self, events: list) -> list:
         """The warehouse's entries of one step."""
         return feed.step_entries(self.world, events, self.config.observe_every)
 
-    def end_episode(self) -> None:
-        """Publish the episode's metrics; stop after the last episode."""
-        result = EpisodeResult(**vars(self.world.metrics()), episode=self.episode,
-                               seed=self.config.seed + self.episode, plans=self.plans, plans_agreeing=self.agreeing)
-        self.out.episode.publish(self._episode_msg(EpisodeEvent.END, result))
-        self.results.append(result)
-        self.get_logger().info(f"episode {self.episode}: success={result.success} steps={result.steps} "
-                               f"delivered={result.delivered}/{result.tasks} plans={self.plans} "
-                               f"oracle-agreeing={self.agreeing}")
-        self.world = None
-        if self.episode + 1 >= self.config.episodes:
-            self.done = True
-            self.timer.cancel()
+    def episode_result(self) -> EpisodeResult:
+        """The warehouse's record of the episode that ends (Episode's metric fields)."""
+        return EpisodeResult(**vars(self.world.metrics()), episode=self.episode, seed=self.book.seed,
+                             plans=self.plans, plans_agreeing=self.agreeing)
+
+    def episode_summary(self, result: EpisodeResult) -> str:
+        """The log line of an ended episode."""
+        return (f"success={result.success} steps={result.steps} delivered={result.delivered}/{result.tasks} "
+                f"plans={self.plans} oracle-agreeing={self.agreeing}")
 
     # ------------------------------------------------------------------ outputs
+
+    def num_agents(self) -> int:
+        """K."""
+        return self.config.agents
 
     def stamp(self) -> Time:
         """The stamp of what the simulator publishes now: simulated time with use_sim_time, else the node's clock."""
         if self.sim_time:
             return stamp_of(self.sim_steps * self.config.sim_step_s)
         return self.get_clock().now().to_msg()
-
-    def _episode_msg(self, event: EpisodeEvent, result: Optional[EpisodeResult] = None) -> Episode:
-        return episode_msg(event, self.episode, self.config.seed + self.episode, self.config.agents, "warehouse",
-                           self.config.variant, self.stamp(), result)
-
-    def _publish_entries(self, entries: list[feed.FeedEntry]) -> None:
-        self.out.entries(entries, self.stamp())
 
     def _publish_clock(self) -> None:
         self.out.sim_clock(self.sim_steps * self.config.sim_step_s)
@@ -198,20 +161,16 @@ class EmbeddedSimNode(WorldInputs, Node):
             self.out.markers.publish(markers)
 
     def _publish_world_state(self) -> None:
-        self.out.world_state(world_state(self.world, self.episode), self.stamp(), self.config.frame_id)
+        self.publish_state(world_state(self.world, self.episode), self.config.frame_id)
 
     def publish_diagnostics(self) -> None:
         """Readiness, episode progress, holds and dropped plans on /diagnostics."""
-        waiting = not self.peers.done
-        values = {"episode": self.episode, "step": self.world.t if self.world else 0, "done": self.done,
-                  "waiting_for_peers": waiting, "calls_waited_on": len(self.holds.waiting), **self.counts,
-                  **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}, **self.inputs.counts}
-        errors = self.peers.errors("episodes do not start")
-        self.out.diagnostics.publish(diagnostic_array(
-            f"{self.get_name()}: embedded warehouse", values, self.get_clock().now().to_msg(),
+        values = self.stepped_values()
+        errors = self.peer_errors()
+        self.publish_world_diagnostics(
+            "embedded warehouse", values,
             nonzero({**self.counts, **self.inputs.counts}, ("hold_timeouts", "malformed_plans", *self.inputs.counts)),
-            errors,
-            message="waiting for peers" if waiting and not errors else ""))
+            errors, message="waiting for peers" if values["waiting_for_peers"] and not errors else "")
 
 
 def main(args=None) -> int:

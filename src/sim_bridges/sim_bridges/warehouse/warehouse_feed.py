@@ -14,38 +14,14 @@ the number of agents, and pruning can remove what mattered.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Optional
 
 from brace_common.action_schema import ActionSchema, Fault, PlanError, Step
 from brace_common.validation import InvalidInput
 from brace_common.vocabulary import Block, EntryKind
+from brace_common.world_feed import AgentReport, FeedEntry
 
 from .warehouse_world import SUPERVISOR, Event, Prediction, Warehouse, lookahead
-
-
-@dataclass(frozen=True)
-class FeedEntry:
-    """One context entry (becomes a ContextEntry message)."""
-
-    agent_id: str
-    step: int
-    block: Block
-    kind: str  # an EntryKind value
-    text: str
-
-
-@dataclass(frozen=True)
-class AgentReport:
-    """One agent's state after a step (becomes an AgentState message)."""
-
-    agent_id: str
-    step: int
-    x: float
-    y: float
-    tracking_error: float
-    has_goal: bool
-    z: float = 0.0
 
 
 def place_near(world: Warehouse, cell: tuple[int, int]) -> str:
@@ -123,11 +99,6 @@ def step_entries(world: Warehouse, events: list[Event], observe_every: int) -> l
     tasks; states."""
     return event_entries(events) + state_entries(world.t, {n: state_text(world, n) for n in world.agents},
                                                  observe_every)
-
-
-def outcomes(events: list[Event]) -> list[Event]:
-    """The events that are execution outcomes (success or failure of a skill)."""
-    return [e for e in events if e.action and e.kind in (EntryKind.ACTION_OUTCOME, EntryKind.FAILURE_TRACE)]
 
 
 def tracking_error(world: Warehouse, agent: str) -> float:

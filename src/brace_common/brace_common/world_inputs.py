@@ -1,0 +1,157 @@
+"""How a stepped world node (the embedded warehouse, the AirSim bridge) takes the control stack's messages.
+
+A WorldNode for worlds that step in lockstep with the planner: an admitted decision for one of the world's agents
+holds the world, a call record releases it when the call produced no plan and is drawn as a replanning event, a
+plan of this episode is checked by the world's own parser and applied (malformed or foreign: counted and dropped,
+nothing moves); and one step of the world publishes its outcomes, context entries and states. The node calls
+`init_stepped_world` and supplies `world` (None between episodes), `timer` (its stepping timer, or None),
+`_publish_states()`, `config.hold_while_planning`, `start_episode()` and the world-specific hooks below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Optional
+
+from brace_msgs.msg import Plan, ReplanCall, ReplanDecision
+
+from . import names
+from .episode import EpisodeResult
+from .holds import CallHolds
+from .vocabulary import CallStatus
+from .world_io import STEPPED
+from .world_markers import CallEvents
+from .world_node import WorldNode
+
+STEPPED_COUNTS = ("steps", "held_ticks", "hold_timeouts", "malformed_plans", "plans_applied", "stale_plans",
+                  "ticks_waiting_for_peers")
+"""The counters (diagnostics keys) of every stepped world."""
+
+
+class WorldInputs(WorldNode):
+    """on_decision / on_call / on_plan, the lockstep hold and the step, shared by the stepped world nodes."""
+
+    def init_stepped_world(self, episodes: Optional[int], seed: int, hold_timeout_s: float,
+                           counts: Iterable[str] = ()) -> None:
+        """The world's publishers, episode book, holds, counters (STEPPED_COUNTS and `counts`) and its inputs:
+        plan, decisions, replan_calls."""
+        self.init_world(STEPPED, episodes, seed)
+        self.holds = CallHolds(hold_timeout_s)
+        self.calls = CallEvents()
+        self.counts = dict.fromkeys((*STEPPED_COUNTS, *counts), 0)
+        self.sim_steps = 0  # steps (and episode starts) so far: /clock = sim_steps x sim_step_s
+        self.subscribe_plans(self.on_plan)
+        self.inputs.subscribe(self, ReplanDecision, names.DECISIONS, self.on_decision, "decision")
+        self.inputs.subscribe(self, ReplanCall, names.REPLAN_CALLS, self.on_call, "call_record")
+
+    def has_agent(self, agent: str) -> bool:
+        """The agent is in the current episode's world."""
+        raise NotImplementedError
+
+    def agent_xy(self, agent: str) -> tuple[float, float]:
+        """Where to draw the agent's replanning event (the markers' frame)."""
+        raise NotImplementedError
+
+    def parse_plan(self, raw: list[tuple[str, str]]) -> list:
+        """The world's steps from (action, parameters_json) pairs; ValueError (InvalidInput) naming what is wrong."""
+        raise NotImplementedError
+
+    def apply_plan(self, agent: str, steps: list) -> bool:
+        """Give the agent its plan; True when its first step is the oracle's."""
+        raise NotImplementedError
+
+    def step_entries(self, events: list) -> list:
+        """The context entries (FeedEntry) of one step's events and the states after it."""
+        raise NotImplementedError
+
+    def episode_result(self) -> EpisodeResult:
+        """The world's record of the episode that ends (Episode's metric fields)."""
+        raise NotImplementedError
+
+    def episode_summary(self, result: EpisodeResult) -> str:
+        """The log line of an ended episode."""
+        raise NotImplementedError
+
+    def close_world(self) -> None:
+        """What the world does when its episode ended, before it is dropped (nothing by default)."""
+
+    def begin_episode(self) -> int:
+        """Announce the book's next episode (its holds and plan counts fresh, after everything the previous one
+        said: the planner forgets that); its index."""
+        self.holds.new_episode()
+        self.sim_steps += 1
+        return self.announce_start()
+
+    def end_episode(self) -> None:
+        """Publish the episode's record and drop the world; stop stepping after the last episode."""
+        result = self.episode_result()
+        last = self.announce_end(result)
+        self.get_logger().info(f"episode {self.episode}: {self.episode_summary(result)}")
+        self.close_world()
+        self.world = None
+        if last and self.timer is not None:
+            self.timer.cancel()
+
+    def step(self) -> None:
+        """One world step and everything it produced: outcomes, context entries, states."""
+        events = self.world.step()
+        self.counts["steps"] += 1
+        self.sim_steps += 1
+        stamp = self.stamp()
+        self.out.outcomes_of(events, stamp)
+        self.out.entries(self.step_entries(events), stamp)
+        self._publish_states()
+
+    def advance(self) -> None:
+        """A tick past readiness: hold while a call is out, else start an episode, step, or close the episode."""
+        if self.world is not None and self.held():
+            self.counts["held_ticks"] += 1
+            return
+        if self.world is None:
+            self.start_episode()
+        elif self.world.finished:
+            self.end_episode()
+        else:
+            self.step()
+
+    def on_decision(self, msg: ReplanDecision) -> None:
+        """An admitted call for one of this world's agents holds the world until it returns."""
+        if msg.admitted and self.world is not None and self.has_agent(msg.trigger.agent_id):
+            self.holds.admit(msg.decision_id)
+
+    def on_call(self, msg: ReplanCall) -> None:
+        """A call that produced no plan releases the hold; every call is drawn as a replanning event."""
+        if msg.status != CallStatus.OK:
+            self.holds.release(msg.decision_id)
+        if self.world is not None and self.has_agent(msg.agent_id):
+            x, y = self.agent_xy(msg.agent_id)
+            self.calls.add(float(x), float(y), msg.slo_met, msg.agent_id, msg.tokens_before, msg.tokens_after,
+                           msg.latency_ms, msg.slo_ms)
+
+    def on_plan(self, msg: Plan) -> None:
+        """Apply a plan of this episode to its agent (malformed or for an unknown agent: counted and dropped)."""
+        self.holds.release(msg.decision_id)
+        steps = self.take_plan(msg, self.world is not None, self.has_agent,
+                               lambda: self.holds.of_this_episode(msg.decision_id),
+                               lambda agent, raw: self.parse_plan(raw))
+        if steps is None:
+            return
+        self.book.count_plan(self.apply_plan(msg.agent_id, steps))
+        self.counts["plans_applied"] += 1
+
+    def held(self) -> bool:
+        """True while an admitted call has neither returned nor timed out (with hold_while_planning)."""
+        if not self.config.hold_while_planning:
+            return False
+        for decision_id in self.holds.expired():
+            self.counts["hold_timeouts"] += 1
+            self.get_logger().warning(f"no answer to call {decision_id} within hold_timeout_s; stepping on")
+        return self.holds.held()
+
+    def stepped_values(self) -> dict:
+        """The diagnostics values every stepped world reports: episode, step, done, readiness, holds, counters,
+        rejected and lost inputs."""
+        return {"episode": self.episode, "step": self.world.t if self.world is not None else 0, "done": self.done,
+                "waiting_for_peers": self.peers is not None and not self.peers.done,
+                "calls_waited_on": len(self.holds.waiting), **self.counts, **self.rejected_values(),
+                **self.inputs.counts}

@@ -1,0 +1,157 @@
+"""The base of every world node (the embedded warehouse, the AirSim and Isaac bridges, the PickFruit twin, the
+operator's episodes): its publishers, readiness, plan intake, episode lifecycle, world state and diagnostics.
+
+A mixin for an rclpy `Node` or a `ReleasingLifecycleNode` (it has no constructor of its own: the node calls
+`init_world` in its constructor). What every world repeats lives here; the node keeps what is its world's own:
+the world itself, its parameters, how a plan is parsed and applied, how an episode's record is filled, and its
+topic-specific inputs. A stepped world in lockstep with the planner adds brace_common.world_inputs.WorldInputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Optional
+
+from brace_msgs.action import Replan
+from brace_msgs.msg import Episode, Plan
+from builtin_interfaces.msg import Time
+from rclpy.action import ActionClient
+
+from . import names, qos
+from .counted_inputs import CountedInputs
+from .diagnostics import diagnostic_array
+from .episode import EpisodeResult, episode_msg
+from .readiness import PeerWait
+from .validation import InvalidInput, Rejections, check_agent_id
+from .vocabulary import Block, EntryKind, EpisodeEvent
+from .world_episodes import EpisodeBook
+from .world_feed import FeedEntry
+from .world_io import STEPPED, WorldPublishers
+from .world_state import WorldState
+
+PEERS_MISSING = "episodes do not start"
+"""What a world's overdue peer wait means, in its diagnostics ERROR line."""
+
+
+def _book_view(name: str, doc: str) -> property:
+    """A read-only attribute of the node that is the book's `name`."""
+    return property(lambda self: getattr(self.book, name), doc=doc)
+
+
+class WorldNode:
+    """Mixin for a world's rclpy node: `out` (WorldPublishers), `book` (EpisodeBook), `inputs` (CountedInputs),
+    `rejections`, `peers` (PeerWait or None) and the steps every world takes with them.
+
+    The node sets `world_name` (Episode.world) and provides `config` (with `variant`) and `num_agents()`.
+    """
+
+    world_name = ""
+    peers: Optional[PeerWait] = None
+
+    def init_world(self, topics: Iterable[str] = STEPPED, episodes: Optional[int] = None,
+                   seed: Optional[int] = 0) -> None:
+        """Create the world's publishers of `topics` and its episode book (`episodes` None: no limit)."""
+        self.book: EpisodeBook[EpisodeResult] = EpisodeBook(episodes, seed)
+        self.rejections = Rejections(self.get_logger())
+        self.inputs = CountedInputs()
+        self.out = WorldPublishers(self, topics)
+
+    # the run's episodes, as the book keeps them (read-only)
+    episode = _book_view("episode", "Index of the current (or last) episode; -1 before the first.")
+    done = _book_view("done", "The run's last episode has ended.")
+    plans = _book_view("plans", "Plans this episode's agents received.")
+    agreeing = _book_view("agreeing", "Of this episode's plans, those whose first step was the oracle's.")
+    results = _book_view("results", "The results (EpisodeResult) of the episodes that ended.")
+
+    # ------------------------------------------------------------------ readiness and inputs
+
+    def wait_for_peers(self, cfg: Any) -> PeerWait:
+        """Readiness from a world's parameters `wait_for_nodes`, `replan_action` ('' = none), `wait_settle_s` and
+        `wait_timeout_s`: the first episode waits for those nodes and the Replan server (`peers`)."""
+        actions = {cfg.replan_action: ActionClient(self, Replan, cfg.replan_action)} if cfg.replan_action else {}
+        self.peers = PeerWait(self, cfg.wait_for_nodes, actions, cfg.wait_settle_s, cfg.wait_timeout_s)
+        return self.peers
+
+    def release_peers(self) -> None:
+        """Destroy the readiness action clients (a lifecycle world's cleanup)."""
+        for client in (self.peers.action_clients.values() if self.peers is not None else ()):
+            client.destroy()
+        self.peers = None
+
+    def subscribe_plans(self, callback: Callable[[Plan], None], **kwargs: Any):
+        """The plan subscription (latched per agent, qos.PLANS); `kwargs` pass to create_subscription."""
+        return self.create_subscription(Plan, names.PLAN, callback, qos.PLANS, **kwargs)
+
+    def take_plan(self, msg: Plan, live: bool, known: Callable[[str], bool], current: Callable[[], bool],
+                  parse: Callable[[str, list[tuple[str, str]]], list]) -> Optional[list]:
+        """A plan's steps when it is for a known agent of the running episode and valid (`parse`: the world's
+        steps of (action, parameters_json) pairs, ValueError naming what is wrong); else None, counted in `counts`
+        as `stale_plans` (no episode running: not `live`, or not `current`) or `malformed_plans` (rejected)."""
+        if not live:
+            self.counts["stale_plans"] += 1
+            return None
+        try:
+            agent = check_agent_id("agent_id", msg.agent_id)
+            if not known(agent):
+                raise InvalidInput("unknown_agent", f"plan for '{agent}', an agent not in this world")
+            if not current():
+                self.counts["stale_plans"] += 1
+                return None
+            return parse(agent, [(s.action, s.parameters_json) for s in msg.steps])
+        except ValueError as exc:
+            self.counts["malformed_plans"] += 1
+            self.rejections.reject("plan", exc, msg.plan_id)
+            return None
+
+    # ------------------------------------------------------------------ outputs
+
+    def stamp(self) -> Time:
+        """The stamp of what the world publishes now (the node's clock; a simulator may give its own time)."""
+        return self.get_clock().now().to_msg()
+
+    def num_agents(self) -> int:
+        """K: the agents of this world's episodes (Episode.agents)."""
+        raise NotImplementedError
+
+    def episode_msg(self, event: EpisodeEvent, result: Optional[EpisodeResult] = None) -> Episode:
+        """The Episode message of `event` for the book's episode (on END, `result`'s metrics)."""
+        return episode_msg(event, self.book.episode, self.book.seed, self.num_agents(), self.world_name,
+                           self.config.variant, self.stamp(), result)
+
+    def announce_start(self) -> int:
+        """Begin the book's next episode and publish its START; its index."""
+        episode = self.book.start()
+        self.out.episode.publish(self.episode_msg(EpisodeEvent.START))
+        return episode
+
+    def announce_end(self, result: EpisodeResult) -> bool:
+        """Close the running episode with `result` and publish its END; True when it was the run's last."""
+        last = self.book.end(result)
+        self.out.episode.publish(self.episode_msg(EpisodeEvent.END, result))
+        return last
+
+    def publish_entries(self, entries: Iterable[FeedEntry]) -> None:
+        """Publish context entries, stamped now."""
+        self.out.entries(entries, self.stamp())
+
+    def publish_entry(self, agent_id: str, block: Block, kind: EntryKind, text: str, step: int = 0) -> None:
+        """Publish one context entry, stamped now."""
+        self.out.entries([FeedEntry(agent_id, step, block, kind.value, text)], self.stamp())
+
+    def publish_state(self, state: WorldState, frame_id: str) -> None:
+        """Publish the world's state when it is of a new step or changed since the last one published."""
+        self.out.world_state(state, self.stamp(), frame_id)
+
+    def rejected_values(self) -> dict[str, int]:
+        """Rejected inputs by reason ('rejected.<what>.<reason>'), for diagnostics."""
+        return {f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}
+
+    def peer_errors(self) -> list[str]:
+        """The diagnostics ERROR line of an overdue peer wait; [] while waiting is not overdue (or none)."""
+        return self.peers.errors(PEERS_MISSING) if self.peers is not None else []
+
+    def publish_world_diagnostics(self, title: str, values: Mapping[str, Any], warnings: Iterable[str] = (),
+                                  errors: Iterable[str] = (), message: str = "") -> None:
+        """One status '<node>: <title>' on /diagnostics (ERROR with `errors`, WARN with `warnings`)."""
+        self.out.diagnostics.publish(diagnostic_array(f"{self.get_name()}: {title}", values,
+                                                      self.get_clock().now().to_msg(), warnings, errors, message))

@@ -1,0 +1,121 @@
+"""WorldNode: the base of every world node, on a plain Node and on a ReleasingLifecycleNode, over real DDS."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from brace_msgs.msg import Episode, Plan, PlanStep
+from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.node import Node
+
+from brace_common import names, qos
+from brace_common.episode import EpisodeResult
+from brace_common.lifecycle import ReleasingLifecycleNode
+from brace_common.testing import wait_for
+from brace_common.validation import InvalidInput
+from brace_common.vocabulary import EpisodeEvent
+from brace_common.world_node import WorldNode
+
+TOPICS = ("episode", "diagnostics")
+
+
+@dataclass
+class Config:
+    variant: str = "v"
+
+
+class World(WorldNode, Node):
+    """A world of one agent 'a0' whose plans must be non-empty."""
+
+    world_name = "tiny"
+
+    def __init__(self) -> None:
+        super().__init__("tiny_world")
+        self.config = Config()
+        self.counts = {"malformed_plans": 0, "stale_plans": 0}
+        self.init_world(TOPICS, episodes=2, seed=5)
+        self.steps: list = []
+        self.subscribe_plans(self.on_plan)
+
+    def num_agents(self) -> int:
+        return 1
+
+    def on_plan(self, msg: Plan) -> None:
+        steps = self.take_plan(msg, self.book.running, lambda agent: agent == "a0", lambda: True, self.parse)
+        if steps is not None:
+            self.steps.append(steps)
+
+    @staticmethod
+    def parse(agent: str, raw: list[tuple[str, str]]) -> list:
+        if not raw:
+            raise InvalidInput("empty_plan", "a plan needs a step")
+        return [action for action, _ in raw]
+
+
+class ManagedWorld(WorldNode, ReleasingLifecycleNode):
+    """The same base on a lifecycle node: the stack's topics exist between configure and cleanup."""
+
+    world_name = "managed"
+
+    def __init__(self) -> None:
+        super().__init__("managed_world")
+        self.init_world(("diagnostics",))
+
+    def on_configure(self, state) -> TransitionCallbackReturn:
+        self.out.open(("episode", "context"))
+        return TransitionCallbackReturn.SUCCESS
+
+    def _release(self) -> None:
+        self.out.close(("episode", "context"))
+
+
+def result(episode: int) -> EpisodeResult:
+    return EpisodeResult(True, 3, 1, 1, 1.0, 0, 0, 0, episode=episode, seed=5 + episode)
+
+
+def test_a_world_announces_its_episodes_and_takes_only_valid_plans_of_a_running_one(ros):
+    world = ros.add(World())
+    listener = ros.add(Node("listener"))
+    episodes: list[Episode] = []
+    listener.create_subscription(Episode, names.EPISODE, episodes.append, qos.EVENTS)
+    plans = listener.create_publisher(Plan, names.PLAN, qos.PLANS)
+    wait_for(lambda: world.out.episode.get_subscription_count() > 0 and plans.get_subscription_count() > 0,
+             what="the world and the listener matched")
+    assert world.out.context is None and world.out.states is None  # only the topics the world asked for
+
+    plans.publish(Plan(plan_id="early", agent_id="a0", steps=[PlanStep(action="go")]))
+    wait_for(lambda: world.counts["stale_plans"] == 1, what="a plan before the episode counted stale")
+
+    assert world.announce_start() == 0
+    wait_for(lambda: len(episodes) == 1, what="START")
+    assert (episodes[0].event, episodes[0].episode, episodes[0].seed, episodes[0].world, episodes[0].variant) == (
+        EpisodeEvent.START, 0, 5, "tiny", "v")
+    plans.publish(Plan(plan_id="p1", agent_id="a0", steps=[PlanStep(action="go")]))
+    wait_for(lambda: world.steps == [["go"]], what="a valid plan taken")
+    plans.publish(Plan(plan_id="p2", agent_id="nobody", steps=[PlanStep(action="go")]))
+    wait_for(lambda: world.counts["malformed_plans"] == 1, what="a plan for an unknown agent rejected")
+    plans.publish(Plan(plan_id="p3", agent_id="a0", steps=[]))
+    wait_for(lambda: world.counts["malformed_plans"] == 2, what="a plan the world's parser refuses rejected")
+    assert world.steps == [["go"]] and world.counts["malformed_plans"] == 2
+    assert world.rejected_values() == {"rejected.plan.empty_plan": 1, "rejected.plan.unknown_agent": 1}
+
+    assert not world.announce_end(result(0))
+    world.announce_start()
+    assert world.announce_end(result(1)) and world.done and world.results == [result(0), result(1)]
+    wait_for(lambda: len(episodes) == 4, what="every boundary")
+    assert [(e.event, e.episode, e.seed) for e in episodes] == [
+        (EpisodeEvent.START, 0, 5), (EpisodeEvent.END, 0, 5), (EpisodeEvent.START, 1, 6), (EpisodeEvent.END, 1, 6)]
+    assert episodes[-1].success and episodes[-1].steps == 3
+
+
+def test_a_lifecycle_world_opens_its_topics_at_configure_and_closes_them_at_cleanup(ros):
+    world = ros.add(ManagedWorld())
+    assert world.out.diagnostics is not None and world.out.episode is None
+    world.trigger_configure()
+    assert world.out.episode is not None and world.out.context is not None
+    assert names.EPISODE in {n.lstrip("/") for n, _ in world.get_publisher_names_and_types_by_node(
+        "managed_world", "/")}
+    world.trigger_cleanup()
+    assert world.out.episode is None and world.out.diagnostics is not None
+    world.trigger_configure()  # configured again: the topics come back
+    assert world.out.episode is not None
