@@ -55,7 +55,7 @@ class Reason(str, enum.Enum):
     """Why a trigger was admitted or suppressed (ReplanDecision.REASON_*)."""
 
     GATE_OPEN = "gate_open"
-    OVERRIDE = "failure_override"
+    OVERRIDE = "override"
     DEFER_GUARD = "defer_guard"
     COOLDOWN = "cooldown"
     COMMIT = "commit"

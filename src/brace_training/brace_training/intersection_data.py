@@ -62,7 +62,7 @@ def decision_points(seeds: range, agents: int, every: int = 10, observe_every: i
     """Decision points of oracle-driven intersection episodes, one episode per seed."""
     for seed in seeds:
         rng = random.Random(seed)
-        cfg = IntersectionConfig(agents=agents, seed=seed, max_steps=max_steps, gust_probability=gust_probability)
+        cfg = IntersectionConfig(num_agents=agents, seed=seed, max_steps=max_steps, gust_probability=gust_probability)
         with AirSimPeer(settings(cfg), port=0) as peer:
             link = AirSimLink("127.0.0.1", peer.port, 10.0)
             try:

@@ -56,7 +56,7 @@ def decision_points(seeds: range, agents: int, every: int = 8, observe_every: in
     """
     for seed in seeds:
         rng = random.Random(seed)
-        world = Warehouse(WorldConfig(agents=agents, seed=seed, max_steps=max_steps, drift=drift,
+        world = Warehouse(WorldConfig(num_agents=agents, seed=seed, max_steps=max_steps, drift=drift,
                                       grasp_failure=grasp_failure))
         entries = list(episode_entries(world, seed)) + step_entries(world, [], 0)
         names = sorted(world.agents)

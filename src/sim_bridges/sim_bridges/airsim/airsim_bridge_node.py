@@ -123,7 +123,7 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         """Start stepping."""
         self.timer = steady_timer(self, self.config.step_period_s, self.tick)
         self.state_label = "active"
-        self.get_logger().info(f"AirSim bridge for {self.config.agents} drones at {self.config.host}:"
+        self.get_logger().info(f"AirSim bridge for {self.config.num_agents} drones at {self.config.host}:"
                                f"{self.config.port} ({'lockstep' if self.config.lockstep else 'real time'})")
         return TransitionCallbackReturn.SUCCESS
 
@@ -306,7 +306,7 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         return self.get_clock().now().to_msg()
 
     def _episode_msg(self, event: EpisodeEvent, result: Optional[EpisodeResult] = None):
-        return episode_msg(event, self.episode, self.config.seed + self.episode, self.config.agents, "airsim",
+        return episode_msg(event, self.episode, self.config.seed + self.episode, self.config.num_agents, "airsim",
                            self.config.variant, self.stamp(), result)
 
     def _publish_states(self) -> None:

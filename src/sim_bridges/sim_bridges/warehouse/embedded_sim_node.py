@@ -178,7 +178,7 @@ class EmbeddedSimNode(WorldInputs, Node):
         return self.get_clock().now().to_msg()
 
     def _episode_msg(self, event: EpisodeEvent, result: Optional[EpisodeResult] = None) -> Episode:
-        return episode_msg(event, self.episode, self.config.seed + self.episode, self.config.agents, "warehouse",
+        return episode_msg(event, self.episode, self.config.seed + self.episode, self.config.num_agents, "warehouse",
                            self.config.variant, self.stamp(), result)
 
     def _publish_entries(self, entries: list[feed.FeedEntry]) -> None:
