@@ -90,7 +90,7 @@ A2_COLUMNS = ["label", "episodes", "success", "delivered", "tokens_before", "tok
               "latency_p50_ms", "latency_p95_ms", "slo_ms", "slo_violation", "calls_per_episode", "oracle_agreement",
               "near_misses", "collisions", "min_distance"]
 A25_COLUMNS = ["label", "episodes", "triggers", "admitted", "suppressed", "share_periodic", "share_failure",
-               "share_drift", "share_hazard", "share_deadlock", "replans_per_min", "slo_violation", "success"]
+               "share_drift", "share_hazard", "share_deadlock", "calls_per_min", "slo_violation", "success"]
 A26_COLUMNS = ["label", "num_agents", *A2_COLUMNS[1:]]
 
 QUICK = {"embedded_sim": {"num_agents": 2, "max_steps": 4, "step_period_s": 0.01}}  # under a row's own settings
@@ -128,7 +128,7 @@ def tables() -> dict[str, Table]:
                          "(paper Tables 2 and 24 shape)",
                          [Row("No BRACE", "no_brace"), Row("BRACE + E-RECAP", "brace_erecap")], A2_COLUMNS, **airsim),
         "airsim25": Table("airsim25", "AirSim intersection, K = 8: trigger audit over the replanning interval "
-                          "(paper Table 25 shape)", a25, A25_COLUMNS, plot="replans_per_min", **airsim),
+                          "(paper Table 25 shape)", a25, A25_COLUMNS, plot="calls_per_min", **airsim),
         "airsim26": Table("airsim26", "AirSim intersection: K = 2, 4, 8 (paper Table 26 shape)", a26, A26_COLUMNS,
                           plot="slo_violation", **airsim),
         "table2": Table("table2", "No BRACE vs BRACE + E-RECAP (paper Table 2 shape)",

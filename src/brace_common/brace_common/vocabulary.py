@@ -128,6 +128,25 @@ class Phase(str, enum.Enum):
     FIRST_TOKEN = "first_token"
 
 
+class CallState(str, enum.Enum):
+    """Where a call accepted by the planner is in its call queue (ROS-free: no message carries it)."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    SUPERSEDED = "superseded"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    DONE = "done"
+
+
+class Decoding(str, enum.Enum):
+    """How the planner decodes a plan (the erecap_planner parameter `decoding`)."""
+
+    JSON = "json"                  # generate the plan's JSON freely, then validate it
+    CANDIDATES = "candidates"      # score every valid skill call on the (pruned) KV cache
+    CONSTRAINED = "constrained"    # greedy generation restricted to valid skill calls
+
+
 class EpisodeEvent(_LabelledEnum):
     """An episode boundary (Episode.EVENT_*)."""
 

@@ -123,7 +123,7 @@ def test_one_task_dock_congests_the_team():
     assert stalls[1] > 2 * stalls[0]
 
 
-@pytest.mark.parametrize("bad", [dict(agents=0), dict(agents=9), dict(grasp_failure=1.5), dict(max_steps=0),
+@pytest.mark.parametrize("bad", [dict(num_agents=0), dict(num_agents=9), dict(grasp_failure=1.5), dict(max_steps=0),
                                  dict(task_docks=-1)])
 def test_config_validation(bad):
     with pytest.raises(ValueError):

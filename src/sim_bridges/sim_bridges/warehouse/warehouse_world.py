@@ -60,7 +60,8 @@ class WorldConfig:
     max_steps: int = param(60, "steps after which an unfinished episode fails", 1, 10**6)
     grasp_failure: float = param(0.1, "probability that a pick slips", 0.0, 1.0)
     drift: float = param(0.02, "probability per step that a waiting object is moved to another shelf", 0.0, 1.0)
-    hazard_distance_m: float = param(1.01, "d_min in cells for the near-miss count (adjacent agents)", 0.0, 100.0)
+    hazard_distance_m: float = param(1.01, "d_min (m; a cell is 1 m in the map frame): agent pairs closer "
+                                     "than this count as a near-miss (1.01: adjacent cells)", 0.0, 100.0)
     handoff_tasks: int = param(1, "two-agent handoff tasks, Pass-Shoe-like (agents 0+1, 2+3, ... pair up, at most "
                                "K // 2 pairs; every agent has one task)", 0, 100)
     task_docks: int = param(0, "tasks deliver to the first n docks only (0 = any dock; 1 = one congested dock)", 0, 3)
