@@ -60,8 +60,8 @@ class IntersectionConfig:
     def validate(self) -> None:
         """ConfigError naming the first invalid field."""
         check_fields(self)
-        if self.vehicles and len(self.vehicles) != self.agents:
-            raise ConfigError("vehicles", f"names {len(self.vehicles)} vehicles for {self.agents} agents")
+        if self.vehicles and len(self.vehicles) != self.num_agents:
+            raise ConfigError("vehicles", f"names {len(self.vehicles)} vehicles for {self.num_agents} agents")
         if len(set(self.vehicles)) != len(self.vehicles) or any(not v.strip() for v in self.vehicles):
             raise ConfigError("vehicles", f"{self.vehicles}: names must be distinct and not empty")
         if self.hold_m <= self.box_m:
@@ -71,7 +71,7 @@ class IntersectionConfig:
 
     def names(self) -> list[str]:
         """The drones' names (agent ids), drone i first."""
-        return list(self.vehicles) or [drone_name(i) for i in range(self.agents)]
+        return list(self.vehicles) or [drone_name(i) for i in range(self.num_agents)]
 
     def scenario_fields(self) -> dict:
         """The scenario's own fields (without what a subclass adds)."""
