@@ -166,7 +166,7 @@ def growth(model, tokenizer, calls: int, grow: int, sizes=SIZES, only=None) -> t
     from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
     agents = 8
-    schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(agents=agents))))
+    schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=agents))))
     bank = PredictorBank.load(resolve_path(sim_planner_checkpoint("predictor_path")), model.config)
     table8 = PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7)
     two_stage = replace(table8, first_cut=1.5)

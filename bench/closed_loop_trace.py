@@ -136,7 +136,7 @@ def main() -> None:
     if args.adapter:
         merge_adapter(model, resolve_path(args.adapter))
     predictors = PredictorBank.load(resolve_path(args.predictor), model.config) if args.compressor == "erecap" else None
-    sim = config_from_file(SimConfig, params_dir() / "embedded_sim.yaml", "embedded_sim", agents=args.agents,
+    sim = config_from_file(SimConfig, params_dir() / "embedded_sim.yaml", "embedded_sim", num_agents=args.agents,
                            seed=args.seed, max_steps=args.max_steps)
     first = Warehouse(sim.world(0))
     schema = ActionSchema.from_dict(action_schema(first))

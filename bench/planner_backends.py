@@ -75,7 +75,7 @@ def build(args, stack):
     layers = table8_layers(model.config.num_hidden_layers)
     schedule = PruneSchedule(tuple(layers), 0.7, first_cut=1.5)
     predictors = PredictorBank.load(resolve_path(args.predictor), model.config)
-    schemas = {k: ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(agents=k)))) for k in (4, 8)}
+    schemas = {k: ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=k)))) for k in (4, 8)}
     folder = prepare_model_folder("smollm2-135m-instruct", args.adapter)
     stack.update(model=model, tokenizer=tokenizer, schedule=schedule, predictors=predictors, schemas=schemas,
                  folder=folder)

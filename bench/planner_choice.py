@@ -82,7 +82,7 @@ def main() -> None:
     layers = table8_layers(depth)
     schedule = PruneSchedule(tuple(layers), 0.7)
     trained = PredictorBank.load(resolve_path(args.predictor), model.config)
-    world0 = Warehouse(WorldConfig(agents=args.agents))
+    world0 = Warehouse(WorldConfig(num_agents=args.agents))
     schema = ActionSchema.from_dict(action_schema(world0))
     configs = {}
     for weights, layout, name in itertools.product(args.decode_weights, args.layout, args.configs):

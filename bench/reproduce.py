@@ -83,19 +83,19 @@ T6_COLUMNS = ["label", "episodes", "success", "delivered", "path_efficiency", "c
               "slo_violation", "near_misses", "collisions"]
 T30_COLUMNS = ["label", "episodes", "calls_per_episode", "changes_per_episode", "churn", "deadlocks_per_episode",
                "success", "slo_violation"]
-T5_COLUMNS = ["label", "agents", "episodes", "tokens_before", "tokens_after", "latency_p50_ms", "latency_p95_ms",
+T5_COLUMNS = ["label", "num_agents", "episodes", "tokens_before", "tokens_after", "latency_p50_ms", "latency_p95_ms",
               "slo_violation", "success", "oracle_agreement"]
 
 A2_COLUMNS = ["label", "episodes", "success", "delivered", "tokens_before", "tokens_after", "token_reduction",
               "latency_p50_ms", "latency_p95_ms", "slo_ms", "slo_violation", "calls_per_episode", "oracle_agreement",
               "near_misses", "collisions", "min_distance"]
 A25_COLUMNS = ["label", "episodes", "triggers", "admitted", "suppressed", "share_periodic", "share_failure",
-               "share_drift", "share_hazard", "share_deadlock", "replans_per_min", "slo_violation", "success"]
-A26_COLUMNS = ["label", "agents", *A2_COLUMNS[1:]]
+               "share_drift", "share_hazard", "share_deadlock", "calls_per_min", "slo_violation", "success"]
+A26_COLUMNS = ["label", "num_agents", *A2_COLUMNS[1:]]
 
-QUICK = {"embedded_sim": {"agents": 2, "max_steps": 4, "step_period_s": 0.01}}  # under a row's own settings
+QUICK = {"embedded_sim": {"num_agents": 2, "max_steps": 4, "step_period_s": 0.01}}  # under a row's own settings
 HARD = {"embedded_sim": {"grasp_failure": 0.3, "drift": 0.05}}
-DEADLOCK_PRONE = {"embedded_sim": {"agents": 6, "task_docks": 1}}  # six agents, one dock: they queue and block
+DEADLOCK_PRONE = {"embedded_sim": {"num_agents": 6, "task_docks": 1}}  # six agents, one dock: they queue and block
 
 
 def _merge(*layers: dict[str, dict]) -> dict[str, dict]:
@@ -116,11 +116,11 @@ def tables() -> dict[str, Table]:
                          "trigger_monitor": {"deadlock_window": w, "deadlock_threshold": min(3, w)}}))
            for d, o, w in ((0, 0, 3), (3, 2, 3), (6, 4, 3), (3, 2, 6))]
     t5 = [Row(f"K={k} {name}", "brace_erecap" if comp == "erecap" else "brace",
-              _merge({"embedded_sim": {"agents": k}, "erecap_planner": {"compressor": comp}}))
+              _merge({"embedded_sim": {"num_agents": k}, "erecap_planner": {"compressor": comp}}))
           for k in (1, 2, 4, 8) for name, comp in (("unpruned", "none"), ("E-RECAP", "erecap"), ("random", "random"))]
     a25 = [Row(f"periodic every {n} steps", "brace_erecap", {"trigger_monitor": {"periodic_interval_steps": n}})
            for n in (5, 10, 20)]
-    a26 = [Row(f"K={k} {label}", variant, {"airsim_bridge": {"agents": k}})
+    a26 = [Row(f"K={k} {label}", variant, {"airsim_bridge": {"num_agents": k}})
            for k in (2, 4, 8) for label, variant in (("No BRACE", "no_brace"), ("BRACE + E-RECAP", "brace_erecap"))]
     airsim = {"config": AIRSIM_RUN, "world": "airsim_bridge"}
     return {
@@ -128,7 +128,7 @@ def tables() -> dict[str, Table]:
                          "(paper Tables 2 and 24 shape)",
                          [Row("No BRACE", "no_brace"), Row("BRACE + E-RECAP", "brace_erecap")], A2_COLUMNS, **airsim),
         "airsim25": Table("airsim25", "AirSim intersection, K = 8: trigger audit over the replanning interval "
-                          "(paper Table 25 shape)", a25, A25_COLUMNS, plot="replans_per_min", **airsim),
+                          "(paper Table 25 shape)", a25, A25_COLUMNS, plot="calls_per_min", **airsim),
         "airsim26": Table("airsim26", "AirSim intersection: K = 2, 4, 8 (paper Table 26 shape)", a26, A26_COLUMNS,
                           plot="slo_violation", **airsim),
         "table2": Table("table2", "No BRACE vs BRACE + E-RECAP (paper Table 2 shape)",
@@ -149,7 +149,7 @@ def tables() -> dict[str, Table]:
 
 def row_metrics(label: str, records, agents: int) -> dict:
     """The summary row, the trigger audit and the sweep's deadlock count."""
-    out = {"label": label, "agents": agents, **trigger_rows(records), **summary(records)}
+    out = {"label": label, "num_agents": agents, **trigger_rows(records), **summary(records)}
     deadlocks = sum(d.trigger.kind == TriggerKind.DEADLOCK for _, d in records.decisions)
     out["deadlocks_per_episode"] = deadlocks / out["episodes"] if out["episodes"] else math.nan
     return out
@@ -188,7 +188,7 @@ def run_table(cfg: RunConfig, table: Table, episodes: int, out: Path, quiet: boo
         # the row's processes (its simulator, if it has one) start and stop with it
         records, _bag, _, _ = run_variant(plan(cfg, row.variant, row_folder, extra, free_ports()), quiet)
         records.variant = row.label
-        agents = int(cfg.parameters(row.variant, extra)[table.world].get("agents", 4))
+        agents = int(cfg.parameters(row.variant, extra)[table.world].get("num_agents", 4))
         rows.append(row_metrics(row.label, records, agents))
         print(f"  {table.name} row {i + 1}/{len(table.rows)} '{row.label}': {time.monotonic() - started:.0f} s",
               file=sys.stderr)

@@ -231,7 +231,7 @@ def trigger_rows(run: RunRecords) -> dict:
     return {"triggers": audit.triggers, "admitted": audit.admitted, "suppressed": audit.suppressed,
             **{f"suppressed_{k}": v for k, v in sorted(audit.suppressed_by_reason.items())},
             **{f"share_{k}": v for k, v in audit.share_by_kind.items()},
-            "replans_per_min": audit.replans_per_min}
+            "calls_per_min": audit.calls_per_min}
 
 
 def _fmt(value) -> str:

@@ -122,7 +122,7 @@ class TriggerAudit:
     suppressed: int
     suppressed_by_reason: dict[str, int]
     share_by_kind: dict[str, float]
-    replans_per_min: float
+    calls_per_min: float
 
 
 def trigger_audit(decisions: Sequence[Decision], duration_s: float) -> TriggerAudit:
@@ -136,5 +136,5 @@ def trigger_audit(decisions: Sequence[Decision], duration_s: float) -> TriggerAu
         suppressed=total - admitted,
         suppressed_by_reason=dict(Counter(d.reason.value for d in decisions if not d.admitted)),
         share_by_kind={k.label: (kinds.get(k.label, 0) / total if total else 0.0) for k in TriggerKind},
-        replans_per_min=(admitted / duration_s * 60.0) if duration_s > 0 else math.nan,
+        calls_per_min=(admitted / duration_s * 60.0) if duration_s > 0 else math.nan,
     )

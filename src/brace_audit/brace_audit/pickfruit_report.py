@@ -24,7 +24,7 @@ def row(records, episodes: Sequence[dict]) -> dict:
     out = {"variant": records.variant, "episodes": n,
            "success": sum(bool(e["success"]) for e in episodes) / n if n else math.nan,
            "duration_s": sum(e["duration_s"] for e in episodes) / n if n else math.nan,
-           "replans_per_episode": s["calls"] / n if n else math.nan,
+           "calls_per_episode": s["calls"] / n if n else math.nan,
            "latency_p95_ms": s["latency_p95_ms"], "slo_violation": s["slo_violation"],
            "slips": sum(e["slips"] for e in episodes)}
     out.update({f"failure_{f}": sum(e.get(f"failure_{f}", 0) for e in episodes) for f in FAILURES})
@@ -41,7 +41,7 @@ def table(rows: Sequence[dict]) -> str:
         p95 = f"{r['latency_p95_ms']:.0f}" if not math.isnan(r["latency_p95_ms"]) else "-"
         slo = f"{100 * r['slo_violation']:.1f}%" if not math.isnan(r["slo_violation"]) else "-"
         lines.append(f"{r['variant']:<14}{r['episodes']:>9}{100 * r['success']:>8.0f}%{r['duration_s']:>11.1f}"
-                     f"{r['replans_per_episode']:>11.1f}{p95:>9}{slo:>10}  {fails}")
+                     f"{r['calls_per_episode']:>11.1f}{p95:>9}{slo:>10}  {fails}")
     return "\n".join(lines)
 
 

@@ -68,4 +68,4 @@ def test_trigger_audit_table25_shape():
     assert (audit.triggers, audit.admitted, audit.suppressed) == (4, 2, 2)
     assert audit.suppressed_by_reason == {"cooldown": 2}
     assert audit.share_by_kind["periodic"] == 0.5 and audit.share_by_kind["hazard"] == 0.25
-    assert audit.replans_per_min == 4.0
+    assert audit.calls_per_min == 4.0

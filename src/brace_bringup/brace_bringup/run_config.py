@@ -193,10 +193,10 @@ class RunConfig:
         if self.stack.world:
             params[self.stack.world]["variant"] = variant
         if "embedded_sim" in params:
-            agents = int(params["embedded_sim"].get("agents", WorldConfig.agents))
+            agents = int(params["embedded_sim"].get("num_agents", WorldConfig.num_agents))
             planner = params.get("erecap_planner", {})
             if str(planner.get("action_schema_file", "")).endswith(SHIPPED_SCHEMA) and agents != 4:
-                schema = action_schema(Warehouse(WorldConfig(agents=agents)))  # the shipped schema is K = 4's
+                schema = action_schema(Warehouse(WorldConfig(num_agents=agents)))  # the shipped schema is K = 4's
                 planner["action_schema_file"] = _write_schema(folder / SHIPPED_SCHEMA, schema)
         if "airsim_bridge" in params:
             scenario = intersection_of(params["airsim_bridge"])

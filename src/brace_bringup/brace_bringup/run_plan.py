@@ -102,7 +102,7 @@ LAUNCH_ARGUMENTS = {
 """The arguments of every launch file: name -> (default, description)."""
 
 AIRSIM_LAUNCH_ARGUMENTS = {
-    "agents": ("", "K: drones of the intersection ('' = the run configuration's)"),
+    "num_agents": ("", "K: drones of the intersection ('' = the run configuration's)"),
     "peer": ("true", "true: start brace-airsim-peer (the run's airsim_peer) beside the stack; false: a real AirSim "
                      "at host:port"),
     "host": ("127.0.0.1", "AirSim RPC host when peer is false"),
@@ -122,8 +122,8 @@ def plan_for_launch(arguments: Mapping[str, str]) -> RunPlan:
     peer = True
     if "airsim_bridge" in cfg.stack.names:
         bridge = extra.setdefault("airsim_bridge", {})
-        if arguments.get("agents"):
-            bridge["agents"] = int(arguments["agents"])
+        if arguments.get("num_agents"):
+            bridge["num_agents"] = int(arguments["num_agents"])
         peer = bool(cfg.airsim_peer) and arguments.get("peer", "true").lower() == "true"
         if not peer:  # a real AirSim (its settings.json names the scenario's vehicles)
             bridge.update(host=arguments.get("host", "127.0.0.1"), port=int(arguments.get("port", "41451")))

@@ -304,7 +304,7 @@ def main(argv=None) -> int:
     if missing:
         print(f"brace-run: unknown variants {missing}; the config has {list(cfg.variants)}", file=sys.stderr)
         return 2
-    extra = {cfg.stack.world: {k: v for k, v in (("episodes", args.episodes), ("agents", args.agents)) if v}}
+    extra = {cfg.stack.world: {k: v for k, v in (("episodes", args.episodes), ("num_agents", args.agents)) if v}}
     for item in args.set:
         key, sep, value = item.partition("=")
         node, dot, param = key.partition(".")

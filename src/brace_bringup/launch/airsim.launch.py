@@ -1,7 +1,7 @@
 """Launch the AirSim drone intersection: the bridge, triggers, controller, planner, audit bag (and the AirSim peer).
 
     ros2 launch brace_bringup airsim.launch.py                   # K = 8 on brace-airsim-peer
-    ros2 launch brace_bringup airsim.launch.py agents:=4 variant:=no_brace
+    ros2 launch brace_bringup airsim.launch.py num_agents:=4 variant:=no_brace
     ros2 launch brace_bringup airsim.launch.py peer:=false host:=192.168.1.20 port:=41451   # a real AirSim
 
 The nodes and parameter files of the 'airsim' stack (brace_bringup/graph.py) with runs/airsim_k8.yaml

@@ -93,7 +93,7 @@ def test_the_parameter_reference_is_generated_from_the_code():
 
 
 def test_the_isaac_launch_plans_for_the_bridges_robots_with_its_schema_on_isaacs_clock(tmp_path):
-    """isaac.launch.py's parameters: the monitor's agents are the bridge's robots, the planner decodes JSON
+    """isaac.launch.py's parameters: the monitor's agents are the bridge's, the planner decodes JSON
     plans against the bridge's action schema (which both sides load), every node follows /clock."""
     cfg = RunConfig.load("isaac")
     assert cfg.stack.use_sim_time and cfg.stack.world == "isaac_bridge"
@@ -101,7 +101,7 @@ def test_the_isaac_launch_plans_for_the_bridges_robots_with_its_schema_on_isaacs
         written = yaml.safe_load(cfg.write_parameters(variant, tmp_path / variant).read_text())
         bridge, monitor, planner = (written[f"/**/{name}"]["ros__parameters"]
                                     for name in ("isaac_bridge", "trigger_monitor", "erecap_planner"))
-        assert monitor["agents"] == bridge["robots"] and bridge["variant"] == variant
+        assert monitor["agents"] == bridge["agents"] and bridge["variant"] == variant
         assert planner["action_schema_file"] == bridge["action_schema_file"] and planner["decoding"] == "json"
         assert all(section["ros__parameters"]["use_sim_time"] is True for section in written.values())
         config = from_mapping(IsaacBridgeConfig, {k: v for k, v in bridge.items() if k not in ROS_PARAMETERS})

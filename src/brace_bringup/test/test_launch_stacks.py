@@ -66,13 +66,13 @@ def small_run(run: str, folder: Path, env: dict[str, str]) -> Path:
                                                      "pruning_layers": [1, 3], "predictor_path": "", "adapter_path": ""}}
     extra: dict = {}
     if run == "demo.yaml":
-        overrides["embedded_sim"] = {**SHORT_EPISODE, "agents": 2, "max_steps": 10, "step_period_s": 0.01}
+        overrides["embedded_sim"] = {**SHORT_EPISODE, "num_agents": 2, "max_steps": 10, "step_period_s": 0.01}
     elif run == "airsim_k8.yaml":
-        overrides["airsim_bridge"] = {**SHORT_EPISODE, "agents": 2, "max_steps": 12, "step_period_s": 0.01}
+        overrides["airsim_bridge"] = {**SHORT_EPISODE, "num_agents": 2, "max_steps": 12, "step_period_s": 0.01}
         extra["airsim_peer"] = {"port": free_port()}
     elif run == "piper_twin_launch.yaml":
         group, act_port = f"ff01::74:{(os.getpid() + 11) % 0xFFFF:x}", free_port()  # interface-local multicast
-        overrides["twin_world"] = {**SHORT_EPISODE, "max_duration_s": 30.0, "can_port": group, "act_port": act_port}
+        overrides["twin_world"] = {**SHORT_EPISODE, "max_episode_s": 30.0, "can_port": group, "act_port": act_port}
         overrides["piper_arm"] = {"can_port": group}
         overrides["openvla_executor"] = {"server_url": f"http://127.0.0.1:{act_port}/act"}
         env["CAN_CONFIG"] = json.dumps({"port": free_port(socket.SOCK_DGRAM)})  # udp_multicast: one port per bus

@@ -50,7 +50,7 @@ def test_set_overrides_must_name_a_node_and_parameter(capsys):
 def test_closed_loop_runs_and_the_bag_reproduces_the_live_numbers(model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("ROS_DOMAIN_ID", str(180 + (hash(str(tmp_path)) % 19)))
     cfg = RunConfig.load("demo")
-    extra = {"embedded_sim": {"episodes": 2, "agents": 2, "max_steps": 10, "step_period_s": 0.01},
+    extra = {"embedded_sim": {"episodes": 2, "num_agents": 2, "max_steps": 10, "step_period_s": 0.01},
              "erecap_planner": {"model_path": model_dir, "pruning_layers": [1, 3], "predictor_path": "",
                                 "adapter_path": ""}}
     folder, runs = run(cfg, ["no_brace", "brace_erecap"], tmp_path / "runs", extra, quiet=True)
@@ -80,7 +80,7 @@ def test_a_run_with_a_planner_server_starts_it_and_plans_through_it(model_dir, t
     assert cfg.planner_server.get("engine", "transformers") == "transformers" and cfg.planner_server["adapter"]
     assert cfg.parameters("brace_erecap", {})["erecap_planner"]["backend"] == "openai"
     cfg.planner_server = {**cfg.planner_server, "model": model_dir, "adapter": ""}
-    extra = {"embedded_sim": {"episodes": 1, "agents": 2, "max_steps": 6, "step_period_s": 0.01},
+    extra = {"embedded_sim": {"episodes": 1, "num_agents": 2, "max_steps": 6, "step_period_s": 0.01},
              "erecap_planner": {"model_path": model_dir, "pruning_layers": [1, 3], "predictor_path": "",
                                 "adapter_path": "", "max_new_tokens": 8}}
     folder, runs = run(cfg, ["brace_erecap"], tmp_path / "runs", extra, quiet=True)
@@ -108,10 +108,10 @@ def test_airsim_peer_is_checked_and_the_run_writes_the_drones_schema(tmp_path):
     with pytest.raises(ValueError, match="needs a stack with an airsim_bridge"):
         RunConfig.load(bad)
     cfg = RunConfig.load("airsim_k8")
-    params = cfg.parameters("brace_erecap", {"airsim_bridge": {"agents": 3}})
-    assert params["airsim_bridge"]["agents"] == 3 and cfg.peer_spec()["port"] == 41451
+    params = cfg.parameters("brace_erecap", {"airsim_bridge": {"num_agents": 3}})
+    assert params["airsim_bridge"]["num_agents"] == 3 and cfg.peer_spec()["port"] == 41451
     written = yaml.safe_load(cfg.write_parameters("brace_erecap", tmp_path / "run",
-                                                  {"airsim_bridge": {"agents": 3}}).read_text())
+                                                  {"airsim_bridge": {"num_agents": 3}}).read_text())
     assert written["/**/trigger_monitor"]["ros__parameters"]["agents"] == []  # learnt from the drones' states
     schema = yaml.safe_load(Path(written["/**/erecap_planner"]["ros__parameters"]["action_schema_file"]).read_text())
     assert schema["actions"]["yield_to"]["agent"]["choices"] == ["drone_0", "drone_1", "drone_2"]

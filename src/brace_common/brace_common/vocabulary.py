@@ -55,7 +55,7 @@ class Reason(str, enum.Enum):
     """Why a trigger was admitted or suppressed (ReplanDecision.REASON_*)."""
 
     GATE_OPEN = "gate_open"
-    OVERRIDE = "failure_override"
+    OVERRIDE = "override"
     DEFER_GUARD = "defer_guard"
     COOLDOWN = "cooldown"
     COMMIT = "commit"
@@ -126,6 +126,25 @@ class Phase(str, enum.Enum):
     DISPATCH = "dispatch"
     REQUEST = "request"
     FIRST_TOKEN = "first_token"
+
+
+class CallState(str, enum.Enum):
+    """Where a call accepted by the planner is in its call queue (ROS-free: no message carries it)."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    SUPERSEDED = "superseded"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    DONE = "done"
+
+
+class Decoding(str, enum.Enum):
+    """How the planner decodes a plan (the erecap_planner parameter `decoding`)."""
+
+    JSON = "json"                  # generate the plan's JSON freely, then validate it
+    CANDIDATES = "candidates"      # score every valid skill call on the (pruned) KV cache
+    CONSTRAINED = "constrained"    # greedy generation restricted to valid skill calls
 
 
 class EpisodeEvent(_LabelledEnum):

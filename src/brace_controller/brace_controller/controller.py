@@ -3,7 +3,7 @@
 Order of checks for a well-formed trigger of agent a at step t:
 
   1. a call for a is still in flight             -> suppressed (in_flight)
-  2. failure-aware override (failures >= k)      -> admitted (failure_override), gates bypassed
+  2. failure-aware override (failures >= k)      -> admitted (override), gates bypassed
   3. Eq. 1 on a's counters (cooldown, commit)    -> suppressed (cooldown | commit)
   4. defer guard (a deferred N times in a row,   -> admitted (defer_guard), skips 5 and 6
      no call in flight)

@@ -115,7 +115,7 @@ class TriggerMonitorNode(Node):
 
     def publish_diagnostics(self) -> None:
         """Raised triggers per kind and malformed inputs on /diagnostics."""
-        values = {"step": self.monitor.step, "agents": len(self.monitor.agents()),
+        values = {"step": self.monitor.step, "num_agents": len(self.monitor.agents()),
                   **{f"raised.{k}": v for k, v in sorted(self.raised.items())}, **self.counts,
                   **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}, **self.inputs.counts}
         warnings = nonzero({**self.counts, **self.inputs.counts}, (*self.counts, *self.inputs.counts))

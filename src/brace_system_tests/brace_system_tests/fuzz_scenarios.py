@@ -289,9 +289,9 @@ def drip_server(folder: Path, domain: int, quick: bool = False) -> ScenarioResul
     server = DripServer("drip_body", (0.001, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0), drip_s)  # a small step, gripper open
     try:
         with Graph(folder, domain) as graph:
-            # stale_input_s: the harness's node publishes the arm's state; a busy machine may pause it for seconds
+            # stale_after_s: the harness's node publishes the arm's state; a busy machine may pause it for seconds
             graph.start("robot_bridge", "openvla_executor", "openvla_executor", [shipped], {
-                "server_url": server.url, "server_timeout_s": timeout_s, "stale_input_s": 10.0,
+                "server_url": server.url, "server_timeout_s": timeout_s, "stale_after_s": 10.0,
                 "diagnostics_period_s": 0.5})
             node = graph.node
             joints = node.create_publisher(JointState, names.JOINT_STATES, qos.STATE)
@@ -483,7 +483,7 @@ def twin_kill(folder: Path, domain: int, quick: bool = False) -> ScenarioResult:
     arm = {"can_interface": "udp_multicast", "can_port": group, "autostart": True, "diagnostics_period_s": 0.2,
            "feedback_timeout_s": 60.0, "reconnect_initial_s": 0.1, "reconnect_max_s": 1.0}
     if quick:  # a busy test machine can pause the SDK's reader thread for a few hundred ms
-        arm.update(silence_timeout_s=0.5, feedback_rate_hz=50.0)
+        arm.update(silence_timeout_s=0.5, feedback_period_s=0.02)
     # no command may be accepted once this much has passed since the kill: the arm's silence bound, and slack for
     # its diagnostics and a busy machine
     bound_s = float(arm.get("silence_timeout_s", load_ros_parameters(arm_file, "piper_arm")["silence_timeout_s"]))

@@ -28,7 +28,7 @@ def tiny_run_config(folder: Path) -> Path:
     path.write_text(yaml.safe_dump({"run": {
         "extends": "demo.yaml",  # the installed run configuration
         "overrides": {
-            "embedded_sim": {"episodes": EPISODES, "agents": 2, "max_steps": 10, "step_period_s": 0.01,
+            "embedded_sim": {"episodes": EPISODES, "num_agents": 2, "max_steps": 10, "step_period_s": 0.01,
                              "shutdown_when_done": True, "wait_timeout_s": 240.0},
             "erecap_planner": {"model_path": model, "pruning_layers": [1, 3], "predictor_path": "",
                                "adapter_path": ""}}}}))

@@ -37,7 +37,7 @@ def test_every_process_at_once_flies_the_intersection(tmp_path):
     path.write_text(yaml.safe_dump({"run": {
         "extends": "airsim_k8.yaml",
         "overrides": {
-            "airsim_bridge": {"episodes": EPISODES, "agents": 2, "max_steps": 12, "step_period_s": 0.01,
+            "airsim_bridge": {"episodes": EPISODES, "num_agents": 2, "max_steps": 12, "step_period_s": 0.01,
                               "shutdown_when_done": True, "wait_timeout_s": 240.0, "port": port},
             "erecap_planner": {"model_path": saved_tiny_llama(tmp_path / "tiny_llama"), "pruning_layers": [1, 3],
                                "predictor_path": "", "adapter_path": ""}}}}))

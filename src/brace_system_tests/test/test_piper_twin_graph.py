@@ -43,7 +43,7 @@ def twin_run_config(folder: Path, group: str, act_port: int) -> RunConfig:
     path.write_text(yaml.safe_dump({"run": {
         "extends": "piper_twin_launch.yaml",
         "overrides": {
-            "twin_world": {"episodes": 1, "max_duration_s": 30.0, "can_port": group, "act_port": act_port,
+            "twin_world": {"episodes": 1, "max_episode_s": 30.0, "can_port": group, "act_port": act_port,
                            "shutdown_when_done": True, "wait_timeout_s": 240.0},
             "piper_arm": {"can_port": group},
             "openvla_executor": {"server_url": f"http://127.0.0.1:{act_port}/act"},

@@ -25,7 +25,7 @@ def test_the_twin_graph_closes_the_loop_and_prints_table_32(tmp_path, capsys):
     with socket.socket() as probe:  # a free port for the /act stand-in (the executor must know it beforehand)
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    extra = {"twin_world": {"episodes": 1, "max_duration_s": 25.0, "act_port": port,
+    extra = {"twin_world": {"episodes": 1, "max_episode_s": 25.0, "act_port": port,
                             "can_port": f"twin_run_{port}"},
              "piper_arm": {"can_port": f"twin_run_{port}"},
              "erecap_planner": {"model_path": str(model), "adapter_path": "", "predictor_path": "",

@@ -64,7 +64,7 @@ def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int
     """Examples from oracle episodes for every K in `agents` (prompts longer than max_tokens skipped)."""
     out = []
     for k in agents:
-        schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(agents=k))))
+        schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=k))))
         decoder = ConstrainedPlanDecoder(tokenizer, enumerate_steps(schema), schema.max_steps)
         for point in decision_points(range(seed0, seed0 + episodes), k, observe_every=rng.choice([4, 6, 8]),
                                      detour=detour):

@@ -57,12 +57,12 @@ def _plan_steps(plan: list[Step]) -> list[Step]:
     return [Step(s.action, dict(s.parameters)) for s in plan]
 
 
-def decision_points(seeds: range, agents: int, every: int = 10, observe_every: int = 10, detour: float = 0.0,
+def decision_points(seeds: range, num_agents: int, every: int = 10, observe_every: int = 10, detour: float = 0.0,
                     max_steps: int = 150, gust_probability: float = 0.05) -> Iterator[IntersectionPoint]:
     """Decision points of oracle-driven intersection episodes, one episode per seed."""
     for seed in seeds:
         rng = random.Random(seed)
-        cfg = IntersectionConfig(agents=agents, seed=seed, max_steps=max_steps, gust_probability=gust_probability)
+        cfg = IntersectionConfig(num_agents=num_agents, seed=seed, max_steps=max_steps, gust_probability=gust_probability)
         with AirSimPeer(settings(cfg), port=0) as peer:
             link = AirSimLink("127.0.0.1", peer.port, 10.0)
             try:

@@ -41,7 +41,7 @@ def default_adapter() -> Path:
 
 def schema_for(agents: int) -> ActionSchema:
     """The planner's action schema of the K-drone intersection."""
-    return ActionSchema.from_dict(action_schema(IntersectionConfig(agents=agents)))
+    return ActionSchema.from_dict(action_schema(IntersectionConfig(num_agents=agents)))
 
 
 def points_for(agents: tuple[int, ...], seeds: range, detour: float) -> dict[int, list[IntersectionPoint]]:

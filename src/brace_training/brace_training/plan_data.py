@@ -44,7 +44,7 @@ def detour_plan(world: Warehouse, agent: str, rng: random.Random) -> list[Step]:
     return [Step("wait")]
 
 
-def decision_points(seeds: range, agents: int, every: int = 8, observe_every: int = 4,
+def decision_points(seeds: range, num_agents: int, every: int = 8, observe_every: int = 4,
                     max_steps: int = 60, drift: float = 0.03, grasp_failure: float = 0.1,
                     stagger: int = 1, detour: float = 0.0) -> Iterator[DecisionPoint]:
     """Decision points of oracle-driven episodes, one episode per seed.
@@ -57,7 +57,7 @@ def decision_points(seeds: range, agents: int, every: int = 8, observe_every: in
     """
     for seed in seeds:
         rng = random.Random(seed)
-        world = Warehouse(WorldConfig(agents=agents, seed=seed, max_steps=max_steps, drift=drift,
+        world = Warehouse(WorldConfig(num_agents=num_agents, seed=seed, max_steps=max_steps, drift=drift,
                                       grasp_failure=grasp_failure))
         entries = list(episode_entries(world, seed)) + step_entries(world, [], 0)
         names = sorted(world.agents)

@@ -6,7 +6,7 @@ from brace_training.plan_data import decision_points
 
 
 def test_decision_points_carry_the_oracle_answer():
-    points = list(decision_points(range(1), agents=2, max_steps=20))
+    points = list(decision_points(range(1), num_agents=2, max_steps=20))
     assert points and all(p.oracle for p in points)
     assert points[-1].step > 0 and len(points[-1].entries) > len(points[0].entries)
 
@@ -15,8 +15,8 @@ def test_detours_execute_mistakes_but_keep_the_oracle_labels():
     def picks(points):
         return sum("picked" in e.text for e in points[-1].entries)
 
-    clean = list(decision_points(range(1), agents=2, max_steps=30))
-    detoured = list(decision_points(range(1), agents=2, max_steps=30, detour=1.0))
+    clean = list(decision_points(range(1), num_agents=2, max_steps=30))
+    detoured = list(decision_points(range(1), num_agents=2, max_steps=30, detour=1.0))
     assert picks(clean) > 0 and picks(detoured) == 0  # every executed plan was a detour: nothing was ever picked
     assert all(p.oracle for p in detoured)
     assert any(p.oracle[0].action == "move_to" and p.step > 10 for p in detoured)

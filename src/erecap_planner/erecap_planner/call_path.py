@@ -25,7 +25,7 @@ import torch
 
 from brace_common.action_schema import ActionSchema, PlanError, Step
 from brace_common.validation import json_depths
-from brace_common.vocabulary import CallStatus, Mode, Phase, meets_slo
+from brace_common.vocabulary import CallState, CallStatus, Decoding, Mode, Phase, meets_slo
 
 from .compressors import Compressor, make_compressor
 from .constrained import ConstrainedPlanDecoder
@@ -41,7 +41,7 @@ from .transformer import DecoderStack
 
 # json: free generation, parsed afterwards; candidates: the best single skill call by likelihood;
 # constrained: a whole plan generated greedily within the schema's valid skill calls.
-DECODINGS = ("json", "candidates", "constrained")
+DECODINGS = tuple(d.value for d in Decoding)
 MODE_REQUESTS = {
     Mode.FULL_REPLAN: "Plan the next steps for {agent} from its current state.",
     Mode.PARTIAL_REPLAN: "Repair the plan of {agent} from the failing or drifting step on.",
@@ -108,9 +108,9 @@ def unserved_outcome(call, compressor: str) -> CallOutcome:
     """The outcome of a queued call answered without running: superseded, cancelled or expired while waiting."""
     waited_ms = (time.monotonic() - call.accepted_at) * 1000.0
     status, error = {
-        "superseded": (CallStatus.CANCELLED, f"superseded while waiting by the agent's newer call {call.superseded_by}"),
-        "cancelled": (CallStatus.CANCELLED, "cancelled while waiting for the planner"),
-        "expired": (CallStatus.DEADLINE, "hard deadline passed while waiting for the planner"),
+        CallState.SUPERSEDED: (CallStatus.CANCELLED, f"superseded while waiting by the agent's newer call {call.superseded_by}"),
+        CallState.CANCELLED: (CallStatus.CANCELLED, "cancelled while waiting for the planner"),
+        CallState.EXPIRED: (CallStatus.DEADLINE, "hard deadline passed while waiting for the planner"),
     }[call.outcome]
     phase = PhaseRecord(Phase.QUEUE.value, waited_ms, 0, 0)
     return CallOutcome(status=status, phases=[phase], latency_ms=waited_ms, slo_ms=call.slo_ms, error=error,
@@ -182,12 +182,12 @@ class PlannerCallPath:
         self.retriever = retriever or NoRetrieval()
         if decoding not in DECODINGS:
             raise ValueError(f"decoding '{decoding}' is not one of {', '.join(DECODINGS)}")
-        self.decoding = decoding
-        self.candidates = enumerate_steps(schema) if decoding != "json" else []
-        if decoding != "json" and not self.candidates:
+        self.decoding = Decoding(decoding)
+        self.candidates = enumerate_steps(schema) if self.decoding is not Decoding.JSON else []
+        if self.decoding is not Decoding.JSON and not self.candidates:
             raise ValueError(f"{decoding} decoding needs actions whose parameters all have enumerated choices")
         self.constrained = (ConstrainedPlanDecoder(tokenizer, self.candidates, schema.max_steps, schema.min_steps)
-                            if decoding == "constrained" else None)
+                            if self.decoding is Decoding.CONSTRAINED else None)
         self.protect_blocks = protect_blocks
         self.plan_steps = dict(plan_steps or {})  # mode -> most steps of its plans (constrained decoding)
         if layout not in LAYOUTS:
@@ -280,11 +280,11 @@ class PlannerCallPath:
 
             # decode (free JSON generation, or scoring every valid candidate), then parse
             t0 = begin(Phase.DECODE)
-            if self.decoding == "candidates":
+            if self.decoding is Decoding.CANDIDATES:
                 step, _ = best_step(self.plain, pre, self.tokenizer, self.candidates)
                 text = json.dumps({"plan": [{"action": step.action, "parameters": step.parameters}]})
                 produced = len(self.candidates)
-            elif self.decoding == "constrained":
+            elif self.decoding is Decoding.CONSTRAINED:
                 constrained = self.constrained.decode(self.plain, pre, should_abort=abort,
                                                       max_steps=self.plan_steps.get(request.mode))
                 text, produced = constrained.text, constrained.tokens

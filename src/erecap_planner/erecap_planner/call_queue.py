@@ -17,6 +17,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from brace_common.vocabulary import CallState
+
 
 @dataclass
 class QueuedCall:
@@ -28,7 +30,7 @@ class QueuedCall:
     slo_ms: float
     hard_deadline_ms: float
     handle: Any = None            # what the node needs to answer it (the action goal handle)
-    outcome: str = "waiting"      # waiting | running | superseded | expired | cancelled | done
+    outcome: CallState = CallState.WAITING
     superseded_by: str = ""
     seq: int = field(default=0, compare=False)
 
@@ -63,10 +65,10 @@ class CallQueue:
         with self._lock:
             older = self._waiting.pop(call.agent_id, None)
             if older is not None:
-                older.outcome, older.superseded_by = "superseded", call.call_id
+                older.outcome, older.superseded_by = CallState.SUPERSEDED, call.call_id
                 self.counts["superseded"] += 1
             call.seq = next(self._seq)
-            call.outcome = "waiting"
+            call.outcome = CallState.WAITING
             self._waiting[call.agent_id] = call
             heapq.heappush(self._heap, (call.slo_deadline, call.seq, call))
             return older
@@ -78,9 +80,9 @@ class CallQueue:
                 return None
             while self._heap:
                 _, _, call = heapq.heappop(self._heap)
-                if call.outcome == "waiting" and self._waiting.get(call.agent_id) is call:
+                if call.outcome is CallState.WAITING and self._waiting.get(call.agent_id) is call:
                     del self._waiting[call.agent_id]
-                    call.outcome = "running"
+                    call.outcome = CallState.RUNNING
                     self.running = call
                     return call
             return None
@@ -88,18 +90,18 @@ class CallQueue:
     def finish(self, call: QueuedCall) -> None:
         """The running call is done; the next one may start."""
         with self._lock:
-            call.outcome = "done"
+            call.outcome = CallState.DONE
             if self.running is call:
                 self.running = None
 
-    def remove(self, call_id: str, outcome: str) -> Optional[QueuedCall]:
-        """Take a waiting call out (outcome 'cancelled' or 'expired'); None when it is not waiting."""
+    def remove(self, call_id: str, outcome: CallState) -> Optional[QueuedCall]:
+        """Take a waiting call out (outcome CANCELLED or EXPIRED); None when it is not waiting."""
         with self._lock:
             for agent, call in list(self._waiting.items()):
                 if call.call_id == call_id:
                     del self._waiting[agent]
-                    call.outcome = outcome
-                    self.counts[f"{outcome}_waiting"] += 1
+                    call.outcome = CallState(outcome)
+                    self.counts[f"{call.outcome.value}_waiting"] += 1
                     return call
             return None
 
@@ -109,7 +111,7 @@ class CallQueue:
             gone = [c for c in self._waiting.values() if now >= c.hard_deadline]
             for call in gone:
                 del self._waiting[call.agent_id]
-                call.outcome = "expired"
+                call.outcome = CallState.EXPIRED
                 self.counts["expired_waiting"] += 1
             return gone
 

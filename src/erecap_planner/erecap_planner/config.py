@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from brace_common.config import ConfigError, check_fields, package_file, param, resolve_path
+from brace_common.vocabulary import Decoding
 
 from .compressors import BASELINES
 from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextLimits
@@ -138,8 +139,8 @@ class PlannerConfig:
             raise ConfigError("replan_action", "must name an action")
         if self.context_layout not in LAYOUTS:
             raise ConfigError("context_layout", f"'{self.context_layout}' is not one of {', '.join(LAYOUTS)}")
-        if self.decoding not in ("json", "candidates", "constrained"):
-            raise ConfigError("decoding", f"'{self.decoding}' is not 'json', 'candidates' or 'constrained'")
+        if self.decoding not in {d.value for d in Decoding}:
+            raise ConfigError("decoding", f"'{self.decoding}' is not one of {', '.join(d.value for d in Decoding)}")
         if self.backend not in BACKENDS:
             raise ConfigError("backend", f"'{self.backend}' is not one of {', '.join(BACKENDS)}")
         if self.endpoint not in ENDPOINTS:
@@ -149,7 +150,7 @@ class PlannerConfig:
                               f"'{self.structured_output}' is not one of {', '.join(STRUCTURED_OUTPUTS)}")
         if not self.server_url.startswith(("http://", "https://")):
             raise ConfigError("server_url", f"'{self.server_url}' is not an http(s) URL")
-        if self.backend == "openai" and self.decoding != "json":
+        if self.backend == "openai" and self.decoding != Decoding.JSON:
             raise ConfigError("decoding", "backend openai decodes on the server: decoding must be 'json' "
                               "(structured_output asks the server for schema-valid plans)")
         if self.api_key_env and not os.environ.get(self.api_key_env):

@@ -53,7 +53,7 @@ from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
 from brace_common.validation import Rejections
-from brace_common.vocabulary import CallStatus, EpisodeEvent
+from brace_common.vocabulary import CallState, CallStatus, EpisodeEvent
 
 from . import convert
 from .call_path import CallOutcome, unserved_outcome
@@ -273,7 +273,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
     def on_cancel(self, goal_handle) -> CancelResponse:
         """Accept every cancel: a waiting call is answered at once, the running one stops at its next check."""
         call = self.calls.get(_goal_key(goal_handle))
-        if call is not None and self.queue.remove(call.call_id, "cancelled") is not None:
+        if call is not None and self.queue.remove(call.call_id, CallState.CANCELLED) is not None:
             goal_handle.execute()
         return CancelResponse.ACCEPT
 
@@ -292,12 +292,12 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         call = self.calls.pop(_goal_key(goal_handle))
         _, request, accepted = call.handle
         try:
-            if call.outcome == "running":
+            if call.outcome is CallState.RUNNING:
                 outcome = self._run(goal_handle, call, request)
             else:
                 outcome = unserved_outcome(call, self.config.compressor)
         finally:
-            if call.outcome == "running":
+            if call.outcome is CallState.RUNNING:
                 self.queue.finish(call)
                 self._dispatch()
         self.counts["calls"] += 1

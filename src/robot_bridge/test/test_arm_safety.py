@@ -361,7 +361,7 @@ def test_config_defaults_are_valid_and_give_the_default_limits():
     ({"can_interface": "nonsense"}, "can_interface"),
     ({"can_port": " "}, "can_port"),
     ({"agent_id": ""}, "agent_id"),
-    ({"feedback_rate_hz": 0.0}, "feedback_rate_hz"),
+    ({"feedback_period_s": 0.0}, "feedback_period_s"),
     ({"command_timeout_s": math.nan}, "command_timeout_s"),
     ({"speed_percent": 101}, "speed_percent"),
     ({"joint_lower_rad": [-3.0, 0.0, -2.967, -1.745, -1.22, -2.09]}, "joint_lower_rad"),

@@ -110,9 +110,9 @@ class FakeArm(Node):
 
 
 def executor(url: str, **params) -> OpenVlaExecutorNode:
-    # stale_input_s well above a busy machine's pauses: only the test of stale inputs means to fail a step on them
-    params = {"server_url": url, "control_rate_hz": 20.0, "grasp_settle_s": 0.2, "hold_confirm_s": 0.2,
-              "image_size": 0, "max_vla_errors": 2, "locations": ["bowl=0.25,0.12,0.12"], "stale_input_s": 10.0,
+    # stale_after_s well above a busy machine's pauses: only the test of stale inputs means to fail a step on them
+    params = {"server_url": url, "control_period_s": 0.05, "grasp_settle_s": 0.2, "hold_confirm_s": 0.2,
+              "image_size": 0, "max_vla_errors": 2, "locations": ["bowl=0.25,0.12,0.12"], "stale_after_s": 10.0,
               **params}
     return OpenVlaExecutorNode(namespace=NS, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
 
@@ -362,7 +362,7 @@ def test_deactivate_stops_commands(ros, act):
 
 def test_no_camera_image_is_an_executor_failure(ros, act):
     server = act(Policy(OPEN_ACTION))
-    node = executor(server.url, image_topic="no_camera/color/image_raw", stale_input_s=0.3)
+    node = executor(server.url, image_topic="no_camera/color/image_raw", stale_after_s=0.3)
     arm = ros.add(FakeArm())
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
     assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
@@ -376,7 +376,7 @@ def test_no_camera_image_is_an_executor_failure(ros, act):
 
 @pytest.mark.parametrize("name, value", [
     ("gripper_mode", "binary"), ("locations", ["bowl=1,2"]), ("instruction_templates", ["pick"]),
-    ("skill_conditions", ["pick=hold"]), ("backend", "cloud"), ("control_rate_hz", 0.0), ("on_failure", "retry"),
+    ("skill_conditions", ["pick=hold"]), ("backend", "cloud"), ("control_period_s", 0.0), ("on_failure", "retry"),
     ("max_translation_m", [0.01, 0.01]), ("min_object_width_m", 0.1), ("gripper_open_value", 0.0),
     ("model_path", ""), ("unnorm_key_typo", "x"),
 ])
@@ -404,7 +404,7 @@ def test_shipped_parameter_file_is_valid():
 
     path = Path(get_package_share_directory("brace_bringup")) / "params" / "openvla_executor.yaml"
     cfg = config_from_file(ExecutorConfig, path, "openvla_executor")
-    assert cfg.unnorm_key == "bridge_orig" and cfg.control_rate_hz == 5.0 and cfg.backend == "server"
+    assert cfg.unnorm_key == "bridge_orig" and cfg.control_period_s == 0.2 and cfg.backend == "server"
     assert cfg.monitor_config().locations["bowl"] == (0.25, 0.12, 0.12)
     assert cfg.templates().instruction("place", {"object": "apple", "target": "bowl"}) == "put the apple in the bowl"
 

@@ -25,7 +25,7 @@ SKILLS = "Skills: pick(object); place(object, target)."
 
 
 def test_episodes_start_end_and_time_out():
-    eps = OperatorEpisodes(max_duration_s=10.0)
+    eps = OperatorEpisodes(max_episode_s=10.0)
     assert not eps.running
     with pytest.raises(EpisodeError):
         eps.finish(True, 0.0)                       # nothing to judge
@@ -138,7 +138,7 @@ def test_the_operator_starts_and_judges_episodes(ros):
 
 def test_start_on_ready_and_the_duration_limit(ros):
     op = ros.add(Operator())
-    task = ros.add(node(start_on_ready=True, max_duration_s=1.0, period_s=0.05))
+    task = ros.add(node(start_on_ready=True, max_episode_s=1.0, period_s=0.05))
     wait_for(lambda: len(op.episodes) >= 2, 20.0, what="an episode that started by itself and timed out")
     assert [e.event for e in op.episodes[:2]] == [EpisodeEvent.START, EpisodeEvent.END]
     assert not op.episodes[1].success and task.counts["episodes_timed_out"] == 1

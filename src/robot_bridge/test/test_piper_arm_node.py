@@ -139,7 +139,7 @@ class Rig:
     def make(self, **params) -> PiperArmNode:
         # silence_timeout_s: a busy test machine can pause the SDK's reader thread for a few hundred ms
         params = {"can_port": self.port, "can_interface": "virtual", "diagnostics_period_s": 0.1,
-                  "feedback_rate_hz": 50.0, "silence_timeout_s": 1.0,
+                  "feedback_period_s": 0.02, "silence_timeout_s": 1.0,
                   "enable_interval_s": 0.02, "enable_attempts": 100, "feedback_timeout_s": 10.0, **params}
         self.node = PiperArmNode(parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
         self.ros.add(self.node)
@@ -179,7 +179,7 @@ def stamp(msg) -> float:
 
 
 def test_activate_enables_the_arm_and_joint_states_arrive(rig):
-    node = rig.up(feedback_rate_hz=200.0)
+    node = rig.up(feedback_period_s=0.005)
     assert rig.twin.state().enabled and node.state_label == "active"
     wait_for(lambda: len(rig.op.joint_states) >= 150, 30.0, "joint_states")
     msgs = rig.op.joint_states[-120:]
@@ -552,7 +552,7 @@ def test_the_executable_drives_a_twin_in_another_process_and_leaves_it_enabled(r
     env = {**os.environ, "CAN_CONFIG": json.dumps({"port": port}), "ROS_DOMAIN_ID": str(ros.domain_id)}
     with PiperTwin(group, "udp_multicast", TwinConfig()) as twin:
         proc, log_path = run_arm(env, tmp_path, "autostart:=true", "can_interface:=udp_multicast",
-                                 f"can_port:={group}", "feedback_rate_hz:=50.0")
+                                 f"can_port:={group}", "feedback_period_s:=0.02")
         try:
             op = ros.add(Operator())
             wait_for(lambda: twin.state().enabled and op.joint_states, 60.0,

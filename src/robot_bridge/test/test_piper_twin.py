@@ -268,7 +268,7 @@ def test_collision_and_over_limit_show_in_the_sdk_status(arm):
 def test_lifecycle_and_config_validation():
     port = unique_port("twin_life")
     before = threading.active_count()
-    twin = PiperTwin(port, "virtual", TwinConfig(rate_hz=500.0))
+    twin = PiperTwin(port, "virtual", TwinConfig(feedback_period_s=0.002))
     twin.start()
     assert twin.running
     wait_for(lambda: twin.counts()["frames_sent"] > 0, what="frames sent")
@@ -279,8 +279,8 @@ def test_lifecycle_and_config_validation():
         TwinConfig(initial_joints=[0.0, -0.5, 0, 0, 0, 0]).validate()
     with pytest.raises(ConfigError, match="max_joint_speed"):
         TwinConfig(max_joint_speed=[1.0] * 5).validate()
-    with pytest.raises(ConfigError, match="rate_hz"):
-        PiperTwin(port, config=TwinConfig(rate_hz=0.0))
+    with pytest.raises(ConfigError, match="feedback_period_s"):
+        PiperTwin(port, config=TwinConfig(feedback_period_s=0.0))
     with pytest.raises(ValueError, match="can_port"):
         PiperTwin("")
 

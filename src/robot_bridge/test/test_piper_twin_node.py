@@ -140,7 +140,7 @@ def test_sdk_reads_and_drives_the_twin_across_processes(ros, can_env, tmp_path):
 
 @pytest.mark.parametrize(("args", "named"), [
     (["-p", "can_port:=239.74.163.2"], "can_port"),
-    (["-p", "can_port:=ff01::74:2", "-p", "rate_hz:=0.0"], "rate_hz"),
+    (["-p", "can_port:=ff01::74:2", "-p", "feedback_period_s:=0.0"], "feedback_period_s"),
     (["-p", "can_port:=ff01::74:2", "-p", "initial_joints:=[0.0, -1.0, 0.0, 0.0, 0.0, 0.0]"], "initial_joints"),
     (["-p", "can_port:=ff01::74:2", "-p", "fault_over_limit_joint:=7"], "fault_over_limit_joint"),
     (["-p", "can_port:=ff01::74:2", "-p", "rate_hzz:=10.0"], "rate_hzz"),

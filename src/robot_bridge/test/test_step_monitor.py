@@ -32,7 +32,7 @@ def config(**kw):
 class Run:
     """Drives a monitor at 10 Hz with a simulated gripper and end effector."""
 
-    def __init__(self, cfg=None, action="pick", params=None, t=0.0):
+    def __init__(self, cfg=None, action="pick", parameters=None, t=0.0):
         self.monitor = StepMonitor(cfg or config())
         self.t = t
         self.command = math.nan
@@ -40,10 +40,10 @@ class Run:
         self.ee = (0.0, 0.0, 0.2)
         self.results = []
         if action is not None:
-            self.start(action, params if params is not None else {"object": "cup"})
+            self.start(action, parameters if parameters is not None else {"object": "cup"})
 
-    def start(self, action, params):
-        self.monitor.start(self.monitor.spec(action, params), self.t)
+    def start(self, action, parameters):
+        self.monitor.start(self.monitor.spec(action, parameters), self.t)
 
     def tick(self, n=1, command=None, opening=None, ee=None, dt=0.1, state=True, image=True):
         if command is not None:
@@ -117,7 +117,7 @@ def test_gripper_state_carries_over_into_place_which_releases_at_the_target():
 
 
 def test_place_can_grasp_first_then_release():
-    run = Run(action="place", params={"object": "cup", "target": "bin"})
+    run = Run(action="place", parameters={"object": "cup", "target": "bin"})
     assert not run.monitor.had_hold
     run.tick(1, command=CLOSED, opening=0.03)
     run.tick(4)
@@ -127,30 +127,30 @@ def test_place_can_grasp_first_then_release():
 
 
 def test_place_released_away_from_the_target_is_a_drop():
-    run = Run(action="place", params={"object": "cup", "target": "bin"})
+    run = Run(action="place", parameters={"object": "cup", "target": "bin"})
     run.tick(5, command=CLOSED, opening=0.03)
     result = run.tick(1, command=OPEN, ee=(0.3, 0.06, 0.1))    # 0.06 m beside the bin (tolerance 0.05)
     assert result.failure == Failure.DROP_SLIP and "0.060 m (horizontally) from bin" in result.detail
 
 
 def test_place_without_a_known_target_only_needs_the_release():
-    run = Run(action="place", params={"object": "cup", "target": "shelf_9"})
+    run = Run(action="place", parameters={"object": "cup", "target": "shelf_9"})
     run.tick(5, command=CLOSED, opening=0.03)
     assert run.tick(2, command=OPEN, opening=0.06, ee=(9.0, 9.0, 9.0)).success
 
 
 def test_place_never_holding_times_out():
-    run = Run(cfg=config(step_timeout_s=1.0), action="place", params={"object": "cup", "target": "bin"})
+    run = Run(cfg=config(step_timeout_s=1.0), action="place", parameters={"object": "cup", "target": "bin"})
     result = run.tick(20, command=OPEN)
     assert result.failure == Failure.TIMEOUT and "1 s" in result.detail and result.elapsed_s == pytest.approx(1.0)
 
 
 def test_reach_and_push_success():
-    run = Run(action="move_to", params={"target": "dock"})
+    run = Run(action="move_to", parameters={"target": "dock"})
     assert run.tick(2, ee=(0.0, 0.0, 0.0)) is None
     result = run.tick(1, ee=(0.39, 0.0, 0.05))
     assert result.success and result.detail.startswith("reached dock")
-    run = Run(action="push", params={"object": "box", "target": "dock"})
+    run = Run(action="push", parameters={"object": "box", "target": "dock"})
     for x in (0.0, 0.1, 0.19, 0.25, 0.3, 0.35):               # approach, then along the path
         assert run.tick(1, ee=(x, 0.0, 0.05 if x >= 0.19 else 0.2)) is None
     assert run.monitor.contact
@@ -158,7 +158,7 @@ def test_reach_and_push_success():
 
 
 def test_push_leaving_the_path_is_contact_loss():
-    run = Run(action="push", params={"object": "box", "target": "dock"})
+    run = Run(action="push", parameters={"object": "box", "target": "dock"})
     assert run.tick(1, ee=(0.0, 0.3, 0.3)) is None and not run.monitor.contact  # far from the path before contact
     run.tick(1, ee=(0.22, 0.01, 0.05))
     assert run.monitor.contact
@@ -168,22 +168,22 @@ def test_push_leaving_the_path_is_contact_loss():
 
 
 def test_push_of_an_unknown_object_only_needs_the_target():
-    run = Run(action="push", params={"object": "ghost", "target": "dock"})
+    run = Run(action="push", parameters={"object": "ghost", "target": "dock"})
     assert run.tick(1, ee=(0.0, 0.5, 0.5)) is None
     assert run.tick(1, ee=LOCATIONS["dock"]).success
 
 
 def test_budget_and_timeout():
-    run = Run(cfg=config(max_step_actions=5), action="move_to", params={"target": "dock"})
+    run = Run(cfg=config(max_step_actions=5), action="move_to", parameters={"target": "dock"})
     result = run.tick(10)
     assert result.failure == Failure.TIMEOUT and "5 actions" in result.detail and result.actions == 5
-    run = Run(cfg=config(step_timeout_s=0.5), action="move_to", params={"target": "dock"})
+    run = Run(cfg=config(step_timeout_s=0.5), action="move_to", parameters={"target": "dock"})
     result = run.tick(10)
     assert result.failure == Failure.TIMEOUT and result.elapsed_s == pytest.approx(0.5)
 
 
 def test_vla_errors_fail_after_max_consecutive():
-    run = Run(cfg=config(max_vla_errors=3), action="move_to", params={"target": "dock"})
+    run = Run(cfg=config(max_vla_errors=3), action="move_to", parameters={"target": "dock"})
     assert run.monitor.vla_error(0.1, "timeout") is None
     assert run.monitor.vla_error(0.2, "timeout") is None
     run.tick(1)                                                 # an answer: no longer consecutive
@@ -196,7 +196,7 @@ def test_vla_errors_fail_after_max_consecutive():
 
 
 def test_a_step_the_vla_never_answered_in_times_out_as_an_executor_failure():
-    run = Run(cfg=config(step_timeout_s=1.0, max_vla_errors=100), action="move_to", params={"target": "dock"})
+    run = Run(cfg=config(step_timeout_s=1.0, max_vla_errors=100), action="move_to", parameters={"target": "dock"})
     for i in range(1, 12):  # a request in flight, then errors below max_vla_errors: no action ever reached the arm
         t = i * 0.1
         if i > 5:
@@ -209,11 +209,11 @@ def test_a_step_the_vla_never_answered_in_times_out_as_an_executor_failure():
 
 
 def test_stale_inputs_are_executor_failures():
-    run = Run(cfg=config(stale_input_s=0.5), action="move_to", params={"target": "dock"})
+    run = Run(cfg=config(stale_after_s=0.5), action="move_to", parameters={"target": "dock"})
     assert run.tick(5, state=False) is None                     # 0.5 s since the step began: not yet stale
     result = run.tick(1, state=False)
     assert result.failure == Failure.EXECUTOR and "no arm state" in result.detail
-    run = Run(cfg=config(stale_input_s=0.5), action="move_to", params={"target": "dock"})
+    run = Run(cfg=config(stale_after_s=0.5), action="move_to", parameters={"target": "dock"})
     run.tick(2)
     result = run.tick(6, image=False)
     assert result.failure == Failure.EXECUTOR and "no camera image" in result.detail

@@ -28,7 +28,7 @@ class Executor(Node):
 
 def test_the_twin_world_publishes_its_state_each_tick_and_on_a_plan(ros):
     params = {"episodes": 1, "replan_action": "", "wait_settle_s": 0.0, "act_port": 0, "can_port": "twin_world_test",
-              "max_duration_s": 60.0}
+              "max_episode_s": 60.0}
     node = ros.add(TwinWorldNode(namespace=NS, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()]))
     try:
         ex = ros.add(Executor())

@@ -72,7 +72,7 @@ class Stack(Node):
 
 
 def bridge(port: int = 41451, **params) -> AirSimBridgeNode:
-    params = {"port": port, "agents": 1, "episodes": 1, "max_steps": 60, "step_period_s": 0.01, "sim_step_s": 1.0,
+    params = {"port": port, "num_agents": 1, "episodes": 1, "max_steps": 60, "step_period_s": 0.01, "sim_step_s": 1.0,
               "reconnect_period_s": 0.2, "timeout_s": 2.0, "gust_probability": 0.0, "markers": True,
               "wait_settle_s": 0.0, **params}
     return AirSimBridgeNode(namespace=NS, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
@@ -83,7 +83,7 @@ def goal_plan(scenario: IntersectionConfig, drone: str) -> list[tuple[str, str]]
     return [("move_to", f'{{"x": {gx}, "y": {gy}, "z": -10.0, "speed": 5.0}}'), ("land", "{}")]
 
 
-@pytest.mark.parametrize("param, value", [("agents", 9), ("hold_m", 5.0), ("vehicles", ["a", "b"]), ("host", " "),
+@pytest.mark.parametrize("param, value", [("num_agents", 9), ("hold_m", 5.0), ("vehicles", ["a", "b"]), ("host", " "),
                                           ("port", 0), ("frame_id", "")])
 def test_invalid_parameters_fail_configure_naming_the_parameter(ros, param, value):
     node = ros.add(bridge(**{"port": free_port(), param: value}))
@@ -93,7 +93,7 @@ def test_invalid_parameters_fail_configure_naming_the_parameter(ros, param, valu
 
 def test_the_simulator_may_come_up_after_the_bridge_and_a_plan_lands_the_drone_at_its_goal(ros):
     port = free_port()
-    scenario = IntersectionConfig(agents=1)
+    scenario = IntersectionConfig(num_agents=1)
     node = ros.add(bridge(port, wait_for_nodes=["fake_stack"]))
     assert autostart(node) is None
     stack = ros.add(Stack())
@@ -132,10 +132,10 @@ def test_the_simulator_may_come_up_after_the_bridge_and_a_plan_lands_the_drone_a
 
 def test_malformed_plans_are_counted_and_nothing_moves(ros):
     port = free_port()
-    scenario = IntersectionConfig(agents=2)
+    scenario = IntersectionConfig(num_agents=2)
     with AirSimPeer(settings(scenario), port=port) as peer:
         # an episode that outlasts the five plans however slowly they are delivered
-        node = ros.add(bridge(port, agents=2, hold_while_planning=False, max_steps=100_000, step_period_s=0.05))
+        node = ros.add(bridge(port, num_agents=2, hold_while_planning=False, max_steps=100_000, step_period_s=0.05))
         assert autostart(node) is None
         stack = ros.add(Stack())
         wait_for(lambda: node.world is not None and stack.plans.get_subscription_count() > 0, what="episode")
@@ -154,7 +154,7 @@ def test_malformed_plans_are_counted_and_nothing_moves(ros):
 
 def test_an_admitted_call_holds_the_simulator_until_its_plan_arrives(ros):
     port = free_port()
-    with AirSimPeer(settings(IntersectionConfig(agents=1)), port=port) as peer:
+    with AirSimPeer(settings(IntersectionConfig(num_agents=1)), port=port) as peer:
         node = ros.add(bridge(port))
         assert autostart(node) is None
         stack = ros.add(Stack())
@@ -173,9 +173,9 @@ def test_an_admitted_call_holds_the_simulator_until_its_plan_arrives(ros):
 
 def test_a_lost_simulator_turns_diagnostics_error_and_its_return_hovers_the_drones(ros):
     port = free_port()
-    scenario = IntersectionConfig(agents=2)
+    scenario = IntersectionConfig(num_agents=2)
     peer = AirSimPeer(settings(scenario), port=port).start()
-    node = ros.add(bridge(port, agents=2, max_steps=1000, hold_while_planning=False))
+    node = ros.add(bridge(port, num_agents=2, max_steps=1000, hold_while_planning=False))
     assert autostart(node) is None
     stack = ros.add(Stack())
     wait_for(lambda: node.world is not None and node.world.t > 5, what="flying")
@@ -196,7 +196,7 @@ def test_without_lockstep_the_simulator_runs_in_real_time_and_holds_are_refused(
     refused = ros.add(bridge(free_port(), lockstep=False))
     assert "'hold_while_planning'" in autostart(refused)
     port = free_port()
-    scenario = IntersectionConfig(agents=1)
+    scenario = IntersectionConfig(num_agents=1)
     with AirSimPeer(settings(scenario, clock_speed=10.0), port=port) as peer:
         node = ros.add(bridge(port, lockstep=False, hold_while_planning=False, step_period_s=0.05, max_steps=400))
         assert autostart(node) is None

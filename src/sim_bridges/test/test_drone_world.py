@@ -53,7 +53,7 @@ def run_oracle(world: DroneWorld, skip_yield: bool = False) -> list:
 
 
 def test_the_oracle_lands_every_drone_at_its_goal_without_a_near_miss(fly):
-    world = fly(IntersectionConfig(agents=4, gust_probability=0.0))
+    world = fly(IntersectionConfig(num_agents=4, gust_probability=0.0))
     events = run_oracle(world)
     m = world.metrics()
     assert m.success and m.delivered == 4 and m.collisions == 0 and m.near_misses == 0 and m.min_distance > 4.0
@@ -67,7 +67,7 @@ def test_the_oracle_lands_every_drone_at_its_goal_without_a_near_miss(fly):
 
 
 def test_positions_are_world_frame_although_the_api_speaks_each_vehicles_local_frame(fly):
-    world = fly(IntersectionConfig(agents=2, gust_probability=0.0))
+    world = fly(IntersectionConfig(num_agents=2, gust_probability=0.0))
     for name, d in world.drones.items():
         assert d.position[:2] == pytest.approx(routes(world.cfg)[name].start[:2], abs=1e-6)
     moves = [p for m, p in world.peer.received if m == "moveToPosition"]
@@ -84,7 +84,7 @@ def test_positions_are_world_frame_although_the_api_speaks_each_vehicles_local_f
 
 
 def test_a_contact_is_one_collision_and_the_drones_drop_their_plans(fly):
-    cfg = IntersectionConfig(agents=2, gust_probability=0.0)
+    cfg = IntersectionConfig(num_agents=2, gust_probability=0.0)
     world = fly(cfg)
     for _ in range(4):
         world.step()
@@ -101,7 +101,7 @@ def test_a_contact_is_one_collision_and_the_drones_drop_their_plans(fly):
 
 
 def test_a_gust_pushes_drones_off_their_segment_and_is_announced(fly):
-    cfg = IntersectionConfig(agents=1, gust_probability=1.0, gust_speed_mps=12.0, gust_steps=4)
+    cfg = IntersectionConfig(num_agents=1, gust_probability=1.0, gust_speed_mps=12.0, gust_steps=4)
     world = fly(cfg)
     for _ in range(4):
         world.step()
@@ -116,7 +116,7 @@ def test_a_gust_pushes_drones_off_their_segment_and_is_announced(fly):
 
 
 def test_the_feed_opens_with_protected_routes_and_order_and_grows_history(fly):
-    world = fly(IntersectionConfig(agents=3, gust_probability=0.0))
+    world = fly(IntersectionConfig(num_agents=3, gust_probability=0.0))
     opening = drone_feed.episode_entries(world, 0)
     assert {e.block for e in opening} == {Block.TASK, Block.CONSTRAINTS, Block.COORDINATION}
     assert any("cross after drone_1" in e.text and e.block == Block.COORDINATION for e in opening)
@@ -143,7 +143,7 @@ def test_the_feed_opens_with_protected_routes_and_order_and_grows_history(fly):
 ])
 def test_bad_plans_are_refused_naming_what_is_wrong(raw, reason):
     with pytest.raises(InvalidInput) as err:
-        drone_feed.plan_from_steps(raw, IntersectionConfig(agents=2))
+        drone_feed.plan_from_steps(raw, IntersectionConfig(num_agents=2))
     if reason:
         assert err.value.reason == reason
 
@@ -151,7 +151,7 @@ def test_bad_plans_are_refused_naming_what_is_wrong(raw, reason):
 def test_a_good_plan_parses_with_its_numbers():
     steps = drone_feed.plan_from_steps([("yield_to", '{"agent": "drone_0"}'),
                                         ("move_to", '{"x": -3.0, "y": 40, "z": -10.0, "speed": 5.0}'), ("land", "{}"),
-                                        ("hover", "{}")], IntersectionConfig(agents=2))
+                                        ("hover", "{}")], IntersectionConfig(num_agents=2))
     assert [s.action for s in steps] == ["yield_to", "move_to", "land", "hover"] and steps[1].parameters["y"] == 40
 
 
@@ -173,7 +173,7 @@ def test_settings_give_origins_and_clock_speed_or_say_what_is_wrong():
 
 
 def test_a_replan_during_the_landing_does_not_climb_back_and_a_landed_drone_stays_down(fly):
-    cfg = IntersectionConfig(agents=1, gust_probability=0.0)
+    cfg = IntersectionConfig(num_agents=1, gust_probability=0.0)
     world = fly(cfg)
     goal = routes(cfg)["drone_0"].goal
     world.set_plan("drone_0", [fly_to(cfg, goal), Step("land")])
@@ -194,7 +194,7 @@ def test_a_replan_during_the_landing_does_not_climb_back_and_a_landed_drone_stay
 
 
 def test_the_world_state_follows_the_crossing(fly):
-    cfg = IntersectionConfig(agents=4, seed=0, gust_probability=0.0)
+    cfg = IntersectionConfig(num_agents=4, seed=0, gust_probability=0.0)
     world = fly(cfg)
     first = world_state(world, 2)
     assert (first.world, first.episode, first.step) == ("airsim", 2, 0)

@@ -27,7 +27,7 @@ class Controller(Node):
 
 
 def sim(**params) -> EmbeddedSimNode:
-    params = {"episodes": 1, "agents": 2, "max_steps": 50, "step_period_s": 0.01, "markers": False, **params}
+    params = {"episodes": 1, "num_agents": 2, "max_steps": 50, "step_period_s": 0.01, "markers": False, **params}
     return EmbeddedSimNode(namespace=NS, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
 
 

@@ -44,8 +44,8 @@ def test_lanes_of_crossing_approaches_meet_inside_the_box():
 
 
 def test_the_crossing_order_takes_nearer_rows_first_and_vehicle_names_follow_the_parameter():
-    assert crossing_order(IntersectionConfig(agents=8)) == [f"drone_{i}" for i in range(8)]
-    named = IntersectionConfig(agents=2, vehicles=["Drone1", "Drone2"])
+    assert crossing_order(IntersectionConfig(num_agents=8)) == [f"drone_{i}" for i in range(8)]
+    named = IntersectionConfig(num_agents=2, vehicles=["Drone1", "Drone2"])
     assert crossing_order(named) == ["Drone1", "Drone2"] and set(routes(named)) == {"Drone1", "Drone2"}
 
 
@@ -59,7 +59,7 @@ def _views(cfg, **where):
 
 
 def test_the_oracle_yields_until_the_drone_before_has_cleared_then_flies_and_lands():
-    cfg = IntersectionConfig(agents=4)
+    cfg = IntersectionConfig(num_agents=4)
     rs = routes(cfg)
     views = _views(cfg)
     assert oracle_plan(cfg, "drone_0", views)[0].action == "move_to"   # first in order: no one to yield to
@@ -77,7 +77,7 @@ def test_the_oracle_yields_until_the_drone_before_has_cleared_then_flies_and_lan
 
 
 def test_a_drone_already_at_the_box_does_not_yield():
-    cfg = IntersectionConfig(agents=2)
+    cfg = IntersectionConfig(num_agents=2)
     rs = routes(cfg)
     near = (rs["drone_1"].hold[0], rs["drone_1"].hold[1] / 2)  # west approach, 6 m before the centre: at the box
     assert must_yield(cfg, "drone_1", {**_views(cfg), "drone_1": DroneView(*near, False, False)}) is None
@@ -94,7 +94,7 @@ def test_the_schema_enumerates_every_coordinate_the_oracle_writes():
 
 
 def test_settings_place_every_vehicle_at_its_start():
-    cfg = IntersectionConfig(agents=3)
+    cfg = IntersectionConfig(num_agents=3)
     vehicles = settings(cfg, 2.0)["Vehicles"]
     assert settings(cfg, 2.0)["ClockSpeed"] == 2.0 and list(vehicles) == ["drone_0", "drone_1", "drone_2"]
     for name, r in routes(cfg).items():
@@ -108,7 +108,7 @@ def test_same_step_compares_numbers_within_tolerance():
     assert not same_step(Step("land"), Step("takeoff"))
 
 
-@pytest.mark.parametrize("field, value", [("agents", 9), ("hold_m", 5.0), ("approach_m", 11.0),
+@pytest.mark.parametrize("field, value", [("num_agents", 9), ("hold_m", 5.0), ("approach_m", 11.0),
                                           ("vehicles", ["a"]), ("gust_probability", 1.5),
                                           ("cruise_speed_mps", math.nan)])
 def test_invalid_scenarios_name_the_parameter(field, value):

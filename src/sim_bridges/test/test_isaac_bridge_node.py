@@ -89,8 +89,8 @@ def parameter(name: str, value) -> Parameter:
 def bridge(robots: dict[str, str] = BOTH, **params) -> IsaacBridgeNode:
     """An isaac_bridge for `robots` (carter_1 with a camera when present), configured and activated."""
     goals = {"carter_1": "carter_1: 2.0 1.0", "franka_1": "franka_1: ready"}
-    values = {**FAST, "robots": list(robots), "robot_kinds": list(robots.values()),
-              "camera_robots": [r for r in robots if r == "carter_1"], "tasks": [f"{r}: do the task" for r in robots],
+    values = {**FAST, "agents": list(robots), "agent_kinds": list(robots.values()),
+              "camera_agents": [r for r in robots if r == "carter_1"], "tasks": [f"{r}: do the task" for r in robots],
               "task_goals": [goals[r] for r in robots], **params}
     node = IsaacBridgeNode(namespace=NS, parameter_overrides=[parameter(k, v) for k, v in values.items()])
     assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.last_error
@@ -263,7 +263,7 @@ def test_holds_and_outcomes_log_at_both_severities_from_one_node(ros):
 
 
 def test_bad_parameters_fail_configure_naming_the_parameter(ros):
-    for name, value in (("robot_kinds", ["mobile", "flying"]), ("named_poses", ["home: 0 0"]),
+    for name, value in (("agent_kinds", ["mobile", "flying"]), ("named_poses", ["home: 0 0"]),
                         ("goal_tolerance_m", -1.0), ("task_goals", ["franka_1: dance"]),
                         ("action_schema_file", "/nonexistent/isaac_actions.yaml"), ("odom_topic", "odom topic"),
                         ("stale_after", 1.0)):
@@ -292,9 +292,9 @@ def test_the_executable_stops_the_base_on_sigint_and_refuses_bad_parameters(ros,
     executable = str(installed_executable("sim_bridges", "isaac_bridge"))
     params = ["--ros-args", "--params-file", str(PARAMS / "isaac_bridge.yaml"),
               "-p", "use_sim_time:=true", "-r", f"__ns:={NS}"]
-    bad = subprocess.run([executable, *params, "-p", "robot_kinds:=[mobile,flying]"], env=env, capture_output=True,
+    bad = subprocess.run([executable, *params, "-p", "agent_kinds:=[mobile,flying]"], env=env, capture_output=True,
                          text=True, timeout=60)
-    assert bad.returncode == 2 and "parameter 'robot_kinds'" in bad.stdout + bad.stderr
+    assert bad.returncode == 2 and "parameter 'agent_kinds'" in bad.stdout + bad.stderr
     sim = ros.add(standin())
     stack = ros.add(FakeStack())
     log = (tmp_path / "isaac_bridge.log").open("w")

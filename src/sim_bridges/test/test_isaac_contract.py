@@ -95,15 +95,15 @@ def test_the_shipped_parameter_file_builds_the_default_scene():
 
 
 @pytest.mark.parametrize("name, value", [
-    ("robots", []),
-    ("robots", ["carter_1", "carter_1"]),
-    ("robots", ["1st_robot", "franka_1"]),
-    ("robots", ["fleet/carter_1"]),  # a robot's namespace is its agent id: one name token, never a path
-    ("robots", ["carter_1", ".."]),
-    ("robot_kinds", ["mobile"]),
-    ("robot_kinds", ["mobile", "flying"]),
+    ("agents", []),
+    ("agents", ["carter_1", "carter_1"]),
+    ("agents", ["1st_robot", "franka_1"]),
+    ("agents", ["fleet/carter_1"]),  # a robot's namespace is its agent id: one name token, never a path
+    ("agents", ["carter_1", ".."]),
+    ("agent_kinds", ["mobile"]),
+    ("agent_kinds", ["mobile", "flying"]),
     ("origins", [0.0, 0.0]),
-    ("camera_robots", ["franka_2"]),
+    ("camera_agents", ["franka_2"]),
     ("odom_topic", "odom topic"),
     ("frame_id", " "),
     ("named_poses", ["home: 0 0 0"]),
@@ -123,8 +123,8 @@ def test_a_bad_value_is_refused_naming_its_parameter(name, value):
 
 
 def test_per_robot_lists_follow_the_robots_order():
-    cfg = from_mapping(IsaacBridgeConfig, {"robots": ["/a/", "b"], "robot_kinds": ["arm", "mobile"],
-                                           "origins": [1.0, 2.0, 0.5, -1.0, 0.0, 0.0], "camera_robots": ["b"],
+    cfg = from_mapping(IsaacBridgeConfig, {"agents": ["/a/", "b"], "agent_kinds": ["arm", "mobile"],
+                                           "origins": [1.0, 2.0, 0.5, -1.0, 0.0, 0.0], "camera_agents": ["b"],
                                            "tasks": [], "task_goals": ["b: -1 2"]})
     a, b = cfg.robot_specs()
     assert (a.name, a.kind, a.origin, a.camera) == ("a", RobotKind.ARM, Pose2D(1.0, 2.0, 0.5), False)

@@ -11,7 +11,7 @@ from sim_bridges.warehouse.warehouse_world import Event, Warehouse, WorldConfig
 
 
 def test_episode_opens_with_task_and_constraints():
-    world = Warehouse(WorldConfig(agents=3, seed=1))
+    world = Warehouse(WorldConfig(num_agents=3, seed=1))
     entries = feed.episode_entries(world, 0)
     assert entries[0].kind == EntryKind.TASK and entries[0].block == Block.TASK
     tasks = [e for e in entries[1:] if e.kind == EntryKind.TASK]
@@ -23,7 +23,7 @@ def test_episode_opens_with_task_and_constraints():
 
 def test_history_grows_with_time_and_agents():
     def history(k: int, steps: int) -> int:
-        world = Warehouse(WorldConfig(agents=k, seed=0))
+        world = Warehouse(WorldConfig(num_agents=k, seed=0))
         for name in world.agents:
             world.set_plan(name, world.oracle_plan(name))
         n = 0
@@ -36,7 +36,7 @@ def test_history_grows_with_time_and_agents():
 
 
 def test_directed_messages_are_coordination_broadcasts_are_history():
-    world = Warehouse(WorldConfig(agents=2, seed=0))
+    world = Warehouse(WorldConfig(num_agents=2, seed=0))
     events = [Event("agent_0", 1, "message", "agent_0 -> agent_1: box_7 is yours", to="agent_1"),
               Event("agent_1", 1, "message", "agent_1 -> all: blocked on the way to dock_1"),
               Event("supervisor", 1, "message", "cup_3 was moved from shelf_1 to shelf_2"),
@@ -48,7 +48,7 @@ def test_directed_messages_are_coordination_broadcasts_are_history():
 
 
 def test_a_finished_task_is_a_task_entry_naming_its_agents():
-    world = Warehouse(WorldConfig(agents=2, seed=0, drift=0.0, grasp_failure=0.0))
+    world = Warehouse(WorldConfig(num_agents=2, seed=0, drift=0.0, grasp_failure=0.0))
     entries = []
     while not world.finished:
         for name in world.agents:
@@ -62,7 +62,7 @@ def test_a_finished_task_is_a_task_entry_naming_its_agents():
 
 
 def test_drift_sensor_sees_a_moved_object():
-    world = Warehouse(WorldConfig(agents=1, seed=0, handoff_tasks=0, drift=0.0))
+    world = Warehouse(WorldConfig(num_agents=1, seed=0, handoff_tasks=0, drift=0.0))
     task = world.tasks[0]
     world.set_plan("agent_0", world.oracle_plan("agent_0"))
     assert feed.tracking_error(world, "agent_0") == 0.0
@@ -74,7 +74,7 @@ def test_drift_sensor_sees_a_moved_object():
 
 
 def test_schema_enumerates_the_world():
-    world = Warehouse(WorldConfig(agents=2))
+    world = Warehouse(WorldConfig(num_agents=2))
     schema = feed.action_schema(world)
     assert set(schema["actions"]["move_to"]["target"]["choices"]) == {*world.shelves, *world.docks, *world.parks}
     assert schema["actions"]["handoff"]["to_agent"]["choices"] == ["agent_0", "agent_1"]
@@ -88,7 +88,7 @@ def test_plans_from_messages():
 
 
 def test_oracle_agreement_compares_first_steps():
-    world = Warehouse(WorldConfig(agents=1, seed=2, handoff_tasks=0))
+    world = Warehouse(WorldConfig(num_agents=1, seed=2, handoff_tasks=0))
     oracle = world.oracle_plan("agent_0")
     assert feed.agrees_with_oracle(world, "agent_0", oracle)
     assert not feed.agrees_with_oracle(world, "agent_0", [Step("wait")])

@@ -29,7 +29,7 @@ def run_oracle(world: Warehouse, replan_every: int = 1) -> list:
 
 @pytest.mark.parametrize("agents", range(1, 9))
 def test_every_agent_starts_alone_at_its_own_park(agents):
-    world = Warehouse(WorldConfig(agents=agents, seed=0))
+    world = Warehouse(WorldConfig(num_agents=agents, seed=0))
     cells = [a.pos for a in world.agents.values()]
     assert len(set(cells)) == agents == len(set(world.parks.values()))
     assert all(world.parks[f"park_{i}"] == world.agents[f"agent_{i}"].pos for i in range(agents))
@@ -38,11 +38,11 @@ def test_every_agent_starts_alone_at_its_own_park(agents):
 
 
 def test_same_seed_same_episode():
-    a, b = Warehouse(WorldConfig(agents=4, seed=7)), Warehouse(WorldConfig(agents=4, seed=7))
+    a, b = Warehouse(WorldConfig(num_agents=4, seed=7)), Warehouse(WorldConfig(num_agents=4, seed=7))
     run_oracle(a)
     run_oracle(b)
     assert a.snapshot() == b.snapshot() and a.metrics() == b.metrics()
-    c = Warehouse(WorldConfig(agents=4, seed=8))
+    c = Warehouse(WorldConfig(num_agents=4, seed=8))
     run_oracle(c)
     assert c.snapshot() != a.snapshot()
 
@@ -51,7 +51,7 @@ def test_same_seed_same_episode():
 def test_oracle_policy_completes_most_episodes(agents):
     wins = 0
     for seed in range(6):
-        world = Warehouse(WorldConfig(agents=agents, seed=seed, max_steps=200))
+        world = Warehouse(WorldConfig(num_agents=agents, seed=seed, max_steps=200))
         run_oracle(world, replan_every=5)
         wins += world.success
         m = world.metrics()
@@ -61,7 +61,7 @@ def test_oracle_policy_completes_most_episodes(agents):
 
 @pytest.mark.parametrize("agents, handoffs", [(1, 1), (2, 1), (3, 1), (4, 2), (5, 8), (8, 0)])
 def test_every_agent_takes_part_in_exactly_one_task(agents, handoffs):
-    world = Warehouse(WorldConfig(agents=agents, seed=0, handoff_tasks=handoffs))
+    world = Warehouse(WorldConfig(num_agents=agents, seed=0, handoff_tasks=handoffs))
     roles = [name for t in world.tasks for name in (t.carrier, t.giver) if name]
     assert sorted(roles) == sorted(world.agents)
     pairs = [(t.giver, t.carrier) for t in world.tasks if t.giver]
@@ -70,20 +70,20 @@ def test_every_agent_takes_part_in_exactly_one_task(agents, handoffs):
 
 
 def test_context_grows_with_time_and_agents():
-    small, large = Warehouse(WorldConfig(agents=1, seed=0)), Warehouse(WorldConfig(agents=8, seed=0))
+    small, large = Warehouse(WorldConfig(num_agents=1, seed=0)), Warehouse(WorldConfig(num_agents=8, seed=0))
     assert len(run_oracle(small)[:0]) == 0
     assert len(small.step()) < len(large.step())
 
 
 def test_grasp_failures_are_reported_as_failure_traces():
-    world = Warehouse(WorldConfig(agents=1, seed=3, grasp_failure=1.0, handoff_tasks=0))
+    world = Warehouse(WorldConfig(num_agents=1, seed=3, grasp_failure=1.0, handoff_tasks=0))
     events = run_oracle(world)
     assert not world.success
     assert any(e.kind == "failure_trace" and "slipped" in e.text and not e.success for e in events)
 
 
 def test_drift_moves_objects_and_tells_the_agent_fetching_it():
-    world = Warehouse(WorldConfig(agents=3, seed=1, drift=1.0, max_steps=1))
+    world = Warehouse(WorldConfig(num_agents=3, seed=1, drift=1.0, max_steps=1))
     before = dict(world.objects)
     events = [e for e in world.step() if e.agent == "supervisor"]
     fetchers = {t.obj: t.giver or t.carrier for t in world.tasks}
@@ -97,14 +97,14 @@ def test_drift_moves_objects_and_tells_the_agent_fetching_it():
 
 
 def test_hazards_counted_when_agents_are_adjacent():
-    world = Warehouse(WorldConfig(agents=2, seed=0))
+    world = Warehouse(WorldConfig(num_agents=2, seed=0))
     world.agents["agent_1"].pos = (world.agents["agent_0"].pos[0] + 1, 1)
     world.step()
     assert world.near_misses >= 1
 
 
 def test_bad_skills_fail_without_crashing():
-    world = Warehouse(WorldConfig(agents=1, seed=0))
+    world = Warehouse(WorldConfig(num_agents=1, seed=0))
     world.set_plan("agent_0", [Step("teleport"), Step("move_to", {"target": "moon"}), Step("pick", {"object": "x"})])
     texts = [e.text for _ in range(3) for e in world.step() if not e.success]
     assert texts == ["unknown skill teleport", "unknown place moon", "pick x failed: not here"]
@@ -116,14 +116,14 @@ def test_one_task_dock_congests_the_team():
     for docks in (0, 1):
         stalls[docks] = 0
         for seed in range(4):
-            world = Warehouse(WorldConfig(agents=6, seed=seed, task_docks=docks))
+            world = Warehouse(WorldConfig(num_agents=6, seed=seed, task_docks=docks))
             if docks:
                 assert {t.dock for t in world.tasks} == {"dock_1"}
             stalls[docks] += sum("blocked on the way" in e.text for e in run_oracle(world, replan_every=10))
     assert stalls[1] > 2 * stalls[0]
 
 
-@pytest.mark.parametrize("bad", [dict(agents=0), dict(agents=9), dict(grasp_failure=1.5), dict(max_steps=0),
+@pytest.mark.parametrize("bad", [dict(num_agents=0), dict(num_agents=9), dict(grasp_failure=1.5), dict(max_steps=0),
                                  dict(task_docks=-1)])
 def test_config_validation(bad):
     with pytest.raises(ValueError):
@@ -131,14 +131,14 @@ def test_config_validation(bad):
 
 
 def test_set_plan_reports_changes():
-    world = Warehouse(WorldConfig(agents=1, seed=0))
+    world = Warehouse(WorldConfig(num_agents=1, seed=0))
     plan = world.oracle_plan("agent_0")
     assert world.set_plan("agent_0", plan)
     assert not world.set_plan("agent_0", list(plan))
 
 
 def test_giver_goes_to_its_park_once_the_carrier_holds_the_object():
-    world = Warehouse(WorldConfig(agents=2, seed=0))
+    world = Warehouse(WorldConfig(num_agents=2, seed=0))
     task = world.tasks[0]
     world.agents[task.carrier].holding = task.obj
     world.objects[task.obj] = None
@@ -150,7 +150,7 @@ def test_giver_goes_to_its_park_once_the_carrier_holds_the_object():
 
 
 def test_the_world_state_follows_an_oracle_episode():
-    world = Warehouse(WorldConfig(agents=2, seed=3, grasp_failure=0.0, drift=0.0))
+    world = Warehouse(WorldConfig(num_agents=2, seed=3, grasp_failure=0.0, drift=0.0))
     state = world_state(world, 5)
     assert (state.world, state.episode, state.step) == ("warehouse", 5, 0)
     obj = world.tasks[0].obj
@@ -181,13 +181,13 @@ def test_the_world_state_follows_an_oracle_episode():
 
 
 def test_near_agents_are_related():
-    world = Warehouse(WorldConfig(agents=2, seed=0))
+    world = Warehouse(WorldConfig(num_agents=2, seed=0))
     world.agents["agent_1"].pos = (world.agents["agent_0"].pos[0] + 1, world.agents["agent_0"].pos[1])
     assert world_state(world, 0).related("near") == [Relation("agent_0", "near", "agent_1")]
 
 
 def test_a_blocked_agent_and_a_waiting_one_say_so():
-    world = Warehouse(WorldConfig(agents=2, seed=0))
+    world = Warehouse(WorldConfig(num_agents=2, seed=0))
     world.set_plan("agent_0", [Step("wait")])
     world.agents["agent_1"].stalled = 2
     world.set_plan("agent_1", [Step("move_to", {"target": "dock_1"})])
@@ -206,7 +206,7 @@ def candidates(world: Warehouse, agent: str) -> list[Step]:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_lookahead_predicts_what_the_world_then_does_and_leaves_it_unchanged(seed):
-    world = Warehouse(WorldConfig(agents=4, seed=seed, grasp_failure=0.0, drift=0.0))
+    world = Warehouse(WorldConfig(num_agents=4, seed=seed, grasp_failure=0.0, drift=0.0))
     for name in world.agents:
         world.set_plan(name, world.oracle_plan(name))
     for _ in range(12):  # part-way into the episode: agents at shelves, some holding
@@ -224,7 +224,7 @@ def test_lookahead_predicts_what_the_world_then_does_and_leaves_it_unchanged(see
 
 
 def test_lookahead_says_why_a_step_cannot_run():
-    world = Warehouse(WorldConfig(agents=2, seed=1, grasp_failure=0.0, drift=0.0))
+    world = Warehouse(WorldConfig(num_agents=2, seed=1, grasp_failure=0.0, drift=0.0))
     obj = world.tasks[0].obj
     prediction = lookahead(world, 0, "agent_0", Step("pick", {"object": obj}))
     assert not prediction.valid and "not here" in prediction.reason
@@ -234,7 +234,7 @@ def test_lookahead_says_why_a_step_cannot_run():
 
 
 def test_lookahead_predicts_the_nominal_outcome_not_the_worlds_chance():
-    world = Warehouse(WorldConfig(agents=1, seed=0, grasp_failure=1.0, drift=0.0))
+    world = Warehouse(WorldConfig(num_agents=1, seed=0, grasp_failure=1.0, drift=0.0))
     obj = world.tasks[0].obj
     world.agents["agent_0"].pos = world.access(world.objects[obj])
     prediction = lookahead(world, 0, "agent_0", Step("pick", {"object": obj}))

@@ -37,8 +37,8 @@ class ExecutorConfig:
                              "bgr8; relative names namespace)")
     image_size: int = param(224, "images are resized to this square before they are sent (OpenVLA's input size; 0 "
                             "= as received)", 0, 4096)
-    control_rate_hz: float = param(5.0, "control ticks per second: each tick judges the step and, when no VLA call "
-                                   "is in flight, asks for the next action", 0.1, 50.0)
+    control_period_s: float = param(0.2, "seconds between control ticks: each tick judges the step and, when no VLA "
+                                    "call is in flight, asks for the next action", 0.02, 10.0)
     frame_id: str = param("base_link", "frame of the commanded deltas (EndEffectorDelta.header.frame_id)")
     gripper_joint: str = param("gripper", "the joint_states entry whose position is the gripper opening (m)")
     on_failure: str = param("abandon", "after a failed step: 'abandon' the rest of the plan (idle until the next "
@@ -87,7 +87,7 @@ class ExecutorConfig:
     max_step_actions: int = param(300, "a step that has not succeeded after this many actions fails (TIMEOUT)", 1,
                                   1_000_000)
     max_vla_errors: int = param(3, "this many VLA errors in a row fail the step (EXECUTOR)", 1, 1000)
-    stale_input_s: float = param(2.0, "a step fails (EXECUTOR) when the arm state or the image is older than this "
+    stale_after_s: float = param(2.0, "a step fails (EXECUTOR) when the arm state or the image is older than this "
                                  "(s)", 0.1, 600.0)
     diagnostics_period_s: float = param(1.0, "period of /diagnostics (s)", 0.05, 60.0)
     autostart: bool = param(False, "configure and activate at start (no lifecycle manager needed)")

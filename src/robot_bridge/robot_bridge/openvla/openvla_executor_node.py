@@ -13,18 +13,18 @@ Services    the lifecycle services only (~/change_state, ~/get_state, ...)
 
 Parameters  see robot_bridge.openvla.executor_config.ExecutorConfig and config/openvla_executor.yaml: agent_id,
             backend (server | local), server_url, server_timeout_s, model_path, device, unnorm_key
-            (bridge_orig), image_topic, image_size, control_rate_hz (5), frame_id, gripper_joint, on_failure,
+            (bridge_orig), image_topic, image_size, control_period_s (0.2), frame_id, gripper_joint, on_failure,
             instruction_templates, object_aliases, skill_conditions, locations, object_parameter,
             target_parameter, translation_scale, rotation_scale, max_translation_m, max_rotation_rad,
             gripper_mode, gripper_open_value, gripper_closed_value, gripper_threshold, gripper_open_m,
             gripper_closed_m, min_object_width_m, max_object_width_m, closed_command_m, grasp_settle_s,
             settle_tolerance_m, hold_confirm_s, release_margin_m, position_tolerance_m, place_tolerance_m,
-            push_contact_m, push_loss_m, step_timeout_s, max_step_actions, max_vla_errors, stale_input_s,
+            push_contact_m, push_loss_m, step_timeout_s, max_step_actions, max_vla_errors, stale_after_s,
             diagnostics_period_s, autostart.
 
 Lifecycle: configure validates the parameters (a bad one fails naming it) and builds the backend (local: loads
 the model, a missing or unloadable checkpoint fails configure; server: nothing is contacted yet), the
-publishers and subscriptions; activate starts the control loop (a steady timer at control_rate_hz); deactivate
+publishers and subscriptions; activate starts the control loop (a steady timer every control_period_s); deactivate
 stops it: no command is sent while inactive (the current step starts again at the next activate); cleanup frees
 the model. With `autostart` the node configures and activates itself.
 
@@ -225,13 +225,13 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
         ]
         self.state_label = "inactive"
         self.get_logger().info(f"configured in {time.monotonic() - started:.1f} s: agent '{cfg.agent_id}', "
-                               f"{backend.describe()}, image '{cfg.image_topic}', {cfg.control_rate_hz:g} Hz")
+                               f"{backend.describe()}, image '{cfg.image_topic}', every {cfg.control_period_s:g} s")
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start the control loop (the current step, if any, starts again now)."""
         with self._lock:
-            self._control_timer = steady_timer(self, 1.0 / self.config.control_rate_hz, self.tick, self.group)
+            self._control_timer = steady_timer(self, self.config.control_period_s, self.tick, self.group)
             self.state_label = "active"
             self._begin_step()
         return super().on_activate(state)

@@ -24,7 +24,7 @@ Failures (brace_common.vocabulary.Failure):
   it moved more than `push_loss_m` away from that path.
 - EXECUTOR: `max_vla_errors` VLA errors in a row; no VLA answer within `step_timeout_s`; the arm's state or
   the camera image older than
-  `stale_input_s`; the gripper not closing when commanded (settled opening above
+  `stale_after_s`; the gripper not closing when commanded (settled opening above
   `max_object_width_m`).
 
 Locations come from the `locations` table (name -> x, y, z in the arm's base frame, m). Times are
@@ -119,7 +119,7 @@ class MonitorConfig:
     step_timeout_s: float = 60.0
     max_step_actions: int = 300
     max_vla_errors: int = 3
-    stale_input_s: float = 2.0
+    stale_after_s: float = 2.0
 
     def validate(self) -> None:
         """ValueError naming the first inconsistent field."""
@@ -127,7 +127,7 @@ class MonitorConfig:
             raise ValueError("conditions: no skill has a success condition")
         for name in ("min_object_width_m", "max_object_width_m", "closed_command_m", "grasp_settle_s",
                      "settle_tolerance_m", "hold_confirm_s", "release_margin_m", "position_tolerance_m", "place_tolerance_m",
-                     "push_contact_m", "push_loss_m", "step_timeout_s", "stale_input_s"):
+                     "push_contact_m", "push_loss_m", "step_timeout_s", "stale_after_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0.0:
                 raise ValueError(f"{name}: {value} must be a finite non-negative number")
@@ -392,7 +392,7 @@ class StepMonitor:
     # ---------------------------------------------------------------- judging
 
     def _stale(self, obs: Observation) -> str:
-        limit = self.cfg.stale_input_s
+        limit = self.cfg.stale_after_s
         for what, when in (("arm state", obs.state_time), ("camera image", obs.image_time)):
             since = max(self.started, when) if when is not None else self.started
             if obs.t - since > limit + EPS_S:

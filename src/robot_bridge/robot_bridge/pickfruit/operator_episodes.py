@@ -4,7 +4,7 @@ On the twin the world knows when a task is done; on a real arm only the
 operator does. `OperatorEpisodes` holds that bookkeeping: an episode starts
 with its task lines (from the parameter file or a task the operator sends),
 ends with the operator's verdict, or fails when it runs past
-`max_duration_s`. Times are seconds of a monotonic clock given by the caller.
+`max_episode_s`. Times are seconds of a monotonic clock given by the caller.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class EpisodeRecord:
 class OperatorEpisodes:
     """The current episode of an operator-driven robot and the ones before it."""
 
-    max_duration_s: float = 0.0            # 0: no limit
+    max_episode_s: float = 0.0            # 0: no limit
     episode: int = -1
     tasks: tuple[str, ...] = ()
     started_at: Optional[float] = None
@@ -73,8 +73,8 @@ class OperatorEpisodes:
         return record
 
     def expire(self, now: float) -> Optional[EpisodeRecord]:
-        """End the running episode as a failure when it ran past max_duration_s; the record, else None."""
-        if self.started_at is None or self.max_duration_s <= 0 or now - self.started_at < self.max_duration_s:
+        """End the running episode as a failure when it ran past max_episode_s; the record, else None."""
+        if self.started_at is None or self.max_episode_s <= 0 or now - self.started_at < self.max_episode_s:
             return None
         return self.finish(False, now, "timeout")
 

@@ -16,7 +16,7 @@ Services    ~/start (std_srvs/Trigger: start an episode with the `tasks` paramet
 
 With `start_on_ready` the first episode starts once every peer of
 `wait_for_nodes` and the Replan server are up. An episode that runs past
-`max_duration_s` (0 = no limit) ends as a failure. Parameters: see
+`max_episode_s` (0 = no limit) ends as a failure. Parameters: see
 OperatorTaskConfig (config/operator_task.yaml, docs/parameters.md).
 """
 
@@ -57,7 +57,7 @@ class OperatorTaskConfig:
     constraints: list[str] = param([], "lines published in block CONSTRAINTS at every start, e.g. the skills the "
                                          "planner may call (empty: none)")
     start_on_ready: bool = param(False, "start the first episode with `tasks` once every peer is up")
-    max_duration_s: float = param(0.0, "an episode still running after this long ends as a failure (0 = no limit)",
+    max_episode_s: float = param(0.0, "an episode still running after this long ends as a failure (0 = no limit)",
                                   0.0, 86400.0)
     objects: list[str] = param([], "objects the operator reports on the table, e.g. ['apple', 'bowl']: world_state "
                                     "lists them without pose or state (nothing here observes them)")
@@ -90,7 +90,7 @@ class OperatorTaskNode(WorldNode, Node):
         cfg = self.config
         self.world_name = cfg.world
         self.init_world(("context", "episode", "diagnostics", "world_states"), seed=None)
-        self.episodes = OperatorEpisodes(cfg.max_duration_s)
+        self.episodes = OperatorEpisodes(cfg.max_episode_s)
         self.counts = {"episodes_started": 0, "episodes_ended": 0, "episodes_timed_out": 0, "requests_refused": 0,
                        "plans": 0}
         self.create_subscription(String, TASK_TOPIC, self.on_task, qos.INPUTS)
@@ -192,8 +192,8 @@ class OperatorTaskNode(WorldNode, Node):
                 self.get_logger().error(f"start_on_ready: {message}")
         record = self.episodes.expire(time.monotonic())
         if record is not None:
-            self.get_logger().warning(f"episode {record.episode} ran past max_duration_s "
-                                      f"({self.config.max_duration_s:g} s): failed")
+            self.get_logger().warning(f"episode {record.episode} ran past max_episode_s "
+                                      f"({self.config.max_episode_s:g} s): failed")
             self._ended(record)
 
     def _publish_world_state(self) -> None:

@@ -65,7 +65,7 @@ class PickFruitRollout:
         self.monitor = StepMonitor(executor.monitor_config())
         self.scaling = executor.scaling()
         self.gripper_map = executor.gripper()
-        self.period_s = 1.0 / executor.control_rate_hz
+        self.period_s = executor.control_period_s
         self.tool: Point = tool
         self.commanded_m = math.nan
         self.opening_m = self.gripper_map.open_m

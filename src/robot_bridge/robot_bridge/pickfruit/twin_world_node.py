@@ -20,7 +20,7 @@ Readiness: the first episode starts once the nodes in `wait_for_nodes` are in
 the graph and the `replan_action` server answers (any start order).
 
 An episode ends when every fruit of the task is in the bowl (success) or after
-`max_duration_s`. Between episodes the fruits are reset (seeded); the arm
+`max_episode_s`. Between episodes the fruits are reset (seeded); the arm
 starts the next episode where it is, as a real arm would.
 
 Parameters: see TwinWorldConfig (config/twin_world.yaml, docs/parameters.md).
@@ -75,8 +75,9 @@ class TwinWorldConfig:
     seed: int = param(0, "seed of episode 0 (episode e uses seed + e)", 0, 2**31 - 1)
     tasks: int = param(1, "fruits to put in the bowl per episode", 1, 3)
     slip_probability: float = param(0.35, "probability that a grasp slips on the carry", 0.0, 1.0)
-    twin_rate_hz: float = param(200.0, "the twin's feedback frames per second (the real arm's: 200)", 1.0, 1000.0)
-    max_duration_s: float = param(60.0, "an episode that has not succeeded by then fails", 1.0, 3600.0)
+    feedback_period_s: float = param(0.005, "seconds between the twin's feedback frames (the real arm's: 0.005, "
+                                     "200 Hz)", 0.001, 1.0)
+    max_episode_s: float = param(60.0, "an episode that has not succeeded by then fails", 1.0, 3600.0)
     act_host: str = param("127.0.0.1", "address of the /act stand-in server")
     act_port: int = param(8765, "port of the /act stand-in server (0 = any free port)", 0, 65535)
     variant: str = param("", "the run's variant label, copied into Episode messages")
@@ -128,7 +129,8 @@ class TwinWorldNode(WorldNode, Node):
         cfg = self.config
         self.world = PickFruitWorld(PickFruitConfig(tasks=cfg.tasks, slip_probability=cfg.slip_probability))
         self.twin = PiperTwin(cfg.can_port, cfg.can_interface,
-                              TwinConfig(rate_hz=cfg.twin_rate_hz, initial_joints=list(HOME_JOINTS), initial_gripper=0.07),
+                              TwinConfig(feedback_period_s=cfg.feedback_period_s, initial_joints=list(HOME_JOINTS),
+                                         initial_gripper=0.07),
                               grasp=lambda state: self.world.grasp(tuple(state.end_pose[:3]), state.gripper_m))
         self.policy = TwinPolicy(self.world, tool=lambda: tuple(self.twin.state().end_pose[:3]))
         self.act = ActServer(self.policy, host=cfg.act_host, port=cfg.act_port)
@@ -193,7 +195,7 @@ class TwinWorldNode(WorldNode, Node):
             return
         self._publish_scene_changes()
         elapsed = time.monotonic() - self.started_at
-        if self.world.success() or elapsed > self.config.max_duration_s:
+        if self.world.success() or elapsed > self.config.max_episode_s:
             self.end_episode(elapsed)
 
     def start_episode(self) -> None:

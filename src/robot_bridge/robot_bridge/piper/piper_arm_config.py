@@ -32,8 +32,9 @@ class PiperArmConfig:
     agent_id: str = param("arm_0", "agent id of this arm in agent_states")
     frame_id: str = param("base_link", "frame of end_pose, agent_states and the workspace box")
     autostart: bool = param(False, "configure and activate at start (no lifecycle manager needed)")
-    feedback_rate_hz: float = param(200.0, "rate of joint_states and end_pose (Hz)", 1.0, 1000.0)
-    agent_state_rate_hz: float = param(10.0, "rate of agent_states (Hz)", 0.1, 200.0)
+    feedback_period_s: float = param(0.005, "shortest period of joint_states and end_pose (s; the arm reports at 200 Hz)",
+                                     0.001, 1.0)
+    agent_state_period_s: float = param(0.1, "period of agent_states (s)", 0.005, 10.0)
     diagnostics_period_s: float = param(1.0, "period of /diagnostics (s)", 0.05, 60.0)
     supervision_period_s: float = param(0.02, "how often CAN health, arm faults and the watchdog are checked (s)",
                                         0.002, 1.0)

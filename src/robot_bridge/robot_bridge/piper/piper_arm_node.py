@@ -3,11 +3,11 @@
 Names are relative (launch puts each robot in its namespace); /diagnostics is global.
 
 Publishes   joint_states (sensor_msgs/JointState: joint1..joint6 rad, gripper m; effort N·m) and
-            end_pose (geometry_msgs/PoseStamped in `frame_id`) at most at `feedback_rate_hz` while active, once
+            end_pose (geometry_msgs/PoseStamped in `frame_id`) at most every `feedback_period_s` while active, once
             per new joint feedback frame, stamped with that frame's arrival (never republished as fresh);
             agent_states (brace_msgs/AgentState: `agent_id`, position = end-effector position,
-            tracking_error NaN, has_goal = commands are arriving, step = this node's publication counter) at
-            `agent_state_rate_hz`; /diagnostics (arm status and error bits by name, enable state, CAN health,
+            tracking_error NaN, has_goal = commands are arriving, step = this node's publication counter) every
+            `agent_state_period_s`; /diagnostics (arm status and error bits by name, enable state, CAN health,
             emergency stop, liveness, reconnections, refused commands as rejected.<input>.<reason>, commands
             never run as dropped.<input>.superseded and lost.<input>.sequence_gap), in every state
 Subscribes  ee_delta_cmd (brace_msgs/EndEffectorDelta: applied to the measured end pose; gripper NaN = leave it),
@@ -18,7 +18,7 @@ Subscribes  ee_delta_cmd (brace_msgs/EndEffectorDelta: applied to the measured e
 Services    ~/enable (enable the motors, bounded retry), ~/stop (the SDK's damped emergency stop; commands are
             refused until ~/resume), ~/resume (the SDK's resume, re-enable, hold) - std_srvs/Trigger
 
-Parameters  can_port, can_interface, agent_id, frame_id, autostart, feedback_rate_hz, agent_state_rate_hz,
+Parameters  can_port, can_interface, agent_id, frame_id, autostart, feedback_period_s, agent_state_period_s,
             diagnostics_period_s, supervision_period_s, command_timeout_s, feedback_timeout_s,
             silence_timeout_s, silence_recovery_s, enable_attempts,
             enable_interval_s, reconnect_initial_s, reconnect_max_s, speed_percent, gripper_effort_nm,
@@ -165,8 +165,8 @@ class PiperArmNode(ReleasingLifecycleNode):
         self.last_error = ""
         self.watchdog = CommandWatchdog(cfg.command_timeout_s)
         self.backoff = Backoff(cfg.reconnect_initial_s, cfg.reconnect_max_s)
-        for timer, period in zip(self._timers_of_config, (1.0 / cfg.feedback_rate_hz, cfg.supervision_period_s,
-                                                          1.0 / cfg.agent_state_rate_hz), strict=True):
+        for timer, period in zip(self._timers_of_config, (cfg.feedback_period_s, cfg.supervision_period_s,
+                                                          cfg.agent_state_period_s), strict=True):
             timer.timer_period_ns = int(period * 1e9)
             timer.reset()
         self.state_label = "inactive"

@@ -3,7 +3,7 @@ sends the way the arm does, so the real SDK (and the arm node) runs against it u
 
 `PiperArmModel` is the arm itself, pure and single-threaded: it takes command frames (`handle`), moves
 (`advance`) and reports feedback frames (`feedback`). `PiperTwin` puts a model on a bus: one thread receives
-commands and sends feedback at `rate_hz` (the real arm's 200 Hz).
+commands and sends feedback every `feedback_period_s` (the real arm's 200 Hz).
 
 What is modelled (docs/piper_twin.md has the frame table):
 - control mode / move mode / speed % (0x151); joint targets (0x155-0x157) move the joints in MOVE J, end-pose
@@ -58,8 +58,8 @@ INTERFACE_LOCAL_PREFIX = "ff01:"
 class TwinConfig:
     """How the twin arm behaves (every field is also a parameter of the piper_twin node)."""
 
-    rate_hz: float = param(200.0, "feedback frames per second (status, joints, end pose, gripper, high-speed info)",
-                           1.0, 1000.0)
+    feedback_period_s: float = param(0.005, "seconds between feedback cycles (status, joints, end pose, gripper, "
+                                     "high-speed info; the real arm: 200 Hz)", 0.001, 1.0)
     low_speed_every: int = param(10, "low-speed driver info (enable state, voltage, temperature) every n-th cycle",
                                  1, 1000)
     max_joint_speed: list[float] = param([2.0, 2.0, 2.0, 3.0, 3.0, 3.0],
@@ -416,7 +416,7 @@ def _i16(value: float) -> int:
 
 
 class PiperTwin:
-    """The twin arm on a python-can bus: a thread receives command frames and sends feedback at `rate_hz`.
+    """The twin arm on a python-can bus: a thread receives command frames and sends feedback every `feedback_period_s`.
 
     `can_interface` "virtual" shares the bus within one process (tests); across processes use "udp_multicast"
     with `can_port` an interface-local IPv6 group such as "ff01::74:1" (docs/piper_twin.md). `grasp(state)`
@@ -506,7 +506,7 @@ class PiperTwin:
 
     # ---- the thread --------------------------------------------------------------------------------------------
     def _run(self) -> None:
-        period = 1.0 / self.config.rate_hz
+        period = self.config.feedback_period_s
         last = time.monotonic()
         next_tick = last
         cycle = 0

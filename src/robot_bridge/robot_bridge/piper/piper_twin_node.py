@@ -138,7 +138,7 @@ class PiperTwinNode(ReleasingLifecycleNode):
             self.get_logger().warn(f"starting with fault {fault}")
         self.state_label = "active"
         self.get_logger().info(f"PiPER twin on {self.node_config.can_interface} '{self.node_config.can_port}' at "
-                               f"{self.twin.config.rate_hz:g} Hz")
+                               f"a feedback cycle every {self.twin.config.feedback_period_s:g} s")
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:

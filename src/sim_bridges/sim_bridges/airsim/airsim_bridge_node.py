@@ -98,7 +98,7 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         """Start stepping."""
         self.timer = steady_timer(self, self.config.step_period_s, self.tick)
         self.state_label = "active"
-        self.get_logger().info(f"AirSim bridge for {self.config.agents} drones at {self.config.host}:"
+        self.get_logger().info(f"AirSim bridge for {self.config.num_agents} drones at {self.config.host}:"
                                f"{self.config.port} ({'lockstep' if self.config.lockstep else 'real time'})")
         return TransitionCallbackReturn.SUCCESS
 
@@ -273,7 +273,7 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
 
     def num_agents(self) -> int:
         """K."""
-        return self.config.agents
+        return self.config.num_agents
 
     def _publish_states(self) -> None:
         stamp = self.stamp()

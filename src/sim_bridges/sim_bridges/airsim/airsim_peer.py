@@ -505,7 +505,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         if args.agents is not None:
 
-            scenario = IntersectionConfig(agents=args.agents)
+            scenario = IntersectionConfig(num_agents=args.agents)
             scenario.validate()
             sim_settings = settings(scenario)
             if args.write_settings:

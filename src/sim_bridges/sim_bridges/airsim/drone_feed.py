@@ -38,7 +38,7 @@ def episode_entries(world: DroneWorld, episode: int) -> list[FeedEntry]:
                              f"speed {cfg.cruise_speed_mps:.0f}. It holds at x = {r.hold[0]:.0f}, "
                              f"y = {r.hold[1]:.0f} when it yields."))
     out.append(FeedEntry(TOWER, 0, Block.CONSTRAINTS, EntryKind.CONSTRAINT.value,
-                         f"Keep {cfg.near_miss_m:.0f} m from other drones. Enter the intersection only after the drone "
+                         f"Keep {cfg.hazard_distance_m:.0f} m from other drones. Enter the intersection only after the drone "
                          "before you in the crossing order has cleared it: yield_to that drone first, then move_to "
                          "your goal, then land."))
     order = world.order()

@@ -287,7 +287,7 @@ class DroneWorld:
                     continue
                 gap = distance(da.position, db.position)
                 self.min_distance = min(self.min_distance, gap)
-                if gap < self.cfg.near_miss_m:
+                if gap < self.cfg.hazard_distance_m:
                     close.add((a, b))
                     if (a, b) not in self.reported_pairs:
                         events.append(Event(a, self.t, EntryKind.MESSAGE,

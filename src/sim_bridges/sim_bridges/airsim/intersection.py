@@ -36,7 +36,7 @@ _HEADING = {"south": (1.0, 0.0), "west": (0.0, 1.0), "north": (-1.0, 0.0), "east
 class IntersectionConfig:
     """Parameters of the intersection scenario; each field is also an airsim_bridge parameter of the same name."""
 
-    agents: int = param(8, "K: drones (drone i comes from approach i % 4: south, west, north, east)", 1, 8)
+    num_agents: int = param(8, "K: drones (drone i comes from approach i % 4: south, west, north, east)", 1, 8)
     seed: int = param(0, "scenario seed (airsim_bridge: of the first episode; episode e runs seed + e)", 0, 2**31 - 1)
     max_steps: int = param(150, "steps after which an unfinished episode fails", 1, 10**6)
     approach_m: float = param(40.0, "distance of the first row's start from the centre (m)", 10.0, 1000.0)
@@ -50,7 +50,7 @@ class IntersectionConfig:
     hold_m: float = param(12.0, "where a yielding drone of the first row holds, this far before the centre on its "
                           "lane (m; the second row holds row_spacing_m further back)", 1.0, 1000.0)
     goal_tolerance_m: float = param(2.0, "horizontal distance from the goal that counts as arrived (m)", 0.1, 100.0)
-    near_miss_m: float = param(4.0, "d_min: drone pairs closer than this count as a near-miss (m)", 0.0, 100.0)
+    hazard_distance_m: float = param(4.0, "d_min: drone pairs closer than this count as a near-miss (m)", 0.0, 100.0)
     gust_probability: float = param(0.05, "probability per step that a wind gust starts", 0.0, 1.0)
     gust_speed_mps: float = param(8.0, "wind speed of a gust (m/s)", 0.0, 60.0)
     gust_steps: int = param(3, "steps a gust lasts", 1, 1000)
@@ -60,8 +60,8 @@ class IntersectionConfig:
     def validate(self) -> None:
         """ConfigError naming the first invalid field."""
         check_fields(self)
-        if self.vehicles and len(self.vehicles) != self.agents:
-            raise ConfigError("vehicles", f"names {len(self.vehicles)} vehicles for {self.agents} agents")
+        if self.vehicles and len(self.vehicles) != self.num_agents:
+            raise ConfigError("vehicles", f"names {len(self.vehicles)} vehicles for {self.num_agents} agents")
         if len(set(self.vehicles)) != len(self.vehicles) or any(not v.strip() for v in self.vehicles):
             raise ConfigError("vehicles", f"{self.vehicles}: names must be distinct and not empty")
         if self.hold_m <= self.box_m:
@@ -71,7 +71,7 @@ class IntersectionConfig:
 
     def names(self) -> list[str]:
         """The drones' names (agent ids), drone i first."""
-        return list(self.vehicles) or [drone_name(i) for i in range(self.agents)]
+        return list(self.vehicles) or [drone_name(i) for i in range(self.num_agents)]
 
     def scenario_fields(self) -> dict:
         """The scenario's own fields (without what a subclass adds)."""
@@ -141,7 +141,7 @@ def routes(cfg: IntersectionConfig) -> dict[str, Route]:
 def crossing_order(cfg: IntersectionConfig) -> list[str]:
     """The tower's crossing order: nearer rows first, ties in approach order (south, west, north, east)."""
     names = cfg.names()
-    return [names[i] for i in sorted(range(cfg.agents), key=lambda i: (i // 4, i % 4))]
+    return [names[i] for i in sorted(range(cfg.num_agents), key=lambda i: (i // 4, i % 4))]
 
 
 def settings(cfg: IntersectionConfig, clock_speed: float = 1.0) -> dict:

@@ -80,7 +80,7 @@ def load_schema(cfg: IsaacBridgeConfig) -> SkillSchema:
     except (OSError, ValueError) as exc:
         raise ConfigError("action_schema_file", str(exc)) from None
     undefined = [p for p in schema.pose_choices() if p not in cfg.poses()]
-    if undefined and RobotKind.ARM.value in cfg.robot_kinds:
+    if undefined and RobotKind.ARM.value in cfg.agent_kinds:
         raise ConfigError("named_poses", f"the action schema offers poses {undefined} that are not defined")
     for spec in cfg.robot_specs():
         if not schema.skills_of(spec.kind):

@@ -1,7 +1,7 @@
 """Typed, validated parameters of the isaac_bridge node (one field = one ROS parameter). ROS-free.
 
-ROS parameters are flat, so per-robot settings are parallel lists (`robots`,
-`robot_kinds`, `origins`) and named things are "name: value" strings
+ROS parameters are flat, so per-robot settings are parallel lists (`agents`,
+`agent_kinds`, `origins`) and named things are "name: value" strings
 (`named_poses: ["home: 0 -0.785 ..."]`, `tasks: ["carter_1: drive to ..."]`,
 `task_goals: ["carter_1: 3.0 1.0", "franka_1: ready"]`); `validate()` parses
 them once and names the parameter of the first bad value.
@@ -59,14 +59,14 @@ def _floats(parameter: str, text: str) -> tuple[float, ...]:
 class IsaacBridgeConfig:
     """Parameters of the isaac_bridge node."""
 
-    robots: list[str] = param(["carter_1", "franka_1"], "namespaces of the robots in Isaac Sim (OmniGraph "
+    agents: list[str] = param(["carter_1", "franka_1"], "namespaces of the robots in Isaac Sim (OmniGraph "
                               "nodeNamespace, absolute: carter_1 -> /carter_1/odom); also their agent ids")
-    robot_kinds: list[str] = param(["mobile", "arm"], "kind of each robot of `robots`: mobile (odom in, cmd_vel out) "
+    agent_kinds: list[str] = param(["mobile", "arm"], "kind of each robot of `agents`: mobile (odom in, cmd_vel out) "
                                    "or arm (joint_states in, joint_command out)")
     origins: list[float] = param([], "x, y, yaw (m, m, rad) per robot in frame_id: where a base's odometry starts "
                                  "(Isaac Compute Odometry is relative to the start pose) or where an arm's base "
                                  "stands; [] = every robot at 0, 0, 0")
-    camera_robots: list[str] = param(["carter_1"], "robots whose camera rgb + camera_info are contract topics "
+    camera_agents: list[str] = param(["carter_1"], "robots whose camera rgb + camera_info are contract topics "
                                      "(liveness, observations)")
     odom_topic: str = param(DEFAULT_TOPICS["odom"], "odometry topic in a robot's namespace (nav_msgs/Odometry)")
     joint_states_topic: str = param(DEFAULT_TOPICS["joint_states"], "joint state topic in a robot's namespace "
@@ -126,26 +126,26 @@ class IsaacBridgeConfig:
     def validate(self) -> None:
         """ConfigError naming the first invalid parameter."""
         check_fields(self)
-        robots = [r.strip("/") for r in self.robots]
+        robots = [r.strip("/") for r in self.agents]
         if not robots:
-            raise ConfigError("robots", "name at least one robot namespace")
-        check_agent_ids("robots", robots)  # a robot's namespace is its agent id
+            raise ConfigError("agents", "name at least one robot namespace")
+        check_agent_ids("agents", robots)  # a robot's namespace is its agent id
         if len(set(robots)) != len(robots):
-            raise ConfigError("robots", f"{self.robots} names a robot twice")
-        if len(self.robot_kinds) != len(robots):
-            raise ConfigError("robot_kinds", f"needs one kind per robot ({len(robots)}), got {len(self.robot_kinds)}")
+            raise ConfigError("agents", f"{self.agents} names a robot twice")
+        if len(self.agent_kinds) != len(robots):
+            raise ConfigError("agent_kinds", f"needs one kind per robot ({len(robots)}), got {len(self.agent_kinds)}")
         kinds = {k.value for k in RobotKind}
-        bad = [k for k in self.robot_kinds if k not in kinds]
+        bad = [k for k in self.agent_kinds if k not in kinds]
         if bad:
-            raise ConfigError("robot_kinds", f"'{bad[0]}' is not one of {sorted(kinds)}")
+            raise ConfigError("agent_kinds", f"'{bad[0]}' is not one of {sorted(kinds)}")
         if self.origins and len(self.origins) != 3 * len(robots):
             raise ConfigError("origins", f"needs x, y, yaw per robot ({3 * len(robots)} values) or none, "
                                          f"got {len(self.origins)}")
         if not all(math.isfinite(v) for v in self.origins):
             raise ConfigError("origins", "has a value that is not finite")
-        unknown = [r for r in self.camera_robots if r.strip("/") not in robots]
+        unknown = [r for r in self.camera_agents if r.strip("/") not in robots]
         if unknown:
-            raise ConfigError("camera_robots", f"'{unknown[0]}' is not one of robots")
+            raise ConfigError("camera_agents", f"'{unknown[0]}' is not one of agents")
         for name in ("odom_topic", "joint_states_topic", "rgb_topic", "camera_info_topic", "cmd_vel_topic",
                      "joint_command_topic"):
             if not NAME.match(getattr(self, name)):
@@ -154,7 +154,7 @@ class IsaacBridgeConfig:
             raise ConfigError("frame_id", "must not be empty")
         if not self.action_schema_file.strip():
             raise ConfigError("action_schema_file", "must name the action schema")
-        if RobotKind.ARM.value in self.robot_kinds:
+        if RobotKind.ARM.value in self.agent_kinds:
             if not self.joint_names or len(set(self.joint_names)) != len(self.joint_names):
                 raise ConfigError("joint_names", "an arm needs its joint names, each once")
         poses = self.poses()
@@ -162,14 +162,14 @@ class IsaacBridgeConfig:
         for entry in self.tasks:
             robot, _ = split_entry("tasks", entry)
             if robot not in specs:
-                raise ConfigError("tasks", f"'{robot}' is not one of robots")
+                raise ConfigError("tasks", f"'{robot}' is not one of agents")
         self.goals(specs, poses)
 
     def robot_specs(self) -> list[RobotSpec]:
         """The robots with their kind, origin and camera."""
-        cameras = {c.strip("/") for c in self.camera_robots}
+        cameras = {c.strip("/") for c in self.camera_agents}
         specs = []
-        for i, (name, kind) in enumerate(zip(self.robots, self.robot_kinds, strict=True)):
+        for i, (name, kind) in enumerate(zip(self.agents, self.agent_kinds, strict=True)):
             origin = Pose2D(*(float(v) for v in self.origins[3 * i:3 * i + 3])) if self.origins else Pose2D(0, 0, 0)
             specs.append(RobotSpec(name.strip("/"), RobotKind(kind), origin, name.strip("/") in cameras))
         return specs
@@ -188,7 +188,7 @@ class IsaacBridgeConfig:
                 raise ConfigError("named_poses", f"'{name}' has {len(joints)} values for {len(self.joint_names)} "
                                                  "joint_names")
             poses[name] = joints
-        if RobotKind.ARM.value in self.robot_kinds and not poses:
+        if RobotKind.ARM.value in self.agent_kinds and not poses:
             raise ConfigError("named_poses", "an arm needs at least one named pose")
         return poses
 
@@ -201,7 +201,7 @@ class IsaacBridgeConfig:
         for entry in self.task_goals:
             robot, value = split_entry("task_goals", entry)
             if robot not in specs:
-                raise ConfigError("task_goals", f"'{robot}' is not one of robots")
+                raise ConfigError("task_goals", f"'{robot}' is not one of agents")
             if robot in goals:
                 raise ConfigError("task_goals", f"'{robot}' has two goals")
             if specs[robot].kind == RobotKind.MOBILE:

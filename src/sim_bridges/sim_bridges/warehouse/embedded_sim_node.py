@@ -139,7 +139,7 @@ class EmbeddedSimNode(WorldInputs, Node):
 
     def num_agents(self) -> int:
         """K."""
-        return self.config.agents
+        return self.config.num_agents
 
     def stamp(self) -> Time:
         """The stamp of what the simulator publishes now: simulated time with use_sim_time, else the node's clock."""

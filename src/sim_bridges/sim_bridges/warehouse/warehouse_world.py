@@ -55,12 +55,13 @@ Cell = tuple[int, int]  # (x, y)
 class WorldConfig:
     """Parameters of the warehouse world; each field is also an embedded_sim parameter of the same name."""
 
-    agents: int = param(4, "K: agents in the warehouse", 1, 8)
+    num_agents: int = param(4, "K: agents in the warehouse", 1, 8)
     seed: int = param(0, "world seed (embedded_sim: of the first episode; episode e runs seed + e)", 0, 2**31 - 1)
     max_steps: int = param(60, "steps after which an unfinished episode fails", 1, 10**6)
     grasp_failure: float = param(0.1, "probability that a pick slips", 0.0, 1.0)
     drift: float = param(0.02, "probability per step that a waiting object is moved to another shelf", 0.0, 1.0)
-    hazard_distance: float = param(1.01, "d_min in cells for the near-miss count (adjacent agents)", 0.0, 100.0)
+    hazard_distance_m: float = param(1.01, "d_min (m; a cell is 1 m in the map frame): agent pairs closer "
+                                     "than this count as a near-miss (1.01: adjacent cells)", 0.0, 100.0)
     handoff_tasks: int = param(1, "two-agent handoff tasks, Pass-Shoe-like (agents 0+1, 2+3, ... pair up, at most "
                                "K // 2 pairs; every agent has one task)", 0, 100)
     task_docks: int = param(0, "tasks deliver to the first n docks only (0 = any dock; 1 = one congested dock)", 0, 3)
@@ -140,7 +141,7 @@ class Warehouse:
         # Each agent's start cell is its parking place: idle agents go there so they free shelves and docks.
         # Every other cell of the top row, then (K > 6) the cells between them: never two agents in one cell.
         row = [(x, 1) for x in range(1, len(MAP[0]) - 1)]
-        starts = [row[2 * i % len(row) + 2 * i // len(row)] for i in range(config.agents)]
+        starts = [row[2 * i % len(row) + 2 * i // len(row)] for i in range(config.num_agents)]
         self.agents = {f"agent_{i}": Agent(f"agent_{i}", cell) for i, cell in enumerate(starts)}
         self.parks = {f"park_{i}": cell for i, cell in enumerate(starts)}
         names = ["cup_3", "box_7", "drill_2", "shoe_5", "can_9", "tray_1", "lamp_4", "book_6"]
@@ -372,7 +373,7 @@ class Warehouse:
                 d = ((pa[0] - pb[0]) ** 2 + (pa[1] - pb[1]) ** 2) ** 0.5
                 if d == 0:
                     self.collisions += 1
-                elif d < self.config.hazard_distance:
+                elif d < self.config.hazard_distance_m:
                     self.near_misses += 1
 
     # ------------------------------------------------------------------ metrics
@@ -438,7 +439,7 @@ def world_state(world: Warehouse, episode: int) -> WorldState:
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             pa, pb = world.agents[a].pos, world.agents[b].pos
-            if 0 < math.dist(pa, pb) < world.config.hazard_distance:
+            if 0 < math.dist(pa, pb) < world.config.hazard_distance_m:
                 relations.append(Relation(a, Predicate.NEAR, b))
     holders = {a.holding: a for a in world.agents.values() if a.holding}
     dock_of = {t.obj: t.dock for t in world.tasks if t.done}
