@@ -38,6 +38,7 @@ from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, check_agent_ids, param
 from brace_common.diagnostics import diagnostic_array
+from brace_common.episode import EpisodeResult, episode_msg
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.readiness import PeerWait
 from brace_common.spin import spin_node
@@ -216,14 +217,10 @@ class OperatorTaskNode(Node):
         self.context_pub.publish(msg)
 
     def _episode_msg(self, event: EpisodeEvent, record: EpisodeRecord | None = None) -> Episode:
-        msg = Episode(event=int(event), episode=max(self.episodes.episode, 0), seed=0, agents=1,
-                      world=self.config.world, variant=self.config.variant, tasks=len(self.episodes.tasks))
-        msg.header.stamp = self.get_clock().now().to_msg()
-        if record is not None:
-            msg.success, msg.tasks, msg.plans = record.success, len(record.tasks), self.plans
-            msg.delivered = len(record.tasks) if record.success else 0
-            msg.steps = int(record.duration_s / self.config.period_s)
-        return msg
+        result = None if record is None else EpisodeResult.of(
+            record.verdict(int(record.duration_s / self.config.period_s)), record.episode, 0, self.plans)
+        return episode_msg(event, max(self.episodes.episode, 0), 0, 1, self.config.world, self.config.variant,
+                           self.get_clock().now().to_msg(), result)
 
     def publish_diagnostics(self) -> None:
         """Episode, elapsed time, counts and missing peers on /diagnostics."""

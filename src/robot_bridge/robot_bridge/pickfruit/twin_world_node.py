@@ -58,9 +58,11 @@ from ..piper.piper_twin import PiperTwin, TwinConfig
 from .pickfruit_world import (
     HOME_JOINTS,
     SKILLS_TEXT,
+    WORLD,
     PickFruitConfig,
     PickFruitWorld,
     TwinPolicy,
+    episode_metrics,
     scene_text,
     task_text,
     world_state,
@@ -100,26 +102,6 @@ class TwinWorldConfig:
         check_agent_ids("agent_id", self.agent_id)
 
 
-@dataclass(frozen=True)
-class RobotEpisode:
-    """One PickFruit episode as Table 32 counts it."""
-
-    episode: int
-    seed: int
-    success: bool
-    duration_s: float
-    plans: int
-    grasps: int
-    slips: int
-    failures: dict
-
-    def as_row(self) -> dict:
-        """A flat CSV row (one column per failure category)."""
-        row = {k: v for k, v in vars(self).items() if k != "failures"}
-        row.update({f"failure_{f.label}": int(self.failures.get(f.label, 0)) for f in Failure if f != Failure.NONE})
-        return row
-
-
 class TwinWorldNode(Node):
     """Thin rclpy shell around the CAN twin, the PickFruit world and the /act stand-in."""
 
@@ -141,7 +123,6 @@ class TwinWorldNode(Node):
         self.episode = -1
         self.done = False
         self.results: list[EpisodeResult] = []
-        self.episode_rows: list[dict] = []   # RobotEpisode rows, for Table 32 (brace-run's stack report)
         self.started_at: Optional[float] = None
         self.plans = 0
         self.failures: Counter = Counter()
@@ -225,18 +206,13 @@ class TwinWorldNode(Node):
     def end_episode(self, elapsed: float) -> None:
         """Publish the verdict; stop after the last episode."""
         seed = self.config.seed + self.episode
-        success = self.world.success()
-        counts = self.world.counts
-        result = EpisodeResult(success=success, steps=int(elapsed / self.config.period_s),
-                               delivered=self.world.delivered(), tasks=len(self.world.task), path_efficiency=0.0,
-                               coordination_wait=0, near_misses=0, collisions=0, episode=self.episode, seed=seed,
-                               plans=self.plans, plans_agreeing=0)
+        verdict = episode_metrics(self.world, elapsed, int(elapsed / self.config.period_s), self.failures)
+        result = EpisodeResult.of(verdict, self.episode, seed, self.plans)
         self.results.append(result)
-        self.episode_rows.append(RobotEpisode(self.episode, seed, success, round(elapsed, 2), self.plans,
-                                              counts.grasps, counts.slips, dict(self.failures)).as_row())
         self.episode_pub.publish(self._episode_msg(EpisodeEvent.END, seed, result))
-        self.get_logger().info(f"episode {self.episode}: success={success} {elapsed:.1f} s plans={self.plans} "
-                               f"grasps={counts.grasps} slips={counts.slips} failures={dict(self.failures)}")
+        self.get_logger().info(f"episode {self.episode}: success={result.success} {elapsed:.1f} s plans={self.plans} "
+                               f"grasps={self.world.counts.grasps} slips={self.world.counts.slips} "
+                               f"failures={dict(self.failures)}")
         self.started_at = None
         if self.episode + 1 >= self.config.episodes:
             self.done = True
@@ -265,7 +241,7 @@ class TwinWorldNode(Node):
         self.context_pub.publish(msg)
 
     def _episode_msg(self, event: EpisodeEvent, seed: int, result: Optional[EpisodeResult] = None) -> Episode:
-        return episode_msg(event, self.episode, seed, 1, "pickfruit", self.config.variant,
+        return episode_msg(event, self.episode, seed, 1, WORLD, self.config.variant,
                            self.get_clock().now().to_msg(), result)
 
     def publish_diagnostics(self) -> None:

@@ -43,7 +43,7 @@ from brace_common.clock import stamp_of, steady_timer
 from brace_common.config import ConfigError
 from brace_common.counted_inputs import CountedInputs
 from brace_common.diagnostics import diagnostic_array, nonzero
-from brace_common.episode import EpisodeResult, episode_msg
+from brace_common.episode import PLANS_AGREEING, EpisodeResult, episode_msg
 from brace_common.lifecycle import ReleasingLifecycleNode, serialized
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.readiness import PeerWait
@@ -281,14 +281,13 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
 
     def end_episode(self) -> None:
         """Publish the episode's metrics; stop after the last episode."""
-        result = EpisodeResult(**vars(self.world.metrics()), episode=self.episode, seed=self.config.seed + self.episode,
-                               plans=self.plans, plans_agreeing=self.agreeing)
+        result = EpisodeResult.of(self.world.metrics(), self.episode, self.config.seed + self.episode, self.plans,
+                                  **{PLANS_AGREEING: self.agreeing})
         self.out.episode.publish(self._episode_msg(EpisodeEvent.END, result))
         self.results.append(result)
         self.get_logger().info(f"episode {self.episode}: success={result.success} steps={result.steps} "
-                               f"landed={result.delivered}/{result.tasks} near_misses={result.near_misses} "
-                               f"collisions={result.collisions} min_distance={result.min_distance} "
-                               f"plans={self.plans} oracle-agreeing={self.agreeing} held_ticks={self.counts['held_ticks']} "
+                               f"landed={result.delivered}/{result.tasks} {dict(result.metrics)} "
+                               f"plans={self.plans} held_ticks={self.counts['held_ticks']} "
                                f"stale_plans={self.counts['stale_plans']}")
         self._hover_all()
         self.world = None

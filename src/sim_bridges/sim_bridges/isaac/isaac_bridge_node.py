@@ -417,7 +417,7 @@ class IsaacBridgeNode(ReleasingLifecycleNode):
     def end_episode(self, now: float) -> None:
         """EVENT_END with the verdict; every robot is held from now on."""
         metrics = self.judge.metrics(self.ticks)
-        result = EpisodeResult(**vars(metrics), episode=self.episode, seed=0, plans=self.plans, plans_agreeing=0)
+        result = EpisodeResult.of(metrics, self.episode, 0, self.plans)
         self.results.append(result)
         self.episode_pub.publish(self._episode_msg(EpisodeEvent.END, result))
         self.done = True

@@ -43,7 +43,7 @@ from brace_common import names, qos
 from brace_common.clock import stamp_of, steady_timer
 from brace_common.counted_inputs import CountedInputs
 from brace_common.diagnostics import diagnostic_array, nonzero
-from brace_common.episode import EpisodeResult, episode_msg
+from brace_common.episode import PLANS_AGREEING, EpisodeResult, episode_msg
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.readiness import PeerWait
 from brace_common.spin import spin_node
@@ -157,8 +157,8 @@ class EmbeddedSimNode(WorldInputs, Node):
 
     def end_episode(self) -> None:
         """Publish the episode's metrics; stop after the last episode."""
-        result = EpisodeResult(**vars(self.world.metrics()), episode=self.episode,
-                               seed=self.config.seed + self.episode, plans=self.plans, plans_agreeing=self.agreeing)
+        result = EpisodeResult.of(self.world.metrics(), self.episode, self.config.seed + self.episode, self.plans,
+                                  **{PLANS_AGREEING: self.agreeing})
         self.out.episode.publish(self._episode_msg(EpisodeEvent.END, result))
         self.results.append(result)
         self.get_logger().info(f"episode {self.episode}: success={result.success} steps={result.steps} "
