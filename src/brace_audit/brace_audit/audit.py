@@ -136,6 +136,7 @@ class BagAudit:
     count: int                         # messages read
     lost_data: bool = False            # messages were lost (damage, or a recovery that recorded a loss)
     recovery: dict = field(default_factory=dict)  # the note `brace-audit recover` left in the file ({} if none)
+    first_ns: int = 0                  # log time of its first reported message (orders a run folder's bags)
 
     @property
     def problems(self) -> list[str]:
@@ -169,7 +170,7 @@ def audit_bag(bag: Path, variant: str = "") -> BagAudit:
         note += f"{'; ' if note else ''}{collector.malformed} malformed messages skipped"
     recovery = contents.notes.get(RECOVERY_NOTE, {})
     lost = bool(contents.damage and contents.damage.lost_data) or recovery.get("lost_data") == "true"
-    return BagAudit(collector.records, note, len(contents.messages), lost, recovery)
+    return BagAudit(collector.records, note, len(contents.messages), lost, recovery, collector.first_ns or 0)
 
 
 def find_bags(path: Path) -> list[Path]:
@@ -204,7 +205,7 @@ def cmd_report(args) -> int:
     if not bags:
         print(f"brace-audit: no bag under {args.bag}", file=sys.stderr)
         return EXIT_UNREADABLE
-    runs, code = [], EXIT_INTACT
+    audits, code = [], EXIT_INTACT
     for bag in bags:
         try:
             audit = audit_bag(bag)
@@ -219,7 +220,8 @@ def cmd_report(args) -> int:
         records.variant = records.variant or (bag.parent.name if bag.name == "bag" else bag.name)
         print_integrity(bag, audit)
         code = max(code, audit.exit_code)
-        runs.append(records)
+        audits.append(audit)
+    runs = [a.records for a in sorted(audits, key=lambda a: a.first_ns)]  # the variants in the order they ran
     print(run_tables(runs))
     if args.json:
         print(json.dumps([summary(r) for r in runs], indent=1, default=str))
