@@ -145,7 +145,7 @@ def test_the_episode_starts_only_once_isaac_sims_topics_are_live_whatever_starte
     ros.add(standin())
     wait_for(stack.started, 20.0, "EVENT_START once the stand-in publishes")
     start = stack.episodes[0]
-    assert (start.agents, start.world) == (2, "isaac_sim")
+    assert (start.num_agents, start.world) == (2, "isaac_sim")
     wait_for(lambda: {"carter_1", "franka_1"} <= {c.agent_id for c in stack.entries if c.kind == "task"},
              what="each robot's task")
     wait_for(lambda: any(c.kind == "observation" and "camera 8x6" in c.text for c in stack.entries),
