@@ -88,7 +88,7 @@ T5_COLUMNS = ["label", "num_agents", "episodes", "tokens_before", "tokens_after"
 
 A2_COLUMNS = ["label", "episodes", "success", "delivered", "tokens_before", "tokens_after", "token_reduction",
               "latency_p50_ms", "latency_p95_ms", "slo_ms", "slo_violation", "calls_per_episode", "oracle_agreement",
-              "near_misses", "collisions", "min_distance"]
+              "near_misses", "collisions", "min_distance_m"]
 A25_COLUMNS = ["label", "episodes", "triggers", "admitted", "suppressed", "share_periodic", "share_failure",
                "share_drift", "share_hazard", "share_deadlock", "calls_per_min", "slo_violation", "success"]
 A26_COLUMNS = ["label", "num_agents", *A2_COLUMNS[1:]]
@@ -186,7 +186,7 @@ def run_table(cfg: RunConfig, table: Table, episodes: int, out: Path, quiet: boo
         started = time.monotonic()
         row_folder = folder / f"{i:02d}_{row.variant}"
         # the row's processes (its simulator, if it has one) start and stop with it
-        records, _bag, _, _ = run_variant(plan(cfg, row.variant, row_folder, extra, free_ports()), quiet)
+        records, _bag = run_variant(plan(cfg, row.variant, row_folder, extra, free_ports()), quiet)
         records.variant = row.label
         agents = int(cfg.parameters(row.variant, extra)[table.world].get("num_agents", 4))
         rows.append(row_metrics(row.label, records, agents))

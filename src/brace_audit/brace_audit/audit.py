@@ -4,8 +4,9 @@
     brace-audit recover <bag> [--output OUT | --in-place]
     brace-audit replay <bag> [--rate X] [--topics T ...]
 
-`report` reads the bag alone (every table of `audit_report`); a run folder with
-several bags (one per variant) gives one row per bag. A truncated or corrupt
+`report` reads the bags alone and prints what brace-run printed (run_tables:
+the paper's tables and the world's own, Table 32 or the drone intersection's);
+a run folder with several bags (one per variant) gives one row per bag. A truncated or corrupt
 bag, or one a killed recorder left unfinished, is reported as damaged (exit 1)
 with what was lost, which episodes are incomplete and the tables of the
 recovered part. `recover` rewrites such a bag into a finished one that every
@@ -18,7 +19,6 @@ shared by the live run and the report, so both compute the same numbers.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 import time
@@ -37,8 +37,10 @@ from brace_common.episode import episode_from_msg
 from brace_common.vocabulary import CallStatus, EpisodeEvent
 
 from .audit_recorder_node import message_class
-from .audit_report import CallRow, RunRecords, phase_breakdown, report, summary, suppression_rows
+from .audit_report import CallRow, RunRecords, phase_breakdown, summary, suppression_rows
 from .bag import RECOVERY_NOTE, BagError, read_bag, recover_bag
+from .csv_rows import write_rows
+from .run_tables import run_tables, world_tables
 
 REPORTED = {names.REPLAN_CALLS: ReplanCall, names.DECISIONS: ReplanDecision, names.PLAN: Plan,
             names.EPISODE: Episode}
@@ -59,22 +61,36 @@ class RecordCollector:
         self.malformed = 0
         self.first_ns: int | None = None
         self.last_ns = 0
+        self.first_start_ns: int | None = None  # the first episode start's stamp
+        self.last_end_ns: int | None = None     # the last episode end's stamp
 
     def add(self, topic: str, msg, time_ns: int) -> None:
         """One message of a reported topic."""
         self.first_ns = time_ns if self.first_ns is None else self.first_ns
         self.last_ns = max(self.last_ns, time_ns)
-        self.records.duration_s = (self.last_ns - self.first_ns) / 1e9
         role = topic_role(topic)
         if role == names.EPISODE:
+            stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
             if msg.event == EpisodeEvent.START:
                 self.episode = int(msg.episode)
                 self.records.variant = self.records.variant or msg.variant
+                self.records.world = self.records.world or msg.world
+                self.records.num_agents = self.records.num_agents or int(msg.num_agents)
                 self.records.ledger.start(int(msg.episode), time_ns)
+                self.first_start_ns = stamp_ns if self.first_start_ns is None else self.first_start_ns
             else:
                 self.records.episodes.append(episode_from_msg(msg))
                 self.records.ledger.end(int(msg.episode), time_ns)
-        elif role == names.REPLAN_CALLS:
+                self.last_end_ns = stamp_ns
+        # The run's duration by the world's stamps from the first start to the last end (the same live and in the
+        # bag); by arrival until an episode has ended.
+        if self.first_start_ns is not None and self.last_end_ns is not None and self.last_end_ns > self.first_start_ns:
+            self.records.duration_s = (self.last_end_ns - self.first_start_ns) / 1e9
+        else:
+            self.records.duration_s = (self.last_ns - self.first_ns) / 1e9
+        if role == names.EPISODE:
+            return
+        if role == names.REPLAN_CALLS:
             self.records.ledger.call(time_ns)
             phases = {p.phase: (float(p.duration_ms), int(p.tokens_in), int(p.tokens_out)) for p in msg.phases}
             try:
@@ -120,6 +136,7 @@ class BagAudit:
     count: int                         # messages read
     lost_data: bool = False            # messages were lost (damage, or a recovery that recorded a loss)
     recovery: dict = field(default_factory=dict)  # the note `brace-audit recover` left in the file ({} if none)
+    first_ns: int = 0                  # log time of its first reported message (orders a run folder's bags)
 
     @property
     def problems(self) -> list[str]:
@@ -153,7 +170,7 @@ def audit_bag(bag: Path, variant: str = "") -> BagAudit:
         note += f"{'; ' if note else ''}{collector.malformed} malformed messages skipped"
     recovery = contents.notes.get(RECOVERY_NOTE, {})
     lost = bool(contents.damage and contents.damage.lost_data) or recovery.get("lost_data") == "true"
-    return BagAudit(collector.records, note, len(contents.messages), lost, recovery)
+    return BagAudit(collector.records, note, len(contents.messages), lost, recovery, collector.first_ns or 0)
 
 
 def find_bags(path: Path) -> list[Path]:
@@ -165,17 +182,17 @@ def find_bags(path: Path) -> list[Path]:
 
 
 def write_csvs(runs: list[RunRecords], folder: Path) -> None:
-    """summary.csv, phases.csv and suppression.csv of the runs."""
+    """summary.csv, phases.csv, suppression.csv, episodes.csv (every episode's fields and metrics) and each world's
+    own table (run_tables.world_tables: table32.csv, intersection.csv) of the runs."""
     folder.mkdir(parents=True, exist_ok=True)
     tables = {"summary.csv": [summary(r) for r in runs],
               "phases.csv": [{"variant": r.variant, **row} for r in runs for row in phase_breakdown(r)],
-              "suppression.csv": [{"variant": r.variant, **row} for r in runs for row in suppression_rows(r)]}
+              "suppression.csv": [{"variant": r.variant, **row} for r in runs for row in suppression_rows(r)],
+              "episodes.csv": [{"variant": r.variant, "world": r.world, **e.as_row()} for r in runs
+                               for e in r.episodes]}
     for name, rows in tables.items():
-        if rows:
-            with (folder / name).open("w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-                writer.writeheader()
-                writer.writerows(rows)
+        write_rows(rows, folder / name)
+    world_tables(runs, folder)
 
 
 def cmd_report(args) -> int:
@@ -188,7 +205,7 @@ def cmd_report(args) -> int:
     if not bags:
         print(f"brace-audit: no bag under {args.bag}", file=sys.stderr)
         return EXIT_UNREADABLE
-    runs, code = [], EXIT_INTACT
+    audits, code = [], EXIT_INTACT
     for bag in bags:
         try:
             audit = audit_bag(bag)
@@ -203,8 +220,9 @@ def cmd_report(args) -> int:
         records.variant = records.variant or (bag.parent.name if bag.name == "bag" else bag.name)
         print_integrity(bag, audit)
         code = max(code, audit.exit_code)
-        runs.append(records)
-    print(report(runs))
+        audits.append(audit)
+    runs = [a.records for a in sorted(audits, key=lambda a: a.first_ns)]  # the variants in the order they ran
+    print(run_tables(runs))
     if args.json:
         print(json.dumps([summary(r) for r in runs], indent=1, default=str))
     if args.csv:
@@ -290,7 +308,8 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="recompute every table from the bag alone")
     rep.add_argument("bag")
-    rep.add_argument("--csv", help="also write summary.csv / phases.csv / suppression.csv here")
+    rep.add_argument("--csv", help="also write the tables' CSVs here (summary, phases, suppression, episodes and the "
+                                   "world's own: the files brace-run writes)")
     rep.add_argument("--json", action="store_true", help="also print the summary rows as JSON")
     rep.set_defaults(func=cmd_report)
     rec = sub.add_parser("recover", help="rewrite a damaged bag (a killed recorder's) into a finished one")

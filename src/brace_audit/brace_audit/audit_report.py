@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
-from brace_common.episode import EpisodeResult
+from brace_common.episode import PLANS_AGREEING, EpisodeResult
 from brace_common.replanning import Decision
 from brace_common.vocabulary import CallStatus, Phase
 
@@ -124,6 +124,8 @@ class RunRecords:
     """Everything the tables need, in publication order."""
 
     variant: str = ""
+    world: str = ""           # Episode.world of the run's episodes ("" before the first)
+    num_agents: int = 0       # K, from the episodes' starts
     calls: list[CallRow] = field(default_factory=list)
     decisions: list[tuple[int, Decision]] = field(default_factory=list)   # (episode, decision)
     plans: list[tuple[int, str, tuple]] = field(default_factory=list)     # (episode, agent, signature)
@@ -142,6 +144,26 @@ def _min(values) -> float:
     return min(values) if values else math.nan
 
 
+def metric_names(episodes: list[EpisodeResult]) -> list[str]:
+    """The metric names the episodes carry, in the order they first appear."""
+    return list(dict.fromkeys(name for e in episodes for name in e.metrics))
+
+
+def metric_summary(episodes: list[EpisodeResult]) -> dict[str, float]:
+    """Each metric over the episodes that measured it: the smallest value for `min_*` metrics, else the mean."""
+    out = {}
+    for name in metric_names(episodes):
+        values = [e.metrics[name] for e in episodes if name in e.metrics]
+        out[name] = _min(values) if name.startswith("min_") else _mean(values)
+    return out
+
+
+def metric_total(episodes: list[EpisodeResult], name: str) -> float:
+    """Metric `name` summed over the episodes (NaN when none measured it)."""
+    values = [e.metrics[name] for e in episodes if name in e.metrics]
+    return sum(values) if values else math.nan
+
+
 def plan_changes(plans: list[tuple[int, str, tuple]]) -> int:
     """Plans that differ from the agent's previous plan in the same episode (the first plan counts)."""
     last: dict[tuple[int, str], tuple] = {}
@@ -153,14 +175,18 @@ def plan_changes(plans: list[tuple[int, str, tuple]]) -> int:
 
 
 def summary(run: RunRecords) -> dict:
-    """Table 2 / 15 row: success, tokens, latency tail, SLO violation, calls, churn, oracle agreement."""
+    """Table 2 / 15 row: success, tokens, latency tail, SLO violation, calls, churn, oracle agreement, and the world's
+    metrics (metric_summary) under their own names.
+
+    Oracle agreement counts only the episodes of a world with an oracle (NaN without one)."""
     n_ep = len(run.episodes)
     calls = run.calls
     answered = [c for c in calls if c.status in ANSWERED]
     lat = latency_summary([c.latency_ms for c in calls]) if calls else None
     before = _mean(c.tokens_before for c in answered)
     after = _mean(c.tokens_after for c in answered)
-    plans = sum(e.plans for e in run.episodes)
+    judged = [e for e in run.episodes if PLANS_AGREEING in e.metrics]  # episodes of a world with an oracle
+    plans = sum(e.plans for e in judged)
     changes = plan_changes(run.plans)
     return {
         "variant": run.variant,
@@ -183,15 +209,11 @@ def summary(run: RunRecords) -> dict:
         "unanswered": sum(c.status == CallStatus.UNAVAILABLE for c in calls),
         "changes_per_episode": changes / n_ep if n_ep else math.nan,
         "churn": churn_ratio(len(calls), changes),
-        "oracle_agreement": (sum(e.plans_agreeing for e in run.episodes) / plans) if plans else math.nan,
+        "oracle_agreement": (metric_total(judged, PLANS_AGREEING) / plans) if plans else math.nan,
         "triggers": len(run.decisions),
         "suppressed": sum(not d.admitted for _, d in run.decisions),
-        "path_efficiency": _mean(e.path_efficiency for e in run.episodes),
-        "coordination_wait": _mean(e.coordination_wait for e in run.episodes),
-        "near_misses": _mean(e.near_misses for e in run.episodes),
-        "collisions": _mean(e.collisions for e in run.episodes),
-        "min_distance": _min(e.min_distance for e in run.episodes),
         "steps": _mean(e.steps for e in run.episodes),
+        **metric_summary(run.episodes),
     }
 
 
@@ -260,12 +282,11 @@ TABLE2_COLUMNS = ["variant", "episodes", "success", "tokens_before", "tokens_aft
 def report(runs: list[RunRecords]) -> str:
     """Every table of one or more runs as markdown."""
     rows = [summary(r) for r in runs]
+    measured = metric_names([e for r in runs for e in r.episodes])  # the worlds' own metrics (per-episode means)
     parts = ["## Summary (paper Table 2 shape)\n", markdown(rows, TABLE2_COLUMNS),
              "\n## Episodes and churn\n",
-             markdown(rows, ["variant", "delivered", "steps", "path_efficiency",
-                                                   "coordination_wait", "near_misses", "collisions", "calls",
-                                                   "planner_errors", "deadline_misses", "unanswered",
-                                                   "changes_per_episode", "churn"])]
+             markdown(rows, ["variant", "delivered", "steps", *measured, "calls", "planner_errors", "deadline_misses",
+                             "unanswered", "changes_per_episode", "churn"])]
     for r in runs:
         parts += [f"\n## Phase breakdown, {r.variant or 'run'} (paper Table 16 columns)\n", markdown(phase_breakdown(r)),
                   f"\n## Suppressed triggers, {r.variant or 'run'} (paper Table 10)\n", markdown(suppression_rows(r)),

@@ -1,41 +1,51 @@
 """BRACE Table 32's shape for the real-robot tasks: episodes, success, duration, replans, latency tail, SLO, failures.
 
-ROS-free: reads a variant's call records (brace_audit.audit.RunRecords)
-and its world's episode rows (twin_world's RobotEpisode.as_row()).
+ROS-free: reads a variant's RunRecords (brace_audit.audit_report), live or
+from the bag, and the PickFruit world's metrics in its episodes (duration_s,
+slips, failure_<category>: brace_common.episode).
 """
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Optional
 
-from brace_audit.audit_report import summary
+from brace_common.episode import DURATION_S, FAILURE_PREFIX, SLIPS
 from brace_common.vocabulary import Failure
 
+from .audit_report import RunRecords, metric_total, summary
+from .csv_rows import write_rows
+
 FAILURES = [f.label for f in Failure if f != Failure.NONE]
+TITLE = "PickFruit on the PiPER CAN twin (BRACE Table 32 shape)"
+CSV = "table32.csv"
 
 
-def row(records, episodes: Sequence[dict]) -> dict:
+def _count(value: float) -> int:
+    return 0 if math.isnan(value) else int(value)
+
+
+def row(records: RunRecords) -> dict:
     """One variant's Table 32 row."""
     s = summary(records)
+    episodes = records.episodes
     n = len(episodes)
-    out = {"variant": records.variant, "episodes": n,
-           "success": sum(bool(e["success"]) for e in episodes) / n if n else math.nan,
-           "duration_s": sum(e["duration_s"] for e in episodes) / n if n else math.nan,
+    out = {"variant": records.variant, "episodes": n, "success": s["success"],
+           "duration_s": metric_total(episodes, DURATION_S) / n if n else math.nan,
            "calls_per_episode": s["calls"] / n if n else math.nan,
            "latency_p95_ms": s["latency_p95_ms"], "slo_violation": s["slo_violation"],
-           "slips": sum(e["slips"] for e in episodes)}
-    out.update({f"failure_{f}": sum(e.get(f"failure_{f}", 0) for e in episodes) for f in FAILURES})
+           "slips": _count(metric_total(episodes, SLIPS))}
+    out.update({f"failure_{f}": _count(metric_total(episodes, FAILURE_PREFIX + f)) for f in FAILURES})
     return out
 
 
 def table(rows: Sequence[dict]) -> str:
     """The rows as a fixed-width text table."""
     head = (f"{'variant':<14}{'episodes':>9}{'success':>9}{'duration s':>11}{'replans/ep':>11}{'P95 ms':>9}"
-            f"{'SLO viol.':>10}  failures (grasp / drop-slip / timeout / contact / executor)")
-    lines = ["PickFruit on the PiPER CAN twin (BRACE Table 32 shape)", head]
+            f"{'SLO viol.':>10}  failures ({' / '.join(FAILURES)})")
+    lines = [TITLE, head]
     for r in rows:
         fails = " / ".join(str(r[f"failure_{f}"]) for f in FAILURES)
         p95 = f"{r['latency_p95_ms']:.0f}" if not math.isnan(r["latency_p95_ms"]) else "-"
@@ -45,19 +55,9 @@ def table(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-def report(runs: Sequence, episodes: Sequence[Sequence[dict]], folder: Path) -> str:
-    """Table 32 of a run's variants; writes table32.csv and episodes.csv into `folder`."""
-    rows = [row(r, e) for r, e in zip(runs, episodes, strict=True)]
-    folder.mkdir(parents=True, exist_ok=True)
-    if rows:
-        with (folder / "table32.csv").open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-    flat = [{"variant": r.variant, **e} for r, eps in zip(runs, episodes, strict=True) for e in eps]
-    if flat:
-        with (folder / "episodes.csv").open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(flat[0]))
-            writer.writeheader()
-            writer.writerows(flat)
+def report(runs: Sequence[RunRecords], folder: Optional[Path] = None) -> str:
+    """Table 32 of a run's variants; with `folder`, also table32.csv there."""
+    rows = [row(r) for r in runs]
+    if folder is not None:
+        write_rows(rows, folder / CSV)
     return table(rows)

@@ -9,11 +9,7 @@ in the order they apply.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional
-
-from brace_audit.pickfruit_report import report as pickfruit_report
 
 
 @dataclass(frozen=True)
@@ -40,7 +36,6 @@ class Stack:
     use_sim_time: bool = False  # every node follows /clock (a simulator in the stack publishes it)
     description: str = ""
     world: str = ""             # the node that runs the episodes (brace-run runs until it is done); "" = none
-    report: Optional[Callable] = None  # the stack's own table from (runs, episode rows, folder), printed by brace-run
 
     def node(self, name: str) -> NodeSpec:
         """The node called `name`; KeyError when the stack has none."""
@@ -103,7 +98,7 @@ def control_nodes(settings: str) -> tuple[NodeSpec, ...]:
 ROBOT_CONTROL = control_nodes("robot/control.yaml")
 PIPER_TWIN = Stack("piper_twin", (TWIN_WORLD, PIPER_ARM, FRONT_CAMERA, OPENVLA_EXECUTOR, *ROBOT_CONTROL),
                    description="the real-robot graph on the PiPER CAN twin (PickFruit with grasp slips)",
-                   world="twin_world", report=pickfruit_report)
+                   world="twin_world")
 WRIST_CAMERA = NodeSpec("robot_bridge", "orbbec_camera", "wrist_camera", ("orbbec_camera.yaml",), lifecycle=True,
                         node_class=_CAMERA)
 OPERATOR_TASK = NodeSpec("robot_bridge", "operator_task", "operator_task", ("operator_task.yaml",),

@@ -8,9 +8,11 @@ the stack's namespace. Readiness is the graph's: the world waits for its
 peers. `<run>` is a run configuration's path or the name of an installed one
 (`demo`: share/brace_bringup/runs/demo.yaml). Each variant gets
 `<output>/<timestamp>/<variant>/` with its parameter file and its audit bag;
-the run folder gets summary.csv, latency_cdf.png and slo_violation.png, and
-the Table-2-shaped summary is printed. The bag's report (`brace-audit report
-<run folder>`) recomputes the same numbers from the bags alone.
+the run folder gets the tables' CSVs (summary, episodes, the world's own),
+latency_cdf.png and slo_violation.png, and every table is printed (the
+paper's, then the world's own: Table 32, the drone intersection's). The
+tables come from the records the live collector built from the run's messages;
+`brace-audit report <run folder>` computes the same text from the bags alone.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 
 from brace_audit.audit import RecordCollector, write_csvs
-from brace_audit.audit_report import report, summary
+from brace_audit.audit_report import summary
+from brace_audit.run_tables import run_tables
 from brace_common import names, qos
 from brace_common.config import ConfigError
 from brace_common.spin import autostart, spin_once
@@ -167,7 +170,7 @@ def free_ports() -> dict[str, int]:
 
 def run_variant(run_plan: RunPlan, quiet: bool = False, children: Children | None = None):
     """Run one variant's plan to completion (its processes in `children`, else started and stopped here); return its
-    live RunRecords, bag path, episode results and episode rows."""
+    live RunRecords and bag path."""
     if children is None:
         with Children(run_plan.folder, quiet) as own:
             return run_variant(run_plan, quiet, own)
@@ -204,13 +207,13 @@ def run_variant(run_plan: RunPlan, quiet: bool = False, children: Children | Non
         except KeyboardInterrupt:
             if world is not None:
                 raise
-        results = world.results if world is not None else []
-        _drain(executor, recorder, collector, len(results))
+        # the episodes the world started (its lifecycle; every number comes from the messages)
+        _drain(executor, recorder, collector, world.episode + 1 if world is not None else 0)
         if world is not None and not quiet:
             print(("\r" if sys.stdout.isatty() else "") + _progress(variant, world, collector, started) + " done",
                   flush=True)
         recorder.close()
-        return collector.collector.records, recorder.path, results, list(getattr(world, "episode_rows", []))
+        return collector.collector.records, recorder.path
     finally:
         executor.shutdown()
         for n in nodes.values():
@@ -260,21 +263,17 @@ def plots(runs, folder: Path) -> list[Path]:
 
 
 def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict], quiet: bool = False):
-    """Every variant in order; write CSV and plots; return (run folder, live records per variant)."""
+    """Every variant in order; write the CSVs and plots; return (run folder, live records per variant)."""
 
     folder = output / time.strftime("%Y%m%d_%H%M%S")
-    runs, rows = [], []
+    runs = []
     ports = free_ports()
     with Children(folder, quiet) as children:
         for variant in variants:
-            records, _bag, _results, episode_rows = run_variant(plan(cfg, variant, folder / variant, extra, ports),
-                                                                quiet, children)
+            records, _bag = run_variant(plan(cfg, variant, folder / variant, extra, ports), quiet, children)
             runs.append(records)
-            rows.append(episode_rows)
     write_csvs(runs, folder)
     plots(runs, folder)
-    if cfg.stack.report is not None:
-        print(cfg.stack.report(runs, rows, folder))
     return folder, runs
 
 
@@ -323,8 +322,8 @@ def main(argv=None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    print(report(runs))
-    print(f"run folder: {folder} (bags, summary.csv, latency_cdf.png, slo_violation.png)")
+    print(run_tables(runs))
+    print(f"run folder: {folder} (bags, summary.csv, episodes.csv, latency_cdf.png, slo_violation.png)")
     return 0
 
 

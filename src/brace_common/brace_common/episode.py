@@ -1,65 +1,98 @@
-"""What an episode achieved: the fields of an Episode EVENT_END message, as plain dataclasses."""
+"""What an episode achieved, as plain dataclasses, and the one conversion to and from an Episode message.
+
+Every world fills the same verdict (success, steps, tasks delivered, plans) and
+its own measurements as named metrics: a world publishes only what it
+measures. Metric names carry their unit as a suffix (`duration_s`,
+`min_distance_m`); counts have none (`near_misses`, `slips`).
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Optional
 
-from brace_msgs.msg import Episode
+from brace_msgs.msg import Episode, Metric
 from builtin_interfaces.msg import Time
+
+# The metrics the worlds publish (docs/nodes.md says which world measures which).
+PATH_EFFICIENCY = "path_efficiency"        # SPL-like: shortest / travelled path when successful, else 0
+COORDINATION_WAIT = "coordination_wait"    # agent-steps spent waiting or blocked
+NEAR_MISSES = "near_misses"                # agent pairs closer than d_min, summed over steps
+COLLISIONS = "collisions"                  # agent pairs that collided, summed over steps
+MIN_DISTANCE_M = "min_distance_m"          # smallest distance between two agents over the episode
+PLANS_AGREEING = "plans_agreeing"          # plans whose first step equalled the oracle's on arrival
+DURATION_S = "duration_s"                  # wall time from the episode's start to its verdict
+GRASPS = "grasps"                          # grasps the gripper closed on an object
+SLIPS = "slips"                            # grasps that slipped on the carry
+FAILURE_PREFIX = "failure_"                # failure_<Failure label>: failed steps of that category
 
 
 @dataclass(frozen=True)
 class EpisodeMetrics:
-    """A world's verdict on one episode."""
+    """A world's verdict on one episode: the fields every world fills and what this world measured."""
 
-    success: bool            # every task delivered
-    steps: int               # controller steps the episode took
-    delivered: int           # tasks delivered
+    success: bool            # every task done
+    steps: int               # steps the episode took
+    delivered: int           # tasks done
     tasks: int               # tasks in the episode
-    path_efficiency: float   # SPL-like: shortest / travelled moves when successful, else 0
-    coordination_wait: int   # agent-steps spent waiting or blocked
-    near_misses: int         # agent pairs closer than d_min, summed over steps
-    collisions: int          # agent pairs that collided (same cell / contact), summed over steps
-    min_distance: float = float("nan")  # smallest distance between two agents over the episode (m); NaN: not measured
+    metrics: Mapping[str, float] = field(default_factory=dict)  # the world's own measurements, by name
+
+    def metric(self, name: str, default: float = math.nan) -> float:
+        """The value of metric `name`, `default` when this world does not measure it."""
+        return self.metrics.get(name, default)
 
 
 @dataclass(frozen=True)
 class EpisodeResult(EpisodeMetrics):
-    """An episode of a run: its metrics, which episode and seed it was, and the plans its agents received."""
+    """An episode of a run: its verdict, which episode and seed it was, and the plans its agents received."""
 
     episode: int = 0
     seed: int = 0
     plans: int = 0           # plans the agents received
-    plans_agreeing: int = 0  # of which the first step equalled the oracle's on arrival
+
+    @classmethod
+    def of(cls, verdict: EpisodeMetrics, episode: int, seed: int, plans: int,
+           **more: float) -> EpisodeResult:
+        """A world's verdict on episode `episode`, with `more` metrics the node measured (e.g. plans_agreeing)."""
+        return cls(success=verdict.success, steps=verdict.steps, delivered=verdict.delivered, tasks=verdict.tasks,
+                   metrics={**verdict.metrics, **more}, episode=episode, seed=seed, plans=plans)
 
     def as_row(self) -> dict:
-        """The result as a flat CSV / JSON row."""
-        return dataclasses.asdict(self)
+        """The result as a flat CSV / JSON row: the common fields, then one column per metric."""
+        row = {"episode": self.episode, "seed": self.seed, "success": self.success, "steps": self.steps,
+               "delivered": self.delivered, "tasks": self.tasks, "plans": self.plans}
+        row.update({name: _plain(value) for name, value in self.metrics.items()})
+        return row
 
 
-def episode_msg(event: int, episode: int, seed: int, agents: int, world: str, variant: str, stamp: Time,
+def _plain(value: float) -> float | int:
+    """A count read back as float64 prints as an int."""
+    return int(value) if float(value).is_integer() else value
+
+
+def metrics_msgs(metrics: Mapping[str, float]) -> list[Metric]:
+    """Metric messages of the finite `metrics` (NaN / inf = not measured: left out), in name order."""
+    return [Metric(name=name, value=float(value)) for name, value in sorted(metrics.items())
+            if math.isfinite(float(value))]
+
+
+def episode_msg(event: int, episode: int, seed: int, num_agents: int, world: str, variant: str, stamp: Time,
                 result: Optional[EpisodeResult] = None) -> Episode:
-    """An Episode message: the boundary, and on EVENT_END the episode's metrics."""
-    msg = Episode(event=int(event), episode=episode, seed=seed, agents=agents, world=world, variant=variant)
+    """An Episode message: the boundary, and on EVENT_END the episode's verdict and metrics."""
+    msg = Episode(event=int(event), episode=episode, seed=seed, num_agents=num_agents, world=world, variant=variant)
     msg.header.stamp = stamp
     if result is not None:
         msg.success, msg.steps, msg.delivered, msg.tasks = result.success, result.steps, result.delivered, result.tasks
-        msg.path_efficiency = float(result.path_efficiency)
-        msg.coordination_wait, msg.near_misses, msg.collisions = (
-            result.coordination_wait, result.near_misses, result.collisions)
-        msg.min_distance = float(result.min_distance)
-        msg.plans, msg.plans_agreeing = result.plans, result.plans_agreeing
+        msg.plans = result.plans
+        msg.metrics = metrics_msgs(result.metrics)
     return msg
 
 
 def episode_from_msg(msg: Episode) -> EpisodeResult:
-    """An Episode EVENT_END message -> EpisodeResult."""
+    """An Episode EVENT_END message -> EpisodeResult (a metric named twice: the last one)."""
     return EpisodeResult(
         success=bool(msg.success), steps=int(msg.steps), delivered=int(msg.delivered), tasks=int(msg.tasks),
-        path_efficiency=round(float(msg.path_efficiency), 4), coordination_wait=int(msg.coordination_wait),
-        near_misses=int(msg.near_misses), collisions=int(msg.collisions),
-        min_distance=float(getattr(msg, "min_distance", math.nan)), episode=int(msg.episode),
-        seed=int(msg.seed), plans=int(msg.plans), plans_agreeing=int(msg.plans_agreeing))
+        metrics={m.name: float(m.value) for m in msg.metrics}, episode=int(msg.episode), seed=int(msg.seed),
+        plans=int(msg.plans))

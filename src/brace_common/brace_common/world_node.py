@@ -110,7 +110,7 @@ class WorldNode:
         return self.get_clock().now().to_msg()
 
     def num_agents(self) -> int:
-        """K: the agents of this world's episodes (Episode.agents)."""
+        """K: the agents of this world's episodes (Episode.num_agents)."""
         raise NotImplementedError
 
     def episode_msg(self, event: EpisodeEvent, result: Optional[EpisodeResult] = None) -> Episode:

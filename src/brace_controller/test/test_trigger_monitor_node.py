@@ -140,7 +140,7 @@ def test_an_empty_agent_list_learns_the_agents_from_the_world(ros, tmp_path):
     world = connect(ros, node)
     episode = world.create_publisher(Episode, "/brace/episode", qos.EVENTS)
     wait_for(lambda: episode.get_subscription_count() > 0, what="discovery of the episode topic")
-    episode.publish(Episode(event=Episode.EVENT_START, agents=2))
+    episode.publish(Episode(event=Episode.EVENT_START, num_agents=2))
     wait_for(lambda: node.monitor.initial_plans, what="the episode start")
     for step in (1, 2):
         publish_step(world, step, {"agent_0": 0.0, "agent_1": 3.0})

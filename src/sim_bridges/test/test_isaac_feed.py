@@ -80,8 +80,7 @@ def test_the_episode_succeeds_when_every_goal_was_reached_with_its_metrics():
     assert judge.success() and judge.finished(15.0)
     assert (metrics.success, metrics.steps, metrics.delivered, metrics.tasks) == (True, 42, 2, 2)
     travelled = 1.0 + math.dist((1, 0), (2, 0.5)) + math.dist((2, 0.5), (2.95, 1.0)) + 0.05
-    assert metrics.path_efficiency == math.dist((0, 0), (3, 1)) / travelled
-    assert metrics.min_distance == 0.5
+    assert metrics.metrics == {"path_efficiency": math.dist((0, 0), (3, 1)) / travelled, "min_distance_m": 0.5}
 
 
 def test_without_every_goal_the_episode_fails_at_its_time_limit():
@@ -89,8 +88,8 @@ def test_without_every_goal_the_episode_fails_at_its_time_limit():
     judge.update(11.0, "carter_1", base(3.0, 1.0))
     assert not judge.finished(39.9) and judge.finished(40.0)
     metrics = judge.metrics(steps=3)
-    assert (metrics.success, metrics.delivered, metrics.path_efficiency) == (False, 1, 0.0)
-    assert math.isnan(metrics.min_distance)
+    assert (metrics.success, metrics.delivered) == (False, 1)
+    assert metrics.metrics == {"path_efficiency": 0.0}  # one robot moved: no distance between two measured
     assert not EpisodeJudge([], POSES, 0.15, 0.03, 30.0).success()  # no goals: it runs until the time limit
 
 

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from brace_common.episode import DURATION_S, EpisodeMetrics
 from brace_common.vocabulary import Observability, Predicate
 from brace_common.world_state import AgentActivity, Entity, Relation, WorldState
 
@@ -33,6 +34,11 @@ class EpisodeRecord:
     success: bool
     duration_s: float
     reason: str          # 'operator' or 'timeout'
+
+    def verdict(self, steps: int) -> EpisodeMetrics:
+        """The operator's verdict as an Episode's: every task or none done, and the episode's duration."""
+        return EpisodeMetrics(success=self.success, steps=steps, delivered=len(self.tasks) if self.success else 0,
+                              tasks=len(self.tasks), metrics={DURATION_S: round(self.duration_s, 2)})
 
 
 @dataclass

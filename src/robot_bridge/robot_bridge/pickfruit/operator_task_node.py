@@ -34,6 +34,7 @@ from std_srvs.srv import Trigger
 from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, check_agent_ids, param
+from brace_common.episode import EpisodeResult, episode_msg
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
 from brace_common.validation import shorten
@@ -207,13 +208,12 @@ class OperatorTaskNode(WorldNode, Node):
     def operator_episode_msg(self, event: EpisodeEvent, record: EpisodeRecord | None = None) -> Episode:
         """The operator's Episode record: the task lines at the start; the verdict, the plans and the duration (in
         `period_s` steps) at the end."""
-        msg = Episode(event=int(event), episode=max(self.episodes.episode, 0), seed=0, agents=1,
-                      world=self.config.world, variant=self.config.variant, tasks=len(self.episodes.tasks))
-        msg.header.stamp = self.stamp()
-        if record is not None:
-            msg.success, msg.tasks, msg.plans = record.success, len(record.tasks), self.plans
-            msg.delivered = len(record.tasks) if record.success else 0
-            msg.steps = int(record.duration_s / self.config.period_s)
+        result = None if record is None else EpisodeResult.of(
+            record.verdict(int(record.duration_s / self.config.period_s)), record.episode, 0, self.plans)
+        msg = episode_msg(event, max(self.episodes.episode, 0), 0, 1, self.config.world, self.config.variant,
+                          self.stamp(), result)
+        if record is None:
+            msg.tasks = len(self.episodes.tasks)
         return msg
 
     def publish_diagnostics(self) -> None:

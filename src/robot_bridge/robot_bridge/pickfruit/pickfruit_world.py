@@ -20,13 +20,14 @@ from __future__ import annotations
 import math
 import random
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
-from brace_common.vocabulary import Predicate
+from brace_common.episode import DURATION_S, FAILURE_PREFIX, GRASPS, SLIPS, EpisodeMetrics
+from brace_common.vocabulary import Failure, Predicate
 from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState
 
 Point = tuple[float, float, float]
@@ -204,6 +205,16 @@ class PickFruitWorld:
 
 WORLD = "pickfruit"
 """Episode.world and WorldState.world of PickFruit."""
+
+
+def episode_metrics(world: PickFruitWorld, duration_s: float, steps: int, failures: Mapping[str, int]) -> EpisodeMetrics:
+    """PickFruit's verdict on an episode with Table 32's measurements: duration, grasps, slips and failed steps by
+    category (`failures`: Failure label -> count; every category is counted, so each is published)."""
+    counts = world.counts
+    measured = {DURATION_S: round(duration_s, 2), GRASPS: counts.grasps, SLIPS: counts.slips,
+                **{FAILURE_PREFIX + f.label: int(failures.get(f.label, 0)) for f in Failure if f != Failure.NONE}}
+    return EpisodeMetrics(success=world.success(), steps=steps, delivered=world.delivered(), tasks=len(world.task),
+                          metrics=measured)
 
 
 def world_state(world: PickFruitWorld, episode: int, step: int, activity: AgentActivity, tool: Point,

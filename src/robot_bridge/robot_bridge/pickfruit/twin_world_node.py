@@ -57,6 +57,7 @@ from .pickfruit_world import (
     PickFruitConfig,
     PickFruitWorld,
     TwinPolicy,
+    episode_metrics,
     scene_text,
     task_text,
     world_state,
@@ -97,26 +98,6 @@ class TwinWorldConfig:
         check_agent_ids("agent_id", self.agent_id)
 
 
-@dataclass(frozen=True)
-class RobotEpisode:
-    """One PickFruit episode as Table 32 counts it."""
-
-    episode: int
-    seed: int
-    success: bool
-    duration_s: float
-    plans: int
-    grasps: int
-    slips: int
-    failures: dict
-
-    def as_row(self) -> dict:
-        """A flat CSV row (one column per failure category)."""
-        row = {k: v for k, v in vars(self).items() if k != "failures"}
-        row.update({f"failure_{f.label}": int(self.failures.get(f.label, 0)) for f in Failure if f != Failure.NONE})
-        return row
-
-
 class TwinWorldNode(WorldNode, Node):
     """Thin rclpy shell around the CAN twin, the PickFruit world and the /act stand-in."""
 
@@ -139,7 +120,6 @@ class TwinWorldNode(WorldNode, Node):
         self.get_logger().info(f"CAN twin on {cfg.can_interface}:{cfg.can_port}; /act stand-in at {self.act.url}")
 
         self.init_world(("context", "episode", "diagnostics", "world_states"), cfg.episodes, cfg.seed)
-        self.episode_rows: list[dict] = []   # RobotEpisode rows, for Table 32 (brace-run's stack report)
         self.started_at: Optional[float] = None
         self.failures: Counter = Counter()
         self.scene: list[str] = []
@@ -212,17 +192,13 @@ class TwinWorldNode(WorldNode, Node):
         self._publish_scene_changes()
 
     def episode_result(self, elapsed: float) -> EpisodeResult:
-        """PickFruit's record of the episode that ends (Episode's metric fields)."""
-        return EpisodeResult(success=self.world.success(), steps=int(elapsed / self.config.period_s),
-                             delivered=self.world.delivered(), tasks=len(self.world.task), path_efficiency=0.0,
-                             coordination_wait=0, near_misses=0, collisions=0, episode=self.episode,
-                             seed=self.book.seed, plans=self.plans, plans_agreeing=0)
+        """PickFruit's record of the episode that ends: its verdict and metrics (duration, grasps, slips, failures)."""
+        verdict = episode_metrics(self.world, elapsed, int(elapsed / self.config.period_s), self.failures)
+        return EpisodeResult.of(verdict, self.episode, self.book.seed, self.plans)
 
     def end_episode(self, elapsed: float) -> None:
         """Publish the verdict; stop after the last episode."""
         result, counts = self.episode_result(elapsed), self.world.counts
-        self.episode_rows.append(RobotEpisode(self.episode, result.seed, result.success, round(elapsed, 2),
-                                              self.plans, counts.grasps, counts.slips, dict(self.failures)).as_row())
         last = self.announce_end(result)
         self.get_logger().info(f"episode {self.episode}: success={result.success} {elapsed:.1f} s plans={self.plans} "
                                f"grasps={counts.grasps} slips={counts.slips} failures={dict(self.failures)}")

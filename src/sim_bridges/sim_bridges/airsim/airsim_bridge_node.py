@@ -38,7 +38,7 @@ from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from brace_common.clock import stamp_of, steady_timer
 from brace_common.config import ConfigError
 from brace_common.diagnostics import nonzero
-from brace_common.episode import EpisodeResult
+from brace_common.episode import PLANS_AGREEING, EpisodeResult
 from brace_common.holds import CallHolds
 from brace_common.lifecycle import ReleasingLifecycleNode, serialized
 from brace_common.params import declare_parameters, read_config, reject_undeclared
@@ -248,15 +248,14 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         return drone_feed.step_entries(self.world, events, self.config.observe_every)
 
     def episode_result(self) -> EpisodeResult:
-        """The drones' record of the episode that ends (Episode's metric fields)."""
-        return EpisodeResult(**vars(self.world.metrics()), episode=self.episode, seed=self.book.seed,
-                             plans=self.plans, plans_agreeing=self.agreeing)
+        """The drones' record of the episode that ends: their verdict and metrics, and the oracle agreement."""
+        return EpisodeResult.of(self.world.metrics(), self.episode, self.book.seed, self.plans,
+                                **{PLANS_AGREEING: self.agreeing})
 
     def episode_summary(self, result: EpisodeResult) -> str:
         """The log line of an ended episode."""
         return (f"success={result.success} steps={result.steps} landed={result.delivered}/{result.tasks} "
-                f"near_misses={result.near_misses} collisions={result.collisions} min_distance={result.min_distance} "
-                f"plans={self.plans} oracle-agreeing={self.agreeing} held_ticks={self.counts['held_ticks']} "
+                f"{dict(result.metrics)} plans={self.plans} held_ticks={self.counts['held_ticks']} "
                 f"stale_plans={self.counts['stale_plans']}")
 
     def close_world(self) -> None:

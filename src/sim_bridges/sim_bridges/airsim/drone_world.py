@@ -21,7 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from brace_common.episode import EpisodeMetrics
+from brace_common.episode import (
+    COLLISIONS,
+    COORDINATION_WAIT,
+    MIN_DISTANCE_M,
+    NEAR_MISSES,
+    PATH_EFFICIENCY,
+    EpisodeMetrics,
+)
 from brace_common.vocabulary import Activity, EntryKind, Failure, Predicate
 from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState, parameters_text
 
@@ -446,12 +453,12 @@ class DroneWorld:
         shortest = sum(horizontal(d.route.start, d.route.goal) for d in self.drones.values())
         flown = sum(d.travelled for d in self.drones.values())
         spl = shortest / max(flown, shortest) if self.success and shortest else float(self.success)
+        measured = {PATH_EFFICIENCY: round(spl, 4), COORDINATION_WAIT: sum(d.waited for d in self.drones.values()),
+                    NEAR_MISSES: self.near_misses, COLLISIONS: self.collisions}
+        if math.isfinite(self.min_distance):  # never two drones in the air: not measured
+            measured[MIN_DISTANCE_M] = round(self.min_distance, 3)
         return EpisodeMetrics(success=self.success, steps=self.t, delivered=sum(d.done for d in self.drones.values()),
-                              tasks=len(self.drones), path_efficiency=round(spl, 4),
-                              coordination_wait=sum(d.waited for d in self.drones.values()),
-                              near_misses=self.near_misses, collisions=self.collisions,
-                              min_distance=round(self.min_distance, 3) if math.isfinite(self.min_distance)
-                              else float("nan"))
+                              tasks=len(self.drones), metrics=measured)
 
 
 WORLD = "airsim"

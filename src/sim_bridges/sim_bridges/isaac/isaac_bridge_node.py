@@ -416,9 +416,8 @@ class IsaacBridgeNode(WorldNode, ReleasingLifecycleNode):
                 f"{len(self.judge.goals)}")
 
     def episode_result(self) -> EpisodeResult:
-        """Isaac's record of the episode that ends (Episode's metric fields): the judge's verdict."""
-        metrics = self.judge.metrics(self.ticks)
-        return EpisodeResult(**vars(metrics), episode=self.episode, seed=0, plans=self.plans, plans_agreeing=0)
+        """Isaac's record of the episode that ends: the judge's verdict and metrics (no oracle: no agreement)."""
+        return EpisodeResult.of(self.judge.metrics(self.ticks), self.episode, 0, self.plans)
 
     def num_agents(self) -> int:
         """The robots."""

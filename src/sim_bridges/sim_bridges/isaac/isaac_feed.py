@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from brace_common.action_schema import Step
-from brace_common.episode import EpisodeMetrics
+from brace_common.episode import MIN_DISTANCE_M, PATH_EFFICIENCY, EpisodeMetrics
 from brace_common.vocabulary import Activity, Block, EntryKind, Observability, Predicate
 from brace_common.world_feed import FeedEntry
 from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState, parameters_text
@@ -145,7 +145,7 @@ class EpisodeJudge:
 
     def metrics(self, steps: int) -> EpisodeMetrics:
         """The episode's metrics: path efficiency = straight-line / travelled distance of the bases with a goal
-        (mean; 0 unless successful); min_distance = the closest two robots came (NaN with one robot)."""
+        (mean; 0 unless successful); min_distance_m = the closest two robots came (absent with one robot)."""
         ratios = []
         for g in self.goals:
             if g.position is not None and g.robot in self.start_xy:
@@ -153,9 +153,11 @@ class EpisodeJudge:
                 travelled = self.travelled.get(g.robot, 0.0)
                 ratios.append(1.0 if travelled <= shortest or travelled < 1e-9 else shortest / travelled)
         efficiency = sum(ratios) / len(ratios) if ratios and self.success() else 0.0
+        measured = {PATH_EFFICIENCY: efficiency}
+        if math.isfinite(self.min_distance):
+            measured[MIN_DISTANCE_M] = self.min_distance
         return EpisodeMetrics(success=self.success(), steps=steps, delivered=len(self.reached), tasks=len(self.goals),
-                              path_efficiency=efficiency, coordination_wait=0, near_misses=0, collisions=0,
-                              min_distance=self.min_distance if math.isfinite(self.min_distance) else math.nan)
+                              metrics=measured)
 
 
 def _activity(name: str, executor: RobotExecutor, held: bool) -> AgentActivity:

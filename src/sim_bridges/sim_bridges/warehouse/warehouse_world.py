@@ -27,7 +27,7 @@ from typing import Optional
 
 from brace_common.action_schema import Step
 from brace_common.config import check_fields, param
-from brace_common.episode import EpisodeMetrics
+from brace_common.episode import COLLISIONS, COORDINATION_WAIT, NEAR_MISSES, PATH_EFFICIENCY, EpisodeMetrics
 from brace_common.vocabulary import Activity, EntryKind, Predicate
 from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState, parameters_text
 
@@ -394,9 +394,9 @@ class Warehouse:
         shortest = sum(self.shortest.values())
         spl = (shortest / max(moved, shortest)) if self.success and shortest else float(self.success)
         return EpisodeMetrics(success=self.success, steps=self.t, delivered=len(self.delivered), tasks=len(self.tasks),
-                              path_efficiency=round(spl, 4),
-                              coordination_wait=sum(a.waited for a in self.agents.values()),
-                              near_misses=self.near_misses, collisions=self.collisions)
+                              metrics={PATH_EFFICIENCY: round(spl, 4),
+                                       COORDINATION_WAIT: sum(a.waited for a in self.agents.values()),
+                                       NEAR_MISSES: self.near_misses, COLLISIONS: self.collisions})
 
     def snapshot(self) -> str:
         """A canonical JSON description of the state (determinism checks, logs)."""
