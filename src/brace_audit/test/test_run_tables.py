@@ -73,7 +73,7 @@ def test_table_32_sums_slips_and_failures_and_averages_duration(tmp_path):
         episode(0, True, duration_s=10.0, grasps=2, slips=1, failure_grasp=1, failure_drop_slip=1),
         episode(1, False, duration_s=20.0, grasps=1, slips=0, failure_grasp=0, failure_drop_slip=2)], calls=3)]
     (row,) = [pickfruit_report.row(r) for r in runs]
-    assert (row["episodes"], row["success"], row["duration_s"], row["replans_per_episode"]) == (2, 0.5, 15.0, 3.0)
+    assert (row["episodes"], row["success"], row["duration_s"], row["calls_per_episode"]) == (2, 0.5, 15.0, 3.0)
     assert (row["slips"], row["failure_grasp"], row["failure_drop_slip"], row["failure_timeout"]) == (1, 1, 3, 0)
     assert row["slo_violation"] == 1 / 3
     text = pickfruit_report.report(runs, tmp_path)

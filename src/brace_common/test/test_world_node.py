@@ -70,7 +70,7 @@ class ManagedWorld(WorldNode, ReleasingLifecycleNode):
 
 
 def result(episode: int) -> EpisodeResult:
-    return EpisodeResult(True, 3, 1, 1, 1.0, 0, 0, 0, episode=episode, seed=5 + episode)
+    return EpisodeResult(success=True, steps=3, delivered=1, tasks=1, episode=episode, seed=5 + episode)
 
 
 def test_a_world_announces_its_episodes_and_takes_only_valid_plans_of_a_running_one(ros):

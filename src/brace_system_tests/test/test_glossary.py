@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from brace_audit import pickfruit_report
+from brace_audit import drone_report, pickfruit_report
 from brace_audit.audit_report import CallRow, RunRecords, phase_breakdown, summary, suppression_rows, trigger_rows
 from brace_bringup.param_docs import NODE_CONFIGS
 from brace_common.replanning import Decision, Trigger
@@ -76,8 +76,8 @@ def parameter_names() -> dict[str, str]:
 
 
 def csv_columns() -> dict[str, str]:
-    """Every CSV column the audit report (summary, phases, suppression, Table 25, Table 32) and bench/reproduce.py
-    write -> the writer."""
+    """Every CSV column the audit report (summary, phases, suppression, Table 25, Table 32, the intersection) and
+    bench/reproduce.py write -> the writer."""
     run = RunRecords("v", calls=[CallRow(0, "a", CallStatus.OK, 10.0, 20.0, True, 100, 50, "erecap",
                                          {"decode": (5.0, 10, 2)})],
                      decisions=[(0, Decision("d0", Trigger(TriggerKind.PERIODIC, "a", 0), False, Reason.COOLDOWN,
@@ -86,7 +86,8 @@ def csv_columns() -> dict[str, str]:
     columns |= {c: "phases.csv" for c in phase_breakdown(run)[0]}
     columns |= {c: "suppression.csv" for c in suppression_rows(run)[0]}
     columns |= {c: "Table 25" for c in trigger_rows(run)}
-    columns |= {c: "table32.csv" for c in pickfruit_report.row(run, [{"success": True, "duration_s": 1.0, "slips": 0}])}
+    columns |= {c: "table32.csv" for c in pickfruit_report.row(run)}
+    columns |= {c: "intersection.csv" for c in drone_report.row(run)}
     tree = ast.parse((ROOT / "bench" / "reproduce.py").read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) \
