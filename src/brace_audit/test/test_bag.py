@@ -18,8 +18,8 @@ from rclpy.serialization import deserialize_message, serialize_message
 from brace_audit.audit_recorder_node import AuditRecorderNode, RecorderConfig
 from brace_audit.bag import BagError, BagWriter, message_definition, read_bag, recover_bag
 from brace_common import names, qos
-from brace_common.world_io import TOPICS as WORLD_TOPICS
 from brace_common.testing import wait_for
+from brace_common.world_io import TOPICS as WORLD_TOPICS
 from brace_common.world_state import Entity, world_state_from_msg, world_state_msg
 from brace_common.world_state import WorldState as State
 
@@ -168,7 +168,7 @@ def test_recorder_refuses_a_used_output_dir_by_name(tmp_path):
     import rclpy
     from rclpy.parameter import Parameter
 
-    from brace_audit.audit_recorder_node import AuditRecorderNode, RecorderConfig
+    from brace_audit.audit_recorder_node import AuditRecorderNode
     from brace_common.config import ConfigError
 
     (tmp_path / "old.mcap").write_bytes(b"x")
