@@ -83,8 +83,8 @@ class PlannerConfig:
     decoding: str = param("json", "'json': generate the plan; 'candidates': score every valid skill call; "
                           "'constrained': generate a plan restricted to valid skill calls (small models)")
     action_schema_file: str = param(SHIPPED_SCHEMA, "YAML action schema ('package://<pkg>/<path>' allowed); empty = "
-                                    "the world's, from world_info (WorldInfo, latched at each episode start; goals "
-                                    "before it are refused)")
+                                    "the world's, from world_info (WorldInfo, latched at each episode start; a call "
+                                    "before it waits for it)")
     system_prompt: str = param(DEFAULT_SYSTEM_PROMPT, "system prompt of every call")
     protect_blocks: bool = param(True, "task / state / constraints / coordination tokens outrank predictor scores")
     context_layout: str = param("focus", "'focus': the agent's own entries moved to a FOR section next to the request; "

@@ -23,11 +23,13 @@ Action schema: the file `action_schema_file` names (robot stacks, tests), or,
 with it empty, the one the world publishes on world_info at each episode start
 (K and the schema live only in the world's parameters). A changed schema
 replaces the call path's validator, JSON Schema and constrained decoder at
-once; a running call keeps the one it started with. A goal that arrives
-before any schema is known is refused (counted `goals_rejected` and
-`rejected.goal.no_action_schema`): the action server is served regardless, so
-a world that waits for it starts its episode and publishes its WorldInfo
-before any trigger, and nothing waits on anything else.
+once; a running call keeps the one it started with. A call that starts
+before any schema is known waits for it within its hard deadline (counted
+`calls_waited_for_schema`; none by then: a planner error saying so). The
+action server is served regardless, so a world that waits for it starts its
+episode and publishes its WorldInfo, and no wait is circular; a call waits
+only while the planner builds the schema the world published with the
+episode's first triggers.
 
 Lifecycle: configure loads the model, the predictor and the action schema and
 fails (naming the parameter) on an unknown model path, a keep ratio outside
@@ -70,7 +72,7 @@ from brace_common.validation import InvalidInput, Rejections
 from brace_common.vocabulary import CallState, CallStatus, EpisodeEvent
 
 from . import convert
-from .call_path import NO_SCHEMA, CallOutcome, unserved_outcome
+from .call_path import CallOutcome, unserved_outcome
 from .call_queue import CallQueue, QueuedCall
 from .config import PlannerConfig
 from .context import ContextBuffer
@@ -106,6 +108,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self.ids = itertools.count(1)
         self.counts = {"calls": 0, "malformed_context": 0, "context_entries": 0, "goals_rejected": 0,
                        "entries_forgotten": 0, "goal_wait_before_acceptance_ms": 0.0, "schema_updates": 0,
+                       "calls_waited_for_schema": 0,
                        **{f"status.{s.label}": 0 for s in CallStatus}}
         self.rejections = Rejections(self.get_logger())
         self.action_server: Optional[ActionServer] = None
@@ -114,6 +117,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self._queue_timer = None
         self.world_schema_json = ""  # the world's schema in use (WorldInfo.action_schema_json); "" = none yet
         self.world_schema_from = ""  # "<world> episode <n>" of that WorldInfo
+        self.schema_known = threading.Event()  # set once the call path has a schema (a file's or the world's)
         # Diagnostics live as long as the node, in every lifecycle state (they say which).
         self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
         self._timers_group = MutuallyExclusiveCallbackGroup()  # not the default group (see brace_common.clock)
@@ -147,6 +151,10 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             self.inputs.subscribe(self, Episode, names.EPISODE, self.on_episode, "episode",
                                   callback_group=context_group)]
         self.world_schema_json, self.world_schema_from = "", ""
+        if self.call_path.schema is not None:
+            self.schema_known.set()
+        else:
+            self.schema_known.clear()
         if self.config.schema_from_world():  # latched: the current episode's, however late this node starts
             self._topic_subs.append(self.create_subscription(
                 WorldInfo, names.WORLD_INFO, self.on_world_info, qos.WORLD_INFO,
@@ -276,6 +284,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             return
         self.world_schema_json, self.world_schema_from = msg.action_schema_json, f"{msg.world} episode {msg.episode}"
         self.counts["schema_updates"] += 1
+        self.schema_known.set()
         self.get_logger().info(f"action schema of {self.world_schema_from}: {len(msg.agents)} agents, actions "
                                f"{', '.join(schema.actions)}")
 
@@ -288,8 +297,6 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             return GoalResponse.REJECT
         try:
             convert.request_from_goal(goal)
-            if self.call_path.schema is None:
-                raise InvalidInput("no_action_schema", NO_SCHEMA)
         except ValueError as exc:
             self.counts["goals_rejected"] += 1
             self.rejections.reject("goal", exc, goal.decision_id or goal.agent_id)
@@ -383,6 +390,10 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
                     raise
                 raise CallAborted("the node is shutting down") from exc
 
+        if not self.schema_known.is_set():  # the world's WorldInfo is on its way (published at its episode start)
+            self.counts["calls_waited_for_schema"] += 1
+            left_s = request.hard_deadline_ms / 1000.0 - (time.monotonic() - call.accepted_at)
+            self.schema_known.wait(max(0.0, left_s))  # none by the deadline: the call path answers NO_SCHEMA
         with self.buffer_lock:
             snapshot = self.buffer.snapshot()  # the newest context: a call that waited plans from what is known now
         return self.call_path.run(snapshot, request,
