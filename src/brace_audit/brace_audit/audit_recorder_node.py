@@ -54,6 +54,7 @@ TOPICS: dict[str, tuple[str, QoSProfile]] = {
     names.VERDICTS: ("brace_msgs/msg/VerifierVerdict", qos.EVENTS),
     names.EPISODE: ("brace_msgs/msg/Episode", qos.EVENTS),
     names.WORLD_STATE: ("brace_msgs/msg/WorldState", qos.WORLD_STATE),
+    names.WORLD_INFO: ("brace_msgs/msg/WorldInfo", qos.WORLD_INFO),
     names.CONTROLLER_STATE: ("brace_msgs/msg/ControllerState", qos.STATE),
     names.MARKERS: ("visualization_msgs/msg/MarkerArray", qos.MARKERS),
     names.CLOCK: ("rosgraph_msgs/msg/Clock", qos.CLOCK),

@@ -15,10 +15,11 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.serialization import deserialize_message, serialize_message
 
-from brace_audit.audit_recorder_node import AuditRecorderNode
+from brace_audit.audit_recorder_node import AuditRecorderNode, RecorderConfig
 from brace_audit.bag import BagError, BagWriter, message_definition, read_bag, recover_bag
 from brace_common import names, qos
 from brace_common.testing import wait_for
+from brace_common.world_io import TOPICS as WORLD_TOPICS
 from brace_common.world_state import Entity, world_state_from_msg, world_state_msg
 from brace_common.world_state import WorldState as State
 
@@ -451,3 +452,9 @@ def test_the_recorder_records_the_world_state_by_default(tmp_path, ros):
     recorder.close()
     contents = read_bag(bag)
     assert [world_state_from_msg(deserialize_message(m.data, WorldState)) for m in contents.messages] == states
+
+
+def test_the_recorder_records_every_topic_of_the_stack_by_default():
+    stack = {name for _, name, _ in WORLD_TOPICS.values()} - {names.DIAGNOSTICS}
+    stack |= {names.TRIGGERS, names.DECISIONS, names.REPLAN_CALLS, names.PLAN, names.VERDICTS, names.CONTROLLER_STATE}
+    assert names.WORLD_INFO in stack and stack <= set(RecorderConfig().topics)

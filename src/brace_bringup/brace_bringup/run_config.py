@@ -17,10 +17,11 @@ variant) into those processes and one parameter file (`write_parameters`),
 which the launch files and brace-run both render, so `ros2 launch` and
 `brace-run` run the same system. The parameter file holds the stack's files
 in order, then the overrides, the variant's overlay and the caller's extras,
-then what follows from them (for K != 4 the warehouse action schema; the
-AirSim bridge's scenario gives the drones' intersection schema; the recorder
-writes into the run folder; use_sim_time as the stack says). The trigger
-monitor learns the agents from the world's AgentState messages.
+then what follows from them (the recorder writes into the run folder;
+use_sim_time as the stack says). K lives only in the world's parameters: the
+trigger monitor learns the agents from the world's AgentState messages, and
+the planner (action_schema_file '') takes the agents' action schema from the
+world's WorldInfo, published latched at each episode start.
 """
 
 from __future__ import annotations
@@ -35,10 +36,7 @@ import yaml
 from ament_index_python.packages import get_package_share_directory
 
 from brace_common.config import from_mapping, load_ros_parameters
-from sim_bridges.airsim import intersection
 from sim_bridges.airsim.intersection import IntersectionConfig
-from sim_bridges.warehouse.warehouse_feed import action_schema
-from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
 from .graph import STACKS, Stack
 
@@ -71,10 +69,6 @@ def run_file(run: str | Path) -> Path:
     raise FileNotFoundError(f"no run configuration '{run}': neither a file nor one of brace_bringup's "
                             f"({', '.join(installed_runs())})")
 
-SHIPPED_SCHEMA = "warehouse_actions.yaml"
-"""The warehouse action schema shipped with sim_bridges (K = 4's places and agents)."""
-
-
 AIRSIM_PEER_KEYS = {"port": 41451, "clock_speed": 1.0}
 """Keys of a run's `airsim_peer` (brace-airsim-peer started beside the stack) and their defaults (brace-run picks a
 free port instead of `port`)."""
@@ -82,11 +76,6 @@ free port instead of `port`)."""
 PLANNER_SERVER_KEYS = {"engine": "transformers", "model": "smollm2-135m-instruct", "adapter": "", "dtype": "float32",
                        "port": 8000, "threads": 0}
 """Keys of a run's `planner_server` and their defaults (brace-run picks a free port instead of `port`)."""
-
-
-def _write_schema(path: Path, schema: dict) -> str:
-    path.write_text(yaml.safe_dump(schema, sort_keys=False))
-    return str(path)
 
 
 def intersection_of(bridge: dict[str, Any]):
@@ -192,17 +181,6 @@ class RunConfig:
                 params["audit_recorder"]["output_dir"] = str(folder / "bag")
         if self.stack.world:
             params[self.stack.world]["variant"] = variant
-        if "embedded_sim" in params:
-            agents = int(params["embedded_sim"].get("num_agents", WorldConfig.num_agents))
-            planner = params.get("erecap_planner", {})
-            if str(planner.get("action_schema_file", "")).endswith(SHIPPED_SCHEMA) and agents != 4:
-                schema = action_schema(Warehouse(WorldConfig(num_agents=agents)))  # the shipped schema is K = 4's
-                planner["action_schema_file"] = _write_schema(folder / SHIPPED_SCHEMA, schema)
-        if "airsim_bridge" in params:
-            scenario = intersection_of(params["airsim_bridge"])
-            if "erecap_planner" in params:  # this run's drones and coordinates
-                params["erecap_planner"]["action_schema_file"] = _write_schema(
-                    folder / "intersection_actions.yaml", intersection.action_schema(scenario))
         path = folder / "params.yaml"
         path.write_text(yaml.safe_dump({f"/**/{node}": {"ros__parameters": values} for node, values in params.items()},
                                        sort_keys=False))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import yaml
@@ -69,7 +68,7 @@ def test_closed_loop_runs_and_the_bag_reproduces_the_live_numbers(model_dir, tmp
     assert erecap["tokens_after"] < erecap["tokens_before"]  # pruned (byte tokens: protected blocks alone exceed B)
     params = yaml.safe_load((folder / "no_brace" / "params.yaml").read_text())
     assert params["/**/trigger_monitor"]["ros__parameters"]["agents"] == []  # learnt from the world, not copied
-    assert params["/**/erecap_planner"]["ros__parameters"]["action_schema_file"].endswith("warehouse_actions.yaml")
+    assert params["/**/erecap_planner"]["ros__parameters"]["action_schema_file"] == ""  # the world's, not copied
 
 
 def test_a_run_with_a_planner_server_starts_it_and_plans_through_it(model_dir, tmp_path, monkeypatch):
@@ -113,8 +112,7 @@ def test_airsim_peer_is_checked_and_the_run_writes_the_drones_schema(tmp_path):
     written = yaml.safe_load(cfg.write_parameters("brace_erecap", tmp_path / "run",
                                                   {"airsim_bridge": {"num_agents": 3}}).read_text())
     assert written["/**/trigger_monitor"]["ros__parameters"]["agents"] == []  # learnt from the drones' states
-    schema = yaml.safe_load(Path(written["/**/erecap_planner"]["ros__parameters"]["action_schema_file"]).read_text())
-    assert schema["actions"]["yield_to"]["agent"]["choices"] == ["drone_0", "drone_1", "drone_2"]
+    assert written["/**/erecap_planner"]["ros__parameters"]["action_schema_file"] == ""  # the bridge's WorldInfo
 
 
 def test_a_run_configuration_is_a_file_or_an_installed_name(tmp_path):

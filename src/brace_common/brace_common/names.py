@@ -20,6 +20,7 @@ OUTCOMES = "outcomes"                  # ExecutionOutcome: executor / simulator 
 VERDICTS = "verdicts"                  # VerifierVerdict: a plan verifier -> trigger monitor
 EPISODE = "episode"                    # Episode: episode boundaries (the only episode control signal)
 WORLD_STATE = "world_state"            # WorldState: every world's entities, relations and agent activities
+WORLD_INFO = "world_info"              # WorldInfo: the episode's agents and action schema (latched at its start)
 LOOKAHEAD = "lookahead"                # Lookahead service: one step through a world's transition model
 CONTROLLER_STATE = "controller_state"  # ControllerState: the gate's counters per agent
 MARKERS = "markers"                    # visualization_msgs/MarkerArray for RViz

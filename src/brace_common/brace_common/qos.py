@@ -28,6 +28,12 @@ WORLD_STATE = QoSProfile(
 current state at once; reliable with a queue rather than depth 1, because its readers need every state, not only
 the newest: the bag records each step, and a state-transition graph (GiG) built from it must not skip a step. A
 late joiner receives up to 64 recent states in order and takes the last one as current."""
+WORLD_INFO = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=1,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
+"""world_info: reliable and latched, depth 1. Only the current episode's agents and action schema matter, and a
+planner that starts late must get them at once."""
 DIAGNOSTICS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=10,
     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,

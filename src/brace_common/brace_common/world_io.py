@@ -1,11 +1,11 @@
 """The topics a world node publishes and how its reports become messages (context entries, agent states,
-outcomes, episodes, world states, /clock, markers, /diagnostics): one set of publishers for every world."""
+outcomes, episodes, world states, world info, /clock, markers, /diagnostics): one set of publishers for every world."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from brace_msgs.msg import AgentState, ContextEntry, Episode, ExecutionOutcome, WorldState
+from brace_msgs.msg import AgentState, ContextEntry, Episode, ExecutionOutcome, WorldInfo, WorldState
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
 from rosgraph_msgs.msg import Clock
@@ -26,6 +26,7 @@ TOPICS = {  # attribute -> (message type, relative name, QoS)
     "markers": (MarkerArray, names.MARKERS, qos.MARKERS),
     "diagnostics": (DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS),
     "world_states": (WorldState, names.WORLD_STATE, qos.WORLD_STATE),
+    "world_info": (WorldInfo, names.WORLD_INFO, qos.WORLD_INFO),
 }
 """Every topic a world may publish, by the WorldPublishers attribute that holds its publisher."""
 

@@ -9,11 +9,12 @@ topic-specific inputs. A stepped world in lockstep with the planner adds brace_c
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Optional
 
 from brace_msgs.action import Replan
-from brace_msgs.msg import Episode, Plan
+from brace_msgs.msg import Episode, Plan, WorldInfo
 from builtin_interfaces.msg import Time
 from rclpy.action import ActionClient
 
@@ -42,7 +43,9 @@ class WorldNode:
     """Mixin for a world's rclpy node: `out` (WorldPublishers), `book` (EpisodeBook), `inputs` (CountedInputs),
     `rejections`, `peers` (PeerWait or None) and the steps every world takes with them.
 
-    The node sets `world_name` (Episode.world) and provides `config` (with `variant`) and `num_agents()`.
+    The node sets `world_name` (Episode.world) and provides `config` (with `variant`), `num_agents()`,
+    `world_agents()` and, when it has an action schema of its own, `world_schema()`: at each episode's start it
+    publishes them on world_info (latched), the only place a planner learns K and the schema from.
     """
 
     world_name = ""
@@ -113,14 +116,34 @@ class WorldNode:
         """K: the agents of this world's episodes (Episode.num_agents)."""
         raise NotImplementedError
 
+    def world_agents(self) -> list[str]:
+        """The ids of this episode's agents (WorldInfo.agents; num_agents() of them)."""
+        raise NotImplementedError
+
+    def world_schema(self) -> Optional[dict]:
+        """What this episode's agents may call: an ActionSchema's to_dict() with the values the planner enumerates
+        for constrained decoding (WorldInfo.action_schema_json); None: the world has no schema of its own."""
+        return None
+
+    def world_info_msg(self) -> WorldInfo:
+        """The WorldInfo of the book's episode: its agents and action schema."""
+        schema = self.world_schema()
+        msg = WorldInfo(world=self.world_name, episode=max(0, self.book.episode), agents=list(self.world_agents()),
+                        action_schema_json=json.dumps(schema, sort_keys=True) if schema is not None else "")
+        msg.header.stamp = self.stamp()
+        return msg
+
     def episode_msg(self, event: EpisodeEvent, result: Optional[EpisodeResult] = None) -> Episode:
         """The Episode message of `event` for the book's episode (on END, `result`'s metrics)."""
         return episode_msg(event, self.book.episode, self.book.seed, self.num_agents(), self.world_name,
                            self.config.variant, self.stamp(), result)
 
     def announce_start(self) -> int:
-        """Begin the book's next episode and publish its START; its index."""
+        """Begin the book's next episode and publish its WorldInfo (latched: before any trigger of the episode, and
+        for a planner that starts late) and its START; its index."""
         episode = self.book.start()
+        if self.out.world_info is not None:
+            self.out.world_info.publish(self.world_info_msg())
         self.out.episode.publish(self.episode_msg(EpisodeEvent.START))
         return episode
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
-from brace_msgs.msg import Episode, Plan, PlanStep
+from brace_msgs.msg import Episode, Plan, PlanStep, WorldInfo
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 
@@ -16,7 +17,7 @@ from brace_common.validation import InvalidInput
 from brace_common.vocabulary import EpisodeEvent
 from brace_common.world_node import WorldNode
 
-TOPICS = ("episode", "diagnostics")
+TOPICS = ("episode", "diagnostics", "world_info")
 
 
 @dataclass
@@ -39,6 +40,12 @@ class World(WorldNode, Node):
 
     def num_agents(self) -> int:
         return 1
+
+    def world_agents(self) -> list[str]:
+        return ["a0"]
+
+    def world_schema(self) -> dict:
+        return {"max_steps": 2 + self.book.episode, "actions": {"go": {}}}
 
     def on_plan(self, msg: Plan) -> None:
         steps = self.take_plan(msg, self.book.running, lambda agent: agent == "a0", lambda: True, self.parse)
@@ -119,3 +126,19 @@ def test_a_lifecycle_world_opens_its_topics_at_configure_and_closes_them_at_clea
     assert world.out.episode is None and world.out.diagnostics is not None
     world.trigger_configure()  # configured again: the topics come back
     assert world.out.episode is not None
+
+
+def test_a_world_latches_its_agents_and_action_schema_at_each_episode_start(ros):
+    world = ros.add(World())
+    world.announce_start()
+    late = ros.add(Node("late_planner"))  # starts after the episode began: the latched WorldInfo reaches it
+    infos: list[WorldInfo] = []
+    late.create_subscription(WorldInfo, names.WORLD_INFO, infos.append, qos.WORLD_INFO)
+    wait_for(lambda: len(infos) == 1, what="the latched WorldInfo of episode 0")
+    assert (infos[0].world, infos[0].episode, list(infos[0].agents)) == ("tiny", 0, ["a0"])
+    assert len(infos[0].agents) == world.num_agents()
+    assert json.loads(infos[0].action_schema_json) == {"max_steps": 2, "actions": {"go": {}}}
+    world.announce_end(result(0))
+    world.announce_start()
+    wait_for(lambda: len(infos) == 2, what="the next episode's WorldInfo")
+    assert infos[1].episode == 1 and json.loads(infos[1].action_schema_json)["max_steps"] == 3

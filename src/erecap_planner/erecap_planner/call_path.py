@@ -11,6 +11,10 @@ is its `queue` phase, counts in its latency and uses up its deadline, since the
 agent waits for it too. A call past its deadline,
 cancelled, or with output that is not a valid plan returns no steps (the agent
 keeps its current plan) and a status saying why.
+
+The action schema may change between calls (a world publishes its own at each
+episode start): `set_schema` replaces it and what is derived from it at once,
+and a call keeps the one it started with.
 """
 
 from __future__ import annotations
@@ -49,6 +53,20 @@ MODE_REQUESTS = {
 }
 OUTPUT_FORMAT = ('Allowed actions: {actions}. Reply with one JSON object: '
                  '{{"plan": [{{"action": "<name>", "parameters": {{...}}}}]}}')
+
+
+NO_SCHEMA = "no action schema yet (the world publishes it on world_info at its episode start)"
+"""Why a call cannot run before a schema is known."""
+
+
+@dataclass(frozen=True)
+class SchemaUse:
+    """An action schema and what a local call path derives from it: the valid skill calls (candidates and
+    constrained decoding) and the constrained decoder. Replaced whole, so a running call keeps its own."""
+
+    schema: ActionSchema
+    candidates: list[Step]
+    constrained: Optional[ConstrainedPlanDecoder]
 
 
 @dataclass
@@ -149,6 +167,15 @@ def parse_into(outcome: CallOutcome, text: str, schema: ActionSchema) -> None:
         outcome.error = str(exc)
 
 
+def no_schema_outcome(outcome: CallOutcome, clock: PhaseClock) -> CallOutcome:
+    """`outcome` of a call that could not run because no schema is known: a planner error saying so."""
+    outcome.status = CallStatus.PLANNER_ERROR
+    outcome.error = NO_SCHEMA
+    outcome.phases = clock.phases
+    outcome.latency_ms = clock.elapsed_ms()
+    return outcome
+
+
 def checkpoint_of(abort: Callable[[], bool], where: str) -> Callable[[], None]:
     """A checkpoint for long work in phase `where`: raises CallAborted once `abort()` is true."""
     def checkpoint() -> None:
@@ -167,7 +194,7 @@ def end_aborted(outcome: CallOutcome, clock: PhaseClock, why: str) -> None:
 class PlannerCallPath:
     """Runs replanning calls on one local transformers model with one compressor."""
 
-    def __init__(self, model, tokenizer, schema: ActionSchema, compressor: str = "erecap",
+    def __init__(self, model, tokenizer, schema: Optional[ActionSchema], compressor: str = "erecap",
                  schedule: Optional[PruneSchedule] = None, predictors: Optional[PredictorBank] = None,
                  max_new_tokens: int = 64, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
                  retriever: Optional[Retriever] = None, protect_blocks: bool = True, model_name: str = "",
@@ -175,7 +202,6 @@ class PlannerCallPath:
                  plan_steps: Optional[dict[int, int]] = None, layout: str = "focus", prefix_reuse: bool = False,
                  max_context_tokens: Optional[int] = None):
         self.tokenizer = tokenizer
-        self.schema = schema
         self.compressor_name = compressor
         self.max_new_tokens = max_new_tokens
         self.system_prompt = system_prompt
@@ -183,11 +209,9 @@ class PlannerCallPath:
         if decoding not in DECODINGS:
             raise ValueError(f"decoding '{decoding}' is not one of {', '.join(DECODINGS)}")
         self.decoding = Decoding(decoding)
-        self.candidates = enumerate_steps(schema) if self.decoding is not Decoding.JSON else []
-        if self.decoding is not Decoding.JSON and not self.candidates:
-            raise ValueError(f"{decoding} decoding needs actions whose parameters all have enumerated choices")
-        self.constrained = (ConstrainedPlanDecoder(tokenizer, self.candidates, schema.max_steps, schema.min_steps)
-                            if self.decoding is Decoding.CONSTRAINED else None)
+        self.use: Optional[SchemaUse] = None  # None until a schema is known (a world's, from world_info)
+        if schema is not None:
+            self.set_schema(schema)
         self.protect_blocks = protect_blocks
         self.plan_steps = dict(plan_steps or {})  # mode -> most steps of its plans (constrained decoding)
         if layout not in LAYOUTS:
@@ -212,8 +236,29 @@ class PlannerCallPath:
         configured = configured if isinstance(configured, (list, tuple)) else [configured]
         self.eos_ids = tuple(sorted({int(e) for e in [tokenizer.eos_token_id, *configured] if e is not None}))
 
+    def set_schema(self, schema: ActionSchema) -> None:
+        """Plan with `schema` from the next call on (the running one keeps its own); ValueError when the decoding
+        cannot use it (candidates and constrained decoding need every parameter enumerated)."""
+        candidates = enumerate_steps(schema) if self.decoding is not Decoding.JSON else []
+        if self.decoding is not Decoding.JSON and not candidates:
+            raise ValueError(f"{self.decoding.value} decoding needs actions whose parameters all have enumerated "
+                             "choices")
+        constrained = (ConstrainedPlanDecoder(self.tokenizer, candidates, schema.max_steps, schema.min_steps)
+                       if self.decoding is Decoding.CONSTRAINED else None)
+        self.use = SchemaUse(schema, candidates, constrained)
+
+    @property
+    def schema(self) -> Optional[ActionSchema]:
+        """The schema the next call plans with (None: none known yet)."""
+        return self.use.schema if self.use is not None else None
+
+    @property
+    def candidates(self) -> list[Step]:
+        """The valid skill calls of the current schema (decoding candidates / constrained), else []."""
+        return self.use.candidates if self.use is not None else []
+
     def request_text(self, agent_id: str, mode: int) -> str:
-        """The REQUEST line for a mode."""
+        """The REQUEST line for a mode (the current schema's actions)."""
         return request_text(self.schema, agent_id, mode)
 
     def run(self, buffer: ContextBuffer, request: CallRequest, cancelled: Callable[[], bool] = lambda: False,
@@ -228,6 +273,9 @@ class PlannerCallPath:
         abort, begin, end = clock.abort, clock.begin, clock.end
         deadline = clock.deadline
         outcome = CallOutcome(status=CallStatus.OK, slo_ms=request.slo_ms, compressor=self.compressor_name)
+        use = self.use  # this call's schema, whatever replaces it meanwhile
+        if use is None:
+            return no_schema_outcome(outcome, clock)
 
         try:
             # context_compress
@@ -235,7 +283,8 @@ class PlannerCallPath:
             try:
                 checkpoint = checkpoint_of(abort, "context_compress")
                 checkpoint()
-                ctx = buffer.render(self.tokenizer, request.agent_id, self.request_text(request.agent_id, request.mode),
+                ctx = buffer.render(self.tokenizer, request.agent_id, request_text(use.schema, request.agent_id,
+                                                                                   request.mode),
                                     self.system_prompt, layout=self.layout, max_tokens=self.max_context_tokens,
                                     checkpoint=checkpoint, counts=self.token_counts)
                 outcome.tokens_before = len(ctx)
@@ -281,11 +330,11 @@ class PlannerCallPath:
             # decode (free JSON generation, or scoring every valid candidate), then parse
             t0 = begin(Phase.DECODE)
             if self.decoding is Decoding.CANDIDATES:
-                step, _ = best_step(self.plain, pre, self.tokenizer, self.candidates)
+                step, _ = best_step(self.plain, pre, self.tokenizer, use.candidates)
                 text = json.dumps({"plan": [{"action": step.action, "parameters": step.parameters}]})
-                produced = len(self.candidates)
+                produced = len(use.candidates)
             elif self.decoding is Decoding.CONSTRAINED:
-                constrained = self.constrained.decode(self.plain, pre, should_abort=abort,
+                constrained = use.constrained.decode(self.plain, pre, should_abort=abort,
                                                       max_steps=self.plan_steps.get(request.mode))
                 text, produced = constrained.text, constrained.tokens
             else:
@@ -300,7 +349,7 @@ class PlannerCallPath:
                 raise CallAborted("deadline or cancel during decode")
 
             t0 = begin(Phase.PARSE)
-            parse_into(outcome, text, self.schema)
+            parse_into(outcome, text, use.schema)
             end(Phase.PARSE, t0, produced, len(outcome.steps))
         except CallAborted as exc:
             end_aborted(outcome, clock, str(exc))

@@ -20,6 +20,10 @@ BACKENDS = ("local", "openai")
 COMPRESSORS = ("erecap", *BASELINES)
 
 
+SHIPPED_SCHEMA = "package://erecap_planner/config/action_schema.yaml"
+"""The action schema shipped with erecap_planner (action_schema_file's default)."""
+
+
 def default_schema_path() -> Path:
     """The action schema shipped with the package (installed share, else the source tree)."""
     return package_file("erecap_planner", "config/action_schema.yaml", Path(__file__).resolve().parents[1])
@@ -78,7 +82,9 @@ class PlannerConfig:
                                   "a reuse call confirms a short subplan, so it decodes less")
     decoding: str = param("json", "'json': generate the plan; 'candidates': score every valid skill call; "
                           "'constrained': generate a plan restricted to valid skill calls (small models)")
-    action_schema_file: str = param("", "YAML action schema; empty = the one shipped with erecap_planner")
+    action_schema_file: str = param(SHIPPED_SCHEMA, "YAML action schema ('package://<pkg>/<path>' allowed); empty = "
+                                    "the world's, from world_info (WorldInfo, latched at each episode start; a call "
+                                    "before it waits for it)")
     system_prompt: str = param(DEFAULT_SYSTEM_PROMPT, "system prompt of every call")
     protect_blocks: bool = param(True, "task / state / constraints / coordination tokens outrank predictor scores")
     context_layout: str = param("focus", "'focus': the agent's own entries moved to a FOR section next to the request; "
@@ -172,6 +178,10 @@ class PlannerConfig:
                              block_chars=self.max_block_chars, total_entries=self.max_context_entries,
                              total_chars=self.max_context_chars)
 
+    def schema_from_world(self) -> bool:
+        """The schema comes from the world's WorldInfo (action_schema_file empty), not from a file."""
+        return not self.action_schema_file.strip()
+
     def schema_path(self) -> Path:
-        """The action schema file this config names."""
-        return Path(resolve_path(self.action_schema_file)) if self.action_schema_file else default_schema_path()
+        """The action schema file this config names (the shipped one when it names none)."""
+        return Path(resolve_path(self.action_schema_file)) if not self.schema_from_world() else default_schema_path()

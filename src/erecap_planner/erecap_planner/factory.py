@@ -21,8 +21,10 @@ from .server_call_path import Backoff, ServerCallPath
 CallPath = Union[PlannerCallPath, ServerCallPath]
 
 
-def load_schema(cfg: PlannerConfig) -> ActionSchema:
-    """The action schema `cfg` names."""
+def load_schema(cfg: PlannerConfig) -> Optional[ActionSchema]:
+    """The action schema `cfg` names; None when it comes from the world (WorldInfo)."""
+    if cfg.schema_from_world():
+        return None
 
     try:
         return ActionSchema.load(cfg.schema_path())
@@ -107,7 +109,7 @@ def load_predictors(cfg: PlannerConfig, model_config, layers: tuple[int, ...], l
     return PredictorBank.for_model(model_config, list(layers))
 
 
-def build_local(cfg: PlannerConfig, schema: ActionSchema, logger=None) -> PlannerCallPath:
+def build_local(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None) -> PlannerCallPath:
     """The in-process call path: model, schedule, predictor (E-RECAP) and decoding of `cfg`."""
     model, tokenizer, precision = load_local_model(cfg, logger)
     schedule = pruning_schedule(cfg, model.config.num_hidden_layers)
@@ -124,7 +126,7 @@ def build_local(cfg: PlannerConfig, schema: ActionSchema, logger=None) -> Planne
         raise ConfigError("decoding" if "decoding" in str(exc) else "compressor", str(exc)) from None
 
 
-def build_server(cfg: PlannerConfig, schema: ActionSchema, logger=None) -> ServerCallPath:
+def build_server(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None) -> ServerCallPath:
     """The server call path: local tokenizer and compressor (E-RECAP: the local model scores), remote decoding."""
     # heavy: these modules import torch; a server-backed planner never loads them
     from .compressors import make_compressor
@@ -155,6 +157,7 @@ def build_server(cfg: PlannerConfig, schema: ActionSchema, logger=None) -> Serve
 
 
 def build_call_path(cfg: PlannerConfig, logger=None, schema: Optional[ActionSchema] = None) -> CallPath:
-    """The call path of `cfg.backend`; ConfigError naming the parameter on failure."""
-    schema = schema or load_schema(cfg)
+    """The call path of `cfg.backend` (without a schema until the world's arrives, when `cfg` names no file);
+    ConfigError naming the parameter on failure."""
+    schema = schema if schema is not None else load_schema(cfg)
     return build_server(cfg, schema, logger) if cfg.backend == "openai" else build_local(cfg, schema, logger)

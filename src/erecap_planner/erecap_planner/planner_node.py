@@ -7,7 +7,9 @@ Subscribes  context (ContextEntry, reliable keep-last `context_queue_depth`: a s
             shows as a gap in that publisher's sequence numbers and is counted
             `lost.context.sequence_gap`; the rmw's own message_lost events are
             counted `lost.context.message_lost`), episode (Episode: at
-            EVENT_START every entry stamped before the episode's start is forgotten)
+            EVENT_START every entry stamped before the episode's start is forgotten),
+            world_info (WorldInfo, latched; only with `action_schema_file` empty:
+            the world's action schema, used from the next call on)
 Publishes   replan_calls (ReplanCall, one per call; lifecycle publisher), /diagnostics
 Action server  `replan_action` (Replan), present only while the node is active,
             so a client that sees the server can be served: feedback per
@@ -16,6 +18,18 @@ Action server  `replan_action` (Replan), present only while the node is active,
             (call_queue.py), where a newer call for an agent supersedes its
             waiting older one and a call past its hard deadline leaves
             unserved. A waiting goal holds no executor thread.
+
+Action schema: the file `action_schema_file` names (robot stacks, tests), or,
+with it empty, the one the world publishes on world_info at each episode start
+(K and the schema live only in the world's parameters). A changed schema
+replaces the call path's validator, JSON Schema and constrained decoder at
+once; a running call keeps the one it started with. A call that starts
+before any schema is known waits for it within its hard deadline (counted
+`calls_waited_for_schema`; none by then: a planner error saying so). The
+action server is served regardless, so a world that waits for it starts its
+episode and publishes its WorldInfo, and no wait is circular; a call waits
+only while the planner builds the schema the world published with the
+episode's first triggers.
 
 Lifecycle: configure loads the model, the predictor and the action schema and
 fails (naming the parameter) on an unknown model path, a keep ratio outside
@@ -29,13 +43,14 @@ configures and activates itself (brace_common.spin). Stamps are ROS time
 from __future__ import annotations
 
 import itertools
+import json
 import sys
 import threading
 import time
 from typing import Optional
 
 from brace_msgs.action import Replan
-from brace_msgs.msg import ContextEntry, Episode, ReplanCall
+from brace_msgs.msg import ContextEntry, Episode, ReplanCall, WorldInfo
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy._rclpy_pybind11 import InvalidHandle, RCLError
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
@@ -45,6 +60,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile
 from rclpy.time import Time
 
 from brace_common import names, qos
+from brace_common.action_schema import ActionSchema
 from brace_common.clock import seconds_of, steady_timer
 from brace_common.config import ConfigError
 from brace_common.counted_inputs import CountedInputs
@@ -52,7 +68,7 @@ from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
-from brace_common.validation import Rejections
+from brace_common.validation import InvalidInput, Rejections
 from brace_common.vocabulary import CallState, CallStatus, EpisodeEvent
 
 from . import convert
@@ -91,13 +107,17 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self.last_error = ""
         self.ids = itertools.count(1)
         self.counts = {"calls": 0, "malformed_context": 0, "context_entries": 0, "goals_rejected": 0,
-                       "entries_forgotten": 0, "goal_wait_before_acceptance_ms": 0.0,
+                       "entries_forgotten": 0, "goal_wait_before_acceptance_ms": 0.0, "schema_updates": 0,
+                       "calls_waited_for_schema": 0,
                        **{f"status.{s.label}": 0 for s in CallStatus}}
         self.rejections = Rejections(self.get_logger())
         self.action_server: Optional[ActionServer] = None
         self.calls_pub = None
-        self._subscriptions: list = []
+        self._topic_subs: list = []  # not rclpy's own Node._subscriptions, which this name would replace
         self._queue_timer = None
+        self.world_schema_json = ""  # the world's schema in use (WorldInfo.action_schema_json); "" = none yet
+        self.world_schema_from = ""  # "<world> episode <n>" of that WorldInfo
+        self.schema_known = threading.Event()  # set once the call path has a schema (a file's or the world's)
         # Diagnostics live as long as the node, in every lifecycle state (they say which).
         self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
         self._timers_group = MutuallyExclusiveCallbackGroup()  # not the default group (see brace_common.clock)
@@ -125,11 +145,20 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         # Keep-last (qos.INPUTS with the node's depth): a flood overwrites, and the gap it leaves is counted.
         context_qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=self.config.context_queue_depth,
                                  reliability=qos.INPUTS.reliability, durability=qos.INPUTS.durability)
-        self._subscriptions = [
+        self._topic_subs = [
             self.inputs.subscribe(self, ContextEntry, names.CONTEXT, self.on_context, "context", context_qos,
                                   callback_group=context_group),
             self.inputs.subscribe(self, Episode, names.EPISODE, self.on_episode, "episode",
                                   callback_group=context_group)]
+        self.world_schema_json, self.world_schema_from = "", ""
+        if self.call_path.schema is not None:
+            self.schema_known.set()
+        else:
+            self.schema_known.clear()
+        if self.config.schema_from_world():  # latched: the current episode's, however late this node starts
+            self._topic_subs.append(self.create_subscription(
+                WorldInfo, names.WORLD_INFO, self.on_world_info, qos.WORLD_INFO,
+                callback_group=MutuallyExclusiveCallbackGroup()))
         self._queue_timer = steady_timer(self, QUEUE_CHECK_PERIOD_S, self.expire_waiting, self._timers_group)
         self.state_label = "inactive"
         if isinstance(self.call_path, ServerCallPath):
@@ -203,12 +232,13 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
     def _release(self) -> None:
         """Cleanup and shutdown: release the model and the topics."""
         self._destroy_server()
-        for entity in (*self._subscriptions, self._queue_timer):
-            if entity is not None:
-                entity.destroy()
+        for sub in self._topic_subs:
+            self.destroy_subscription(sub)
+        if self._queue_timer is not None:
+            self._queue_timer.destroy()
         if self.calls_pub is not None:
             self.destroy_lifecycle_publisher(self.calls_pub)
-        self._subscriptions, self.calls_pub, self._queue_timer = [], None, None
+        self._topic_subs, self.calls_pub, self._queue_timer = [], None, None
         self.call_path = None
         # Waiting goals belonged to the destroyed server: their callers see no result and cancel at their deadlines.
         self.queue, self.calls = CallQueue(), {}
@@ -233,6 +263,30 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             return
         with self.buffer_lock:
             self.counts["entries_forgotten"] += self.buffer.forget_before(seconds_of(msg.header.stamp))
+
+    def on_world_info(self, msg: WorldInfo) -> None:
+        """The world's action schema: used from the next call on when it changed; a malformed one (or none, when
+        the world has none of its own) is counted and the current one kept."""
+        if msg.action_schema_json == self.world_schema_json:
+            return
+        try:
+            if not msg.action_schema_json:
+                raise InvalidInput("no_action_schema", f"world '{msg.world}' publishes no action schema: set "
+                                   "action_schema_file")
+            schema = ActionSchema.from_dict(json.loads(msg.action_schema_json))
+            path = self.call_path
+            if path is None:
+                return
+            path.set_schema(schema)
+        except ValueError as exc:  # json.JSONDecodeError and PlanError are ValueErrors
+            self.rejections.reject("world_info", exc if isinstance(exc, InvalidInput) else
+                                   InvalidInput("malformed_schema", str(exc)), f"{msg.world}/{msg.episode}")
+            return
+        self.world_schema_json, self.world_schema_from = msg.action_schema_json, f"{msg.world} episode {msg.episode}"
+        self.counts["schema_updates"] += 1
+        self.schema_known.set()
+        self.get_logger().info(f"action schema of {self.world_schema_from}: {len(msg.agents)} agents, actions "
+                               f"{', '.join(schema.actions)}")
 
     # ------------------------------------------------------------------ calls
 
@@ -336,6 +390,10 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
                     raise
                 raise CallAborted("the node is shutting down") from exc
 
+        if not self.schema_known.is_set():  # the world's WorldInfo is on its way (published at its episode start)
+            self.counts["calls_waited_for_schema"] += 1
+            left_s = request.hard_deadline_ms / 1000.0 - (time.monotonic() - call.accepted_at)
+            self.schema_known.wait(max(0.0, left_s))  # none by the deadline: the call path answers NO_SCHEMA
         with self.buffer_lock:
             snapshot = self.buffer.snapshot()  # the newest context: a call that waited plans from what is known now
         return self.call_path.run(snapshot, request,
@@ -350,6 +408,8 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             held = {"context.held_entries": len(self.buffer), "context.held_chars": self.buffer.chars,
                     **{f"dropped.context.{k}": v for k, v in self.buffer.dropped_by.items()}}
         values = {"state": self.state_label, "model": self.config.model_path if self.config else "",
+                  "action_schema": ((self.world_schema_from or "none yet") if self.config.schema_from_world()
+                                    else self.config.action_schema_file) if self.config else "",
                   "compressor": self.config.compressor if self.config else "", **self.counts, **self.inputs.counts, **held,
                   **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())},
                   "queue.waiting": len(self.queue), **{f"queue.{k}": v for k, v in self.queue.counts.items()}}

@@ -37,6 +37,7 @@ from .call_path import (
     checkpoint_of,
     end_aborted,
     json_object_closed,
+    no_schema_outcome,
     parse_into,
     request_text,
     splice_memory,
@@ -104,7 +105,7 @@ class Backoff:
 class ServerCallPath:
     """Runs replanning calls on a planner server; compression and validation stay local."""
 
-    def __init__(self, client: OpenAIClient, server_model: str, tokenizer, schema: ActionSchema,
+    def __init__(self, client: OpenAIClient, server_model: str, tokenizer, schema: Optional[ActionSchema],
                  compressor: Compressor, compressor_name: str, endpoint: str = "chat",
                  structured_output: str = "none", max_new_tokens: int = 64,
                  system_prompt: str = DEFAULT_SYSTEM_PROMPT, retriever: Optional[Retriever] = None,
@@ -119,7 +120,7 @@ class ServerCallPath:
         self.client = client
         self.server_model = server_model
         self.tokenizer = tokenizer
-        self.schema = schema
+        self.schema = schema  # replaced whole by set_schema; a call reads it once (None: none known yet)
         self.compressor = compressor
         self.compressor_name = compressor_name
         self.endpoint = endpoint
@@ -143,10 +144,18 @@ class ServerCallPath:
         """The model the calls name (the ReplanCall's `model`): `server_model` as configured or as the server listed."""
         return self.server_model
 
+    def set_schema(self, schema: ActionSchema) -> None:
+        """Plan with `schema` (its JSON Schema as response_format) from the next call on; the running one keeps
+        its own."""
+        self.schema = schema
+
     # ------------------------------------------------------------------ request body
 
-    def body(self, kept_ids: list[int], ctx: RenderedContext, kept_index: list[int], mode: int) -> tuple[str, dict]:
-        """(path, JSON body) of the completion request for the kept tokens."""
+    def body(self, kept_ids: list[int], ctx: RenderedContext, kept_index: list[int], mode: int,
+             schema: Optional[ActionSchema] = None) -> tuple[str, dict]:
+        """(path, JSON body) of the completion request for the kept tokens (`schema`: the call's, else the
+        current one)."""
+        schema = schema if schema is not None else self.schema
         body: dict = {"max_tokens": self.max_new_tokens, "temperature": 0.0, "stream_options": {"include_usage": True}}
         if self.server_model:  # else the server's own (a server pinned to one model may refuse any other name)
             body["model"] = self.server_model
@@ -160,7 +169,7 @@ class ServerCallPath:
                                 {"role": "user", "content": self.tokenizer.decode(user, skip_special_tokens=True)}]
             path = "/chat/completions"
         if self.structured_output != "none":
-            plan = self.schema.json_schema(self.plan_steps.get(mode))
+            plan = schema.json_schema(self.plan_steps.get(mode))
             body["response_format"] = (
                 {"type": "json_schema", "json_schema": {"name": "plan", "schema": plan, "strict": True}}
                 if self.structured_output == "json_schema" else {"type": "json_object", "schema": plan})
@@ -204,11 +213,14 @@ class ServerCallPath:
         clock = PhaseClock(request.hard_deadline_ms, cancelled, on_phase, queued_at)
         outcome = CallOutcome(status=CallStatus.OK, slo_ms=request.slo_ms, compressor=self.compressor_name,
                               backend="openai")
+        schema = self.schema  # this call's, whatever replaces it meanwhile
+        if schema is None:
+            return no_schema_outcome(outcome, clock)
         t0 = clock.begin(Phase.CONTEXT_COMPRESS)
         checkpoint = checkpoint_of(clock.abort, "context_compress")
         try:
             checkpoint()
-            ctx = buffer.render(self.tokenizer, request.agent_id, request_text(self.schema, request.agent_id,
+            ctx = buffer.render(self.tokenizer, request.agent_id, request_text(schema, request.agent_id,
                                                                                request.mode),
                                 self.system_prompt, layout=self.layout, max_tokens=self.max_context_tokens,
                                 checkpoint=checkpoint, counts=self.token_counts)
@@ -231,7 +243,7 @@ class ServerCallPath:
         if clock.abort():
             return self._aborted(outcome, clock, "before the request")
 
-        path, body = self.body(kept_ids, ctx, kept_index, request.mode)
+        path, body = self.body(kept_ids, ctx, kept_index, request.mode, schema)
         t0 = clock.begin(Phase.REQUEST)
         try:
             result = self._send(path, body, clock)
@@ -255,7 +267,7 @@ class ServerCallPath:
         outcome.output_text = result.text
 
         t0 = clock.begin(Phase.PARSE)
-        parse_into(outcome, result.text, self.schema)
+        parse_into(outcome, result.text, schema)
         clock.end(Phase.PARSE, t0, produced, len(outcome.steps))
         return self._finish(outcome, clock)
 

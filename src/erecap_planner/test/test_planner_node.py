@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 from brace_msgs.action import Replan
-from brace_msgs.msg import ContextEntry, ReplanCall
+from brace_msgs.msg import ContextEntry, ReplanCall, WorldInfo
 from rclpy.action import ActionClient
 from rclpy.duration import Duration
 from rclpy.node import Node
@@ -15,6 +16,7 @@ from rclpy.parameter import Parameter
 from brace_common import qos
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import wait_for
+from erecap_planner.call_path import NO_SCHEMA
 from erecap_planner.planner_node import ErecapPlannerNode
 from erecap_planner.testing import saved_tiny_llama, tiny
 
@@ -248,3 +250,43 @@ def test_a_context_burst_is_taken_or_counted_entry_by_entry(ros, model_dir):
     client.context_pub.publish(ContextEntry(agent_id="b", step=99_999, block=ContextEntry.BLOCK_HISTORY,
                                             kind="observation", text="after the burst"))
     wait_for(lambda: node.buffer.history[-1].text == "after the burst", what="the writer's next entry")
+
+
+def test_with_no_schema_file_the_planner_plans_with_the_schema_the_world_publishes(ros, model_dir):
+    node = planner(model_dir, action_schema_file="", decoding="candidates")
+    client = start(ros, node)
+    unanswered = client.send(hard_deadline_ms=300.0)  # no world has said what its agents may call
+    result_future = unanswered.get_result_async()
+    wait_for(result_future.done, timeout=60, what="a call without a schema answered at its deadline")
+    assert result_future.result().result.call.error == NO_SCHEMA and node.counts["calls_waited_for_schema"] == 1
+    early = client.send()  # waits for the schema the world is about to publish
+
+    world = ros.add(Node("world"))
+    info = world.create_publisher(WorldInfo, "/brace/world_info", qos.WORLD_INFO)
+
+    def announce(episode: int, schema: dict) -> None:
+        info.publish(WorldInfo(world="tiny", episode=episode, agents=["a", "b"],
+                               action_schema_json=json.dumps(schema)))
+        wait_for(lambda: node.counts["schema_updates"] == episode + 1, what=f"the schema of episode {episode}")
+
+    def plan() -> list[tuple[str, dict]]:
+        handle = client.send()
+        assert handle.accepted
+        result_future = handle.get_result_async()
+        wait_for(result_future.done, timeout=60, what="result")
+        result = result_future.result().result
+        assert result.call.status == ReplanCall.STATUS_OK, result.call.error
+        return [(s.action, json.loads(s.parameters_json)) for s in result.plan.steps]
+
+    announce(0, {"max_steps": 2, "actions": {"go_to": {"target": {"choices": ["dock_1", "dock_2"]}}}})
+    result_future = early.get_result_async()
+    wait_for(result_future.done, timeout=60, what="the waiting call served")
+    assert result_future.result().result.call.status == ReplanCall.STATUS_OK
+    assert node.counts["calls_waited_for_schema"] == 2
+    [(action, parameters)] = plan()  # validated against the world's schema: one of its calls
+    assert action == "go_to" and parameters["target"] in ("dock_1", "dock_2")
+    announce(1, {"max_steps": 2, "actions": {"hover": {"seconds": {"type": "number", "choices": [2.0]}}}})
+    assert plan() == [("hover", {"seconds": 2.0})]  # the next call uses the changed schema
+    info.publish(WorldInfo(world="tiny", episode=2, agents=["a"], action_schema_json="{not json"))
+    wait_for(lambda: node.rejections.counts["world_info.malformed_schema"] == 1, what="a malformed schema counted")
+    assert plan() == [("hover", {"seconds": 2.0})]  # and the last good one kept

@@ -90,7 +90,7 @@ class OperatorTaskNode(WorldNode, Node):
         reject_undeclared(self)
         cfg = self.config
         self.world_name = cfg.world
-        self.init_world(("context", "episode", "diagnostics", "world_states"), seed=None)
+        self.init_world(("context", "episode", "diagnostics", "world_states", "world_info"), seed=None)
         self.episodes = OperatorEpisodes(cfg.max_episode_s)
         self.counts = {"episodes_started": 0, "episodes_ended": 0, "episodes_timed_out": 0, "requests_refused": 0,
                        "plans": 0}
@@ -204,6 +204,11 @@ class OperatorTaskNode(WorldNode, Node):
     def num_agents(self) -> int:
         """One arm."""
         return 1
+
+    def world_agents(self) -> list[str]:
+        """The arm. The world has no action schema of its own (world_schema: None, WorldInfo's is empty): the
+        arm's skills are the robot stack's, named by the planner's action_schema_file."""
+        return [self.config.agent_id]
 
     def operator_episode_msg(self, event: EpisodeEvent, record: EpisodeRecord | None = None) -> Episode:
         """The operator's Episode record: the task lines at the start; the verdict, the plans and the duration (in

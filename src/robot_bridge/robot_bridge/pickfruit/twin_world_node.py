@@ -119,7 +119,7 @@ class TwinWorldNode(WorldNode, Node):
         self.act.start()
         self.get_logger().info(f"CAN twin on {cfg.can_interface}:{cfg.can_port}; /act stand-in at {self.act.url}")
 
-        self.init_world(("context", "episode", "diagnostics", "world_states"), cfg.episodes, cfg.seed)
+        self.init_world(("context", "episode", "diagnostics", "world_states", "world_info"), cfg.episodes, cfg.seed)
         self.started_at: Optional[float] = None
         self.failures: Counter = Counter()
         self.scene: list[str] = []
@@ -225,6 +225,11 @@ class TwinWorldNode(WorldNode, Node):
     def num_agents(self) -> int:
         """One arm."""
         return 1
+
+    def world_agents(self) -> list[str]:
+        """The arm. The world has no action schema of its own (world_schema: None, WorldInfo's is empty): the
+        arm's skills are the robot stack's, named by the planner's action_schema_file."""
+        return [self.config.agent_id]
 
     def publish_diagnostics(self) -> None:
         """Episode, twin state, /act server and counts on /diagnostics."""

@@ -46,7 +46,7 @@ from brace_common.spin import spin_node
 from brace_common.world_inputs import WorldInputs
 
 from ..warehouse.warehouse_config import AirSimBridgeConfig
-from . import drone_feed
+from . import drone_feed, intersection
 from .airsim_link import AirSimLink, LinkDown, continue_for
 from .drone_feed import ned_to_enu
 from .drone_markers import drone_markers
@@ -273,6 +273,14 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
     def num_agents(self) -> int:
         """K."""
         return self.config.num_agents
+
+    def world_agents(self) -> list[str]:
+        """The episode's drones."""
+        return list(self.world.drones)
+
+    def world_schema(self) -> dict:
+        """The drone skills with every parameter enumerated from this episode's intersection (its K drones)."""
+        return intersection.action_schema(self.world.cfg)
 
     def _publish_states(self) -> None:
         stamp = self.stamp()

@@ -67,7 +67,7 @@ from .isaac_contract import Liveness, RobotKind, RobotSpec, RobotState
 from .isaac_skills import Command, RobotExecutor, SkillSchema
 
 WORLD = "isaac_sim"
-STACK_TOPICS = ("context", "states", "outcomes", "episode", "world_states")
+STACK_TOPICS = ("context", "states", "outcomes", "episode", "world_states", "world_info")
 """The stack's topics (WorldPublishers attributes) configure creates and cleanup destroys."""
 EXIT_ACK_S = 1.0
 """How long the exiting bridge waits for the simulator to acknowledge each robot's hold."""
@@ -422,6 +422,14 @@ class IsaacBridgeNode(WorldNode, ReleasingLifecycleNode):
     def num_agents(self) -> int:
         """The robots."""
         return len(self.robots)
+
+    def world_agents(self) -> list[str]:
+        """The robots."""
+        return list(self.robots)
+
+    def world_schema(self) -> Optional[dict]:
+        """The skill schema the bridge executes (action_schema_file)."""
+        return self.schema.to_dict() if self.schema is not None else None
 
     # ------------------------------------------------------------------ outputs
 

@@ -141,6 +141,14 @@ class EmbeddedSimNode(WorldInputs, Node):
         """K."""
         return self.config.num_agents
 
+    def world_agents(self) -> list[str]:
+        """The episode's robots."""
+        return list(self.world.agents)
+
+    def world_schema(self) -> dict:
+        """The warehouse skills with every parameter enumerated from this episode's layout (its K robots)."""
+        return feed.action_schema(self.world)
+
     def stamp(self) -> Time:
         """The stamp of what the simulator publishes now: simulated time with use_sim_time, else the node's clock."""
         if self.sim_time:
