@@ -27,8 +27,9 @@ from report import sim_planner_checkpoint, write_csv
 
 from brace_audit.metrics import percentile
 from brace_bringup.run_config import params_dir
-from brace_common.action_schema import Step
+from brace_common.action_schema import ActionSchema, Step
 from brace_common.config import config_from_file, load_ros_parameters, resolve_path
+from brace_common.world_feed import outcomes
 from brace_controller.config import ControllerConfig, ControllerNodeConfig, MonitorConfig, MonitorNodeConfig
 from brace_controller.policy import BudgetPolicy, select_mode
 from brace_controller.triggers import AgentObservation, TriggerMonitor
@@ -36,7 +37,6 @@ from brace_training.finetune_cli import context_buffer
 from erecap_planner.adapter import merge_adapter
 from erecap_planner.call_path import CallRequest, PlannerCallPath
 from erecap_planner.models import load_model
-from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.precision import resolve
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
@@ -45,7 +45,6 @@ from sim_bridges.warehouse.warehouse_feed import (
     action_schema,
     agent_reports,
     episode_entries,
-    outcomes,
     place_near,
     same_first_step,
     step_entries,

@@ -245,7 +245,14 @@ class IsaacBridgeNode(WorldNode, ReleasingLifecycleNode):
         except InvalidInput as exc:
             self.rejections.reject("odom", exc, robot)
             return
-        self.liveness.seen(topic, time.monotonic())
+        self._seen(topic)
+
+    def _seen(self, topic: str) -> None:
+        """`topic` delivered a valid sample now. Configure subscribes before it builds the liveness tracker, so a
+        sample can arrive on another executor thread in between (it then counts from the next one)."""
+        liveness = self.liveness
+        if liveness is not None:
+            liveness.seen(topic, time.monotonic())
 
     def on_joint_states(self, robot: str, topic: str, msg: JointState) -> None:
         """An arm's joint positions (the configured joints; others ignored)."""
@@ -257,14 +264,14 @@ class IsaacBridgeNode(WorldNode, ReleasingLifecycleNode):
         except InvalidInput as exc:
             self.rejections.reject("joint_states", exc, robot)
             return
-        self.liveness.seen(topic, time.monotonic())
+        self._seen(topic)
 
     def on_image(self, robot: str, topic: str) -> None:
         """One camera image arrived (counted, not decoded)."""
         state = self.states.get(robot)
         if state is not None:
             state.camera = replace(state.camera, images=state.camera.images + 1)
-            self.liveness.seen(topic, time.monotonic())
+            self._seen(topic)
 
     def on_camera_info(self, robot: str, topic: str, msg: CameraInfo) -> None:
         """The camera's resolution and frame."""
@@ -272,7 +279,7 @@ class IsaacBridgeNode(WorldNode, ReleasingLifecycleNode):
         if state is not None:
             state.camera = replace(state.camera, width=int(msg.width), height=int(msg.height),
                                    frame_id=msg.header.frame_id[:64])
-            self.liveness.seen(topic, time.monotonic())
+            self._seen(topic)
 
     @serialized
     def on_plan(self, msg: Plan) -> None:
