@@ -78,7 +78,7 @@ def test_table_32_from_the_bag_is_brace_runs(capsys, model_dir, tmp_path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     printed, folder = brace_run(capsys, "piper_twin", model_dir, tmp_path / "runs", ["brace_erecap"], [
-        "twin_world.max_duration_s=25.0", f"twin_world.act_port={port}", f"twin_world.can_port=twin_run_{port}",
+        "twin_world.max_episode_s=25.0", f"twin_world.act_port={port}", f"twin_world.can_port=twin_run_{port}",
         f"piper_arm.can_port=twin_run_{port}", f"openvla_executor.server_url=http://127.0.0.1:{port}/act"])
     assert "PickFruit on the PiPER CAN twin" in printed and "brace_erecap" in printed
     assert audit_report(capsys, folder, tmp_path / "csv") == printed
