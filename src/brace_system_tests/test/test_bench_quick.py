@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -75,13 +76,27 @@ def positive(value: str) -> bool:
     return math.isfinite(number) and number > 0
 
 
+def run_in_own_group(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    """Run `cmd` in its own process group; past `timeout_s` the whole group is killed (a benchmark's server too,
+    which a kill of the benchmark alone left running) and the test fails naming the timeout."""
+    with subprocess.Popen(cmd, cwd=WORKSPACE, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            pytest.fail(f"$ {' '.join(cmd)} ran past {timeout_s} s\n{stdout[-3000:]}\n{stderr[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("script", sorted(RUNS), ids=sorted(RUNS))
 def test_quick_run_measures_and_writes_its_table(script, tmp_path):
     quick = RUNS[script]
     before = snapshot(BENCH / "out")
     cmd = [sys.executable, f"bench/{script}.py", "--quick", *(a.format(out=tmp_path) for a in quick.args)]
-    proc = subprocess.run(cmd, cwd=WORKSPACE, env=dict(os.environ), capture_output=True, text=True, timeout=540)
+    proc = run_in_own_group(cmd, timeout_s=540)
     output = f"$ {' '.join(cmd)}\n--- stdout\n{proc.stdout[-6000:]}\n--- stderr\n{proc.stderr[-6000:]}"
     assert proc.returncode in (0, 1), output  # 1: a missed target; anything else: it did not run through
     assert "Traceback" not in proc.stdout + proc.stderr, output
