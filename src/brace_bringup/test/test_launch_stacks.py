@@ -21,7 +21,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -35,7 +34,7 @@ from brace_audit.audit import records_from_bag
 from brace_bringup.run_config import share
 from brace_bringup.run_plan import AIRSIM_LAUNCH_ARGUMENTS, LAUNCH_ARGUMENTS, RunPlan, plan_for_launch
 from brace_common.spin import spin_once
-from brace_common.testing import installed_executable, wait_for
+from brace_common.testing import installed_executable, stop_processes, wait_for
 from erecap_planner.testing import saved_tiny_llama
 
 LAUNCH_FILES = sorted((share() / "launch").glob("*.launch.py"))
@@ -97,15 +96,7 @@ def start_all(run_plan: RunPlan, env: dict[str, str], logs: Path) -> dict[str, s
 
 def stop_all(procs: dict[str, subprocess.Popen]) -> dict[str, int]:
     """SIGINT every running process (the recorder finishes its bag on SIGINT); their exit codes."""
-    for proc in procs.values():
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-    for proc in procs.values():
-        try:
-            proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_processes(procs, STOP_TIMEOUT_S)
     return {name: proc.returncode for name, proc in procs.items()}
 
 

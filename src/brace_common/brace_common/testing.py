@@ -11,9 +11,11 @@ from __future__ import annotations
 import gc
 import itertools
 import os
+import signal
+import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import rclpy
@@ -36,6 +38,23 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "
             return
         time.sleep(0.01)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def stop_processes(procs: Mapping[str, subprocess.Popen], timeout_s: float = 30.0) -> list[str]:
+    """SIGINT every running process (a recorder finishes its bag on SIGINT), wait `timeout_s` for each, SIGKILL
+    what is still running; the names of those that did not stop on SIGINT."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    killed = []
+    for name, proc in procs.items():
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            killed.append(name)
+            proc.kill()
+            proc.wait()
+    return killed
 
 
 def call_service(client, request, what: str, available_s: float = 15.0, answer_s: float = 30.0):

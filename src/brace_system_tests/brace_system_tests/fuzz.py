@@ -55,7 +55,7 @@ from brace_bringup.graph import SIM
 from brace_bringup.run_config import RunConfig
 from brace_common import convert as common_convert
 from brace_common import names, qos
-from brace_common.testing import installed_executable
+from brace_common.testing import installed_executable, stop_processes
 from brace_controller import convert as controller_convert
 from erecap_planner import convert as planner_convert
 from erecap_planner.testing import saved_tiny_llama
@@ -429,15 +429,7 @@ def run(folder: Path, per_topic: int = 10_000, goals: int = 100, seed: int = 0,
                   and n not in latest]
         result.hung += silent
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-        for name, proc in procs.items():
-            try:
-                proc.wait(timeout=30.0)
-            except subprocess.TimeoutExpired:
-                result.hung.append(f"{name} (did not stop on SIGINT)")
-                proc.kill()
+        result.hung += [f"{name} (did not stop on SIGINT)" for name in stop_processes(procs, 30.0)]
         context.try_shutdown()
     result.crashed += [n for n, p in procs.items() if p.returncode not in (0, None) and n not in result.crashed
                        and p.returncode != -signal.SIGKILL]

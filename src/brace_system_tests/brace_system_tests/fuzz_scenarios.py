@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import time
@@ -56,7 +55,7 @@ from brace_common import names, qos
 from brace_common.act_drip_server import DripServer
 from brace_common.config import load_ros_parameters
 from brace_common.spin import spin_once
-from brace_common.testing import installed_executable
+from brace_common.testing import installed_executable, stop_processes
 from brace_common.vocabulary import CallStatus
 from erecap_planner.testing import saved_tiny_llama
 
@@ -190,15 +189,7 @@ class Graph:
 
     def close(self) -> None:
         """Stop every process (SIGINT, then SIGKILL after 30 s) and the harness's node."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=30.0)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(self.procs, 30.0)
         self.executor.shutdown(timeout_sec=5.0)
         self.node.destroy_node()
         self.context.try_shutdown()

@@ -3,7 +3,6 @@ its bag check, and starting a stack's executables all at once as `ros2 launch` d
 
 from __future__ import annotations
 
-import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,7 +12,7 @@ import yaml
 from brace_audit.audit import records_from_bag
 from brace_bringup.run_config import RunConfig
 from brace_common.names import DEFAULT_NAMESPACE
-from brace_common.testing import installed_executable
+from brace_common.testing import installed_executable, stop_processes
 from brace_common.vocabulary import CallStatus
 from erecap_planner.testing import saved_tiny_llama
 
@@ -66,15 +65,7 @@ def run_all_at_once(specs: Sequence, params: Path, env: dict, logs: Path, until:
                  *remaps], env=env, stdout=files[spec.name], stderr=subprocess.STDOUT)
         procs[until].wait(timeout=timeout_s)
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(procs, STOP_TIMEOUT_S)
         for log in files.values():
             log.close()
     return ({name: proc.returncode for name, proc in procs.items()},
