@@ -274,7 +274,9 @@ def test_a_new_plan_does_not_wait_behind_a_stuck_request(ros):
         wait_for(lambda: len(arm.commands) >= 1, what="the new plan's commands")
         wait_for(lambda: len(arm.outcomes) == 1, what="the new plan's outcome")
         assert arm.outcomes[0].success and "mug" in arm.outcomes[0].detail
-        assert node.counts["vla_requests_cancelled"] == 1 and node.counts["steps_replaced"] == 1
+        # the stuck request was cancelled; when the new step succeeds, a request for its next action may be in
+        # flight too (a busy machine) and is abandoned with the step, so it can count a second time
+        assert 1 <= node.counts["vla_requests_cancelled"] <= 2 and node.counts["steps_replaced"] == 1
 
 
 @pytest.mark.parametrize("answer, reason, text", [
