@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 import torch
-from report import write_csv  # bench/report.py (the script folder is on sys.path)
+from report import fill_defaults, write_csv  # bench/report.py (the script folder is on sys.path)
 
 from brace_common.action_schema import Step
 from brace_training.datagen import AGENTS, DOCKS, OBJECTS, SHELVES, make_case
@@ -77,10 +77,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=OUT, help="folder of the CSV and PNG")
     parser.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = parser.parse_args()
-    defaults = dict(cases=2, tokens=384, budgets=[0.4]) if args.quick else dict(cases=24, tokens=768, budgets=[0.5, 0.3])
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args, quick=dict(cases=2, tokens=384, budgets=[0.4]),
+                  full=dict(cases=24, tokens=768, budgets=[0.5, 0.3]))
     trained_file = Path(args.predictor).expanduser()
     if not trained_file.is_file() and not args.quick:
         print(f"no trained predictor at {args.predictor}: run `erecap-train` first (see docs/planner.md)")
