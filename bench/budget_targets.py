@@ -41,7 +41,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from report import cpu_report, describe_cpu, fill_defaults, load_planner_model, reexec_as_avx2, sim_planner_checkpoint, write_csv
+from report import (
+    cpu_report,
+    describe_cpu,
+    fill_defaults,
+    load_planner_model,
+    pyplot,
+    reexec_as_avx2,
+    sim_planner_checkpoint,
+    write_csv,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).resolve().parent / "out"
@@ -364,11 +373,7 @@ def main() -> int:
 
 def plot_growth(rows: list[dict], path: Path, caption: str, sizes=SIZES) -> None:
     """P95 call latency against context size, one line per path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name in dict.fromkeys(r["path"] for r in rows):
         mine = [r for r in rows if r["path"] == name]

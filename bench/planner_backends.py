@@ -36,7 +36,16 @@ import statistics
 import sys
 from pathlib import Path
 
-from report import cpu_report, describe_cpu, fill_defaults, load_planner_model, reexec_as_avx2, sim_planner_checkpoint, write_csv
+from report import (
+    cpu_report,
+    describe_cpu,
+    fill_defaults,
+    load_planner_model,
+    pyplot,
+    reexec_as_avx2,
+    sim_planner_checkpoint,
+    write_csv,
+)
 
 OUT = Path(__file__).resolve().parent / "out"
 BACKENDS = ("in_process", "transformers_serve", "llama_cpp")
@@ -213,11 +222,7 @@ def markdown(rows: list[dict]) -> str:
 
 def plot(rows: list[dict], path: Path, caption: str) -> None:
     """P50 / P95 call latency vs N, one panel per budget, one line per backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     budgets = list(dict.fromkeys(r["budget"] for r in rows))
     fig, axes = plt.subplots(1, len(budgets), figsize=(5 * len(budgets), 4), squeeze=False, sharey=True)
     for ax, budget in zip(axes[0], budgets, strict=True):

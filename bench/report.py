@@ -48,6 +48,24 @@ def load_planner_model(adapter: str, device: str = "auto", dtype: str = "auto"):
     return model, tokenizer
 
 
+def report_checks(checks: list[tuple[str, bool, str]]) -> int:
+    """Print each (target, met, measured) check; the exit status: 0 when every target is met, else 1."""
+    for name, ok, value in checks:
+        print(f"{'ok  ' if ok else 'MISS'} {name}: {value}")
+    return 0 if all(ok for _, ok, _ in checks) else 1
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend; ImportError without matplotlib."""
+    # optional: the benches write their CSV without matplotlib and plot only where it is installed
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 # PyTorch's, oneDNN's, MKL's and fbgemm's own dispatch caps: on a newer CPU they approximate an AVX2-only one.
 AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
             "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
