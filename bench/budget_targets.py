@@ -41,7 +41,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from report import cpu_report, describe_cpu, reexec_as_avx2, sim_planner_checkpoint, write_csv
+from report import (
+    cpu_report,
+    describe_cpu,
+    fill_defaults,
+    load_planner_model,
+    pyplot,
+    reexec_as_avx2,
+    sim_planner_checkpoint,
+    write_csv,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).resolve().parent / "out"
@@ -274,26 +283,20 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=OUT / "budget_targets", help="path prefix of the files written")
     ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = ap.parse_args()
-    defaults = dict(calls=1, sizes=QUICK_SIZES, paths=QUICK_PATHS, decode_tokens=8, decode_prompt=256, repeats=1) \
-        if args.quick else dict(calls=6, sizes=SIZES, paths=None, decode_tokens=32, decode_prompt=1024, repeats=3)
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args,
+                  quick=dict(calls=1, sizes=QUICK_SIZES, paths=QUICK_PATHS, decode_tokens=8, decode_prompt=256, repeats=1),
+                  full=dict(calls=6, sizes=SIZES, paths=None, decode_tokens=32, decode_prompt=1024, repeats=3))
     sizes = tuple(sorted(args.sizes))
     if args.avx2:
         reexec_as_avx2()
     import torch  # noqa: F401  (after the dispatch caps are set)
 
-    from brace_common.config import resolve_path
-    from erecap_planner.adapter import merge_adapter
-    from erecap_planner.models import load_model
     from erecap_planner.precision import resolve
 
     cpu = cpu_report()
     precision = resolve("cpu")
     print(f"CPU: {describe_cpu(cpu)}\nprecision: {precision.reason}", flush=True)
-    model, tokenizer = load_model("smollm2-135m-instruct", "cpu", "float32")
-    merge_adapter(model, resolve_path(sim_planner_checkpoint("adapter_path")))
+    model, tokenizer = load_planner_model(sim_planner_checkpoint("adapter_path"), "cpu", "float32")
     targets: list[dict] = []
 
     def target(name: str, value: str, ok, detail: str = "") -> None:
@@ -370,11 +373,7 @@ def main() -> int:
 
 def plot_growth(rows: list[dict], path: Path, caption: str, sizes=SIZES) -> None:
     """P95 call latency against context size, one line per path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name in dict.fromkeys(r["path"] for r in rows):
         mine = [r for r in rows if r["path"] == name]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from report import sim_planner_checkpoint, write_csv
+from report import fill_defaults, load_planner_model, sim_planner_checkpoint, write_csv
 
 from brace_audit.metrics import percentile
 from brace_bringup.run_config import params_dir
@@ -34,9 +34,7 @@ from brace_controller.config import ControllerConfig, ControllerNodeConfig, Moni
 from brace_controller.policy import BudgetPolicy, select_mode
 from brace_controller.triggers import AgentObservation, TriggerMonitor
 from brace_training.finetune_cli import context_buffer
-from erecap_planner.adapter import merge_adapter
 from erecap_planner.call_path import CallRequest, PlannerCallPath
-from erecap_planner.models import load_model
 from erecap_planner.precision import resolve
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
@@ -125,15 +123,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT, help="folder of the CSV")
     ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = ap.parse_args()
-    defaults = dict(agents=2, max_steps=4, compressor="erecap") if args.quick else \
-        dict(agents=4, max_steps=60, compressor="none")
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args, quick=dict(agents=2, max_steps=4, compressor="erecap"),
+                  full=dict(agents=4, max_steps=60, compressor="none"))
 
-    model, tok = load_model("smollm2-135m-instruct", dtype=args.dtype)
-    if args.adapter:
-        merge_adapter(model, resolve_path(args.adapter))
+    model, tok = load_planner_model(args.adapter, dtype=args.dtype)
     predictors = PredictorBank.load(resolve_path(args.predictor), model.config) if args.compressor == "erecap" else None
     sim = config_from_file(SimConfig, params_dir() / "embedded_sim.yaml", "embedded_sim", num_agents=args.agents,
                            seed=args.seed, max_steps=args.max_steps)

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from report import write_csv  # bench/report.py (the script folder is on sys.path)
+from report import pyplot, write_csv  # bench/report.py (the script folder is on sys.path)
 
 from brace_audit.metrics import latency_summary
 from brace_common import names
@@ -191,10 +191,7 @@ def main() -> int:
     csv_path = write_csv(rows, args.out / "controller_overhead.csv")
     png_path = args.out / "controller_overhead.png"
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
         import numpy as np
 
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 import torch
-from report import write_csv  # bench/report.py (the script folder is on sys.path)
+from report import fill_defaults, pyplot, report_checks, write_csv  # bench/report.py (the script folder is on sys.path)
 
 from brace_common.action_schema import Step
 from brace_training.datagen import AGENTS, DOCKS, OBJECTS, SHELVES, make_case
@@ -77,10 +77,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=OUT, help="folder of the CSV and PNG")
     parser.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = parser.parse_args()
-    defaults = dict(cases=2, tokens=384, budgets=[0.4]) if args.quick else dict(cases=24, tokens=768, budgets=[0.5, 0.3])
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args, quick=dict(cases=2, tokens=384, budgets=[0.4]),
+                  full=dict(cases=24, tokens=768, budgets=[0.5, 0.3]))
     trained_file = Path(args.predictor).expanduser()
     if not trained_file.is_file() and not args.quick:
         print(f"no trained predictor at {args.predictor}: run `erecap-train` first (see docs/planner.md)")
@@ -149,16 +147,11 @@ def main() -> int:
     print()
     if not trained_file.is_file():
         print("targets not checked: the erecap row ran an untrained predictor")
-    for name, ok, value in checks:
-        print(f"{'ok  ' if ok else 'MISS'} {name}: {value}")
+    status = report_checks(checks)
 
     write_csv(rows, args.out / "erecap_quality.csv")
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         fig, ax = plt.subplots(figsize=(8, 4))
         width = 0.8 / len(args.budgets)
         for k, frac in enumerate(args.budgets):
@@ -172,7 +165,7 @@ def main() -> int:
     except ImportError:
         pass
     print(f"\nwrote {args.out / 'erecap_quality.csv'} and {args.out / 'erecap_quality.png'}")
-    return 0 if all(ok for _, ok, _ in checks) else 1
+    return status
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import torch
-from report import write_csv  # bench/report.py (the script folder is on sys.path)
+from report import pyplot, report_checks, write_csv  # bench/report.py (the script folder is on sys.path)
 
 from brace_training.datagen import make_case
 from erecap_planner.models import SMOLLM2, load_model
@@ -144,17 +144,12 @@ def main() -> int:
     checks.append(("pruning overhead <= 3% of call time", all(r["prune_share_pct"] <= 3.0 for r in rows),
                    f"max {max(r['prune_share_pct'] for r in rows):.2f}%"))
     print()
-    for name, ok, value in checks:
-        print(f"{'ok  ' if ok else 'MISS'} {name}: {value}")
+    status = report_checks(checks)
 
     out = Path(args.out)
     write_csv(rows, out.with_suffix(".csv"))
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         for n in args.lengths:
             sub = [r for r in rows if r["N"] == n]
@@ -173,7 +168,7 @@ def main() -> int:
     except ImportError:
         pass
     print(f"\nwrote {out.with_suffix('.csv')} and {out.with_suffix('.png')}")
-    return 0 if all(ok for _, ok, _ in checks) else 1
+    return status
 
 
 if __name__ == "__main__":

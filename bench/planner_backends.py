@@ -36,7 +36,16 @@ import statistics
 import sys
 from pathlib import Path
 
-from report import cpu_report, describe_cpu, reexec_as_avx2, sim_planner_checkpoint, write_csv
+from report import (
+    cpu_report,
+    describe_cpu,
+    fill_defaults,
+    load_planner_model,
+    pyplot,
+    reexec_as_avx2,
+    sim_planner_checkpoint,
+    write_csv,
+)
 
 OUT = Path(__file__).resolve().parent / "out"
 BACKENDS = ("in_process", "transformers_serve", "llama_cpp")
@@ -61,17 +70,14 @@ def build(args, stack):
     import yaml  # noqa: F401 - the schemas are dicts
 
     from brace_common.config import resolve_path
-    from erecap_planner.adapter import merge_adapter
     from erecap_planner.local_server import prepare_model_folder
-    from erecap_planner.models import load_model
     from erecap_planner.plan_parser import ActionSchema
     from erecap_planner.predictor import PredictorBank
     from erecap_planner.pruning import PruneSchedule, table8_layers
     from sim_bridges.warehouse.warehouse_feed import action_schema
     from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
-    model, tokenizer = load_model("smollm2-135m-instruct", "cpu", "float32")
-    merge_adapter(model, resolve_path(args.adapter))
+    model, tokenizer = load_planner_model(args.adapter, "cpu", "float32")
     layers = table8_layers(model.config.num_hidden_layers)
     schedule = PruneSchedule(tuple(layers), 0.7, first_cut=1.5)
     predictors = PredictorBank.load(resolve_path(args.predictor), model.config)
@@ -216,11 +222,7 @@ def markdown(rows: list[dict]) -> str:
 
 def plot(rows: list[dict], path: Path, caption: str) -> None:
     """P50 / P95 call latency vs N, one panel per budget, one line per backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     budgets = list(dict.fromkeys(r["budget"] for r in rows))
     fig, axes = plt.subplots(1, len(budgets), figsize=(5 * len(budgets), 4), squeeze=False, sharey=True)
     for ax, budget in zip(axes[0], budgets, strict=True):
@@ -258,13 +260,11 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=OUT, help="folder of the tables, plot and server logs")
     ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = ap.parse_args()
-    defaults = dict(calls=1, sizes=[1024], budgets=[256], points=1, quality_budgets=[384], episodes=1,
-                    max_new_tokens=16) if args.quick else \
-        dict(calls=3, sizes=[1024, 2048, 4096], budgets=[256, 384, 0], points=20, quality_budgets=[256, 384],
-             episodes=2, max_new_tokens=160)
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args,
+                  quick=dict(calls=1, sizes=[1024], budgets=[256], points=1, quality_budgets=[384], episodes=1,
+                             max_new_tokens=16),
+                  full=dict(calls=3, sizes=[1024, 2048, 4096], budgets=[256, 384, 0], points=20,
+                            quality_budgets=[256, 384], episodes=2, max_new_tokens=160))
     out = args.out
     if args.avx2:
         reexec_as_avx2()

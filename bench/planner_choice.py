@@ -24,15 +24,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import yaml
-from report import sim_planner_checkpoint, write_csv
+from report import fill_defaults, load_planner_model, sim_planner_checkpoint, write_csv
 
 from brace_common.action_schema import Step
 from brace_common.config import resolve_path
 from brace_training.finetune_cli import context_buffer
 from brace_training.plan_data import decision_points
-from erecap_planner.adapter import merge_adapter
 from erecap_planner.call_path import CallRequest, PlannerCallPath
-from erecap_planner.models import load_model
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
@@ -69,15 +67,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT, help="folder of the CSV")
     ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = ap.parse_args()
-    defaults = dict(episodes=1, limit=2, configs=QUICK_CONFIGS) if args.quick else \
-        dict(episodes=2, limit=40, configs=CONFIGS)
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args, quick=dict(episodes=1, limit=2, configs=QUICK_CONFIGS),
+                  full=dict(episodes=2, limit=40, configs=CONFIGS))
 
-    model, tok = load_model("smollm2-135m-instruct", dtype=args.dtype)
-    if args.adapter:
-        merge_adapter(model, resolve_path(args.adapter))
+    model, tok = load_planner_model(args.adapter, dtype=args.dtype)
     depth = model.config.num_hidden_layers
     layers = table8_layers(depth)
     schedule = PruneSchedule(tuple(layers), 0.7)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 from pathlib import Path
 
@@ -24,6 +25,45 @@ def sim_planner_checkpoint(name: str) -> str:
 
     sim = params_dir() / "erecap_planner_sim.yaml"
     return str(load_ros_parameters(sim, "erecap_planner")[name])
+
+
+def fill_defaults(args: argparse.Namespace, quick: dict, full: dict) -> None:
+    """Give each argument named in `quick` (a --quick run) or else `full` that value where the command line left it None."""
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+
+
+def load_planner_model(adapter: str, device: str = "auto", dtype: str = "auto"):
+    """(model, tokenizer): SmolLM2-135M-Instruct, the sim planner's model, with the LoRA adapter at `adapter` merged
+    ('' = none)."""
+    # heavy: torch loads only in the benches that run a model, after their dispatch caps are set
+    from brace_common.config import resolve_path
+    from erecap_planner.adapter import merge_adapter
+    from erecap_planner.models import load_model
+
+    model, tokenizer = load_model("smollm2-135m-instruct", device, dtype)
+    if adapter:
+        merge_adapter(model, resolve_path(adapter))
+    return model, tokenizer
+
+
+def report_checks(checks: list[tuple[str, bool, str]]) -> int:
+    """Print each (target, met, measured) check; the exit status: 0 when every target is met, else 1."""
+    for name, ok, value in checks:
+        print(f"{'ok  ' if ok else 'MISS'} {name}: {value}")
+    return 0 if all(ok for _, ok, _ in checks) else 1
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend; ImportError without matplotlib."""
+    # optional: the benches write their CSV without matplotlib and plot only where it is installed
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 # PyTorch's, oneDNN's, MKL's and fbgemm's own dispatch caps: on a newer CPU they approximate an AVX2-only one.

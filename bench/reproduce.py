@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from report import write_csv
+from report import pyplot, write_csv
 
 from brace_audit.audit_report import markdown, summary, trigger_rows
 from brace_bringup.run_config import RunConfig
@@ -157,11 +157,7 @@ def row_metrics(label: str, records, agents: int) -> dict:
 
 def plot(table: Table, rows: list[dict], path: Path) -> Path:
     """A bar chart of the table's headline metric."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(rows) + 2), 4))
     values = [r.get(table.plot, math.nan) for r in rows]
     ax.bar(range(len(rows)), [0 if isinstance(v, float) and math.isnan(v) else v for v in values])

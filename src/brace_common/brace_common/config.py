@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import yaml
 
+from . import names
 from .validation import InvalidInput, check_agent_id
 
 PACKAGE_URI = "package://"
@@ -57,6 +58,25 @@ def check_fields(cfg: Any) -> None:
             raise ConfigError(f.name, f"{value} is below the minimum {low}")
         if high is not None and value > high:
             raise ConfigError(f.name, f"{value} is above the maximum {high}")
+
+
+@dataclasses.dataclass
+class ReadinessConfig:
+    """A world node's readiness: the peers its first episode waits for (WorldNode.wait_for_peers)."""
+
+    wait_for_nodes: list[str] = param([], "nodes (names in this node's namespace) that must be in the graph before "
+                                      "the first episode starts, e.g. [trigger_monitor, brace_controller]")
+    replan_action: str = param("", "Replan action whose server must answer before the first episode starts "
+                               f"(e.g. '{names.REPLAN}'); '' = do not wait for a planner")
+    wait_timeout_s: float = param(120.0, "after this long without the peers above, diagnostics say ERROR (the node "
+                                  "keeps waiting)", 0.1, 86400.0)
+    wait_settle_s: float = param(1.0, "once every peer is up, wait this long more for their subscriptions to match "
+                                 "(s)", 0.0, 60.0)
+
+    def check_readiness(self) -> None:
+        """ConfigError when a `wait_for_nodes` entry is not a node name without a namespace."""
+        if any(not n.strip() or "/" in n for n in self.wait_for_nodes):
+            raise ConfigError("wait_for_nodes", f"{self.wait_for_nodes}: each must be a node name without a namespace")
 
 
 def check_agent_ids(parameter: str, ids: list[str] | str) -> None:

@@ -9,8 +9,8 @@ import json
 from typing import Optional
 
 from brace_msgs.msg import Plan, ReplanDecision, TriggerEvent
-from builtin_interfaces.msg import Time
 
+from .clock import seconds_of
 from .replanning import Decision, Trigger
 from .validation import (
     MAX_COUNT,
@@ -24,11 +24,6 @@ from .validation import (
     parse_json_object,
 )
 from .vocabulary import Mode, Reason, TriggerKind
-
-
-def time_to_sec(stamp: Time) -> float:
-    """builtin_interfaces/Time as float seconds."""
-    return stamp.sec + stamp.nanosec * 1e-9
 
 
 def trigger_from_msg(msg: TriggerEvent, latest_step: Optional[int] = None) -> Trigger:
@@ -48,7 +43,7 @@ def trigger_from_msg(msg: TriggerEvent, latest_step: Optional[int] = None) -> Tr
         consecutive_failures=check_int("consecutive_failures", msg.consecutive_failures, 0, MAX_COUNT),
         trigger_id=check_id("trigger_id", msg.trigger_id, allow_empty=True),
         detail=check_text("detail", msg.detail),
-        stamp=time_to_sec(msg.header.stamp),
+        stamp=seconds_of(msg.header.stamp),
         has_goal=bool(msg.has_goal),
     )
     trigger.validate()

@@ -4,8 +4,9 @@ A WorldNode for worlds that step in lockstep with the planner: an admitted decis
 holds the world, a call record releases it when the call produced no plan and is drawn as a replanning event, a
 plan of this episode is checked by the world's own parser and applied (malformed or foreign: counted and dropped,
 nothing moves); and one step of the world publishes its outcomes, context entries and states. The node calls
-`init_stepped_world` and supplies `world` (None between episodes), `timer` (its stepping timer, or None),
-`_publish_states()`, `config.hold_while_planning`, `start_episode()` and the world-specific hooks below.
+`init_stepped_world` and supplies `world` (None between episodes; its `metrics()` make the episode's record),
+`timer` (its stepping timer, or None), `_publish_states()`, `config.hold_while_planning`, `start_episode()` and the
+world-specific hooks below.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Optional
 from brace_msgs.msg import Plan, ReplanCall, ReplanDecision
 
 from . import names
-from .episode import EpisodeResult
+from .episode import PLANS_AGREEING, EpisodeResult
 from .holds import CallHolds
 from .vocabulary import CallStatus
 from .world_io import STEPPED
@@ -65,8 +66,10 @@ class WorldInputs(WorldNode):
         raise NotImplementedError
 
     def episode_result(self) -> EpisodeResult:
-        """The world's record of the episode that ends (Episode's metric fields)."""
-        raise NotImplementedError
+        """The world's record of the episode that ends: its verdict and metrics (`world.metrics()`), and the oracle
+        agreement."""
+        return EpisodeResult.of(self.world.metrics(), self.episode, self.book.seed, self.plans,
+                                **{PLANS_AGREEING: self.agreeing})
 
     def episode_summary(self, result: EpisodeResult) -> str:
         """The log line of an ended episode."""

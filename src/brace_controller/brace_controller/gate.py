@@ -52,6 +52,17 @@ def _elapsed(since: Optional[int], threshold: int) -> bool:
     return threshold <= 0 or since is None or since >= threshold
 
 
+def _eq1(counters: AgentCounters, step: int, cooldown_steps: int, commit_steps: int, cooldown: Reason,
+         commit: Reason) -> GateVerdict:
+    """Eq. 1 with these thresholds: closed for `cooldown` inside the cooldown window, else for `commit` inside the
+    commit window, else open."""
+    if not _elapsed(counters.steps_since_call(step), cooldown_steps):
+        return GateVerdict(False, cooldown)
+    if not _elapsed(counters.steps_since_change(step), commit_steps):
+        return GateVerdict(False, commit)
+    return GateVerdict(True, Reason.GATE_OPEN)
+
+
 class StabilityGate:
     """Eq. 1 over per-agent counters, then over team counters.
 
@@ -67,16 +78,8 @@ class StabilityGate:
 
     def agent_verdict(self, counters: AgentCounters, step: int) -> GateVerdict:
         """Eq. 1 on one agent's counters; cooldown is checked before commit."""
-        if not _elapsed(counters.steps_since_call(step), self.cooldown_steps):
-            return GateVerdict(False, Reason.COOLDOWN)
-        if not _elapsed(counters.steps_since_change(step), self.commit_steps):
-            return GateVerdict(False, Reason.COMMIT)
-        return GateVerdict(True, Reason.GATE_OPEN)
+        return _eq1(counters, step, self.cooldown_steps, self.commit_steps, Reason.COOLDOWN, Reason.COMMIT)
 
     def team_verdict(self, team: AgentCounters, step: int) -> GateVerdict:
         """Eq. 1 on the team counters with the team thresholds."""
-        if not _elapsed(team.steps_since_call(step), self.team_cooldown_steps):
-            return GateVerdict(False, Reason.TEAM_COOLDOWN)
-        if not _elapsed(team.steps_since_change(step), self.team_commit_steps):
-            return GateVerdict(False, Reason.TEAM_COMMIT)
-        return GateVerdict(True, Reason.GATE_OPEN)
+        return _eq1(team, step, self.team_cooldown_steps, self.team_commit_steps, Reason.TEAM_COOLDOWN, Reason.TEAM_COMMIT)

@@ -25,17 +25,15 @@ import string
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from brace_common.validation import InvalidInput
+
 MAX_VALUE_CHARS = 64
 """A parameter value put into an instruction."""
 _VALUE_PATTERN = re.compile(r"^[A-Za-z0-9 _.:/@-]+$")
 
 
-class InstructionError(ValueError):
+class InstructionError(InvalidInput):
     """A plan step that cannot be turned into an instruction; `reason` is a short counter key."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
 
 
 def parse_table(entries: Sequence[str], what: str) -> dict[str, str]:

@@ -76,8 +76,8 @@ from brace_common.validation import InvalidInput, Rejections, check_id, shorten
 from brace_common.vocabulary import Block, EntryKind, Failure
 
 from .executor_config import ExecutorConfig
-from .instructions import InstructionError, InstructionTemplates
-from .step_monitor import Observation, StepError, StepMonitor, StepResult, StepSpec, outcome_text
+from .instructions import InstructionTemplates
+from .step_monitor import Observation, StepMonitor, StepResult, StepSpec, outcome_text
 from .vla_action import ActionError, ArmScaling, GripperMapping, to_arm
 from .vla_backends import LocalBackend, ServerBackend, VlaError, resize_image
 
@@ -283,7 +283,7 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
             try:
                 plan_id = check_id("plan_id", msg.plan_id)
                 steps = self._parse_steps(msg)
-            except (InvalidInput, InstructionError, StepError) as exc:
+            except InvalidInput as exc:  # InstructionError and StepError included
                 self.rejections.reject("plan", exc, msg.plan_id)
                 return
             if plan_id == self.plan_id:

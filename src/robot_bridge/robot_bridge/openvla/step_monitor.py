@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from brace_common.validation import InvalidInput
 from brace_common.vocabulary import Failure
 
 from .instructions import parse_table
@@ -62,12 +63,8 @@ NEEDS_TARGET = (Condition.PUSH, Condition.REACH)
 """Conditions that cannot be judged without a known target location."""
 
 
-class StepError(ValueError):
+class StepError(InvalidInput):
     """A plan step the monitor cannot judge (no condition for its skill, an unknown location); `reason` is the key."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
 
 
 def parse_locations(entries: Sequence[str]) -> dict[str, Point]:

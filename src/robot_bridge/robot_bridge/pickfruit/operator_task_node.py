@@ -33,7 +33,7 @@ from std_srvs.srv import Trigger
 
 from brace_common import names, qos
 from brace_common.clock import steady_timer
-from brace_common.config import ConfigError, check_agent_ids, param
+from brace_common.config import ConfigError, ReadinessConfig, check_agent_ids, param
 from brace_common.episode import EpisodeResult, episode_msg
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
@@ -49,7 +49,7 @@ TASK_TOPIC = "task"
 
 
 @dataclass
-class OperatorTaskConfig:
+class OperatorTaskConfig(ReadinessConfig):
     """Parameters of the operator_task node."""
 
     agent_id: str = param("arm_0", "agent id of the arm (context entries, plans counted)")
@@ -65,10 +65,8 @@ class OperatorTaskConfig:
     variant: str = param("", "the run's variant label, copied into Episode messages")
     world: str = param("real", "Episode.world of this robot's episodes")
     period_s: float = param(0.2, "how often readiness and the duration limit are checked (s)", 0.01, 5.0)
-    wait_for_nodes: list[str] = param([], "nodes (in this namespace) that must be up before the first episode")
-    replan_action: str = param("replan", "Replan action that must answer before the first episode ('' = none)")
-    wait_settle_s: float = param(1.0, "the graph must have been complete this long", 0.0, 60.0)
-    wait_timeout_s: float = param(120.0, "diagnostics ERROR after waiting this long for peers", 1.0, 3600.0)
+    replan_action: str = param(names.REPLAN, "Replan action whose server must answer before the first episode "
+                               "starts ('' = do not wait for a planner)")
 
     def task_lines(self) -> list[str]:
         """The non-empty `tasks` lines."""

@@ -39,7 +39,7 @@ from rclpy.node import Node
 
 from brace_common import names
 from brace_common.clock import steady_timer
-from brace_common.config import ConfigError, check_agent_ids, param
+from brace_common.config import ConfigError, ReadinessConfig, check_agent_ids, param
 from brace_common.diagnostics import nonzero
 from brace_common.episode import EpisodeResult
 from brace_common.params import declare_config, reject_undeclared
@@ -65,7 +65,7 @@ from .pickfruit_world import (
 
 
 @dataclass
-class TwinWorldConfig:
+class TwinWorldConfig(ReadinessConfig):
     """Parameters of the twin_world node."""
 
     can_port: str = param("piper_twin", "CAN channel the twin answers on (a udp_multicast group across processes)")
@@ -84,10 +84,8 @@ class TwinWorldConfig:
     variant: str = param("", "the run's variant label, copied into Episode messages")
     period_s: float = param(0.1, "how often the episode is judged (s)", 0.01, 1.0)
     shutdown_when_done: bool = param(False, "exit the node's process after the last episode")
-    wait_for_nodes: list[str] = param([], "nodes (in this namespace) that must be up before the first episode")
-    replan_action: str = param("replan", "Replan action that must answer before the first episode ('' = none)")
-    wait_settle_s: float = param(1.0, "the graph must have been complete this long", 0.0, 60.0)
-    wait_timeout_s: float = param(120.0, "diagnostics ERROR after waiting this long for peers", 1.0, 3600.0)
+    replan_action: str = param(names.REPLAN, "Replan action whose server must answer before the first episode "
+                               "starts ('' = do not wait for a planner)")
 
     def validate(self) -> None:
         """ConfigError naming the first invalid parameter."""

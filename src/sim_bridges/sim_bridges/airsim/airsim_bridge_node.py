@@ -38,7 +38,7 @@ from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from brace_common.clock import stamp_of, steady_timer
 from brace_common.config import ConfigError
 from brace_common.diagnostics import nonzero
-from brace_common.episode import PLANS_AGREEING, EpisodeResult
+from brace_common.episode import EpisodeResult
 from brace_common.holds import CallHolds
 from brace_common.lifecycle import ReleasingLifecycleNode, serialized
 from brace_common.params import declare_parameters, read_config, reject_undeclared
@@ -246,11 +246,6 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
     def step_entries(self, events: list) -> list:
         """The drones' entries of one step."""
         return drone_feed.step_entries(self.world, events, self.config.observe_every)
-
-    def episode_result(self) -> EpisodeResult:
-        """The drones' record of the episode that ends: their verdict and metrics, and the oracle agreement."""
-        return EpisodeResult.of(self.world.metrics(), self.episode, self.book.seed, self.plans,
-                                **{PLANS_AGREEING: self.agreeing})
 
     def episode_summary(self, result: EpisodeResult) -> str:
         """The log line of an ended episode."""

@@ -39,7 +39,7 @@ from rclpy.node import Node
 from brace_common import names
 from brace_common.clock import stamp_of, steady_timer
 from brace_common.diagnostics import nonzero
-from brace_common.episode import PLANS_AGREEING, EpisodeResult
+from brace_common.episode import EpisodeResult
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
 from brace_common.world_inputs import WorldInputs
@@ -124,11 +124,6 @@ class EmbeddedSimNode(WorldInputs, Node):
     def step_entries(self, events: list) -> list:
         """The warehouse's entries of one step."""
         return feed.step_entries(self.world, events, self.config.observe_every)
-
-    def episode_result(self) -> EpisodeResult:
-        """The warehouse's record of the episode that ends: its verdict and metrics, and the oracle agreement."""
-        return EpisodeResult.of(self.world.metrics(), self.episode, self.book.seed, self.plans,
-                                **{PLANS_AGREEING: self.agreeing})
 
     def episode_summary(self, result: EpisodeResult) -> str:
         """The log line of an ended episode."""
