@@ -60,6 +60,11 @@ def spin_node(factory: Callable[[], Node], name: str, args=None,
             if isinstance(node, LifecycleNode) and node.has_parameter(AUTOSTART) \
                     and node.get_parameter(AUTOSTART).value:
                 error = autostart(node)
+                if error is not None and not rclpy.ok():
+                    # SIGINT / SIGTERM during the start: the transition failed because the context went down, not
+                    # because the configuration is invalid
+                    rclpy.logging.get_logger(name).info(f"shut down while starting ({error})")
+                    return 0
                 if error is not None:
                     node.get_logger().fatal(f"invalid configuration: {error}")
                     return 2

@@ -159,6 +159,11 @@ class ActServer:
             self._thread = None
 
     @property
+    def running(self) -> bool:
+        """Whether the server is serving (started and not stopped)."""
+        return self._server is not None
+
+    @property
     def url(self) -> str:
         """The /act URL to give a ServerBackend (server_url)."""
         if self._server is None:

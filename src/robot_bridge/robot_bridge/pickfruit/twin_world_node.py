@@ -230,9 +230,11 @@ class TwinWorldNode(WorldNode, Node):
         return [self.config.agent_id]
 
     def publish_diagnostics(self) -> None:
-        """Episode, twin state, /act server and counts on /diagnostics."""
+        """Episode, twin state, /act server and counts on /diagnostics (also while the node shuts down: the server
+        may have stopped already)."""
         state = self.twin.state()
-        values = {"episode": self.episode, "act_url": self.act.url, "twin.enabled": state.enabled,
+        values = {"episode": self.episode, "act_url": self.act.url if self.act.running else "stopped",
+                  "twin.enabled": state.enabled,
                   "twin.gripper_m": round(state.gripper_m, 4), **self.counts,
                   **{f"world.{k}": v for k, v in vars(self.world.counts).items()}, **self.inputs.counts}
         self.publish_world_diagnostics("PickFruit on the PiPER twin", values,
