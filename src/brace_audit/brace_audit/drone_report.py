@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Optional
 
 from brace_common.episode import COLLISIONS, MIN_DISTANCE_M, NEAR_MISSES
 
 from .audit_report import RunRecords, metric_total, summary
-from .csv_rows import write_rows
 
 TITLE = "AirSim drone intersection (paper Tables 2, 24 and 26 shape)"
 CSV = "intersection.csv"
@@ -56,10 +53,3 @@ def table(rows: Sequence[dict]) -> str:
                      f"{_number(r['min_distance_m'], '.1f'):>11}")
     return "\n".join(lines)
 
-
-def report(runs: Sequence[RunRecords], folder: Optional[Path] = None) -> str:
-    """The intersection table of a run's variants; with `folder`, also intersection.csv there."""
-    rows = [row(r) for r in runs]
-    if folder is not None:
-        write_rows(rows, folder / CSV)
-    return table(rows)

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Optional
 
 from brace_common.episode import DURATION_S, FAILURE_PREFIX, SLIPS
 from brace_common.vocabulary import Failure
 
 from .audit_report import RunRecords, metric_total, summary
-from .csv_rows import write_rows
 
 FAILURES = [f.label for f in Failure if f != Failure.NONE]
 TITLE = "PickFruit on the PiPER CAN twin (BRACE Table 32 shape)"
@@ -54,10 +51,3 @@ def table(rows: Sequence[dict]) -> str:
                      f"{r['calls_per_episode']:>11.1f}{p95:>9}{slo:>10}  {fails}")
     return "\n".join(lines)
 
-
-def report(runs: Sequence[RunRecords], folder: Optional[Path] = None) -> str:
-    """Table 32 of a run's variants; with `folder`, also table32.csv there."""
-    rows = [row(r) for r in runs]
-    if folder is not None:
-        write_rows(rows, folder / CSV)
-    return table(rows)

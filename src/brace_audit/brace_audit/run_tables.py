@@ -8,23 +8,42 @@ intersection's for "airsim", Table 32 for "pickfruit".
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from . import drone_report, pickfruit_report
 from .audit_report import RunRecords, report
+from .csv_rows import write_rows
 
-WORLD_TABLES: dict[str, Callable[[Sequence[RunRecords], Optional[Path]], str]] = {
-    "airsim": drone_report.report,
-    "pickfruit": pickfruit_report.report,
+
+@dataclass(frozen=True)
+class WorldTable:
+    """A world's own table: a row per variant, the text of those rows and the CSV file they are written to."""
+
+    row: Callable[[RunRecords], dict]
+    table: Callable[[Sequence[dict]], str]
+    csv: str
+
+    def report(self, runs: Sequence[RunRecords], folder: Optional[Path] = None) -> str:
+        """The table of `runs` (one row per variant); with `folder`, also the CSV there."""
+        rows = [self.row(r) for r in runs]
+        if folder is not None:
+            write_rows(rows, folder / self.csv)
+        return self.table(rows)
+
+
+WORLD_TABLES: dict[str, WorldTable] = {
+    "airsim": WorldTable(drone_report.row, drone_report.table, drone_report.CSV),
+    "pickfruit": WorldTable(pickfruit_report.row, pickfruit_report.table, pickfruit_report.CSV),
 }
-"""Episode.world -> its table (text; with a folder, its CSV written there)."""
+"""Episode.world -> its table."""
 
 
 def world_tables(runs: Sequence[RunRecords], folder: Optional[Path] = None) -> str:
     """The own table of each world among `runs` (its variants' rows), in the order the worlds first appear."""
     worlds = dict.fromkeys(r.world for r in runs if r.world in WORLD_TABLES)
-    return "\n\n".join(WORLD_TABLES[w]([r for r in runs if r.world == w], folder) for w in worlds)
+    return "\n\n".join(WORLD_TABLES[w].report([r for r in runs if r.world == w], folder) for w in worlds)
 
 
 def run_tables(runs: Sequence[RunRecords], folder: Optional[Path] = None) -> str:

@@ -12,7 +12,7 @@ from builtin_interfaces.msg import Time
 from brace_audit import drone_report, pickfruit_report
 from brace_audit.audit import RecordCollector
 from brace_audit.audit_report import RunRecords, metric_summary, report, summary
-from brace_audit.run_tables import run_tables, world_tables
+from brace_audit.run_tables import WORLD_TABLES, run_tables, world_tables
 from brace_common.episode import EpisodeResult, episode_msg
 from brace_common.vocabulary import EpisodeEvent
 
@@ -76,7 +76,7 @@ def test_table_32_sums_slips_and_failures_and_averages_duration(tmp_path):
     assert (row["episodes"], row["success"], row["duration_s"], row["calls_per_episode"]) == (2, 0.5, 15.0, 3.0)
     assert (row["slips"], row["failure_grasp"], row["failure_drop_slip"], row["failure_timeout"]) == (1, 1, 3, 0)
     assert row["slo_violation"] == 1 / 3
-    text = pickfruit_report.report(runs, tmp_path)
+    text = WORLD_TABLES["pickfruit"].report(runs, tmp_path)
     lines = text.splitlines()
     assert lines[0] == pickfruit_report.TITLE and lines[2].split()[:4] == ["brace_erecap", "2", "50%", "15.0"]
     assert lines[2].endswith("1 / 3 / 0 / 0 / 0 / 0")
@@ -92,7 +92,7 @@ def test_the_drone_table_has_k_landed_and_the_safety_proxies(tmp_path):
     assert (row["num_agents"], row["delivered"], row["near_misses"], row["collisions"], row["min_distance_m"]) == \
         (8, "1/2", 3.0, 1.0, 0.9)
     assert row["oracle_agreement"] == 3 / 4
-    lines = drone_report.report(runs, tmp_path).splitlines()
+    lines = WORLD_TABLES["airsim"].report(runs, tmp_path).splitlines()
     assert lines[0] == drone_report.TITLE
     assert lines[2].split() == ["8", "no_brace", "2", "50%", "1/2", "300", "200", "0.1", "0.2", "0.0%", "4", "3",
                                 "1", "0.9"]
