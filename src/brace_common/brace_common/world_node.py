@@ -126,10 +126,11 @@ class WorldNode:
         return None
 
     def world_info_msg(self) -> WorldInfo:
-        """The WorldInfo of the book's episode: its agents and action schema."""
+        """The WorldInfo of the book's episode: its agents and action schema (in the world's order: the planner
+        describes the actions to the model in it)."""
         schema = self.world_schema()
         msg = WorldInfo(world=self.world_name, episode=max(0, self.book.episode), agents=list(self.world_agents()),
-                        action_schema_json=json.dumps(schema, sort_keys=True) if schema is not None else "")
+                        action_schema_json=json.dumps(schema) if schema is not None else "")
         msg.header.stamp = self.stamp()
         return msg
 

@@ -45,7 +45,8 @@ class World(WorldNode, Node):
         return ["a0"]
 
     def world_schema(self) -> dict:
-        return {"max_steps": 2 + self.book.episode, "actions": {"go": {}}}
+        # not in alphabetical order: the order is the prompt's (a fine-tuned planner learnt it)
+        return {"max_steps": 2 + self.book.episode, "actions": {"go": {}, "drop": {}}}
 
     def on_plan(self, msg: Plan) -> None:
         steps = self.take_plan(msg, self.book.running, lambda agent: agent == "a0", lambda: True, self.parse)
@@ -137,7 +138,8 @@ def test_a_world_latches_its_agents_and_action_schema_at_each_episode_start(ros)
     wait_for(lambda: len(infos) == 1, what="the latched WorldInfo of episode 0")
     assert (infos[0].world, infos[0].episode, list(infos[0].agents)) == ("tiny", 0, ["a0"])
     assert len(infos[0].agents) == world.num_agents()
-    assert json.loads(infos[0].action_schema_json) == {"max_steps": 2, "actions": {"go": {}}}
+    schema = json.loads(infos[0].action_schema_json)
+    assert schema == {"max_steps": 2, "actions": {"go": {}, "drop": {}}} and list(schema["actions"]) == ["go", "drop"]
     world.announce_end(result(0))
     world.announce_start()
     wait_for(lambda: len(infos) == 2, what="the next episode's WorldInfo")
