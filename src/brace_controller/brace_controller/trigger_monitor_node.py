@@ -19,6 +19,7 @@ import sys
 from brace_msgs.msg import AgentState, Episode, ExecutionOutcome, TriggerEvent, VerifierVerdict
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
+from rclpy.time import Time
 
 from brace_common import names, qos
 from brace_common.clock import steady_timer
@@ -45,7 +46,8 @@ class TriggerMonitorNode(Node):
         reject_undeclared(self)
         self.monitor = TriggerMonitor(self.config)
         self.sequence = 0
-        self.counts = {"malformed_states": 0, "malformed_outcomes": 0, "malformed_verdicts": 0}
+        self.counts = {"malformed_states": 0, "malformed_outcomes": 0, "malformed_verdicts": 0, "stale_states": 0}
+        self.episode_start_ns = 0  # the world's stamp of the latest episode start (0: none, or unstamped)
         self.raised: dict[str, int] = {}
         self.rejections = Rejections(self.get_logger())
         self.inputs = CountedInputs()
@@ -73,13 +75,27 @@ class TriggerMonitorNode(Node):
         """EVENT_START: forget the previous episode (steps restart at 0)."""
         if msg.event == EpisodeEvent.START:
             self.monitor.reset(episode_start=True)
+            self.episode_start_ns = Time.from_msg(msg.header.stamp).nanoseconds
+
+    def is_stale(self, msg: AgentState) -> bool:
+        """A state of the previous episode that arrived after this one's start (topics are not ordered with each
+        other): stamped before the start, or at its instant with a step past the first. Such a state would set the
+        step ahead of the new episode's and silence every step detector until the episode caught up."""
+        stamp_ns = Time.from_msg(msg.header.stamp).nanoseconds
+        if not self.episode_start_ns or not stamp_ns:
+            return False
+        return stamp_ns < self.episode_start_ns or (stamp_ns == self.episode_start_ns and msg.step > 0)
 
     def on_tick(self) -> None:
         """Timer step source: advance one step and evaluate the detectors."""
         self.publish(self.monitor.on_step(self.monitor.step + 1))
 
     def on_state(self, msg: AgentState) -> None:
-        """Store an agent's state; in agent_state mode a newer step closes the previous one."""
+        """Store an agent's state; in agent_state mode a newer step closes the previous one. A state of the previous
+        episode is dropped and counted (stale_states)."""
+        if self.is_stale(msg):
+            self.counts["stale_states"] += 1
+            return
         try:
             agent_id, step, observation = convert.observation_from_msg(msg, self.monitor.step)
         except ValueError as exc:
@@ -118,7 +134,9 @@ class TriggerMonitorNode(Node):
         values = {"step": self.monitor.step, "num_agents": len(self.monitor.agents()),
                   **{f"raised.{k}": v for k, v in sorted(self.raised.items())}, **self.counts,
                   **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}, **self.inputs.counts}
-        warnings = nonzero({**self.counts, **self.inputs.counts}, (*self.counts, *self.inputs.counts))
+        # a stale state at an episode boundary is expected (topics are not ordered): counted, not a warning
+        warned = [k for k in self.counts if k != "stale_states"]
+        warnings = nonzero({**self.counts, **self.inputs.counts}, (*warned, *self.inputs.counts))
         self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: trigger detection", values,
                                                self.get_clock().now().to_msg(), warnings))
 

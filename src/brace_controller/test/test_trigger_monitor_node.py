@@ -16,6 +16,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from brace_common import qos
+from brace_common.clock import stamp_of
 from brace_common.config import ConfigError
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import PlannerDouble, wait_for
@@ -147,6 +148,33 @@ def test_an_empty_agent_list_learns_the_agents_from_the_world(ros, tmp_path):
     wait_for(lambda: {t.agent_id for t in world.triggers} >= {"agent_0", "agent_1"}, what="both initial plans")
 
 
+def test_a_state_of_the_previous_episode_after_the_start_is_dropped(ros):
+    """Topics are not ordered with each other: the last state of episode 0 (step 60) can reach the monitor after
+    episode 1's start. It must not set the step ahead of the new episode (nothing would trigger until step 60)."""
+    node = monitor(periodic_interval_steps=2, hazard_distance_m=0.0, deadlock_window=0, initial_plan=False)
+    world = connect(ros, node)
+    episode = world.create_publisher(Episode, "/brace/episode", qos.EVENTS)
+    wait_for(lambda: episode.get_subscription_count() > 0, what="discovery of the episode topic")
+    boundary = stamp_of(100.0)  # a sim-time world stamps the last state, the end and the next start alike
+    start = Episode(event=Episode.EVENT_START, episode=1, num_agents=2)
+    start.header.stamp = boundary
+    episode.publish(start)
+    wait_for(lambda: node.episode_start_ns > 0, what="the episode start")
+    for stamp, step in ((stamp_of(99.0), 59), (boundary, 60)):  # late states of episode 0
+        for agent in ("a", "b"):
+            msg = AgentState(agent_id=agent, step=step, position=Point(), tracking_error=math.nan, has_goal=True)
+            msg.header.stamp = stamp
+            world.states.publish(msg)
+    wait_for(lambda: node.counts["stale_states"] >= 1, what="the late states dropped")  # best effort: most arrive
+    for step in range(0, 6):  # episode 1: steps from 0, each stamped a step later
+        for agent in ("a", "b"):
+            msg = AgentState(agent_id=agent, step=step, position=Point(), tracking_error=math.nan, has_goal=True)
+            msg.header.stamp = stamp_of(100.0 + step)
+            world.states.publish(msg)
+    wait_for(lambda: len(world.of_kind(TriggerEvent.KIND_PERIODIC)) >= 2, what="the new episode's periodic triggers")
+    assert node.monitor.step <= 5 and 1 <= node.counts["stale_states"] <= 4
+
+
 @pytest.mark.parametrize("overlay", [["--params-file", "BAD"], ["-p", "agents:=['..']"]])
 def test_a_bad_agent_list_after_the_shipped_file_stops_the_process(tmp_path, overlay):
     """A value given after the shipped file is checked like one in it."""
@@ -173,6 +201,7 @@ FLOOD = """
 import sys, time, rclpy, rclpy.duration
 from brace_msgs.msg import ExecutionOutcome
 from brace_common import qos
+from brace_common.clock import stamp_of
 rclpy.init()
 node = rclpy.create_node("flood", namespace="/brace")
 pub = node.create_publisher(ExecutionOutcome, "outcomes", qos.EVENTS)  # keep-last 200, as every node publishes
