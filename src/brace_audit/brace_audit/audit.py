@@ -32,6 +32,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 
 from brace_common import names
+from brace_common.clock import seconds_of
 from brace_common.convert import decision_from_msg, plan_signature
 from brace_common.episode import episode_from_msg
 from brace_common.vocabulary import CallStatus, EpisodeEvent
@@ -61,8 +62,8 @@ class RecordCollector:
         self.malformed = 0
         self.first_ns: int | None = None
         self.last_ns = 0
-        self.first_start_ns: int | None = None  # the first episode start's stamp
-        self.last_end_ns: int | None = None     # the last episode end's stamp
+        self.first_start_s: float | None = None  # the first episode start's stamp (s)
+        self.last_end_s: float | None = None     # the last episode end's stamp (s)
 
     def add(self, topic: str, msg, time_ns: int) -> None:
         """One message of a reported topic."""
@@ -70,22 +71,22 @@ class RecordCollector:
         self.last_ns = max(self.last_ns, time_ns)
         role = topic_role(topic)
         if role == names.EPISODE:
-            stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+            stamp_s = seconds_of(msg.header.stamp)
             if msg.event == EpisodeEvent.START:
                 self.episode = int(msg.episode)
                 self.records.variant = self.records.variant or msg.variant
                 self.records.world = self.records.world or msg.world
                 self.records.num_agents = self.records.num_agents or int(msg.num_agents)
                 self.records.ledger.start(int(msg.episode), time_ns)
-                self.first_start_ns = stamp_ns if self.first_start_ns is None else self.first_start_ns
+                self.first_start_s = stamp_s if self.first_start_s is None else self.first_start_s
             else:
                 self.records.episodes.append(episode_from_msg(msg))
                 self.records.ledger.end(int(msg.episode), time_ns)
-                self.last_end_ns = stamp_ns
+                self.last_end_s = stamp_s
         # The run's duration by the world's stamps from the first start to the last end (the same live and in the
         # bag); by arrival until an episode has ended.
-        if self.first_start_ns is not None and self.last_end_ns is not None and self.last_end_ns > self.first_start_ns:
-            self.records.duration_s = (self.last_end_ns - self.first_start_ns) / 1e9
+        if self.first_start_s is not None and self.last_end_s is not None and self.last_end_s > self.first_start_s:
+            self.records.duration_s = self.last_end_s - self.first_start_s
         else:
             self.records.duration_s = (self.last_ns - self.first_ns) / 1e9
         if role == names.EPISODE:

@@ -19,10 +19,9 @@ import sys
 from brace_msgs.msg import AgentState, Episode, ExecutionOutcome, TriggerEvent, VerifierVerdict
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
-from rclpy.time import Time
 
 from brace_common import names, qos
-from brace_common.clock import steady_timer
+from brace_common.clock import seconds_of, steady_timer
 from brace_common.counted_inputs import CountedInputs
 from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.params import declare_config, reject_undeclared
@@ -47,7 +46,7 @@ class TriggerMonitorNode(Node):
         self.monitor = TriggerMonitor(self.config)
         self.sequence = 0
         self.counts = {"malformed_states": 0, "malformed_outcomes": 0, "malformed_verdicts": 0, "stale_states": 0}
-        self.episode_start_ns = 0  # the world's stamp of the latest episode start (0: none, or unstamped)
+        self.episode_start_s = 0.0  # the world's stamp of the latest episode start (0: none, or unstamped)
         self.raised: dict[str, int] = {}
         self.rejections = Rejections(self.get_logger())
         self.inputs = CountedInputs()
@@ -75,16 +74,16 @@ class TriggerMonitorNode(Node):
         """EVENT_START: forget the previous episode (steps restart at 0)."""
         if msg.event == EpisodeEvent.START:
             self.monitor.reset(episode_start=True)
-            self.episode_start_ns = Time.from_msg(msg.header.stamp).nanoseconds
+            self.episode_start_s = seconds_of(msg.header.stamp)
 
     def is_stale(self, msg: AgentState) -> bool:
         """A state of the previous episode that arrived after this one's start (topics are not ordered with each
         other): stamped before the start, or at its instant with a step past the first. Such a state would set the
         step ahead of the new episode's and silence every step detector until the episode caught up."""
-        stamp_ns = Time.from_msg(msg.header.stamp).nanoseconds
-        if not self.episode_start_ns or not stamp_ns:
+        stamp_s = seconds_of(msg.header.stamp)
+        if not self.episode_start_s or not stamp_s:
             return False
-        return stamp_ns < self.episode_start_ns or (stamp_ns == self.episode_start_ns and msg.step > 0)
+        return stamp_s < self.episode_start_s or (stamp_s == self.episode_start_s and msg.step > 0)
 
     def on_tick(self) -> None:
         """Timer step source: advance one step and evaluate the detectors."""

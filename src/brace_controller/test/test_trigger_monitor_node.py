@@ -159,7 +159,7 @@ def test_a_state_of_the_previous_episode_after_the_start_is_dropped(ros):
     start = Episode(event=Episode.EVENT_START, episode=1, num_agents=2)
     start.header.stamp = boundary
     episode.publish(start)
-    wait_for(lambda: node.episode_start_ns > 0, what="the episode start")
+    wait_for(lambda: node.episode_start_s > 0, what="the episode start")
     for stamp, step in ((stamp_of(99.0), 59), (boundary, 60)):  # late states of episode 0
         for agent in ("a", "b"):
             msg = AgentState(agent_id=agent, step=step, position=Point(), tracking_error=math.nan, has_goal=True)
