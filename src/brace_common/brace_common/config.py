@@ -40,6 +40,17 @@ def param(default: Any, description: str, low: Optional[float] = None, high: Opt
     return field(default=default, metadata=metadata)
 
 
+def autostart_param(default: bool = True) -> Any:
+    """The `autostart` parameter of a lifecycle node (hardware nodes default to false: a lifecycle manager brings
+    them up)."""
+    return param(default, "configure and activate at start (no lifecycle manager needed)")
+
+
+def diagnostics_period_param() -> Any:
+    """The `diagnostics_period_s` parameter every node with /diagnostics declares."""
+    return param(1.0, "period of /diagnostics (s)", 0.05, 3600.0)
+
+
 def field_default(f: dataclasses.Field) -> Any:
     """The default value of a config field (lists through their factory)."""
     return f.default if f.default is not dataclasses.MISSING else f.default_factory()

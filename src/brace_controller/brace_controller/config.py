@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from brace_common.config import ConfigError, check_agent_ids, check_fields, package_file, param
+from brace_common.config import ConfigError, check_agent_ids, check_fields, diagnostics_period_param, package_file, param
 from brace_common.vocabulary import Mode, TriggerKind
 
 # --------------------------------------------------------------------------- budget profiles
@@ -216,7 +216,7 @@ class ControllerNodeConfig:
     deadline_check_period_s: float = param(0.01, "how often in-flight calls are checked against "
         "their hard deadline (s)", 0.001, 10.0)
     state_period_s: float = param(0.5, "period of controller_state (s)", 0.01, 3600.0)
-    diagnostics_period_s: float = param(1.0, "period of /diagnostics (s)", 0.05, 3600.0)
+    diagnostics_period_s: float = diagnostics_period_param()
 
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid parameter."""
@@ -229,7 +229,7 @@ class ControllerNodeConfig:
 class MonitorNodeConfig:
     """Parameters of the trigger monitor node that are about ROS, not about detection."""
 
-    diagnostics_period_s: float = param(1.0, "period of /diagnostics (s)", 0.05, 3600.0)
+    diagnostics_period_s: float = diagnostics_period_param()
 
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid parameter."""

@@ -6,7 +6,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from brace_common.config import ConfigError, check_fields, package_file, param, resolve_path
+from brace_common.config import (
+    ConfigError,
+    autostart_param,
+    check_fields,
+    diagnostics_period_param,
+    package_file,
+    param,
+    resolve_path,
+)
 from brace_common.vocabulary import Decoding
 
 from .compressors import BASELINES
@@ -116,8 +124,8 @@ class PlannerConfig:
                                      "is counted lost.context.sequence_gap)", 1, 100000)
     replan_action: str = param("replan", "name of the Replan action this planner serves (relative: in the node's "
                                "namespace)")
-    autostart: bool = param(True, "configure and activate at start (no lifecycle manager needed)")
-    diagnostics_period_s: float = param(1.0, "period of /diagnostics (s)", 0.05, 3600.0)
+    autostart: bool = autostart_param()
+    diagnostics_period_s: float = diagnostics_period_param()
 
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid parameter."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from brace_common.config import ConfigError, check_agent_ids, check_fields, param
+from brace_common.config import ConfigError, autostart_param, check_agent_ids, check_fields, diagnostics_period_param, param
 
 from .instructions import InstructionTemplates
 from .step_monitor import MonitorConfig, parse_conditions, parse_locations
@@ -89,8 +89,8 @@ class ExecutorConfig:
     max_vla_errors: int = param(3, "this many VLA errors in a row fail the step (EXECUTOR)", 1, 1000)
     stale_after_s: float = param(2.0, "a step fails (EXECUTOR) when the arm state or the image is older than this "
                                  "(s)", 0.1, 600.0)
-    diagnostics_period_s: float = param(1.0, "period of /diagnostics (s)", 0.05, 60.0)
-    autostart: bool = param(False, "configure and activate at start (no lifecycle manager needed)")
+    diagnostics_period_s: float = diagnostics_period_param()
+    autostart: bool = autostart_param(False)
 
     def validate(self) -> None:
         """ConfigError naming the first invalid parameter."""

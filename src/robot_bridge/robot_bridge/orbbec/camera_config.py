@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from brace_common.config import ConfigError, check_fields, param, resolve_path
+from brace_common.config import ConfigError, autostart_param, check_fields, diagnostics_period_param, param, resolve_path
 
 from .frame_convert import COLOR_FORMATS, normalize_format
 from .orbbec_device import ANY, SDK_LOG_LEVELS
@@ -58,8 +58,8 @@ class CameraConfig:
                                    0.05, 3600.0)
     sdk_log_level: str = param("error", "pyorbbecsdk console log level: none, fatal, error, warning, info, debug "
                                "(its file log is off)")
-    diagnostics_period_s: float = param(1.0, "period of /diagnostics (s)", 0.05, 3600.0)
-    autostart: bool = param(True, "configure and activate at start (no lifecycle manager needed)")
+    diagnostics_period_s: float = diagnostics_period_param()
+    autostart: bool = autostart_param()
 
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid parameter."""

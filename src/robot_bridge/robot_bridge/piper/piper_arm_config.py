@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from brace_common.config import ConfigError, check_agent_ids, check_fields, param
+from brace_common.config import ConfigError, autostart_param, check_agent_ids, check_fields, diagnostics_period_param, param
 
 from .arm_safety import SafetyLimits
 from .piper_units import GRIPPER_EFFORT_MAX_NM, GRIPPER_RANGE_M, JOINT_COUNT, JOINT_LIMITS_RAD
@@ -31,11 +31,11 @@ class PiperArmConfig:
                                "'udp_multicast' for the twin")
     agent_id: str = param("arm_0", "agent id of this arm in agent_states")
     frame_id: str = param("base_link", "frame of end_pose, agent_states and the workspace box")
-    autostart: bool = param(False, "configure and activate at start (no lifecycle manager needed)")
+    autostart: bool = autostart_param(False)
     feedback_period_s: float = param(0.005, "shortest period of joint_states and end_pose (s; the arm reports at 200 Hz)",
                                      0.001, 1.0)
     agent_state_period_s: float = param(0.1, "period of agent_states (s)", 0.005, 10.0)
-    diagnostics_period_s: float = param(1.0, "period of /diagnostics (s)", 0.05, 60.0)
+    diagnostics_period_s: float = diagnostics_period_param()
     supervision_period_s: float = param(0.02, "how often CAN health, arm faults and the watchdog are checked (s)",
                                         0.002, 1.0)
     command_timeout_s: float = param(0.5, "no command for this long: hold position (s)", 0.01, 60.0)

@@ -33,7 +33,7 @@ from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 
 from brace_common import names, qos
 from brace_common.clock import steady_timer
-from brace_common.config import ConfigError, check_fields, param
+from brace_common.config import ConfigError, autostart_param, check_fields, diagnostics_period_param, param
 from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.params import declare_parameters, read_config, reject_undeclared
@@ -52,8 +52,8 @@ class TwinNodeConfig:
                                                 "process), socketcan (a vcan device)")
     can_port: str = param("ff01::74:1", "python-can channel: an ff01:: multicast group for udp_multicast, any name "
                                         "for virtual, the device for socketcan")
-    autostart: bool = param(True, "configure and activate at start (no lifecycle manager needed)")
-    diagnostics_period_s: float = param(1.0, "period of /diagnostics (s)", 0.05, 3600.0)
+    autostart: bool = autostart_param()
+    diagnostics_period_s: float = diagnostics_period_param()
 
     def validate(self) -> None:
         """ConfigError naming the first invalid parameter."""

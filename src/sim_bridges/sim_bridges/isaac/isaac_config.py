@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from brace_common.config import ConfigError, check_agent_ids, check_fields, param
+from brace_common.config import ConfigError, autostart_param, check_agent_ids, check_fields, diagnostics_period_param, param
 
 from .isaac_contract import DEFAULT_TOPICS, Pose2D, RobotKind, RobotSpec
 from .isaac_skills import ExecLimits
@@ -119,9 +119,9 @@ class IsaacBridgeConfig:
     agent_state_period_s: float = param(0.2, "period of agent_states (s, steady clock)", 0.01, 60.0)
     observe_period_s: float = param(2.0, "period of each robot's observation context entry (s, steady clock)",
                                     0.1, 3600.0)
-    diagnostics_period_s: float = param(1.0, "period of /diagnostics (s)", 0.05, 60.0)
+    diagnostics_period_s: float = diagnostics_period_param()
     variant: str = param("", "label of the run's variant, copied into the episode messages")
-    autostart: bool = param(True, "configure and activate at start (no lifecycle manager needed)")
+    autostart: bool = autostart_param()
 
     def validate(self) -> None:
         """ConfigError naming the first invalid parameter."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from brace_common.config import ConfigError, ReadinessConfig, check_fields, param
+from brace_common.config import ConfigError, ReadinessConfig, autostart_param, check_fields, param
 
 from ..airsim.intersection import IntersectionConfig
 from .warehouse_world import WorldConfig
@@ -60,7 +60,7 @@ class AirSimBridgeConfig(EpisodeRunConfig, IntersectionConfig):
     reconnect_period_s: float = param(2.0, "while the connection is lost, try to reconnect this often (s)", 0.1, 600.0)
     lockstep: bool = param(True, "pause the simulator and advance it sim_step_s per step (simContinueForTime); "
                            "false: the simulator runs in real time and a step reads it every step_period_s")
-    autostart: bool = param(True, "configure and activate on start (no lifecycle manager needed)")
+    autostart: bool = autostart_param()
 
     def validate(self) -> None:
         """ConfigError naming the first invalid parameter."""
