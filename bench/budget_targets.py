@@ -46,8 +46,9 @@ from report import (
     describe_cpu,
     fill_defaults,
     load_planner_model,
-    pyplot,
+    print_written,
     reexec_as_avx2,
+    save_plot,
     sim_planner_checkpoint,
     write_csv,
 )
@@ -366,14 +367,14 @@ def main() -> int:
         write_csv(targets, args.out.with_suffix(".csv"))
     if growth_rows:
         write_csv(growth_rows, args.out.with_name(args.out.name + "_growth.csv"))
-        plot_growth(growth_rows, args.out.with_suffix(".png"), describe_cpu(cpu), sizes)
-    print(f"\nwrote {args.out.with_suffix('.csv')}" + (f", {args.out.with_suffix('.png')}" if growth_rows else ""))
+    png = save_plot(args.out.with_suffix(".png"), lambda plt: plot_growth(plt, growth_rows, describe_cpu(cpu), sizes),
+                    dpi=120) if growth_rows else None
+    print_written(args.out.with_suffix(".csv"), png)
     return 1 if any(t["met"] == "NO" for t in targets) else 0
 
 
-def plot_growth(rows: list[dict], path: Path, caption: str, sizes=SIZES) -> None:
+def plot_growth(plt, rows: list[dict], caption: str, sizes=SIZES):
     """P95 call latency against context size, one line per path."""
-    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name in dict.fromkeys(r["path"] for r in rows):
         mine = [r for r in rows if r["path"] == name]
@@ -386,9 +387,7 @@ def plot_growth(rows: list[dict], path: Path, caption: str, sizes=SIZES) -> None
     ax.grid(alpha=0.3)
     fig.text(0.01, 0.01, caption, fontsize=6)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-from report import pyplot, write_csv  # bench/report.py (the script folder is on sys.path)
+import numpy as np
+from report import print_written, save_plot, write_csv  # bench/report.py (the script folder is on sys.path)
 
 from brace_audit.metrics import latency_summary
 from brace_common import names
@@ -188,30 +189,27 @@ def main() -> int:
     rows.append({"benchmark": "dds trigger->decision", "unit": "ms", "count": s.count, "p50": s.p50, "p95": s.p95,
                  "p99": s.p99, "mean": s.mean, "target_p99": DDS_P99_TARGET_MS, "met": ok})
 
-    csv_path = write_csv(rows, args.out / "controller_overhead.csv")
-    png_path = args.out / "controller_overhead.png"
-    try:
-        plt = pyplot()
-        import numpy as np
-
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-        for name, times in core_samples.items():
-            x = np.sort(times)
-            ax1.plot(x, np.linspace(0, 1, len(x)), label=name)
-        ax1.axvline(CORE_P99_TARGET_US, color="r", ls="--", label="P99 target 50 us")
-        ax1.set(xscale="log", xlabel="decide() time (us)", ylabel="CDF", title="Core decision cost")
-        ax1.legend(fontsize=8)
-        x = np.sort(latencies)
-        ax2.plot(x, np.linspace(0, 1, len(x)), label="trigger -> decision")
-        ax2.axvline(DDS_P99_TARGET_MS, color="r", ls="--", label="P99 target 5 ms")
-        ax2.set(xscale="log", xlabel="latency (ms)", ylabel="CDF", title=f"DDS loopback, 8 agents, {args.rate:.0f} Hz")
-        ax2.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(png_path, dpi=110)
-    except ImportError:
-        png_path = None
-    print(f"\nwrote {csv_path}" + (f" and {png_path}" if png_path else ""))
+    print_written(write_csv(rows, args.out / "controller_overhead.csv"),
+                  save_plot(args.out / "controller_overhead.png", lambda plt: plot(plt, core_samples, latencies, args.rate)))
     return 0 if all(r["met"] for r in rows) and received == sent else 1
+
+
+def plot(plt, core_samples: dict[str, list[float]], latencies: list[float], rate_hz: float):
+    """CDFs of the core decision cost and of the trigger -> decision latency over DDS."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, times in core_samples.items():
+        x = np.sort(times)
+        ax1.plot(x, np.linspace(0, 1, len(x)), label=name)
+    ax1.axvline(CORE_P99_TARGET_US, color="r", ls="--", label="P99 target 50 us")
+    ax1.set(xscale="log", xlabel="decide() time (us)", ylabel="CDF", title="Core decision cost")
+    ax1.legend(fontsize=8)
+    x = np.sort(latencies)
+    ax2.plot(x, np.linspace(0, 1, len(x)), label="trigger -> decision")
+    ax2.axvline(DDS_P99_TARGET_MS, color="r", ls="--", label="P99 target 5 ms")
+    ax2.set(xscale="log", xlabel="latency (ms)", ylabel="CDF", title=f"DDS loopback, 8 agents, {rate_hz:.0f} Hz")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 if __name__ == "__main__":

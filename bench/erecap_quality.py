@@ -32,7 +32,13 @@ import sys
 from pathlib import Path
 
 import torch
-from report import fill_defaults, pyplot, report_checks, write_csv  # bench/report.py (the script folder is on sys.path)
+from report import (  # bench/report.py (the script folder is on sys.path)
+    fill_defaults,
+    print_written,
+    report_checks,
+    save_plot,
+    write_csv,
+)
 
 from brace_common.action_schema import Step
 from brace_training.datagen import AGENTS, DOCKS, OBJECTS, SHELVES, make_case
@@ -149,23 +155,23 @@ def main() -> int:
         print("targets not checked: the erecap row ran an untrained predictor")
     status = report_checks(checks)
 
-    write_csv(rows, args.out / "erecap_quality.csv")
-    try:
-        plt = pyplot()
-        fig, ax = plt.subplots(figsize=(8, 4))
-        width = 0.8 / len(args.budgets)
-        for k, frac in enumerate(args.budgets):
-            vals = [next(r["accuracy_pct"] for r in rows if r["method"] == m and r["budget_frac"] == frac) for m in METHODS]
-            ax.bar([i + k * width for i in range(len(METHODS))], vals, width, label=f"B = {frac:.0%} of N")
-        ax.set_xticks([i + width * (len(args.budgets) - 1) / 2 for i in range(len(METHODS))], METHODS, fontsize=8)
-        ax.set(ylabel="correct next action (%)", title=f"Matched-budget quality, {args.cases} cases, N~{args.tokens}")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(args.out / "erecap_quality.png", dpi=110)
-    except ImportError:
-        pass
-    print(f"\nwrote {args.out / 'erecap_quality.csv'} and {args.out / 'erecap_quality.png'}")
+    csv_path = write_csv(rows, args.out / "erecap_quality.csv")
+    print_written(csv_path, save_plot(args.out / "erecap_quality.png", lambda plt: plot(plt, rows, args)))
     return status
+
+
+def plot(plt, rows: list[dict], args: argparse.Namespace):
+    """Accuracy per method, one bar group per budget."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(args.budgets)
+    for k, frac in enumerate(args.budgets):
+        vals = [next(r["accuracy_pct"] for r in rows if r["method"] == m and r["budget_frac"] == frac) for m in METHODS]
+        ax.bar([i + k * width for i in range(len(METHODS))], vals, width, label=f"B = {frac:.0%} of N")
+    ax.set_xticks([i + width * (len(args.budgets) - 1) / 2 for i in range(len(METHODS))], METHODS, fontsize=8)
+    ax.set(ylabel="correct next action (%)", title=f"Matched-budget quality, {args.cases} cases, N~{args.tokens}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import torch
-from report import pyplot, report_checks, write_csv  # bench/report.py (the script folder is on sys.path)
+from report import print_written, report_checks, save_plot, write_csv  # bench/report.py (the script folder is on sys.path)
 
 from brace_training.datagen import make_case
 from erecap_planner.models import SMOLLM2, load_model
@@ -147,28 +147,28 @@ def main() -> int:
     status = report_checks(checks)
 
     out = Path(args.out)
-    write_csv(rows, out.with_suffix(".csv"))
-    try:
-        plt = pyplot()
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-        for n in args.lengths:
-            sub = [r for r in rows if r["N"] == n]
-            axes[0].plot([r["r"] for r in sub], [r["prefill_speedup"] for r in sub], "o-", label=f"N={n}")
-            axes[1].plot([r["r"] for r in sub], [r["e2e_speedup"] for r in sub], "o-", label=f"N={n}")
-            axes[1].plot([r["r"] for r in sub], [r["amdahl_bound"] for r in sub], ":", color="gray")
-        axes[0].axhline(2.2, color="r", ls="--", lw=0.8, label="target 2.2x (r=0.7, N>=2048)")
-        axes[1].axhline(1.0, color="r", ls="--", lw=0.8, label="unpruned")
-        axes[0].set(xlabel="keep ratio r", ylabel="prefill speedup", title="Prefill")
-        axes[1].set(xlabel="keep ratio r", ylabel="end-to-end speedup", title="Call (prefill + 16-token decode); dotted: Amdahl")
-        for ax in axes:
-            ax.invert_xaxis()
-            ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out.with_suffix(".png"), dpi=110)
-    except ImportError:
-        pass
-    print(f"\nwrote {out.with_suffix('.csv')} and {out.with_suffix('.png')}")
+    print_written(write_csv(rows, out.with_suffix(".csv")),
+                  save_plot(out.with_suffix(".png"), lambda plt: plot(plt, rows, args.lengths)))
     return status
+
+
+def plot(plt, rows: list[dict], lengths: list[int]):
+    """Prefill and end-to-end speedup against the keep ratio, one line per context length."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for n in lengths:
+        sub = [r for r in rows if r["N"] == n]
+        axes[0].plot([r["r"] for r in sub], [r["prefill_speedup"] for r in sub], "o-", label=f"N={n}")
+        axes[1].plot([r["r"] for r in sub], [r["e2e_speedup"] for r in sub], "o-", label=f"N={n}")
+        axes[1].plot([r["r"] for r in sub], [r["amdahl_bound"] for r in sub], ":", color="gray")
+    axes[0].axhline(2.2, color="r", ls="--", lw=0.8, label="target 2.2x (r=0.7, N>=2048)")
+    axes[1].axhline(1.0, color="r", ls="--", lw=0.8, label="unpruned")
+    axes[0].set(xlabel="keep ratio r", ylabel="prefill speedup", title="Prefill")
+    axes[1].set(xlabel="keep ratio r", ylabel="end-to-end speedup", title="Call (prefill + 16-token decode); dotted: Amdahl")
+    for ax in axes:
+        ax.invert_xaxis()
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 if __name__ == "__main__":

@@ -41,8 +41,8 @@ from report import (
     describe_cpu,
     fill_defaults,
     load_planner_model,
-    pyplot,
     reexec_as_avx2,
+    save_plot,
     sim_planner_checkpoint,
     write_csv,
 )
@@ -220,9 +220,8 @@ def markdown(rows: list[dict]) -> str:
                       *("| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows)])
 
 
-def plot(rows: list[dict], path: Path, caption: str) -> None:
+def plot(plt, rows: list[dict], caption: str):
     """P50 / P95 call latency vs N, one panel per budget, one line per backend."""
-    plt = pyplot()
     budgets = list(dict.fromkeys(r["budget"] for r in rows))
     fig, axes = plt.subplots(1, len(budgets), figsize=(5 * len(budgets), 4), squeeze=False, sharey=True)
     for ax, budget in zip(axes[0], budgets, strict=True):
@@ -238,7 +237,7 @@ def plot(rows: list[dict], path: Path, caption: str) -> None:
     axes[0][0].legend()
     fig.suptitle(caption, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    return fig
 
 
 def main() -> int:
@@ -295,7 +294,7 @@ def main() -> int:
     if lat_rows:
         lat_rows.sort(key=lambda r: (str(r["budget"]), r["tokens_n"], BACKENDS.index(r["backend"])))
         write_csv(lat_rows, out / "planner_backends.csv")
-        plot(lat_rows, out / "planner_backends.png", caption)
+        save_plot(out / "planner_backends.png", lambda plt: plot(plt, lat_rows, caption), dpi=120)
         print("\n## Call latency by backend\n\n" + markdown(lat_rows) + skipped)
     if qual_rows:
         write_csv(qual_rows, out / "planner_backends_quality.csv")

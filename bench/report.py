@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Optional
 
 
 def write_csv(rows: list[dict], path: Path) -> Path:
@@ -64,6 +66,25 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_plot(path: Path, draw: Callable[[Any], Any], dpi: int = 110) -> Optional[Path]:
+    """Write the figure `draw(pyplot)` returns (laid out by `draw`) to `path` and close it; None, with nothing
+    written, where matplotlib is not installed (the CSV is the result, the PNG its picture)."""
+    try:
+        plt = pyplot()
+    except ImportError:
+        return None
+    fig = draw(plt)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def print_written(*paths: Optional[Path]) -> None:
+    """A bench's last line: the files it wrote (None: not written)."""
+    print("\nwrote " + " and ".join(str(path) for path in paths if path is not None))
 
 
 # PyTorch's, oneDNN's, MKL's and fbgemm's own dispatch caps: on a newer CPU they approximate an AVX2-only one.

@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from report import pyplot, write_csv
+from report import save_plot, write_csv
 
 from brace_audit.audit_report import markdown, summary, trigger_rows
 from brace_bringup.run_config import RunConfig
@@ -155,9 +155,8 @@ def row_metrics(label: str, records, agents: int) -> dict:
     return out
 
 
-def plot(table: Table, rows: list[dict], path: Path) -> Path:
+def plot(plt, table: Table, rows: list[dict]):
     """A bar chart of the table's headline metric."""
-    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(rows) + 2), 4))
     values = [r.get(table.plot, math.nan) for r in rows]
     ax.bar(range(len(rows)), [0 if isinstance(v, float) and math.isnan(v) else v for v in values])
@@ -165,9 +164,7 @@ def plot(table: Table, rows: list[dict], path: Path) -> Path:
     ax.set_ylabel(table.plot)
     ax.set_title(table.title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def run_table(cfg: RunConfig, table: Table, episodes: int, out: Path, quiet: bool,
@@ -191,7 +188,7 @@ def run_table(cfg: RunConfig, table: Table, episodes: int, out: Path, quiet: boo
     text = f"### {table.title}\n\n{markdown(rows, table.columns)}"
     (out / f"{table.name}.md").write_text(text)
     write_csv(rows, out / f"{table.name}.csv")
-    plot(table, rows, out / f"{table.name}.png")
+    save_plot(out / f"{table.name}.png", lambda plt: plot(plt, table, rows), dpi=120)
     return text
 
 

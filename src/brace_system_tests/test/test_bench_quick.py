@@ -27,33 +27,35 @@ BENCH = WORKSPACE / "bench"
 
 @dataclass(frozen=True)
 class Quick:
-    """A script's quick run: its extra arguments ({out}: the temporary folder), the stdout table's header and
-    the CSVs (relative to {out}) with the columns every row must fill with a positive number."""
+    """A script's quick run: its extra arguments ({out}: the temporary folder), the stdout table's header,
+    the CSVs (relative to {out}) with the columns every row must fill with a positive number, and its figures."""
 
     args: tuple[str, ...]
     header: str
     tables: dict[str, tuple[str, ...]]
+    figures: tuple[str, ...] = ()
 
 
 RUNS = {
     "budget_targets": Quick(("--out", "{out}/budget_targets"), "call latency while the context grows",
                             {"budget_targets_growth.csv": ("tokens_before", "p50_ms", "prefill_ms"),
                              "budget_targets_growth_calls.csv": ("latency_ms",),
-                             "budget_targets.csv": ()}),
+                             "budget_targets.csv": ()}, ("budget_targets.png",)),
     "closed_loop_trace": Quick(("--out", "{out}"), "episode seed 0:",
                                {"closed_loop_trace.csv": ("tokens_before", "tokens_after", "latency_ms")}),
     "controller_overhead": Quick(("--out", "{out}"), "Trigger -> decision over DDS",
-                                 {"controller_overhead.csv": ("count", "p50", "p99")}),
-    "erecap_quality": Quick(("--out", "{out}"), "seed recall %", {"erecap_quality.csv": ("cases", "tokens_after")}),
+                                 {"controller_overhead.csv": ("count", "p50", "p99")}, ("controller_overhead.png",)),
+    "erecap_quality": Quick(("--out", "{out}"), "seed recall %", {"erecap_quality.csv": ("cases", "tokens_after")},
+                            ("erecap_quality.png",)),
     "erecap_speed": Quick(("--out", "{out}/erecap_speed"), "prefill_speedup",
-                          {"erecap_speed.csv": ("tokens_after", "prefill_ms", "e2e_ms", "kv_mb")}),
+                          {"erecap_speed.csv": ("tokens_after", "prefill_ms", "e2e_ms", "kv_mb")}, ("erecap_speed.png",)),
     "planner_backends": Quick(("--out", "{out}"), "## Call latency by backend",
                               {"planner_backends.csv": ("tokens_n", "p50_ms"),
-                               "planner_backends_quality.csv": ("points", "p50_ms")}),
+                               "planner_backends_quality.csv": ("points", "p50_ms")}, ("planner_backends.png",)),
     "planner_choice": Quick(("--out", "{out}"), "first_step_agreement:",
                             {"planner_choice.csv": ("points", "latency_p50_ms", "tokens_before")}),
     "reproduce": Quick(("--out", "{out}"), "| label | episodes |",
-                       {"table2.csv": ("episodes", "tokens_before", "latency_p50_ms")}),
+                       {"table2.csv": ("episodes", "tokens_before", "latency_p50_ms")}, ("table2.png",)),
 }
 NOT_BENCHMARKS = {"report", "fuzz_graph"}  # the shared helper; the fuzz harness (test_fuzz_graph.py)
 
@@ -110,4 +112,6 @@ def test_quick_run_measures_and_writes_its_table(script, tmp_path):
         for column in columns:
             bad = [row.get(column) for row in rows if not positive(row.get(column) or "")]
             assert not bad, f"{name}: column {column} is not a positive number in every row: {bad}\n{output}"
+    for name in quick.figures:
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{name} is not a PNG\n{output}"
     assert snapshot(BENCH / "out") == before, "a quick run wrote into bench/out"
