@@ -57,6 +57,28 @@ def stop_processes(procs: Mapping[str, subprocess.Popen], timeout_s: float = 30.
     return killed
 
 
+def terminate(proc: subprocess.Popen, timeout_s: float = 30.0) -> int:
+    """SIGTERM `proc` if it runs, then its exit code (SIGKILLed after `timeout_s`)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+class ManualClock:
+    """A clock (a callable giving seconds) that only the test moves, by setting `now`."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        """The time the test set (s)."""
+        return self.now
+
+
 def call_service(client, request, what: str, available_s: float = 15.0, answer_s: float = 30.0):
     """Wait for `client`'s service, call it with `request` from a spinning harness, and return the response."""
     wait_for(client.service_is_ready, available_s, f"{what} available")

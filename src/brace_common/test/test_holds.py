@@ -3,20 +3,11 @@
 from __future__ import annotations
 
 from brace_common.holds import CallHolds
-
-
-class FakeClock:
-    """A clock the test moves by hand (the holds' deadlines are checked against it)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from brace_common.testing import ManualClock
 
 
 def test_a_call_holds_until_it_returns():
-    holds = CallHolds(5.0, FakeClock())
+    holds = CallHolds(5.0, ManualClock())
     assert not holds.held()
     holds.admit("d1")
     holds.admit("d2")
@@ -29,7 +20,7 @@ def test_a_call_holds_until_it_returns():
 
 
 def test_a_call_that_never_returns_stops_holding_after_its_timeout():
-    clock = FakeClock()
+    clock = ManualClock()
     holds = CallHolds(5.0, clock)
     holds.admit("d1")
     clock.now = 4.9
@@ -41,7 +32,7 @@ def test_a_call_that_never_returns_stops_holding_after_its_timeout():
 
 
 def test_a_plan_of_an_earlier_episode_is_not_of_this_one():
-    holds = CallHolds(5.0, FakeClock())
+    holds = CallHolds(5.0, ManualClock())
     holds.admit("d1")
     holds.release("d1")
     assert holds.of_this_episode("d1") and not holds.of_this_episode("d2")

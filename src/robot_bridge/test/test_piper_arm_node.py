@@ -28,7 +28,7 @@ from std_msgs.msg import Float64
 from std_srvs.srv import Trigger
 
 from brace_common import qos
-from brace_common.testing import call_service, installed_executable, wait_for
+from brace_common.testing import call_service, installed_executable, terminate, wait_for
 from robot_bridge.piper import piper_frames as pf
 from robot_bridge.piper.piper_arm_node import PiperArmNode
 from robot_bridge.piper.piper_twin import PiperTwin, TwinConfig
@@ -566,7 +566,7 @@ def test_the_executable_drives_a_twin_in_another_process_and_leaves_it_enabled(r
             wait_for(lambda: op.joints(target) or close(twin.state().joints_rad, target, 1e-4), 30.0,
                      "a joint command across processes moves the twin")
         finally:
-            code = stop(proc)
+            code = terminate(proc)
         assert code == 0, log_path.read_text()[-2000:]
         assert twin.state().enabled  # exiting holds and disconnects; it never disables the arm
 
@@ -589,7 +589,7 @@ class TwinProcess:
 
     def stop(self) -> None:
         if self.proc is not None:
-            stop(self.proc)
+            terminate(self.proc)
 
 
 def test_a_killed_twin_process_faults_the_arm_without_flapping_and_it_recovers_when_the_twin_returns(
@@ -639,12 +639,3 @@ def test_the_executable_exits_2_naming_an_invalid_parameter(tmp_path):
     assert "'speed_percent'" in log_path.read_text()
 
 
-def stop(proc: subprocess.Popen) -> int:
-    """SIGTERM, then the exit code (killed after 30 s)."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()

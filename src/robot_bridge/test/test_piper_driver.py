@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from brace_common.testing import wait_for
+from brace_common.testing import ManualClock, wait_for
 from robot_bridge.piper import piper_driver as pd
 from robot_bridge.piper import piper_frames as pf
 from robot_bridge.piper.piper_driver import DriverError, PiperDriver, wait_feedback
@@ -71,18 +71,8 @@ def test_status_and_error_codes_by_name():
     assert pd.motor_fault_names(2, (1 << 4) | (1 << 5)) == ["joint2_collision_protection", "joint2_driver_error"]
 
 
-class Clock:
-    """A steady clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_only_the_arms_own_feedback_frames_prove_it_alive():
-    clock = Clock()
+    clock = ManualClock(100.0)
     frames = pd.FrameMonitor(silence_s=0.25, clock=clock)
     assert frames.liveness() == pd.Liveness(math.inf, math.inf, 0.0, 0)
     for can_id in sorted(pd.HOST_COMMAND_IDS):  # the node's own frames coming back: an echo

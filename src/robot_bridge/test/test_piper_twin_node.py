@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from brace_common import names, qos
-from brace_common.testing import installed_executable, wait_for
+from brace_common.testing import installed_executable, terminate, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared piper_sdk_session helper
 from piper_sdk_session import sdk_session  # noqa: E402
@@ -56,17 +55,6 @@ def start_twin(env: dict, tmp_path: Path, *args: str) -> tuple[subprocess.Popen,
         [str(installed_executable("robot_bridge", "piper_twin")), "--ros-args", "--params-file", str(CONFIG), *args],
         env=env, stdout=log_path.open("w"), stderr=subprocess.STDOUT)
     return proc, log_path
-
-
-def stop(proc: subprocess.Popen) -> int:
-    """SIGTERM, then the exit code (killed after 30 s)."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()
 
 
 def sdk_joints(piper) -> list[int]:
@@ -132,7 +120,7 @@ def test_sdk_reads_and_drives_the_twin_across_processes(ros, can_env, tmp_path):
             values = {kv.key: kv.value for kv in statuses[-1].values}
             assert values["state"] == "active" and values["enabled"] == "True" and values["faults"] == "none"
     finally:
-        code = stop(proc)
+        code = terminate(proc)
     output = log_path.read_text()
     assert code == 0, output[-3000:]
     assert "Traceback" not in output, output[-3000:]
@@ -152,7 +140,7 @@ def test_invalid_parameters_stop_the_node_naming_them(can_env, tmp_path, args, n
     try:
         code = proc.wait(timeout=60)
     finally:
-        stop(proc)
+        terminate(proc)
     output = log_path.read_text()
     assert code == 2, output[-2000:]
     assert f"parameter '{named}'" in output, output[-2000:]
