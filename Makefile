@@ -12,7 +12,7 @@ help:
 	@echo "make test   - setup, ruff, then every package's tests"
 	@echo "make demo   - setup, then the closed loop on the embedded warehouse (runs/<time>/: bags, CSV, plots)"
 	@echo "make bench  - setup, then the benchmarks under bench/ (trains the E-RECAP predictor first if missing)"
-	@echo "make bench-budget - the budget / latency targets (issue 15) as on an AVX2 CPU; about an hour on 2 cores"
+	@echo "make bench-budget - the budget / latency targets as on an AVX2 CPU; about an hour on 2 cores"
 	@echo "make bench-backends - the planner in process vs on a server (transformers serve, llama.cpp); ~30 min"
 	@echo "make bench-reproduce - setup, then the paper's tables from closed-loop runs (hours on 2 cores; see README)"
 
@@ -41,11 +41,11 @@ bench-setup: setup
 	@$(ENV) && { python -c "import llama_cpp.server.app" 2>/dev/null || \
 	  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF" pip install -q --no-deps -r requirements-bench.txt; }
 
-# Issue 15's targets: decode ms/token, call cost while the context grows, closed loop at 2 / 1 threads and K = 8.
+# The budget's targets: decode ms/token, call cost while the context grows, closed loop at 2 / 1 threads and K = 8.
 bench-budget: bench-setup
 	@$(ENV) && python bench/budget_targets.py --avx2 --closed-loop demo one_thread k8
 
-# Issue 19: the planner in process vs `transformers serve` vs llama.cpp's server, latency and oracle agreement.
+# The planner in process vs `transformers serve` vs llama.cpp's server, latency and oracle agreement.
 bench-backends: bench-setup
 	@$(ENV) && python bench/planner_backends.py
 

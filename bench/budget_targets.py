@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The budget governs latency (issue 15): every target in one table, side by side in one run.
+"""The budget governs latency: every target in one table, side by side in one run.
 
 1. decode   ms/token of greedy decoding after a 1k-token prompt: the planner's DecoderStack with the decode
             weights `decode_weights: auto` gives a float32 CPU model (float16) and with its float32 weights,

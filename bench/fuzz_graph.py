@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The graph fuzz harness at full size (issue 17): every node its own process, hostile input, then a real run.
+"""The graph fuzz harness at full size: every node its own process, hostile input, then a real run.
 
     python bench/fuzz_graph.py [--per-topic 10000] [--goals 100] [--seed 0] [--skip topics overlays scenarios]
                                [--quick]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Planner backends side by side (issue 19): in process, `transformers serve`, llama.cpp's server — one run.
+"""Planner backends side by side: in process, `transformers serve`, llama.cpp's server — one run.
 
 1. latency  replanning calls on K = 8 warehouse contexts of N ~ 1k, 2k, 4k tokens at B_t = 256, 384 and the whole
             context, calls of the three backends interleaved: call P50 / P95 and its phases. In process: the

@@ -21,7 +21,7 @@ protocol-level AirSim, one per row):
 
 Writes <out>/<table>.md, .csv and .png and <out>/reproduce.md (all tables),
 prints each table as it finishes. Rows run one after another (one planner, two
-cores: side by side in one run). Example, the subset in docs/results.md:
+cores: side by side in one run). Example, the subset in docs/results/warehouse_history.md:
 
     python bench/reproduce.py --tables table2 --episodes 4
     python bench/reproduce.py --tables airsim2 --episodes 2

@@ -70,11 +70,11 @@ CONTROL = Stack("control", (TRIGGER_MONITOR, BRACE_CONTROLLER, ERECAP_PLANNER, A
                             "simulator (its bridge is launched separately)")
 # The sim stack stamps with system time although its simulator publishes /clock: with an active /clock, rclpy's
 # multi-threaded executor in the planner process wakes thousands of times a second with nothing ready and starves the
-# call of the GIL (a 12 ms tiny-model prefill took seconds; docs/nodes.md). Every node honours use_sim_time when set.
+# call of the GIL (a tiny-model prefill of milliseconds took seconds; docs/nodes.md). Every node honours use_sim_time when set.
 SIM = Stack("sim", (EMBEDDED_SIM, TRIGGER_MONITOR, BRACE_CONTROLLER, ERECAP_PLANNER_SIM, AUDIT_RECORDER),
             use_sim_time=False, description="the closed loop on the embedded warehouse", world="embedded_sim")
 
-# The real-robot graph (issue 18): the PiPER arm node, Orbbec cameras, the OpenVLA executor and the control stack
+# The real-robot graph: the PiPER arm node, Orbbec cameras, the OpenVLA executor and the control stack
 # with the robot's settings (params/robot/control.yaml). Without hardware (piper_twin) the arm runs on the CAN twin,
 # a camera replays video and the executor asks the twin's /act stand-in; the twin world runs PickFruit episodes.
 TWIN_WORLD = NodeSpec("robot_bridge", "twin_world", "twin_world", ("twin_world.yaml",),
@@ -111,7 +111,7 @@ PIPER_REAL = Stack("piper_real", tuple(
     for s in (OPERATOR_TASK, PIPER_ARM, FRONT_CAMERA, WRIST_CAMERA, OPENVLA_EXECUTOR, *ROBOT_CONTROL)),
                    description="the real AgileX PiPER arm, two Orbbec cameras, the OpenVLA executor and the control "
                                "stack (docs/robot.md)")
-# The AirSim drone intersection (issue 20): the bridge flies K drones in AirSim (or brace-airsim-peer, its
+# The AirSim drone intersection: the bridge flies K drones in AirSim (or brace-airsim-peer, its
 # protocol-level stand-in) through its RPC API; the control stack with the drones' settings (params/airsim/).
 AIRSIM_BRIDGE = NodeSpec("sim_bridges", "airsim_bridge", "airsim_bridge", ("airsim_bridge.yaml",), lifecycle=True,
                          node_class="sim_bridges.airsim.airsim_bridge_node:AirSimBridgeNode")

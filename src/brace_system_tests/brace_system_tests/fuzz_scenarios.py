@@ -1,4 +1,4 @@
-"""The fuzz harness's scenario attacks (issue 27): what broke a node in the last round, replayed against its executable.
+"""The fuzz harness's scenario attacks: what broke a node in the last round, replayed against its executable.
 
 Each attack starts the real executables as their own processes (the shipped parameter files from config/ plus a
 small overlay, namespace /brace, a DDS domain of its own, discovery on this host only) and plays the hostile peer

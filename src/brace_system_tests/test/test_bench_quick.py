@@ -1,4 +1,4 @@
-"""Benchmarks that cannot rot (issue 27): every script under bench/ runs its quick mode as a user would.
+"""Benchmarks that cannot rot: every script under bench/ runs its quick mode as a user would.
 
 Each script runs as its own process from the workspace root (`python bench/<script>.py --quick --out <tmp>`, the
 sourced environment of the test run). It must start, measure and write its table: no traceback, exit 0 or 1 (1 is

@@ -40,7 +40,7 @@ def test_every_node_refuses_a_bad_value_in_an_overlay_parameter_file(tmp_path):
 
 
 def test_every_scenario_attack_holds(tmp_path):
-    """bench/fuzz_graph.py's scenario attacks, quick (issue 27): a protected context flood ends within 250 ms of its
+    """bench/fuzz_graph.py's scenario attacks, quick: a protected context flood ends within 250 ms of its
     hard deadline with the planner's context bounded, a dripping /act server fails the step EXECUTOR counted by
     reason and a new plan's commands flow once it answers, a recorder killed mid-episode leaves a bag brace-audit
     reports damaged and recovers for every reader, a killed CAN twin faults the arm without a flap or an accepted

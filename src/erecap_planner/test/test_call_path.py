@@ -100,7 +100,7 @@ def test_unknown_decoding_is_rejected():
 
 @pytest.mark.parametrize("compressor", ["erecap", "summary"])
 def test_a_protected_flood_never_keeps_a_call_past_its_deadline(compressor):
-    """Issue 27: 300 protected TASK entries of 8,000 characters, held whole (limits raised), took seconds to render
+    """QA measured: 300 protected TASK entries of 8,000 characters, held whole (limits raised), took seconds to render
     past a hard deadline; the render fits the call's token cap first and checks the deadline as it goes."""
     flood = ContextBuffer(limits=ContextLimits(block_entries=1_000, block_chars=10**8, total_chars=10**8))
     for i in range(300):

@@ -210,7 +210,7 @@ def _lost(node: ErecapPlannerNode) -> int:
 
 
 def test_a_protected_flood_is_bounded_as_it_arrives_and_no_call_outlives_its_deadline(ros, model_dir):
-    """Issue 27: 300 TASK entries of 8,000 characters (all the requested agent's, so all protected) were held whole,
+    """QA measured: 300 TASK entries of 8,000 characters (all the requested agent's, so all protected) were held whole,
     and rendering them took seconds past the hard deadline; the agent's oldest yield at ingest now, counted, and the
     call (whose 32,768-token prompt the tiny model could not prefill in time) stops within 250 ms of its deadline."""
     node = planner(model_dir)
@@ -236,7 +236,7 @@ def test_a_protected_flood_is_bounded_as_it_arrives_and_no_call_outlives_its_dea
 
 
 def test_a_context_burst_is_taken_or_counted_entry_by_entry(ros, model_dir):
-    """Issue 27: of a 100,000-entry burst from a keep-last writer the planner counted 7,212; its keep-all reader,
+    """QA measured: of a 100,000-entry burst from a keep-last writer the planner counted 7,212; its keep-all reader,
     5,000 samples behind, never received from that writer again. Every entry is now taken or counted lost."""
     node = planner(model_dir)
     client = start(ros, node)
