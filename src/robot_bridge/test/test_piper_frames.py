@@ -4,8 +4,10 @@ Feedback frames we pack are decoded by the SDK's protocol parser; command frames
 python-can virtual bus are captured and decoded by ours.
 """
 
+import dataclasses
 import itertools
 import random
+import struct
 
 import can
 import pytest
@@ -73,6 +75,17 @@ def test_round_trips():
             assert pf.unpack_command(*cmd.pack()) == cmd
     for fb in (pf.MotorLimitFeedback(2, 1800, 0, 3000), pf.MotorAccFeedback(5, 500)):
         assert pf.unpack_feedback(*fb.pack()) == fb
+
+
+def test_every_layout_fits_a_frame_and_its_fields():
+    """A frame class's LAYOUT packs at most 8 bytes, one struct item per data field (a MotorFrame's motor is its ID)."""
+    classes = [c for c in vars(pf).values() if isinstance(c, type) and issubclass(c, (pf.FixedFrame, pf.MotorFrame))
+               and c not in (pf.FixedFrame, pf.MotorFrame)]
+    assert len(classes) == 12
+    for cls in classes:
+        data_fields = len(dataclasses.fields(cls)) - (1 if issubclass(cls, pf.MotorFrame) else 0)
+        assert struct.calcsize(cls.LAYOUT) <= 8, cls.__name__
+        assert len(struct.unpack(cls.LAYOUT, bytes(struct.calcsize(cls.LAYOUT)))) == data_fields, cls.__name__
 
 
 def test_bad_frames_raise_frame_error():

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import ClassVar
 
 # ---- IDs -----------------------------------------------------------------------------------------------------
 MOTION_CTRL_1 = 0x150
@@ -106,28 +107,64 @@ def _unpack(fmt: str, data: bytes | bytearray | Sequence[int]) -> tuple[int, ...
     return struct.unpack_from(fmt, raw)
 
 
+class FixedFrame:
+    """A frame with one ID, CAN_ID, whose data are the dataclass's fields in order, packed as LAYOUT (struct)."""
+
+    CAN_ID: ClassVar[int]
+    LAYOUT: ClassVar[str]
+
+    def pack(self) -> Frame:
+        """The frame."""
+        return self.CAN_ID, _pack(self.LAYOUT, *_values(self))
+
+    @classmethod
+    def unpack(cls, data: bytes) -> FixedFrame:
+        """From a frame's data."""
+        return cls(*_unpack(cls.LAYOUT, data))
+
+
+class MotorFrame:
+    """A frame per motor 1-6, ID_BASE + motor, whose data are the dataclass's fields after `motor`, as LAYOUT."""
+
+    ID_BASE: ClassVar[int]
+    LAYOUT: ClassVar[str]
+
+    def pack(self) -> Frame:
+        """The frame."""
+        values = _values(self)
+        if not 1 <= values[0] <= 6:
+            raise FrameError(f"motor {values[0]} is not 1-6")
+        return self.ID_BASE + values[0], _pack(self.LAYOUT, *values[1:])
+
+    @classmethod
+    def unpack(cls, can_id: int, data: bytes) -> MotorFrame:
+        """From a frame's ID and data."""
+        return cls(can_id - cls.ID_BASE, *_unpack(cls.LAYOUT, data))
+
+
+def _values(frame) -> tuple[int, ...]:
+    return tuple(getattr(frame, f.name) for f in fields(frame))
+
+
 # ---- commands --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class MotionCtrl1:
+class MotionCtrl1(FixedFrame):
     """0x150: emergency stop (0x01) / resume (0x02), trajectory and drag-teach control."""
+
+    CAN_ID = MOTION_CTRL_1
+    LAYOUT = ">BBB"
 
     emergency_stop: int = ESTOP_NONE
     track_ctrl: int = 0
     drag_teach_ctrl: int = 0
 
-    def pack(self) -> Frame:
-        """The frame."""
-        return MOTION_CTRL_1, _pack(">BBB", self.emergency_stop, self.track_ctrl, self.drag_teach_ctrl)
-
-    @classmethod
-    def unpack(cls, data: bytes) -> MotionCtrl1:
-        """From a frame's data."""
-        return cls(*_unpack(">BBB", data))
-
 
 @dataclass(frozen=True)
-class MotionCtrl2:
+class MotionCtrl2(FixedFrame):
     """0x151: control mode, move mode, speed percentage (0-100), MIT mode, residence time, installation."""
+
+    CAN_ID = MOTION_CTRL_2
+    LAYOUT = ">BBBBBB"
 
     ctrl_mode: int = CTRL_MODE_CAN
     move_mode: int = MOVE_J
@@ -135,16 +172,6 @@ class MotionCtrl2:
     mit_mode: int = 0
     residence_time: int = 0
     installation_pos: int = 0
-
-    def pack(self) -> Frame:
-        """The frame."""
-        return MOTION_CTRL_2, _pack(">BBBBBB", self.ctrl_mode, self.move_mode, self.speed_pct, self.mit_mode,
-                                    self.residence_time, self.installation_pos)
-
-    @classmethod
-    def unpack(cls, data: bytes) -> MotionCtrl2:
-        """From a frame's data."""
-        return cls(*_unpack(">BBBBBB", data))
 
 
 @dataclass(frozen=True)
@@ -183,22 +210,16 @@ def end_pose_ctrl_frames(pose: Sequence[int]) -> list[Frame]:
 
 
 @dataclass(frozen=True)
-class GripperCtrl:
+class GripperCtrl(FixedFrame):
     """0x159: stroke (int32 0.001 mm), effort (uint16 0.001 N·m), enable code (0-3), set zero (0xAE)."""
+
+    CAN_ID = GRIPPER_CTRL
+    LAYOUT = ">iHBB"
 
     angle: int = 0
     effort: int = 0
     status_code: int = GRIPPER_DISABLE
     set_zero: int = 0
-
-    def pack(self) -> Frame:
-        """The frame."""
-        return GRIPPER_CTRL, _pack(">iHBB", self.angle, self.effort, self.status_code, self.set_zero)
-
-    @classmethod
-    def unpack(cls, data: bytes) -> GripperCtrl:
-        """From a frame's data."""
-        return cls(*_unpack(">iHBB", data))
 
     @property
     def enable(self) -> bool:
@@ -207,20 +228,14 @@ class GripperCtrl:
 
 
 @dataclass(frozen=True)
-class MotorEnable:
+class MotorEnable(FixedFrame):
     """0x471: motor 1-6 (joint), 7 or 0xFF (all motors, gripper included); flag 0x01 disable, 0x02 enable."""
+
+    CAN_ID = MOTOR_ENABLE
+    LAYOUT = ">BB"
 
     motor_num: int = MOTOR_ALL_SDK
     enable_flag: int = ENABLE_FLAG_ENABLE
-
-    def pack(self) -> Frame:
-        """The frame."""
-        return MOTOR_ENABLE, _pack(">BB", self.motor_num, self.enable_flag)
-
-    @classmethod
-    def unpack(cls, data: bytes) -> MotorEnable:
-        """From a frame's data."""
-        return cls(*_unpack(">BB", data))
 
     def motors(self) -> tuple[int, ...]:
         """The joint motors (1-6) and gripper (7) this command addresses; () for an unknown motor number."""
@@ -232,37 +247,25 @@ class MotorEnable:
 
 
 @dataclass(frozen=True)
-class MotorLimitQuery:
+class MotorLimitQuery(FixedFrame):
     """0x472: ask motor 1-6 for its angle limits / max speed (0x01, answered by 0x473) or max acceleration (0x02,
     answered by 0x47C)."""
+
+    CAN_ID = MOTOR_LIMIT_QUERY
+    LAYOUT = ">BB"
 
     motor_num: int = 1
     search_content: int = LIMIT_QUERY_ANGLE_SPEED
 
-    def pack(self) -> Frame:
-        """The frame."""
-        return MOTOR_LIMIT_QUERY, _pack(">BB", self.motor_num, self.search_content)
-
-    @classmethod
-    def unpack(cls, data: bytes) -> MotorLimitQuery:
-        """From a frame's data."""
-        return cls(*_unpack(">BB", data))
-
 
 @dataclass(frozen=True)
-class FirmwareQuery:
+class FirmwareQuery(FixedFrame):
     """0x4AF from the host: byte 0 = 0x01 asks the arm for its firmware text."""
 
+    CAN_ID = FIRMWARE
+    LAYOUT = ">B"
+
     request: int = 0x01
-
-    def pack(self) -> Frame:
-        """The frame."""
-        return FIRMWARE, _pack(">B", self.request)
-
-    @classmethod
-    def unpack(cls, data: bytes) -> FirmwareQuery:
-        """From a frame's data."""
-        return cls(*_unpack(">B", data))
 
 
 Command = MotionCtrl1 | MotionCtrl2 | PairI32 | GripperCtrl | MotorEnable | MotorLimitQuery | FirmwareQuery
@@ -305,9 +308,12 @@ def err_bits(code: int) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
 
 
 @dataclass(frozen=True)
-class ArmStatus:
+class ArmStatus(FixedFrame):
     """0x2A1: control mode, arm status, move-mode feedback, teach status, motion status, trajectory number,
     error code (see err_code)."""
+
+    CAN_ID = ARM_STATUS
+    LAYOUT = ">BBBBBBH"
 
     ctrl_mode: int = CTRL_MODE_STANDBY
     arm_status: int = ARM_NORMAL
@@ -316,16 +322,6 @@ class ArmStatus:
     motion_status: int = MOTION_REACHED
     trajectory_num: int = 0
     err_code: int = 0
-
-    def pack(self) -> Frame:
-        """The frame."""
-        return ARM_STATUS, _pack(">BBBBBBH", self.ctrl_mode, self.arm_status, self.mode_feed, self.teach_status,
-                                 self.motion_status, self.trajectory_num, self.err_code)
-
-    @classmethod
-    def unpack(cls, data: bytes) -> ArmStatus:
-        """From a frame's data."""
-        return cls(*_unpack(">BBBBBBH", data))
 
 
 def joint_feedback_frames(millideg: Sequence[int]) -> list[Frame]:
@@ -339,49 +335,38 @@ def end_pose_feedback_frames(pose: Sequence[int]) -> list[Frame]:
 
 
 @dataclass(frozen=True)
-class GripperFeedback:
+class GripperFeedback(FixedFrame):
     """0x2A8: stroke (int32 0.001 mm), effort (int16 0.001 N·m), status bits (DRIVER_*; bit 6 enabled)."""
+
+    CAN_ID = GRIPPER_FB
+    LAYOUT = ">ihB"
 
     angle: int = 0
     effort: int = 0
     status_code: int = 0
 
-    def pack(self) -> Frame:
-        """The frame."""
-        return GRIPPER_FB, _pack(">ihB", self.angle, self.effort, self.status_code)
-
-    @classmethod
-    def unpack(cls, data: bytes) -> GripperFeedback:
-        """From a frame's data."""
-        return cls(*_unpack(">ihB", data))
-
 
 @dataclass(frozen=True)
-class HighSpeed:
+class HighSpeed(MotorFrame):
     """0x251-0x256 for motor 1-6: speed (int16 0.001 rad/s), current (int16 0.001 A), position (int32; the twin
     sends 0.001 rad, the SDK documents the field as 'rad')."""
+
+    ID_BASE = HIGH_SPEED_BASE
+    LAYOUT = ">hhi"
 
     motor: int
     speed: int = 0
     current: int = 0
     pos: int = 0
 
-    def pack(self) -> Frame:
-        """The frame."""
-        if not 1 <= self.motor <= 6:
-            raise FrameError(f"motor {self.motor} is not 1-6")
-        return HIGH_SPEED_BASE + self.motor, _pack(">hhi", self.speed, self.current, self.pos)
-
-    @classmethod
-    def unpack(cls, can_id: int, data: bytes) -> HighSpeed:
-        """From a frame's ID and data."""
-        return cls(can_id - HIGH_SPEED_BASE, *_unpack(">hhi", data))
-
 
 @dataclass(frozen=True)
-class LowSpeed:
+class LowSpeed(MotorFrame):
     """0x261-0x266 for motor 1-6: voltage (uint16 0.1 V), driver temperature (int16 °C), motor temperature
     (int8 °C), driver status bits (DRIVER_*; bit 6 enabled), bus current (uint16 0.001 A)."""
+
+    ID_BASE = LOW_SPEED_BASE
+    LAYOUT = ">HhbBH"
 
     motor: int
     voltage: int = 0
@@ -390,18 +375,6 @@ class LowSpeed:
     status: int = 0
     bus_current: int = 0
 
-    def pack(self) -> Frame:
-        """The frame."""
-        if not 1 <= self.motor <= 6:
-            raise FrameError(f"motor {self.motor} is not 1-6")
-        return LOW_SPEED_BASE + self.motor, _pack(">HhbBH", self.voltage, self.driver_temp, self.motor_temp,
-                                                  self.status, self.bus_current)
-
-    @classmethod
-    def unpack(cls, can_id: int, data: bytes) -> LowSpeed:
-        """From a frame's ID and data."""
-        return cls(can_id - LOW_SPEED_BASE, *_unpack(">HhbBH", data))
-
     @property
     def enabled(self) -> bool:
         """Whether the driver reports itself enabled (bit 6)."""
@@ -409,39 +382,27 @@ class LowSpeed:
 
 
 @dataclass(frozen=True)
-class MotorLimitFeedback:
+class MotorLimitFeedback(FixedFrame):
     """0x473: motor 1-6's max / min angle (int16 0.1 deg) and max joint speed (uint16 0.001 rad/s)."""
+
+    CAN_ID = MOTOR_LIMIT_FB
+    LAYOUT = ">BhhH"
 
     motor_num: int
     max_angle: int
     min_angle: int
     max_speed: int
 
-    def pack(self) -> Frame:
-        """The frame."""
-        return MOTOR_LIMIT_FB, _pack(">BhhH", self.motor_num, self.max_angle, self.min_angle, self.max_speed)
-
-    @classmethod
-    def unpack(cls, data: bytes) -> MotorLimitFeedback:
-        """From a frame's data."""
-        return cls(*_unpack(">BhhH", data))
-
 
 @dataclass(frozen=True)
-class MotorAccFeedback:
+class MotorAccFeedback(FixedFrame):
     """0x47C: motor 1-6's max acceleration (uint16 0.001 rad/s²)."""
+
+    CAN_ID = MOTOR_ACC_FB
+    LAYOUT = ">BH"
 
     motor_num: int
     max_acc: int
-
-    def pack(self) -> Frame:
-        """The frame."""
-        return MOTOR_ACC_FB, _pack(">BH", self.motor_num, self.max_acc)
-
-    @classmethod
-    def unpack(cls, data: bytes) -> MotorAccFeedback:
-        """From a frame's data."""
-        return cls(*_unpack(">BH", data))
 
 
 def firmware_frames(text: str) -> list[Frame]:
