@@ -24,6 +24,7 @@ from brace_common import names, qos
 from brace_common.clock import seconds_of, steady_timer
 from brace_common.counted_inputs import CountedInputs
 from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.episode_boundary import before_episode
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.replanning import Trigger
 from brace_common.spin import spin_node
@@ -77,13 +78,10 @@ class TriggerMonitorNode(Node):
             self.episode_start_s = seconds_of(msg.header.stamp)
 
     def is_stale(self, msg: AgentState) -> bool:
-        """A state of the previous episode that arrived after this one's start (topics are not ordered with each
-        other): stamped before the start, or at its instant with a step past the first. Such a state would set the
-        step ahead of the new episode's and silence every step detector until the episode caught up."""
-        stamp_s = seconds_of(msg.header.stamp)
-        if not self.episode_start_s or not stamp_s:
-            return False
-        return stamp_s < self.episode_start_s or (stamp_s == self.episode_start_s and msg.step > 0)
+        """A state of the previous episode that arrived after this one's start (brace_common.episode_boundary). Such
+        a state would set the step ahead of the new episode's and silence every step detector until the episode
+        caught up."""
+        return before_episode(seconds_of(msg.header.stamp), msg.step, self.episode_start_s)
 
     def on_tick(self) -> None:
         """Timer step source: advance one step and evaluate the detectors."""

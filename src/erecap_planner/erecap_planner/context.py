@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
+from brace_common.episode_boundary import before_episode
 from brace_common.vocabulary import Block, EntryKind
 
 MAX_TOKENS_PER_CHAR = 4
@@ -327,12 +328,17 @@ class ContextBuffer:
         self.__init__(limits=self.limits)
 
     def forget_before(self, stamp: float) -> int:
-        """Forget every entry stamped before `stamp` (a new episode began then); how many were forgotten."""
+        """Forget every entry from before the episode that began at `stamp`: stamped earlier (unstamped ones too:
+        they arrived before the start), or from before it by brace_common.episode_boundary; how many were forgotten."""
         held = len(self)
-        log = [(seq, e) for seq, e in self._log.items() if e.stamp >= stamp]
-        states = [(self._state_seq[a], e) for a, e in self.state.items() if e.stamp >= stamp]
+        log = [(seq, e) for seq, e in self._log.items() if self._in_episode(e, stamp)]
+        states = [(self._state_seq[a], e) for a, e in self.state.items() if self._in_episode(e, stamp)]
         self._rebuild(log, states)
         return held - len(self)
+
+    @staticmethod
+    def _in_episode(entry: Entry, start: float) -> bool:
+        return entry.stamp >= start and not before_episode(entry.stamp, entry.step, start)
 
     def blocks(self, layout: str = "focus") -> list[tuple[Block, list[Entry]]]:
         """The blocks in prompt order with their entries.

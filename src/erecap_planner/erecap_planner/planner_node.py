@@ -65,6 +65,7 @@ from brace_common.clock import seconds_of, steady_timer
 from brace_common.config import ConfigError
 from brace_common.counted_inputs import CountedInputs
 from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.episode_boundary import before_episode
 from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
@@ -100,6 +101,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self._probe_timer = None
         self.buffer = ContextBuffer()
         self.buffer_lock = threading.Lock()
+        self.episode_start_s = 0.0  # the world's stamp of the latest episode start (0: none, or unstamped)
         self.inputs = CountedInputs()
         self.queue = CallQueue()  # one model: calls run one at a time, earliest deadline first
         self.calls: dict[bytes, QueuedCall] = {}  # goal id -> its call
@@ -107,7 +109,8 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self.last_error = ""
         self.ids = itertools.count(1)
         self.counts = {"calls": 0, "malformed_context": 0, "context_entries": 0, "goals_rejected": 0,
-                       "entries_forgotten": 0, "goal_wait_before_acceptance_ms": 0.0, "schema_updates": 0,
+                       "entries_forgotten": 0, "stale_context": 0, "goal_wait_before_acceptance_ms": 0.0,
+                       "schema_updates": 0,
                        "calls_waited_for_schema": 0,
                        **{f"status.{s.label}": 0 for s in CallStatus}}
         self.rejections = Rejections(self.get_logger())
@@ -254,15 +257,20 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             self.rejections.reject("context_entry", exc, msg.agent_id)
             return
         with self.buffer_lock:
+            if before_episode(entry.stamp, entry.step, self.episode_start_s):
+                self.counts["stale_context"] += 1  # the previous episode's, arrived after this one's start
+                return
             self.buffer.add(entry)
         self.counts["context_entries"] += 1
 
     def on_episode(self, msg: Episode) -> None:
-        """A new episode: forget what was said before it began (entries of the new one may already be in)."""
+        """A new episode: forget what was said before it began (entries of the new one may already be in); later
+        entries from before it are dropped and counted (stale_context)."""
         if msg.event != EpisodeEvent.START:
             return
         with self.buffer_lock:
-            self.counts["entries_forgotten"] += self.buffer.forget_before(seconds_of(msg.header.stamp))
+            self.episode_start_s = seconds_of(msg.header.stamp)
+            self.counts["entries_forgotten"] += self.buffer.forget_before(self.episode_start_s)
 
     def on_world_info(self, msg: WorldInfo) -> None:
         """The world's action schema: used from the next call on when it changed; a malformed one (or none, when

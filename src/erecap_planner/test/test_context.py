@@ -158,13 +158,23 @@ def test_the_totals_make_the_oldest_history_yield_first_then_the_oldest_of_any_b
     assert c.chars <= 10_000 and c.dropped_by["total_chars"] > 0 and c.task[-1].agent_id == "y"
 
 
+def test_forget_before_drops_the_previous_episodes_entries_at_the_start_instant_too():
+    """A world on simulated time stamps its last step and the next start alike: at that instant only step 0 is new."""
+    c = ContextBuffer()
+    c.add(Entry("a", 59, Block.HISTORY, "last step of episode 0", stamp=10.0))
+    c.add(Entry("a", 59, Block.STATE, "state at the end of episode 0", stamp=10.0))
+    c.add(Entry("a", 0, Block.TASK, "task of episode 1", "task", stamp=10.0))
+    c.add(Entry("b", 1, Block.HISTORY, "episode 1, step 1", stamp=10.5))
+    assert c.forget_before(10.0) == 2
+    assert [e.text for e in c.log] == ["task of episode 1", "episode 1, step 1"] and not c.state
+
 def test_forget_and_snapshot_keep_the_limits_consistent():
     c = ContextBuffer(limits=ContextLimits(block_entries=2))
     for t in range(4):
         c.add(Entry("a", t, Block.TASK, f"t{t}", "task", stamp=float(t)))
         c.add(Entry("a", t, Block.HISTORY, f"h{t}", stamp=float(t)))
     copy = c.snapshot()
-    assert c.forget_before(3.0) == 4 and [e.text for e in c.log] == ["t3", "h3"]
+    assert c.forget_before(2.5) == 4 and [e.text for e in c.log] == ["t3", "h3"]
     assert len(copy) == 6 and c.chars == 4 and copy.chars == 12
     for t in range(4, 7):
         c.add(Entry("a", t, Block.TASK, f"t{t}", "task", stamp=float(t)))

@@ -7,7 +7,7 @@ import time
 
 import pytest
 from brace_msgs.action import Replan
-from brace_msgs.msg import ContextEntry, ReplanCall, WorldInfo
+from brace_msgs.msg import ContextEntry, Episode, ReplanCall, WorldInfo
 from rclpy.action import ActionClient
 from rclpy.duration import Duration
 from rclpy.node import Node
@@ -16,6 +16,7 @@ from rclpy.parameter import Parameter
 from brace_common import qos
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import wait_for
+from brace_common.vocabulary import Block, EpisodeEvent
 from erecap_planner.call_path import NO_SCHEMA
 from erecap_planner.planner_node import ErecapPlannerNode
 from erecap_planner.testing import saved_tiny_llama, tiny
@@ -251,6 +252,32 @@ def test_a_context_burst_is_taken_or_counted_entry_by_entry(ros, model_dir):
                                             kind="observation", text="after the burst"))
     wait_for(lambda: node.buffer.history[-1].text == "after the burst", what="the writer's next entry")
 
+
+def test_context_of_the_previous_episode_arriving_after_the_start_is_dropped_and_counted(ros, model_dir):
+    """Topics are not ordered with each other: the last entries of an episode can arrive after the next one's START.
+    They were kept in the new episode's context; now they are dropped by the trigger monitor's rule."""
+    node = planner(model_dir)
+    client = start(ros, node)
+    episodes = client.create_publisher(Episode, "/brace/episode", qos.INPUTS)
+    wait_for(lambda: episodes.get_subscription_count() > 0, what="episode subscription")
+    start_stamp = client.get_clock().now()
+    episode = Episode(episode=1, event=EpisodeEvent.START.value)
+    episode.header.stamp = start_stamp.to_msg()
+    episodes.publish(episode)
+    wait_for(lambda: node.episode_start_s > 0, what="the episode start")
+    late = [(start_stamp - Duration(seconds=0.5), 41, "late: before the start"),
+            (start_stamp, 42, "late: at the start instant, step 42"),
+            (start_stamp, 0, "new: the first step"),
+            (start_stamp + Duration(seconds=0.1), 1, "new: after the start")]
+    for stamp, step, text in late:
+        entry = ContextEntry(agent_id="a", step=step, block=Block.HISTORY.value, kind="observation", text=text)
+        entry.header.stamp = stamp.to_msg()
+        client.context_pub.publish(entry)
+    wait_for(lambda: node.counts["stale_context"] + node.counts["context_entries"] >= 41 + len(late), what="entries")
+    assert node.counts["stale_context"] == 2
+    with node.buffer_lock:  # start()'s entries are unstamped: taken as they come
+        held = [e.text for e in node.buffer.history if e.text.startswith(("late", "new"))]
+    assert held == ["new: the first step", "new: after the start"]
 
 def test_with_no_schema_file_the_planner_plans_with_the_schema_the_world_publishes(ros, model_dir):
     node = planner(model_dir, action_schema_file="", decoding="candidates")
