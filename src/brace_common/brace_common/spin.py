@@ -15,6 +15,9 @@ from .config import ConfigError
 
 AUTOSTART = "autostart"
 """Parameter of a lifecycle node: configure and activate itself at start (no lifecycle manager needed)."""
+HARDWARE_FAULT = "hardware_fault"
+"""Attribute a lifecycle node sets true when its last transition failed on its hardware (a CAN bus, a device), not
+its configuration: a failed autostart then leaves it running, unconfigured or inactive, instead of exiting 2."""
 
 
 def autostart(node: LifecycleNode) -> Optional[str]:
@@ -45,7 +48,8 @@ def spin_node(factory: Callable[[], Node], name: str, args=None,
     """Run one node until Ctrl-C / shutdown (or `until(node)`); exit code 2 when its configuration is invalid.
 
     A lifecycle node whose `autostart` parameter is true is configured and
-    activated first (a failed configure exits 2 with its reason). `threads` > 1
+    activated first (a failed transition exits 2 with its reason, unless the
+    node says the fault is its hardware's: HARDWARE_FAULT). `threads` > 1
     spins a multi-threaded executor. `on_exit(node)` runs however spinning
     ended (shutdown, SIGINT, SIGTERM), e.g. to finish a file.
     """
@@ -65,7 +69,10 @@ def spin_node(factory: Callable[[], Node], name: str, args=None,
                     # because the configuration is invalid
                     rclpy.logging.get_logger(name).info(f"shut down while starting ({error})")
                     return 0
-                if error is not None:
+                if error is not None and getattr(node, HARDWARE_FAULT, False):
+                    node.get_logger().error(f"start failed on the hardware: {error}; the node stays up (diagnostics "
+                                            "ERROR) for a lifecycle manager or `ros2 lifecycle set` to retry")
+                elif error is not None:
                     node.get_logger().fatal(f"invalid configuration: {error}")
                     return 2
             executor = MultiThreadedExecutor(num_threads=threads) if threads > 1 else SingleThreadedExecutor()

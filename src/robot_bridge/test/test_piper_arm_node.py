@@ -635,6 +635,22 @@ def test_a_killed_twin_process_faults_the_arm_without_flapping_and_it_recovers_w
         rig.close()
 
 
+def test_the_executable_stays_up_with_an_error_when_its_can_port_is_missing(ros, tmp_path):
+    """A missing CAN adapter is a hardware fault, not an invalid configuration: the node exited 2 at autostart; it
+    now stays up, unconfigured, with diagnostics ERROR naming the port, for a lifecycle manager to retry."""
+    env = {**os.environ, "ROS_DOMAIN_ID": str(ros.domain_id)}
+    proc, log_path = run_arm(env, tmp_path, "autostart:=true", "can_interface:=socketcan", "can_port:=brace_nocan0")
+    try:
+        op = ros.add(Operator())
+        wait_for(lambda: proc.poll() is not None or (op.status() is not None and "brace_nocan0" in op.status().message),
+                 60.0, "diagnostics naming the missing port")
+        assert proc.poll() is None, log_path.read_text()[-2000:]
+        assert op.level() == 2 and op.values().get("state") == "unconfigured"
+    finally:
+        code = terminate(proc)
+    assert code == 0, log_path.read_text()[-2000:]
+    assert "stays up" in log_path.read_text()
+
 def test_the_executable_exits_2_naming_an_invalid_parameter(tmp_path):
     proc, log_path = run_arm(dict(os.environ), tmp_path, "autostart:=true", "speed_percent:=500")
     assert proc.wait(timeout=60) == 2

@@ -98,6 +98,7 @@ class PiperArmNode(ReleasingLifecycleNode):
         self.silent_since: Optional[float] = None
         self.state_label = "unconfigured"
         self.last_error = ""
+        self.hardware_fault = False  # the last transition failed on the CAN bus or the arm (brace_common.spin)
         self.agent_step = 0
         self.counts = {"commands.joint_cmd": 0, "commands.ee_delta_cmd": 0, "commands.gripper_cmd": 0,
                        "holds.watchdog": 0, "holds.fault": 0, "faults_raised": 0, "recoveries": 0, "reconnects": 0,
@@ -142,6 +143,7 @@ class PiperArmNode(ReleasingLifecycleNode):
     # ------------------------------------------------------------------ lifecycle
 
     def _fail(self, what: str, exc: Exception) -> TransitionCallbackReturn:
+        self.hardware_fault = isinstance(exc, DriverError)  # the CAN bus or the arm, not the parameters
         self.last_error = f"{what}: {exc}"
         self.get_logger().error(self.last_error)
         return TransitionCallbackReturn.FAILURE
