@@ -18,6 +18,8 @@ from .audit_report import RunRecords, metric_total, summary
 FAILURES = [f.label for f in Failure if f != Failure.NONE]
 TITLE = "PickFruit on the PiPER CAN twin (BRACE Table 32 shape)"
 CSV = "table32.csv"
+REAL_TITLE = "Real-robot tasks judged by the operator (BRACE Table 32 shape)"
+REAL_CSV = "table32_real.csv"
 
 
 def _count(value: float) -> int:
@@ -38,11 +40,11 @@ def row(records: RunRecords) -> dict:
     return out
 
 
-def table(rows: Sequence[dict]) -> str:
-    """The rows as a fixed-width text table."""
+def table(rows: Sequence[dict], title: str = TITLE) -> str:
+    """The rows as a fixed-width text table under `title`."""
     head = (f"{'variant':<14}{'episodes':>9}{'success':>9}{'duration s':>11}{'replans/ep':>11}{'P95 ms':>9}"
             f"{'SLO viol.':>10}  failures ({' / '.join(FAILURES)})")
-    lines = [TITLE, head]
+    lines = [title, head]
     for r in rows:
         fails = " / ".join(str(r[f"failure_{f}"]) for f in FAILURES)
         p95 = f"{r['latency_p95_ms']:.0f}" if not math.isnan(r["latency_p95_ms"]) else "-"

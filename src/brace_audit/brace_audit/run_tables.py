@@ -2,13 +2,15 @@
 
 The paper's tables (audit_report.report) for every world, then each world's
 own table, chosen by the worlds the episodes name (Episode.world): the drone
-intersection's for "airsim", Table 32 for "pickfruit".
+intersection's for "airsim", Table 32 for "pickfruit" (the twin) and for "real" (operator_task's episodes on a
+real robot).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
@@ -36,6 +38,8 @@ class WorldTable:
 WORLD_TABLES: dict[str, WorldTable] = {
     "airsim": WorldTable(drone_report.row, drone_report.table, drone_report.CSV),
     "pickfruit": WorldTable(pickfruit_report.row, pickfruit_report.table, pickfruit_report.CSV),
+    "real": WorldTable(pickfruit_report.row, partial(pickfruit_report.table, title=pickfruit_report.REAL_TITLE),
+                       pickfruit_report.REAL_CSV),
 }
 """Episode.world -> its table."""
 

@@ -84,6 +84,14 @@ def test_table_32_sums_slips_and_failures_and_averages_duration(tmp_path):
     assert written["failure_drop_slip"] == "3" and written["variant"] == "brace_erecap"
 
 
+def test_the_real_robots_episodes_get_table_32_under_their_own_title(tmp_path):
+    real = collect("brace_erecap", "real", 1, [episode(0, False, duration_s=40.0, failure_grasp=2)])
+    text = world_tables([real], tmp_path)
+    assert text.splitlines()[0] == pickfruit_report.REAL_TITLE and text.splitlines()[2].endswith("2 / 0 / 0 / 0 / 0 / 0")
+    (written,) = csv.DictReader((tmp_path / pickfruit_report.REAL_CSV).open())
+    assert written["failure_grasp"] == "2" and not (tmp_path / pickfruit_report.CSV).exists()
+
+
 def test_the_drone_table_has_k_landed_and_the_safety_proxies(tmp_path):
     runs = [collect("no_brace", "airsim", 8, [
         episode(0, True, near_misses=1, collisions=0, min_distance_m=3.1, plans_agreeing=2),

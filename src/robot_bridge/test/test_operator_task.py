@@ -14,7 +14,7 @@ from std_srvs.srv import Trigger
 from brace_common import names, qos
 from brace_common.config import ConfigError
 from brace_common.testing import call_service, installed_executable, wait_for
-from brace_common.vocabulary import Activity, Block, EpisodeEvent, Observability
+from brace_common.vocabulary import Activity, Block, EpisodeEvent, Failure, Observability
 from brace_common.world_state import AgentActivity, world_state_from_msg
 from robot_bridge.pickfruit.operator_episodes import EpisodeError, OperatorEpisodes, world_state
 from robot_bridge.pickfruit.operator_task_node import OperatorTaskConfig, OperatorTaskNode
@@ -42,6 +42,14 @@ def test_episodes_start_end_and_time_out():
     record = eps.expire(15.0)
     assert record is not None and not record.success and record.reason == "timeout" and not eps.running
     assert [r.episode for r in eps.history] == [0, 1]
+    eps.failed_step(Failure.GRASP)                  # none running: not counted
+    eps.start([TASK], 20.0)
+    for failure in (Failure.GRASP, Failure.DROP_SLIP, Failure.GRASP, Failure.NONE):
+        eps.failed_step(failure)
+    metrics = eps.finish(False, 21.0).verdict(5).metrics
+    assert metrics == {"duration_s": 1.0, "failure_grasp": 2.0, "failure_drop_slip": 1.0, "failure_executor": 1.0}
+    eps.start([TASK], 30.0)
+    assert eps.finish(True, 31.0).verdict(1).metrics == {"duration_s": 1.0}  # counts restart with each episode
     assert OperatorEpisodes().start([TASK], 0.0) == 0 and OperatorEpisodes().expire(1e9) is None
 
 
@@ -115,8 +123,12 @@ def test_the_operator_starts_and_judges_episodes(ros):
     op.plan_pub.publish(Plan(plan_id="p2", agent_id="arm_9"))       # another agent's: not counted
     wait_for(lambda: task.counts["plans"] == 1, what="the plan counted")
     wait_for(lambda: op.world_states[-1].agents[0].action == "pick", what="the plan in the world state")
+    op.outcome_pub.publish(ExecutionOutcome(agent_id="arm_0", action="pick", success=False,
+                                            failure=ExecutionOutcome.FAILURE_GRASP))
+    op.outcome_pub.publish(ExecutionOutcome(agent_id="arm_0", action="pick", success=False, failure=99))
     op.outcome_pub.publish(ExecutionOutcome(agent_id="arm_0", action="pick", success=False))
-    wait_for(lambda: op.world_states[-1].agents[0].activity == Activity.FAILED, what="the failed step")
+    wait_for(lambda: op.world_states[-1].agents[0].activity == Activity.FAILED and task.counts["unknown_failures"],
+             what="the failed steps")
     state = world_state_from_msg(op.world_states[-1])
     assert state.world == "real" and state.observability == Observability.PARTIAL and state.step == 1
     assert state.entity("arm_0").pose is None and state.entity("task_0").attributes["text"] == TASK
@@ -125,6 +137,8 @@ def test_the_operator_starts_and_judges_episodes(ros):
     wait_for(lambda: op.world_states[-1].entities[-1].state == "failed", what="the verdict in the world state")
     end = op.episodes[1]
     assert end.event == EpisodeEvent.END and not end.success and end.plans == 1 and end.tasks == 1
+    metrics = {m.name: m.value for m in end.metrics}  # Table 32's failure columns: the executor's categories
+    assert (metrics["failure_grasp"], metrics["failure_executor"]) == (1.0, 2.0) and "duration_s" in metrics
     # a task sent on the topic starts the next episode with its lines
     op.task_pub.publish(String(data="Put the banana in the bowl.\n\nThen the orange."))
     wait_for(lambda: len(op.episodes) == 3 and len(op.entries) == 5, what="the topic's episode and its context")

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from brace_common.episode import DURATION_S, EpisodeMetrics
-from brace_common.vocabulary import Observability, Predicate
+from brace_common.episode import DURATION_S, FAILURE_PREFIX, EpisodeMetrics
+from brace_common.vocabulary import Failure, Observability, Predicate
 from brace_common.world_state import AgentActivity, Entity, Relation, WorldState
 
 MAX_TASK_CHARS = 2000
@@ -27,18 +27,22 @@ class EpisodeError(ValueError):
 
 @dataclass(frozen=True)
 class EpisodeRecord:
-    """An ended episode: which, its task, the verdict, how long it ran and why it ended."""
+    """An ended episode: which, its task, the verdict, how long it ran, why it ended and its failed steps."""
 
     episode: int
     tasks: tuple[str, ...]
     success: bool
     duration_s: float
     reason: str          # 'operator' or 'timeout'
+    failures: tuple[tuple[Failure, int], ...] = ()  # failed steps by category, as the executor reported them
 
     def verdict(self, steps: int) -> EpisodeMetrics:
-        """The operator's verdict as an Episode's: every task or none done, and the episode's duration."""
+        """The operator's verdict as an Episode's: every task or none done, the episode's duration and its failed
+        steps by category (failure_<category>, Table 32's columns)."""
+        metrics = {DURATION_S: round(self.duration_s, 2)}
+        metrics.update({FAILURE_PREFIX + failure.label: float(count) for failure, count in self.failures})
         return EpisodeMetrics(success=self.success, steps=steps, delivered=len(self.tasks) if self.success else 0,
-                              tasks=len(self.tasks), metrics={DURATION_S: round(self.duration_s, 2)})
+                              tasks=len(self.tasks), metrics=metrics)
 
 
 @dataclass
@@ -50,6 +54,7 @@ class OperatorEpisodes:
     tasks: tuple[str, ...] = ()
     started_at: Optional[float] = None
     history: list[EpisodeRecord] = field(default_factory=list)
+    failures: dict[Failure, int] = field(default_factory=dict)  # the running episode's failed steps by category
 
     @property
     def running(self) -> bool:
@@ -67,13 +72,22 @@ class OperatorEpisodes:
             raise EpisodeError(f"a task line is longer than {MAX_TASK_CHARS} characters")
         self.episode += 1
         self.tasks, self.started_at = lines, now
+        self.failures = {}
         return self.episode
+
+    def failed_step(self, failure: Failure) -> None:
+        """A step of the running episode failed in this category (none running: ignored; NONE counts as EXECUTOR,
+        a failure without its reason)."""
+        if self.running:
+            failure = Failure.EXECUTOR if failure == Failure.NONE else failure
+            self.failures[failure] = self.failures.get(failure, 0) + 1
 
     def finish(self, success: bool, now: float, reason: str = "operator") -> EpisodeRecord:
         """End the running episode with a verdict; EpisodeError when none runs."""
         if self.started_at is None:
             raise EpisodeError("no episode is running")
-        record = EpisodeRecord(self.episode, self.tasks, success, round(now - self.started_at, 3), reason)
+        record = EpisodeRecord(self.episode, self.tasks, success, round(now - self.started_at, 3), reason,
+                               tuple(sorted(self.failures.items())))
         self.history.append(record)
         self.started_at = None
         return record

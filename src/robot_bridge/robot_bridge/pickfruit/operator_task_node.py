@@ -38,7 +38,7 @@ from brace_common.episode import EpisodeResult, episode_msg
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
 from brace_common.validation import shorten
-from brace_common.vocabulary import Block, EntryKind, EpisodeEvent
+from brace_common.vocabulary import Block, EntryKind, EpisodeEvent, Failure
 from brace_common.world_node import WorldNode
 from brace_common.world_state import PlanProgress
 
@@ -91,7 +91,7 @@ class OperatorTaskNode(WorldNode, Node):
         self.init_world(("context", "episode", "diagnostics", "world_states", "world_info"), seed=None)
         self.episodes = OperatorEpisodes(cfg.max_episode_s)
         self.counts = {"episodes_started": 0, "episodes_ended": 0, "episodes_timed_out": 0, "requests_refused": 0,
-                       "plans": 0}
+                       "plans": 0, "unknown_failures": 0}
         self.create_subscription(String, TASK_TOPIC, self.on_task, qos.INPUTS)
         self.subscribe_plans(self.on_plan)
         self.plan_progress = PlanProgress(cfg.agent_id)
@@ -141,9 +141,17 @@ class OperatorTaskNode(WorldNode, Node):
             self._publish_world_state()
 
     def on_outcome(self, msg: ExecutionOutcome) -> None:
-        """The arm finished a step of its plan: its activity moves on (or failed)."""
+        """The arm finished a step of its plan: its activity moves on (or failed, counted by category for the
+        episode's metrics; an unknown category counts as EXECUTOR and as `unknown_failures`)."""
         if msg.agent_id == self.config.agent_id and self.episodes.running:
             self.plan_progress.outcome(msg.action, msg.success)
+            if not msg.success:
+                try:
+                    failure = Failure(msg.failure)
+                except ValueError:
+                    self.counts["unknown_failures"] += 1
+                    failure = Failure.EXECUTOR
+                self.episodes.failed_step(failure)
             self._publish_world_state()
 
     # ------------------------------------------------------------------ episodes
