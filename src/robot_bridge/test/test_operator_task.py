@@ -47,9 +47,11 @@ def test_episodes_start_end_and_time_out():
     for failure in (Failure.GRASP, Failure.DROP_SLIP, Failure.GRASP, Failure.NONE):
         eps.failed_step(failure)
     metrics = eps.finish(False, 21.0).verdict(5).metrics
-    assert metrics == {"duration_s": 1.0, "failure_grasp": 2.0, "failure_drop_slip": 1.0, "failure_executor": 1.0}
+    assert metrics == {"duration_s": 1.0, "failure_grasp": 2.0, "failure_drop_slip": 1.0, "failure_timeout": 0.0,
+                       "failure_contact_loss": 0.0, "failure_executor": 1.0, "failure_collision": 0.0}
     eps.start([TASK], 30.0)
-    assert eps.finish(True, 31.0).verdict(1).metrics == {"duration_s": 1.0}  # counts restart with each episode
+    metrics = eps.finish(True, 31.0).verdict(1).metrics  # counts restart with each episode; zero is measured too
+    assert metrics["duration_s"] == 1.0 and sum(v for k, v in metrics.items() if k.startswith("failure_")) == 0
     assert OperatorEpisodes().start([TASK], 0.0) == 0 and OperatorEpisodes().expire(1e9) is None
 
 

@@ -39,8 +39,9 @@ class EpisodeRecord:
     def verdict(self, steps: int) -> EpisodeMetrics:
         """The operator's verdict as an Episode's: every task or none done, the episode's duration and its failed
         steps by category (failure_<category>, Table 32's columns)."""
+        counts = dict(self.failures)
         metrics = {DURATION_S: round(self.duration_s, 2)}
-        metrics.update({FAILURE_PREFIX + failure.label: float(count) for failure, count in self.failures})
+        metrics.update({FAILURE_PREFIX + f.label: float(counts.get(f, 0)) for f in Failure if f != Failure.NONE})
         return EpisodeMetrics(success=self.success, steps=steps, delivered=len(self.tasks) if self.success else 0,
                               tasks=len(self.tasks), metrics=metrics)
 
