@@ -57,13 +57,23 @@ class RecordCollector:
     """Accumulates RunRecords from call records, decisions, plans and episode events, in arrival order."""
 
     def __init__(self, variant: str = ""):
-        self.records = RunRecords(variant=variant)
+        self._records = RunRecords(variant=variant)
         self.episode = 0
         self.malformed = 0
         self.first_ns: int | None = None
         self.last_ns = 0
         self.first_start_s: float | None = None  # the first episode start's stamp (s)
         self.last_end_s: float | None = None     # the last episode end's stamp (s)
+
+    @property
+    def records(self) -> RunRecords:
+        """The records so far, with the run's duration: by the world's stamps from the first start to the last end
+        (the same live and in the bag); by arrival until an episode has ended."""
+        if self.first_start_s is not None and self.last_end_s is not None and self.last_end_s > self.first_start_s:
+            self._records.duration_s = self.last_end_s - self.first_start_s
+        elif self.first_ns is not None:
+            self._records.duration_s = (self.last_ns - self.first_ns) / 1e9
+        return self._records
 
     def add(self, topic: str, msg, time_ns: int) -> None:
         """One message of a reported topic."""
@@ -74,42 +84,35 @@ class RecordCollector:
             stamp_s = seconds_of(msg.header.stamp)
             if msg.event == EpisodeEvent.START:
                 self.episode = int(msg.episode)
-                self.records.variant = self.records.variant or msg.variant
-                self.records.world = self.records.world or msg.world
-                self.records.num_agents = self.records.num_agents or int(msg.num_agents)
-                self.records.ledger.start(int(msg.episode), time_ns)
+                self._records.variant = self._records.variant or msg.variant
+                self._records.world = self._records.world or msg.world
+                self._records.num_agents = self._records.num_agents or int(msg.num_agents)
+                self._records.ledger.start(int(msg.episode), time_ns)
                 self.first_start_s = stamp_s if self.first_start_s is None else self.first_start_s
             else:
-                self.records.episodes.append(episode_from_msg(msg))
-                self.records.ledger.end(int(msg.episode), time_ns)
+                self._records.episodes.append(episode_from_msg(msg))
+                self._records.ledger.end(int(msg.episode), time_ns)
                 self.last_end_s = stamp_s
-        # The run's duration by the world's stamps from the first start to the last end (the same live and in the
-        # bag); by arrival until an episode has ended.
-        if self.first_start_s is not None and self.last_end_s is not None and self.last_end_s > self.first_start_s:
-            self.records.duration_s = self.last_end_s - self.first_start_s
-        else:
-            self.records.duration_s = (self.last_ns - self.first_ns) / 1e9
-        if role == names.EPISODE:
             return
         if role == names.REPLAN_CALLS:
-            self.records.ledger.call(time_ns)
+            self._records.ledger.call(time_ns)
             phases = {p.phase: (float(p.duration_ms), int(p.tokens_in), int(p.tokens_out)) for p in msg.phases}
             try:
                 status = CallStatus(msg.status)
             except ValueError:
                 self.malformed += 1
                 return
-            self.records.calls.append(CallRow(self.episode, msg.agent_id, status, float(msg.latency_ms),
+            self._records.calls.append(CallRow(self.episode, msg.agent_id, status, float(msg.latency_ms),
                                               float(msg.slo_ms), bool(msg.slo_met), int(msg.tokens_before),
                                               int(msg.tokens_after), msg.compressor, phases,
                                               int(getattr(msg, "tokens_reused", 0))))
         elif role == names.DECISIONS:
             try:
-                self.records.decisions.append((self.episode, decision_from_msg(msg)))
+                self._records.decisions.append((self.episode, decision_from_msg(msg)))
             except ValueError:
                 self.malformed += 1
         elif role == names.PLAN:
-            self.records.plans.append((self.episode, msg.agent_id, plan_signature(msg)))
+            self._records.plans.append((self.episode, msg.agent_id, plan_signature(msg)))
 
 
 EXIT_INTACT, EXIT_RECOVERED, EXIT_UNREADABLE = 0, 1, 2

@@ -16,6 +16,8 @@ from typing import Optional
 from brace_msgs.msg import Episode, Metric
 from builtin_interfaces.msg import Time
 
+from .vocabulary import Failure
+
 # The metrics the worlds publish (docs/nodes.md says which world measures which).
 PATH_EFFICIENCY = "path_efficiency"        # SPL-like: shortest / travelled path when successful, else 0
 COORDINATION_WAIT = "coordination_wait"    # agent-steps spent waiting or blocked
@@ -28,6 +30,12 @@ GRASPS = "grasps"                          # grasps the gripper closed on an obj
 SLIPS = "slips"                            # grasps that slipped on the carry
 FAILURE_PREFIX = "failure_"                # failure_<Failure label>: failed steps of that category
 
+
+
+def failure_metrics(failures: Mapping[str, int]) -> dict[str, float]:
+    """failure_<category> for every Failure category (`failures`: Failure label -> failed steps, absent = 0): a world
+    that reads the executor's outcomes measures each category, zero included."""
+    return {FAILURE_PREFIX + f.label: float(failures.get(f.label, 0)) for f in Failure if f != Failure.NONE}
 
 @dataclass(frozen=True)
 class EpisodeMetrics:

@@ -10,10 +10,11 @@ ends with the operator's verdict, or fails when it runs past
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Optional
 
-from brace_common.episode import DURATION_S, FAILURE_PREFIX, EpisodeMetrics
+from brace_common.episode import DURATION_S, EpisodeMetrics, failure_metrics
 from brace_common.vocabulary import Failure, Observability, Predicate
 from brace_common.world_state import AgentActivity, Entity, Relation, WorldState
 
@@ -34,14 +35,12 @@ class EpisodeRecord:
     success: bool
     duration_s: float
     reason: str          # 'operator' or 'timeout'
-    failures: tuple[tuple[Failure, int], ...] = ()  # failed steps by category, as the executor reported them
+    failures: Mapping[str, int] = field(default_factory=dict)  # failed steps by Failure label (the executor's)
 
     def verdict(self, steps: int) -> EpisodeMetrics:
         """The operator's verdict as an Episode's: every task or none done, the episode's duration and its failed
         steps by category (failure_<category>, Table 32's columns)."""
-        counts = dict(self.failures)
-        metrics = {DURATION_S: round(self.duration_s, 2)}
-        metrics.update({FAILURE_PREFIX + f.label: float(counts.get(f, 0)) for f in Failure if f != Failure.NONE})
+        metrics = {DURATION_S: round(self.duration_s, 2), **failure_metrics(self.failures)}
         return EpisodeMetrics(success=self.success, steps=steps, delivered=len(self.tasks) if self.success else 0,
                               tasks=len(self.tasks), metrics=metrics)
 
@@ -55,7 +54,7 @@ class OperatorEpisodes:
     tasks: tuple[str, ...] = ()
     started_at: Optional[float] = None
     history: list[EpisodeRecord] = field(default_factory=list)
-    failures: dict[Failure, int] = field(default_factory=dict)  # the running episode's failed steps by category
+    failures: dict[str, int] = field(default_factory=dict)  # the running episode's failed steps by Failure label
 
     @property
     def running(self) -> bool:
@@ -80,15 +79,15 @@ class OperatorEpisodes:
         """A step of the running episode failed in this category (none running: ignored; NONE counts as EXECUTOR,
         a failure without its reason)."""
         if self.running:
-            failure = Failure.EXECUTOR if failure == Failure.NONE else failure
-            self.failures[failure] = self.failures.get(failure, 0) + 1
+            label = (Failure.EXECUTOR if failure == Failure.NONE else failure).label
+            self.failures[label] = self.failures.get(label, 0) + 1
 
     def finish(self, success: bool, now: float, reason: str = "operator") -> EpisodeRecord:
         """End the running episode with a verdict; EpisodeError when none runs."""
         if self.started_at is None:
             raise EpisodeError("no episode is running")
         record = EpisodeRecord(self.episode, self.tasks, success, round(now - self.started_at, 3), reason,
-                               tuple(sorted(self.failures.items())))
+                               dict(self.failures))
         self.history.append(record)
         self.started_at = None
         return record

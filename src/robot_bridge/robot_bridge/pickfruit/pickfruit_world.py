@@ -26,8 +26,8 @@ from typing import Optional
 
 import numpy as np
 
-from brace_common.episode import DURATION_S, FAILURE_PREFIX, GRASPS, SLIPS, EpisodeMetrics
-from brace_common.vocabulary import Failure, Predicate
+from brace_common.episode import DURATION_S, GRASPS, SLIPS, EpisodeMetrics, failure_metrics
+from brace_common.vocabulary import Predicate
 from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState
 
 Point = tuple[float, float, float]
@@ -212,7 +212,7 @@ def episode_metrics(world: PickFruitWorld, duration_s: float, steps: int, failur
     category (`failures`: Failure label -> count; every category is counted, so each is published)."""
     counts = world.counts
     measured = {DURATION_S: round(duration_s, 2), GRASPS: counts.grasps, SLIPS: counts.slips,
-                **{FAILURE_PREFIX + f.label: int(failures.get(f.label, 0)) for f in Failure if f != Failure.NONE}}
+                **failure_metrics(failures)}
     return EpisodeMetrics(success=world.success(), steps=steps, delivered=world.delivered(), tasks=len(world.task),
                           metrics=measured)
 
