@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 import rclpy
 import yaml
@@ -81,19 +82,29 @@ def compose(spec: NodeSpec, **kwargs) -> Node:
 
 def _drain(executor, recorder, collector: LiveCollector, episodes: int, settle_s: float = 1.0,
            limit_s: float = 30.0) -> None:
-    """Spin until the recorder and the collector hold every episode's end (the last messages of a run).
+    """Spin until the recorder and the collector hold every episode's end (the last messages of a run), and the
+    bag as many call records, decisions and plans as the collector.
 
     At least `settle_s` (calls and decisions still in flight), at most `limit_s`; a fixed wait alone lost the
     last episode's end from the bag on a loaded machine.
     """
     started = time.monotonic()
 
+    def recorded(topic: str) -> Optional[int]:
+        """Messages of `topic` in the bag so far (None: not recorded)."""
+        found = recorder.writer.topics.get(recorder.resolve_topic_name(topic)) if recorder.writer is not None else None
+        return None if found is None else found.count
+
     def complete() -> bool:
-        ends = recorder.writer.topics.get(recorder.resolve_topic_name(names.EPISODE)) \
-            if recorder.writer is not None else None
         with collector.lock:
-            collected = len(collector.collector.records.episodes)
-        return collected >= episodes and (ends is None or ends.count >= 2 * episodes)
+            records = collector.collector.records
+            live = {names.REPLAN_CALLS: len(records.calls), names.DECISIONS: len(records.decisions),
+                    names.PLAN: len(records.plans)}
+            collected = len(records.episodes)
+        # the bag must hold what the live tables count: a call record can arrive after its episode's end
+        in_bag = {topic: recorded(topic) for topic in (names.EPISODE, *live)}
+        return collected >= episodes and all(in_bag[t] is None or in_bag[t] >= n for t, n in live.items()) \
+            and (in_bag[names.EPISODE] is None or in_bag[names.EPISODE] >= 2 * episodes)
 
     while time.monotonic() - started < limit_s and (time.monotonic() - started < settle_s or not complete()):
         spin_once(executor, 0.05)
