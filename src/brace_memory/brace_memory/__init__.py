@@ -1,0 +1,1 @@
+"""Memory modules on the replanning call path (DESIGN 3b) and their store."""

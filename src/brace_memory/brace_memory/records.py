@@ -1,0 +1,57 @@
+"""The unit every memory module keeps and the store persists: one MemoryRecord per (agent, kind, key)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from brace_common.validation import AGENT_ID_PATTERN, MAX_AGENT_ID_CHARS
+
+
+class RecordKind(str, enum.Enum):
+    """What a record is (OmniAct Sec. 3.4): an episodic record folded at a boundary, a failure reflection, or a
+    note a plan asked to keep (`store_memory`)."""
+
+    EPISODIC = "episodic"
+    FAILURE = "failure"
+    NOTE = "note"
+
+
+MAX_KEY_CHARS = 256
+"""A record key's length."""
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """One record of an agent's memory.
+
+    `key` is unique per (agent_id, kind): an episodic record's sequence number, a failure's
+    skill|object|location|failure kind (a repeat updates the record: count, last step), a note's text hash.
+    `fields` holds the record's structured content (JSON values only); `importance` is in [0, 1].
+    """
+
+    agent_id: str
+    kind: RecordKind
+    key: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    first_step: int = 0
+    last_step: int = 0
+    stamp: float = 0.0
+    importance: float = 0.5
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        check_agent(self.agent_id)
+        object.__setattr__(self, "kind", RecordKind(self.kind))
+        if not self.key or len(self.key) > MAX_KEY_CHARS:
+            raise ValueError(f"record key must have 1..{MAX_KEY_CHARS} characters")
+        if not 0.0 <= self.importance <= 1.0:
+            raise ValueError(f"importance {self.importance} is outside [0, 1]")
+
+
+def check_agent(agent_id: str) -> str:
+    """`agent_id` when it is an agent id (a ROS name token: never a path); ValueError otherwise."""
+    if not isinstance(agent_id, str) or len(agent_id) > MAX_AGENT_ID_CHARS or not AGENT_ID_PATTERN.match(agent_id):
+        raise ValueError(f"'{str(agent_id)[:80]}' is not an agent id (a letter, then letters, digits and '_')")
+    return agent_id

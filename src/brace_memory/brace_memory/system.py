@@ -1,0 +1,180 @@
+"""The memory modules a planner composes on its call path (DESIGN 3b): what they ingest and what a call retrieves.
+
+Modules (any subset, named in `MODULES`): `episodic` (OmniAct's event-boundary records; the history entries they
+folded leave the prompt), `reflective` (OmniAct's failure reflections, priors and notes), `rag_static` (a fixed
+corpus) and `rag_memory` (this run's records by relevance). ReCAP's context tree is kept whichever modules are on
+(a `recap` context layout renders its goal stack; it knows each agent's current step, which a failure record
+names). `retrieve` fills at most `cap_tokens` tokens (counted with the planner's tokenizer) and `max_lines` lines,
+module by module in a fixed priority: reflective, episodic (newest first), rag_static, rag_memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Optional
+
+from brace_common.action_schema import Step
+from brace_common.vocabulary import Mode
+
+from .context_tree import ContextTree
+from .episodic import EpisodicMemory, record_line
+from .rag import ranked_by_relevance
+from .records import RecordKind
+from .reflective import PREEMPTION, Prior, ReflectiveMemory, failure_kind, failure_line
+from .store import MemoryStore
+
+MODULES = ("episodic", "reflective", "rag_static", "rag_memory")
+"""Memory modules a planner may compose (parameter `memory_modules`)."""
+RETRIEVAL_ORDER = ("reflective", "episodic", "rag_static", "rag_memory")
+"""The order in which retrieving modules fill a call's memory cap."""
+
+
+@dataclass
+class Retrieved:
+    """What the retrieve phase adds to a call: its lines, their tokens, lines per module, and lines left out."""
+
+    lines: list[str] = field(default_factory=list)
+    tokens: int = 0
+    by_module: dict[str, int] = field(default_factory=dict)
+    left_out: int = 0
+
+
+def check_modules(modules: Sequence[str]) -> tuple[str, ...]:
+    """`modules` when each is one of MODULES and none repeats; ValueError naming the first that is not."""
+    for name in modules:
+        if name not in MODULES:
+            raise ValueError(f"'{name}' is not a memory module ({', '.join(MODULES)})")
+    if len(set(modules)) != len(modules):
+        raise ValueError("a memory module is named twice")
+    return tuple(modules)
+
+
+class MemorySystem:
+    """The composed modules of one planner, fed by what the graph publishes, read by each call (thread-safe)."""
+
+    def __init__(self, modules: Sequence[str], store: Optional[MemoryStore] = None, tree_depth: int = 3,
+                 corpus: Sequence[Prior] = (), priors: Sequence[Prior] = (), max_lines: int = 8) -> None:
+        self.modules = check_modules(modules)
+        self.store = store if store is not None else MemoryStore(None)
+        self.tree = ContextTree(tree_depth)
+        self.episodic = EpisodicMemory(self.store)
+        self.reflective = ReflectiveMemory(self.store, tuple(priors))
+        self.corpus = tuple(corpus)
+        self.max_lines = max_lines
+        self.lock = threading.Lock()
+        self.counts = {"retrievals": 0, "lines_retrieved": 0, "lines_left_out": 0}
+
+    def on(self, module: str) -> bool:
+        """Whether `module` is composed."""
+        return module in self.modules
+
+    def retrieving(self) -> bool:
+        """Whether any module adds lines at the retrieve phase."""
+        return any(self.on(m) for m in RETRIEVAL_ORDER)
+
+    # ------------------------------------------------------------------ what the graph publishes
+
+    def on_entry(self, agent_id: str, step: int, kind: str, text: str, teammates: frozenset[str] = frozenset(),
+                 stamp: float = 0.0) -> None:
+        """A context entry of `agent_id` (its kind as ContextEntry.KIND_*)."""
+        with self.lock:
+            if kind == "task":
+                self.tree.on_task(agent_id, text)
+            elif kind == "task_done":
+                self.tree.on_task_done(agent_id)
+            self.episodic.on_entry(agent_id, step, kind, text, teammates, stamp)
+
+    def on_outcome(self, agent_id: str, step: int, action: str, success: bool, detail: str, failure: int,
+                   stamp: float = 0.0) -> None:
+        """A step the agent executed (ExecutionOutcome): the tree advances; a failure writes a reflection."""
+        with self.lock:
+            if not success:
+                current = self.tree.current_step(agent_id, action)
+                self.reflective.on_failure(agent_id, step, action, current.parameters if current else None,
+                                           failure_kind(failure), detail, stamp=stamp)
+            self.tree.on_outcome(agent_id, action, success, detail)
+
+    def on_plan(self, agent_id: str, step: int, mode: Mode, steps: list[Step], rationale: str = "",
+                stamp: float = 0.0) -> None:
+        """A plan this planner returned: the tree decomposes / refines / repairs; the episode segment closes."""
+        with self.lock:
+            self.tree.on_plan(agent_id, step, mode, steps, rationale)
+            self.episodic.boundary(agent_id, step, "plan change", stamp)
+
+    def on_preemption(self, agent_id: str, step: int, action: str, detail: str, stamp: float = 0.0) -> None:
+        """The verifier preempted the agent's step: a reflection and an episodic boundary."""
+        with self.lock:
+            current = self.tree.current_step(agent_id, action)
+            self.reflective.on_failure(agent_id, step, action, current.parameters if current else None,
+                                       PREEMPTION, detail, stamp=stamp)
+            self.tree.on_outcome(agent_id, action, False, f"preempted: {detail}")
+            self.episodic.boundary(agent_id, step, "preemption", stamp)
+
+    def start_episode(self) -> None:
+        """An episode starts: goal stacks and open segments are dropped; stored records stay."""
+        with self.lock:
+            self.tree.forget()
+            self.episodic.start_episode()
+
+    # ------------------------------------------------------------------ what a call reads
+
+    def goal_stack(self, agent_id: str) -> list[str]:
+        """The agent's ReCAP goal stack (lines; empty when it has neither task nor plan)."""
+        with self.lock:
+            return self.tree.goal_stack(agent_id)
+
+    def folded_through(self, agent_id: str) -> int:
+        """The last step of the agent's history folded into episodic records (-1: none, or `episodic` is off)."""
+        with self.lock:
+            return self.episodic.folded_through(agent_id) if self.on("episodic") else -1
+
+    def query(self, agent_id: str, state: str = "") -> str:
+        """What a call's retrieval looks for: the agent's task, the step it executes and its state."""
+        with self.lock:
+            tree = self.tree.trees.get(agent_id)
+            now = self.tree.current_step(agent_id)
+            return " ".join(filter(None, (tree.task if tree else "", now.text() if now else "", state)))
+
+    def candidates(self, module: str, agent_id: str, query: str, now_step: int) -> list[str]:
+        """A retrieving module's lines for a call, best first."""
+        if module == "reflective":
+            return self.reflective.ranked(agent_id, query, now_step)
+        if module == "episodic":
+            return [record_line(r) for r in reversed(self.episodic.records(agent_id))]
+        if module == "rag_static":
+            return ranked_by_relevance(query, [p.text for p in self.corpus])
+        records = self.store.records(agent_id)
+        return ranked_by_relevance(query, [record_line(r) if r.kind == RecordKind.EPISODIC else failure_line(r)
+                                           if r.kind == RecordKind.FAILURE else f"note: {r.fields.get('text', '')}"
+                                           for r in records])
+
+    def retrieve(self, agent_id: str, query: str, now_step: int, cap_tokens: int,
+                 count_tokens: Callable[[list[str]], list[int]]) -> Retrieved:
+        """At most `cap_tokens` tokens and `max_lines` lines of memory for a call (`count_tokens`: each line's
+        tokens, newline included, with the planner's tokenizer)."""
+        out = Retrieved()
+        with self.lock:
+            for module in RETRIEVAL_ORDER:
+                if not self.on(module) or cap_tokens <= 0:
+                    continue
+                lines = [line for line in self.candidates(module, agent_id, query, now_step) if line not in out.lines]
+                if not lines:
+                    continue
+                lines = lines[:self.max_lines * 2]  # more than can fit is never counted
+                chosen = []
+                for line, tokens in zip(lines, count_tokens(lines), strict=True):
+                    if len(out.lines) + len(chosen) >= self.max_lines or out.tokens + tokens > cap_tokens:
+                        out.left_out += 1
+                        continue
+                    chosen.append(line)
+                    out.tokens += tokens
+                if module == "episodic":
+                    chosen.reverse()  # chronological in the prompt
+                out.lines.extend(chosen)
+                out.by_module[module] = len(chosen)
+            self.counts["retrievals"] += 1
+            self.counts["lines_retrieved"] += len(out.lines)
+            self.counts["lines_left_out"] += out.left_out
+        return out

@@ -1,0 +1,186 @@
+"""The memory modules without ROS: ReCAP's goal stack, OmniAct's episodic and reflective memory, RAG, composition."""
+
+from __future__ import annotations
+
+import pytest
+
+from brace_common.action_schema import Step
+from brace_common.vocabulary import Failure, Mode
+from brace_memory.context_tree import ContextTree
+from brace_memory.episodic import EpisodicMemory, record_line
+from brace_memory.rag import load_passages, ranked_by_relevance
+from brace_memory.records import MemoryRecord, RecordKind
+from brace_memory.reflective import PREEMPTION, Prior, ReflectiveMemory
+from brace_memory.relevance import bm25, words
+from brace_memory.store import MemoryStore
+from brace_memory.system import MemorySystem, check_modules
+
+GOTO, PICK, PLACE = Step("move_to", {"target": "shelf_3"}), Step("pick", {"object": "box_7"}), \
+    Step("place", {"object": "box_7", "target": "dock_2"})
+
+
+def chars(lines: list[str]) -> list[int]:
+    return [len(line) + 1 for line in lines]
+
+
+def test_full_replan_decomposes_and_outcomes_advance_the_current_step():
+    tree = ContextTree()
+    tree.on_task("agent_0", "agent_0 must deliver box_7 to dock_2.")
+    tree.on_plan("agent_0", 3, Mode.FULL_REPLAN, [GOTO, PICK, PLACE])
+    tree.on_outcome("agent_0", "move_to", True)
+    stack = tree.goal_stack("agent_0")
+    assert stack[0] == "task: agent_0 must deliver box_7 to dock_2."
+    assert stack[1].startswith("plan (t=3, full_replan): move_to(target=shelf_3) [done]; pick(object=box_7)")
+    assert "now: pick(object=box_7)" in stack and "remaining: place(object=box_7, target=dock_2)" in stack
+
+
+def test_partial_replan_after_a_failure_backtracks_and_the_repair_returns_to_the_parent():
+    tree = ContextTree()
+    tree.on_plan("agent_0", 3, Mode.FULL_REPLAN, [GOTO, PICK, PLACE])
+    tree.on_outcome("agent_0", "move_to", True)
+    tree.on_outcome("agent_0", "pick", False, "grasp slipped")
+    tree.on_plan("agent_0", 6, Mode.PARTIAL_REPLAN, [GOTO, PICK])
+    stack = tree.goal_stack("agent_0")
+    assert "pick(object=box_7) [failed: grasp slipped]" in stack[0]  # the parent keeps its failed step
+    assert stack[1].startswith(" repair (t=6, partial_replan): move_to(target=shelf_3); pick(object=box_7)")
+    assert stack[-1] == "last rationale: repair after pick(object=box_7) failed (grasp slipped)"
+    tree.on_outcome("agent_0", "move_to", True)
+    tree.on_outcome("agent_0", "pick", True)
+    stack = tree.goal_stack("agent_0")
+    assert len([line for line in stack if "(t=" in line]) == 1  # the repair finished: back to the root
+    assert "now: place(object=box_7, target=dock_2)" in stack and tree.counts["repairs_done"] == 1
+
+
+def test_reuse_refines_the_remaining_steps_and_depth_bounds_the_levels():
+    tree = ContextTree(depth=2)
+    tree.on_plan("a", 1, Mode.FULL_REPLAN, [GOTO, PICK, PLACE])
+    tree.on_outcome("a", "move_to", True)
+    tree.on_plan("a", 2, Mode.REUSE_SUBPLAN, [PICK])
+    assert [s.action for s in tree.trees["a"].levels[0].steps] == ["move_to", "pick"]
+    for made_at in (3, 4, 5):
+        tree.on_outcome("a", tree.current_step("a").action, False, "slip")
+        tree.on_plan("a", made_at, Mode.PARTIAL_REPLAN, [GOTO, PICK])
+    assert len(tree.trees["a"].levels) == 2 and tree.trees["a"].levels[-1].made_at == 5
+
+
+def test_an_agent_id_never_becomes_a_path():
+    with pytest.raises(ValueError, match="not an agent id"):
+        ContextTree().on_task("agent_0/../../x", "escape")
+    with pytest.raises(ValueError, match="not an agent id"):
+        MemoryRecord("../x", RecordKind.NOTE, "k")
+
+
+def test_episodic_memory_folds_a_segment_at_each_boundary_into_one_record():
+    memory = EpisodicMemory(MemoryStore(None))
+    memory.on_entry("agent_0", 0, "task", "agent_0 must deliver box_7 to dock_2.")
+    for step in range(1, 6):
+        memory.on_entry("agent_0", step, "observation", f"at shelf_3 step {step}, empty-handed")
+    memory.on_entry("agent_0", 6, "action_outcome", "pick(object=box_7) succeeded")
+    assert memory.on_entry("agent_0", 7, "failure_trace", "place(object=box_7) failed: dock_2 closed") is not None
+    (record,) = memory.records("agent_0")
+    assert (record.first_step, record.last_step, record.fields["topic"]) == (1, 7, "failure")
+    line = record_line(record)
+    assert line.startswith("[t=1-7 failure] request: agent_0 must deliver box_7 to dock_2.")
+    assert "did: pick(object=box_7) succeeded" in line and "outcome: place(object=box_7) failed: dock_2 closed" in line
+    assert "step 1" in line and "step 5" in line and "step 3" not in line  # first and last observation only
+    assert memory.folded_through("agent_0") == 7 and memory.counts["entries_folded"] == 7
+
+
+def test_a_handoff_message_and_a_plan_change_are_boundaries():
+    system = MemorySystem(["episodic"])
+    system.on_entry("agent_1", 2, "observation", "at dock_1")
+    system.on_entry("agent_1", 3, "message", "agent_1 hands box_7 to agent_2", frozenset({"agent_1", "agent_2"}))
+    system.on_entry("agent_1", 4, "observation", "at dock_1, empty-handed")
+    system.on_plan("agent_1", 5, Mode.FULL_REPLAN, [GOTO])
+    topics = [r.fields["topic"] for r in system.episodic.records("agent_1")]
+    assert topics == ["handoff", "plan change"]
+
+
+def test_episodic_keys_continue_after_a_restart(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    EpisodicMemory(store).boundary("a", 1, "x") or None
+    first = EpisodicMemory(store)
+    first.on_entry("a", 1, "observation", "one")
+    first.boundary("a", 1, "plan change")
+    second = EpisodicMemory(store)  # a new planner process on the same store
+    second.on_entry("a", 2, "observation", "two")
+    second.boundary("a", 2, "plan change")
+    assert [r.key for r in store.records("a", RecordKind.EPISODIC)] == ["e000000001", "e000000002"]
+
+
+def test_reflective_memory_counts_repeated_failures_in_one_record_with_its_strategy():
+    memory = ReflectiveMemory(MemoryStore(None))
+    for step in (4, 9):
+        memory.on_failure("agent_0", step, "pick", {"object": "box_7"}, Failure.GRASP.label, "closed on nothing",
+                          location="shelf_3")
+    (record,) = memory.store.records("agent_0", RecordKind.FAILURE)
+    assert (record.count, record.first_step, record.last_step) == (2, 4, 9)
+    assert record.fields["object"] == "box_7" and "re-grasp" in record.fields["strategy"]
+    memory.on_failure("agent_0", 10, "move_to", {"target": "dock_2"}, PREEMPTION, "verifier: box fell")
+    lines = memory.ranked("agent_0", "pick box_7 from shelf_3", 11)
+    assert lines[0].startswith("failure x2 (t=4..9): pick(object=box_7) at shelf_3 - grasp")
+    assert "preemption" in lines[1] and "re-observe" in lines[1]
+
+
+def test_priors_are_retrieved_by_key_before_scored_records():
+    priors = (Prior("box_7 is fragile: push it, never grasp it", frozenset({"box_7"})),
+              Prior("dock_3 closes at step 30", frozenset({"dock_3"})))
+    memory = ReflectiveMemory(MemoryStore(None), priors)
+    memory.note("agent_0", 1, "shelf_9 is blocked by a pallet", importance=0.2)
+    lines = memory.ranked("agent_0", "deliver box_7 to dock_2", 2)
+    assert lines == ["box_7 is fragile: push it, never grasp it", "note: shelf_9 is blocked by a pallet"]
+
+
+def test_bm25_ranks_by_shared_words_and_keeps_ids_whole():
+    assert words("Deliver box_7 to the dock_2.") == ["deliver", "box_7", "dock_2"]
+    scores = bm25("box_7 dock_2", ["box_7 sits on shelf_3", "dock_2 closes at noon, box_7 goes there", "nothing"])
+    assert scores[1] == 1.0 and 0 < scores[0] < 1 and scores[2] == 0
+    assert ranked_by_relevance("dock_2", ["a", "dock_2 is east", "b"]) == ["dock_2 is east"]
+
+
+def test_a_corpus_file_loads_and_a_malformed_one_names_the_passage(tmp_path):
+    good = tmp_path / "corpus.yaml"
+    good.write_text("- text: 'pick needs an empty gripper'\n  keys: [pick]\n- 'docks close at night'\n")
+    assert [p.text for p in load_passages(good)] == ["pick needs an empty gripper", "docks close at night"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- text: ''\n")
+    with pytest.raises(ValueError, match="passage 0"):
+        load_passages(bad)
+
+
+def test_retrieval_fills_the_cap_in_module_priority_and_never_exceeds_it():
+    corpus = [Prior("dock_2 is on the east wall", frozenset()), Prior("pallets block shelf_9", frozenset())]
+    system = MemorySystem(["episodic", "reflective", "rag_static", "rag_memory"], corpus=corpus, max_lines=4)
+    system.on_entry("agent_0", 0, "task", "agent_0 must deliver box_7 to dock_2.")
+    system.on_plan("agent_0", 1, Mode.FULL_REPLAN, [GOTO, PICK, PLACE])
+    system.on_entry("agent_0", 2, "action_outcome", "move_to(target=shelf_3) succeeded")
+    system.on_outcome("agent_0", 2, "move_to", True, "", 0)
+    system.on_outcome("agent_0", 3, "pick", False, "slipped", Failure.DROP_SLIP.value)
+    system.on_entry("agent_0", 3, "failure_trace", "pick(object=box_7) failed: slipped")
+    query = system.query("agent_0", "at shelf_3, empty-handed")
+    assert "pick(object=box_7)" in query and "deliver box_7" in query
+    got = system.retrieve("agent_0", query, 4, 10_000, chars)
+    assert got.by_module == {"reflective": 1, "episodic": 1, "rag_static": 1}  # rag_memory: all already in
+    assert got.lines[0].startswith("failure (t=3..3): pick(object=box_7)")
+    assert got.tokens == sum(chars(got.lines))
+    small = system.retrieve("agent_0", query, 4, 200, chars)
+    assert small.tokens <= 200 and small.left_out > 0
+    assert system.retrieve("agent_0", query, 4, 0, chars).lines == []
+
+
+def test_unknown_or_repeated_modules_are_rejected():
+    with pytest.raises(ValueError, match="'omniact' is not a memory module"):
+        check_modules(["omniact"])
+    with pytest.raises(ValueError, match="twice"):
+        check_modules(["episodic", "episodic"])
+
+
+def test_an_episode_start_keeps_stored_records_and_drops_goal_stacks(tmp_path):
+    system = MemorySystem(["reflective"], MemoryStore(tmp_path / "m.sqlite"))
+    system.on_plan("a", 1, Mode.FULL_REPLAN, [PICK])
+    system.on_outcome("a", 2, "pick", False, "slipped", Failure.DROP_SLIP.value)
+    system.start_episode()
+    assert system.goal_stack("a") == []
+    system.store.close()
+    again = MemorySystem(["reflective"], MemoryStore(tmp_path / "m.sqlite"))  # the next run
+    assert "pick(object=box_7)" in again.retrieve("a", "pick box_7", 3, 1000, chars).lines[0]
