@@ -23,7 +23,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Optional, Protocol
+from typing import Optional
 
 import torch
 
@@ -33,7 +33,8 @@ from brace_common.vocabulary import CallState, CallStatus, Decoding, Mode, Phase
 
 from .compressors import Compressor, make_compressor
 from .constrained import ConstrainedPlanDecoder
-from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextBuffer, RenderedContext, TokenCounts
+from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextBuffer, TokenCounts
+from .memory_phase import MemoryUse, call_blocks, goal_stack, memory_ids, retrieve, splice_memory
 from .phase_clock import PhaseClock, PhaseRecord
 from .plan_parser import parse_plan
 from .predictor import PredictorBank
@@ -80,6 +81,7 @@ class CallRequest:
     mode: int = 0
     step: int = 0
     decision_id: str = ""
+    memory: bool = True  # retrieved memory allowed (the controller switches it off when the SLO cannot afford it)
 
 
 @dataclass
@@ -107,21 +109,6 @@ class CallOutcome:
         return meets_slo(self.status, self.latency_ms, self.slo_ms)
 
 
-class Retriever(Protocol):
-    """A retrieval / memory module on the call path: text lines to add for an agent."""
-
-    def retrieve(self, agent_id: str, ctx: RenderedContext) -> list[str]:
-        """Lines to splice into the prompt before the request."""
-
-
-class NoRetrieval:
-    """The default: no retrieval (the phase is still timed, at ~0 ms)."""
-
-    def retrieve(self, agent_id: str, ctx: RenderedContext) -> list[str]:
-        """Nothing."""
-        return []
-
-
 def unserved_outcome(call, compressor: str) -> CallOutcome:
     """The outcome of a queued call answered without running: superseded, cancelled or expired while waiting."""
     waited_ms = (time.monotonic() - call.accepted_at) * 1000.0
@@ -144,18 +131,6 @@ def request_text(schema: ActionSchema, agent_id: str, mode: int) -> str:
     """The REQUEST line of a call for `agent_id` in `mode` (ReplanDecision.MODE_*)."""
     ask = MODE_REQUESTS.get(mode, MODE_REQUESTS[Mode.FULL_REPLAN]).format(agent=agent_id)
     return ask + " " + OUTPUT_FORMAT.format(actions=schema.describe())
-
-
-def splice_memory(tokenizer, lines: list[str], kept_ids: list[int], request_at: int,
-                  protect: Optional[list[bool]] = None) -> tuple[list[int], Optional[list[bool]], list[int]]:
-    """Retrieved `lines` as a MEMORY block before the request: (ids, protect mask, the memory's ids)."""
-    if not lines:
-        return kept_ids, protect, []
-    memory_ids = tokenizer("MEMORY:\n" + "".join(f"{line}\n" for line in lines), add_special_tokens=False)["input_ids"]
-    kept_ids = kept_ids[:request_at] + memory_ids + kept_ids[request_at:]
-    if protect is not None:
-        protect = protect[:request_at] + [True] * len(memory_ids) + protect[request_at:]
-    return kept_ids, protect, memory_ids
 
 
 def parse_into(outcome: CallOutcome, text: str, schema: ActionSchema) -> None:
@@ -197,7 +172,7 @@ class PlannerCallPath:
     def __init__(self, model, tokenizer, schema: Optional[ActionSchema], compressor: str = "erecap",
                  schedule: Optional[PruneSchedule] = None, predictors: Optional[PredictorBank] = None,
                  max_new_tokens: int = 64, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-                 retriever: Optional[Retriever] = None, protect_blocks: bool = True, model_name: str = "",
+                 memory: Optional[MemoryUse] = None, protect_blocks: bool = True, model_name: str = "",
                  decoding: str = "json", decode_weights: str = "model",
                  plan_steps: Optional[dict[int, int]] = None, layout: str = "focus", prefix_reuse: bool = False,
                  max_context_tokens: Optional[int] = None):
@@ -205,7 +180,7 @@ class PlannerCallPath:
         self.compressor_name = compressor
         self.max_new_tokens = max_new_tokens
         self.system_prompt = system_prompt
-        self.retriever = retriever or NoRetrieval()
+        self.memory = memory
         if decoding not in DECODINGS:
             raise ValueError(f"decoding '{decoding}' is not one of {', '.join(DECODINGS)}")
         self.decoding = Decoding(decoding)
@@ -285,15 +260,17 @@ class PlannerCallPath:
                 checkpoint()
                 ctx = buffer.render(self.tokenizer, request.agent_id, request_text(use.schema, request.agent_id,
                                                                                    request.mode),
-                                    self.system_prompt, layout=self.layout, max_tokens=self.max_context_tokens,
-                                    checkpoint=checkpoint, counts=self.token_counts)
+                                    self.system_prompt, call_blocks(buffer, self.layout, self.memory), self.layout,
+                                    self.max_context_tokens, checkpoint, self.token_counts,
+                                    goal_stack(self.memory, self.layout, request.agent_id))
                 outcome.tokens_before = len(ctx)
+                reserve = self.memory.reserve(request.token_budget, request.memory) if self.memory else 0
                 checkpoint()
                 if self.in_model:
                     kept_ids, protect = list(ctx.token_ids), list(ctx.protected) if self.protect_blocks else None
                     request_at = ctx.request_start
                 else:
-                    compressed = self.compressor.compress(ctx, request.token_budget, should_abort=abort)
+                    compressed = self.compressor.compress(ctx, request.token_budget - reserve, should_abort=abort)
                     kept_ids = compressed.token_ids
                     request_at = compressed.position_of(ctx.request_start)
                     protect = None
@@ -304,9 +281,10 @@ class PlannerCallPath:
 
             # retrieve
             t0 = begin(Phase.RETRIEVE)
-            lines = self.retriever.retrieve(request.agent_id, ctx)
-            kept_ids, protect, memory_ids = splice_memory(self.tokenizer, lines, kept_ids, request_at, protect)
-            end(Phase.RETRIEVE, t0, 0, len(memory_ids))
+            got = retrieve(self.memory, self.tokenizer, buffer, request.agent_id, request.step, reserve)
+            block = memory_ids(self.tokenizer, got.lines, reserve)
+            kept_ids, protect = splice_memory(block, kept_ids, request_at, protect)
+            end(Phase.RETRIEVE, t0, got.tokens, len(block))
             if abort():
                 raise CallAborted("before prefill")
 
@@ -314,9 +292,9 @@ class PlannerCallPath:
             t0 = begin(Phase.PREFILL)
             ids = torch.tensor(kept_ids)
             if self.in_model:
-                budget = request.token_budget + len(memory_ids)
                 mask = torch.tensor(protect) if protect is not None else None
-                pre = self.pruned.prefill(ids, token_budget=budget, protect=mask, should_abort=abort, prefix=self.prefix)
+                pre = self.pruned.prefill(ids, token_budget=request.token_budget, protect=mask, should_abort=abort,
+                                          prefix=self.prefix)
                 compress_phase.duration_ms += pre.prune_ms
                 compress_phase.tokens_out = pre.tokens_after
                 tokens_after = pre.tokens_after

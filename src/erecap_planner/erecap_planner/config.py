@@ -16,6 +16,7 @@ from brace_common.config import (
     resolve_path,
 )
 from brace_common.vocabulary import Decoding
+from brace_memory.system import check_modules
 
 from .compressors import BASELINES
 from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextLimits
@@ -97,7 +98,28 @@ class PlannerConfig:
     protect_blocks: bool = param(True, "task / state / constraints / coordination tokens outrank predictor scores")
     context_layout: str = param("focus", "'focus': the agent's own entries moved to a FOR section next to the request; "
                                 "'stable_first': everything that only grows first, in arrival order (a new entry "
-                                "only appends, so calls share a prefix), the states and the FOR section last")
+                                "only appends, so calls share a prefix), the states and the FOR section last; "
+                                "'recap': focus with ReCAP's goal stack before the request and a window of the "
+                                "newest recap_window history entries")
+    recap_depth: int = param(3, "context_layout recap: plan levels of an agent's goal stack (a repair after a failed "
+                             "step is a level; beyond it the levels between the root and the deepest yield)", 1, 16)
+    recap_window: int = param(8, "context_layout recap: history entries kept in the prompt (the newest)", 0, 100000)
+    memory_modules: list[str] = param([], "memory modules on the retrieve phase, in any order: episodic (OmniAct "
+                                      "event-boundary records; the history they folded leaves the prompt), "
+                                      "reflective (failure reflections, priors, notes), rag_static (memory_corpus_"
+                                      "file), rag_memory (this run's records by relevance); empty = none")
+    memory_share: float = param(0.25, "most of B_t that retrieved memory may take (its tokens count inside B_t: the "
+                                "context is compressed to the rest)", 0.0, 0.9)
+    memory_max_lines: int = param(8, "most retrieved lines per call", 1, 256)
+    memory_store_path: str = param("", "SQLite file of the agents' memory, kept across episodes and runs (created "
+                                   "when missing; '~' expanded); empty = held in this process only")
+    memory_max_records: int = param(1000, "records kept per agent and kind (episodic, failure, note) in the store: "
+                                    "the least recently updated yields", 1, 10**7)
+    memory_corpus_file: str = param("", "rag_static's corpus: a YAML list of passages {text, keys} ('package://"
+                                    "<pkg>/<path>' allowed)")
+    memory_priors_file: str = param("", "reflective's static priors (skills, constraints), same format as the "
+                                    "corpus: a passage is retrieved when the call names one of its keys; empty = "
+                                    "none")
     prefix_reuse: bool = param(False, "reuse the previous call's prefill of the common prompt prefix in the layers "
                                "before the first pruning layer (exact); pays with context_layout stable_first")
     max_history: int = param(20000, "history entries held in the context buffer (the oldest yield, counted "
@@ -153,6 +175,16 @@ class PlannerConfig:
             raise ConfigError("replan_action", "must name an action")
         if self.context_layout not in LAYOUTS:
             raise ConfigError("context_layout", f"'{self.context_layout}' is not one of {', '.join(LAYOUTS)}")
+        try:
+            check_modules(self.memory_modules)
+        except ValueError as exc:
+            raise ConfigError("memory_modules", str(exc)) from None
+        if "rag_static" in self.memory_modules and not self.memory_corpus_file:
+            raise ConfigError("memory_corpus_file", "memory module rag_static needs a corpus file")
+        for name in ("memory_corpus_file", "memory_priors_file"):
+            value = getattr(self, name)
+            if value and not Path(resolve_path(value)).is_file():
+                raise ConfigError(name, f"no such file: {value}")
         if self.decoding not in {d.value for d in Decoding}:
             raise ConfigError("decoding", f"'{self.decoding}' is not one of {', '.join(d.value for d in Decoding)}")
         if self.backend not in BACKENDS:

@@ -28,6 +28,11 @@ whichever agent they plan for, and the prefill of that shared prefix can be
 reused (`prefix_cache.py`). (Whole blocks in a fixed order would not do: a new
 coordination message or finished task would land before the history and
 invalidate all of it; at K = 8 those calls ran cold.)
+
+`recap` (ReCAP's context tree, brace_memory.context_tree): the `focus` layout
+with the agent's goal stack (task, plan levels, the step being executed, the
+remaining steps, the latest rationale) in a protected GOALS section right
+before the request; the call path gives it a window of the newest history.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import bisect
 import re
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -52,7 +57,7 @@ RENDER_CHECK_TOKENS = 16_384
 """Tokens labelled between two checkpoints of a render."""
 PROTECTED_BLOCKS = frozenset({Block.TASK, Block.STATE, Block.CONSTRAINTS, Block.COORDINATION})
 _ORDER = (Block.TASK, Block.CONSTRAINTS, Block.STATE, Block.COORDINATION, Block.HISTORY)
-LAYOUTS = ("focus", "stable_first")
+LAYOUTS = ("focus", "stable_first", "recap")
 # The requested agent's own task, messages to it and its state close the context, next to the request.
 FOCUS_BLOCKS = frozenset({Block.TASK, Block.STATE, Block.COORDINATION})
 _FOCUS_ORDER = (Block.TASK, Block.COORDINATION, Block.STATE)
@@ -379,8 +384,10 @@ class ContextBuffer:
     def render(self, tokenizer, agent_id: str, request: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
                entries: Optional[list[tuple[Block, list[Entry]]]] = None, layout: str = "focus",
                max_tokens: Optional[int] = None, checkpoint: Callable[[], None] = _no_check,
-               counts: Optional[TokenCounts] = None) -> RenderedContext:
+               counts: Optional[TokenCounts] = None, goal_stack: Sequence[str] = ()) -> RenderedContext:
         """The chat-templated prompt asking for `agent_id`'s next step, with per-token labels.
+
+        `goal_stack` lines (layout recap) form a protected GOALS section before the request.
 
         With `max_tokens`, entries leave a longer prompt in `yield_order` until it fits (history first, the
         protected blocks' oldest entries after it; `RenderedContext.evicted` counts what was left out); the
@@ -391,10 +398,10 @@ class ContextBuffer:
         blocks = entries if entries is not None else self.blocks(layout)
         evicted = 0
         if max_tokens is not None:
-            blocks, evicted = self._fit(tokenizer, agent_id, request, system_prompt, blocks, max_tokens,
-                                        checkpoint, counts or TokenCounts(tokenizer))
+            blocks, evicted = self._fit(tokenizer, agent_id, "".join(goal_stack) + request, system_prompt, blocks,
+                                        max_tokens, checkpoint, counts or TokenCounts(tokenizer))
         checkpoint()
-        ctx = self._render(tokenizer, agent_id, request, system_prompt, blocks, layout, checkpoint)
+        ctx = self._render(tokenizer, agent_id, request, system_prompt, blocks, layout, checkpoint, goal_stack)
         ctx.evicted = evicted
         if max_tokens is None or len(ctx) <= max_tokens:
             return ctx
@@ -415,7 +422,7 @@ class ContextBuffer:
             excess -= sizes.get(id(unique[index]), 0)
         kept = [(block, [e for e in block_entries if id(e) not in evict]) for block, block_entries in blocks]
         checkpoint()
-        trimmed = self._render(tokenizer, agent_id, request, system_prompt, kept, layout, checkpoint)
+        trimmed = self._render(tokenizer, agent_id, request, system_prompt, kept, layout, checkpoint, goal_stack)
         trimmed.evicted = evicted + len(evict)
         return trimmed
 
@@ -444,7 +451,7 @@ class ContextBuffer:
 
     def _render(self, tokenizer, agent_id: str, request: str, system_prompt: str,
                 entries: Optional[list[tuple[Block, list[Entry]]]], layout: str,
-                checkpoint: Callable[[], None] = _no_check) -> RenderedContext:
+                checkpoint: Callable[[], None] = _no_check, goal_stack: Sequence[str] = ()) -> RenderedContext:
         if layout not in LAYOUTS:
             raise ValueError(f"layout '{layout}' is not one of {LAYOUTS}")
         stable = layout == "stable_first"
@@ -476,6 +483,8 @@ class ContextBuffer:
         if focus:
             focus.sort(key=lambda e: _FOCUS_ORDER.index(e.block))
             emit(f"FOR {agent_id}", focus)
+        if goal_stack:
+            pieces.append((f"GOALS {agent_id}:\n" + "".join(f"{line}\n" for line in goal_stack), -1, True))
         pieces.append((f"REQUEST: {request}", -1, True))
         content = "".join(p[0] for p in pieces)
         messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": content}]

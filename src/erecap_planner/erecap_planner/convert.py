@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from brace_msgs.msg import ContextEntry, PhaseTiming, Plan, PlanStep, ReplanCall
+from dataclasses import dataclass
+
+from brace_msgs.msg import ContextEntry, ExecutionOutcome, PhaseTiming, Plan, PlanStep, ReplanCall
 from builtin_interfaces.msg import Time
 
 from brace_common.clock import seconds_of, stamp_after
@@ -40,6 +42,27 @@ def entry_from_msg(msg: ContextEntry, max_text_chars: int = MAX_TEXT_CHARS) -> E
                  check_text("text", msg.text, max_text_chars, allow_empty=False),
                  check_id("kind", msg.kind, allow_empty=True) or EntryKind.OBSERVATION.value,
                  seconds_of(msg.header.stamp))
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """An executed step as memory reads it (ExecutionOutcome)."""
+
+    agent_id: str
+    step: int
+    action: str
+    success: bool
+    detail: str
+    failure: int
+    stamp: float
+
+
+def outcome_from_msg(msg: ExecutionOutcome) -> StepOutcome:
+    """ExecutionOutcome -> StepOutcome; InvalidInput naming the field when the message is out of bounds."""
+    return StepOutcome(check_agent_id("agent_id", msg.agent_id), check_step("step", msg.step),
+                       check_id("action", msg.action), bool(msg.success),
+                       check_text("detail", msg.detail, MAX_TEXT_CHARS, allow_empty=True), int(msg.failure),
+                       seconds_of(msg.header.stamp))
 
 
 def request_from_goal(goal) -> CallRequest:

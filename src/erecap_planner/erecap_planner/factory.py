@@ -11,9 +11,13 @@ from typing import Optional, Union
 
 from brace_common.action_schema import ActionSchema
 from brace_common.config import ConfigError, resolve_path
+from brace_memory.rag import load_passages
+from brace_memory.store import MemoryStore, StoreError
+from brace_memory.system import MemorySystem
 
 from .call_path import PlannerCallPath
 from .config import PlannerConfig
+from .memory_phase import MemoryUse
 from .predictor import PredictorBank, PredictorMismatchError
 from .pruning import PruneSchedule, table8_layers
 from .server_call_path import Backoff, ServerCallPath
@@ -109,6 +113,24 @@ def load_predictors(cfg: PlannerConfig, model_config, layers: tuple[int, ...], l
     return PredictorBank.for_model(model_config, list(layers))
 
 
+def build_memory(cfg: PlannerConfig) -> MemoryUse:
+    """The memory modules `cfg` composes, their store, corpus and priors (ConfigError naming the parameter)."""
+    corpus, priors = [], []
+    for name in ("memory_corpus_file", "memory_priors_file"):
+        value = getattr(cfg, name)
+        if value:
+            try:
+                (corpus if name == "memory_corpus_file" else priors).extend(load_passages(resolve_path(value)))
+            except ValueError as exc:
+                raise ConfigError(name, str(exc)) from None
+    try:
+        store = MemoryStore(os.path.expanduser(cfg.memory_store_path) or None, cfg.memory_max_records)
+    except (StoreError, OSError) as exc:
+        raise ConfigError("memory_store_path", str(exc)) from None
+    system = MemorySystem(cfg.memory_modules, store, cfg.recap_depth, corpus, priors, cfg.memory_max_lines)
+    return MemoryUse(system, cfg.memory_share, cfg.recap_window)
+
+
 def build_local(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None) -> PlannerCallPath:
     """The in-process call path: model, schedule, predictor (E-RECAP) and decoding of `cfg`."""
     model, tokenizer, precision = load_local_model(cfg, logger)
@@ -121,7 +143,7 @@ def build_local(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None)
                                decoding=cfg.decoding, decode_weights=precision.decode_weights,
                                plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n},
                                layout=cfg.context_layout, prefix_reuse=cfg.prefix_reuse,
-                               max_context_tokens=cfg.max_context_tokens)
+                               max_context_tokens=cfg.max_context_tokens, memory=build_memory(cfg))
     except ValueError as exc:
         raise ConfigError("decoding" if "decoding" in str(exc) else "compressor", str(exc)) from None
 
@@ -153,7 +175,7 @@ def build_server(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None
                           cfg.structured_output, cfg.max_new_tokens, cfg.system_prompt,
                           plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n},
                           layout=cfg.context_layout, max_context_tokens=cfg.max_context_tokens,
-                          backoff=Backoff(cfg.retry_backoff_s, cfg.retry_backoff_max_s))
+                          backoff=Backoff(cfg.retry_backoff_s, cfg.retry_backoff_max_s), memory=build_memory(cfg))
 
 
 def build_call_path(cfg: PlannerConfig, logger=None, schema: Optional[ActionSchema] = None) -> CallPath:

@@ -2,7 +2,8 @@
 
 Names are relative (the stack's namespace, /brace by default, comes from launch).
 
-Subscribes  context (ContextEntry, reliable keep-last `context_queue_depth`: a sample
+Subscribes  outcomes (ExecutionOutcome: the memory modules' step outcomes, failure reflections and
+            the ReCAP goal stack's progress), context (ContextEntry, reliable keep-last `context_queue_depth`: a sample
             the subscription's history overwrote, or its publisher discarded,
             shows as a gap in that publisher's sequence numbers and is counted
             `lost.context.sequence_gap`; the rmw's own message_lost events are
@@ -50,7 +51,7 @@ import time
 from typing import Optional
 
 from brace_msgs.action import Replan
-from brace_msgs.msg import ContextEntry, Episode, ReplanCall, WorldInfo
+from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, ReplanCall, WorldInfo
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy._rclpy_pybind11 import InvalidHandle, RCLError
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
@@ -109,7 +110,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self.last_error = ""
         self.ids = itertools.count(1)
         self.counts = {"calls": 0, "malformed_context": 0, "context_entries": 0, "goals_rejected": 0,
-                       "entries_forgotten": 0, "stale_context": 0, "goal_wait_before_acceptance_ms": 0.0,
+                       "entries_forgotten": 0, "stale_context": 0, "stale_outcomes": 0, "goal_wait_before_acceptance_ms": 0.0,
                        "schema_updates": 0,
                        "calls_waited_for_schema": 0,
                        **{f"status.{s.label}": 0 for s in CallStatus}}
@@ -152,6 +153,8 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             self.inputs.subscribe(self, ContextEntry, names.CONTEXT, self.on_context, "context", context_qos,
                                   callback_group=context_group),
             self.inputs.subscribe(self, Episode, names.EPISODE, self.on_episode, "episode",
+                                  callback_group=context_group),
+            self.inputs.subscribe(self, ExecutionOutcome, names.OUTCOMES, self.on_outcome, "outcomes",
                                   callback_group=context_group)]
         self.world_schema_json, self.world_schema_from = "", ""
         if self.call_path.schema is not None:
@@ -242,6 +245,9 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         if self.calls_pub is not None:
             self.destroy_lifecycle_publisher(self.calls_pub)
         self._topic_subs, self.calls_pub, self._queue_timer = [], None, None
+        memory = self.memory()
+        if memory is not None:
+            memory.store.close()
         self.call_path = None
         # Waiting goals belonged to the destroyed server: their callers see no result and cancel at their deadlines.
         self.queue, self.calls = CallQueue(), {}
@@ -261,7 +267,31 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
                 self.counts["stale_context"] += 1  # the previous episode's, arrived after this one's start
                 return
             self.buffer.add(entry)
+            teammates = frozenset(self.buffer.state)
         self.counts["context_entries"] += 1
+        memory = self.memory()
+        if memory is not None:
+            memory.on_entry(entry.agent_id, entry.step, entry.kind, entry.text, teammates, entry.stamp)
+
+    def memory(self):
+        """The call path's memory system (None before configure)."""
+        path = self.call_path
+        return path.memory.system if path is not None and path.memory is not None else None
+
+    def on_outcome(self, msg: ExecutionOutcome) -> None:
+        """An executed step: memory's goal stacks advance, a failure writes a reflection (malformed: counted)."""
+        try:
+            outcome = convert.outcome_from_msg(msg)
+        except ValueError as exc:
+            self.rejections.reject("outcome", exc, msg.agent_id)
+            return
+        if before_episode(outcome.stamp, outcome.step, self.episode_start_s):
+            self.counts["stale_outcomes"] += 1
+            return
+        memory = self.memory()
+        if memory is not None:
+            memory.on_outcome(outcome.agent_id, outcome.step, outcome.action, outcome.success, outcome.detail,
+                              outcome.failure, outcome.stamp)
 
     def on_episode(self, msg: Episode) -> None:
         """A new episode: forget what was said before it began (entries of the new one may already be in); later
@@ -271,6 +301,9 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         with self.buffer_lock:
             self.episode_start_s = seconds_of(msg.header.stamp)
             self.counts["entries_forgotten"] += self.buffer.forget_before(self.episode_start_s)
+        memory = self.memory()
+        if memory is not None:
+            memory.start_episode()
 
     def on_world_info(self, msg: WorldInfo) -> None:
         """The world's action schema: used from the next call on when it changed; a malformed one (or none, when
@@ -364,6 +397,9 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
                 self._dispatch()
         self.counts["calls"] += 1
         self.counts[f"status.{CallStatus(outcome.status).label}"] += 1
+        memory = self.memory()
+        if memory is not None and outcome.status == CallStatus.OK and outcome.steps:
+            memory.on_plan(request.agent_id, request.step, request.mode, outcome.steps)
         if outcome.status != CallStatus.OK:
             said = f" (output: {outcome.output_text[:160]!r})" if outcome.status == CallStatus.PLANNER_ERROR else ""
             self.get_logger().warning(f"call {call.call_id} for {request.agent_id}: {outcome.error}{said}",
@@ -428,7 +464,13 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
                            "server.answers": self.server.answered, **dict(sorted(path.counts.items()))})
             if self.state_label == "active" and not self.server.answered:
                 errors.append(f"planner server {path.client.base_url} does not answer: {self.server.error}")
-        elif path is not None:
+        memory = self.memory()
+        if memory is not None:
+            values.update({"memory.modules": ",".join(memory.modules) or "none",
+                           **{f"memory.{k}": v for k, v in memory.counts.items()},
+                           **{f"memory.tree.{k}": v for k, v in memory.tree.counts.items()},
+                           **{f"memory.store.{k}": v for k, v in memory.store.counts.items()}})
+        if path is not None and not isinstance(path, ServerCallPath):
             values.update({"backend": "local", "dtype": str(path.stack.dtype).replace("torch.", ""),
                            "decode_weights": path.stack.decode_weights, "context_layout": path.layout})
             if path.prefix is not None:

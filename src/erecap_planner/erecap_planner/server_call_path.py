@@ -32,18 +32,16 @@ from brace_common.vocabulary import CallStatus, Phase
 from .call_path import (
     CallOutcome,
     CallRequest,
-    NoRetrieval,
-    Retriever,
     checkpoint_of,
     end_aborted,
     json_object_closed,
     no_schema_outcome,
     parse_into,
     request_text,
-    splice_memory,
 )
 from .compressors import Compressor
 from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextBuffer, RenderedContext, TokenCounts
+from .memory_phase import MemoryUse, call_blocks, goal_stack, memory_ids, retrieve, splice_memory
 from .openai_client import OpenAIClient, ServerError, StreamResult
 from .phase_clock import PhaseClock
 from .plan_parser import holds_json
@@ -108,7 +106,7 @@ class ServerCallPath:
     def __init__(self, client: OpenAIClient, server_model: str, tokenizer, schema: Optional[ActionSchema],
                  compressor: Compressor, compressor_name: str, endpoint: str = "chat",
                  structured_output: str = "none", max_new_tokens: int = 64,
-                 system_prompt: str = DEFAULT_SYSTEM_PROMPT, retriever: Optional[Retriever] = None,
+                 system_prompt: str = DEFAULT_SYSTEM_PROMPT, memory: Optional[MemoryUse] = None,
                  plan_steps: Optional[dict[int, int]] = None, layout: str = "focus",
                  max_context_tokens: Optional[int] = None, backoff: Optional[Backoff] = None):
         if endpoint not in ENDPOINTS:
@@ -127,7 +125,7 @@ class ServerCallPath:
         self.structured_output = structured_output
         self.max_new_tokens = max_new_tokens
         self.system_prompt = system_prompt
-        self.retriever = retriever or NoRetrieval()
+        self.memory = memory
         self.plan_steps = dict(plan_steps or {})
         self.layout = layout
         self.max_context_tokens = max_context_tokens
@@ -222,10 +220,12 @@ class ServerCallPath:
             checkpoint()
             ctx = buffer.render(self.tokenizer, request.agent_id, request_text(schema, request.agent_id,
                                                                                request.mode),
-                                self.system_prompt, layout=self.layout, max_tokens=self.max_context_tokens,
-                                checkpoint=checkpoint, counts=self.token_counts)
+                                self.system_prompt, call_blocks(buffer, self.layout, self.memory), self.layout,
+                                self.max_context_tokens, checkpoint, self.token_counts,
+                                goal_stack(self.memory, self.layout, request.agent_id))
             checkpoint()
-            compressed = self.compressor.compress(ctx, request.token_budget, should_abort=clock.abort)
+            reserve = self.memory.reserve(request.token_budget, request.memory) if self.memory else 0
+            compressed = self.compressor.compress(ctx, request.token_budget - reserve, should_abort=clock.abort)
         except CallAborted as exc:
             clock.end(Phase.CONTEXT_COMPRESS, t0, 0, 0)
             return self._aborted(outcome, clock, str(exc))
@@ -234,11 +234,12 @@ class ServerCallPath:
         clock.end(Phase.CONTEXT_COMPRESS, t0, len(ctx), len(kept_ids))
 
         t0 = clock.begin(Phase.RETRIEVE)
-        lines = self.retriever.retrieve(request.agent_id, ctx)
+        got = retrieve(self.memory, self.tokenizer, buffer, request.agent_id, request.step, reserve)
+        block = memory_ids(self.tokenizer, got.lines, reserve)
         request_at = compressed.position_of(ctx.request_start)
-        kept_ids, _, memory_ids = splice_memory(self.tokenizer, lines, kept_ids, request_at)
-        kept_index = kept_index[:request_at] + [-1] * len(memory_ids) + kept_index[request_at:]
-        clock.end(Phase.RETRIEVE, t0, 0, len(memory_ids))
+        kept_ids, _ = splice_memory(block, kept_ids, request_at)
+        kept_index = kept_index[:request_at] + [-1] * len(block) + kept_index[request_at:]
+        clock.end(Phase.RETRIEVE, t0, got.tokens, len(block))
         outcome.tokens_after = len(kept_ids)
         if clock.abort():
             return self._aborted(outcome, clock, "before the request")

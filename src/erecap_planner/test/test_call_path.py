@@ -8,9 +8,12 @@ import pytest
 from test_context import buffer
 from test_plan_parser import SCHEMA
 
-from brace_common.vocabulary import Block, CallStatus
+from brace_common.action_schema import Step
+from brace_common.vocabulary import Block, CallStatus, Failure, Mode
+from brace_memory.system import MemorySystem
 from erecap_planner.call_path import CallRequest, PlannerCallPath, json_object_closed
 from erecap_planner.context import ContextBuffer, ContextLimits, Entry
+from erecap_planner.memory_phase import MemoryUse
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule
 from erecap_planner.testing import byte_tokenizer, tiny
@@ -66,17 +69,39 @@ def test_cancel_stops_the_call():
     assert out.status == CallStatus.CANCELLED and out.steps == []
 
 
-class LessonMemory:
-    def retrieve(self, agent_id, ctx):
-        return [f"lesson for {agent_id}: re-grasp slowly"]
+def memory_use(share: float = 0.25, modules=("reflective",), layout_window: int = 8) -> MemoryUse:
+    system = MemorySystem(modules)
+    system.on_plan("a", 1, Mode.FULL_REPLAN, [Step("move_to", {"target": "shelf_1"})])
+    system.on_outcome("a", 2, "move_to", False, "blocked by agent b", Failure.COLLISION.value)
+    return MemoryUse(system, share, layout_window)
 
 
-def test_retrieved_lines_are_spliced_before_the_request():
-    p = path("recency", retriever=LessonMemory())
+@pytest.mark.parametrize("compressor", ["erecap", "recency", "summary"])
+def test_retrieved_memory_counts_inside_the_budget(compressor):
+    p = path(compressor, memory=memory_use(0.4))
+    out = p.run(buffer(30), CallRequest("a", 600, 60_000, 120_000))
+    compress, retrieve = out.phases[0], out.phases[1]
+    assert 0 < retrieve.tokens_out <= 240  # 40% of B_t
+    assert out.tokens_after <= 600  # memory included: the call is never larger than the controller allowed
+    if compressor != "erecap":
+        assert compress.tokens_out <= 600 - 240
+        assert out.tokens_after == compress.tokens_out + retrieve.tokens_out
+
+
+def test_memory_lines_are_spliced_before_the_request():
+    p = path("recency", memory=memory_use(0.5))
+    seen = []
+    p.compressor.compress = (lambda original: lambda ctx, budget, **kw: seen.append(budget) or original(
+        ctx, budget, **kw))(p.compressor.compress)
     out = p.run(buffer(5), CallRequest("a", 10_000, 60_000, 120_000))
-    retrieve = out.phases[1]
-    assert retrieve.tokens_out == len("MEMORY:\nlesson for a: re-grasp slowly\n")
-    assert out.tokens_after == out.tokens_before + retrieve.tokens_out
+    assert seen == [5_000]  # the compressor gets B_t minus memory's reserve
+    assert out.tokens_after == out.tokens_before + out.phases[1].tokens_out
+
+
+def test_a_call_without_memory_reserves_nothing():
+    p = path("recency", memory=memory_use(0.5))
+    out = p.run(buffer(30), CallRequest("a", 600, 60_000, 120_000, memory=False))
+    assert out.phases[1].tokens_out == 0 and out.phases[0].tokens_out == 600
 
 
 def test_json_object_closed():
