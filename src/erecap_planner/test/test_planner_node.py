@@ -7,7 +7,7 @@ import time
 
 import pytest
 from brace_msgs.action import Replan
-from brace_msgs.msg import ContextEntry, Episode, ReplanCall, WorldInfo
+from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, ReplanCall, WorldInfo
 from rclpy.action import ActionClient
 from rclpy.duration import Duration
 from rclpy.node import Node
@@ -17,7 +17,9 @@ from brace_common import qos
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import wait_for
 from brace_common.vocabulary import Block, EpisodeEvent
+from brace_memory.store import MemoryStore
 from erecap_planner.call_path import NO_SCHEMA
+from erecap_planner.memory_phase import call_blocks
 from erecap_planner.planner_node import ErecapPlannerNode
 from erecap_planner.testing import saved_tiny_llama, tiny
 
@@ -317,3 +319,33 @@ def test_with_no_schema_file_the_planner_plans_with_the_schema_the_world_publish
     info.publish(WorldInfo(world="tiny", episode=2, agents=["a"], action_schema_json="{not json"))
     wait_for(lambda: node.rejections.counts["world_info.malformed_schema"] == 1, what="a malformed schema counted")
     assert plan() == [("hover", {"seconds": 2.0})]  # and the last good one kept
+
+
+def test_memory_modules_learn_from_outcomes_and_their_lines_fit_inside_the_budget(ros, model_dir, tmp_path):
+    store = tmp_path / "memory" / "planner.sqlite"
+    node = planner(model_dir, memory_modules=["reflective", "episodic"], memory_share=0.5,
+                   memory_store_path=str(store), context_layout="recap", recap_window=4)
+    client = start(ros, node)
+    outcomes = client.create_publisher(ExecutionOutcome, "/brace/outcomes", qos.EVENTS)
+    wait_for(lambda: outcomes.get_subscription_count() > 0, what="outcomes subscription")
+    outcomes.publish(ExecutionOutcome(agent_id="a", step=40, action="pick", success=False, detail="grasp slipped",
+                                      failure=ExecutionOutcome.FAILURE_DROP_SLIP))
+    outcomes.publish(ExecutionOutcome(agent_id="a/../../x", step=41, action="pick", success=False))
+    client.context_pub.publish(ContextEntry(agent_id="a", step=40, block=ContextEntry.BLOCK_HISTORY,
+                                            kind="failure_trace", text="pick(object=cup_3) failed: grasp slipped"))
+    system = node.memory()
+    wait_for(lambda: system.reflective.counts["failures"] == 1 and system.episodic.counts["records"] == 1
+             and node.rejections.counts, what="the failure in memory, the malformed outcome counted")
+    assert system.store.records("a", "failure")[0].fields["failure_kind"] == "drop_slip"
+    handle = client.send(token_budget=600)
+    result_future = handle.get_result_async()
+    wait_for(result_future.done, timeout=60, what="result")
+    call = result_future.result().result.call
+    retrieve = next(p for p in call.phases if p.phase == "retrieve")
+    assert 0 < retrieve.tokens_out <= 300 and call.tokens_after <= 600
+    with node.buffer_lock:  # a's history up to step 40 is folded into its record; the window keeps 4 of b's
+        history = dict(call_blocks(node.buffer, "recap", node.call_path.memory))[Block.HISTORY]
+    assert [e.agent_id for e in history] == ["b"] * 4
+    # The store is a file: a new planner process reads what this one learned.
+    node.trigger_cleanup()
+    assert sorted(r.kind.value for r in MemoryStore(store).records("a")) == ["episodic", "failure"]
