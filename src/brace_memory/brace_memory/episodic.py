@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .records import MemoryRecord, RecordKind, check_agent
+from .records import MemoryRecord, RecordKind, cached_line, check_agent
 from .store import MemoryStore
 
 MAX_FIELD_CHARS = 96
@@ -58,6 +58,7 @@ class Segment:
             del target[0]
 
 
+@cached_line
 def record_line(record: MemoryRecord) -> str:
     """An episodic record as the one line the planner reads."""
     f = record.fields

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,3 +57,20 @@ def check_agent(agent_id: str) -> str:
     if not isinstance(agent_id, str) or len(agent_id) > MAX_AGENT_ID_CHARS or not AGENT_ID_PATTERN.match(agent_id):
         raise ValueError(f"'{str(agent_id)[:80]}' is not an agent id (a letter, then letters, digits and '_')")
     return agent_id
+
+
+def cached_line(render: Callable[[MemoryRecord], str]) -> Callable[[MemoryRecord], str]:
+    """`render` remembered per record object while it lives (records are immutable; a call renders every one)."""
+    lines: dict[int, tuple[weakref.ref, str]] = {}
+
+    def cached(record: MemoryRecord) -> str:
+        held = lines.get(id(record))
+        if held is not None and held[0]() is record:
+            return held[1]
+        line = render(record)
+        key = id(record)
+        lines[key] = (weakref.ref(record, lambda _, key=key: lines.pop(key, None)), line)
+        return line
+
+    cached.__doc__ = render.__doc__
+    return cached

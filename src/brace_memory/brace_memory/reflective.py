@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from brace_common.vocabulary import Failure
 
-from .records import MemoryRecord, RecordKind, check_agent
+from .records import MemoryRecord, RecordKind, cached_line, check_agent
 from .relevance import bm25, words
 from .store import MemoryStore
 
@@ -54,6 +54,7 @@ def failure_kind(failure: int) -> str:
         return Failure.EXECUTOR.label
 
 
+@cached_line
 def failure_line(record: MemoryRecord) -> str:
     """A failure record as the line the planner reads."""
     f = record.fields

@@ -11,6 +11,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Sequence
+from functools import lru_cache
 
 WORD = re.compile(r"[a-z0-9]+(?:_[a-z0-9]+)*")
 """A word: letters and digits, with underscores inside (`shelf_3`, `box_7` stay one word)."""
@@ -24,11 +25,17 @@ def words(text: str) -> list[str]:
     return [word for word in WORD.findall(text.lower()) if word not in STOPWORDS]
 
 
+@lru_cache(maxsize=65_536)
+def term_counts(text: str) -> Counter:
+    """The words of `text` with their counts (remembered: a record's line is scored at every call; not to mutate)."""
+    return Counter(words(text))
+
+
 def bm25(query: str, documents: Sequence[str]) -> list[float]:
     """BM25 score of every document for `query`, normalised to [0, 1] by the best one (all 0 when none matches)."""
     if not documents:
         return []
-    docs = [Counter(words(d)) for d in documents]
+    docs = [term_counts(d) for d in documents]
     lengths = [sum(d.values()) for d in docs]
     mean_length = (sum(lengths) / len(lengths)) or 1.0
     terms = set(words(query))

@@ -21,6 +21,7 @@ from brace_common.vocabulary import Mode
 from .context_tree import ContextTree
 from .episodic import EpisodicMemory, record_line
 from .rag import ranked_by_relevance
+from .record_index import RecordIndex
 from .records import RecordKind
 from .reflective import PREEMPTION, Prior, ReflectiveMemory, failure_kind, failure_line
 from .store import MemoryStore
@@ -57,7 +58,7 @@ class MemorySystem:
     def __init__(self, modules: Sequence[str], store: Optional[MemoryStore] = None, tree_depth: int = 3,
                  corpus: Sequence[Prior] = (), priors: Sequence[Prior] = (), max_lines: int = 8) -> None:
         self.modules = check_modules(modules)
-        self.store = store if store is not None else MemoryStore(None)
+        self.store = RecordIndex(store if store is not None else MemoryStore(None))
         self.tree = ContextTree(tree_depth)
         self.episodic = EpisodicMemory(self.store)
         self.reflective = ReflectiveMemory(self.store, tuple(priors))
@@ -142,13 +143,19 @@ class MemorySystem:
         if module == "reflective":
             return self.reflective.ranked(agent_id, query, now_step)
         if module == "episodic":
-            return [record_line(r) for r in reversed(self.episodic.records(agent_id))]
+            return [self.line(r) for r in reversed(self.episodic.records(agent_id))]
         if module == "rag_static":
             return ranked_by_relevance(query, [p.text for p in self.corpus])
-        records = self.store.records(agent_id)
-        return ranked_by_relevance(query, [record_line(r) if r.kind == RecordKind.EPISODIC else failure_line(r)
-                                           if r.kind == RecordKind.FAILURE else f"note: {r.fields.get('text', '')}"
-                                           for r in records])
+        return ranked_by_relevance(query, [self.line(r) for r in self.store.records(agent_id)])
+
+    @staticmethod
+    def line(record) -> str:
+        """A record as the line the planner reads."""
+        if record.kind == RecordKind.EPISODIC:
+            return record_line(record)
+        if record.kind == RecordKind.FAILURE:
+            return failure_line(record)
+        return f"note: {record.fields.get('text', '')}"
 
     def retrieve(self, agent_id: str, query: str, now_step: int, cap_tokens: int,
                  count_tokens: Callable[[list[str]], list[int]]) -> Retrieved:
