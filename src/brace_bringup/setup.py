@@ -14,7 +14,8 @@ setup(
         # Nav2 bringup's layout: found through get_package_share_directory (symlinks with --symlink-install)
         (f"share/{package_name}/launch", glob("launch/*.launch.py")),
         (f"share/{package_name}/params", glob("params/*.yaml")),
-        *((f"share/{package_name}/params/{world}", glob(f"params/{world}/*.yaml")) for world in ("robot", "airsim", "isaac")),
+        *((f"share/{package_name}/params/{world}", glob(f"params/{world}/*.yaml"))
+          for world in ("robot", "airsim", "isaac", "textworld")),
         (f"share/{package_name}/runs", glob("runs/*.yaml")),
         (f"share/{package_name}/rviz", glob("rviz/*.rviz")),
     ],

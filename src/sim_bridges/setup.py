@@ -18,12 +18,13 @@ setup(
     zip_safe=True,
     maintainer="BRACE-ROS maintainers",
     maintainer_email="brace-ros@example.org",
-    description="Simulator bridges: embedded warehouse, AirSim, Isaac Sim",
+    description="Simulator bridges: embedded warehouse, AirSim, Isaac Sim, TextWorld",
     license="Apache-2.0",
     entry_points={"console_scripts": [
         "embedded_sim = sim_bridges.warehouse.embedded_sim_node:main",
         "airsim_bridge = sim_bridges.airsim.airsim_bridge_node:main",
         "isaac_bridge = sim_bridges.isaac.isaac_bridge_node:main",
+        "textworld_world = sim_bridges.textworld.textworld_world_node:main",
         "brace-airsim-peer = sim_bridges.airsim.airsim_peer:main",
     ]},
 )

@@ -126,4 +126,11 @@ ISAAC_BRIDGE = NodeSpec("sim_bridges", "isaac_bridge", "isaac_bridge", ("isaac_b
 ISAAC = Stack("isaac", (ISAAC_BRIDGE, *control_nodes("isaac/control.yaml")),
               use_sim_time=True, description="robots in a running Isaac Sim through its ROS 2 bridge's topics",
               world="isaac_bridge")
-STACKS = {stack.name: stack for stack in (CONTROL, SIM, PIPER_TWIN, PIPER_REAL, AIRSIM, ISAAC)}
+# TextWorld cooking games (docs/textworld.md): the player's commands are the plan's steps; the control stack with the
+# games' settings (params/textworld/control.yaml). The node makes its games offline into its game_dir.
+TEXTWORLD_WORLD = NodeSpec("sim_bridges", "textworld_world", "textworld_world", ("textworld_world.yaml",),
+                           node_class="sim_bridges.textworld.textworld_world_node:TextWorldWorldNode")
+TEXTWORLD = Stack("textworld", (TEXTWORLD_WORLD, *control_nodes("textworld/control.yaml")),
+                  description="TextWorld cooking games, generated offline and played through textworld",
+                  world="textworld_world")
+STACKS = {stack.name: stack for stack in (CONTROL, SIM, PIPER_TWIN, PIPER_REAL, AIRSIM, ISAAC, TEXTWORLD)}

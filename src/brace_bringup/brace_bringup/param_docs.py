@@ -26,6 +26,7 @@ from robot_bridge.pickfruit.operator_task_node import OperatorTaskConfig
 from robot_bridge.pickfruit.twin_world_node import TwinWorldConfig
 from robot_bridge.piper.piper_arm_config import PiperArmConfig
 from sim_bridges.isaac.isaac_config import IsaacBridgeConfig
+from sim_bridges.textworld.textworld_config import TextWorldConfig
 from sim_bridges.warehouse.warehouse_config import AirSimBridgeConfig, SimConfig
 
 from .graph import AIRSIM, ISAAC, PIPER_REAL, PIPER_TWIN, SIM
@@ -45,6 +46,7 @@ NODE_CONFIGS: dict[str, tuple[type, ...]] = {
     "operator_task": (OperatorTaskConfig,),
     "isaac_bridge": (IsaacBridgeConfig,),
     "airsim_bridge": (AirSimBridgeConfig,),
+    "textworld_world": (TextWorldConfig,),
 }
 """Each node's parameters: the config dataclasses it declares them from (core first, then the node's own)."""
 
