@@ -64,6 +64,9 @@ class MemorySystem:
         self.reflective = ReflectiveMemory(self.store, tuple(priors))
         self.corpus = tuple(corpus)
         self.max_lines = max_lines
+        # Records are written only for a module that reads them (rag_memory reads both kinds).
+        self.folding = self.on("episodic") or self.on("rag_memory")
+        self.reflecting = self.on("reflective") or self.on("rag_memory")
         self.lock = threading.Lock()
         self.counts = {"retrievals": 0, "lines_retrieved": 0, "lines_left_out": 0}
 
@@ -85,13 +88,14 @@ class MemorySystem:
                 self.tree.on_task(agent_id, text)
             elif kind == "task_done":
                 self.tree.on_task_done(agent_id)
-            self.episodic.on_entry(agent_id, step, kind, text, teammates, stamp)
+            if self.folding:
+                self.episodic.on_entry(agent_id, step, kind, text, teammates, stamp)
 
     def on_outcome(self, agent_id: str, step: int, action: str, success: bool, detail: str, failure: int,
                    stamp: float = 0.0) -> None:
         """A step the agent executed (ExecutionOutcome): the tree advances; a failure writes a reflection."""
         with self.lock:
-            if not success:
+            if not success and self.reflecting:
                 current = self.tree.current_step(agent_id, action)
                 self.reflective.on_failure(agent_id, step, action, current.parameters if current else None,
                                            failure_kind(failure), detail, stamp=stamp)
@@ -102,16 +106,19 @@ class MemorySystem:
         """A plan this planner returned: the tree decomposes / refines / repairs; the episode segment closes."""
         with self.lock:
             self.tree.on_plan(agent_id, step, mode, steps, rationale)
-            self.episodic.boundary(agent_id, step, "plan change", stamp)
+            if self.folding:
+                self.episodic.boundary(agent_id, step, "plan change", stamp)
 
     def on_preemption(self, agent_id: str, step: int, action: str, detail: str, stamp: float = 0.0) -> None:
         """The verifier preempted the agent's step: a reflection and an episodic boundary."""
         with self.lock:
             current = self.tree.current_step(agent_id, action)
-            self.reflective.on_failure(agent_id, step, action, current.parameters if current else None,
-                                       PREEMPTION, detail, stamp=stamp)
+            if self.reflecting:
+                self.reflective.on_failure(agent_id, step, action, current.parameters if current else None,
+                                           PREEMPTION, detail, stamp=stamp)
             self.tree.on_outcome(agent_id, action, False, f"preempted: {detail}")
-            self.episodic.boundary(agent_id, step, "preemption", stamp)
+            if self.folding:
+                self.episodic.boundary(agent_id, step, "preemption", stamp)
 
     def start_episode(self) -> None:
         """An episode starts: goal stacks and open segments are dropped; stored records stay."""

@@ -184,3 +184,12 @@ def test_an_episode_start_keeps_stored_records_and_drops_goal_stacks(tmp_path):
     system.store.close()
     again = MemorySystem(["reflective"], MemoryStore(tmp_path / "m.sqlite"))  # the next run
     assert "pick(object=box_7)" in again.retrieve("a", "pick box_7", 3, 1000, chars).lines[0]
+
+
+def test_without_modules_only_the_goal_stack_is_kept_and_nothing_is_written():
+    system = MemorySystem([])
+    system.on_entry("a", 1, "failure_trace", "pick failed")
+    system.on_plan("a", 2, Mode.FULL_REPLAN, [PICK])
+    system.on_outcome("a", 3, "pick", False, "slipped", Failure.DROP_SLIP.value)
+    assert system.store.records("a") == [] and not system.retrieving()
+    assert "pick(object=box_7) [failed: slipped]" in system.goal_stack("a")[0]
