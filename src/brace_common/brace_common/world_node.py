@@ -28,7 +28,7 @@ from .vocabulary import Block, EntryKind, EpisodeEvent
 from .world_episodes import EpisodeBook
 from .world_feed import FeedEntry
 from .world_io import STEPPED, WorldPublishers
-from .world_state import WorldState
+from .world_state import WorldState, world_state_msg
 
 PEERS_MISSING = "episodes do not start"
 """What a world's overdue peer wait means, in its diagnostics ERROR line."""
@@ -165,6 +165,13 @@ class WorldNode:
     def publish_state(self, state: WorldState, frame_id: str) -> None:
         """Publish the world's state when it is of a new step or changed since the last one published."""
         self.out.world_state(state, self.stamp(), frame_id)
+
+    def lookahead_response(self, prediction: Any, response: Any, frame_id: str) -> Any:
+        """`response` (Lookahead.Response) filled from a world's one-step prediction (valid, reason, state)."""
+        response.valid, response.reason = prediction.valid, prediction.reason
+        if prediction.state is not None:
+            response.state = world_state_msg(prediction.state, self.stamp(), frame_id)
+        return response
 
     def rejected_values(self) -> dict[str, int]:
         """Rejected inputs by reason ('rejected.<what>.<reason>'), for diagnostics."""

@@ -33,7 +33,6 @@ from brace_common.episode import EpisodeResult
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
 from brace_common.world_inputs import WorldInputs
-from brace_common.world_state import world_state_msg
 
 from . import textworld_feed as feed
 from .textworld_config import TextWorldConfig
@@ -90,10 +89,7 @@ class TextWorldWorldNode(WorldInputs, Node):
         """One command on a copy of the live game (the game itself does not change)."""
         prediction = feed.answer_lookahead(self.world, self.episode, request.episode, request.step, request.agent_id,
                                            request.action, request.parameters_json)
-        response.valid, response.reason = prediction.valid, prediction.reason
-        if prediction.state is not None:
-            response.state = world_state_msg(prediction.state, self.stamp(), FRAME_ID)
-        return response
+        return self.lookahead_response(prediction, response, FRAME_ID)
 
     # ------------------------------------------------------------------ stepping
 

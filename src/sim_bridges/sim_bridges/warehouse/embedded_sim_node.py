@@ -43,7 +43,6 @@ from brace_common.episode import EpisodeResult
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
 from brace_common.world_inputs import WorldInputs
-from brace_common.world_state import world_state_msg
 
 from . import warehouse_feed as feed
 from .warehouse_config import SimConfig
@@ -93,10 +92,7 @@ class EmbeddedSimNode(WorldInputs, Node):
         """One step of the transition model for a candidate step, on a copy (the live world does not change)."""
         prediction = feed.answer_lookahead(self.world, self.episode, request.episode, request.step, request.agent_id,
                                            request.action, request.parameters_json)
-        response.valid, response.reason = prediction.valid, prediction.reason
-        if prediction.state is not None:
-            response.state = world_state_msg(prediction.state, self.stamp(), self.config.frame_id)
-        return response
+        return self.lookahead_response(prediction, response, self.config.frame_id)
 
     # ------------------------------------------------------------------ stepping
 
