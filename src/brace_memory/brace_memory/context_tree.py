@@ -24,6 +24,8 @@ from .records import check_agent
 
 MAX_STEP_TEXT = 120
 """A step's text in the goal stack is cut to this many characters."""
+MAX_DONE_SHOWN = 4
+"""Done steps of a level shown in the goal stack (the newest); older ones are counted."""
 
 
 @dataclass
@@ -72,8 +74,10 @@ class ContextTree:
         self._tree(agent_id).task = text.strip()
 
     def on_task_done(self, agent_id: str) -> None:
-        """The agent's task finished: its goal stack empties."""
-        self.trees[check_agent(agent_id)] = AgentTree()
+        """The agent finished a task (or one of its parts, as a game's point): its plan levels close; the task stays
+        until the agent's next task entry (a world that scores parts of one task sends no new one)."""
+        tree = self._tree(agent_id)
+        tree.levels, tree.rationale = [], "the previous goal was achieved"
 
     def on_plan(self, agent_id: str, made_at: int, mode: Mode, steps: list[Step], rationale: str = "") -> None:
         """A plan the planner returned for the agent in `mode` (Mode.*): decompose, refine or repair."""
@@ -137,8 +141,9 @@ class ContextTree:
             return []
         lines = [f"task: {_cut(tree.task)}"] if tree.task else []
         for depth, level in enumerate(tree.levels):
-            marks = []
-            for i, step in enumerate(level.steps):
+            shown = max(0, level.done - MAX_DONE_SHOWN)  # older done steps as a count: the stack stays bounded
+            marks = [f"({shown} earlier steps done)"] if shown else []
+            for i, step in enumerate(level.steps[shown:], start=shown):
                 mark = ""
                 if i < level.done:
                     mark = " [done]"

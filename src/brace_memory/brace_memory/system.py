@@ -103,10 +103,11 @@ class MemorySystem:
 
     def on_plan(self, agent_id: str, step: int, mode: Mode, steps: list[Step], rationale: str = "",
                 stamp: float = 0.0) -> None:
-        """A plan this planner returned: the tree decomposes / refines / repairs; the episode segment closes."""
+        """A plan this planner returned: the tree decomposes / refines / repairs; a new plan (full or partial replan)
+        closes the episode segment, a refinement of the remaining steps (reuse) continues it."""
         with self.lock:
             self.tree.on_plan(agent_id, step, mode, steps, rationale)
-            if self.folding:
+            if self.folding and Mode(mode) != Mode.REUSE_SUBPLAN:
                 self.episodic.boundary(agent_id, step, "plan change", stamp)
 
     def on_preemption(self, agent_id: str, step: int, action: str, detail: str, stamp: float = 0.0) -> None:

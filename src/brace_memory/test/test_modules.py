@@ -193,3 +193,22 @@ def test_without_modules_only_the_goal_stack_is_kept_and_nothing_is_written():
     system.on_outcome("a", 3, "pick", False, "slipped", Failure.DROP_SLIP.value)
     assert system.store.records("a") == [] and not system.retrieving()
     assert "pick(object=box_7) [failed: slipped]" in system.goal_stack("a")[0]
+
+
+def test_goal_stack_shows_the_newest_done_steps_and_keeps_the_task_across_a_part_done():
+    from brace_memory.context_tree import MAX_DONE_SHOWN, ContextTree
+
+    tree = ContextTree()
+    tree.on_task("a", "cook the meal")
+    tree.on_plan("a", 0, Mode.FULL_REPLAN, [Step("command", {"text": "look"})])
+    for i in range(MAX_DONE_SHOWN + 3):
+        tree.on_outcome("a", "command", True)
+        tree.on_plan("a", i + 1, Mode.REUSE_SUBPLAN, [Step("command", {"text": f"go {i}"})])
+    stack = tree.goal_stack("a")
+    plan = next(line for line in stack if line.startswith("plan"))
+    assert "(3 earlier steps done)" in plan and plan.count("[done]") == MAX_DONE_SHOWN
+    assert f"now: command(text=go {MAX_DONE_SHOWN + 2})" in stack or any(
+        line.startswith("now:") and f"go {MAX_DONE_SHOWN + 2}" in line for line in stack)
+    tree.on_task_done("a")
+    assert tree.goal_stack("a")[0] == "task: cook the meal"
+    assert not any(line.startswith("plan") for line in tree.goal_stack("a"))
