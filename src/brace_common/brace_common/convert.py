@@ -63,7 +63,7 @@ def decision_from_msg(msg: ReplanDecision) -> Decision:
         steps_since_call=None if msg.steps_since_call < 0 else int(msg.steps_since_call),
         steps_since_change=None if msg.steps_since_change < 0 else int(msg.steps_since_change),
         consecutive_failures=int(msg.consecutive_failures), consecutive_deferrals=int(msg.consecutive_deferrals),
-        predicted_p95_ms=float(msg.predicted_p95_ms),
+        predicted_p95_ms=float(msg.predicted_p95_ms), memory_off=bool(msg.memory_off),
     )
 
 

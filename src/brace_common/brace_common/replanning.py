@@ -58,6 +58,7 @@ class Decision:
     consecutive_failures: int = 0
     consecutive_deferrals: int = 0
     predicted_p95_ms: float = math.nan
+    memory_off: bool = False  # the call runs without retrieved memory (its SLO cannot afford it)
 
 
 @dataclass(frozen=True)

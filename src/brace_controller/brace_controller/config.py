@@ -142,6 +142,8 @@ class ControllerConfig:
     defer_when_infeasible: bool = param(True, "defer non-critical triggers when the planner backlog plus the call "
         "is predicted to miss SLO_t x guard even at the minimum budget (at B_t without adaptive_budget; "
         "off with adaptive_budget off = paper-faithful)")
+    memory_off_when_infeasible: bool = param(True, "admit a call whose predicted P95 misses SLO_t x guard even at "
+        "its fitted budget without retrieved memory (Replan.memory_off): the planner skips the retrieve phase")
 
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid parameter."""

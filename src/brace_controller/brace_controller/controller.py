@@ -129,7 +129,7 @@ class BraceController:
         budget = None
         predicted = math.nan
         cost_ms = 0.0
-        hold = False
+        hold = infeasible = False
         if reason.admits:
             budget = self.policy.budget(trigger, override, trigger.consecutive_failures)
             token_budget = budget.token_budget
@@ -156,6 +156,8 @@ class BraceController:
             budget = dataclasses.replace(budget, token_budget=token_budget)
 
         decision = self._make_decision(trigger, agent, reason, override, budget, predicted)
+        if decision.admitted and infeasible and self.config.memory_off_when_infeasible:
+            decision = dataclasses.replace(decision, memory_off=True)
         self._apply(decision, agent, tally)
         if decision.admitted:
             agent.in_flight_cost_ms = cost_ms

@@ -82,6 +82,7 @@ def decision_to_msg(decision: Decision, source: TriggerEvent, stamp: Time) -> Re
     msg.consecutive_failures = int(decision.consecutive_failures)
     msg.consecutive_deferrals = int(decision.consecutive_deferrals)
     msg.predicted_p95_ms = float(decision.predicted_p95_ms)
+    msg.memory_off = bool(decision.memory_off)
     return msg
 
 
@@ -97,6 +98,7 @@ def goal_from_decision(decision: Decision, stamp: Time) -> Replan.Goal:
     goal.token_budget = int(decision.token_budget)
     goal.slo_ms = float(decision.slo_ms)
     goal.hard_deadline_ms = float(decision.hard_deadline_ms)
+    goal.memory_off = bool(decision.memory_off)
     return goal
 
 

@@ -207,3 +207,16 @@ def test_malformed_trigger_is_rejected_without_state_change(bad):
     with pytest.raises(ValueError):
         c.decide(bad)
     assert not c.agents.get("a") or c.agents["a"].last_call_step is None
+
+
+def test_a_call_admitted_beyond_its_slo_runs_without_memory():
+    c = controller(adaptive_budget=True, defer_when_infeasible=True)
+    _warm(c, 1.0, base=5000.0)  # even the minimum budget misses every SLO
+    hazard = c.decide(trig(1, agent="b", kind=TriggerKind.HAZARD))
+    assert hazard.admitted and hazard.memory_off
+    fits = controller(adaptive_budget=True, defer_when_infeasible=True)
+    _warm(fits, 1.0)
+    assert not fits.decide(trig(1, kind=TriggerKind.HAZARD)).memory_off
+    kept = controller(adaptive_budget=True, defer_when_infeasible=True, memory_off_when_infeasible=False)
+    _warm(kept, 1.0, base=5000.0)
+    assert not kept.decide(trig(1, kind=TriggerKind.HAZARD)).memory_off

@@ -76,7 +76,7 @@ def request_from_goal(goal) -> CallRequest:
     return CallRequest(check_agent_id("agent_id", goal.agent_id),
                        check_int("token_budget", goal.token_budget, MIN_TOKEN_BUDGET, MAX_TOKEN_BUDGET),
                        slo_ms, deadline_ms, int(goal.mode), check_step("step", goal.step),
-                       check_id("decision_id", goal.decision_id, allow_empty=True))
+                       check_id("decision_id", goal.decision_id, allow_empty=True), memory=not goal.memory_off)
 
 
 def call_to_msg(outcome: CallOutcome, request: CallRequest, call_id: str, model: str, accepted: Time) -> ReplanCall:

@@ -343,9 +343,38 @@ def test_memory_modules_learn_from_outcomes_and_their_lines_fit_inside_the_budge
     call = result_future.result().result.call
     retrieve = next(p for p in call.phases if p.phase == "retrieve")
     assert 0 < retrieve.tokens_out <= 300 and call.tokens_after <= 600
+    handle = client.send(token_budget=600, memory_off=True)  # the controller switched memory off for this call
+    result_future = handle.get_result_async()
+    wait_for(result_future.done, timeout=60, what="result without memory")
+    assert next(p for p in result_future.result().result.call.phases if p.phase == "retrieve").tokens_out == 0
     with node.buffer_lock:  # a's history up to step 40 is folded into its record; the window keeps 4 of b's
         history = dict(call_blocks(node.buffer, "recap", node.call_path.memory))[Block.HISTORY]
     assert [e.agent_id for e in history] == ["b"] * 4
     # The store is a file: a new planner process reads what this one learned.
     node.trigger_cleanup()
     assert sorted(r.kind.value for r in MemoryStore(store).records("a")) == ["episodic", "failure"]
+
+
+def test_retrieval_modules_add_corpus_passages_and_run_records_inside_the_budget(ros, model_dir, tmp_path):
+    corpus = tmp_path / "corpus.yaml"
+    corpus.write_text("- {text: 'cup_3 sits on shelf 12; approach it from aisle 4', keys: [cup_3]}\n"
+                      "- {text: 'dock 2 closes at step 30', keys: [dock_2]}\n")
+    node = planner(model_dir, memory_modules=["rag_static", "rag_memory"], memory_share=0.5,
+                   memory_corpus_file=str(corpus))
+    client = start(ros, node)
+    outcomes = client.create_publisher(ExecutionOutcome, "/brace/outcomes", qos.EVENTS)
+    wait_for(lambda: outcomes.get_subscription_count() > 0, what="outcomes subscription")
+    outcomes.publish(ExecutionOutcome(agent_id="a", step=40, action="pick", success=False, detail="grasp slipped",
+                                      failure=ExecutionOutcome.FAILURE_GRASP))
+    client.context_pub.publish(ContextEntry(agent_id="a", step=41, block=ContextEntry.BLOCK_TASK, kind="task",
+                                            text="pick cup_3 and bring it to dock 1"))
+    system = node.memory()
+    wait_for(lambda: system.store.records("a", "failure") and system.query("a").startswith("pick cup_3"),
+             what="the failure recorded for rag_memory, the task for the query")
+    handle = client.send(token_budget=600)
+    result_future = handle.get_result_async()
+    wait_for(result_future.done, timeout=60, what="result")
+    call = result_future.result().result.call
+    retrieve = next(p for p in call.phases if p.phase == "retrieve")
+    assert 0 < retrieve.tokens_out <= 300 and call.tokens_after <= 600
+    assert system.counts["lines_retrieved"] >= 2  # the cup_3 passage and the failure record
