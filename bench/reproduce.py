@@ -10,6 +10,8 @@ on one executor over real DDS, audit bag per row) with the row's overrides:
   table30  the delta / omega / w sweep of BRACE + E-RECAP in a deadlock-prone
            world (K = 6, every task to one dock) (Table 30)
   table5   K = 1, 2, 4, 8 with unpruned, E-RECAP and random context at the same B (Table 5 shape)
+  table20  RAG x Prune at the small budget B = 128 (Table 20): retrieval from the warehouse corpus on or off,
+           E-RECAP pruning on or off (unpruned: the whole context), with retrieved tokens and retrieval ms
 
 and on the AirSim drone intersection (runs/airsim_k8.yaml: the airsim stack on brace-airsim-peer, the
 protocol-level AirSim, one per row):
@@ -83,6 +85,8 @@ T6_COLUMNS = ["label", "episodes", "success", "delivered", "path_efficiency", "c
               "slo_violation", "near_misses", "collisions"]
 T30_COLUMNS = ["label", "episodes", "calls_per_episode", "changes_per_episode", "churn", "deadlocks_per_episode",
                "success", "slo_violation"]
+T20_COLUMNS = ["label", "episodes", "success", "tokens_after", "retrieved_tokens", "retrieve_ms", "latency_p95_ms",
+               "slo_violation", "oracle_agreement"]
 T5_COLUMNS = ["label", "num_agents", "episodes", "tokens_before", "tokens_after", "latency_p50_ms", "latency_p95_ms",
               "slo_violation", "success", "oracle_agreement"]
 
@@ -118,6 +122,12 @@ def tables() -> dict[str, Table]:
     t5 = [Row(f"K={k} {name}", "brace_erecap" if comp == "erecap" else "brace",
               _merge({"embedded_sim": {"num_agents": k}, "erecap_planner": {"compressor": comp}}))
           for k in (1, 2, 4, 8) for name, comp in (("unpruned", "none"), ("E-RECAP", "erecap"), ("random", "random"))]
+    small = {"brace_controller": {"budget_profile": "embedded_small", "adaptive_budget": False}}
+    rag = {"erecap_planner": {"memory_modules": ["rag_static"],
+                              "memory_corpus_file": "package://sim_bridges/config/warehouse_corpus.yaml"}}
+    t20 = [Row(f"RAG {'on' if on else 'off'}, prune {'on' if comp == 'erecap' else 'off'}", "brace_erecap",
+               _merge(small, rag if on else {}, {"erecap_planner": {"compressor": comp}}))
+           for on in (False, True) for comp in ("none", "erecap")]
     a25 = [Row(f"periodic every {n} steps", "brace_erecap", {"trigger_monitor": {"periodic_interval_steps": n}})
            for n in (5, 10, 20)]
     a26 = [Row(f"K={k} {label}", variant, {"airsim_bridge": {"num_agents": k}})
@@ -142,6 +152,8 @@ def tables() -> dict[str, Table]:
                          Row("BRACE + E-RECAP", "brace_erecap", HARD)], T6_COLUMNS, plot="success"),
         "table30": Table("table30", "delta / omega / w sweep, deadlock-prone world K = 6 (paper Table 30 shape)",
                          t30, T30_COLUMNS, plot="churn"),
+        "table20": Table("table20", "RAG x Prune at B = 128 (paper Table 20 shape)", t20, T20_COLUMNS,
+                         plot="retrieve_ms"),
         "table5": Table("table5", "Scaling with K: unpruned vs E-RECAP vs random at the same B (paper Table 5 shape)",
                         t5, T5_COLUMNS, plot="latency_p95_ms"),
     }

@@ -24,6 +24,7 @@ PHASES = tuple(p.value for p in (Phase.QUEUE, Phase.CONTEXT_COMPRESS, Phase.RETR
                                   Phase.FIRST_TOKEN, Phase.DECODE, Phase.PARSE))
 """The call path's phases in the order they run (prefill in process; request and first_token on a planner server;
 dispatch is the executor's, not the planner's)."""
+RETRIEVE = Phase.RETRIEVE.value
 ANSWERED = (CallStatus.OK, CallStatus.PLANNER_ERROR)
 """Statuses of calls whose call path ran to the end (a plan, or output that was not one)."""
 
@@ -210,6 +211,8 @@ def summary(run: RunRecords) -> dict:
         "changes_per_episode": changes / n_ep if n_ep else math.nan,
         "churn": churn_ratio(len(calls), changes),
         "oracle_agreement": (metric_total(judged, PLANS_AGREEING) / plans) if plans else math.nan,
+        "retrieved_tokens": _mean(c.phases[RETRIEVE][2] for c in answered if RETRIEVE in c.phases),
+        "retrieve_ms": _mean(c.phases[RETRIEVE][0] for c in answered if RETRIEVE in c.phases),
         "triggers": len(run.decisions),
         "suppressed": sum(not d.admitted for _, d in run.decisions),
         "steps": _mean(e.steps for e in run.episodes),
