@@ -33,7 +33,7 @@ from brace_common.vocabulary import CallState, CallStatus, Decoding, Mode, Phase
 
 from .compressors import Compressor, make_compressor
 from .constrained import ConstrainedPlanDecoder
-from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextBuffer, TokenCounts
+from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextBuffer, RenderedContext, TokenCounts
 from .memory_phase import MemoryUse, call_blocks, goal_stack, memory_ids, retrieve, splice_memory
 from .phase_clock import PhaseClock, PhaseRecord
 from .plan_parser import parse_plan
@@ -236,6 +236,25 @@ class PlannerCallPath:
         """The REQUEST line for a mode (the current schema's actions)."""
         return request_text(self.schema, agent_id, mode)
 
+    def render(self, buffer: ContextBuffer, request: CallRequest, schema: ActionSchema,
+               checkpoint: Callable[[], None] = lambda: None) -> RenderedContext:
+        """A call's uncompressed prompt: the context in this path's layout (with the goal stack in `recap`)."""
+        return buffer.render(self.tokenizer, request.agent_id, request_text(schema, request.agent_id, request.mode),
+                             self.system_prompt, call_blocks(buffer, self.layout, self.memory), self.layout,
+                             self.max_context_tokens, checkpoint, self.token_counts,
+                             goal_stack(self.memory, self.layout, request.agent_id))
+
+    def prompt(self, buffer: ContextBuffer, request: CallRequest) -> tuple[list[int], list[bool]]:
+        """The tokens a call with in-model pruning (or none) reads before its prefill, and which are protected: the
+        rendered context with the retrieved MEMORY block spliced before the request (what fine-tuning trains on)."""
+        if self.use is None:
+            raise ValueError(NO_SCHEMA)
+        ctx = self.render(buffer, request, self.use.schema)
+        reserve = self.memory.reserve(request.token_budget, request.memory) if self.memory else 0
+        got = retrieve(self.memory, self.tokenizer, buffer, request.agent_id, request.step, reserve)
+        return splice_memory(memory_ids(self.tokenizer, got.lines, reserve), list(ctx.token_ids), ctx.request_start,
+                             list(ctx.protected))
+
     def run(self, buffer: ContextBuffer, request: CallRequest, cancelled: Callable[[], bool] = lambda: False,
             on_phase: Callable[[str, float], None] = lambda phase, elapsed_ms: None,
             queued_at: Optional[float] = None) -> CallOutcome:
@@ -258,11 +277,7 @@ class PlannerCallPath:
             try:
                 checkpoint = checkpoint_of(abort, "context_compress")
                 checkpoint()
-                ctx = buffer.render(self.tokenizer, request.agent_id, request_text(use.schema, request.agent_id,
-                                                                                   request.mode),
-                                    self.system_prompt, call_blocks(buffer, self.layout, self.memory), self.layout,
-                                    self.max_context_tokens, checkpoint, self.token_counts,
-                                    goal_stack(self.memory, self.layout, request.agent_id))
+                ctx = self.render(buffer, request, use.schema, checkpoint)
                 outcome.tokens_before = len(ctx)
                 reserve = self.memory.reserve(request.token_budget, request.memory) if self.memory else 0
                 checkpoint()

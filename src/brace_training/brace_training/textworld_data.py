@@ -1,0 +1,103 @@
+"""Oracle-labelled decision points of TextWorld cooking games (planner fine-tuning data). ROS-free.
+
+Each training seed is a game of `sim_bridges.textworld` played by textworld's policy (the oracle: the shortest
+command list that wins from the current state). At every step the planner's prompt is rendered as a call would
+read it, in one of the memory configurations the benchmark compares (`CONFIGS`, drawn per game), and labelled with
+the oracle's next command. With `detour` > 0 the player sometimes runs a harmless other admissible command instead
+(walking, looking, opening, taking), so the data shows states a planner's own mistakes lead to; labels stay the
+oracle's. Seeds used here are never the benchmark's (bench/textworld_memory.py holds seeds out).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from brace_memory.system import MemorySystem
+from erecap_planner.call_path import CallRequest, PlannerCallPath
+from erecap_planner.memory_phase import MemoryUse
+from sim_bridges.textworld.textworld_game import PLAYER, TextWorldGame
+from sim_bridges.textworld.textworld_games import GameSpec, generate_game
+
+from .textworld_play import TextWorldSession
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """One row of the memory comparison: the context layout and the memory modules."""
+
+    name: str
+    layout: str
+    modules: tuple[str, ...]
+
+
+CONFIGS = (MemoryConfig("flat", "focus", ()),
+           MemoryConfig("recap", "recap", ()),
+           MemoryConfig("omniact", "focus", ("episodic", "reflective")),
+           MemoryConfig("recap_omniact", "recap", ("episodic", "reflective")))
+"""Flat history (ReAct-like), ReCAP's tree, OmniAct's episodic and reflective memory, both."""
+DETOURS = ("go ", "open ", "take ", "examine ", "look", "inventory")
+"""Commands a detour may run: they cannot lose the game (cooking, cutting, eating and dropping can)."""
+TOKEN_BUDGET = 512
+"""B_t of the rendered calls (sizes the MEMORY block's reserve)."""
+RECAP_WINDOW = 8
+MEMORY_SHARE = 0.25
+
+
+@dataclass
+class TextWorldPoint:
+    """A rendered call and the oracle's next command."""
+
+    prompt_ids: list[int]
+    protect: list[bool]
+    oracle: str
+    admissible: list[str]
+    seed: int
+    step: int
+    config: str
+
+
+def memory_use(config: MemoryConfig, share: float = MEMORY_SHARE, window: int = RECAP_WINDOW) -> MemoryUse:
+    """A fresh in-process memory system of `config`."""
+    return MemoryUse(MemorySystem(config.modules), share, window)
+
+
+def configured(path: PlannerCallPath, config: MemoryConfig, memory: MemoryUse) -> PlannerCallPath:
+    """`path` with `config`'s layout and `memory` (the model, tokenizer and compressor stay)."""
+    path.layout, path.memory = config.layout, memory
+    return path
+
+
+def detour(game: TextWorldGame, oracle: str, rng: random.Random) -> str:
+    """A harmless admissible command other than the oracle's, or the oracle's when there is none."""
+    options = [c for c in game.admissible if c != oracle and c.startswith(DETOURS)]
+    return rng.choice(options) if options else oracle
+
+
+def decision_points(path: PlannerCallPath, seeds: Sequence[int], folder: Path, spec: GameSpec,
+                    detour_rate: float = 0.2, per_game: int = 12, budget: int = TOKEN_BUDGET,
+                    configs: Sequence[MemoryConfig] = CONFIGS) -> Iterator[TextWorldPoint]:
+    """Up to `per_game` decision points of each seed's game (drawn over the game), rendered by `path` in a
+    configuration drawn per game."""
+    for seed in seeds:
+        rng = random.Random(seed)
+        config = rng.choice(list(configs))
+        memory = memory_use(config)
+        configured(path, config, memory)
+        game = TextWorldGame(generate_game(GameSpec(seed, spec.recipe, spec.take, spec.go, spec.cook, spec.cut,
+                                                    spec.open), folder), max_steps=3 * 64)
+        try:
+            session = TextWorldSession(game, 0, seed, memory.system)
+            points = []
+            while not game.finished and game.oracle_commands():
+                oracle = game.oracle_commands()[0]
+                path.set_schema(session.schema())
+                ids, protect = path.prompt(session.buffer, CallRequest(PLAYER, budget, 0.0, 0.0,
+                                                                       int(session.mode()), game.t))
+                points.append(TextWorldPoint(ids, protect, oracle, game.admissible, seed, game.t, config.name))
+                session.play(detour(game, oracle, rng) if rng.random() < detour_rate else oracle)
+            yield from sorted(rng.sample(points, min(per_game, len(points))), key=lambda p: p.step)
+        finally:
+            game.close()

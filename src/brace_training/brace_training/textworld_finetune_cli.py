@@ -1,0 +1,114 @@
+"""`textworld-finetune`: fine-tune the planner LM (LoRA) on TextWorld cooking games' oracle commands, and measure it.
+
+Plays training seeds' games with textworld's policy as the oracle (brace_training.textworld_data), renders every
+decision point as the planner's call reads it in one of the benchmark's memory configurations (flat history, ReCAP
+tree, OmniAct memory, both), continues training from `--init` (the warehouse adapter) on (prompt, oracle command)
+with the candidates decoding's target, and writes the adapter. Then it scores every admissible command at held-out
+decision points with the `--init` adapter and the new one and prints how often each picks the oracle's command.
+Progress on stderr.
+
+    python -m brace_training.textworld_finetune_cli --seeds 30
+    python -m brace_training.textworld_finetune_cli --evaluate-only --adapters A.safetensors B.safetensors
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+from brace_common.config import resolve_path
+from brace_training.adapter_training import PlanExample, evaluation_model, fit_and_save
+from erecap_planner.call_path import PlannerCallPath
+from erecap_planner.pruned_forward import ErecapModel
+from erecap_planner.pruning import PruneSchedule
+from erecap_planner.scoring import JSON_PREFIX, best_step, candidate_text
+from sim_bridges.textworld.textworld_game import command_step
+from sim_bridges.textworld.textworld_games import GameSpec
+
+from .cli_args import add_adapter_arguments
+from .textworld_data import TextWorldPoint, decision_points
+
+TRAIN_SEEDS = 100_000
+"""Training games are seeds TRAIN_SEEDS on; the adapter's held-out check uses EVAL_SEEDS on; the benchmark's games
+(bench/textworld_memory.py) are seeds below TRAIN_SEEDS and never trained on."""
+EVAL_SEEDS = 200_000
+MAX_PROMPT_TOKENS = 768
+"""Training prompts are rendered to at most this many tokens (the oldest history yields first): a call under
+B_t = 512 reads fewer, and a step of training costs about the prompt's length."""
+ADAPTER = "src/sim_bridges/models/smollm2-135m-instruct-textworld-lora.safetensors"
+"""Where the adapter is written (installed with sim_bridges, used by params/textworld/control.yaml)."""
+
+
+def target_ids(tokenizer, command: str) -> list[int]:
+    """The tokens the candidates decoding scores for `command`: the JSON prefix, then the candidate (each tokenised
+    on its own, as scoring does)."""
+    return (tokenizer(JSON_PREFIX, add_special_tokens=False)["input_ids"]
+            + tokenizer(candidate_text(command_step(command)), add_special_tokens=False)["input_ids"])
+
+
+def examples_of(tokenizer, points: list[TextWorldPoint]) -> list[PlanExample]:
+    """(prompt, oracle command) training pairs."""
+    return [PlanExample(p.prompt_ids, target_ids(tokenizer, p.oracle), protect=p.protect) for p in points]
+
+
+def render_points(model_name: str, seeds: range, folder: Path, spec: GameSpec, detour: float, per_game: int):
+    """Decision points of `seeds` rendered with the base tokenizer (the prompt does not depend on the weights)."""
+    model, tok, _, _ = evaluation_model(model_name, "", "", [0], 0.0)
+    path = PlannerCallPath(model, tok, None, "none", PruneSchedule((), 1.0), decoding="candidates",
+                           max_context_tokens=MAX_PROMPT_TOKENS)
+    return tok, list(decision_points(path, seeds, folder, spec, detour, per_game))
+
+
+def agreement(model_name: str, adapter: str, points: list[TextWorldPoint]) -> dict:
+    """How often the candidates decoding (unpruned) picks the oracle's command at `points` with `adapter`."""
+    model, tok, _, _ = evaluation_model(model_name, adapter, "", [0], 0.0)
+    runner = ErecapModel(model)
+    hits, started = 0, time.monotonic()
+    for point in points:
+        pre = runner.prefill(torch.tensor(point.prompt_ids))
+        step, _ = best_step(runner, pre, tok, [command_step(c) for c in point.admissible])
+        hits += step.parameters["text"] == point.oracle
+    n = max(1, len(points))
+    return {"adapter": Path(adapter).name if adapter else "none", "points": len(points),
+            "oracle_agreement": round(hits / n, 3), "seconds_per_call": round((time.monotonic() - started) / n, 2)}
+
+
+def main(argv=None) -> int:
+    """Train the adapter (unless --evaluate-only) and print the agreement table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=30, help=f"training games (seeds {TRAIN_SEEDS} on)")
+    ap.add_argument("--eval-seeds", type=int, default=3, help=f"held-out games (seeds {EVAL_SEEDS} on)")
+    ap.add_argument("--per-game", type=int, default=10, help="decision points drawn per game")
+    ap.add_argument("--game-dir", type=Path, default=Path("~/.cache/brace/textworld").expanduser())
+    add_adapter_arguments(ap, Path(ADAPTER), examples=240, lr=5e-4, budgets=[0],
+                          detour="the player runs another harmless admissible command")
+    args = ap.parse_args(argv)
+    spec = GameSpec(0)
+    if not args.evaluate_only:
+        tok, points = render_points(args.model, range(TRAIN_SEEDS, TRAIN_SEEDS + args.seeds), args.game_dir, spec,
+                                    args.detour, args.per_game)
+        examples = examples_of(tok, points)
+        rng = random.Random(TRAIN_SEEDS)
+        if len(examples) > args.examples:
+            examples = rng.sample(examples, args.examples)
+        print(f"{len(examples)} examples from {len(points)} decision points, mean prompt "
+              f"{sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} tokens", file=sys.stderr)
+        model, _, _, _ = evaluation_model(args.model, "", "", [0], 0.0)
+        init = Path(resolve_path(args.init)) if args.init else None
+        fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init)
+        del model
+    _, held_out = render_points(args.model, range(EVAL_SEEDS, EVAL_SEEDS + args.eval_seeds), args.game_dir, spec,
+                                args.detour, args.per_game)
+    adapters = args.adapters if args.adapters is not None else [args.init, str(args.output)]
+    print(yaml.safe_dump([agreement(args.model, a, held_out) for a in adapters], sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
