@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Memory on TextWorld cooking games no one here wrote: flat history, ReCAP's tree, OmniAct's memory, both; each
+with and without E-RECAP, at the same B_t.
+
+Every row plays the same held-out games (seeds 0 on; fine-tuning used seeds 100,000 on) with the same planner:
+SmolLM2-135M-Instruct with the TextWorld adapter (brace_training.textworld_finetune_cli) on the CPU (fp32 unless
+--dtype), the candidates decoding scoring every admissible command, one command per call at B_t = 512 and SLO_t =
+4,500 ms (the `embedded` budget profile's). "Without E-RECAP" compresses the context to B_t minus the memory reserve by recency
+(the oldest history yields); "with" prunes inside the model to B_t (the warehouse predictor, Table 8 layers, first
+cut 1.5 B_t). Memory is in process and fresh for each game. A game ends won, lost, or after --max-steps world steps.
+
+Games are played seed by seed, every row, and appended to <out>/textworld_memory_games.csv and _calls.csv as each ends, so an
+interrupted run goes on where it stopped (--fresh starts over); the table and <out>/textworld_memory.{csv,png} cover
+every game in the files. Targets (issue 29): the best memory row wins >= 10 points more games than flat history
+with the same compressor, and its tokens per call at game step 40 are <= 1.1x those at step 5 (the context a call
+reads, before compression). Exits 1 when a target is missed or rows have not played every game yet.
+Run inside the workspace: `source scripts/env.sh && python bench/textworld_memory.py` (--quick: one game, two rows,
+a few steps; --avx2: under AVX2 dispatch caps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from report import (
+    cpu_report,
+    describe_cpu,
+    fill_defaults,
+    load_planner_model,
+    print_written,
+    reexec_as_avx2,
+    report_checks,
+    save_plot,
+    sim_planner_checkpoint,
+    write_csv,
+)
+
+TOKEN_BUDGET = 512
+SLO_MS = 4500.0
+HARD_DEADLINE_FACTOR = 3.0
+FIRST_CUT = 1.5
+ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-textworld-lora.safetensors"
+COMPRESSORS = ("recency", "erecap")
+EARLY_STEP, LATE_STEP = 5, 40
+WIN_MARGIN_POINTS = 10.0
+GROWTH_LIMIT = 1.1
+
+
+def row_names(configs, compressors) -> list[tuple[str, object, str]]:
+    """(row, memory configuration, compressor) for every combination."""
+    return [(f"{c.name} / {comp}", c, comp) for c in configs for comp in compressors]
+
+
+def done_games(path: Path) -> set[tuple[str, int]]:
+    """(row, seed) of the games already in the games file."""
+    if not path.exists():
+        return set()
+    with path.open() as f:
+        return {(r["row"], int(r["seed"])) for r in csv.DictReader(f)}
+
+
+def append_rows(rows: list[dict], path: Path) -> None:
+    """Append rows to a CSV file (header when new)."""
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+
+
+def read_rows(path: Path) -> list[dict]:
+    """A CSV file's rows (empty when missing)."""
+    if not path.exists():
+        return []
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def play_game(path, config, seed: int, args, spec_of, folder: Path) -> tuple[dict, list[dict]]:
+    """One game with `path` planning every command: the game's row and its calls' rows."""
+    from brace_training.textworld_data import configured, memory_use
+    from brace_training.textworld_play import TextWorldSession
+    from erecap_planner.call_path import CallRequest
+    from sim_bridges.textworld.textworld_game import PLAYER, TEXT, TextWorldGame
+    from sim_bridges.textworld.textworld_games import generate_game
+
+    memory = memory_use(config)
+    configured(path, config, memory)
+    game = TextWorldGame(generate_game(spec_of(seed), folder), args.max_steps)
+    calls = []
+    try:
+        session = TextWorldSession(game, 0, seed, memory.system)
+        while not game.finished:
+            path.set_schema(session.schema())
+            step = game.t
+            out = path.run(session.buffer, CallRequest(PLAYER, args.budget, args.slo_ms,
+                                                       args.slo_ms * HARD_DEADLINE_FACTOR, int(session.mode()), step))
+            agree = game.agrees(out.steps)
+            retrieve = next((p for p in out.phases if p.phase == "retrieve"), None)
+            calls.append({"step": step, "status": int(out.status), "tokens_before": out.tokens_before,
+                          "tokens_after": out.tokens_after, "latency_ms": round(out.latency_ms, 1),
+                          "slo_met": int(out.slo_met), "retrieve_ms": round(retrieve.duration_ms, 2) if retrieve else 0,
+                          "memory_tokens": retrieve.tokens_out if retrieve else 0, "oracle_agreement": int(agree)})
+            if out.steps:
+                session.play(str(out.steps[0].parameters.get(TEXT, "")))
+            else:
+                session.idle()
+        metrics = game.metrics()
+        result = {"seed": seed, "won": int(game.won), "lost": int(game.lost), "score": game.score,
+                  "max_score": game.max_score, "steps": game.t, "calls": len(calls),
+                  "walkthrough_steps": len(game.walkthrough), **{k: v for k, v in metrics.metrics.items()
+                                                                  if k == "path_efficiency"}}
+        return result, calls
+    finally:
+        game.close()
+
+
+def at_step(calls: list[dict], step: int, column: str) -> float:
+    """Mean of `column` over the calls made at game step `step` (nan when no game was still running then)."""
+    values = [float(c[column]) for c in calls if int(c["step"]) == step]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def number(value: float, digits: int = 0):
+    """`value` rounded, or '' when no call was made (nan)."""
+    return "" if value != value else round(value, digits) if digits else round(value)
+
+
+def summary(rows: list[str], games: list[dict], calls: list[dict]) -> list[dict]:
+    """One line per row over every game in the files."""
+    out = []
+    for row in rows:
+        g = [r for r in games if r["row"] == row]
+        c = [r for r in calls if r["row"] == row]
+        if not g:
+            continue
+        lat = [float(r["latency_ms"]) for r in c]
+        early_b, late_b = at_step(c, EARLY_STEP, "tokens_before"), at_step(c, LATE_STEP, "tokens_before")
+        out.append({
+            "row": row, "games": len(g), "won_pct": round(100 * np.mean([int(r["won"]) for r in g]), 1),
+            "score_pct": round(100 * np.mean([int(r["score"]) / max(1, int(r["max_score"])) for r in g]), 1),
+            "lost": sum(int(r["lost"]) for r in g), "steps": round(np.mean([int(r["steps"]) for r in g]), 1),
+            "calls": len(c), f"tokens_before_step{EARLY_STEP}": number(early_b),
+            f"tokens_before_step{LATE_STEP}": number(late_b), "tokens_growth": number(late_b / early_b, 2),
+            f"tokens_after_step{EARLY_STEP}": number(at_step(c, EARLY_STEP, "tokens_after")),
+            "tokens_after_mean": round(np.mean([int(r["tokens_after"]) for r in c])),
+            "memory_tokens_mean": round(np.mean([int(r["memory_tokens"]) for r in c]), 1),
+            "retrieve_ms_p95": round(float(np.percentile([float(r["retrieve_ms"]) for r in c], 95)), 2),
+            "p50_ms": round(float(np.percentile(lat, 50))), "p95_ms": round(float(np.percentile(lat, 95))),
+            "slo_violation_pct": round(100 * (1 - np.mean([int(r["slo_met"]) for r in c])), 1),
+            "oracle_agreement_pct": round(100 * np.mean([int(r["oracle_agreement"]) for r in c]), 1)})
+    return out
+
+
+def checks(table: list[dict], games_wanted: int) -> list[tuple[str, bool, str]]:
+    """The issue's targets on the summary."""
+    by = {r["row"]: r for r in table}
+    out = [(f"every row played {games_wanted} games", all(r["games"] >= games_wanted for r in table),
+            ", ".join(f"{r['row']} {r['games']}" for r in table))]
+    for comp in COMPRESSORS:
+        flat = by.get(f"flat / {comp}")
+        memory = [r for r in table if r["row"].endswith(f"/ {comp}") and not r["row"].startswith("flat")]
+        if not flat or not memory:
+            continue
+        best = max(memory, key=lambda r: (r["won_pct"], r["score_pct"]))
+        out.append((f"best memory row wins >= {WIN_MARGIN_POINTS:.0f} points more than flat ({comp})",
+                    best["won_pct"] >= flat["won_pct"] + WIN_MARGIN_POINTS,
+                    f"{best['row']} {best['won_pct']}% vs flat {flat['won_pct']}%"))
+        growth = best["tokens_growth"]
+        out.append((f"{best['row']}: tokens per call at step {LATE_STEP} <= {GROWTH_LIMIT}x step {EARLY_STEP}",
+                    growth != "" and growth <= GROWTH_LIMIT, f"{growth}x (flat {flat['tokens_growth']}x)"))
+    return out
+
+
+def draw_tokens(rows: list[str], calls: list[dict]):
+    """Tokens a call reads (before compression) against the game step, one line per row."""
+    def draw(plt):
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for row in rows:
+            c = [r for r in calls if r["row"] == row]
+            steps = sorted({int(r["step"]) for r in c})
+            if steps:
+                ax.plot(steps, [at_step(c, s, "tokens_before") for s in steps], label=row)
+        ax.axhline(TOKEN_BUDGET, color="grey", ls=":", label="B_t")
+        ax.set_xlabel("game step")
+        ax.set_ylabel("context tokens per call (before compression)")
+        ax.set_title("TextWorld cooking: context a call reads")
+        ax.legend(fontsize=7)
+        return fig
+    return draw
+
+
+def main() -> int:
+    """Play the rows' games (those not in the output files yet), print the table, check the targets."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--avx2", action="store_true", help="run under AVX2 dispatch caps (scripts/avx2.sh)")
+    parser.add_argument("--games", type=int, default=None, help="held-out games per row (seeds 0 on)")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--max-steps", type=int, default=None, help="world steps before an unfinished game fails")
+    parser.add_argument("--rows", nargs="*", default=None, help="rows to play (default: all eight)")
+    parser.add_argument("--budget", type=int, default=TOKEN_BUDGET)
+    parser.add_argument("--slo-ms", type=float, default=SLO_MS)
+    parser.add_argument("--adapter", default=ADAPTER)
+    parser.add_argument("--dtype", default="float32", help="float32 (what any CPU runs) | bfloat16 | auto")
+    parser.add_argument("--predictor", default=None, help="E-RECAP predictor bank (default: the sim planner's)")
+    parser.add_argument("--game-dir", type=Path, default=Path("~/.cache/brace/textworld").expanduser())
+    parser.add_argument("--fresh", action="store_true", help="forget the games already in the output files")
+    parser.add_argument("--out", default="bench/out")
+    args = parser.parse_args()
+    if args.avx2:
+        reexec_as_avx2()
+    fill_defaults(args, {"games": 1, "max_steps": 2}, {"games": 50, "max_steps": 80})
+    # heavy: torch and the planner load after the dispatch caps are set
+    from brace_common.config import resolve_path
+    from brace_training.textworld_data import CONFIGS
+    from erecap_planner.call_path import PlannerCallPath
+    from erecap_planner.predictor import PredictorBank
+    from erecap_planner.pruning import PruneSchedule, table8_layers
+    from sim_bridges.textworld.textworld_games import GameSpec
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    games_csv, calls_csv = out / "textworld_memory_games.csv", out / "textworld_memory_calls.csv"
+    if args.fresh or args.quick:
+        for p in (games_csv, calls_csv):
+            p.unlink(missing_ok=True)
+    rows = row_names(CONFIGS, COMPRESSORS)
+    if args.quick:
+        rows = [rows[0], rows[-1]]
+    if args.rows:
+        unknown = set(args.rows) - {r[0] for r in rows}
+        if unknown:
+            parser.error(f"unknown rows {sorted(unknown)}; rows: {[r[0] for r in rows]}")
+        rows = [r for r in rows if r[0] in args.rows]
+    cpu = cpu_report()
+    predictor = args.predictor or sim_planner_checkpoint("predictor_path")
+    model, tok = load_planner_model(args.adapter, "cpu", args.dtype)
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    bank = PredictorBank.load(resolve_path(predictor), model.config)
+    schedule = PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7, first_cut=FIRST_CUT)
+    print(f"# TextWorld cooking, held-out seeds {args.first_seed}..{args.first_seed + args.games - 1}, B_t "
+          f"{args.budget}, SLO {args.slo_ms:.0f} ms, {dtype} on {describe_cpu(cpu)}", flush=True)
+    done = done_games(games_csv)
+    paths = {name: PlannerCallPath(model, tok, None, comp, schedule, bank if comp == "erecap" else None,
+                                   decoding="candidates", layout=config.layout) for name, config, comp in rows}
+    # Seed by seed, every row: an interrupted run leaves the rows equally far.
+    for seed in range(args.first_seed, args.first_seed + args.games):
+        for name, config, _ in rows:
+            if (name, seed) in done:
+                continue
+            started = time.monotonic()
+            result, calls = play_game(paths[name], config, seed, args, lambda s: GameSpec(s), args.game_dir)
+            append_rows([{"row": name, **result, "cpu": cpu["cpu"], "torch_capability": cpu["torch_capability"],
+                          "dtype": dtype}], games_csv)
+            append_rows([{"row": name, "seed": seed, **c} for c in calls], calls_csv)
+            print(f"{name:28s} seed {seed:3d}: {'won ' if result['won'] else 'lost' if result['lost'] else '----'} "
+                  f"score {result['score']}/{result['max_score']} in {result['steps']} steps "
+                  f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+    names = [r[0] for r in row_names(CONFIGS, COMPRESSORS)]
+    table = summary(names, read_rows(games_csv), read_rows(calls_csv))
+    columns = list(table[0]) if table else []
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for r in table:
+        print("| " + " | ".join(str(r[c]) for c in columns) + " |")
+    csv_path = write_csv([{**r, "cpu": cpu["cpu"], "torch_capability": cpu["torch_capability"], "dtype": dtype}
+                          for r in table], out / "textworld_memory.csv")
+    png = save_plot(out / "textworld_memory.png", draw_tokens(names, read_rows(calls_csv)))
+    print_written(csv_path, png)
+    return report_checks(checks(table, args.games))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
