@@ -24,7 +24,8 @@ PACKAGES = sorted(p.name for p in SRC.iterdir() if (p / "package.xml").is_file()
 PYTHON_PACKAGES = [name for name in PACKAGES if (SRC / name / "setup.py").is_file()]
 COMMON = {"brace_msgs", "brace_common"}
 MAY_IMPORT_ANY = {"brace_bringup", "brace_system_tests"}
-MAY_IMPORT = {"brace_training": {"erecap_planner", "brace_memory", "sim_bridges", "robot_bridge"}, "erecap_planner": {"brace_memory"}}
+MAY_IMPORT = {"brace_training": {"erecap_planner", "brace_memory", "sim_bridges", "robot_bridge"},
+              "erecap_planner": {"brace_memory"}}
 PEERS = [name for name in PYTHON_PACKAGES if name not in MAY_IMPORT_ANY]
 DEPENDENCY_TAGS = ("depend", "exec_depend", "test_depend")
 

@@ -321,6 +321,14 @@ def test_with_no_schema_file_the_planner_plans_with_the_schema_the_world_publish
     assert plan() == [("hover", {"seconds": 2.0})]  # and the last good one kept
 
 
+def call_and_retrieve(client: Client, **goal):
+    """Send a goal, wait for its result: the ReplanCall and its retrieve phase."""
+    result_future = client.send(**goal).get_result_async()
+    wait_for(result_future.done, timeout=60, what="result")
+    call = result_future.result().result.call
+    return call, next(p for p in call.phases if p.phase == "retrieve")
+
+
 def test_memory_modules_learn_from_outcomes_and_their_lines_fit_inside_the_budget(ros, model_dir, tmp_path):
     store = tmp_path / "memory" / "planner.sqlite"
     node = planner(model_dir, memory_modules=["reflective", "episodic"], memory_share=0.5,
@@ -337,16 +345,10 @@ def test_memory_modules_learn_from_outcomes_and_their_lines_fit_inside_the_budge
     wait_for(lambda: system.reflective.counts["failures"] == 1 and system.episodic.counts["records"] == 1
              and node.rejections.counts, what="the failure in memory, the malformed outcome counted")
     assert system.store.records("a", "failure")[0].fields["failure_kind"] == "drop_slip"
-    handle = client.send(token_budget=600)
-    result_future = handle.get_result_async()
-    wait_for(result_future.done, timeout=60, what="result")
-    call = result_future.result().result.call
-    retrieve = next(p for p in call.phases if p.phase == "retrieve")
+    call, retrieve = call_and_retrieve(client, token_budget=600)
     assert 0 < retrieve.tokens_out <= 300 and call.tokens_after <= 600
-    handle = client.send(token_budget=600, memory_off=True)  # the controller switched memory off for this call
-    result_future = handle.get_result_async()
-    wait_for(result_future.done, timeout=60, what="result without memory")
-    assert next(p for p in result_future.result().result.call.phases if p.phase == "retrieve").tokens_out == 0
+    _, retrieve = call_and_retrieve(client, token_budget=600, memory_off=True)  # the controller switched it off
+    assert retrieve.tokens_out == 0
     with node.buffer_lock:  # a's history up to step 40 is folded into its record; the window keeps 4 of b's
         history = dict(call_blocks(node.buffer, "recap", node.call_path.memory))[Block.HISTORY]
     assert [e.agent_id for e in history] == ["b"] * 4
@@ -371,10 +373,6 @@ def test_retrieval_modules_add_corpus_passages_and_run_records_inside_the_budget
     system = node.memory()
     wait_for(lambda: system.store.records("a", "failure") and system.query("a").startswith("pick cup_3"),
              what="the failure recorded for rag_memory, the task for the query")
-    handle = client.send(token_budget=600)
-    result_future = handle.get_result_async()
-    wait_for(result_future.done, timeout=60, what="result")
-    call = result_future.result().result.call
-    retrieve = next(p for p in call.phases if p.phase == "retrieve")
+    call, retrieve = call_and_retrieve(client, token_budget=600)
     assert 0 < retrieve.tokens_out <= 300 and call.tokens_after <= 600
     assert system.counts["lines_retrieved"] >= 2  # the cup_3 passage and the failure record
