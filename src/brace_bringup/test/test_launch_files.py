@@ -84,7 +84,7 @@ def test_launch_files_start_a_run_configuration(path):
     assert "parameters=" not in path.read_text(), "no parameter is set inline in a launch file"
     assert "__file__" not in path.read_text(), "a launch file finds its files through the package's share"
     assert {p.name for p in LAUNCH_FILES} == {f"{name}.launch.py" for name in (
-        "brace_sim", "brace_control", "piper_twin", "piper_real", "airsim", "isaac")}
+        "brace_sim", "brace_control", "piper_twin", "piper_real", "airsim", "isaac", "textworld")}
 
 
 def test_the_parameter_reference_is_generated_from_the_code():
