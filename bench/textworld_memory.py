@@ -40,9 +40,8 @@ from report import (
     write_csv,
 )
 
-TOKEN_BUDGET = 512
-SLO_MS = 4500.0
-HARD_DEADLINE_FACTOR = 3.0
+PROFILE = "embedded"
+"""The budget profile whose full_replan SLO and hard-deadline factor every call gets."""
 FIRST_CUT = 1.5
 ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-textworld-lora.safetensors"
 COMPRESSORS = ("recency", "erecap")
@@ -82,25 +81,26 @@ def read_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def play_game(path, config, seed: int, args, spec_of, folder: Path) -> tuple[dict, list[dict]]:
+def play_game(path, config, seed: int, args, folder: Path) -> tuple[dict, list[dict]]:
     """One game with `path` planning every command: the game's row and its calls' rows."""
+    from brace_common.episode import PATH_EFFICIENCY
     from brace_training.textworld_data import configured, memory_use
     from brace_training.textworld_play import TextWorldSession
     from erecap_planner.call_path import CallRequest
     from sim_bridges.textworld.textworld_game import PLAYER, TEXT, TextWorldGame
-    from sim_bridges.textworld.textworld_games import generate_game
+    from sim_bridges.textworld.textworld_games import GameSpec, generate_game
 
     memory = memory_use(config)
     configured(path, config, memory)
-    game = TextWorldGame(generate_game(spec_of(seed), folder), args.max_steps)
+    game = TextWorldGame(generate_game(GameSpec(seed), folder), args.max_steps)
     calls = []
     try:
         session = TextWorldSession(game, 0, seed, memory.system)
         while not game.finished:
             path.set_schema(session.schema())
             step = game.t
-            out = path.run(session.buffer, CallRequest(PLAYER, args.budget, args.slo_ms,
-                                                       args.slo_ms * HARD_DEADLINE_FACTOR, int(session.mode()), step))
+            out = path.run(session.buffer, CallRequest(PLAYER, args.budget, args.slo_ms, args.hard_deadline_ms,
+                                                       int(session.mode()), step))
             agree = game.agrees(out.steps)
             retrieve = next((p for p in out.phases if p.phase == "retrieve"), None)
             calls.append({"step": step, "status": int(out.status), "tokens_before": out.tokens_before,
@@ -111,11 +111,10 @@ def play_game(path, config, seed: int, args, spec_of, folder: Path) -> tuple[dic
                 session.play(str(out.steps[0].parameters.get(TEXT, "")))
             else:
                 session.idle()
-        metrics = game.metrics()
         result = {"seed": seed, "won": int(game.won), "lost": int(game.lost), "score": game.score,
                   "max_score": game.max_score, "steps": game.t, "calls": len(calls),
-                  "walkthrough_steps": len(game.walkthrough), **{k: v for k, v in metrics.metrics.items()
-                                                                  if k == "path_efficiency"}}
+                  "walkthrough_steps": len(game.walkthrough),
+                  PATH_EFFICIENCY: game.metrics().metrics[PATH_EFFICIENCY]}
         return result, calls
     finally:
         game.close()
@@ -178,7 +177,7 @@ def checks(table: list[dict], games_wanted: int) -> list[tuple[str, bool, str]]:
     return out
 
 
-def draw_tokens(rows: list[str], calls: list[dict]):
+def draw_tokens(rows: list[str], calls: list[dict], budget: int):
     """Tokens a call reads (before compression) against the game step, one line per row."""
     def draw(plt):
         fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -187,7 +186,7 @@ def draw_tokens(rows: list[str], calls: list[dict]):
             steps = sorted({int(r["step"]) for r in c})
             if steps:
                 ax.plot(steps, [at_step(c, s, "tokens_before") for s in steps], label=row)
-        ax.axhline(TOKEN_BUDGET, color="grey", ls=":", label="B_t")
+        ax.axhline(budget, color="grey", ls=":", label="B_t")
         ax.set_xlabel("game step")
         ax.set_ylabel("context tokens per call (before compression)")
         ax.set_title("TextWorld cooking: context a call reads")
@@ -205,8 +204,8 @@ def main() -> int:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--max-steps", type=int, default=None, help="world steps before an unfinished game fails")
     parser.add_argument("--rows", nargs="*", default=None, help="rows to play (default: all eight)")
-    parser.add_argument("--budget", type=int, default=TOKEN_BUDGET)
-    parser.add_argument("--slo-ms", type=float, default=SLO_MS)
+    parser.add_argument("--budget", type=int, default=None, help="B_t of every call (default 512)")
+    parser.add_argument("--slo-ms", type=float, default=None, help=f"SLO_t (default: the '{PROFILE}' profile's)")
     parser.add_argument("--adapter", default=ADAPTER)
     parser.add_argument("--dtype", default="float32", help="float32 (what any CPU runs) | bfloat16 | auto")
     parser.add_argument("--predictor", default=None, help="E-RECAP predictor bank (default: the sim planner's)")
@@ -217,13 +216,20 @@ def main() -> int:
     if args.avx2:
         reexec_as_avx2()
     fill_defaults(args, {"games": 1, "max_steps": 2}, {"games": 50, "max_steps": 80})
+    from brace_common.vocabulary import Mode
+    from brace_controller.config import default_profiles_path, load_profiles
+    from brace_training.textworld_data import TOKEN_BUDGET
+
+    profile = load_profiles(default_profiles_path())[PROFILE]
+    args.budget = args.budget or TOKEN_BUDGET
+    args.slo_ms = args.slo_ms or profile.modes[Mode.FULL_REPLAN].slo_ms
+    args.hard_deadline_ms = args.slo_ms * profile.hard_deadline_factor
     # heavy: torch and the planner load after the dispatch caps are set
     from brace_common.config import resolve_path
     from brace_training.textworld_data import CONFIGS
     from erecap_planner.call_path import PlannerCallPath
     from erecap_planner.predictor import PredictorBank
     from erecap_planner.pruning import PruneSchedule, table8_layers
-    from sim_bridges.textworld.textworld_games import GameSpec
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -256,7 +262,7 @@ def main() -> int:
             if (name, seed) in done:
                 continue
             started = time.monotonic()
-            result, calls = play_game(paths[name], config, seed, args, lambda s: GameSpec(s), args.game_dir)
+            result, calls = play_game(paths[name], config, seed, args, args.game_dir)
             append_rows([{"row": name, **result, "cpu": cpu["cpu"], "torch_capability": cpu["torch_capability"],
                           "dtype": dtype}], games_csv)
             append_rows([{"row": name, "seed": seed, **c} for c in calls], calls_csv)
@@ -272,7 +278,7 @@ def main() -> int:
         print("| " + " | ".join(str(r[c]) for c in columns) + " |")
     csv_path = write_csv([{**r, "cpu": cpu["cpu"], "torch_capability": cpu["torch_capability"], "dtype": dtype}
                           for r in table], out / "textworld_memory.csv")
-    png = save_plot(out / "textworld_memory.png", draw_tokens(names, read_rows(calls_csv)))
+    png = save_plot(out / "textworld_memory.png", draw_tokens(names, read_rows(calls_csv), args.budget))
     print_written(csv_path, png)
     return report_checks(checks(table, args.games))
 

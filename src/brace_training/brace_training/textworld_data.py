@@ -17,6 +17,7 @@ from pathlib import Path
 
 from brace_memory.system import MemorySystem
 from erecap_planner.call_path import CallRequest, PlannerCallPath
+from erecap_planner.config import PlannerConfig
 from erecap_planner.memory_phase import MemoryUse
 from sim_bridges.textworld.textworld_game import PLAYER, TextWorldGame
 from sim_bridges.textworld.textworld_games import GameSpec, generate_game
@@ -41,9 +42,9 @@ CONFIGS = (MemoryConfig("flat", "focus", ()),
 DETOURS = ("go ", "open ", "take ", "examine ", "look", "inventory")
 """Commands a detour may run: they cannot lose the game (cooking, cutting, eating and dropping can)."""
 TOKEN_BUDGET = 512
-"""B_t of the rendered calls (sizes the MEMORY block's reserve)."""
-RECAP_WINDOW = 8
-MEMORY_SHARE = 0.25
+"""B_t of the rendered calls (sizes the MEMORY block's reserve) and of the benchmark's calls."""
+PLANNER = PlannerConfig()
+"""The planner's defaults: memory_share and recap_window of every rendered call."""
 
 
 @dataclass
@@ -59,9 +60,10 @@ class TextWorldPoint:
     config: str
 
 
-def memory_use(config: MemoryConfig, share: float = MEMORY_SHARE, window: int = RECAP_WINDOW) -> MemoryUse:
-    """A fresh in-process memory system of `config`."""
-    return MemoryUse(MemorySystem(config.modules), share, window)
+def memory_use(config: MemoryConfig) -> MemoryUse:
+    """A fresh in-process memory system of `config` (the planner's default share and window)."""
+    return MemoryUse(MemorySystem(config.modules, max_lines=PLANNER.memory_max_lines), PLANNER.memory_share,
+                     PLANNER.recap_window)
 
 
 def configured(path: PlannerCallPath, config: MemoryConfig, memory: MemoryUse) -> PlannerCallPath:
