@@ -82,6 +82,7 @@ class EpisodicMemory:
         self.tasks: dict[str, str] = {}
         self._folded_through: dict[str, int] = {}
         self._next_key: dict[str, int] = {}
+        self._episode_from: dict[str, int] = {}  # per agent: the key number of its first record this episode
         self.counts = {"records": 0, "entries_folded": 0}
 
     def on_entry(self, agent_id: str, step: int, kind: str, text: str, teammates: frozenset[str] = frozenset(),
@@ -136,6 +137,7 @@ class EpisodicMemory:
             self._next_key[agent_id] = max(numbers, default=0) + 1
         number = self._next_key[agent_id]
         self._next_key[agent_id] = number + 1
+        self._episode_from.setdefault(agent_id, number)
         return f"e{number:09d}"
 
     def folded_through(self, agent_id: str) -> int:
@@ -143,11 +145,20 @@ class EpisodicMemory:
         return self._folded_through.get(agent_id, -1)
 
     def records(self, agent_id: str) -> list[MemoryRecord]:
-        """The agent's records, oldest first."""
+        """The agent's records, oldest first (earlier episodes' and runs' included)."""
         return self.store.records(agent_id, RecordKind.EPISODIC)
 
+    def episode_records(self, agent_id: str) -> list[MemoryRecord]:
+        """The agent's records folded in the current episode, oldest first: step numbers start again with each
+        episode, so an earlier episode's record would read as this one's (`rag_memory` still reaches them)."""
+        first = self._episode_from.get(agent_id)
+        if first is None:
+            return []
+        return [r for r in self.records(agent_id) if r.key[1:].isdigit() and int(r.key[1:]) >= first]
+
     def start_episode(self) -> None:
-        """An episode starts: open segments and tasks are dropped (records stay)."""
+        """An episode starts: open segments and tasks are dropped (records stay, for `rag_memory`)."""
         self.segments.clear()
         self.tasks.clear()
         self._folded_through.clear()
+        self._episode_from.clear()

@@ -5,7 +5,8 @@ folded leave the prompt), `reflective` (OmniAct's failure reflections, priors an
 corpus) and `rag_memory` (this run's records by relevance). ReCAP's context tree is kept whichever modules are on
 (a `recap` context layout renders its goal stack; it knows each agent's current step, which a failure record
 names). `retrieve` fills at most `cap_tokens` tokens (counted with the planner's tokenizer) and `max_lines` lines,
-module by module in a fixed priority: reflective, episodic (newest first), rag_static, rag_memory.
+module by module in a fixed priority: reflective, episodic (the current episode's records, newest first), rag_static,
+rag_memory (every stored record, earlier episodes' and runs' included).
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ class MemorySystem:
         if module == "reflective":
             return self.reflective.ranked(agent_id, query, now_step)
         if module == "episodic":
-            return [self.line(r) for r in reversed(self.episodic.records(agent_id))]
+            return [self.line(r) for r in reversed(self.episodic.episode_records(agent_id))]
         if module == "rag_static":
             return ranked_by_relevance(query, [p.text for p in self.corpus])
         return ranked_by_relevance(query, [self.line(r) for r in self.store.records(agent_id)])

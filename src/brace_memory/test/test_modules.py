@@ -186,6 +186,22 @@ def test_an_episode_start_keeps_stored_records_and_drops_goal_stacks(tmp_path):
     assert "pick(object=box_7)" in again.retrieve("a", "pick box_7", 3, 1000, chars).lines[0]
 
 
+def test_episodic_retrieval_reads_the_current_episode_and_rag_memory_every_episode(tmp_path):
+    system = MemorySystem(["episodic", "rag_memory"], MemoryStore(tmp_path / "m.sqlite"))
+    system.on_entry("a", 3, "action_outcome", "picked box_7 at shelf_2")
+    system.on_entry("a", 4, "task_done", "delivered box_7")
+    assert system.retrieve("a", "box_7", 5, 1000, chars).by_module == {"episodic": 1}
+    system.start_episode()  # steps start again: t=3-4 would read as this episode's
+    got = system.retrieve("a", "box_7", 5, 1000, chars)
+    assert got.by_module == {"rag_memory": 1} and "delivered box_7" in got.lines[0]
+    system.on_entry("a", 2, "failure_trace", "pick cup_1 failed")
+    got = system.retrieve("a", "cup_1", 5, 1000, chars)
+    assert got.by_module["episodic"] == 1 and "cup_1" in got.lines[0]
+    system.store.close()
+    again = MemorySystem(["episodic"], MemoryStore(tmp_path / "m.sqlite"))  # the next run: a new episode
+    assert again.retrieve("a", "cup_1", 5, 1000, chars).lines == []
+
+
 def test_without_modules_only_the_goal_stack_is_kept_and_nothing_is_written():
     system = MemorySystem([])
     system.on_entry("a", 1, "failure_trace", "pick failed")
