@@ -7,7 +7,12 @@ it where `config/erecap_planner_sim.yaml` looks for it. With `--pruned F` a
 share F of the examples whose prompt exceeds `--budget` is trained
 pruning-aware: the prompt is pruned inside the forward by E-RECAP with the
 warehouse predictor, as the planner prunes it, so one adapter serves the
-unpruned and the compressed variants. Progress on stderr.
+unpruned and the compressed variants. With `--memory F` a share F of the
+episodes is rendered as a call with memory reads it (`MEMORY_CONFIGS`: OmniAct's
+episodic + reflective memory, RAG over the warehouse corpus or over the run's
+records; the history episodic records folded left out, the MEMORY block before
+the request, the layout the sim planner runs), fed as the planner node feeds it,
+so one adapter serves the variants with and without memory. Progress on stderr.
 
     python -m brace_training.finetune_cli --episodes 40 --epochs 1
 """
@@ -17,16 +22,24 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from brace_common.action_schema import ActionSchema, Step
+from brace_common.config import resolve_path
 from brace_common.vocabulary import Block
 from brace_common.world_feed import FeedEntry
+from brace_memory.rag import load_passages
+from brace_memory.system import MemorySystem
 from brace_training.adapter_training import PlanExample, fit_and_save, prune_share
-from erecap_planner.call_path import request_text
+from erecap_planner.call_path import CallRequest, PlannerCallPath, request_text
+from erecap_planner.config import PlannerConfig
 from erecap_planner.constrained import ConstrainedPlanDecoder
 from erecap_planner.context import ContextBuffer, Entry, RenderedContext
+from erecap_planner.memory_phase import MemoryUse
 from erecap_planner.models import SMOLLM2, cache_root, load_model
+from erecap_planner.pruning import PruneSchedule
 from erecap_planner.scoring import enumerate_steps
 from sim_bridges.warehouse.warehouse_feed import action_schema
 from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
@@ -34,6 +47,28 @@ from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 from .plan_data import DecisionPoint, decision_points
 
 PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap.safetensors"
+CORPUS = "package://sim_bridges/config/warehouse_corpus.yaml"
+"""The warehouse's static corpus (rag_static)."""
+MEMORY_LAYOUT = "stable_first"
+"""The layout the sim planner runs (params/erecap_planner_sim.yaml), memory examples are rendered in."""
+MEMORY_BUDGET = 384
+"""B_t of a rendered call with memory (the demo profile's full-replan budget): sizes the MEMORY block's reserve."""
+RUN_EPISODES = 3
+"""A memory is kept over this many consecutive training episodes, as a run keeps it over its episodes."""
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """The memory modules of one kind of training episode (the variants of runs/variants.yaml)."""
+
+    name: str
+    modules: tuple[str, ...]
+
+
+MEMORY_CONFIGS = (MemoryConfig("omniact", ("episodic", "reflective")), MemoryConfig("rag_static", ("rag_static",)),
+                  MemoryConfig("rag_memory", ("rag_memory",)))
+"""brace_erecap_memory, rag_static_erecap, rag_memory_erecap; OmniAct's memory is drawn twice as often."""
+MEMORY_WEIGHTS = (2, 1, 1)
 
 
 def default_adapter() -> Path:
@@ -59,18 +94,50 @@ def render(point: DecisionPoint, tokenizer, schema: ActionSchema, mode: int) -> 
     return buf.render(tokenizer, point.agent_id, request_text(schema, point.agent_id, mode))
 
 
+def memory_use(config: MemoryConfig, planner: PlannerConfig = PlannerConfig()) -> MemoryUse:
+    """A fresh in-process memory of `config` with the planner's defaults (share, lines, window) and the corpus."""
+    corpus = load_passages(resolve_path(CORPUS)) if "rag_static" in config.modules else []
+    return MemoryUse(MemorySystem(config.modules, corpus=corpus, max_lines=planner.memory_max_lines),
+                     planner.memory_share, planner.recap_window)
+
+
+def memory_prompt(path: PlannerCallPath, point: DecisionPoint) -> tuple[list[int], list[bool]]:
+    """The prompt a call with `path`'s memory reads at `point` (ids, protected), the memory as it is now."""
+    return path.prompt(context_buffer(point.entries), CallRequest(point.agent_id, MEMORY_BUDGET, 0.0, 0.0,
+                                                                  int(point.mode), point.step))
+
+
 def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int, max_tokens: int,
-                   rng: random.Random, detour: float = 0.0) -> list[PlanExample]:
-    """Examples from oracle episodes for every K in `agents` (prompts longer than max_tokens skipped)."""
+                   rng: random.Random, detour: float = 0.0, memory_share: float = 0.0,
+                   model=None) -> list[PlanExample]:
+    """Examples from oracle episodes for every K in `agents` (prompts longer than max_tokens skipped); a share
+    `memory_share` of the episodes rendered with memory (needs `model` for the call path that renders them)."""
     out = []
     for k in agents:
         schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=k))))
         decoder = ConstrainedPlanDecoder(tokenizer, enumerate_steps(schema), schema.max_steps)
-        for point in decision_points(range(seed0, seed0 + episodes), k, observe_every=rng.choice([4, 6, 8]),
-                                     detour=detour):
-            ctx = render(point, tokenizer, schema, rng.choice([0, 1, 2]))
-            if len(ctx) <= max_tokens:
-                out.append(PlanExample(list(ctx.token_ids), target_ids(point, decoder), protect=list(ctx.protected)))
+        uses: dict[str, MemoryUse] = {}
+        path: Optional[PlannerCallPath] = None
+        observe_every = rng.choice([4, 6, 8])
+        for n, seed in enumerate(range(seed0, seed0 + episodes)):
+            memory = None
+            if memory_share > 0 and rng.random() < memory_share:
+                config = rng.choices(MEMORY_CONFIGS, MEMORY_WEIGHTS)[0]
+                if n % RUN_EPISODES == 0 or config.name not in uses:
+                    uses[config.name] = memory_use(config)
+                if path is None:
+                    path = PlannerCallPath(model, tokenizer, schema, "none", PruneSchedule((), 1.0),
+                                           decoding="constrained", layout=MEMORY_LAYOUT)
+                path.memory = memory = uses[config.name]
+            for point in decision_points(range(seed, seed + 1), k, observe_every=observe_every,
+                                         detour=detour, memory=memory.system if memory else None):
+                if memory is not None:
+                    ids, protect = memory_prompt(path, point)
+                else:
+                    ctx = render(point, tokenizer, schema, rng.choice([0, 1, 2]))
+                    ids, protect = list(ctx.token_ids), list(ctx.protected)
+                if len(ids) <= max_tokens:
+                    out.append(PlanExample(ids, target_ids(point, decoder), protect=protect))
     return out
 
 
@@ -99,12 +166,16 @@ def main(argv=None) -> int:
                     help="share of the examples longer than --budget trained under E-RECAP pruning")
     ap.add_argument("--budget", type=int, default=384, help="B_t of the pruning-aware examples")
     ap.add_argument("--predictor", default=PREDICTOR, help="E-RECAP predictor bank of the pruning-aware examples")
+    ap.add_argument("--memory", type=float, default=0.0,
+                    help="share of the episodes rendered as a call with memory reads them (MEMORY_CONFIGS)")
     args = ap.parse_args(argv)
-    if not 0.0 <= args.pruned <= 1.0:
-        ap.error(f"--pruned {args.pruned} is outside [0, 1]")
+    for name in ("pruned", "memory"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            ap.error(f"--{name} {getattr(args, name)} is outside [0, 1]")
     rng = random.Random(args.seed)
     model, tok = load_model(args.model, device="auto", dtype="float32")
-    examples = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng, args.detour)
+    examples = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng, args.detour,
+                              args.memory, model)
     if len(examples) > args.examples:
         examples = rng.sample(examples, args.examples)
     pruning = prune_share(model, examples, args.pruned, args.budget, args.predictor, rng)

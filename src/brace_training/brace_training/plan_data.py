@@ -7,7 +7,10 @@ state are one decision point: what the planner would have been asked in the
 closed loop, with the answer that is correct. With `detour` > 0 some plans the
 world executes are plausible mistakes instead of the oracle's (the labels stay
 the oracle's), so the data also shows the states a planner's own mistakes lead
-to and how to recover from them (as in DAgger-style data collection).
+to and how to recover from them (as in DAgger-style data collection). With a
+`memory` system, the episode feeds it as the planner node would (episode start,
+every entry, every outcome, every plan the world executes), so a decision point
+can be rendered with the memory a closed-loop call would retrieve.
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Optional
 
 from brace_common.action_schema import Step
-from brace_common.world_feed import FeedEntry
+from brace_common.vocabulary import Mode
+from brace_common.world_feed import FeedEntry, outcomes
+from brace_memory.system import MemorySystem
 from sim_bridges.warehouse.warehouse_feed import episode_entries, place_near, step_entries
 from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
@@ -32,6 +38,7 @@ class DecisionPoint:
     step: int
     seed: int
     here: str = ""  # the place the agent stands at ('' between places)
+    mode: Mode = Mode.FULL_REPLAN  # the request's mode, as the controller would pick it for this moment
 
 
 def detour_plan(world: Warehouse, agent: str, rng: random.Random) -> list[Step]:
@@ -44,27 +51,62 @@ def detour_plan(world: Warehouse, agent: str, rng: random.Random) -> list[Step]:
     return [Step("wait")]
 
 
+class MemoryFeed:
+    """What the planner node feeds its memory system, for an episode driven here (no-ops without a system)."""
+
+    def __init__(self, memory: Optional[MemorySystem], agents: list[str]) -> None:
+        self.memory = memory
+        self.teammates = frozenset(agents)
+        if memory is not None:
+            memory.start_episode()
+
+    def entries(self, entries: list[FeedEntry]) -> list[FeedEntry]:
+        """Context entries as they reach the planner (returned, for the caller's own list)."""
+        if self.memory is not None:
+            for e in entries:
+                self.memory.on_entry(e.agent_id, e.step, e.kind, e.text, self.teammates)
+        return entries
+
+    def outcomes(self, events) -> None:
+        """The execution outcomes among a step's events."""
+        if self.memory is not None:
+            for e in outcomes(events):
+                self.memory.on_outcome(e.agent, e.step, e.action, e.success, e.text, getattr(e, "failure", 0))
+
+    def plan(self, agent: str, step: int, mode: Mode, plan: list[Step]) -> None:
+        """A plan the planner returned (what the world executes)."""
+        if self.memory is not None:
+            self.memory.on_plan(agent, step, mode, plan)
+
+
 def decision_points(seeds: range, num_agents: int, every: int = 8, observe_every: int = 4,
                     max_steps: int = 60, drift: float = 0.03, grasp_failure: float = 0.1,
-                    stagger: int = 1, detour: float = 0.0) -> Iterator[DecisionPoint]:
+                    stagger: int = 1, detour: float = 0.0,
+                    memory: Optional[MemorySystem] = None) -> Iterator[DecisionPoint]:
     """Decision points of oracle-driven episodes, one episode per seed.
 
     As in the closed loop: the episode opens with the task, constraints and every
     agent's state at its park; agent i is asked for its initial plan at step
     1 + i * stagger (agents without a plan idle), then when its plan ends, a
     step fails, or every `every` steps. With probability `detour` the world then
-    executes `detour_plan` instead of the oracle's plan.
+    executes `detour_plan` instead of the oracle's plan. Each point's mode is the
+    controller's for that moment: the first plan and a finished one full_replan,
+    a failure partial_replan, the periodic check of a running plan reuse_subplan.
+    `memory` (kept across the seeds, as a run keeps it) is fed while the episode
+    runs; it holds what it would at a point while the point is being consumed.
     """
     for seed in seeds:
         rng = random.Random(seed)
         world = Warehouse(WorldConfig(num_agents=num_agents, seed=seed, max_steps=max_steps, drift=drift,
                                       grasp_failure=grasp_failure))
-        entries = list(episode_entries(world, seed)) + step_entries(world, [], 0)
         names = sorted(world.agents)
+        feed = MemoryFeed(memory, names)
+        entries = feed.entries(list(episode_entries(world, seed)) + step_entries(world, [], 0))
         last: dict[str, list[Step]] = {}
         while not world.finished:
             events = world.step()
-            entries.extend(step_entries(world, events, observe_every))
+            entries.extend(feed.entries(step_entries(world, events, observe_every)))
+            feed.outcomes(events)
             failed = {e.agent for e in events if not e.success}
             for i, name in enumerate(names):
                 a = world.agents[name]
@@ -72,11 +114,17 @@ def decision_points(seeds: range, num_agents: int, every: int = 8, observe_every
                     if world.t >= 1 + i * stagger:
                         last[name] = world.oracle_plan(name)
                         yield DecisionPoint(list(entries), name, last[name], world.t, seed, place_near(world, a.pos))
-                        world.set_plan(name, detour_plan(world, name, rng) if rng.random() < detour else last[name])
+                        run = detour_plan(world, name, rng) if rng.random() < detour else last[name]
+                        world.set_plan(name, run)
+                        feed.plan(name, world.t, Mode.FULL_REPLAN, run)
                     continue
                 if a.current is None or name in failed or world.t % every == 0:
                     oracle = world.oracle_plan(name)
+                    mode = (Mode.PARTIAL_REPLAN if name in failed else Mode.FULL_REPLAN if a.current is None
+                            else Mode.REUSE_SUBPLAN)
                     if oracle != last[name] or name in failed or world.t % every == 0:  # no repeats of an idle wait
-                        yield DecisionPoint(list(entries), name, oracle, world.t, seed, place_near(world, a.pos))
-                    world.set_plan(name, detour_plan(world, name, rng) if rng.random() < detour else oracle)
+                        yield DecisionPoint(list(entries), name, oracle, world.t, seed, place_near(world, a.pos), mode)
+                    run = detour_plan(world, name, rng) if rng.random() < detour else oracle
+                    world.set_plan(name, run)
+                    feed.plan(name, world.t, mode, run)
                     last[name] = oracle

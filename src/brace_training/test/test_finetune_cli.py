@@ -30,3 +30,25 @@ def test_pruned_share_outside_0_1_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         finetune_cli.main(["--pruned", "1.5", "--output", str(tmp_path / "a.safetensors")])
     assert "--pruned 1.5" in capsys.readouterr().err
+
+
+def test_memory_examples_read_the_memory_a_call_would_retrieve(tmp_path, monkeypatch):
+    import random
+
+    from erecap_planner.models import load_model
+
+    monkeypatch.setattr(finetune_cli, "MEMORY_BUDGET", 8192)  # the tiny tokenizer writes a line in many tokens
+    model, tok = load_model(saved_tiny_llama(tmp_path / "tiny"), device="cpu", dtype="float32")
+    flat = finetune_cli.build_examples(tok, 2, (2,), 5, 100_000, random.Random(0), memory_share=0.0)
+    memory = finetune_cli.build_examples(tok, 2, (2,), 5, 100_000, random.Random(0), memory_share=1.0, model=model)
+    texts = [tok.decode(e.prompt_ids) for e in memory]
+    assert len(memory) == len(flat)  # the same decision points, rendered with memory
+    assert all("MEMORY:" not in tok.decode(e.prompt_ids) for e in flat)
+    assert any("MEMORY:" in t for t in texts)
+    assert [e.target_ids for e in memory] == [e.target_ids for e in flat]
+
+
+def test_memory_share_outside_0_1_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        finetune_cli.main(["--memory", "-0.1", "--output", str(tmp_path / "a.safetensors")])
+    assert "--memory -0.1" in capsys.readouterr().err
