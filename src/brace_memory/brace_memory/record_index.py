@@ -56,6 +56,12 @@ class RecordIndex:
             kinds = [RecordKind(kind)] if kind is not None else list(RecordKind)
             return [r for k in kinds for r in self._records.get((agent_id, k), {}).values()]
 
+    def agents(self) -> list[str]:
+        """The agent ids with records in the store or written through the index, sorted."""
+        with self._lock:
+            written = {agent for agent, _ in self._records}
+        return sorted(set(self.store.agents()) | written)
+
     @property
     def counts(self) -> dict[str, int]:
         """The store's counts (written, evicted, corrupt)."""

@@ -12,12 +12,14 @@ from brace_common.validation import AGENT_ID_PATTERN, MAX_AGENT_ID_CHARS
 
 
 class RecordKind(str, enum.Enum):
-    """What a record is (OmniAct Sec. 3.4): an episodic record folded at a boundary, a failure reflection, or a
-    note a plan asked to keep (`store_memory`)."""
+    """What a record is (OmniAct Sec. 3.4): an episodic record folded at a boundary, a failure reflection, a
+    note a plan asked to keep (`store_memory`), or a constraint the graph gave (a context entry of kind
+    `constraint`), kept as a long-term rule."""
 
     EPISODIC = "episodic"
     FAILURE = "failure"
     NOTE = "note"
+    CONSTRAINT = "constraint"
 
 
 MAX_KEY_CHARS = 256
@@ -29,7 +31,8 @@ class MemoryRecord:
     """One record of an agent's memory.
 
     `key` is unique per (agent_id, kind): an episodic record's sequence number, a failure's
-    skill|object|location|failure kind (a repeat updates the record: count, last step), a note's text hash.
+    skill|object|location|failure kind (a repeat updates the record: count, last step), a note's or a
+    constraint's text hash (a repeated constraint updates its record the same way).
     `fields` holds the record's structured content (JSON values only); `importance` is in [0, 1].
     """
 

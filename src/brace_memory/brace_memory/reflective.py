@@ -1,15 +1,22 @@
-"""OmniAct's reflective memory (OmniAct Sec. 3.4): failure reflections, static priors and notes, retrieved per call.
+"""OmniAct's reflective memory (OmniAct Sec. 3.4): failure reflections, constraints, static priors and notes,
+retrieved per call.
 
 Every failed step and every preemption writes (or updates) a failure record keyed by skill, object, location and
 failure kind: how often it happened, first and last step, and the corrective strategy for that kind of failure.
-Static priors (skills, constraints) come from a file; notes are what a plan asked to keep. At a call, records whose
-skill or object the call's query names come first (key match); the rest are ranked by Generative Agents' sum of
-recency, importance and relevance, each in [0, 1] with equal weights (Park et al., 2023).
+Every context entry of kind `constraint` consolidates into a constraint record keyed by its text (a repeat updates
+the record: count, last step), so a long-term rule outlives the history entry that gave it (OmniAct: the reflective
+layer surfaces long-term constraints at planning time). Constraints are the team's: whoever gave one (the
+supervisor, an agent about itself), every agent's call reads it. Static priors (skills, constraints) come from a
+file; notes are what a plan asked to keep. At a call, priors whose keys, failure records whose skill or object, and
+constraints whose ids (`dock_2`, `box_7`) the call's query names come first (key match); the rest are ranked by
+Generative Agents' sum of recency, importance and relevance, each in [0, 1] with equal weights (Park et al., 2023).
+A constraint the call's prompt already holds (its CONSTRAINTS block) is not retrieved again.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -34,6 +41,10 @@ CORRECTIVE_STRATEGY = {
     PREEMPTION: "the verifier saw the step going wrong: re-observe, then redo the step from the current state",
 }
 """A corrective strategy per failure kind (OmniAct: the reflection's 'corrective strategy')."""
+CONSTRAINT_IMPORTANCE = 0.9
+"""Importance of a constraint record (a rule the agents must keep; a note's default is 0.8)."""
+MAX_CONSTRAINT_CHARS = 240
+"""A constraint record keeps at most this many characters of its text."""
 OBJECT_PARAMETERS = ("object", "item", "obj", "box", "target_object")
 LOCATION_PARAMETERS = ("target", "location", "place", "to", "dock", "shelf")
 
@@ -64,13 +75,36 @@ def failure_line(record: MemoryRecord) -> str:
             f"- {f.get('failure_kind', '')}: {f.get('detail', '')}. Strategy: {f.get('strategy', '')}")
 
 
+def constraint_text(text: str) -> str:
+    """A constraint's text as its record keeps it: on one line, at most MAX_CONSTRAINT_CHARS characters (the same
+    rule always gives the same record)."""
+    return " ".join(text.split())[:MAX_CONSTRAINT_CHARS]
+
+
+def constraint_keys(text: str) -> frozenset[str]:
+    """The words that retrieve a constraint by key: the ids it names (words with a letter and a digit: `dock_2`,
+    `box_7`, `agent_1`; a bare number such as a step is no key)."""
+    return frozenset(w for w in words(text) if any(c.isdigit() for c in w) and any(c.isalpha() for c in w))
+
+
+@cached_line
+def constraint_line(record: MemoryRecord) -> str:
+    """A constraint record as the line the planner reads."""
+    f = record.fields
+    times = f" x{record.count}" if record.count > 1 else ""
+    return f"constraint{times} (t={record.first_step}, from {f.get('source', record.agent_id)}): {f.get('text', '')}"
+
+
 class ReflectiveMemory:
-    """Failure records and notes per agent (in `store`) and static priors shared by every agent."""
+    """Failure records and notes per agent, constraint records per agent that gave them (in `store`; every agent
+    reads them), and static priors shared by every agent."""
 
     def __init__(self, store: MemoryStore, priors: tuple[Prior, ...] = ()) -> None:
         self.store = store
         self.priors = priors
-        self.counts = {"failures": 0, "notes": 0}
+        self.counts = {"failures": 0, "notes": 0, "constraints": 0}
+        # Who gave the constraints in the store (a store kept across runs already holds some).
+        self.constraint_sources = {a for a in store.agents() if store.records(a, RecordKind.CONSTRAINT)}
 
     def on_failure(self, agent_id: str, step: int, skill: str, parameters: Optional[dict[str, Any]],
                    kind: str, detail: str, location: str = "", stamp: float = 0.0) -> MemoryRecord:
@@ -102,22 +136,64 @@ class ReflectiveMemory:
         self.counts["notes"] += 1
         return record
 
-    def ranked(self, agent_id: str, query: str, now_step: int) -> list[str]:
-        """The agent's priors, failure records and notes as lines, best first: key matches, then by score."""
+    def on_constraint(self, agent_id: str, step: int, text: str, stamp: float = 0.0) -> Optional[MemoryRecord]:
+        """A constraint `agent_id` gave (a context entry of kind `constraint`): write its record, or update the
+        record of the same text (count, last step); None for an empty text."""
+        text = constraint_text(text)
+        if not text:
+            return None
+        key = hashlib.sha1(text.encode()).hexdigest()[:16]
+        old = self.store.get(check_agent(agent_id), RecordKind.CONSTRAINT, key)
+        record = MemoryRecord(agent_id, RecordKind.CONSTRAINT, key, {"text": text, "source": agent_id},
+                              old.first_step if old else step, max(step, old.last_step) if old else step, stamp,
+                              CONSTRAINT_IMPORTANCE, old.count + 1 if old else 1)
+        self.store.put(record)
+        self.constraint_sources.add(agent_id)
+        self.counts["constraints"] += 1
+        return record
+
+    def constraints(self) -> list[MemoryRecord]:
+        """Every constraint record (the team's), by who gave it, oldest update first within each."""
+        return [r for source in sorted(self.constraint_sources)
+                for r in self.store.records(source, RecordKind.CONSTRAINT)]
+
+    def ranked(self, agent_id: str, query: str, now_step: int, in_prompt: Collection[str] = ()) -> list[str]:
+        """The agent's priors, failure records and notes and the team's constraints as lines, best first: key
+        matches, then by score. A constraint whose text is in `in_prompt` (the call's prompt holds it) is left out."""
         query_words = set(words(query))
         lines: list[tuple[int, float, str]] = []  # (0 = key match, 1 = scored, -score, line)
         for prior in self.priors:
             if prior.keys & query_words:
                 lines.append((0, -1.0, prior.text))
-        records = self.store.records(agent_id, RecordKind.FAILURE) + self.store.records(agent_id, RecordKind.NOTE)
-        texts = [failure_line(r) if r.kind == RecordKind.FAILURE else f"note: {r.fields.get('text', '')}"
-                 for r in records]
+        shown = {constraint_text(t) for t in in_prompt}
+        constraints = []
+        for record in self.constraints():
+            text = record.fields.get("text", "")
+            if text not in shown:  # also the same rule given by two sources: once
+                shown.add(text)
+                constraints.append(record)
+        records = self.store.records(agent_id, RecordKind.FAILURE) + self.store.records(agent_id, RecordKind.NOTE) \
+            + constraints
+        texts = [self.line(r) for r in records]
         relevance = bm25(query, texts)
         for record, text, rel in zip(records, texts, relevance, strict=True):
             recency = RECENCY_DECAY ** max(0, now_step - record.last_step)
             score = recency + record.importance + rel
-            keyed = record.kind == RecordKind.FAILURE and bool(
-                {w for f in ("skill", "object") for w in words(str(record.fields.get(f, "")))} & query_words)
-            lines.append((0 if keyed else 1, -score, text))
+            if record.kind == RecordKind.FAILURE:
+                keys = {w for f in ("skill", "object") for w in words(str(record.fields.get(f, "")))}
+            elif record.kind == RecordKind.CONSTRAINT:
+                keys = constraint_keys(record.fields.get("text", ""))
+            else:
+                keys = set()
+            lines.append((0 if keys & query_words else 1, -score, text))
         lines.sort(key=lambda item: (item[0], item[1]))
         return [text for _, _, text in lines]
+
+    @staticmethod
+    def line(record: MemoryRecord) -> str:
+        """A failure, note or constraint record as the line the planner reads."""
+        if record.kind == RecordKind.FAILURE:
+            return failure_line(record)
+        if record.kind == RecordKind.CONSTRAINT:
+            return constraint_line(record)
+        return f"note: {record.fields.get('text', '')}"

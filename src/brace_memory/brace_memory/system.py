@@ -1,18 +1,19 @@
 """The memory modules a planner composes on its call path (DESIGN 3b): what they ingest and what a call retrieves.
 
 Modules (any subset, named in `MODULES`): `episodic` (OmniAct's event-boundary records; the history entries they
-folded leave the prompt), `reflective` (OmniAct's failure reflections, priors and notes), `rag_static` (a fixed
-corpus) and `rag_memory` (this run's records by relevance). ReCAP's context tree is kept whichever modules are on
-(a `recap` context layout renders its goal stack; it knows each agent's current step, which a failure record
-names). `retrieve` fills at most `cap_tokens` tokens (counted with the planner's tokenizer) and `max_lines` lines,
-module by module in a fixed priority: reflective, episodic (the current episode's records, newest first), rag_static,
-rag_memory (every stored record, earlier episodes' and runs' included).
+folded leave the prompt), `reflective` (OmniAct's failure reflections, the team's constraints, priors and notes),
+`rag_static` (a fixed corpus) and `rag_memory` (this run's records, and the team's constraints, by relevance).
+ReCAP's context tree is kept whichever modules are on (a `recap` context layout renders its goal stack; it knows
+each agent's current step, which a failure record names). `retrieve` fills at most `cap_tokens` tokens (counted
+with the planner's tokenizer) and `max_lines` lines, module by module in a fixed priority: reflective, episodic (the
+current episode's records, newest first), rag_static, rag_memory (every stored record, earlier episodes' and runs'
+included).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -24,7 +25,7 @@ from .episodic import EpisodicMemory, record_line
 from .rag import ranked_by_relevance
 from .record_index import RecordIndex
 from .records import RecordKind
-from .reflective import PREEMPTION, Prior, ReflectiveMemory, failure_kind, failure_line
+from .reflective import PREEMPTION, Prior, ReflectiveMemory, failure_kind
 from .store import MemoryStore
 
 MODULES = ("episodic", "reflective", "rag_static", "rag_memory")
@@ -83,8 +84,11 @@ class MemorySystem:
 
     def on_entry(self, agent_id: str, step: int, kind: str, text: str, teammates: frozenset[str] = frozenset(),
                  stamp: float = 0.0) -> None:
-        """A context entry of `agent_id` (its kind as ContextEntry.KIND_*)."""
+        """A context entry of `agent_id` (its kind as ContextEntry.KIND_*); a constraint also consolidates into a
+        reflective constraint record (when a module reads them)."""
         with self.lock:
+            if kind == "constraint" and self.reflecting:
+                self.reflective.on_constraint(agent_id, step, text, stamp)
             if kind == "task":
                 self.tree.on_task(agent_id, text)
             elif kind == "task_done":
@@ -147,35 +151,37 @@ class MemorySystem:
             now = self.tree.current_step(agent_id)
             return " ".join(filter(None, (tree.task if tree else "", now.text() if now else "", state)))
 
-    def candidates(self, module: str, agent_id: str, query: str, now_step: int) -> list[str]:
-        """A retrieving module's lines for a call, best first."""
+    def candidates(self, module: str, agent_id: str, query: str, now_step: int,
+                   in_prompt: Collection[str] = ()) -> list[str]:
+        """A retrieving module's lines for a call, best first (`in_prompt`: constraint texts the prompt holds)."""
         if module == "reflective":
-            return self.reflective.ranked(agent_id, query, now_step)
+            return self.reflective.ranked(agent_id, query, now_step, in_prompt)
         if module == "episodic":
             return [self.line(r) for r in reversed(self.episodic.episode_records(agent_id))]
         if module == "rag_static":
             return ranked_by_relevance(query, [p.text for p in self.corpus])
-        return ranked_by_relevance(query, [self.line(r) for r in self.store.records(agent_id)])
+        records = self.store.records(agent_id) + [r for r in self.reflective.constraints() if r.agent_id != agent_id]
+        return ranked_by_relevance(query, [self.line(r) for r in records])
 
     @staticmethod
     def line(record) -> str:
         """A record as the line the planner reads."""
         if record.kind == RecordKind.EPISODIC:
             return record_line(record)
-        if record.kind == RecordKind.FAILURE:
-            return failure_line(record)
-        return f"note: {record.fields.get('text', '')}"
+        return ReflectiveMemory.line(record)
 
     def retrieve(self, agent_id: str, query: str, now_step: int, cap_tokens: int,
-                 count_tokens: Callable[[list[str]], list[int]]) -> Retrieved:
+                 count_tokens: Callable[[list[str]], list[int]], in_prompt: Collection[str] = ()) -> Retrieved:
         """At most `cap_tokens` tokens and `max_lines` lines of memory for a call (`count_tokens`: each line's
-        tokens, newline included, with the planner's tokenizer)."""
+        tokens, newline included, with the planner's tokenizer; `in_prompt`: the constraint texts the call's prompt
+        holds already, which reflective memory does not repeat)."""
         out = Retrieved()
         with self.lock:
             for module in RETRIEVAL_ORDER:
                 if not self.on(module) or cap_tokens <= 0:
                     continue
-                lines = [line for line in self.candidates(module, agent_id, query, now_step) if line not in out.lines]
+                lines = [line for line in self.candidates(module, agent_id, query, now_step, in_prompt)
+                         if line not in out.lines]
                 if not lines:
                     continue
                 lines = lines[:self.max_lines * 2]  # more than can fit is never counted

@@ -10,7 +10,7 @@ from brace_memory.context_tree import ContextTree
 from brace_memory.episodic import EpisodicMemory, record_line
 from brace_memory.rag import load_passages, ranked_by_relevance
 from brace_memory.records import MemoryRecord, RecordKind
-from brace_memory.reflective import PREEMPTION, Prior, ReflectiveMemory
+from brace_memory.reflective import PREEMPTION, Prior, ReflectiveMemory, constraint_keys
 from brace_memory.relevance import bm25, words
 from brace_memory.store import MemoryStore
 from brace_memory.system import MemorySystem, check_modules
@@ -129,6 +129,46 @@ def test_priors_are_retrieved_by_key_before_scored_records():
     memory.note("agent_0", 1, "shelf_9 is blocked by a pallet", importance=0.2)
     lines = memory.ranked("agent_0", "deliver box_7 to dock_2", 2)
     assert lines == ["box_7 is fragile: push it, never grasp it", "note: shelf_9 is blocked by a pallet"]
+
+
+def test_a_constraint_entry_becomes_one_team_wide_record_that_a_repeat_updates():
+    system = MemorySystem(["episodic", "reflective"])
+    rule = "dock_2 closes at step 30: from then on deliver to dock_5."
+    system.on_entry("supervisor", 4, "constraint", rule)
+    system.on_entry("supervisor", 9, "constraint", "  dock_2 closes at step 30:\n from then on deliver to dock_5. ")
+    (record,) = system.store.records("supervisor", RecordKind.CONSTRAINT)
+    assert (record.count, record.first_step, record.last_step, record.fields["text"]) == (2, 4, 9, rule)
+    system.on_entry("agent_1", 12, "task", "agent_1 must deliver box_4 to dock_2 or dock_5.")
+    got = system.retrieve("agent_1", system.query("agent_1", "at park_1, holding box_4"), 200, 1000, chars)
+    assert got.lines[0] == f"constraint x2 (t=4, from supervisor): {rule}"  # another agent's call reads it
+    assert got.by_module["reflective"] == 1
+
+
+def test_constraints_naming_the_call_s_ids_come_first_and_one_in_the_prompt_is_not_repeated():
+    memory = ReflectiveMemory(MemoryStore(None))
+    memory.note("agent_0", 99, "the forklift on aisle 3 is charging", importance=1.0)
+    memory.on_constraint("supervisor", 1, "box_3 is fragile: never place it yourself, hand it to agent_2.")
+    memory.on_constraint("supervisor", 2, "shelf_4 is under maintenance from step 40.")
+    lines = memory.ranked("agent_0", "agent_0 must bring box_3 to dock_1", 100)
+    assert "box_3 is fragile" in lines[0]  # key match (box_3) before the newer, more important note
+    assert lines[1].startswith("note:") and "shelf_4" in lines[2]
+    held = memory.ranked("agent_0", "box_3", 100, in_prompt=["box_3 is fragile: never place it yourself, "
+                                                            "hand it to agent_2."])
+    assert not any("box_3" in line for line in held)
+    assert constraint_keys("shelf_4 is under maintenance from step 40.") == {"shelf_4"}  # a step is no key
+
+
+def test_constraints_outlive_the_run_and_are_kept_only_where_a_module_reads_them(tmp_path):
+    episodic = MemorySystem(["episodic"])
+    episodic.on_entry("supervisor", 1, "constraint", "dock_2 closes at step 30.")
+    assert episodic.store.records("supervisor", RecordKind.CONSTRAINT) == []
+    system = MemorySystem(["reflective"], MemoryStore(tmp_path / "m.sqlite"))
+    system.on_entry("supervisor", 1, "constraint", "dock_2 closes at step 30.")
+    system.start_episode()
+    system.store.close()
+    again = MemorySystem(["rag_memory"], MemoryStore(tmp_path / "m.sqlite"))  # the next run
+    assert again.retrieve("agent_0", "deliver to dock_2", 50, 1000, chars).lines == [
+        "constraint (t=1, from supervisor): dock_2 closes at step 30."]
 
 
 def test_bm25_ranks_by_shared_words_and_keeps_ids_whole():

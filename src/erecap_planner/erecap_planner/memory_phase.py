@@ -4,7 +4,8 @@ Memory lives inside B_t: a call reserves at most `memory_share` x B_t tokens for
 included), and the context is compressed to the rest (in-model E-RECAP prunes the whole prompt to B_t with the
 memory protected; a baseline compressor is given B_t minus the reserve, since it runs before retrieval, Alg. 1
 lines 8-9). The ReCAP layout adds the agent's goal stack before the request and keeps a window of the newest
-history; episodic memory drops the history entries its records folded.
+history; episodic memory drops the history entries its records folded. Reflective memory does not repeat a
+constraint the context's CONSTRAINTS block holds.
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def goal_stack(memory: Optional[MemoryUse], layout: str, agent_id: str) -> list[
 
 def retrieve(memory: Optional[MemoryUse], tokenizer, buffer: ContextBuffer, agent_id: str, step: int,
              reserve: int) -> Retrieved:
-    """The retrieved lines of a call within `reserve` tokens (header included)."""
+    """The retrieved lines of a call within `reserve` tokens (header included); the constraints the buffer's
+    CONSTRAINTS block holds are in the prompt already and not retrieved again."""
     if memory is None or reserve <= 0:
         return Retrieved()
     header = len(tokenizer(MEMORY_HEADER, add_special_tokens=False)["input_ids"])
@@ -88,7 +90,8 @@ def retrieve(memory: Optional[MemoryUse], tokenizer, buffer: ContextBuffer, agen
     def count(lines: list[str]) -> list[int]:
         return [len(ids) for ids in tokenizer([line + "\n" for line in lines], add_special_tokens=False)["input_ids"]]
 
-    return memory.system.retrieve(agent_id, query, step, reserve - header, count)
+    in_prompt = [entry.text for entry in buffer.constraints]
+    return memory.system.retrieve(agent_id, query, step, reserve - header, count, in_prompt)
 
 
 def memory_ids(tokenizer, lines: list[str], reserve: int) -> list[int]:

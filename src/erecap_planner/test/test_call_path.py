@@ -98,6 +98,23 @@ def test_memory_lines_are_spliced_before_the_request():
     assert out.tokens_after == out.tokens_before + out.phases[1].tokens_out
 
 
+def test_a_constraint_in_the_constraints_block_is_not_retrieved_again():
+    rule = "shelf_1 is closed for maintenance."
+    memory = memory_use(0.5, modules=("episodic", "reflective"))
+    held = buffer(5)
+    held.add(Entry("supervisor", 0, Block.CONSTRAINTS, rule, "constraint"))
+    memory.system.on_entry("supervisor", 0, "constraint", rule)
+    p = path("recency", memory=memory)
+    request = CallRequest("a", 10_000, 60_000, 120_000)
+    ids, _ = p.prompt(held, request)
+    assert p.tokenizer.decode(ids).count(rule) == 1  # the block's; not again in MEMORY
+    history = buffer(5)
+    history.add(Entry("supervisor", 0, Block.HISTORY, rule, "constraint"))
+    memory.system.on_entry("supervisor", 0, "task_done", "briefing done")  # folds the history entry away
+    text = p.tokenizer.decode(p.prompt(history, request)[0])
+    assert text.count(rule) == 1 and text.index(rule) > text.index("MEMORY:")
+
+
 def test_a_call_without_memory_reserves_nothing():
     p = path("recency", memory=memory_use(0.5))
     out = p.run(buffer(30), CallRequest("a", 600, 60_000, 120_000, memory=False))
