@@ -8,8 +8,10 @@ The tree is built from the plans the planner returns and the outcomes of their s
   the repair achieved. Without a failed step (drift) it refines like REUSE_SUBPLAN.
 A successful outcome of the deepest level's current step advances it; a failed one marks it failed.
 
-`goal_stack` renders task -> plan levels -> the step being executed -> the remaining steps -> the latest rationale,
-the lines a `recap` context layout places right before the request (protected under pruning).
+`goal_stack` renders task -> its constraints -> plan levels -> the step being executed -> the remaining steps -> the
+latest rationale, the lines a `recap` context layout places right before the request (protected under pruning).
+A constraint the world states for the agent (a recipe read, a dock closing) belongs to the task: ReCAP re-injects
+the parent's latest thought, which would carry it; a planner that writes no thought keeps it with the task instead.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ MAX_STEP_TEXT = 120
 """A step's text in the goal stack is cut to this many characters."""
 MAX_DONE_SHOWN = 4
 """Done steps of a level shown in the goal stack (the newest); older ones are counted."""
+MAX_CONSTRAINTS = 2
+"""Constraints kept with an agent's task (the newest)."""
+MAX_CONSTRAINT_TEXT = 320
+"""A constraint's text in the goal stack is cut to this many characters."""
 
 
 @dataclass
@@ -50,10 +56,12 @@ class AgentTree:
     task: str = ""
     levels: list[PlanLevel] = field(default_factory=list)
     rationale: str = ""
+    constraints: list[str] = field(default_factory=list)
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= MAX_STEP_TEXT else text[:MAX_STEP_TEXT - 3] + "..."
+def _cut(text: str, limit: int = MAX_STEP_TEXT) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class ContextTree:
@@ -72,6 +80,14 @@ class ContextTree:
     def on_task(self, agent_id: str, text: str) -> None:
         """The agent's task is now `text` (its latest task entry)."""
         self._tree(agent_id).task = text.strip()
+
+    def on_constraint(self, agent_id: str, text: str) -> None:
+        """A constraint stated for the agent: kept with its task (the newest MAX_CONSTRAINTS, a repeat moves up)."""
+        text = _cut(text, MAX_CONSTRAINT_TEXT)
+        tree = self._tree(agent_id)
+        if text in tree.constraints:
+            tree.constraints.remove(text)
+        tree.constraints = (tree.constraints + [text])[-MAX_CONSTRAINTS:]
 
     def on_task_done(self, agent_id: str) -> None:
         """The agent finished a task (or one of its parts, as a game's point): its plan levels close; the task stays
@@ -137,9 +153,10 @@ class ContextTree:
     def goal_stack(self, agent_id: str) -> list[str]:
         """The agent's goal stack as prompt lines (empty when it has neither task nor plan)."""
         tree = self.trees.get(check_agent(agent_id))
-        if tree is None or (not tree.task and not tree.levels):
+        if tree is None or (not tree.task and not tree.levels and not tree.constraints):
             return []
         lines = [f"task: {_cut(tree.task)}"] if tree.task else []
+        lines += [f"must: {c}" for c in tree.constraints]
         for depth, level in enumerate(tree.levels):
             shown = max(0, level.done - MAX_DONE_SHOWN)  # older done steps as a count: the stack stays bounded
             marks = [f"({shown} earlier steps done)"] if shown else []

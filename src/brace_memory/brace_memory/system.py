@@ -84,13 +84,15 @@ class MemorySystem:
 
     def on_entry(self, agent_id: str, step: int, kind: str, text: str, teammates: frozenset[str] = frozenset(),
                  stamp: float = 0.0) -> None:
-        """A context entry of `agent_id` (its kind as ContextEntry.KIND_*); a constraint also consolidates into a
-        reflective constraint record (when a module reads them)."""
+        """A context entry of `agent_id` (its kind as ContextEntry.KIND_*); a constraint also joins the agent's task in
+        its goal stack and consolidates into a reflective constraint record (when a module reads them)."""
         with self.lock:
             if kind == "constraint" and self.reflecting:
                 self.reflective.on_constraint(agent_id, step, text, stamp)
             if kind == "task":
                 self.tree.on_task(agent_id, text)
+            elif kind == "constraint":
+                self.tree.on_constraint(agent_id, text)
             elif kind == "task_done":
                 self.tree.on_task_done(agent_id)
             if self.folding:

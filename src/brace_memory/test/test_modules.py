@@ -268,3 +268,22 @@ def test_goal_stack_shows_the_newest_done_steps_and_keeps_the_task_across_a_part
     tree.on_task_done("a")
     assert tree.goal_stack("a")[0] == "task: cook the meal"
     assert not any(line.startswith("plan") for line in tree.goal_stack("a"))
+
+
+def test_a_constraint_stated_for_an_agent_stays_with_its_task_in_the_goal_stack():
+    from brace_memory.context_tree import MAX_CONSTRAINTS
+
+    system = MemorySystem([])
+    system.on_entry("player", 0, "task", "cook a meal")
+    system.on_entry("player", 3, "constraint", "recipe: ingredients: carrot;\n directions: slice the carrot")
+    system.on_plan("player", 4, Mode.FULL_REPLAN, [PICK])
+    stack = system.goal_stack("player")
+    assert stack[:2] == ["task: cook a meal", "must: recipe: ingredients: carrot; directions: slice the carrot"]
+    for n in range(MAX_CONSTRAINTS + 1):
+        system.on_entry("player", 5 + n, "constraint", f"rule {n}")
+    system.on_entry("player", 9, "constraint", "rule 1")  # a repeat moves up, not twice
+    assert MAX_CONSTRAINTS == 2
+    assert [line for line in system.goal_stack("player") if line.startswith("must: ")] == ["must: rule 2",
+                                                                                         "must: rule 1"]
+    system.start_episode()
+    assert system.goal_stack("player") == []

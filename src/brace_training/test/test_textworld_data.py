@@ -31,7 +31,7 @@ def test_the_policy_wins_through_a_session_and_memory_folds_at_each_point(folder
     session = TextWorldSession(game, 0, SPEC.seed, memory)
     while not game.finished:
         session.play(game.oracle_commands()[0])
-    assert game.won and session.calls == len(game.walkthrough)
+    assert game.won and session.calls == len(game.walkthrough) + 1  # the policy, and reading the recipe
     records = memory.episodic.records("player")
     # The first plan closes the opening's segment, then one per point: refining the one-command plan is no boundary.
     assert len(records) == game.score + 1 and records[-1].fields["topic"] == "task done"

@@ -21,6 +21,7 @@ from sim_bridges.textworld.textworld_game import (
     COMMANDS,
     FAILED_COMMANDS,
     PLAYER,
+    RECIPE_COMMAND,
     TEXT,
     WALKTHROUGH_STEPS,
     TextWorldGame,
@@ -67,20 +68,42 @@ def test_a_game_is_made_once_into_its_folder_and_found_there(game_path):
     assert GameSpec(seed=11, recipe=2, take=2, go=6, cook=False).name != SPEC.name
 
 
-def test_the_walkthrough_wins_with_every_point(game):
-    walkthrough = game.oracle_commands()
-    assert walkthrough and list(game.walkthrough) == walkthrough
-    events = play(game, walkthrough)
+def follow_oracle(game: TextWorldGame, until=lambda command: False) -> tuple[list[str], list]:
+    """The oracle's next command, one step at a time, until the game ends or `until` the next command: the commands
+    played and every event."""
+    commands, events = [], []
+    while not game.finished and not until(game.oracle_commands()[0]):
+        commands.append(game.oracle_commands()[0])
+        events += play(game, commands[-1:])
+    return commands, events
+
+
+def test_the_oracle_reads_the_recipe_once_and_wins_with_every_point(game):
+    assert game.walkthrough and RECIPE_COMMAND not in game.walkthrough  # textworld's policy knows the recipe
+    commands, events = follow_oracle(game)
     assert game.won and not game.lost and game.finished and game.score == game.max_score > 0
+    assert commands.count(RECIPE_COMMAND) == 1 and len(commands) == len(game.walkthrough) + 1
+    recipe = [e for e in events if e.kind == EntryKind.CONSTRAINT]
+    assert len(recipe) == 1 and recipe[0].text.startswith("recipe: ingredients: ") and not recipe[0].action
+    assert "; directions: " in recipe[0].text and recipe[0].text.endswith("prepare meal")
+    assert game.recipe and game.recipe in recipe[0].text
     outcomes = [e for e in events if e.action == COMMAND]
-    assert len(outcomes) == len(walkthrough) and all(e.success for e in outcomes)
-    assert [e.kind for e in outcomes] == [EntryKind.ACTION_OUTCOME] * len(walkthrough)
+    assert len(outcomes) == len(commands) and all(e.success for e in outcomes)
+    assert [e.kind for e in outcomes] == [EntryKind.ACTION_OUTCOME] * len(commands)
     points = [e for e in events if e.kind == EntryKind.TASK_DONE]
     assert len(points) == game.max_score and points[-1].text.endswith("the game is won")
     m = game.metrics()
-    assert m.success and m.steps == len(walkthrough) and (m.delivered, m.tasks) == (game.score, game.max_score)
-    assert m.metric(PATH_EFFICIENCY) == 1.0 and m.metric(COMMANDS) == m.metric(WALKTHROUGH_STEPS) == len(walkthrough)
+    assert m.success and m.steps == len(commands) and (m.delivered, m.tasks) == (game.score, game.max_score)
+    assert m.metric(PATH_EFFICIENCY) == 1.0 and m.metric(COMMANDS) == m.metric(WALKTHROUGH_STEPS) == len(commands)
     assert world_state(game, 0).entity(TASK).state == "won"
+    again = TextWorldGame(game.path, max_steps=200)
+    try:
+        follow_oracle(again, until=lambda command: command == RECIPE_COMMAND)
+        assert [e.kind for e in play(again, [RECIPE_COMMAND])] == [EntryKind.ACTION_OUTCOME, EntryKind.CONSTRAINT]
+        assert RECIPE_COMMAND not in again.oracle_commands()  # read again: the cookbook's text, no second recipe
+        assert [e.kind for e in play(again, [RECIPE_COMMAND])] == [EntryKind.ACTION_OUTCOME]
+    finally:
+        again.close()
 
 
 def test_a_command_outside_the_admissible_ones_fails_and_changes_nothing(game):
@@ -97,7 +120,8 @@ def test_a_command_outside_the_admissible_ones_fails_and_changes_nothing(game):
 
 def test_after_a_deviation_the_oracle_is_asked_again_and_still_wins(game):
     first = game.oracle_commands()[0]
-    detour = next(c for c in game.admissible if c.startswith("examine") or c in ("look", "inventory"))
+    detour = next(c for c in game.admissible if (c.startswith("examine") or c in ("look", "inventory"))
+                  and c != RECIPE_COMMAND)
     assert game.agrees([command_step(first)]) and not game.agrees([command_step(detour)])
     play(game, [detour])
     assert game.oracle_commands()[0] == first  # examining changes nothing the policy needs
@@ -105,7 +129,7 @@ def test_after_a_deviation_the_oracle_is_asked_again_and_still_wins(game):
     if go is not None:
         play(game, [go])
         assert game.oracle_commands()[0] != first  # from elsewhere, another way to win
-    play(game, game.oracle_commands())
+    follow_oracle(game)
     assert game.won and game.metrics().metric(PATH_EFFICIENCY) < 1.0
 
 
@@ -177,8 +201,7 @@ def test_context_entries_open_the_episode_and_follow_each_step(game):
     assert all(c in first[0].text for c in game.admissible) and f"Score 0 of {game.max_score}" in first[0].text
     wrong = feed.step_entries(game, play(game, ["dance"]))
     assert [(e.block, e.kind) for e in wrong] == [(Block.HISTORY, "failure_trace"), (Block.STATE, "observation")]
-    scoring = next(i for i, c in enumerate(game.oracle_commands()) if c.startswith("take "))
-    play(game, game.oracle_commands()[:scoring])
+    follow_oracle(game, until=lambda command: command.startswith("take "))
     entries = feed.step_entries(game, play(game, game.oracle_commands()[:1]))
     assert [(e.block, e.kind) for e in entries] == [(Block.HISTORY, "action_outcome"), (Block.TASK, "task_done"),
                                                    (Block.STATE, "observation")]

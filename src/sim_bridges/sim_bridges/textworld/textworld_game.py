@@ -10,6 +10,10 @@ understand a synonym that textworld's tracker does not follow ("get knife" takes
 so). It is a failure that changes nothing, and its outcome quotes what the game would have answered, asked of a
 copy of the game ("You can't see any such thing."). A step without a plan step is idle (the player waits). The
 episode ends when the game is won or lost, or after `max_steps` world steps.
+
+The recipe is only known once the cookbook is read: textworld's policy never reads it (it knows the recipe), so
+the oracle here reads it first whenever it can ('examine cookbook' admissible and not read yet), and the first
+reading also becomes a `constraint` event, the recipe on one line, which memory keeps with the task.
 """
 
 from __future__ import annotations
@@ -40,8 +44,10 @@ TEXT = "text"
 
 COMMANDS = "commands"                   # commands the game executed
 FAILED_COMMANDS = "failed_commands"     # commands outside the admissible ones (not sent)
-WALKTHROUGH_STEPS = "walkthrough_steps"  # the policy's length from the start: the fewest commands that win
+WALKTHROUGH_STEPS = "walkthrough_steps"  # the oracle's length from the start: the policy and reading the recipe
 LOST = "lost"                           # 1 when the game was lost (e.g. an ingredient burnt), else 0
+RECIPE_COMMAND = "examine cookbook"
+"""The command that reads the recipe (tw-cooking puts the cookbook in the kitchen)."""
 
 INFOS = EnvInfos(admissible_commands=True, facts=True, policy_commands=True, won=True, lost=True, score=True,
                  max_score=True, objective=True, description=True, inventory=True)
@@ -66,6 +72,19 @@ def clean(text: Optional[str]) -> str:
     return " ".join(text.split())
 
 
+def recipe_of(feedback: str) -> Optional[str]:
+    """The recipe in the cookbook's raw text as one line ('ingredients: a, b; directions: x, y'), None when
+    `feedback` is not the cookbook."""
+    if "Ingredients:" not in feedback or "Directions:" not in feedback:
+        return None
+    ingredients, directions = feedback.split("Ingredients:", 1)[1].split("Directions:", 1)
+
+    def items(text: str) -> str:
+        return ", ".join(line.strip() for line in text.splitlines() if line.strip())
+
+    return f"ingredients: {items(ingredients)}; directions: {items(directions)}"
+
+
 def normalise(command: str) -> str:
     """A command as compared with the admissible ones: lower case, single spaces."""
     return " ".join(str(command).lower().split())
@@ -82,7 +101,7 @@ class Event:
 
     agent: str
     step: int
-    kind: EntryKind    # action_outcome | failure_trace | task_done
+    kind: EntryKind    # action_outcome | failure_trace | task_done | constraint (the recipe read)
     text: str
     success: bool = True
     action: str = ""   # COMMAND for the outcome of a command; "" for what the game reports besides (score, end)
@@ -106,6 +125,7 @@ class TextWorldGame:
         self.cursor = 0
         self.commands = 0
         self.failed = 0
+        self.recipe: Optional[str] = None  # the recipe once the cookbook was read
 
     # ------------------------------------------------------------------ what the game reports
 
@@ -161,8 +181,12 @@ class TextWorldGame:
     # ------------------------------------------------------------------ oracle
 
     def oracle_commands(self) -> list[str]:
-        """The policy from the current state: the shortest command list that wins (empty once won or lost)."""
-        return list(self.state["policy_commands"] or ())
+        """The policy from the current state, the shortest command list that wins (empty once won or lost), after
+        reading the cookbook while it is unread and within reach."""
+        policy = list(self.state["policy_commands"] or ())
+        if policy and self.recipe is None and RECIPE_COMMAND in self.admissible:
+            return [RECIPE_COMMAND, *policy]
+        return policy
 
     def oracle_plan(self) -> list[Step]:
         """The oracle's commands as plan steps."""
@@ -209,6 +233,10 @@ class TextWorldGame:
         self.commands += 1
         events = [Event(PLAYER, self.t, EntryKind.ACTION_OUTCOME, f"> {command}: {clean(self.state['feedback'])}",
                         True, COMMAND)]
+        recipe = recipe_of(self.state["feedback"] or "") if self.recipe is None else None
+        if recipe is not None:
+            self.recipe = recipe
+            events.append(Event(PLAYER, self.t, EntryKind.CONSTRAINT, f"recipe: {recipe}"))
         if self.score > before:
             end = ": the game is won" if self.won else ""
             events.append(Event(PLAYER, self.t, EntryKind.TASK_DONE, f"score {self.score} of {self.max_score}{end}"))
@@ -246,8 +274,9 @@ class TextWorldGame:
 
     def metrics(self) -> EpisodeMetrics:
         """The episode's verdict: won, steps, score of max_score as delivered of tasks; commands executed and failed,
-        the walkthrough's length, lost, and the SPL-like efficiency (walkthrough / commands when won, else 0)."""
-        shortest = len(self.walkthrough)
+        the oracle's length (the walkthrough and reading the recipe: the fewest commands that win for a player that
+        does not know the recipe), lost, and the SPL-like efficiency (that length / commands when won, else 0)."""
+        shortest = len(self.walkthrough) + 1 if self.walkthrough else 0
         efficiency = shortest / max(self.commands, shortest) if self.won and shortest else float(self.won)
         return EpisodeMetrics(success=self.won, steps=self.t, delivered=self.score, tasks=self.max_score,
                               metrics={PATH_EFFICIENCY: round(efficiency, 4), COMMANDS: self.commands,
