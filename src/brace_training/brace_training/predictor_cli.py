@@ -32,6 +32,33 @@ from .finetune_cli import add_data_arguments, build_examples
 ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors"
 
 
+def train_bank(model, bank: PredictorBank, cases: list[tuple[list[int], list[int]]], keep_ratio: float, lr: float,
+               seed: int, epochs: int, output: Path) -> Path:
+    """Train `bank` for `model` on (prompt ids, target ids) cases (saliency of the target's tokens, Eq. 7-10) with
+    progress on stderr, and save it to `output`."""
+    layers = list(bank.layers)
+    trainer = PredictorTrainer(model, bank, PruneSchedule(tuple(layers), keep_ratio), lr=lr, seed=seed)
+    examples = [Example(torch.tensor(prompt), torch.tensor(target)) for prompt, target in cases]
+    print(f"{len(examples)} cases, mean prompt {sum(len(p) for p, _ in cases) / max(1, len(cases)):.0f} tokens",
+          file=sys.stderr)
+    started = time.monotonic()
+    prepared = []
+    for i, ex in enumerate(examples, 1):
+        prepared.extend(trainer.prepare([ex]))
+        print(f"\rsaliency {i}/{len(examples)}  {time.monotonic() - started:.0f} s", end="", file=sys.stderr, flush=True)
+
+    def progress(i: int, total: int, losses) -> None:
+        print(f"\rtrain {i}/{total} loss {losses.total:.3f} (lm {losses.lm:.3f})  {time.monotonic() - started:.0f} s",
+              end="", file=sys.stderr, flush=True)
+
+    history = trainer.fit(prepared, epochs, progress)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    bank.save(output)
+    print(f"\npredictors of layers {layers}: loss {mean_loss(history, True):.3f} -> {mean_loss(history, False):.3f}; "
+          f"{output} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return output
+
+
 def main(argv=None) -> int:
     """Train and save the predictor bank."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -50,29 +77,12 @@ def main(argv=None) -> int:
     layers = table8_layers(model.config.num_hidden_layers)
     bank = (PredictorBank.load(resolve_path(args.init), model.config) if args.init
             else PredictorBank.for_model(model.config, layers, seed=args.seed))
-    trainer = PredictorTrainer(model, bank, PruneSchedule(tuple(layers), args.keep_ratio), lr=args.lr, seed=args.seed)
     points = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng, args.detour)
     if not points:
         ap.error(f"no decision point fits in --max-tokens {args.max_tokens}")
     points = rng.sample(points, min(args.cases, len(points)))
-    examples = [Example(torch.tensor(p.prompt_ids), torch.tensor(p.target_ids)) for p in points]
-    print(f"{len(examples)} cases, mean prompt {sum(len(p.prompt_ids) for p in points) / len(points):.0f} tokens",
-          file=sys.stderr)
-    started = time.monotonic()
-    prepared = []
-    for i, ex in enumerate(examples, 1):
-        prepared.extend(trainer.prepare([ex]))
-        print(f"\rsaliency {i}/{len(examples)}  {time.monotonic() - started:.0f} s", end="", file=sys.stderr, flush=True)
-
-    def progress(i: int, total: int, losses) -> None:
-        print(f"\rtrain {i}/{total} loss {losses.total:.3f} (lm {losses.lm:.3f})  {time.monotonic() - started:.0f} s",
-              end="", file=sys.stderr, flush=True)
-
-    history = trainer.fit(prepared, args.epochs, progress)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    bank.save(args.output)
-    print(f"\npredictors of layers {layers}: loss {mean_loss(history, True):.3f} -> {mean_loss(history, False):.3f}; "
-          f"{args.output} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    train_bank(model, bank, [(p.prompt_ids, p.target_ids) for p in points], args.keep_ratio, args.lr, args.seed,
+               args.epochs, args.output)
     return 0
 
 

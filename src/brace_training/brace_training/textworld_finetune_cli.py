@@ -4,10 +4,12 @@ Plays training seeds' games with textworld's policy as the oracle (brace_trainin
 decision point as the planner's call reads it in one of the benchmark's memory configurations (flat history, ReCAP
 tree, OmniAct memory, both), continues training from `--init` (the warehouse adapter) on (prompt, oracle command)
 with the candidates decoding's target, and writes the adapter. Then it scores every admissible command at held-out
-decision points with the `--init` adapter and the new one and prints how often each picks the oracle's command.
+decision points with the `--init` adapter and the new one and prints how often each picks the oracle's command,
+unpruned and (`--budgets`) under in-model E-RECAP. With `--predictor-cases N` it then trains the E-RECAP predictor
+bank for the new adapter on N training decision points (`predictor_cli.train_bank`, continued from `--predictor`).
 Progress on stderr.
 
-    python -m brace_training.textworld_finetune_cli --seeds 30
+    python -m brace_training.textworld_finetune_cli --seeds 30 --predictor-cases 48
     python -m brace_training.textworld_finetune_cli --evaluate-only --adapters A.safetensors B.safetensors
 """
 
@@ -24,7 +26,9 @@ import yaml
 
 from brace_common.config import resolve_path
 from brace_training.adapter_training import PlanExample, evaluation_model, fit_and_save
+from brace_training.predictor_cli import train_bank
 from erecap_planner.call_path import PlannerCallPath
+from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruned_forward import ErecapModel
 from erecap_planner.pruning import PruneSchedule
 from erecap_planner.scoring import JSON_PREFIX, best_step, candidate_text
@@ -43,6 +47,13 @@ MAX_PROMPT_TOKENS = 768
 B_t = 512 reads fewer, and a step of training costs about the prompt's length."""
 ADAPTER = "src/sim_bridges/models/smollm2-135m-instruct-textworld-lora.safetensors"
 """Where the adapter is written (installed with sim_bridges, used by params/textworld/control.yaml)."""
+PREDICTOR_OUTPUT = "src/sim_bridges/models/smollm2-135m-instruct-textworld-erecap.safetensors"
+"""Where the TextWorld E-RECAP predictor bank is written (used by params/textworld/control.yaml)."""
+PRUNED_PROMPT_TOKENS = 1536
+"""Prompts of the predictor's cases and of the pruned evaluation are rendered to at most this many tokens: E-RECAP
+meets the long flat contexts that recency would cut."""
+FIRST_CUT = 1.5
+"""The pruned evaluation's first cut (x B_t at the first pruning layer), as the planner's."""
 
 
 def target_ids(tokenizer, command: str) -> list[int]:
@@ -57,26 +68,47 @@ def examples_of(tokenizer, points: list[TextWorldPoint]) -> list[PlanExample]:
     return [PlanExample(p.prompt_ids, target_ids(tokenizer, p.oracle), protect=p.protect) for p in points]
 
 
-def render_points(model_name: str, seeds: range, folder: Path, spec: GameSpec, detour: float, per_game: int):
+def render_points(model_name: str, seeds: range, folder: Path, spec: GameSpec, detour: float, per_game: int,
+                  max_tokens: int = MAX_PROMPT_TOKENS):
     """Decision points of `seeds` rendered with the base tokenizer (the prompt does not depend on the weights)."""
     model, tok, _, _ = evaluation_model(model_name, "", "", [0], 0.0)
     path = PlannerCallPath(model, tok, None, "none", PruneSchedule((), 1.0), decoding="candidates",
-                           max_context_tokens=MAX_PROMPT_TOKENS)
+                           max_context_tokens=max_tokens)
     return tok, list(decision_points(path, seeds, folder, spec, detour, per_game))
 
 
-def agreement(model_name: str, adapter: str, points: list[TextWorldPoint]) -> dict:
-    """How often the candidates decoding (unpruned) picks the oracle's command at `points` with `adapter`."""
-    model, tok, _, _ = evaluation_model(model_name, adapter, "", [0], 0.0)
+def agreement(model_name: str, adapter: str, points: list[TextWorldPoint], budget: int = 0,
+              predictor: str = "") -> dict:
+    """How often the candidates decoding picks the oracle's command at `points` with `adapter`: unpruned (budget 0)
+    or pruned inside the model to B_t = `budget` by E-RECAP with `predictor` (protected tokens kept)."""
+    model, tok, bank, schedule = evaluation_model(model_name, adapter, predictor, [budget], FIRST_CUT)
     runner = ErecapModel(model)
-    hits, started = 0, time.monotonic()
+    pruned = ErecapModel(model, schedule, bank, stack=runner.stack) if budget else None
+    hits, kept, started = 0, 0, time.monotonic()
     for point in points:
-        pre = runner.prefill(torch.tensor(point.prompt_ids))
+        ids = torch.tensor(point.prompt_ids)
+        pre = (pruned.prefill(ids, token_budget=budget, protect=torch.tensor(point.protect)) if pruned is not None
+               else runner.prefill(ids))
+        kept += pre.tokens_after if pruned is not None else len(point.prompt_ids)
         step, _ = best_step(runner, pre, tok, [command_step(c) for c in point.admissible])
         hits += step.parameters["text"] == point.oracle
     n = max(1, len(points))
-    return {"adapter": Path(adapter).name if adapter else "none", "points": len(points),
+    return {"adapter": Path(adapter).name if adapter else "none", "budget": budget or "unpruned",
+            "predictor": Path(predictor).name if budget else "", "points": len(points),
+            "tokens_before": round(sum(len(p.prompt_ids) for p in points) / n), "tokens_after": round(kept / n),
             "oracle_agreement": round(hits / n, 3), "seconds_per_call": round((time.monotonic() - started) / n, 2)}
+
+
+def train_predictor(args, spec: GameSpec) -> Path:
+    """The E-RECAP predictor bank for the new adapter, on `--predictor-cases` training decision points rendered to
+    PRUNED_PROMPT_TOKENS, continued from `--predictor`."""
+    tok, points = render_points(args.model, range(TRAIN_SEEDS, TRAIN_SEEDS + args.seeds), args.game_dir, spec,
+                                args.detour, args.per_game, PRUNED_PROMPT_TOKENS)
+    points = random.Random(TRAIN_SEEDS + 1).sample(points, min(args.predictor_cases, len(points)))
+    model, _, _, _ = evaluation_model(args.model, str(args.output), "", [0], 0.0)
+    bank = PredictorBank.load(resolve_path(args.predictor), model.config)
+    return train_bank(model, bank, [(p.prompt_ids, target_ids(tok, p.oracle)) for p in points], 0.7, 1e-3,
+                      TRAIN_SEEDS, 2, args.predictor_output)
 
 
 def main(argv=None) -> int:
@@ -88,6 +120,9 @@ def main(argv=None) -> int:
     ap.add_argument("--game-dir", type=Path, default=Path("~/.cache/brace/textworld").expanduser())
     add_adapter_arguments(ap, Path(ADAPTER), examples=240, lr=5e-4, budgets=[0],
                           detour="the player runs another harmless admissible command")
+    ap.add_argument("--predictor-cases", type=int, default=0,
+                    help="train the E-RECAP predictor for the new adapter on this many decision points (0: none)")
+    ap.add_argument("--predictor-output", type=Path, default=Path(PREDICTOR_OUTPUT))
     args = ap.parse_args(argv)
     spec = GameSpec(0)
     if not args.evaluate_only:
@@ -103,10 +138,16 @@ def main(argv=None) -> int:
         init = Path(resolve_path(args.init)) if args.init else None
         fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init)
         del model
-    _, held_out = render_points(args.model, range(EVAL_SEEDS, EVAL_SEEDS + args.eval_seeds), args.game_dir, spec,
-                                args.detour, args.per_game)
+        if args.predictor_cases > 0:
+            args.predictor = str(train_predictor(args, spec))
+    seeds = range(EVAL_SEEDS, EVAL_SEEDS + args.eval_seeds)
+    _, held_out = render_points(args.model, seeds, args.game_dir, spec, args.detour, args.per_game)
+    long = (render_points(args.model, seeds, args.game_dir, spec, args.detour, args.per_game, PRUNED_PROMPT_TOKENS)[1]
+            if any(args.budgets) else [])
     adapters = args.adapters if args.adapters is not None else [args.init, str(args.output)]
-    print(yaml.safe_dump([agreement(args.model, a, held_out) for a in adapters], sort_keys=False))
+    rows = [agreement(args.model, a, long if b else held_out, b, args.predictor if b else "")
+            for a in adapters for b in args.budgets]
+    print(yaml.safe_dump(rows, sort_keys=False))
     return 0
 
 
