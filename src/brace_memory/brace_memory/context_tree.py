@@ -30,7 +30,7 @@ MAX_DONE_SHOWN = 4
 """Done steps of a level shown in the goal stack (the newest); older ones are counted."""
 MAX_CONSTRAINTS = 2
 """Constraints kept with an agent's task (the newest)."""
-MAX_CONSTRAINT_TEXT = 320
+MAX_CONSTRAINT_TEXT = 400
 """A constraint's text in the goal stack is cut to this many characters."""
 
 
@@ -83,11 +83,16 @@ class ContextTree:
 
     def on_constraint(self, agent_id: str, text: str) -> None:
         """A constraint stated for the agent: kept with its task (the newest MAX_CONSTRAINTS, a repeat moves up)."""
-        text = _cut(text, MAX_CONSTRAINT_TEXT)
+        text = " ".join(text.split())
         tree = self._tree(agent_id)
         if text in tree.constraints:
             tree.constraints.remove(text)
         tree.constraints = (tree.constraints + [text])[-MAX_CONSTRAINTS:]
+
+    def constraints(self, agent_id: str) -> list[str]:
+        """The constraints kept with the agent's task (what its goal stack shows as `must:`)."""
+        tree = self.trees.get(check_agent(agent_id))
+        return list(tree.constraints) if tree is not None else []
 
     def on_task_done(self, agent_id: str) -> None:
         """The agent finished a task (or one of its parts, as a game's point): its plan levels close; the task stays
@@ -156,7 +161,7 @@ class ContextTree:
         if tree is None or (not tree.task and not tree.levels and not tree.constraints):
             return []
         lines = [f"task: {_cut(tree.task)}"] if tree.task else []
-        lines += [f"must: {c}" for c in tree.constraints]
+        lines += [f"must: {_cut(c, MAX_CONSTRAINT_TEXT)}" for c in tree.constraints]
         for depth, level in enumerate(tree.levels):
             shown = max(0, level.done - MAX_DONE_SHOWN)  # older done steps as a count: the stack stays bounded
             marks = [f"({shown} earlier steps done)"] if shown else []

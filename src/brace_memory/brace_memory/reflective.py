@@ -43,8 +43,8 @@ CORRECTIVE_STRATEGY = {
 """A corrective strategy per failure kind (OmniAct: the reflection's 'corrective strategy')."""
 CONSTRAINT_IMPORTANCE = 0.9
 """Importance of a constraint record (a rule the agents must keep; a note's default is 0.8)."""
-MAX_CONSTRAINT_CHARS = 240
-"""A constraint record keeps at most this many characters of its text."""
+MAX_CONSTRAINT_CHARS = 400
+"""A constraint record keeps at most this many characters of its text (a three-ingredient recipe is ~300)."""
 OBJECT_PARAMETERS = ("object", "item", "obj", "box", "target_object")
 LOCATION_PARAMETERS = ("target", "location", "place", "to", "dock", "shelf")
 

@@ -141,6 +141,11 @@ class MemorySystem:
         with self.lock:
             return self.tree.goal_stack(agent_id)
 
+    def goal_constraints(self, agent_id: str) -> list[str]:
+        """The constraints the agent's goal stack shows with its task (a `recap` layout's prompt holds them)."""
+        with self.lock:
+            return self.tree.constraints(agent_id)
+
     def folded_through(self, agent_id: str) -> int:
         """The last step of the agent's history folded into episodic records (-1: none, or `episodic` is off)."""
         with self.lock:

@@ -287,3 +287,12 @@ def test_a_constraint_stated_for_an_agent_stays_with_its_task_in_the_goal_stack(
                                                                                          "must: rule 1"]
     system.start_episode()
     assert system.goal_stack("player") == []
+
+
+def test_a_constraint_the_goal_stack_shows_is_not_retrieved_again():
+    system = MemorySystem(["reflective"])
+    rule = "recipe: ingredients: carrot; directions: slice the carrot, roast the carrot, prepare meal"
+    system.on_entry("player", 3, "constraint", rule)
+    assert system.goal_constraints("player") == [rule]
+    assert system.retrieve("player", "carrot", 4, 1000, chars).lines == [f"constraint (t=3, from player): {rule}"]
+    assert system.retrieve("player", "carrot", 4, 1000, chars, system.goal_constraints("player")).lines == []

@@ -251,7 +251,8 @@ class PlannerCallPath:
             raise ValueError(NO_SCHEMA)
         ctx = self.render(buffer, request, self.use.schema)
         reserve = self.memory.reserve(request.token_budget, request.memory) if self.memory else 0
-        got = retrieve(self.memory, self.tokenizer, buffer, request.agent_id, request.step, reserve)
+        got = retrieve(self.memory, self.tokenizer, buffer, request.agent_id, request.step, reserve,
+                       self.layout)
         return splice_memory(memory_ids(self.tokenizer, got.lines, reserve), list(ctx.token_ids), ctx.request_start,
                              list(ctx.protected))
 
@@ -296,7 +297,8 @@ class PlannerCallPath:
 
             # retrieve
             t0 = begin(Phase.RETRIEVE)
-            got = retrieve(self.memory, self.tokenizer, buffer, request.agent_id, request.step, reserve)
+            got = retrieve(self.memory, self.tokenizer, buffer, request.agent_id, request.step, reserve,
+                           self.layout)
             block = memory_ids(self.tokenizer, got.lines, reserve)
             kept_ids, protect = splice_memory(block, kept_ids, request_at, protect)
             end(Phase.RETRIEVE, t0, got.tokens, len(block))

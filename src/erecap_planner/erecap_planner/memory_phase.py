@@ -78,9 +78,10 @@ def goal_stack(memory: Optional[MemoryUse], layout: str, agent_id: str) -> list[
 
 
 def retrieve(memory: Optional[MemoryUse], tokenizer, buffer: ContextBuffer, agent_id: str, step: int,
-             reserve: int) -> Retrieved:
+             reserve: int, layout: str = "focus") -> Retrieved:
     """The retrieved lines of a call within `reserve` tokens (header included); the constraints the buffer's
-    CONSTRAINTS block holds are in the prompt already and not retrieved again."""
+    CONSTRAINTS block holds (and, in layout recap, the goal stack's) are in the prompt already and not retrieved
+    again."""
     if memory is None or reserve <= 0:
         return Retrieved()
     header = len(tokenizer(MEMORY_HEADER, add_special_tokens=False)["input_ids"])
@@ -91,6 +92,8 @@ def retrieve(memory: Optional[MemoryUse], tokenizer, buffer: ContextBuffer, agen
         return [len(ids) for ids in tokenizer([line + "\n" for line in lines], add_special_tokens=False)["input_ids"]]
 
     in_prompt = [entry.text for entry in buffer.constraints]
+    if layout == "recap":
+        in_prompt += memory.system.goal_constraints(agent_id)
     return memory.system.retrieve(agent_id, query, step, reserve - header, count, in_prompt)
 
 

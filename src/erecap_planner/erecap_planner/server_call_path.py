@@ -234,7 +234,8 @@ class ServerCallPath:
         clock.end(Phase.CONTEXT_COMPRESS, t0, len(ctx), len(kept_ids))
 
         t0 = clock.begin(Phase.RETRIEVE)
-        got = retrieve(self.memory, self.tokenizer, buffer, request.agent_id, request.step, reserve)
+        got = retrieve(self.memory, self.tokenizer, buffer, request.agent_id, request.step, reserve,
+                       self.layout)
         block = memory_ids(self.tokenizer, got.lines, reserve)
         request_at = compressed.position_of(ctx.request_start)
         kept_ids, _ = splice_memory(block, kept_ids, request_at)
