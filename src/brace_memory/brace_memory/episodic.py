@@ -5,11 +5,14 @@ preemption, a plan change, a handoff to a teammate) the segment folds into one s
 keys (topic, time range, request, actions, outcome, important observations, open questions, evidence) and the
 segment starts again. The record renders as one line, so the history the planner reads grows with the number of
 distinct events, not of turns: the entries a record folded leave the prompt (`folded_through`). The fold is a
-template (deterministic, no model call); an LLM summariser can replace `fold` through the server backend.
+template (deterministic, no model call), written at the boundary; `on_fold` hears each record written, so an LLM
+summariser (summary.py, OmniAct App. H) can replace its fields later, within the same limits (TEXT_LIMITS,
+LIST_LIMITS).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -23,6 +26,14 @@ MAX_SEGMENT_ENTRIES = 256
 IMPORTANCE = {"failure": 0.9, "preemption": 0.9, "task done": 0.7, "handoff": 0.6, "plan change": 0.4,
               "segment full": 0.3}
 """Importance of a record by the boundary that closed it (reflective retrieval weighs it)."""
+TEXT_LIMITS = {"topic": 48, "request": 2 * MAX_FIELD_CHARS, "outcome": MAX_FIELD_CHARS}
+"""A record's text fields and the most characters of each."""
+LIST_LIMITS = {"actions": (6, 48), "observations": (2, MAX_FIELD_CHARS), "open_questions": (2, MAX_FIELD_CHARS),
+               "evidence": (3, MAX_FIELD_CHARS)}
+"""A record's list fields: the most items and the most characters of an item."""
+RECORD_KEYS = ("topic", "request", "actions", "outcome", "observations", "open_questions", "evidence")
+"""OmniAct's episodic log keys as a record's fields (App. H), in the order a summary lists them; a record also keeps
+`boundary`, what closed its segment (task done, failure, preemption, plan change, handoff, segment full)."""
 KIND_TASK, KIND_TASK_DONE, KIND_OBSERVATION = "task", "task_done", "observation"
 KIND_OUTCOME, KIND_FAILURE, KIND_MESSAGE = "action_outcome", "failure_trace", "message"
 
@@ -43,6 +54,7 @@ class Segment:
     observations: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
+    entries: list[tuple[int, str, str]] = field(default_factory=list)  # (step, kind, text) in arrival order
     size: int = 0
 
     def add(self, step: int, kind: str, text: str) -> None:
@@ -51,11 +63,13 @@ class Segment:
             self.first_step = step
         self.last_step = max(self.last_step, step)
         self.size += 1
+        text = cut(text)
         target = {KIND_OUTCOME: self.actions, KIND_FAILURE: self.failures, KIND_MESSAGE: self.messages}.get(
             kind, self.observations)
-        target.append(cut(text))
-        if len(target) > MAX_SEGMENT_ENTRIES:
-            del target[0]
+        for held, value in ((target, text), (self.entries, (step, kind, text))):
+            held.append(value)
+            if len(held) > MAX_SEGMENT_ENTRIES:
+                del held[0]
 
 
 @cached_line
@@ -76,8 +90,10 @@ def record_line(record: MemoryRecord) -> str:
 class EpisodicMemory:
     """Every agent's open segment and its folded records (kept in `store`)."""
 
-    def __init__(self, store: MemoryStore) -> None:
+    def __init__(self, store: MemoryStore,
+                 on_fold: Optional[Callable[[MemoryRecord, Segment], None]] = None) -> None:
         self.store = store
+        self.on_fold = on_fold  # hears each record written with the segment it folded (it must not block)
         self.segments: dict[str, Segment] = {}
         self.tasks: dict[str, str] = {}
         self._folded_through: dict[str, int] = {}
@@ -112,15 +128,17 @@ class EpisodicMemory:
         outcome = segment.failures[-1] if segment.failures else (segment.actions[-1] if segment.actions else topic)
         observations = segment.observations[:1] + segment.observations[-1:] if len(segment.observations) > 1 \
             else segment.observations
+        most_actions, action_chars = LIST_LIMITS["actions"]
         fields = {
             "topic": topic,
             "request": self.tasks.get(agent_id, ""),
-            "actions": [cut(a, 48) for a in segment.actions[-6:]],
+            "actions": [cut(a, action_chars) for a in segment.actions[-most_actions:]],
             "outcome": outcome,
             "observations": observations,
-            "open_questions": [f"why: {segment.failures[-1]}"] if topic in ("failure", "preemption") and
+            "open_questions": [cut(f"why: {segment.failures[-1]}")] if topic in ("failure", "preemption") and
             segment.failures else [],
             "evidence": segment.failures[-2:] + segment.messages[-1:],
+            "boundary": topic,
         }
         record = MemoryRecord(agent_id, RecordKind.EPISODIC, self._key(agent_id), fields, segment.first_step,
                               max(segment.last_step, step), stamp, IMPORTANCE.get(topic, 0.5))
@@ -128,6 +146,8 @@ class EpisodicMemory:
         self._folded_through[agent_id] = max(self._folded_through.get(agent_id, -1), segment.last_step)
         self.counts["records"] += 1
         self.counts["entries_folded"] += segment.size
+        if self.on_fold is not None:
+            self.on_fold(record, segment)
         return record
 
     def _key(self, agent_id: str) -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Optional, Union
+from dataclasses import replace
+from typing import Any, Optional, Union
 
 from .records import MemoryRecord, RecordKind, check_agent
 from .store import MemoryStore
@@ -42,6 +43,19 @@ class RecordIndex:
             held[record.key] = record
             while len(held) > self.store.max_records:
                 held.popitem(last=False)
+
+    def replace_fields(self, agent_id: str, kind: Union[RecordKind, str], key: str, fields: dict[str, Any],
+                       expected: Optional[dict[str, Any]] = None) -> bool:
+        """`MemoryStore.replace_fields` through to the store, then in the index (the record keeps its place in
+        update order); whether it replaced."""
+        if not self.store.replace_fields(agent_id, kind, key, fields, expected):
+            return False
+        with self._lock:
+            self._load(agent_id)
+            held = self._records.get((agent_id, RecordKind(kind)), {})
+            if key in held:
+                held[key] = replace(held[key], fields=fields)  # an OrderedDict keeps an existing key's place
+        return True
 
     def get(self, agent_id: str, kind: Union[RecordKind, str], key: str) -> Optional[MemoryRecord]:
         """The record of (agent_id, kind, key), or None."""

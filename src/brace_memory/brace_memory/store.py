@@ -245,6 +245,43 @@ class MemoryStore:
             self._written += 1
             self._evicted += max(evicted, 0)
 
+    def replace_fields(self, agent_id: str, kind: Union[RecordKind, str], key: str, fields: dict[str, Any],
+                       expected: Optional[dict[str, Any]] = None) -> bool:
+        """Replace the `fields` of the record (agent_id, kind, key) in place; whether it did.
+
+        Nothing else of the record changes, its update order (`seq`) included, so neither the order `records`
+        returns nor eviction sees a replacement. With `expected`, only a record whose fields still equal it is
+        replaced (compare and set, in one transaction): a record that was evicted, cleared or rewritten meanwhile is
+        left as it is. Durable when this returns. ValueError for fields that cannot be stored and read back.
+        """
+        check_agent(agent_id)
+        kind_value = RecordKind(kind).value
+        if not isinstance(key, str):
+            raise ValueError(f"record key {key!r} is not a string")
+        fields_text = _encode_fields(fields)
+        with self._lock:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute("SELECT seq, fields FROM records WHERE agent_id = ? AND kind = ? AND key = ?",
+                                   (agent_id, kind_value, key)).fetchone()
+                held = None
+                if row is not None and expected is not None:
+                    try:
+                        held = json.loads(row[1], parse_constant=_reject_constant)
+                    except (TypeError, ValueError):
+                        held = None  # a corrupt row is never what was expected
+                if row is None or (expected is not None and held != expected):
+                    conn.execute("COMMIT")
+                    return False
+                conn.execute("UPDATE records SET fields = ? WHERE seq = ?", (fields_text, row[0]))
+                conn.execute("COMMIT")
+            except BaseException:
+                _rollback(conn)
+                raise
+            self._written += 1
+            return True
+
     def get(self, agent_id: str, kind: Union[RecordKind, str], key: str) -> Optional[MemoryRecord]:
         """The record of (agent_id, kind, key); None when there is none or its row does not decode."""
         check_agent(agent_id)
@@ -311,8 +348,8 @@ class MemoryStore:
 
     @property
     def counts(self) -> dict[str, int]:
-        """Since this store was opened: records `written` (puts), `evicted`, and `corrupt` rows skipped (each
-        distinct row once)."""
+        """Since this store was opened: records `written` (puts and in-place field replacements), `evicted`, and
+        `corrupt` rows skipped (each distinct row once)."""
         with self._lock:
             return {"written": self._written, "evicted": self._evicted, "corrupt": len(self._corrupt_rows)}
 

@@ -8,6 +8,8 @@ each agent's current step, which a failure record names). `retrieve` fills at mo
 with the planner's tokenizer) and `max_lines` lines, module by module in a fixed priority: reflective, episodic (the
 current episode's records, newest first), rag_static, rag_memory (every stored record, earlier episodes' and runs'
 included).
+With a `summariser` (OmniAct App. H, summary.py), each episodic record written from a template is summarised on
+one background worker and its fields replaced when a valid summary comes; `close` stops the worker.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from brace_common.action_schema import Step
 from brace_common.vocabulary import Mode
@@ -26,7 +28,8 @@ from .rag import ranked_by_relevance
 from .record_index import RecordIndex
 from .records import RecordKind
 from .reflective import PREEMPTION, Prior, ReflectiveMemory, failure_kind
-from .store import MemoryStore
+from .store import MemoryStore, StoreError
+from .summary import CLOSE_TIMEOUT_S, SUMMARY_QUEUE, Summariser, SummaryRequest, SummaryWorker
 
 MODULES = ("episodic", "reflective", "rag_static", "rag_memory")
 """Memory modules a planner may compose (parameter `memory_modules`)."""
@@ -55,10 +58,16 @@ def check_modules(modules: Sequence[str]) -> tuple[str, ...]:
 
 
 class MemorySystem:
-    """The composed modules of one planner, fed by what the graph publishes, read by each call (thread-safe)."""
+    """The composed modules of one planner, fed by what the graph publishes, read by each call (thread-safe).
+
+    `summariser` (None: templates only) summarises each episodic record on a background worker with a queue of
+    `summary_queue`; `log` hears why a summary was not applied.
+    """
 
     def __init__(self, modules: Sequence[str], store: Optional[MemoryStore] = None, tree_depth: int = 3,
-                 corpus: Sequence[Prior] = (), priors: Sequence[Prior] = (), max_lines: int = 8) -> None:
+                 corpus: Sequence[Prior] = (), priors: Sequence[Prior] = (), max_lines: int = 8,
+                 summariser: Optional[Summariser] = None, summary_queue: int = SUMMARY_QUEUE,
+                 log: Optional[Callable[[str], None]] = None) -> None:
         self.modules = check_modules(modules)
         self.store = RecordIndex(store if store is not None else MemoryStore(None))
         self.tree = ContextTree(tree_depth)
@@ -71,6 +80,32 @@ class MemorySystem:
         self.reflecting = self.on("reflective") or self.on("rag_memory")
         self.lock = threading.Lock()
         self.counts = {"retrievals": 0, "lines_retrieved": 0, "lines_left_out": 0}
+        self._closed = False
+        self.summaries: Optional[SummaryWorker] = None
+        if summariser is not None and self.folding:
+            worker = SummaryWorker(summariser, self._apply_summary, summary_queue, log)
+            self.summaries = worker
+            self.episodic.on_fold = lambda record, segment: worker.submit(SummaryRequest(record, segment))
+
+    def _apply_summary(self, request: SummaryRequest, fields: dict[str, Any]) -> bool:
+        """A valid summary replaces its record's fields while the record still holds the template (False: late)."""
+        record = request.record
+        with self.lock:
+            if self._closed:
+                return False
+            try:
+                return self.store.replace_fields(record.agent_id, RecordKind.EPISODIC, record.key, fields,
+                                                 expected=record.fields)
+            except StoreError:
+                return False  # the store closed under us: the summary came too late
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Stop the summary worker (within `timeout_s`; pending summaries are dropped), then close the store."""
+        if self.summaries is not None:
+            self.summaries.close(timeout_s)
+        with self.lock:
+            self._closed = True
+            self.store.close()
 
     def on(self, module: str) -> bool:
         """Whether `module` is composed."""

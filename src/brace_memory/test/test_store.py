@@ -113,6 +113,28 @@ def test_upsert_replaces_and_becomes_newest():
         assert store.counts == {"written": 3, "evicted": 0, "corrupt": 0}
 
 
+def test_replace_fields_keeps_the_update_order_and_compares_before_it_sets():
+    from brace_memory.record_index import RecordIndex
+
+    with MemoryStore(max_records=2) as store:
+        index = RecordIndex(store)
+        index.put(rec("a", fields={"v": 1}, count=3, last_step=4))
+        index.put(rec("b"))
+        assert index.replace_fields("agent_0", "note", "a", {"v": 2}, expected={"v": 1})
+        assert keys(store.records()) == keys(index.records("agent_0")) == ["a", "b"]  # not moved: a is still oldest
+        got = store.get("agent_0", "note", "a")
+        assert got.fields == {"v": 2} and (got.count, got.last_step) == (3, 4)
+        assert index.get("agent_0", "note", "a").fields == {"v": 2}
+        assert not index.replace_fields("agent_0", "note", "a", {"v": 3}, expected={"v": 1})  # rewritten meanwhile
+        assert not index.replace_fields("agent_0", "note", "gone", {"v": 3})
+        index.put(rec("c"))  # a was least recently updated: it is evicted, the replacement did not refresh it
+        assert keys(store.records()) == ["b", "c"]
+        assert not index.replace_fields("agent_0", "note", "a", {"v": 3})
+        with pytest.raises(ValueError, match="not JSON"):
+            store.replace_fields("agent_0", "note", "b", {"v": float("nan")})
+        assert store.counts["written"] == 4
+
+
 def test_records_filter_and_agents():
     with MemoryStore() as store:
         store.put(rec("e1", "agent_1", RecordKind.EPISODIC))
