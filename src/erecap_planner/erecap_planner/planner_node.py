@@ -121,6 +121,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self._queue_timer = None
         self.world_schema_json = ""  # the world's schema in use (WorldInfo.action_schema_json); "" = none yet
         self.world_schema_from = ""  # "<world> episode <n>" of that WorldInfo
+        self.schema_logged: tuple = ()  # (world, episode, actions, agents) last logged at INFO
         self.schema_known = threading.Event()  # set once the call path has a schema (a file's or the world's)
         # Diagnostics live as long as the node, in every lifecycle state (they say which).
         self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
@@ -247,7 +248,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self._topic_subs, self.calls_pub, self._queue_timer = [], None, None
         memory = self.memory()
         if memory is not None:
-            memory.store.close()
+            memory.close()  # the summary worker (bounded), then the store
         self.call_path = None
         # Waiting goals belonged to the destroyed server: their callers see no result and cancel at their deadlines.
         self.queue, self.calls = CallQueue(), {}
@@ -326,8 +327,12 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self.world_schema_json, self.world_schema_from = msg.action_schema_json, f"{msg.world} episode {msg.episode}"
         self.counts["schema_updates"] += 1
         self.schema_known.set()
-        self.get_logger().info(f"action schema of {self.world_schema_from}: {len(msg.agents)} agents, actions "
-                               f"{', '.join(schema.actions)}")
+        # A world whose choices follow its state (TextWorld's admissible commands) republishes every step: INFO only
+        # when the world, episode, actions or agents change.
+        described = (msg.world, msg.episode, tuple(schema.actions), len(msg.agents))
+        log = self.get_logger().info if described != self.schema_logged else self.get_logger().debug
+        self.schema_logged = described
+        log(f"action schema of {self.world_schema_from}: {len(msg.agents)} agents, actions {', '.join(schema.actions)}")
 
     # ------------------------------------------------------------------ calls
 
@@ -467,6 +472,9 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         memory = self.memory()
         if memory is not None:
             values.update({"memory.modules": ",".join(memory.modules) or "none",
+                           "memory.summariser": self.config.memory_summariser_url or "templates",
+                           **{f"memory.summaries.{k}": v for k, v in
+                              (memory.summaries.counts if memory.summaries is not None else {}).items()},
                            **{f"memory.{k}": v for k, v in memory.counts.items()},
                            **{f"memory.tree.{k}": v for k, v in memory.tree.counts.items()},
                            **{f"memory.store.{k}": v for k, v in memory.store.counts.items()}})
