@@ -120,6 +120,17 @@ class PlannerConfig:
     memory_priors_file: str = param("", "reflective's static priors (skills, constraints), same format as the "
                                     "corpus: a passage is retrieved when the call names one of its keys; empty = "
                                     "none")
+    memory_summariser_url: str = param("", "OmniAct's LLM summariser of episodic records (App. H): base URL of an "
+                                       "OpenAI-compatible chat API (the planner server's server_url, or another); "
+                                       "empty = templates only. A record is written from its template at once and "
+                                       "rewritten when a valid summary arrives (one background worker); needs "
+                                       "memory module episodic or rag_memory; api_key_env's key is sent only to "
+                                       "server_url's host and port")
+    memory_summariser_model: str = param("", "memory_summariser_url: model name sent with each summary request; "
+                                         "empty = none (a server pinned to one model)")
+    memory_summariser_timeout_s: float = param(30.0, "memory_summariser_url: longest one summary may take (s); past "
+                                               "it the template record stays (memory.summaries.failed.deadline)",
+                                               0.1, 600.0)
     prefix_reuse: bool = param(False, "reuse the previous call's prefill of the common prompt prefix in the layers "
                                "before the first pruning layer (exact); pays with context_layout stable_first")
     max_history: int = param(20000, "history entries held in the context buffer (the oldest yield, counted "
@@ -185,6 +196,12 @@ class PlannerConfig:
             value = getattr(self, name)
             if value and not Path(resolve_path(value)).is_file():
                 raise ConfigError(name, f"no such file: {value}")
+        if self.memory_summariser_url:
+            if not self.memory_summariser_url.startswith(("http://", "https://")):
+                raise ConfigError("memory_summariser_url", f"'{self.memory_summariser_url}' is not an http(s) URL")
+            if not ({"episodic", "rag_memory"} & set(self.memory_modules)):
+                raise ConfigError("memory_summariser_url", "summarises episodic records: it needs memory module "
+                                  "episodic or rag_memory (memory_modules)")
         if self.decoding not in {d.value for d in Decoding}:
             raise ConfigError("decoding", f"'{self.decoding}' is not one of {', '.join(d.value for d in Decoding)}")
         if self.backend not in BACKENDS:

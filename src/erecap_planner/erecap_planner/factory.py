@@ -18,6 +18,8 @@ from brace_memory.system import MemorySystem
 from .call_path import PlannerCallPath
 from .config import PlannerConfig
 from .memory_phase import MemoryUse
+from .memory_summariser import ChatSummariser
+from .openai_client import OpenAIClient
 from .predictor import PredictorBank, PredictorMismatchError
 from .pruning import PruneSchedule, table8_layers
 from .server_call_path import Backoff, ServerCallPath
@@ -113,8 +115,29 @@ def load_predictors(cfg: PlannerConfig, model_config, layers: tuple[int, ...], l
     return PredictorBank.for_model(model_config, list(layers))
 
 
-def build_memory(cfg: PlannerConfig) -> MemoryUse:
-    """The memory modules `cfg` composes, their store, corpus and priors (ConfigError naming the parameter)."""
+def build_summariser(cfg: PlannerConfig) -> Optional[ChatSummariser]:
+    """OmniAct's episodic summariser on the chat API `memory_summariser_url` names (None: templates only); the key
+    of `api_key_env` goes only to server_url's host and port (ConfigError naming the parameter)."""
+    if not cfg.memory_summariser_url:
+        return None
+    key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
+    try:
+        client = OpenAIClient(cfg.memory_summariser_url, "", cfg.connect_timeout_s)
+    except ValueError as exc:
+        raise ConfigError("memory_summariser_url", str(exc)) from None
+    try:
+        planner_server = OpenAIClient(cfg.server_url)
+    except ValueError:
+        planner_server = None
+    if key and planner_server is not None and (planner_server.host, planner_server.port, planner_server.tls) == \
+            (client.host, client.port, client.tls):
+        client = OpenAIClient(cfg.memory_summariser_url, key, cfg.connect_timeout_s)
+    return ChatSummariser(client, cfg.memory_summariser_model, cfg.memory_summariser_timeout_s)
+
+
+def build_memory(cfg: PlannerConfig, logger=None) -> MemoryUse:
+    """The memory modules `cfg` composes, their store, corpus and priors, and the episodic summariser (ConfigError
+    naming the parameter; `logger` hears, throttled, why a summary was not applied)."""
     corpus, priors = [], []
     for name in ("memory_corpus_file", "memory_priors_file"):
         value = getattr(cfg, name)
@@ -127,7 +150,14 @@ def build_memory(cfg: PlannerConfig) -> MemoryUse:
         store = MemoryStore(os.path.expanduser(cfg.memory_store_path) or None, cfg.memory_max_records)
     except (StoreError, OSError) as exc:
         raise ConfigError("memory_store_path", str(exc)) from None
-    system = MemorySystem(cfg.memory_modules, store, cfg.recap_depth, corpus, priors, cfg.memory_max_lines)
+    try:
+        summariser = build_summariser(cfg)
+    except ConfigError:
+        store.close()
+        raise
+    log = None if logger is None else (lambda text: logger.warning(text, throttle_duration_sec=10.0))
+    system = MemorySystem(cfg.memory_modules, store, cfg.recap_depth, corpus, priors, cfg.memory_max_lines,
+                          summariser=summariser, log=log)
     return MemoryUse(system, cfg.memory_share, cfg.recap_window)
 
 
@@ -137,14 +167,16 @@ def build_local(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None)
     schedule = pruning_schedule(cfg, model.config.num_hidden_layers)
     predictors = (load_predictors(cfg, model.config, schedule.layers, logger) if cfg.compressor == "erecap"
                   else None)
+    memory = build_memory(cfg, logger)
     try:
         return PlannerCallPath(model, tokenizer, schema, cfg.compressor, schedule, predictors, cfg.max_new_tokens,
                                cfg.system_prompt, protect_blocks=cfg.protect_blocks, model_name=cfg.model_path,
                                decoding=cfg.decoding, decode_weights=precision.decode_weights,
                                plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n},
                                layout=cfg.context_layout, prefix_reuse=cfg.prefix_reuse,
-                               max_context_tokens=cfg.max_context_tokens, memory=build_memory(cfg))
+                               max_context_tokens=cfg.max_context_tokens, memory=memory)
     except ValueError as exc:
+        memory.system.close()
         raise ConfigError("decoding" if "decoding" in str(exc) else "compressor", str(exc)) from None
 
 
@@ -152,7 +184,6 @@ def build_server(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None
     """The server call path: local tokenizer and compressor (E-RECAP: the local model scores), remote decoding."""
     # heavy: these modules import torch; a server-backed planner never loads them
     from .compressors import make_compressor
-    from .openai_client import OpenAIClient
     from .pruned_forward import ErecapModel
 
     try:
@@ -175,7 +206,7 @@ def build_server(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None
                           cfg.structured_output, cfg.max_new_tokens, cfg.system_prompt,
                           plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n},
                           layout=cfg.context_layout, max_context_tokens=cfg.max_context_tokens,
-                          backoff=Backoff(cfg.retry_backoff_s, cfg.retry_backoff_max_s), memory=build_memory(cfg))
+                          backoff=Backoff(cfg.retry_backoff_s, cfg.retry_backoff_max_s), memory=build_memory(cfg, logger))
 
 
 def build_call_path(cfg: PlannerConfig, logger=None, schema: Optional[ActionSchema] = None) -> CallPath:

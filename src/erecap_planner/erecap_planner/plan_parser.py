@@ -20,7 +20,7 @@ PLANNER_REASONS = {Fault.UNKNOWN_SKILL: "unknown_action", Fault.UNKNOWN_CHOICE: 
 """The planner's counter keys for the schema's faults it has always counted under its own names."""
 
 
-def _first_json(text: str) -> Any:
+def first_json(text: str) -> Any:
     """The first JSON object or array in `text` (after any ``` fence).
 
     A value the text ends inside (output cut at the token limit) is an error, not the first complete value
@@ -42,7 +42,7 @@ def _first_json(text: str) -> Any:
 def holds_json(text: str) -> bool:
     """True when `text` holds a complete JSON object or array (what `parse_plan` reads first)."""
     try:
-        _first_json(text)
+        first_json(text)
     except PlanError:
         return False
     return True
@@ -67,7 +67,7 @@ def parse_plan(text: Any, schema: ActionSchema) -> list[Step]:
     try:
         if not isinstance(text, str):
             raise PlanError("not_text", f"planner output is {type(text).__name__}")
-        return schema.check_plan(_step_list(_first_json(text)))
+        return schema.check_plan(_step_list(first_json(text)))
     except PlanError as exc:
         raise exc.renamed(PLANNER_REASONS) from None
     except Exception as exc:  # noqa: BLE001 - the contract: malformed output is a PlanError, never a crash

@@ -8,6 +8,8 @@ import time
 import pytest
 from brace_msgs.action import Replan
 from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, ReplanCall, WorldInfo
+from diagnostic_msgs.msg import DiagnosticArray
+from openai_fault_server import FaultServer
 from rclpy.action import ActionClient
 from rclpy.duration import Duration
 from rclpy.node import Node
@@ -133,6 +135,9 @@ def test_the_server_is_up_exactly_while_the_node_is_active(ros, model_dir):
     ({"predictor_path": "/nonexistent.safetensors"}, "predictor_path"),
     ({"max_block_chars": 4096}, "max_block_chars"),
     ({"max_context_chars": 60_000}, "max_context_chars"),
+    ({"memory_modules": ["episodic"], "memory_summariser_url": "ftp://host/v1"}, "memory_summariser_url"),
+    ({"memory_summariser_url": "http://127.0.0.1:8001/v1"}, "memory_summariser_url"),  # no module folds records
+    ({"memory_modules": ["episodic"], "memory_summariser_timeout_s": 0.0}, "memory_summariser_timeout_s"),
 ])
 def test_bad_parameters_fail_configure_naming_them(ros, model_dir, params, parameter):
     node = planner(model_dir, **params)
@@ -376,3 +381,29 @@ def test_retrieval_modules_add_corpus_passages_and_run_records_inside_the_budget
     call, retrieve = call_and_retrieve(client, token_budget=600)
     assert 0 < retrieve.tokens_out <= 300 and call.tokens_after <= 600
     assert system.counts["lines_retrieved"] >= 2  # the cup_3 passage and the failure record
+
+
+def test_the_episodic_summariser_rewrites_records_off_the_subscription_thread(ros, model_dir):
+    summary = {"topic": "cup_3 grasp failed", "request": "fetch cup_3", "actions": ["pick(object=cup_3)"],
+               "outcome": "pick(object=cup_3) failed: grasp slipped", "observations": [], "open_questions": [],
+               "evidence": []}
+    with FaultServer(text=json.dumps(summary)) as server:
+        node = planner(model_dir, memory_modules=["episodic"], memory_summariser_url=server.base_url,
+                       memory_summariser_timeout_s=5.0, diagnostics_period_s=0.1)
+        client = start(ros, node)
+        diagnostics: list[dict[str, str]] = []
+        client.create_subscription(DiagnosticArray, "/diagnostics", lambda msg: diagnostics.extend(
+            {kv.key: kv.value for kv in status.values} for status in msg.status), qos.DIAGNOSTICS)
+        client.context_pub.publish(ContextEntry(agent_id="a", step=40, block=ContextEntry.BLOCK_HISTORY,
+                                                kind="failure_trace", text="pick(object=cup_3) failed: grasp slipped"))
+        system = node.memory()
+        wait_for(lambda: system.folded_through("a") == 40, what="the template record")
+        assert system.summaries.wait_idle(15.0)
+        (record,) = system.episodic.records("a")
+        assert record.fields["topic"] == "cup_3 grasp failed" and record.fields["boundary"] == "failure"
+        wait_for(lambda: any(d.get("memory.summaries.applied") == "1" for d in diagnostics), what="diagnostics")
+        shown = next(d for d in diagnostics if d.get("memory.summaries.applied") == "1")
+        assert shown["memory.summariser"] == server.base_url and shown["memory.summaries.failed"] == "0"
+        node.trigger_deactivate()
+        node.trigger_cleanup()  # stops the summary worker, then closes the store
+        assert not system.summaries._thread.is_alive()

@@ -19,9 +19,13 @@ from test_planner_node import Client, planner, start
 
 from brace_common.testing import wait_for
 from brace_common.vocabulary import CallStatus
+from brace_memory.episodic import record_line
+from brace_memory.summary import summary_fields
+from brace_memory.system import MemorySystem
 from erecap_planner.call_path import CallRequest
 from erecap_planner.compressors import make_compressor
 from erecap_planner.local_server import LocalServer, free_port
+from erecap_planner.memory_summariser import ChatSummariser
 from erecap_planner.models import SMOLLM2, resolve_model_path
 from erecap_planner.openai_client import OpenAIClient
 from erecap_planner.pruning import table8_layers
@@ -85,6 +89,23 @@ def test_a_deadline_shorter_than_the_call_and_a_cancel(served, tokenizer):
     cancelled = call(path, cancelled=cancel.is_set)
     assert cancelled.status == CallStatus.CANCELLED and time.monotonic() - started < 2.0
     assert call(path).status in (CallStatus.OK, CallStatus.PLANNER_ERROR)  # the server is fine after both
+
+
+def test_the_episodic_summariser_on_the_real_server_keeps_the_record_valid(served):
+    # SmolLM2-135M echoes the segment instead of writing the JSON (docs/memory.md): whatever it writes, the record
+    # stays one that summary_fields accepts, the template's or the summary's, and the server answered.
+    system = MemorySystem(["episodic"], summariser=ChatSummariser(OpenAIClient(served.base_url), timeout_s=120.0,
+                                                                  max_tokens=48))
+    system.on_entry("agent_0", 0, "task", "agent_0 must deliver box_7 to dock_2.")
+    system.on_entry("agent_0", 1, "action_outcome", "pick(object=box_7) succeeded")
+    system.on_entry("agent_0", 2, "failure_trace", "place(object=box_7, location=dock_2) failed: dock_2 closed")
+    assert system.summaries.wait_idle(150.0)
+    counts = system.summaries.counts
+    assert counts["applied"] + counts["invalid"] == 1 and counts["failed"] == 0, counts
+    (record,) = system.episodic.records("agent_0")
+    assert summary_fields(record.fields, record.fields) == record.fields
+    assert record_line(record).startswith("[t=1-2 ")
+    system.close()
 
 
 def test_the_server_killed_mid_call(folder, tokenizer, tmp_path):
