@@ -170,7 +170,7 @@ def draw(table: list[dict]):
         right.bar(names, [r["compression_percent"] for r in table], color="tab:orange")
         right.axhline(100 * COMPRESSION_LIMIT, color="grey", ls=":", label="target for full memory")
         right.set_ylabel("context, % of raw history's")
-        right.set_yscale("log")
+        right.set_ylim(0, 100)
         right.legend(fontsize=8)
         for ax in (left, right):
             ax.tick_params(axis="x", labelrotation=30, labelsize=8)
