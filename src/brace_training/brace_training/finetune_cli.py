@@ -12,7 +12,9 @@ episodes is rendered as a call with memory reads it (`MEMORY_CONFIGS`: OmniAct's
 episodic + reflective memory, RAG over the warehouse corpus or over the run's
 records; the history episodic records folded left out, the MEMORY block before
 the request, the layout the sim planner runs), fed as the planner node feeds it,
-so one adapter serves the variants with and without memory. Progress on stderr.
+so one adapter serves the variants with and without memory. With `--haystack N`
+it adds N examples of the warehouse haystack's training cases (haystack_training:
+act on the constraint the context holds). Progress on stderr.
 
     python -m brace_training.finetune_cli --episodes 40 --epochs 1
 """
@@ -44,6 +46,7 @@ from erecap_planner.scoring import enumerate_steps
 from sim_bridges.warehouse.warehouse_feed import action_schema
 from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
+from .haystack_training import haystack_examples
 from .plan_data import DecisionPoint, decision_points
 
 PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap.safetensors"
@@ -168,6 +171,8 @@ def main(argv=None) -> int:
     ap.add_argument("--predictor", default=PREDICTOR, help="E-RECAP predictor bank of the pruning-aware examples")
     ap.add_argument("--memory", type=float, default=0.0,
                     help="share of the episodes rendered as a call with memory reads them (MEMORY_CONFIGS)")
+    ap.add_argument("--haystack", type=int, default=0,
+                    help="add this many examples of the warehouse haystack's training cases (haystack_training)")
     args = ap.parse_args(argv)
     for name in ("pruned", "memory"):
         if not 0.0 <= getattr(args, name) <= 1.0:
@@ -179,8 +184,12 @@ def main(argv=None) -> int:
     if len(examples) > args.examples:
         examples = rng.sample(examples, args.examples)
     pruning = prune_share(model, examples, args.pruned, args.budget, args.predictor, rng)
-    print(f"{len(examples)} examples, mean prompt {sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} "
-          f"tokens, {sum(e.token_budget is not None for e in examples)} pruned to B = {args.budget}", file=sys.stderr)
+    if args.haystack > 0:
+        examples += haystack_examples(model, tok, args.haystack, args.max_tokens, rng)
+        rng.shuffle(examples)
+    print(f"{len(examples)} examples ({args.haystack} of the haystack), mean prompt "
+          f"{sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} tokens, "
+          f"{sum(e.token_budget is not None for e in examples)} pruned to B = {args.budget}", file=sys.stderr)
     fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, args.init, pruning)
     return 0
 

@@ -130,3 +130,23 @@ def test_rows_stream_the_case_and_only_full_memory_keeps_the_constraint_past_the
     path.memory = full.memory
     out = path.run(full.buffer, request)
     assert len(out.steps) == 1 and out.steps[0].action == "move_to"  # the candidates decoding picks one call
+
+
+def test_training_examples_come_from_train_cases_whose_prompt_holds_the_constraint(tmp_path):
+    import random
+
+    from brace_training.haystack_training import haystack_points
+    from erecap_planner.models import load_model
+    from erecap_planner.scoring import candidate_text
+    from erecap_planner.testing import saved_tiny_llama
+
+    model, tok = load_model(saved_tiny_llama(tmp_path / "tiny"), device="cpu", dtype="float32")
+    points = list(haystack_points(model, tok, 6, 100_000, random.Random(0)))
+    assert len(points) == 6 and len({case.case_id for case, _, _ in points}) == 6
+    for case, row, example in points:
+        assert case.split == "train" and not case.blind
+        assert constraint_form(case, row_named(row)) in tok.decode(example.prompt_ids)
+        assert tok.decode(example.target_ids).endswith(candidate_text(case.compliant))
+        assert len(example.protect) == len(example.prompt_ids)
+    short = list(haystack_points(model, tok, 2, 300, random.Random(0)))  # a window that loses most constraints
+    assert all(constraint_form(c, row_named(r)) in tok.decode(e.prompt_ids) for c, r, e in short)
