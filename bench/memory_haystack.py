@@ -18,7 +18,7 @@ sizes memory's reserve (memory_share of it) and nothing else.
 Columns per row: constraint satisfaction % (and per constraint kind, per history budget), context tokens (the call's
 prompt, MEMORY block included), compression (the mean of context / raw tokens per case, raw = the whole accumulated
 history's prompt before any cap), how often the constraint is in the prompt at all, latency P50 / P95 of the call.
-Target (issue 29): full memory satisfies at least as many constraints as raw history with <= 30 % of its context.
+Target: full memory satisfies at least as many constraints as raw history with <= 30 % of its context.
 
 Cases run one by one, every row, appended to <out>/memory_haystack_calls.csv as each ends, so an interrupted run
 goes on where it stopped (--fresh starts over); the table and <out>/memory_haystack.{csv,png} cover every call in
@@ -30,18 +30,19 @@ Run inside the workspace: `source scripts/env.sh && python bench/memory_haystack
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from report import (
+    append_rows,
     cpu_report,
     describe_cpu,
     fill_defaults,
     load_planner_model,
     print_written,
+    read_rows,
     reexec_as_avx2,
     report_checks,
     save_plot,
@@ -60,24 +61,6 @@ CALL_LIMIT_MS = 600_000.0
 CALLS_COLUMNS = ("case_id", "kind", "budget_tokens", "row", "satisfied", "chosen", "compliant", "context_tokens",
                  "raw_tokens", "compression", "constraint_in_context", "memory_tokens", "latency_ms",
                  "history_tokens", "evicted")
-
-
-def read_rows(path: Path) -> list[dict]:
-    """A CSV file's rows (empty when missing)."""
-    if not path.exists():
-        return []
-    with path.open() as f:
-        return list(csv.DictReader(f))
-
-
-def append_rows(rows: list[dict], path: Path) -> None:
-    """Append rows to a CSV file (header when new)."""
-    new = not path.exists()
-    with path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
 
 
 def run_case(path, tokenizer, case, rows, args) -> list[dict]:
@@ -141,7 +124,7 @@ def summary(row_names: list[str], calls: list[dict], kinds: tuple[str, ...], bud
 
 
 def checks(table: list[dict], cases_wanted: int) -> list[tuple[str, bool, str]]:
-    """Issue 29's target on the summary, and that every row ran every case."""
+    """The target on the summary, and that every row ran every case."""
     by = {r["row"]: r for r in table}
     out = [(f"every row ran {cases_wanted} cases", bool(table) and all(r["cases"] >= cases_wanted for r in table),
             ", ".join(f"{r['row']} {r['cases']}" for r in table))]

@@ -20,6 +20,24 @@ def write_csv(rows: list[dict], path: Path) -> Path:
     return path
 
 
+def read_rows(path: Path) -> list[dict]:
+    """A CSV file's rows (empty when missing): what a resumable benchmark has measured so far."""
+    if not path.exists():
+        return []
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def append_rows(rows: list[dict], path: Path) -> None:
+    """Append rows to a CSV file (the header when it is new), so an interrupted benchmark keeps what it measured."""
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+
+
 def sim_planner_checkpoint(name: str) -> str:
     """`adapter_path` or `predictor_path` as brace_bringup's params/erecap_planner_sim.yaml ships it (the benches' default)."""
     from brace_bringup.run_config import params_dir
