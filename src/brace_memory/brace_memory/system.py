@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from brace_common.action_schema import Step
-from brace_common.vocabulary import Mode
+from brace_common.vocabulary import Block, Mode
 
 from .context_tree import ContextTree
 from .episodic import EpisodicMemory, record_line
@@ -118,15 +118,16 @@ class MemorySystem:
     # ------------------------------------------------------------------ what the graph publishes
 
     def on_entry(self, agent_id: str, step: int, kind: str, text: str, teammates: frozenset[str] = frozenset(),
-                 stamp: float = 0.0) -> None:
-        """A context entry of `agent_id` (its kind as ContextEntry.KIND_*); a constraint also joins the agent's task in
-        its goal stack and consolidates into a reflective constraint record (when a module reads them)."""
+                 stamp: float = 0.0, block: Optional[Block] = None) -> None:
+        """A context entry of `agent_id` (its kind as ContextEntry.KIND_*, its block); a constraint also consolidates
+        into a reflective constraint record (when a module reads them) and, stated during the run (not a standing
+        rule of the CONSTRAINTS block, which every prompt shows), joins the agent's task in its goal stack."""
         with self.lock:
             if kind == "constraint" and self.reflecting:
                 self.reflective.on_constraint(agent_id, step, text, stamp)
             if kind == "task":
                 self.tree.on_task(agent_id, text)
-            elif kind == "constraint":
+            elif kind == "constraint" and block != Block.CONSTRAINTS:
                 self.tree.on_constraint(agent_id, text)
             elif kind == "task_done":
                 self.tree.on_task_done(agent_id)

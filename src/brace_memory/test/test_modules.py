@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from brace_common.action_schema import Step
-from brace_common.vocabulary import Failure, Mode
+from brace_common.vocabulary import Block, Failure, Mode
 from brace_memory.context_tree import ContextTree
 from brace_memory.episodic import EpisodicMemory, record_line
 from brace_memory.rag import load_passages, ranked_by_relevance
@@ -285,6 +285,8 @@ def test_a_constraint_stated_for_an_agent_stays_with_its_task_in_the_goal_stack(
     assert MAX_CONSTRAINTS == 2
     assert [line for line in system.goal_stack("player") if line.startswith("must: ")] == ["must: rule 2",
                                                                                          "must: rule 1"]
+    system.on_entry("player", 0, "constraint", "one command per step", block=Block.CONSTRAINTS)
+    assert "must: one command per step" not in system.goal_stack("player")  # a standing rule: every prompt has it
     system.start_episode()
     assert system.goal_stack("player") == []
 

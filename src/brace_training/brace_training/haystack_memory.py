@@ -90,7 +90,7 @@ def stream(case: HaystackCase, row: HaystackRow, planner: PlannerConfig = PLANNE
         buffer.add(entry)
         if memory is not None:
             memory.system.on_entry(entry.agent_id, entry.step, entry.kind, entry.text, frozenset(buffer.state),
-                                   entry.stamp)
+                                   entry.stamp, entry.block)
     return Streamed(row, case, buffer, memory)
 
 

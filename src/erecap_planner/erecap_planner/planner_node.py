@@ -272,7 +272,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self.counts["context_entries"] += 1
         memory = self.memory()
         if memory is not None:
-            memory.on_entry(entry.agent_id, entry.step, entry.kind, entry.text, teammates, entry.stamp)
+            memory.on_entry(entry.agent_id, entry.step, entry.kind, entry.text, teammates, entry.stamp, entry.block)
 
     def memory(self):
         """The call path's memory system (None before configure)."""
