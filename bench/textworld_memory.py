@@ -5,13 +5,14 @@ with and without E-RECAP, at the same B_t.
 Every row plays the same held-out games (seeds 0 on; fine-tuning used seeds 100,000 on) with the same planner:
 SmolLM2-135M-Instruct with the TextWorld adapter (brace_training.textworld_finetune_cli) on the CPU (fp32 unless
 --dtype), the candidates decoding scoring every admissible command, one command per call at B_t = 512 and SLO_t =
-4,500 ms (the `embedded` budget profile's). "Without E-RECAP" compresses the context to B_t minus the memory reserve by recency
-(the oldest history yields); "with" prunes inside the model to B_t (the warehouse predictor, Table 8 layers, first
-cut 1.5 B_t). Memory is in process and fresh for each game. A game ends won, lost, or after --max-steps world steps.
+4,500 ms (the `embedded` budget profile's). "Without E-RECAP" compresses the context to B_t minus the memory reserve
+by recency (the oldest history yields); "with" prunes inside the model to B_t (the TextWorld predictor trained with
+the adapter, Table 8 layers, first cut 1.5 B_t). Memory is in process and fresh for each game. A game ends won, lost,
+or after --max-steps world steps.
 
 Games are played seed by seed, every row, and appended to <out>/textworld_memory_games.csv and _calls.csv as each ends, so an
 interrupted run goes on where it stopped (--fresh starts over); the table and <out>/textworld_memory.{csv,png} cover
-every game in the files. Targets (issue 29): the best memory row wins >= 10 points more games than flat history
+every game in the files. Targets: the best memory row wins >= 10 points more games than flat history
 with the same compressor, and its tokens per call at game step 40 are <= 1.1x those at step 5 (the context a call
 reads, before compression). Exits 1 when a target is missed or rows have not played every game yet.
 Run inside the workspace: `source scripts/env.sh && python bench/textworld_memory.py` (--quick: one game, two rows,
@@ -21,22 +22,22 @@ a few steps; --avx2: under AVX2 dispatch caps).
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from report import (
+    append_rows,
     cpu_report,
     describe_cpu,
     fill_defaults,
     load_planner_model,
     print_written,
+    read_rows,
     reexec_as_avx2,
     report_checks,
     save_plot,
-    sim_planner_checkpoint,
     write_csv,
 )
 
@@ -44,6 +45,7 @@ PROFILE = "embedded"
 """The budget profile whose full_replan SLO and hard-deadline factor every call gets."""
 FIRST_CUT = 1.5
 ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-textworld-lora.safetensors"
+PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-textworld-erecap.safetensors"
 COMPRESSORS = ("recency", "erecap")
 EARLY_STEP, LATE_STEP = 5, 40
 WIN_MARGIN_POINTS = 10.0
@@ -57,28 +59,7 @@ def row_names(configs, compressors) -> list[tuple[str, object, str]]:
 
 def done_games(path: Path) -> set[tuple[str, int]]:
     """(row, seed) of the games already in the games file."""
-    if not path.exists():
-        return set()
-    with path.open() as f:
-        return {(r["row"], int(r["seed"])) for r in csv.DictReader(f)}
-
-
-def append_rows(rows: list[dict], path: Path) -> None:
-    """Append rows to a CSV file (header when new)."""
-    new = not path.exists()
-    with path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
-
-
-def read_rows(path: Path) -> list[dict]:
-    """A CSV file's rows (empty when missing)."""
-    if not path.exists():
-        return []
-    with path.open() as f:
-        return list(csv.DictReader(f))
+    return {(r["row"], int(r["seed"])) for r in read_rows(path)}
 
 
 def play_game(path, config, seed: int, args, folder: Path) -> tuple[dict, list[dict]]:
@@ -208,7 +189,7 @@ def main() -> int:
     parser.add_argument("--slo-ms", type=float, default=None, help=f"SLO_t (default: the '{PROFILE}' profile's)")
     parser.add_argument("--adapter", default=ADAPTER)
     parser.add_argument("--dtype", default="float32", help="float32 (what any CPU runs) | bfloat16 | auto")
-    parser.add_argument("--predictor", default=None, help="E-RECAP predictor bank (default: the sim planner's)")
+    parser.add_argument("--predictor", default=PREDICTOR, help="E-RECAP predictor bank (textworld_finetune_cli's)")
     parser.add_argument("--game-dir", type=Path, default=Path("~/.cache/brace/textworld").expanduser())
     parser.add_argument("--fresh", action="store_true", help="forget the games already in the output files")
     parser.add_argument("--out", default="bench/out")
@@ -246,7 +227,7 @@ def main() -> int:
             parser.error(f"unknown rows {sorted(unknown)}; rows: {[r[0] for r in rows]}")
         rows = [r for r in rows if r[0] in args.rows]
     cpu = cpu_report()
-    predictor = args.predictor or sim_planner_checkpoint("predictor_path")
+    predictor = args.predictor
     model, tok = load_planner_model(args.adapter, "cpu", args.dtype)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     bank = PredictorBank.load(resolve_path(predictor), model.config)
