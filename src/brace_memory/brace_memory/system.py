@@ -121,7 +121,9 @@ class MemorySystem:
                  stamp: float = 0.0, block: Optional[Block] = None) -> None:
         """A context entry of `agent_id` (its kind as ContextEntry.KIND_*, its block); a constraint also consolidates
         into a reflective constraint record (when a module reads them) and, stated during the run (not a standing
-        rule of the CONSTRAINTS block, which every prompt shows), joins the agent's task in its goal stack."""
+        rule of the CONSTRAINTS block, which every prompt shows), joins the agent's task in its goal stack. A STATE
+        entry is not folded into an episodic record: the prompt always holds the agent's latest state, and an
+        earlier one in a record contradicts it."""
         with self.lock:
             if kind == "constraint" and self.reflecting:
                 self.reflective.on_constraint(agent_id, step, text, stamp)
@@ -131,7 +133,7 @@ class MemorySystem:
                 self.tree.on_constraint(agent_id, text)
             elif kind == "task_done":
                 self.tree.on_task_done(agent_id)
-            if self.folding:
+            if self.folding and block != Block.STATE:  # a snapshot of an earlier state misleads next to the latest
                 self.episodic.on_entry(agent_id, step, kind, text, teammates, stamp)
 
     def on_outcome(self, agent_id: str, step: int, action: str, success: bool, detail: str, failure: int,

@@ -298,3 +298,13 @@ def test_a_constraint_the_goal_stack_shows_is_not_retrieved_again():
     assert system.goal_constraints("player") == [rule]
     assert system.retrieve("player", "carrot", 4, 1000, chars).lines == [f"constraint (t=3, from player): {rule}"]
     assert system.retrieve("player", "carrot", 4, 1000, chars, system.goal_constraints("player")).lines == []
+
+
+def test_a_state_snapshot_is_no_episodic_observation():
+    system = MemorySystem(["episodic"])
+    system.on_entry("a", 1, "observation", "at park_1, empty-handed", block=Block.STATE)
+    system.on_entry("a", 2, "observation", "shelf_3 audit: 12 items", block=Block.HISTORY)
+    system.on_entry("a", 3, "action_outcome", "picked box_7")
+    system.on_entry("a", 4, "task_done", "delivered box_7")
+    record = system.episodic.records("a")[0]
+    assert record.fields["observations"][0] == "shelf_3 audit: 12 items" and "park_1" not in system.line(record)
