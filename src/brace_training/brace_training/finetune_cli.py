@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--output", type=Path, default=default_adapter())
-    ap.add_argument("--init", type=Path, help="continue training this adapter (same rank)")
+    ap.add_argument("--init", help="continue training this adapter (same rank; a path or package:// URI)")
     ap.add_argument("--pruned", type=float, default=0.0,
                     help="share of the examples longer than --budget trained under E-RECAP pruning")
     ap.add_argument("--budget", type=int, default=384, help="B_t of the pruning-aware examples")
@@ -190,7 +190,8 @@ def main(argv=None) -> int:
     print(f"{len(examples)} examples ({args.haystack} of the haystack), mean prompt "
           f"{sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} tokens, "
           f"{sum(e.token_budget is not None for e in examples)} pruned to B = {args.budget}", file=sys.stderr)
-    fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, args.init, pruning)
+    init = Path(resolve_path(args.init)) if args.init else None
+    fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init, pruning)
     return 0
 
 
