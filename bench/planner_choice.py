@@ -9,6 +9,11 @@ Writes <out>/planner_choice.csv (--out, default bench/out); always exits 0 (no t
 
     python bench/planner_choice.py --episodes 3 --agents 4
     python bench/planner_choice.py --adapter ''    # the off-the-shelf model
+    python bench/planner_choice.py --memory flat omniact   # the same points read with OmniAct's memory
+
+Each call carries its point's mode and step, as the controller's would. With `--memory`, each configuration also
+runs with a fresh memory of that kind (finetune_cli's MEMORY_CONFIGS) fed while its points are generated, so a
+call reads what a run's memory would hold at that moment.
 
 Quick mode (`--quick`, what `make test` runs): the first 2 decision points of one episode, constrained decoding
 unpruned and under E-RECAP; options given explicitly still win.
@@ -28,7 +33,7 @@ from report import fill_defaults, load_planner_model, sim_planner_checkpoint, wr
 
 from brace_common.action_schema import Step
 from brace_common.config import resolve_path
-from brace_training.finetune_cli import context_buffer
+from brace_training.finetune_cli import MEMORY_CONFIGS, context_buffer, memory_use
 from brace_training.plan_data import decision_points
 from erecap_planner.call_path import CallRequest, PlannerCallPath
 from erecap_planner.plan_parser import ActionSchema
@@ -42,6 +47,7 @@ PREDICTOR = sim_planner_checkpoint("predictor_path")
 ADAPTER = sim_planner_checkpoint("adapter_path")
 CONFIGS = ["candidates/none", "constrained/none", "constrained/erecap", "constrained/random", "constrained/recency"]
 QUICK_CONFIGS = ["constrained/none", "constrained/erecap"]
+MEMORIES = ["flat", *(c.name for c in MEMORY_CONFIGS)]
 
 
 def main() -> None:
@@ -64,6 +70,8 @@ def main() -> None:
                     help="run every config with each context layout")
     ap.add_argument("--decode-weights", nargs="+", default=["model"], choices=["model", "float16", "int8"],
                     help="run every config with each (decode-sized forwards read these weights)")
+    ap.add_argument("--memory", nargs="+", default=["flat"], choices=MEMORIES,
+                    help="run every config with each memory ('flat' = none)")
     ap.add_argument("--out", type=Path, default=OUT, help="folder of the CSV")
     ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = ap.parse_args()
@@ -78,29 +86,36 @@ def main() -> None:
     world0 = Warehouse(WorldConfig(num_agents=args.agents))
     schema = ActionSchema.from_dict(action_schema(world0))
     configs = {}
-    for weights, layout, name in itertools.product(args.decode_weights, args.layout, args.configs):
+    for weights, layout, name, memory in itertools.product(args.decode_weights, args.layout, args.configs,
+                                                           args.memory):
         decoding, compressor = name.split("/")
         for cut in (args.first_cut if compressor == "erecap" else [0.0]):
             label = (name + (f"+cut{cut:g}" if cut else "") + ("" if weights == "model" else f"@{weights}")
-                     + ("" if layout == "focus" else f"[{layout}]"))
-            configs[label] = PlannerCallPath(model, tok, schema, compressor, replace(schedule, first_cut=cut),
-                                             trained if compressor == "erecap" else None, decoding=decoding,
-                                             decode_weights=weights, layout=layout)
-    points = list(decision_points(range(args.episodes), args.agents, args.every, args.observe_every))[: args.limit]
+                     + ("" if layout == "focus" else f"[{layout}]") + ("" if memory == "flat" else f"+{memory}"))
+            configs[label] = (memory, PlannerCallPath(model, tok, schema, compressor, replace(schedule, first_cut=cut),
+                                                      trained if compressor == "erecap" else None, decoding=decoding,
+                                                      decode_weights=weights, layout=layout))
     rows = []
-    for name, path in configs.items():
-        first = full = 0
+    for name, (memory, path) in configs.items():
+        path.memory = None if memory == "flat" else memory_use(next(c for c in MEMORY_CONFIGS if c.name == memory))
+        # generated lazily: the memory holds what a run's would when each point is consumed
+        points = itertools.islice(decision_points(range(args.episodes), args.agents, args.every, args.observe_every,
+                                                  memory=path.memory.system if path.memory else None), args.limit)
+        first = full = n = 0
         lat, toks = [], []
         started = time.monotonic()
         for point in points:
             oracle = point.oracle
-            out = path.run(context_buffer(point.entries), CallRequest(point.agent_id, args.budget, 60_000, 120_000))
+            n += 1
+            out = path.run(context_buffer(point.entries), CallRequest(point.agent_id, args.budget, 60_000, 120_000,
+                                                                      int(point.mode), point.step))
             plan = [Step(s.action, s.parameters) for s in out.steps]
             first += same_first_step(plan, oracle, point.here)
             full += [(s.action, s.parameters) for s in plan] == [(s.action, s.parameters) for s in oracle]
             lat.append(out.latency_ms)
             toks.append((out.tokens_before, out.tokens_after))
-        n = len(points)
+        if path.memory:
+            path.memory.system.close()
         rows.append({"config": name, "adapter": bool(args.adapter), "points": n, "first_step_agreement": round(first / n, 3),
                      "plan_agreement": round(full / n, 3), "latency_p50_ms": round(statistics.median(lat), 1),
                      "tokens_before": round(statistics.mean(t[0] for t in toks)),
