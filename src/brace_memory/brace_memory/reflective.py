@@ -26,6 +26,9 @@ from .records import MemoryRecord, RecordKind, cached_line, check_agent
 from .relevance import bm25, words
 from .store import MemoryStore
 
+MAX_NOTE_CHARS = 240
+"""A note's length (a plan's memory write); longer texts are cut."""
+
 RECENCY_DECAY = 0.99
 """Recency of a record = RECENCY_DECAY ** (controller steps since its last update)."""
 PREEMPTION = "preemption"
@@ -128,7 +131,7 @@ class ReflectiveMemory:
 
     def note(self, agent_id: str, step: int, text: str, importance: float = 0.8, stamp: float = 0.0) -> MemoryRecord:
         """Keep `text` for the agent (a plan's explicit memory write)."""
-        text = " ".join(text.split())[:240]
+        text = " ".join(text.split())[:MAX_NOTE_CHARS]
         key = hashlib.sha1(text.encode()).hexdigest()[:16]
         record = MemoryRecord(check_agent(agent_id), RecordKind.NOTE, key, {"text": text}, step, step, stamp,
                               importance)

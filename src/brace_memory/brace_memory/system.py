@@ -79,7 +79,7 @@ class MemorySystem:
         self.folding = self.on("episodic") or self.on("rag_memory")
         self.reflecting = self.on("reflective") or self.on("rag_memory")
         self.lock = threading.Lock()
-        self.counts = {"retrievals": 0, "lines_retrieved": 0, "lines_left_out": 0}
+        self.counts = {"retrievals": 0, "lines_retrieved": 0, "lines_left_out": 0, "notes_dropped": 0}
         self._closed = False
         self.summaries: Optional[SummaryWorker] = None
         if summariser is not None and self.folding:
@@ -154,6 +154,16 @@ class MemorySystem:
             self.tree.on_plan(agent_id, step, mode, steps, rationale)
             if self.folding and Mode(mode) != Mode.REUSE_SUBPLAN:
                 self.episodic.boundary(agent_id, step, "plan change", stamp)
+
+    def on_note(self, agent_id: str, step: int, text: str, stamp: float = 0.0) -> bool:
+        """A plan's memory write (memory_write.py): reflective memory keeps `text` as the agent's note; False
+        (counted under notes_dropped) when no composed module reads notes."""
+        with self.lock:
+            if not self.reflecting:
+                self.counts["notes_dropped"] += 1
+                return False
+            self.reflective.note(agent_id, step, text, stamp=stamp)
+            return True
 
     def on_preemption(self, agent_id: str, step: int, action: str, detail: str, stamp: float = 0.0) -> None:
         """The verifier preempted the agent's step: a reflection and an episodic boundary."""

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from brace_common.action_schema import ActionSchema
 from brace_common.config import (
     ConfigError,
     autostart_param,
@@ -16,6 +17,7 @@ from brace_common.config import (
     resolve_path,
 )
 from brace_common.vocabulary import Decoding
+from brace_memory.memory_write import with_memory_write
 from brace_memory.system import check_modules
 
 from .compressors import BASELINES
@@ -120,6 +122,11 @@ class PlannerConfig:
     memory_priors_file: str = param("", "reflective's static priors (skills, constraints), same format as the "
                                     "corpus: a passage is retrieved when the call names one of its keys; empty = "
                                     "none")
+    memory_write: bool = param(False, "plans may call store_memory(text) (OmniAct's explicit memory write): the "
+                               "skill joins the planner's action schema, the planner takes its steps off the plan "
+                               "and reflective memory keeps each text as a note; needs memory module reflective or "
+                               "rag_memory and decoding json (constrained and candidates decoding never write free "
+                               "text)")
     memory_summariser_url: str = param("", "OmniAct's LLM summariser of episodic records (App. H): base URL of an "
                                        "OpenAI-compatible chat API (the planner server's server_url, or another); "
                                        "empty = templates only. A record is written from its template at once and "
@@ -196,6 +203,13 @@ class PlannerConfig:
             value = getattr(self, name)
             if value and not Path(resolve_path(value)).is_file():
                 raise ConfigError(name, f"no such file: {value}")
+        if self.memory_write:
+            if not ({"reflective", "rag_memory"} & set(self.memory_modules)):
+                raise ConfigError("memory_write", "notes are kept by reflective memory: it needs memory module "
+                                  "reflective or rag_memory (memory_modules)")
+            if self.decoding != Decoding.JSON.value:
+                raise ConfigError("memory_write", f"decoding '{self.decoding}' never writes free text: it needs "
+                                  "decoding json")
         if self.memory_summariser_url:
             if not self.memory_summariser_url.startswith(("http://", "https://")):
                 raise ConfigError("memory_summariser_url", f"'{self.memory_summariser_url}' is not an http(s) URL")
@@ -238,6 +252,11 @@ class PlannerConfig:
     def schema_from_world(self) -> bool:
         """The schema comes from the world's WorldInfo (action_schema_file empty), not from a file."""
         return not self.action_schema_file.strip()
+
+    def planner_schema(self, schema: ActionSchema) -> ActionSchema:
+        """The schema the calls use: the world's or the file's, with store_memory when memory_write (ValueError
+        when the world has a skill of that name)."""
+        return with_memory_write(schema) if self.memory_write else schema
 
     def schema_path(self) -> Path:
         """The action schema file this config names (the shipped one when it names none)."""

@@ -33,7 +33,7 @@ def load_schema(cfg: PlannerConfig) -> Optional[ActionSchema]:
         return None
 
     try:
-        return ActionSchema.load(cfg.schema_path())
+        return cfg.planner_schema(ActionSchema.load(cfg.schema_path()))
     except (OSError, ValueError) as exc:
         raise ConfigError("action_schema_file", f"cannot load {cfg.schema_path()}: {exc}") from None
 

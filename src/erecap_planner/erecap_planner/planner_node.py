@@ -72,6 +72,7 @@ from brace_common.params import declare_parameters, read_config, reject_undeclar
 from brace_common.spin import spin_node
 from brace_common.validation import InvalidInput, Rejections
 from brace_common.vocabulary import CallState, CallStatus, EpisodeEvent
+from brace_memory.memory_write import split_memory_writes
 
 from . import convert
 from .call_path import CallOutcome, unserved_outcome
@@ -112,7 +113,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self.counts = {"calls": 0, "malformed_context": 0, "context_entries": 0, "goals_rejected": 0,
                        "entries_forgotten": 0, "stale_context": 0, "stale_outcomes": 0, "goal_wait_before_acceptance_ms": 0.0,
                        "schema_updates": 0,
-                       "calls_waited_for_schema": 0,
+                       "calls_waited_for_schema": 0, "memory_writes": 0,
                        **{f"status.{s.label}": 0 for s in CallStatus}}
         self.rejections = Rejections(self.get_logger())
         self.action_server: Optional[ActionServer] = None
@@ -319,7 +320,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             path = self.call_path
             if path is None:
                 return
-            path.set_schema(schema)
+            path.set_schema(self.config.planner_schema(schema))  # ValueError: the world has a store_memory skill
         except ValueError as exc:  # json.JSONDecodeError and PlanError are ValueErrors
             self.rejections.reject("world_info", exc if isinstance(exc, InvalidInput) else
                                    InvalidInput("malformed_schema", str(exc)), f"{msg.world}/{msg.episode}")
@@ -400,11 +401,13 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             if call.outcome is CallState.RUNNING:
                 self.queue.finish(call)
                 self._dispatch()
-        self.counts["calls"] += 1
-        self.counts[f"status.{CallStatus(outcome.status).label}"] += 1
         memory = self.memory()
         if memory is not None and outcome.status == CallStatus.OK and outcome.steps:
-            memory.on_plan(request.agent_id, request.step, request.mode, outcome.steps)
+            self._keep_notes(memory, request, outcome)
+            if outcome.steps:
+                memory.on_plan(request.agent_id, request.step, request.mode, outcome.steps)
+        self.counts["calls"] += 1
+        self.counts[f"status.{CallStatus(outcome.status).label}"] += 1
         if outcome.status != CallStatus.OK:
             said = f" (output: {outcome.output_text[:160]!r})" if outcome.status == CallStatus.PLANNER_ERROR else ""
             self.get_logger().warning(f"call {call.call_id} for {request.agent_id}: {outcome.error}{said}",
@@ -450,6 +453,19 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
                                   on_phase=feedback, queued_at=call.accepted_at)
 
     # ------------------------------------------------------------------ monitoring
+
+    def _keep_notes(self, memory, request, outcome) -> None:
+        """A plan's memory writes (memory_write) leave the plan for reflective memory; a plan of nothing but
+        writes is a planner error (nothing to execute), its notes kept."""
+        steps, notes = split_memory_writes(outcome.steps)
+        for text in notes:
+            self.counts["memory_writes"] += memory.on_note(request.agent_id, request.step, text)
+        if len(steps) == len(outcome.steps):
+            return
+        outcome.steps = steps
+        if not steps:
+            outcome.status = CallStatus.PLANNER_ERROR
+            outcome.error = "only_memory_writes: the plan holds no step to execute besides store_memory"
 
     def publish_diagnostics(self) -> None:
         """Lifecycle state, call counts by status, the queue, prefix reuse and malformed input on /diagnostics."""

@@ -138,6 +138,8 @@ def test_the_server_is_up_exactly_while_the_node_is_active(ros, model_dir):
     ({"memory_modules": ["episodic"], "memory_summariser_url": "ftp://host/v1"}, "memory_summariser_url"),
     ({"memory_summariser_url": "http://127.0.0.1:8001/v1"}, "memory_summariser_url"),  # no module folds records
     ({"memory_modules": ["episodic"], "memory_summariser_timeout_s": 0.0}, "memory_summariser_timeout_s"),
+    ({"memory_modules": ["episodic"], "memory_write": True}, "memory_write"),  # nothing reads notes
+    ({"memory_modules": ["reflective"], "memory_write": True, "decoding": "constrained"}, "memory_write"),
 ])
 def test_bad_parameters_fail_configure_naming_them(ros, model_dir, params, parameter):
     node = planner(model_dir, **params)
@@ -407,3 +409,45 @@ def test_the_episodic_summariser_rewrites_records_off_the_subscription_thread(ro
         node.trigger_deactivate()
         node.trigger_cleanup()  # stops the summary worker, then closes the store
         assert not system.summaries._thread.is_alive()
+
+
+def test_a_plans_memory_writes_leave_the_plan_for_reflective_memory(ros, model_dir):
+    """memory_write: store_memory steps are validated with the plan, taken off it and kept as notes that the next
+    call retrieves; a plan of nothing but writes is a planner error with its notes kept."""
+    note = "dock_2 jams when two agents queue there"
+    plan = {"plan": [{"action": "store_memory", "parameters": {"text": note}},
+                     {"action": "pick", "parameters": {"object": "cup_3"}}]}
+    with FaultServer(text=json.dumps(plan)) as server:
+        node = planner(model_dir, backend="openai", server_url=server.base_url, compressor="recency",
+                       endpoint="completions", structured_output="json_schema", memory_modules=["reflective"],
+                       memory_write=True, memory_share=0.5)
+        client = start(ros, node)
+        result_future = client.send(token_budget=600).get_result_async()
+        wait_for(result_future.done, timeout=60, what="result")
+        result = result_future.result().result
+        assert result.call.status == ReplanCall.STATUS_OK, result.call.error
+        assert [s.action for s in result.plan.steps] == ["pick"]  # the executor never sees the write
+        steps = server.requests[0]["body"]["response_format"]["json_schema"]["schema"]["properties"]["plan"]
+        assert "store_memory" in [s["properties"]["action"]["const"] for s in steps["items"]["anyOf"]]
+        (record,) = node.memory().store.records("a", "note")
+        assert record.fields["text"] == note and node.counts["memory_writes"] == 1
+        server.text = json.dumps({"plan": [{"action": "store_memory", "parameters": {"text": "cup_3 is wet"}}]})
+        result_future = client.send(token_budget=600).get_result_async()
+        wait_for(result_future.done, timeout=60, what="result")
+        result = result_future.result().result
+    assert note in server.requests[1]["body"]["prompt"]  # retrieved into the next call, inside its budget
+    assert result.call.status == ReplanCall.STATUS_PLANNER_ERROR and "only_memory_writes" in result.call.error
+    assert list(result.plan.steps) == [] and node.counts["memory_writes"] == 2
+    assert node.counts["status.planner_error"] == 1
+
+
+def test_a_world_schema_gains_store_memory_only_with_memory_write_and_a_clash_is_refused():
+    from brace_common.action_schema import ActionSchema
+    from erecap_planner.config import PlannerConfig
+
+    world = ActionSchema.from_dict({"actions": {"hover": {"seconds": {"type": "number"}}}})
+    assert list(PlannerConfig().planner_schema(world).actions) == ["hover"]
+    writing = PlannerConfig(memory_modules=["reflective"], memory_write=True)
+    assert list(writing.planner_schema(world).actions) == ["hover", "store_memory"]
+    with pytest.raises(ValueError, match="already has a skill 'store_memory'"):  # on_world_info counts it
+        writing.planner_schema(writing.planner_schema(world))
