@@ -16,7 +16,6 @@ class CallHolds:
         self.clock = clock
         self.waiting: dict[str, float] = {}   # decision_id -> time the hold gives up
         self.episode_decisions: set[str] = set()
-        self.first_until: float | None = None  # while set: the episode's first decision has not come
         self.timeouts = 0
 
     def admit(self, decision_id: str) -> None:
@@ -36,30 +35,15 @@ class CallHolds:
         """Forget the previous episode's calls."""
         self.episode_decisions.clear()
 
-    def expect_first_decision(self) -> None:
-        """An episode began: hold until the controller decides its first trigger (admitted or not), or `timeout_s`
-        passes. The first decision shows that the states reached the trigger monitor and its triggers the
-        controller, so no step runs before the graph can answer it, however slowly it matched."""
-        self.first_until = self.clock() + self.timeout_s
-
-    def decided(self) -> None:
-        """A decision of this episode came (admitted or not)."""
-        self.first_until = None
-
     def expired(self) -> list[str]:
-        """Drop the holds that timed out; their decision ids, '' for the first-decision wait (counted in
-        `timeouts`)."""
+        """Drop the holds that timed out; their decision ids (counted in `timeouts`)."""
         now = self.clock()
         gone = [d for d, until in self.waiting.items() if now >= until]
         for decision_id in gone:
             self.waiting.pop(decision_id)
-        if self.first_until is not None and now >= self.first_until:
-            self.first_until = None
-            gone.append("")
         self.timeouts += len(gone)
         return gone
 
     def held(self) -> bool:
-        """True while an admitted call has neither returned nor timed out, or the episode's first decision is
-        awaited."""
-        return bool(self.waiting) or self.first_until is not None
+        """True while an admitted call has neither returned nor timed out."""
+        return bool(self.waiting)

@@ -112,8 +112,6 @@ class WorldInputs(WorldNode):
             return
         if self.world is None:
             self.start_episode()
-            if self.config.hold_while_planning and getattr(self.config, "hold_for_first_decision", False):
-                self.holds.expect_first_decision()
         elif self.world.finished:
             self.end_episode()
         else:
@@ -121,10 +119,8 @@ class WorldInputs(WorldNode):
 
     def on_decision(self, msg: ReplanDecision) -> None:
         """An admitted call for one of this world's agents holds the world until it returns."""
-        if self.world is not None and self.has_agent(msg.trigger.agent_id):
-            self.holds.decided()
-            if msg.admitted:
-                self.holds.admit(msg.decision_id)
+        if msg.admitted and self.world is not None and self.has_agent(msg.trigger.agent_id):
+            self.holds.admit(msg.decision_id)
 
     def on_call(self, msg: ReplanCall) -> None:
         """A call that produced no plan releases the hold; every call is drawn as a replanning event."""
@@ -152,9 +148,7 @@ class WorldInputs(WorldNode):
             return False
         for decision_id in self.holds.expired():
             self.counts["hold_timeouts"] += 1
-            self.get_logger().warning(f"no answer to call {decision_id} within hold_timeout_s; stepping on" if
-                                      decision_id else "no decision within hold_timeout_s of the episode's start; "
-                                      "stepping on")
+            self.get_logger().warning(f"no answer to call {decision_id} within hold_timeout_s; stepping on")
         return self.holds.held()
 
     def stepped_values(self) -> dict:

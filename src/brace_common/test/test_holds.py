@@ -38,18 +38,3 @@ def test_a_plan_of_an_earlier_episode_is_not_of_this_one():
     assert holds.of_this_episode("d1") and not holds.of_this_episode("d2")
     holds.new_episode()
     assert not holds.of_this_episode("d1")
-
-
-def test_an_episode_start_holds_until_its_first_decision_or_the_timeout():
-    clock = ManualClock()
-    holds = CallHolds(5.0, clock)
-    holds.expect_first_decision()
-    assert holds.held()
-    holds.decided()  # suppressed or admitted: the graph answered the episode's states
-    assert not holds.held()
-    holds.decided()  # later decisions change nothing
-    holds.expect_first_decision()
-    clock.now = 4.9
-    assert holds.expired() == [] and holds.held()
-    clock.now = 5.0
-    assert holds.expired() == [""] and not holds.held() and holds.timeouts == 1

@@ -24,10 +24,6 @@ class EpisodeRunConfig(ReadinessConfig):
                               "start), monotonic over the run", 0.001, 3600.0)
     hold_while_planning: bool = param(True, "do not step while an admitted call has not returned (lockstep)")
     hold_timeout_s: float = param(60.0, "longest hold for one call before stepping anyway (s)", 0.1, 3600.0)
-    hold_for_first_decision: bool = param(False, "hold_while_planning: an episode's first step waits for the "
-                                          "controller's first decision (the graph answers the episode's states; "
-                                          "at most hold_timeout_s); false where no trigger comes at an episode's "
-                                          "start (no initial plans) or no controller runs")
     variant: str = param("", "label of the run's variant, copied into the episode messages")
     frame_id: str = param("map", "frame of agent positions and markers")
     markers: bool = param(True, "publish markers")
