@@ -97,7 +97,9 @@ A25_COLUMNS = ["label", "episodes", "triggers", "admitted", "suppressed", "share
                "share_drift", "share_hazard", "share_deadlock", "calls_per_min", "slo_violation", "success"]
 A26_COLUMNS = ["label", "num_agents", *A2_COLUMNS[1:]]
 
-QUICK = {"embedded_sim": {"num_agents": 2, "max_steps": 4, "step_period_s": 0.01}}  # under a row's own settings
+# Under a row's own settings. Steps of 0.5 s: on a busy machine the stack's subscriptions can match after the
+# simulator's readiness wait, and 4 steps of 10 ms once ended an episode before its first call.
+QUICK = {"embedded_sim": {"num_agents": 2, "max_steps": 4, "step_period_s": 0.5}}
 HARD = {"embedded_sim": {"grasp_failure": 0.3, "drift": 0.05}}
 DEADLOCK_PRONE = {"embedded_sim": {"num_agents": 6, "task_docks": 1}}  # six agents, one dock: they queue and block
 
