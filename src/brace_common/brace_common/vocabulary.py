@@ -40,6 +40,7 @@ class TriggerKind(_LabelledEnum):
     HAZARD = 3
     DEADLOCK = 4
     PREEMPT = 5
+    LOOP = 6
 
 
 class Mode(_LabelledEnum):

@@ -193,6 +193,14 @@ class MonitorConfig:
     deadlock_threshold: int = param(3, "Z_t at or above which a deadlock trigger is raised", 1, 10**6)
     deadlock_progress_m: float = param(0.05, "movement per step below which an agent with a goal counts as stalled (m)", 0.0, 1e6)
     preempt_min_confidence: float = param(0.5, "verifier confidence needed to raise a preempt trigger", 0.0, 1.0)
+    loop_detection: bool = param(False, "raise a loop trigger when an agent is back in a state it held earlier in "
+        "the episode (GiG's loop detection on the world_state topic's scene graphs; false = off)")
+    loop_view_hops: int = param(2, "an agent's state: the scene graph its relations reach within this many edges, "
+        "not through other agents (0 = the whole scene: a one-agent world)", 0, 100)
+    loop_cell_m: float = param(1.0, "grid cell (m) the agent's own pose is rounded to in its state (0 = pose left "
+        "out)", 0.0, 1e6)
+    loop_repeat_steps: int = param(5, "after an agent's loop trigger, steps before another loop of the agent raises "
+        "one", 1, 10**6)
     initial_plan: bool = param(True, "after an episode start (episode topic), raise a periodic trigger for "
                                "every agent at the episode's first step, staggered like the periodic ones "
                                "(false = no initial plan: the open-loop baseline)")

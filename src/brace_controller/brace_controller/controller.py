@@ -54,8 +54,9 @@ from .latency_model import CallSample, LatencyModel
 from .policy import BudgetPolicy
 
 # Triggers that are never deferred for predicted SLO infeasibility: they signal
-# failure, danger or a blocked team, where a late plan beats no plan.
-_CRITICAL_KINDS = (TriggerKind.FAILURE, TriggerKind.HAZARD, TriggerKind.DEADLOCK, TriggerKind.PREEMPT)
+# failure, danger, a blocked team or an agent going round in circles, where a late plan beats no plan.
+_CRITICAL_KINDS = (TriggerKind.FAILURE, TriggerKind.HAZARD, TriggerKind.DEADLOCK, TriggerKind.PREEMPT,
+                   TriggerKind.LOOP)
 
 
 @dataclass

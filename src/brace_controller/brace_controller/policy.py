@@ -4,7 +4,7 @@ Mode selection is a first-match rule list, checked top to bottom:
 
   1. failure-aware override active (k consecutive failures) -> full_replan
   2. hazard, deadlock or preempt trigger (plan unsafe or blocked) -> full_replan
-  3. failure or drift trigger (repair from the failing step on) -> partial_replan
+  3. failure, drift or loop trigger (repair from the failing step on) -> partial_replan
   4. periodic trigger with severity < reuse_severity (plan on track) -> reuse_subplan
   5. any other periodic trigger -> partial_replan
 
@@ -25,7 +25,7 @@ from brace_common.vocabulary import Mode, TriggerKind
 from .config import BudgetProfile, ControllerConfig, KindScale
 
 _FULL_REPLAN_KINDS = (TriggerKind.HAZARD, TriggerKind.DEADLOCK, TriggerKind.PREEMPT)
-_PARTIAL_REPLAN_KINDS = (TriggerKind.FAILURE, TriggerKind.DRIFT)
+_PARTIAL_REPLAN_KINDS = (TriggerKind.FAILURE, TriggerKind.DRIFT, TriggerKind.LOOP)
 MAX_OVERRIDE_EXPONENT = 64  # failures past k beyond this raise the budget no further (it is clamped long before)
 
 

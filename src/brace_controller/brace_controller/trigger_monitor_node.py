@@ -4,7 +4,9 @@ Names are relative (the stack's namespace, /brace by default, comes from launch)
 
 Subscribes  agent_states (AgentState), outcomes (ExecutionOutcome),
             verdicts (VerifierVerdict), episode (Episode: detectors restart
-            at EVENT_START and the episode's first step asks for initial plans)
+            at EVENT_START and the episode's first step asks for initial plans),
+            world_state (WorldState, with loop_detection: each agent's scene graph
+            is a node of its session graph; a revisit raises a loop trigger)
 Publishes   triggers (TriggerEvent), /diagnostics
 
 The controller step advances on a timer (`step_source: timer`) or follows the
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import sys
 
-from brace_msgs.msg import AgentState, Episode, ExecutionOutcome, TriggerEvent, VerifierVerdict
+from brace_msgs.msg import AgentState, Episode, ExecutionOutcome, TriggerEvent, VerifierVerdict, WorldState
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 
@@ -30,6 +32,7 @@ from brace_common.replanning import Trigger
 from brace_common.spin import spin_node
 from brace_common.validation import Rejections
 from brace_common.vocabulary import EpisodeEvent
+from brace_common.world_state import world_state_from_msg
 
 from . import convert
 from .config import MonitorConfig, MonitorNodeConfig
@@ -46,7 +49,8 @@ class TriggerMonitorNode(Node):
         reject_undeclared(self)
         self.monitor = TriggerMonitor(self.config)
         self.sequence = 0
-        self.counts = {"malformed_states": 0, "malformed_outcomes": 0, "malformed_verdicts": 0, "stale_states": 0}
+        self.counts = {"malformed_states": 0, "malformed_outcomes": 0, "malformed_verdicts": 0, "stale_states": 0,
+                       "malformed_world_states": 0}
         self.episode_start_s = 0.0  # the world's stamp of the latest episode start (0: none, or unstamped)
         self.raised: dict[str, int] = {}
         self.rejections = Rejections(self.get_logger())
@@ -58,6 +62,9 @@ class TriggerMonitorNode(Node):
         self.inputs.subscribe(self, ExecutionOutcome, names.OUTCOMES, self.on_outcome, "outcome")
         self.inputs.subscribe(self, VerifierVerdict, names.VERDICTS, self.on_verdict, "verdict")
         self.inputs.subscribe(self, Episode, names.EPISODE, self.on_episode, "episode")
+        if self.config.loop_detection:
+            self.inputs.subscribe(self, WorldState, names.WORLD_STATE, self.on_world_state, "world_state",
+                                  qos.WORLD_STATE)
         if self.config.step_source == "timer":
             # The step is controller time: with use_sim_time it follows /clock.
             self.create_timer(self.config.step_period_s, self.on_tick)
@@ -125,6 +132,16 @@ class TriggerMonitorNode(Node):
             self.rejections.reject("verdict", exc, msg.agent_id)
             return
         self.publish(self.monitor.on_verdict(agent_id, violation, confidence, detail))
+
+    def on_world_state(self, msg: WorldState) -> None:
+        """A world's state: agents back in a state they held this episode raise loop triggers."""
+        try:
+            state = world_state_from_msg(msg)
+        except ValueError as exc:
+            self.counts["malformed_world_states"] += 1
+            self.rejections.reject("world_state", exc, msg.world)
+            return
+        self.publish(self.monitor.on_world_state(state))
 
     def publish_diagnostics(self) -> None:
         """Raised triggers per kind and malformed inputs on /diagnostics."""

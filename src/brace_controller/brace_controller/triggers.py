@@ -1,9 +1,9 @@
-"""Trigger detectors: periodic (and plan finished), failure, drift, hazard, deadlock (Eq. 12), preempt.
+"""Trigger detectors: periodic (and plan finished), failure, drift, hazard, deadlock (Eq. 12), preempt, loop.
 
 Each detector is a small stateful object fed with observations and returning
 the Triggers it raises. `TriggerMonitor` composes them behind two entry points:
 `on_outcome` / `on_verdict` for events, and `on_step` for per-step evaluation
-of the latest agent states.
+of the latest agent states; `on_world_state` for the scene graphs loop detection reads.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from brace_common.replanning import Trigger
+from brace_common.session_graph import Loop, SessionGraphs
 from brace_common.vocabulary import TriggerKind
+from brace_common.world_state import WorldState
 
 from .config import MonitorConfig
 
@@ -211,6 +213,51 @@ class PreemptDetector:
         return Trigger(TriggerKind.PREEMPT, agent, step, severity=_clip01(confidence), detail=detail or "verifier violation")
 
 
+class LoopDetector:
+    """GiG's loop detection per agent: a loop trigger when an agent's state revisits its session graph.
+
+    Raised at a revisit unless the agent's previous loop trigger is fewer than `repeat_steps` steps old.
+    `loops(agent)` counts the agent's loop triggers since it last reached a state it had not held this episode;
+    the failure-aware override counts them with the agent's failures (a loop is a failure to progress).
+    """
+
+    def __init__(self, enabled: bool, hops: int, cell_m: float, repeat_steps: int):
+        self.enabled = enabled
+        self.repeat_steps = repeat_steps
+        self.graphs = SessionGraphs(hops, cell_m)
+        self.last: dict[str, int] = {}
+        self.count: dict[str, int] = {}
+
+    def loops(self, agent: str) -> int:
+        """Loop triggers of the agent since it last reached a new state."""
+        return self.count.get(agent, 0)
+
+    def update(self, step: int, state: WorldState) -> list[Trigger]:
+        """One world state; the loop triggers it raises (at controller step `step`)."""
+        if not self.enabled:
+            return []
+        known = {agent: set(g.keys) for agent, g in self.graphs.graphs.items()}
+        episode = self.graphs.episode
+        loops = {loop.agent_id: loop for loop in self.graphs.observe(state)}
+        if self.graphs.episode != episode:
+            self.last, self.count, known = {}, {}, {}
+        for agent, graph in self.graphs.graphs.items():
+            now = graph.current()
+            if now is not None and now.key not in known.get(agent, ()):
+                self.count[agent] = 0   # a state it had not held: progress
+        return [self._trigger(step, loop) for agent, loop in sorted(loops.items()) if self._due(agent, step)]
+
+    def _due(self, agent: str, step: int) -> bool:
+        last = self.last.get(agent)
+        return last is None or step - last >= self.repeat_steps or step < last
+
+    def _trigger(self, step: int, loop: Loop) -> Trigger:
+        self.last[loop.agent_id] = step
+        self.count[loop.agent_id] = self.loops(loop.agent_id) + 1
+        return Trigger(TriggerKind.LOOP, loop.agent_id, step, severity=_clip01(1.0 / max(1, loop.length - 1)),
+                       detail=loop.detail())
+
+
 @dataclass
 class TriggerMonitor:
     """All detectors of one monitor, with the latest state of every agent."""
@@ -239,14 +286,16 @@ class TriggerMonitor:
         self.hazard = HazardDetector(c.hazard_distance_m, c.hazard_repeat_steps)
         self.deadlock = DeadlockDetector(c.deadlock_window, c.deadlock_threshold, c.deadlock_progress_m)
         self.preempt = PreemptDetector(c.preempt_min_confidence)
+        self.loop = LoopDetector(c.loop_detection, c.loop_view_hops, c.loop_cell_m, c.loop_repeat_steps)
 
     def agents(self) -> list[str]:
         """Configured agents plus any agent seen since."""
         return sorted(set(self.config.agents) | set(self.states))
 
     def failures(self, agent: str) -> int:
-        """The agent's current consecutive failure count."""
-        return self.failure.consecutive.get(agent, 0)
+        """The agent's count for the failure-aware override: consecutive failed outcomes, plus loop triggers since
+        it last reached a new state."""
+        return self.failure.consecutive.get(agent, 0) + self.loop.loops(agent)
 
     def on_state(self, agent: str, state: AgentObservation) -> None:
         """Store the latest state of an agent (evaluated at the next step); an agent new in the episode joins it,
@@ -266,6 +315,10 @@ class TriggerMonitor:
         """A verifier verdict; may raise a preempt trigger."""
         trigger = self.preempt.update(agent, self.step, violation, confidence, detail)
         return [self._with_failures(trigger)] if trigger else []
+
+    def on_world_state(self, state: WorldState) -> list[Trigger]:
+        """A world state: the loop triggers of the agents back in a state they held (at the current step)."""
+        return [self._with_failures(t) for t in self.loop.update(self.step, state)]
 
     def on_step(self, step: int) -> list[Trigger]:
         """Advance to `step` and evaluate the per-step detectors on the latest states."""

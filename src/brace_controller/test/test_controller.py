@@ -126,6 +126,8 @@ def test_infeasible_slo_defers_periodic_but_not_hazard():
     assert not periodic.admitted and periodic.reason == Reason.SLO_INFEASIBLE
     hazard = c.decide(trig(1, agent="b", kind=TriggerKind.HAZARD))
     assert hazard.admitted and hazard.token_budget == c.profile.min_token_budget
+    loop = c.decide(trig(1, agent="c", kind=TriggerKind.LOOP))  # a loop is failure-like: never deferred
+    assert loop.admitted and loop.mode == Mode.PARTIAL_REPLAN
 
 
 def test_an_agent_without_an_unfinished_plan_is_never_deferred():

@@ -13,7 +13,7 @@ def test_mode_first_match_order():
     assert select_mode(trig(1, kind=TriggerKind.PERIODIC), override=True, reuse_severity=0.5) == Mode.FULL_REPLAN
     for kind in (TriggerKind.HAZARD, TriggerKind.DEADLOCK, TriggerKind.PREEMPT):
         assert select_mode(trig(1, kind=kind), False, 0.5) == Mode.FULL_REPLAN
-    for kind in (TriggerKind.FAILURE, TriggerKind.DRIFT):
+    for kind in (TriggerKind.FAILURE, TriggerKind.DRIFT, TriggerKind.LOOP):
         assert select_mode(trig(1, kind=kind), False, 0.5) == Mode.PARTIAL_REPLAN
     assert select_mode(trig(1, severity=0.2), False, 0.5) == Mode.REUSE_SUBPLAN
     assert select_mode(trig(1, severity=0.8), False, 0.5) == Mode.PARTIAL_REPLAN

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 from ament_index_python.packages import get_package_share_directory
+from brace_msgs.msg import AgentActivity as AgentActivityMsg
 from brace_msgs.msg import AgentState, Episode, ExecutionOutcome, ReplanDecision, TriggerEvent, VerifierVerdict
+from brace_msgs.msg import WorldState as WorldStateMsg
 from geometry_msgs.msg import Point
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -20,6 +22,8 @@ from brace_common.clock import stamp_of
 from brace_common.config import ConfigError
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import PlannerDouble, wait_for
+from brace_common.vocabulary import Activity
+from brace_common.world_state import AgentActivity, Entity, Pose, WorldState, world_state_msg
 from brace_controller.controller_node import BraceControllerNode
 from brace_controller.trigger_monitor_node import TriggerMonitorNode
 
@@ -250,3 +254,20 @@ def test_a_state_from_step_2_to_the_64_is_refused_and_triggers_go_on(ros):
         publish_step(world, step, {"a": 0.0, "b": 0.5})
     wait_for(lambda: any(t.step == 2 for t in world.of_kind(TriggerEvent.KIND_HAZARD)), what="hazards go on")
     assert node.monitor.step == 3
+
+
+def test_a_revisited_world_state_raises_a_loop_trigger_and_a_malformed_one_is_counted(ros):
+    node = monitor(loop_detection=True, loop_repeat_steps=1)
+    world = connect(ros, node)
+    pub = world.create_publisher(WorldStateMsg, "/brace/world_state", qos.WORLD_STATE)
+    wait_for(lambda: pub.get_subscription_count() > 0, what="world_state subscription")
+    pub.publish(WorldStateMsg(world="w", agents=[AgentActivityMsg(agent_id="ghost")]))  # no entity for it
+    for step, x in enumerate([0, 1, 0]):
+        state = WorldState("w", 0, step, (Entity("a", "robot", pose=Pose.planar(x, 0)),),
+                           agents=(AgentActivity("a", Activity.EXECUTING, "move_to", '{"target": "dock_0"}'),))
+        pub.publish(world_state_msg(state, stamp_of(float(step)), "map"))
+    wait_for(lambda: world.of_kind(TriggerEvent.KIND_LOOP), what="loop trigger")
+    loop = world.of_kind(TriggerEvent.KIND_LOOP)[0]
+    assert loop.agent_id == "a" and "state of step 0 again after 2 actions" in loop.detail
+    assert loop.consecutive_failures == 1
+    wait_for(lambda: node.counts["malformed_world_states"] == 1, what="malformed state counted")

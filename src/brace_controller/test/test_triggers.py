@@ -1,8 +1,9 @@
-"""Trigger detectors: periodic, failure, drift, hazard, deadlock (Eq. 12), preempt."""
+"""Trigger detectors: periodic, failure, drift, hazard, deadlock (Eq. 12), preempt, loop."""
 
 from __future__ import annotations
 
-from brace_common.vocabulary import TriggerKind
+from brace_common.vocabulary import Activity, TriggerKind
+from brace_common.world_state import AgentActivity, Entity, Pose, WorldState
 from brace_controller.config import MonitorConfig
 from brace_controller.triggers import (
     AgentObservation,
@@ -149,3 +150,44 @@ def test_monitor_says_whether_the_agent_still_has_an_unfinished_plan():
     mon.on_state("b", at(1.0, goal=False))  # idle: a deferred trigger would leave it waiting
     triggers = mon.on_step(2)
     assert {t.agent_id: t.has_goal for t in triggers} == {"a": True, "b": False, "c": False}  # c: no state yet
+
+
+def cells(step: int, x: int, episode: int = 0) -> WorldState:
+    """A one-robot world with the robot at cell (x, 0), executing a move."""
+    return WorldState("w", episode, step, (Entity("a", "robot", pose=Pose.planar(x, 0)),),
+                      agents=(AgentActivity("a", Activity.EXECUTING, "move_to", '{"x": 0}'),))
+
+
+def loop_monitor(**overrides) -> TriggerMonitor:
+    config = dict(agents=["a"], periodic_interval_steps=0, loop_detection=True, loop_repeat_steps=3)
+    return TriggerMonitor(MonitorConfig(**{**config, **overrides}))
+
+
+def test_a_revisit_raises_a_loop_trigger_with_its_path():
+    monitor = loop_monitor()
+    raised = [monitor.on_world_state(cells(t, x)) for t, x in enumerate([0, 1, 1, 0])]
+    assert raised[:3] == [[], [], []]
+    (loop,) = raised[3]
+    assert loop.kind == TriggerKind.LOOP and loop.agent_id == "a" and loop.severity == 1.0
+    assert "state of step 0 again after 2 actions" in loop.detail and "move_to" in loop.detail
+
+
+def test_loops_repeat_only_after_repeat_steps_and_count_for_the_override_until_a_new_state():
+    monitor = loop_monitor()
+    fired = []
+    for t, x in enumerate([0, 1, 0, 1, 0, 1, 0]):
+        monitor.step = t
+        fired += [(t, tr.consecutive_failures) for tr in monitor.on_world_state(cells(t, x))]
+    assert fired == [(2, 1), (5, 2)]          # step 3 and 4 revisit too, but within loop_repeat_steps
+    assert monitor.failures("a") == 2
+    monitor.on_world_state(cells(7, 5))       # somewhere new: progress
+    assert monitor.failures("a") == 0
+
+
+def test_loop_detection_off_and_a_new_episode_raise_nothing():
+    off = loop_monitor(loop_detection=False)
+    assert [off.on_world_state(cells(t, x)) for t, x in enumerate([0, 1, 0])] == [[], [], []]
+    monitor = loop_monitor()
+    monitor.on_world_state(cells(0, 0))
+    monitor.on_world_state(cells(1, 1))
+    assert monitor.on_world_state(cells(0, 0, episode=1)) == []
