@@ -70,6 +70,18 @@ class SceneGraph:
         return [(at[s], at[o]) for s, _, o in self.edges]
 
 
+def agent_goal(state: WorldState, agent_id: str) -> str:
+    """The texts of the tasks the agent is assigned in `state` ("; "-joined; a task without a text by its id)."""
+    tasks = [r.object for r in state.related("assigned", agent_id)]
+    texts = []
+    for task in tasks:
+        try:
+            texts.append(state.entity(task).attributes.get("text", task))
+        except KeyError:
+            continue
+    return "; ".join(texts)
+
+
 def agent_view(state: WorldState, agent_id: str, hops: int = 2, cell_m: float = 1.0) -> SceneGraph:
     """The agent's scene graph in `state` (see the module docstring); KeyError when the state has no such agent."""
     if hops < 0 or not math.isfinite(cell_m) or cell_m < 0:

@@ -14,12 +14,13 @@ from brace_common.validation import AGENT_ID_PATTERN, MAX_AGENT_ID_CHARS
 class RecordKind(str, enum.Enum):
     """What a record is (OmniAct Sec. 3.4): an episodic record folded at a boundary, a failure reflection, a
     note a plan asked to keep (`store_memory`), or a constraint the graph gave (a context entry of kind
-    `constraint`), kept as a long-term rule."""
+    `constraint`), kept as a long-term rule; or (GiG Sec. 3.3) an experience: a successful episode's trajectory."""
 
     EPISODIC = "episodic"
     FAILURE = "failure"
     NOTE = "note"
     CONSTRAINT = "constraint"
+    EXPERIENCE = "experience"
 
 
 MAX_KEY_CHARS = 256

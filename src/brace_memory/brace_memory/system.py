@@ -2,12 +2,14 @@
 
 Modules (any subset, named in `MODULES`): `episodic` (OmniAct's event-boundary records; the history entries they
 folded leave the prompt), `reflective` (OmniAct's failure reflections, the team's constraints, priors and notes),
-`rag_static` (a fixed corpus) and `rag_memory` (this run's records, and the team's constraints, by relevance).
+`rag_static` (a fixed corpus), `rag_memory` (this run's records, and the team's constraints, by relevance),
+`state_graph` (GiG's session graph per agent from the world's states: a loop warning when the agent's state revisits
+it) and `experience` (GiG's experience bank: a successful episode's trajectories, the nearest state's next actions).
 ReCAP's context tree is kept whichever modules are on (a `recap` context layout renders its goal stack; it knows
 each agent's current step, which a failure record names). `retrieve` fills at most `cap_tokens` tokens (counted
 with the planner's tokenizer) and `max_lines` lines, module by module in a fixed priority: reflective, episodic (the
 current episode's records, newest first), rag_static, rag_memory (every stored record, earlier episodes' and runs'
-included).
+included), after GiG's loop warning and experience, which come first (one line each, about the state the agent is in).
 With a `summariser` (OmniAct App. H, summary.py), each episodic record written from a template is summarised on
 one background worker and its fields replaced when a valid summary comes; `close` stops the worker.
 """
@@ -20,10 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from brace_common.action_schema import Step
+from brace_common.scene_graph import SceneGraph, agent_goal
+from brace_common.session_graph import Embedder, SessionGraphs
 from brace_common.vocabulary import Block, Mode
+from brace_common.world_state import WorldState
 
 from .context_tree import ContextTree
 from .episodic import EpisodicMemory, record_line
+from .experience import TAU, ExperienceBank
 from .rag import ranked_by_relevance
 from .record_index import RecordIndex
 from .records import RecordKind
@@ -31,9 +37,11 @@ from .reflective import PREEMPTION, Prior, ReflectiveMemory, failure_kind
 from .store import MemoryStore, StoreError
 from .summary import CLOSE_TIMEOUT_S, SUMMARY_QUEUE, Summariser, SummaryRequest, SummaryWorker
 
-MODULES = ("episodic", "reflective", "rag_static", "rag_memory")
+MODULES = ("episodic", "reflective", "rag_static", "rag_memory", "state_graph", "experience")
 """Memory modules a planner may compose (parameter `memory_modules`)."""
-RETRIEVAL_ORDER = ("reflective", "episodic", "rag_static", "rag_memory")
+GIG_MODULES = ("state_graph", "experience")
+"""The modules that read the world's states (GiG)."""
+RETRIEVAL_ORDER = ("state_graph", "experience", "reflective", "episodic", "rag_static", "rag_memory")
 """The order in which retrieving modules fill a call's memory cap."""
 
 
@@ -61,13 +69,16 @@ class MemorySystem:
     """The composed modules of one planner, fed by what the graph publishes, read by each call (thread-safe).
 
     `summariser` (None: templates only) summarises each episodic record on a background worker with a queue of
-    `summary_queue`; `log` hears why a summary was not applied.
+    `summary_queue`; `log` hears why a summary was not applied. `scene_hops` and `scene_cell_m` cut an agent's
+    scene graph from a world state (brace_common.scene_graph.agent_view); `embed` (None: keys only) embeds scene
+    graphs for the experience bank, which matches embeddings within `tau`.
     """
 
     def __init__(self, modules: Sequence[str], store: Optional[MemoryStore] = None, tree_depth: int = 3,
                  corpus: Sequence[Prior] = (), priors: Sequence[Prior] = (), max_lines: int = 8,
                  summariser: Optional[Summariser] = None, summary_queue: int = SUMMARY_QUEUE,
-                 log: Optional[Callable[[str], None]] = None) -> None:
+                 log: Optional[Callable[[str], None]] = None, scene_hops: int = 2, scene_cell_m: float = 1.0,
+                 tau: float = TAU, embed: Optional[Embedder] = None) -> None:
         self.modules = check_modules(modules)
         self.store = RecordIndex(store if store is not None else MemoryStore(None))
         self.tree = ContextTree(tree_depth)
@@ -79,7 +90,13 @@ class MemorySystem:
         self.folding = self.on("episodic") or self.on("rag_memory")
         self.reflecting = self.on("reflective") or self.on("rag_memory")
         self.lock = threading.Lock()
-        self.counts = {"retrievals": 0, "lines_retrieved": 0, "lines_left_out": 0, "notes_dropped": 0}
+        self.graphs = SessionGraphs(scene_hops, scene_cell_m)
+        self.embed = embed
+        self.bank = ExperienceBank(self.store, tau)
+        self.goals: dict[str, str] = {}
+        self.views: dict[str, dict[str, SceneGraph]] = {}   # per agent: each state's scene graph this episode
+        self.counts = {"retrievals": 0, "lines_retrieved": 0, "lines_left_out": 0, "notes_dropped": 0,
+                       "loop_warnings": 0, "experiences_kept": 0, "experiences_matched": 0}
         self._closed = False
         self.summaries: Optional[SummaryWorker] = None
         if summariser is not None and self.folding:
@@ -177,10 +194,43 @@ class MemorySystem:
                 self.episodic.boundary(agent_id, step, "preemption", stamp)
 
     def start_episode(self) -> None:
-        """An episode starts: goal stacks and open segments are dropped; stored records stay."""
+        """An episode starts: goal stacks, open segments and session graphs are dropped; stored records stay."""
         with self.lock:
             self.tree.forget()
             self.episodic.start_episode()
+            self.graphs.reset()
+            self.views, self.goals = {}, {}
+
+    def reads_world_states(self) -> bool:
+        """Whether a composed module reads the world's states (GiG's)."""
+        return any(self.on(m) for m in GIG_MODULES)
+
+    def on_world_state(self, state: WorldState) -> None:
+        """A world's state: every agent's scene graph joins its session graph (GiG Alg. 1 line 16)."""
+        if not self.reads_world_states():
+            return
+        with self.lock:
+            if self.graphs.episode not in (None, (state.world, state.episode)):
+                self.views, self.goals = {}, {}
+            self.graphs.observe(state)
+            for agent, view in self.graphs.latest.items():
+                self.views.setdefault(agent, {})[view.key()] = view
+                self.goals[agent] = agent_goal(state, agent) or self.goals.get(agent, "")
+
+    def end_episode(self, episode_id: str, success: bool, step: int = 0, stamp: float = 0.0) -> int:
+        """An episode ended: when it succeeded, each agent's session graph joins the experience bank (Alg. 1 line
+        18, with embeddings when an encoder is given); the experiences kept."""
+        if not (success and self.on("experience")):
+            return 0
+        kept = 0
+        with self.lock:
+            for agent, graph in self.graphs.graphs.items():
+                path = graph.trajectory()
+                zs = self.embed([self.views[agent][v.key] for v in path]) if self.embed is not None and path else ()
+                if self.bank.add(agent, episode_id, self.goals.get(agent, ""), path, step, zs, stamp) is not None:
+                    kept += 1
+            self.counts["experiences_kept"] += kept
+        return kept
 
     # ------------------------------------------------------------------ what a call reads
 
@@ -215,8 +265,23 @@ class MemorySystem:
             return [self.line(r) for r in reversed(self.episodic.episode_records(agent_id))]
         if module == "rag_static":
             return ranked_by_relevance(query, [p.text for p in self.corpus])
-        records = self.store.records(agent_id) + [r for r in self.reflective.constraints() if r.agent_id != agent_id]
+        if module == "state_graph":
+            loop = self.graphs.loop_now(agent_id)
+            return [loop.line()] if loop is not None else []
+        if module == "experience":
+            return self._experience(agent_id)
+        records = [r for r in self.store.records(agent_id) if r.kind != RecordKind.EXPERIENCE] \
+            + [r for r in self.reflective.constraints() if r.agent_id != agent_id]
         return ranked_by_relevance(query, [self.line(r) for r in records])
+
+    def _experience(self, agent_id: str) -> list[str]:
+        """The experience line for the agent's current state (Eq. 6), or none."""
+        view = self.graphs.latest.get(agent_id)
+        if view is None:
+            return []
+        z = self.embed([view])[0] if self.embed is not None else ()
+        match = self.bank.search(view.key(), z)
+        return [match.line()] if match is not None else []
 
     @staticmethod
     def line(record) -> str:
@@ -251,6 +316,10 @@ class MemorySystem:
                     chosen.reverse()  # chronological in the prompt
                 out.lines.extend(chosen)
                 out.by_module[module] = len(chosen)
+                if chosen and module == "state_graph":
+                    self.counts["loop_warnings"] += 1
+                elif chosen and module == "experience":
+                    self.counts["experiences_matched"] += 1
             self.counts["retrievals"] += 1
             self.counts["lines_retrieved"] += len(out.lines)
             self.counts["lines_left_out"] += out.left_out

@@ -109,7 +109,19 @@ class PlannerConfig:
     memory_modules: list[str] = param([], "memory modules on the retrieve phase, in any order: episodic (OmniAct "
                                       "event-boundary records; the history they folded leaves the prompt), "
                                       "reflective (failure reflections, priors, notes), rag_static (memory_corpus_"
-                                      "file), rag_memory (this run's records by relevance); empty = none")
+                                      "file), rag_memory (this run's records by relevance), state_graph (GiG: a "
+                                      "loop warning when the agent's state revisits its session graph), experience "
+                                      "(GiG: the next actions of the nearest state of a successful episode); empty = "
+                                      "none")
+    memory_scene_hops: int = param(2, "state_graph, experience: an agent's state is the scene graph its relations "
+                                   "reach within this many edges of the world_state topic's state, other agents "
+                                   "left out (0 = the whole scene: a one-agent world)", 0, 100)
+    memory_scene_cell_m: float = param(1.0, "state_graph, experience: grid cell (m) the agent's own pose is rounded "
+                                       "to in its state (0 = pose left out)", 0.0, 1e6)
+    experience_tau: float = param(0.1, "experience: a state matches a stored state whose embedding is closer than "
+                                  "this (GiG's tau; an equal scene graph key always matches)", 0.0, 100.0)
+    state_encoder_path: str = param("", "experience: directory of GiG's scene-graph encoder (state_encoder_cli "
+                                    "writes it; '~' expanded); empty = keys only (exact states)")
     memory_share: float = param(0.25, "most of B_t that retrieved memory may take (its tokens count inside B_t: the "
                                 "context is compressed to the rest)", 0.0, 0.9)
     memory_max_lines: int = param(8, "most retrieved lines per call", 1, 256)
@@ -197,6 +209,9 @@ class PlannerConfig:
             check_modules(self.memory_modules)
         except ValueError as exc:
             raise ConfigError("memory_modules", str(exc)) from None
+        if self.state_encoder_path and "experience" not in self.memory_modules:
+            raise ConfigError("state_encoder_path", "embeds states for the experience bank: it needs memory module "
+                              "experience (memory_modules)")
         if "rag_static" in self.memory_modules and not self.memory_corpus_file:
             raise ConfigError("memory_corpus_file", "memory module rag_static needs a corpus file")
         for name in ("memory_corpus_file", "memory_priors_file"):

@@ -11,6 +11,7 @@ from typing import Optional, Union
 
 from brace_common.action_schema import ActionSchema
 from brace_common.config import ConfigError, resolve_path
+from brace_common.session_graph import Embedder
 from brace_memory.rag import load_passages
 from brace_memory.store import MemoryStore, StoreError
 from brace_memory.system import MemorySystem
@@ -135,6 +136,18 @@ def build_summariser(cfg: PlannerConfig) -> Optional[ChatSummariser]:
     return ChatSummariser(client, cfg.memory_summariser_model, cfg.memory_summariser_timeout_s)
 
 
+def load_state_encoder(path: str) -> Optional[Embedder]:
+    """GiG's scene-graph encoder saved at `path` as an Embedder (None when `path` is empty; ConfigError naming
+    state_encoder_path when it cannot be loaded)."""
+    if not path:
+        return None
+    try:
+        from brace_memory.state_encoder import StateEncoder  # torch and the sentence encoder: only when asked for
+        return StateEncoder.load(os.path.expanduser(path)).embed
+    except (OSError, ValueError, ImportError) as exc:
+        raise ConfigError("state_encoder_path", str(exc)) from None
+
+
 def build_memory(cfg: PlannerConfig, logger=None) -> MemoryUse:
     """The memory modules `cfg` composes, their store, corpus and priors, and the episodic summariser (ConfigError
     naming the parameter; `logger` hears, throttled, why a summary was not applied)."""
@@ -156,8 +169,14 @@ def build_memory(cfg: PlannerConfig, logger=None) -> MemoryUse:
         store.close()
         raise
     log = None if logger is None else (lambda text: logger.warning(text, throttle_duration_sec=10.0))
+    try:
+        embed = load_state_encoder(cfg.state_encoder_path)
+    except ConfigError:
+        store.close()
+        raise
     system = MemorySystem(cfg.memory_modules, store, cfg.recap_depth, corpus, priors, cfg.memory_max_lines,
-                          summariser=summariser, log=log)
+                          summariser=summariser, log=log, scene_hops=cfg.memory_scene_hops,
+                          scene_cell_m=cfg.memory_scene_cell_m, tau=cfg.experience_tau, embed=embed)
     return MemoryUse(system, cfg.memory_share, cfg.recap_window)
 
 

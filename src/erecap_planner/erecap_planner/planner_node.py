@@ -8,7 +8,10 @@ Subscribes  outcomes (ExecutionOutcome: the memory modules' step outcomes, failu
             shows as a gap in that publisher's sequence numbers and is counted
             `lost.context.sequence_gap`; the rmw's own message_lost events are
             counted `lost.context.message_lost`), episode (Episode: at
-            EVENT_START every entry stamped before the episode's start is forgotten),
+            EVENT_START every entry stamped before the episode's start is forgotten;
+            EVENT_END of a successful episode keeps its trajectories in the experience bank),
+            world_state (WorldState; only with memory module state_graph or
+            experience: every agent's session graph),
             world_info (WorldInfo, latched; only with `action_schema_file` empty:
             the world's action schema, used from the next call on)
 Publishes   replan_calls (ReplanCall, one per call; lifecycle publisher), /diagnostics
@@ -51,7 +54,7 @@ import time
 from typing import Optional
 
 from brace_msgs.action import Replan
-from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, ReplanCall, WorldInfo
+from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, ReplanCall, WorldInfo, WorldState
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy._rclpy_pybind11 import InvalidHandle, RCLError
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
@@ -72,6 +75,7 @@ from brace_common.params import declare_parameters, read_config, reject_undeclar
 from brace_common.spin import spin_node
 from brace_common.validation import InvalidInput, Rejections
 from brace_common.vocabulary import CallState, CallStatus, EpisodeEvent
+from brace_common.world_state import world_state_from_msg
 from brace_memory.memory_write import split_memory_writes
 
 from . import convert
@@ -110,7 +114,8 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self.state_label = "unconfigured"
         self.last_error = ""
         self.ids = itertools.count(1)
-        self.counts = {"calls": 0, "malformed_context": 0, "context_entries": 0, "goals_rejected": 0,
+        self.counts = {"calls": 0, "malformed_context": 0, "malformed_world_states": 0, "context_entries": 0,
+                       "goals_rejected": 0,
                        "entries_forgotten": 0, "stale_context": 0, "stale_outcomes": 0, "goal_wait_before_acceptance_ms": 0.0,
                        "schema_updates": 0,
                        "calls_waited_for_schema": 0, "memory_writes": 0,
@@ -163,6 +168,11 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             self.schema_known.set()
         else:
             self.schema_known.clear()
+        memory = self.memory()
+        if memory is not None and memory.reads_world_states():  # GiG's session graphs and experience bank
+            self._topic_subs.append(self.inputs.subscribe(
+                self, WorldState, names.WORLD_STATE, self.on_world_state, "world_state", qos.WORLD_STATE,
+                callback_group=context_group))
         if self.config.schema_from_world():  # latched: the current episode's, however late this node starts
             self._topic_subs.append(self.create_subscription(
                 WorldInfo, names.WORLD_INFO, self.on_world_info, qos.WORLD_INFO,
@@ -295,9 +305,28 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             memory.on_outcome(outcome.agent_id, outcome.step, outcome.action, outcome.success, outcome.detail,
                               outcome.failure, outcome.stamp)
 
+    def on_world_state(self, msg: WorldState) -> None:
+        """A world's state: each agent's scene graph joins its session graph (malformed: counted)."""
+        try:
+            state = world_state_from_msg(msg)
+        except ValueError as exc:
+            self.counts["malformed_world_states"] += 1
+            self.rejections.reject("world_state", exc, msg.world)
+            return
+        memory = self.memory()
+        if memory is not None:
+            memory.on_world_state(state)
+
     def on_episode(self, msg: Episode) -> None:
         """A new episode: forget what was said before it began (entries of the new one may already be in); later
-        entries from before it are dropped and counted (stale_context)."""
+        entries from before it are dropped and counted (stale_context). An episode's end that succeeded keeps its
+        agents' trajectories in the experience bank."""
+        if msg.event == EpisodeEvent.END:
+            memory = self.memory()
+            if memory is not None:
+                memory.end_episode(f"{msg.world}/{msg.seed}/{msg.episode}/{seconds_of(msg.header.stamp):.3f}",
+                                   msg.success, int(msg.steps), seconds_of(msg.header.stamp))
+            return
         if msg.event != EpisodeEvent.START:
             return
         with self.buffer_lock:
@@ -502,8 +531,8 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
                 values.update({"prefix.hit_rate": round(stats.hit_rate, 3), "prefix.reused_share":
                                round(stats.reuse_share, 3), "prefix.tokens_reused": stats.tokens_reused})
         warnings = nonzero({**self.counts, **self.inputs.counts},
-                           ("malformed_context", "goals_rejected", "status.planner_error", "status.deadline",
-                            *self.inputs.counts))
+                           ("malformed_context", "malformed_world_states", "goals_rejected", "status.planner_error",
+                            "status.deadline", *self.inputs.counts))
         self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: replanning calls", values,
                                                self.get_clock().now().to_msg(), warnings, errors))
 

@@ -7,7 +7,8 @@ import time
 
 import pytest
 from brace_msgs.action import Replan
-from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, ReplanCall, WorldInfo
+from brace_msgs.msg import AgentActivity as AgentActivityMsg
+from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, ReplanCall, WorldInfo, WorldState
 from diagnostic_msgs.msg import DiagnosticArray
 from openai_fault_server import FaultServer
 from rclpy.action import ActionClient
@@ -16,9 +17,12 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from brace_common import qos
+from brace_common.clock import stamp_of
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import wait_for
-from brace_common.vocabulary import Block, EpisodeEvent
+from brace_common.vocabulary import Activity, Block, EpisodeEvent
+from brace_common.world_state import AgentActivity, Entity, Pose, world_state_msg
+from brace_common.world_state import WorldState as WorldStateCore
 from brace_memory.store import MemoryStore
 from erecap_planner.call_path import NO_SCHEMA
 from erecap_planner.memory_phase import call_blocks
@@ -451,3 +455,36 @@ def test_a_world_schema_gains_store_memory_only_with_memory_write_and_a_clash_is
     assert list(writing.planner_schema(world).actions) == ["hover", "store_memory"]
     with pytest.raises(ValueError, match="already has a skill 'store_memory'"):  # on_world_info counts it
         writing.planner_schema(writing.planner_schema(world))
+
+
+def robot_state(step: int, x: int, episode: int = 0) -> WorldState:
+    """Agent a alone at cell (x, 0), moving on."""
+    state = WorldStateCore("warehouse", episode, step, (Entity("a", "robot", pose=Pose.planar(x, 0)),),
+                           agents=(AgentActivity("a", Activity.EXECUTING, "move_to", f'{{"x": {x + 1}}}'),))
+    return world_state_msg(state, stamp_of(float(step)), "map")
+
+
+def test_gig_memory_reads_world_states_loop_warnings_reach_the_prompt_and_success_keeps_experience(ros, model_dir):
+    plan = {"plan": [{"action": "pick", "parameters": {"object": "cup_3"}}]}
+    with FaultServer(text=json.dumps(plan)) as server:
+        node = planner(model_dir, backend="openai", server_url=server.base_url, compressor="recency",
+                       endpoint="completions", structured_output="json_schema",
+                       memory_modules=["state_graph", "experience"], memory_share=0.5)
+        client = start(ros, node)
+        states = client.create_publisher(WorldState, "/brace/world_state", qos.WORLD_STATE)
+        episodes = client.create_publisher(Episode, "/brace/episode", qos.EVENTS)
+        wait_for(lambda: states.get_subscription_count() > 0, what="world_state subscription")
+        states.publish(WorldState(world="w", agents=[AgentActivityMsg(agent_id="ghost")]))  # no entity: malformed
+        for step, x in enumerate([0, 1, 0]):
+            states.publish(robot_state(step, x))
+        system = node.memory()
+        wait_for(lambda: system.graphs.loop_now("a") is not None and node.counts["malformed_world_states"] == 1,
+                 what="the loop in a's session graph, the malformed state counted")
+        result_future = client.send(token_budget=600).get_result_async()
+        wait_for(result_future.done, timeout=60, what="result")
+        assert result_future.result().result.call.status == ReplanCall.STATUS_OK
+        assert "loop warning: a was in this state at step 0" in server.requests[0]["body"]["prompt"]
+        end = Episode(event=Episode.EVENT_END, world="warehouse", success=True, steps=3)
+        end.header.stamp = stamp_of(3.0)
+        episodes.publish(end)
+        wait_for(lambda: system.counts["experiences_kept"] == 1, what="the episode kept as experience")

@@ -1,0 +1,132 @@
+"""GiG's experience bank M (Sec. 3.3, Eq. 5-6, Alg. 1 lines 10-13 and 17-18): successful trajectories, searched by
+state.
+
+An experience E_j = (G_j, [(z_ji, a_ji)]) is one agent's session graph of a successful episode: its goal and, per
+state, the state's key, its embedding (when an encoder gave one) and the action the agent executed from it. Each is
+a record of kind `experience` in the memory store (it survives the process; the store bounds how many each agent
+keeps). A call's state finds its match: the same key (distance 0) or the nearest embedding closer than `tau`
+(GiG: 0.1); the match gives the experience's goal and the next `max_actions` actions taken from there.
+Search is across every agent's experiences (GiG retrieves by structure alone, without goal filtering).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from brace_common.session_graph import Visit
+
+from .record_index import RecordIndex
+from .records import MemoryRecord, RecordKind
+
+TAU = 0.1
+"""GiG's retrieval threshold tau (Sec. 4.1): a state matches an experience's state closer than this."""
+MAX_ACTIONS = 3
+"""Actions of a matched experience a call reads (GiG retrieves the immediate transition; we allow a few)."""
+MAX_GOAL_CHARS = 240
+"""A goal's length in a record and a memory line."""
+
+
+@dataclass(frozen=True)
+class Match:
+    """The experience state nearest a call's state: its goal, the actions taken from there, the distance."""
+
+    goal: str
+    actions: tuple[str, ...]
+    distance: float
+    agent_id: str
+    key: str                       # the experience's record key
+
+    def line(self) -> str:
+        """The match as the planner reads it (GiG's "Past Experience")."""
+        return (f"past experience (goal: {self.goal}): from a state like this one, the next actions were: "
+                f"{'; '.join(self.actions)}")
+
+
+def experience_fields(goal: str, path: Sequence[Visit], zs: Sequence[Sequence[float]] = ()) -> dict:
+    """A trajectory as a record's fields: the goal, each state's key, embedding (when given) and action."""
+    if zs and len(zs) != len(path):
+        raise ValueError(f"{len(zs)} embeddings for {len(path)} states")
+    return {"goal": goal[:MAX_GOAL_CHARS], "keys": [v.key for v in path], "actions": [v.action for v in path],
+            "z": [[round(float(x), 6) for x in z] for z in zs] if zs else []}
+
+
+def experience_key(agent_id: str, episode_id: str, path: Sequence[Visit]) -> str:
+    """A trajectory's record key: its agent, episode and states (a repeated add of it updates the record)."""
+    text = json.dumps([agent_id, episode_id, [v.key for v in path]])
+    return hashlib.sha1(text.encode()).hexdigest()[:24]
+
+
+class ExperienceBank:
+    """The experience records of a store, indexed for search (exact keys; embeddings in one matrix)."""
+
+    def __init__(self, store: RecordIndex, tau: float = TAU, max_actions: int = MAX_ACTIONS) -> None:
+        if not math.isfinite(tau) or tau < 0:
+            raise ValueError(f"tau {tau} must be finite and >= 0")
+        if max_actions < 1:
+            raise ValueError(f"max_actions {max_actions} must be >= 1")
+        self.store, self.tau, self.max_actions = store, tau, max_actions
+        self._by_key: dict[str, tuple[MemoryRecord, int]] = {}
+        self._rows: list[tuple[MemoryRecord, int]] = []
+        self._matrix: Optional[np.ndarray] = None
+        self._loaded = False
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        for agent in self.store.agents():
+            for record in self.store.records(agent, RecordKind.EXPERIENCE):
+                self._index(record)
+
+    def _index(self, record: MemoryRecord) -> None:
+        keys, zs = record.fields.get("keys", []), record.fields.get("z", [])
+        for i, key in enumerate(keys):
+            self._by_key.setdefault(key, (record, i))
+        if zs:
+            self._rows += [(record, i) for i in range(len(zs))]
+            block = np.asarray(zs, dtype=np.float32)
+            self._matrix = block if self._matrix is None else np.vstack([self._matrix, block])
+
+    def __len__(self) -> int:
+        """Experiences in the bank."""
+        self._load()
+        return len({id(r) for r, _ in (*self._by_key.values(), *self._rows)})
+
+    def add(self, agent_id: str, episode_id: str, goal: str, path: Sequence[Visit], step: int = 0,
+            zs: Sequence[Sequence[float]] = (), stamp: float = 0.0) -> Optional[MemoryRecord]:
+        """Keep one successful trajectory (Alg. 1 line 18); None when it has fewer than two states (no action)."""
+        self._load()
+        if len(path) < 2:
+            return None
+        record = MemoryRecord(agent_id, RecordKind.EXPERIENCE, experience_key(agent_id, episode_id, path),
+                              experience_fields(goal, path, zs), path[0].step, step, stamp)
+        self.store.put(record)
+        self._index(record)
+        return record
+
+    def search(self, key: str, z: Sequence[float] = ()) -> Optional[Match]:
+        """The experience state matching a call's state (Eq. 6): the same key, else the nearest embedding within
+        tau; None when neither, or the matched state is a trajectory's last (nothing was done from it)."""
+        self._load()
+        hit = self._by_key.get(key)
+        distance = 0.0
+        if hit is None and z and self._matrix is not None and self.tau > 0:
+            d = np.linalg.norm(self._matrix - np.asarray(z, dtype=np.float32)[None, :], axis=1)
+            best = int(np.argmin(d))
+            if float(d[best]) < self.tau:
+                hit, distance = self._rows[best], float(d[best])
+        if hit is None:
+            return None
+        record, at = hit
+        actions = tuple(a for a in record.fields["actions"][at:at + self.max_actions]
+                        if a and a != "(no action)")
+        if at >= len(record.fields["keys"]) - 1 or not actions:
+            return None
+        return Match(record.fields.get("goal", ""), actions, distance, record.agent_id, record.key)
