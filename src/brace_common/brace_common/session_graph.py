@@ -9,11 +9,13 @@ the loop: its steps and the actions that brought the agent back.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .action_schema import Step
 from .scene_graph import SceneGraph, agent_view
 from .world_state import WorldState
 
@@ -51,7 +53,7 @@ class Loop:
 
     def line(self) -> str:
         """The loop as the planner reads it (GiG's loop warning)."""
-        shown = self.actions[-LOOP_ACTIONS_SHOWN:]
+        shown = [action_text(a) for a in self.actions[-LOOP_ACTIONS_SHOWN:]]
         more = f"{len(self.actions) - len(shown)} earlier actions, then " if len(self.actions) > len(shown) else ""
         return (f"loop warning: {self.agent_id} was in this state at step {self.since_step}; the actions that "
                 f"brought it back: {more}{'; '.join(shown)}")
@@ -138,6 +140,24 @@ def doing(state: WorldState, agent_id: str) -> str:
     return f"{a.action}({a.parameters_json})" if a.action else ""
 
 
+def action_text(text: str) -> str:
+    """An action text of `doing` as a plan step reads in a prompt ("move_to(target=shelf_3)"); other text as it is."""
+    step = doing_step(text)
+    return step.text() if step is not None else text
+
+
+def doing_step(text: str) -> Optional[Step]:
+    """The step an action text of `doing` names ("move_to({...})" -> Step), or None when it is no such text."""
+    action, paren, rest = text.partition("(")
+    if not paren or not rest.endswith(")") or not action:
+        return None
+    try:
+        parameters = json.loads(rest[:-1] or "{}")
+    except ValueError:
+        return None
+    return Step(action, parameters) if isinstance(parameters, dict) else None
+
+
 class SessionGraphs:
     """Every agent's session graph in one world, fed with its WorldStates; a state of another episode (or world)
     starts them all over. `hops` and `cell_m` cut each agent's scene graph (scene_graph.agent_view); `embed` (None:
@@ -174,6 +194,14 @@ class SessionGraphs:
             if loop is not None:
                 loops.append(loop)
         return loops
+
+    def where(self, agent_id: str) -> Optional[tuple[int, int]]:
+        """The (episode, step) of the agent's latest state (None before its first)."""
+        graph = self.graphs.get(agent_id)
+        now = graph.current() if graph is not None else None
+        if now is None or self.episode is None:
+            return None
+        return self.episode[1], now.last_step
 
     def loop_now(self, agent_id: str) -> Optional[Loop]:
         """The loop the agent's current state closed (GiG's loop warning at a call), or None."""

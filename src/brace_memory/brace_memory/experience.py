@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from brace_common.session_graph import Visit
+from brace_common.session_graph import Visit, action_text
 
 from .record_index import RecordIndex
 from .records import MemoryRecord, RecordKind
@@ -46,7 +46,7 @@ class Match:
     def line(self) -> str:
         """The match as the planner reads it (GiG's "Past Experience")."""
         return (f"past experience (goal: {self.goal}): from a state like this one, the next actions were: "
-                f"{'; '.join(self.actions)}")
+                f"{'; '.join(action_text(a) for a in self.actions)}")
 
 
 def experience_fields(goal: str, path: Sequence[Visit], zs: Sequence[Sequence[float]] = ()) -> dict:

@@ -4,12 +4,13 @@ Modules (any subset, named in `MODULES`): `episodic` (OmniAct's event-boundary r
 folded leave the prompt), `reflective` (OmniAct's failure reflections, the team's constraints, priors and notes),
 `rag_static` (a fixed corpus), `rag_memory` (this run's records, and the team's constraints, by relevance),
 `state_graph` (GiG's session graph per agent from the world's states: a loop warning when the agent's state revisits
-it) and `experience` (GiG's experience bank: a successful episode's trajectories, the nearest state's next actions).
+it), `experience` (GiG's experience bank: a successful episode's trajectories, the nearest state's next actions) and
+`lookahead` (GiG's Bounded Lookahead: the projected next state of a few candidate steps, through `predict`).
 ReCAP's context tree is kept whichever modules are on (a `recap` context layout renders its goal stack; it knows
 each agent's current step, which a failure record names). `retrieve` fills at most `cap_tokens` tokens (counted
 with the planner's tokenizer) and `max_lines` lines, module by module in a fixed priority: reflective, episodic (the
 current episode's records, newest first), rag_static, rag_memory (every stored record, earlier episodes' and runs'
-included), after GiG's loop warning and experience, which come first (one line each, about the state the agent is in).
+included), after GiG's loop warning, experience and lookahead, which come first (about the state the agent is in).
 With a `summariser` (OmniAct App. H, summary.py), each episodic record written from a template is summarised on
 one background worker and its fields replaced when a valid summary comes; `close` stops the worker.
 """
@@ -23,13 +24,14 @@ from typing import Any, Optional
 
 from brace_common.action_schema import Step
 from brace_common.scene_graph import SceneGraph, agent_goal
-from brace_common.session_graph import Embedder, SessionGraphs
+from brace_common.session_graph import Embedder, SessionGraphs, doing_step
 from brace_common.vocabulary import Block, Mode
 from brace_common.world_state import WorldState
 
 from .context_tree import ContextTree
 from .episodic import EpisodicMemory, record_line
-from .experience import TAU, ExperienceBank
+from .experience import TAU, ExperienceBank, Match
+from .lookahead import Predict, candidates, lookahead_lines
 from .rag import ranked_by_relevance
 from .record_index import RecordIndex
 from .records import RecordKind
@@ -37,11 +39,11 @@ from .reflective import PREEMPTION, Prior, ReflectiveMemory, failure_kind
 from .store import MemoryStore, StoreError
 from .summary import CLOSE_TIMEOUT_S, SUMMARY_QUEUE, Summariser, SummaryRequest, SummaryWorker
 
-MODULES = ("episodic", "reflective", "rag_static", "rag_memory", "state_graph", "experience")
+MODULES = ("episodic", "reflective", "rag_static", "rag_memory", "state_graph", "experience", "lookahead")
 """Memory modules a planner may compose (parameter `memory_modules`)."""
-GIG_MODULES = ("state_graph", "experience")
+GIG_MODULES = ("state_graph", "experience", "lookahead")
 """The modules that read the world's states (GiG)."""
-RETRIEVAL_ORDER = ("state_graph", "experience", "reflective", "episodic", "rag_static", "rag_memory")
+RETRIEVAL_ORDER = ("state_graph", "experience", "lookahead", "reflective", "episodic", "rag_static", "rag_memory")
 """The order in which retrieving modules fill a call's memory cap."""
 
 
@@ -71,14 +73,15 @@ class MemorySystem:
     `summariser` (None: templates only) summarises each episodic record on a background worker with a queue of
     `summary_queue`; `log` hears why a summary was not applied. `scene_hops` and `scene_cell_m` cut an agent's
     scene graph from a world state (brace_common.scene_graph.agent_view); `embed` (None: keys only) embeds scene
-    graphs for the experience bank, which matches embeddings within `tau`.
+    graphs for the experience bank, which matches embeddings within `tau`. `lookahead_candidates` bounds the steps a
+    call projects; `predict` (set by whoever holds the world's transition model) projects them.
     """
 
     def __init__(self, modules: Sequence[str], store: Optional[MemoryStore] = None, tree_depth: int = 3,
                  corpus: Sequence[Prior] = (), priors: Sequence[Prior] = (), max_lines: int = 8,
                  summariser: Optional[Summariser] = None, summary_queue: int = SUMMARY_QUEUE,
                  log: Optional[Callable[[str], None]] = None, scene_hops: int = 2, scene_cell_m: float = 1.0,
-                 tau: float = TAU, embed: Optional[Embedder] = None) -> None:
+                 tau: float = TAU, embed: Optional[Embedder] = None, lookahead_candidates: int = 3) -> None:
         self.modules = check_modules(modules)
         self.store = RecordIndex(store if store is not None else MemoryStore(None))
         self.tree = ContextTree(tree_depth)
@@ -94,9 +97,13 @@ class MemorySystem:
         self.embed = embed
         self.bank = ExperienceBank(self.store, tau)
         self.goals: dict[str, str] = {}
+        self.lookahead_candidates = lookahead_candidates
+        self.predict: Optional[Predict] = None
+        self.calls: list[Step] = []      # the valid skill calls of the current schema (lookahead's candidates)
         self.views: dict[str, dict[str, SceneGraph]] = {}   # per agent: each state's scene graph this episode
         self.counts = {"retrievals": 0, "lines_retrieved": 0, "lines_left_out": 0, "notes_dropped": 0,
-                       "loop_warnings": 0, "experiences_kept": 0, "experiences_matched": 0}
+                       "loop_warnings": 0, "experiences_kept": 0, "experiences_matched": 0,
+                       "lookahead_projected": 0, "lookahead_unanswered": 0}
         self._closed = False
         self.summaries: Optional[SummaryWorker] = None
         if summariser is not None and self.folding:
@@ -201,6 +208,11 @@ class MemorySystem:
             self.graphs.reset()
             self.views, self.goals = {}, {}
 
+    def on_schema(self, calls: list[Step]) -> None:
+        """The valid skill calls of the schema the next calls plan with (lookahead's candidates)."""
+        with self.lock:
+            self.calls = list(calls)
+
     def reads_world_states(self) -> bool:
         """Whether a composed module reads the world's states (GiG's)."""
         return any(self.on(m) for m in GIG_MODULES)
@@ -268,20 +280,42 @@ class MemorySystem:
         if module == "state_graph":
             loop = self.graphs.loop_now(agent_id)
             return [loop.line()] if loop is not None else []
+        if module == "lookahead":
+            return []  # projected outside the lock, by retrieve: see lookahead()
         if module == "experience":
-            return self._experience(agent_id)
+            match = self._match(agent_id)
+            return [match.line()] if match is not None else []
         records = [r for r in self.store.records(agent_id) if r.kind != RecordKind.EXPERIENCE] \
             + [r for r in self.reflective.constraints() if r.agent_id != agent_id]
         return ranked_by_relevance(query, [self.line(r) for r in records])
 
-    def _experience(self, agent_id: str) -> list[str]:
-        """The experience line for the agent's current state (Eq. 6), or none."""
+    def _match(self, agent_id: str) -> Optional[Match]:
+        """The experience matching the agent's current state (Eq. 6), or None."""
         view = self.graphs.latest.get(agent_id)
         if view is None:
-            return []
+            return None
         z = self.embed([view])[0] if self.embed is not None else ()
-        match = self.bank.search(view.key(), z)
-        return [match.line()] if match is not None else []
+        return self.bank.search(view.key(), z)
+
+    def lookahead(self, agent_id: str, query: str) -> list[str]:
+        """P(s_t) for the agent's candidate steps (lookahead.py), projected through `predict` outside the lock (a
+        world's answer takes a while); empty without `predict`, a state of the agent, or the module."""
+        with self.lock:
+            view = self.graphs.latest.get(agent_id)
+            predict = self.predict
+            if not self.on("lookahead") or predict is None or view is None:
+                return []
+            graph = self.graphs.graphs.get(agent_id)
+            now = graph.current() if graph is not None else None
+            first = [doing_step(now.action)] if now is not None else []
+            match = self._match(agent_id) if self.on("experience") else None
+            first += [doing_step(a) for a in match.actions] if match is not None else []
+            steps = candidates(self.calls, query, [s for s in first if s is not None], self.lookahead_candidates)
+        lines = lookahead_lines(predict, agent_id, steps, view, self.graphs.hops, self.graphs.cell_m)
+        with self.lock:
+            self.counts["lookahead_projected"] += len(lines)
+            self.counts["lookahead_unanswered"] += len(steps) - len(lines)
+        return lines
 
     @staticmethod
     def line(record) -> str:
@@ -296,12 +330,14 @@ class MemorySystem:
         tokens, newline included, with the planner's tokenizer; `in_prompt`: the constraint texts the call's prompt
         holds already, which reflective memory does not repeat)."""
         out = Retrieved()
+        projected = self.lookahead(agent_id, query) if cap_tokens > 0 else []
         with self.lock:
             for module in RETRIEVAL_ORDER:
                 if not self.on(module) or cap_tokens <= 0:
                     continue
-                lines = [line for line in self.candidates(module, agent_id, query, now_step, in_prompt)
-                         if line not in out.lines]
+                found = projected if module == "lookahead" else self.candidates(module, agent_id, query, now_step,
+                                                                               in_prompt)
+                lines = [line for line in found if line not in out.lines]
                 if not lines:
                     continue
                 lines = lines[:self.max_lines * 2]  # more than can fit is never counted

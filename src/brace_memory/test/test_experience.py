@@ -63,7 +63,7 @@ def test_a_successful_episode_is_kept_and_a_later_one_retrieves_its_next_actions
     again.on_world_state(state(0, 1, episode=2))                # the state before the pick
     got = again.retrieve("agent_0", "", 0, 10_000, chars)
     assert got.lines == ['past experience (goal: deliver box_1 to dock_0): from a state like this one, the next '
-                         'actions were: pick({"x": 2}); move_to({"x": 2}); place({"x": 3})']
+                         'actions were: pick(x=2); move_to(x=2); place(x=3)']
     assert again.counts["experiences_matched"] == 1
     again.on_world_state(state(1, 7, episode=2))                # nowhere the bank has been
     assert again.retrieve("agent_0", "", 1, 10_000, chars).lines == []
@@ -103,3 +103,36 @@ def test_bad_bank_arguments_are_refused():
     bank = ExperienceBank(RecordIndex(MemoryStore(None)))
     with pytest.raises(ValueError, match="embeddings"):
         bank.add("agent_0", "e", "g", visits("AB", "x"), zs=[(0.0,)])
+
+
+def test_lookahead_projects_the_current_step_and_relevant_calls_through_predict():
+    from brace_common.action_schema import Step
+    from brace_memory.lookahead import Projection, candidates
+
+    asked = []
+
+    def predict(agent: str, step: Step):
+        asked.append(step.call())
+        if step.action == "pick":
+            return Projection(True, "picked", state(5, 0, holding=True))
+        if step.action == "place":
+            return Projection(False, "agent_0 holds nothing", None)
+        return None  # the world did not answer in time
+
+    system = MemorySystem(["lookahead"], lookahead_candidates=3)
+    calls = [Step("move_to", {"target": t}) for t in ("shelf_1", "dock_0", "park_0")] + [
+        Step("pick", {"object": "box_1"}), Step("place", {"object": "box_1", "target": "dock_0"})]
+    system.on_schema(calls)
+    system.on_world_state(state(0, 0, action="pick"))
+    assert system.retrieve("agent_0", "box_1", 0, 10_000, chars).lines == []   # no predict: nothing projected
+    system.predict = predict
+    state_now = state(0, 0)
+    system.on_world_state(WorldState("warehouse", 0, 0, state_now.entities, state_now.relations,
+                                     (AgentActivity("agent_0", Activity.EXECUTING, "pick", '{"object": "box_1"}'),)))
+    got = system.retrieve("agent_0", "deliver box_1 to dock_0", 0, 10_000, chars)
+    assert asked[0] == 'pick{"object": "box_1"}' and len(asked) == 3   # the current step first
+    assert got.lines[0].startswith("lookahead: pick(object=box_1) -> ok: + agent_0 holding box_1")
+    assert "lookahead: place(object=box_1, target=dock_0) -> fails: agent_0 holds nothing" in got.lines
+    assert system.counts["lookahead_projected"] == 2 and system.counts["lookahead_unanswered"] == 1
+    assert [s.action for s in candidates(calls, "dock_0", limit=2)] == ["move_to", "place"]
+    assert candidates([], "", [Step("wait", {"steps": 1})]) == [Step("wait", {"steps": 1})]

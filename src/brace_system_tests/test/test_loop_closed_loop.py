@@ -1,10 +1,10 @@
 """GiG's loop trigger in a closed loop on a tiny world: the embedded warehouse (one agent), the trigger monitor with
 loop detection, the BRACE controller and the E-RECAP planner node on a scripted OpenAI-protocol server (the LLM's
-edge: its first plan sends the agent to a shelf and back to its park, its next plans are the oracle's way out).
+edge: its first plan sends the agent to a shelf and back to its park, its next plans keep it waiting).
 
 The agent's revisit of its park raises a LOOP trigger from the world's WorldState; the controller admits it like a
 failure (partial_replan); the planner's session graph, fed by the same states, puts the loop warning into that call's
-prompt.
+prompt, beside the projections of its candidate steps through the world's lookahead service.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_a_loop_in_the_world_raises_a_loop_trigger_the_controller_admits_and_the
         server.script.clear()
         planner = node(ErecapPlannerNode, model_path=model, backend="openai", server_url=server.base_url,
                        compressor="recency", endpoint="completions", structured_output="json_schema",
-                       memory_modules=["state_graph"], memory_share=0.5, action_schema_file="")
+                       memory_modules=["state_graph", "lookahead"], memory_share=0.5, action_schema_file="")
         planner.trigger_configure()
         assert planner.call_path is not None, planner.last_error
         planner.trigger_activate()
@@ -79,3 +79,6 @@ def test_a_loop_in_the_world_raises_a_loop_trigger_the_controller_admits_and_the
         assert decision.admitted and decision.mode == ReplanDecision.MODE_PARTIAL_REPLAN, decision
         wait_for(lambda: any("loop warning: agent_0" in r["body"].get("prompt", "") for r in server.requests),
                  timeout=60, what="the loop warning in the admitted call's prompt")
+        # the world's transition model projected the candidates (the current step first) for every call
+        prompt = next(r["body"]["prompt"] for r in server.requests if "loop warning" in r["body"].get("prompt", ""))
+        assert "lookahead: move_to(target=" in prompt and planner.lookahead.counts["answered"] >= 1, prompt

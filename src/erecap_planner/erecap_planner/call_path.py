@@ -221,6 +221,8 @@ class PlannerCallPath:
         constrained = (ConstrainedPlanDecoder(self.tokenizer, candidates, schema.max_steps, schema.min_steps)
                        if self.decoding is Decoding.CONSTRAINED else None)
         self.use = SchemaUse(schema, candidates, constrained)
+        if self.memory is not None:
+            self.memory.system.on_schema(candidates or enumerate_steps(schema))
 
     @property
     def schema(self) -> Optional[ActionSchema]:

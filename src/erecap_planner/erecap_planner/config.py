@@ -111,8 +111,9 @@ class PlannerConfig:
                                       "reflective (failure reflections, priors, notes), rag_static (memory_corpus_"
                                       "file), rag_memory (this run's records by relevance), state_graph (GiG: a "
                                       "loop warning when the agent's state revisits its session graph), experience "
-                                      "(GiG: the next actions of the nearest state of a successful episode); empty = "
-                                      "none")
+                                      "(GiG: the next actions of the nearest state of a successful episode), lookahead "
+                                      "(GiG: the projected next state of a few candidate steps, through the world's "
+                                      "lookahead service); empty = none")
     memory_scene_hops: int = param(2, "state_graph, experience: an agent's state is the scene graph its relations "
                                    "reach within this many edges of the world_state topic's state, other agents "
                                    "left out (0 = the whole scene: a one-agent world)", 0, 100)
@@ -120,6 +121,11 @@ class PlannerConfig:
                                        "to in its state (0 = pose left out)", 0.0, 1e6)
     experience_tau: float = param(0.1, "experience: a state matches a stored state whose embedding is closer than "
                                   "this (GiG's tau; an equal scene graph key always matches)", 0.0, 100.0)
+    lookahead_candidates: int = param(3, "lookahead: candidate steps a call projects (the current step, an "
+                                      "experience's next actions, then the valid calls most relevant to the goal)",
+                                      1, 64)
+    lookahead_timeout_s: float = param(0.25, "lookahead: longest wait for the world's answer on one candidate (s); "
+                                       "a later one is left out (lookahead.late)", 0.001, 10.0)
     state_encoder_path: str = param("", "experience: directory of GiG's scene-graph encoder (state_encoder_cli "
                                     "writes it; '~' expanded); empty = keys only (exact states)")
     memory_share: float = param(0.25, "most of B_t that retrieved memory may take (its tokens count inside B_t: the "

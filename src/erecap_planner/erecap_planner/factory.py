@@ -176,7 +176,8 @@ def build_memory(cfg: PlannerConfig, logger=None) -> MemoryUse:
         raise
     system = MemorySystem(cfg.memory_modules, store, cfg.recap_depth, corpus, priors, cfg.memory_max_lines,
                           summariser=summariser, log=log, scene_hops=cfg.memory_scene_hops,
-                          scene_cell_m=cfg.memory_scene_cell_m, tau=cfg.experience_tau, embed=embed)
+                          scene_cell_m=cfg.memory_scene_cell_m, tau=cfg.experience_tau, embed=embed,
+                          lookahead_candidates=cfg.lookahead_candidates)
     return MemoryUse(system, cfg.memory_share, cfg.recap_window)
 
 

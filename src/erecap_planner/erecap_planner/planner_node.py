@@ -84,6 +84,7 @@ from .call_queue import CallQueue, QueuedCall
 from .config import PlannerConfig
 from .context import ContextBuffer
 from .factory import CallPath, build_call_path
+from .lookahead_client import LookaheadClient
 from .pruned_forward import CallAborted
 from .server_call_path import ServerCallPath, ServerProbe
 
@@ -124,6 +125,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self.action_server: Optional[ActionServer] = None
         self.calls_pub = None
         self._topic_subs: list = []  # not rclpy's own Node._subscriptions, which this name would replace
+        self.lookahead: Optional[LookaheadClient] = None  # the world's transition model (memory module lookahead)
         self._queue_timer = None
         self.world_schema_json = ""  # the world's schema in use (WorldInfo.action_schema_json); "" = none yet
         self.world_schema_from = ""  # "<world> episode <n>" of that WorldInfo
@@ -173,6 +175,9 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             self._topic_subs.append(self.inputs.subscribe(
                 self, WorldState, names.WORLD_STATE, self.on_world_state, "world_state", qos.WORLD_STATE,
                 callback_group=context_group))
+        if memory is not None and memory.on("lookahead"):  # GiG's Bounded Lookahead through the world's service
+            self.lookahead = LookaheadClient(self, self.config.lookahead_timeout_s, memory.graphs.where)
+            memory.predict = self.lookahead
         if self.config.schema_from_world():  # latched: the current episode's, however late this node starts
             self._topic_subs.append(self.create_subscription(
                 WorldInfo, names.WORLD_INFO, self.on_world_info, qos.WORLD_INFO,
@@ -257,6 +262,9 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         if self.calls_pub is not None:
             self.destroy_lifecycle_publisher(self.calls_pub)
         self._topic_subs, self.calls_pub, self._queue_timer = [], None, None
+        if self.lookahead is not None:
+            self.destroy_client(self.lookahead.client)
+            self.lookahead = None
         memory = self.memory()
         if memory is not None:
             memory.close()  # the summary worker (bounded), then the store
@@ -523,6 +531,8 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
                            **{f"memory.{k}": v for k, v in memory.counts.items()},
                            **{f"memory.tree.{k}": v for k, v in memory.tree.counts.items()},
                            **{f"memory.store.{k}": v for k, v in memory.store.counts.items()}})
+        if self.lookahead is not None:
+            values.update({f"lookahead.{k}": v for k, v in self.lookahead.counts.items()})
         if path is not None and not isinstance(path, ServerCallPath):
             values.update({"backend": "local", "dtype": str(path.stack.dtype).replace("torch.", ""),
                            "decode_weights": path.stack.decode_weights, "context_layout": path.layout})

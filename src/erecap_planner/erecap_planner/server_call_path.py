@@ -46,6 +46,7 @@ from .openai_client import OpenAIClient, ServerError, StreamResult
 from .phase_clock import PhaseClock
 from .plan_parser import holds_json
 from .pruned_forward import CallAborted
+from .scoring import enumerate_steps
 
 ENDPOINTS = ("chat", "completions")
 """chat: /chat/completions with system + user messages (the server applies its chat template);
@@ -126,6 +127,8 @@ class ServerCallPath:
         self.max_new_tokens = max_new_tokens
         self.system_prompt = system_prompt
         self.memory = memory
+        if schema is not None:
+            self.set_schema(schema)
         self.plan_steps = dict(plan_steps or {})
         self.layout = layout
         self.max_context_tokens = max_context_tokens
@@ -146,6 +149,8 @@ class ServerCallPath:
         """Plan with `schema` (its JSON Schema as response_format) from the next call on; the running one keeps
         its own."""
         self.schema = schema
+        if self.memory is not None:
+            self.memory.system.on_schema(enumerate_steps(schema))
 
     # ------------------------------------------------------------------ request body
 
