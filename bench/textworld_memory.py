@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
-"""Memory on TextWorld cooking games no one here wrote: flat history, ReCAP's tree, OmniAct's memory, both; each
-with and without E-RECAP, at the same B_t.
+"""Memory on TextWorld cooking games no one here wrote: flat history, ReCAP's tree, OmniAct's memory, both, and GiG's
+(the session graph's loop warnings, with its experience bank, with Bounded Lookahead); each with and without E-RECAP,
+at the same B_t.
 
 Every row plays the same held-out games (seeds 0 on; fine-tuning used seeds 100,000 on) with the same planner:
 SmolLM2-135M-Instruct with the TextWorld adapter (brace_training.textworld_finetune_cli) on the CPU (fp32 unless
 --dtype), the candidates decoding scoring every admissible command, one command per call at B_t = 512 and SLO_t =
 4,500 ms (the `embedded` budget profile's). "Without E-RECAP" compresses the context to B_t minus the memory reserve
 by recency (the oldest history yields); "with" prunes inside the model to B_t (the TextWorld predictor trained with
-the adapter, Table 8 layers, first cut 1.5 B_t). Memory is in process and fresh for each game. A game ends won, lost,
-or after --max-steps world steps.
+the adapter, Table 8 layers, first cut 1.5 B_t). Memory is in process and fresh for each game, but for GiG's experience
+bank: each experience row starts from --experience-store (brace_training.experience_cli: the policy's wins on
+training seeds) copied into <out>, and keeps the games it wins (GiG Alg. 1 line 18). GiG's lookahead projects
+candidates with the game's own transition model (textworld on a copy). A game ends won, lost, or after --max-steps
+world steps.
 
 Games are played seed by seed, every row, and appended to <out>/textworld_memory_games.csv and _calls.csv as each ends, so an
 interrupted run goes on where it stopped (--fresh starts over); the table and <out>/textworld_memory.{csv,png} cover
 every game in the files. Targets: the best memory row wins >= 10 points more games than flat history
 with the same compressor, and its tokens per call at game step 40 are <= 1.1x those at step 5 (the context a call
-reads, before compression). Exits 1 when a target is missed or rows have not played every game yet.
+reads, before compression); GiG + experience wins >= 10 points more than GiG alone, the best GiG row beats the best
+other memory row (games won, then score), and GiG's tokens per call stay within 1.1x from step 5 to step 40.
+Exits 1 when a target is missed or rows have not played every game yet.
 Run inside the workspace: `source scripts/env.sh && python bench/textworld_memory.py` (--quick: one game, two rows,
 a few steps; --avx2: under AVX2 dispatch caps).
 """
@@ -62,7 +68,25 @@ def done_games(path: Path) -> set[tuple[str, int]]:
     return {(r["row"], int(r["seed"])) for r in read_rows(path)}
 
 
-def play_game(path, config, seed: int, args, folder: Path) -> tuple[dict, list[dict]]:
+def experience_store(row: str, config, args):
+    """The experience row's store: a copy of --experience-store in <out>, made at its first game (None: the row
+    has no experience module)."""
+    if "experience" not in config.modules:
+        return None
+    import shutil
+
+    from brace_memory.store import MemoryStore
+
+    path = Path(args.out) / f"textworld_memory_bank_{row.replace(' / ', '_')}.sqlite"
+    if not path.exists():
+        if not args.experience_store.is_file():
+            raise SystemExit(f"{args.experience_store}: no experience bank (python -m brace_training.experience_cli "
+                             "--world textworld --out <it>)")
+        shutil.copyfile(args.experience_store, path)
+    return MemoryStore(path)
+
+
+def play_game(path, config, seed: int, args, folder: Path, row: str = "") -> tuple[dict, list[dict]]:
     """One game with `path` planning every command: the game's row and its calls' rows."""
     from brace_common.episode import PATH_EFFICIENCY
     from brace_training.textworld_data import configured, memory_use
@@ -71,7 +95,7 @@ def play_game(path, config, seed: int, args, folder: Path) -> tuple[dict, list[d
     from sim_bridges.textworld.textworld_game import PLAYER, TEXT, TextWorldGame
     from sim_bridges.textworld.textworld_games import GameSpec, generate_game
 
-    memory = memory_use(config)
+    memory = memory_use(config, experience_store(row, config, args))
     configured(path, config, memory)
     game = TextWorldGame(generate_game(GameSpec(seed), folder), args.max_steps)
     calls = []
@@ -92,6 +116,7 @@ def play_game(path, config, seed: int, args, folder: Path) -> tuple[dict, list[d
                 session.play(str(out.steps[0].parameters.get(TEXT, "")))
             else:
                 session.idle()
+        session.end()
         result = {"seed": seed, "won": int(game.won), "lost": int(game.lost), "score": game.score,
                   "max_score": game.max_score, "steps": game.t, "calls": len(calls),
                   "walkthrough_steps": len(game.walkthrough),
@@ -99,6 +124,7 @@ def play_game(path, config, seed: int, args, folder: Path) -> tuple[dict, list[d
         return result, calls
     finally:
         game.close()
+        memory.system.close()
 
 
 def at_step(calls: list[dict], step: int, column: str) -> float:
@@ -155,6 +181,25 @@ def checks(table: list[dict], games_wanted: int) -> list[tuple[str, bool, str]]:
         growth = best["tokens_growth"]
         out.append((f"{best['row']}: tokens per call at step {LATE_STEP} <= {GROWTH_LIMIT}x step {EARLY_STEP}",
                     growth != "" and growth <= GROWTH_LIMIT, f"{growth}x (flat {flat['tokens_growth']}x)"))
+    gig = [r for r in table if r["row"].startswith("gig")]
+    others = [r for r in table if not r["row"].startswith(("gig", "flat"))]
+    for comp in COMPRESSORS:
+        alone, exp = by.get(f"gig / {comp}"), by.get(f"gig_experience / {comp}")
+        if alone and exp:
+            out.append((f"GiG + experience wins >= {WIN_MARGIN_POINTS:.0f} points more than GiG ({comp})",
+                        exp["won_pct"] >= alone["won_pct"] + WIN_MARGIN_POINTS,
+                        f"{exp['won_pct']}% vs {alone['won_pct']}%"))
+    if gig and others:
+        best_gig = max(gig, key=lambda r: (r["won_pct"], r["score_pct"]))
+        best_other = max(others, key=lambda r: (r["won_pct"], r["score_pct"]))
+        out.append(("the best GiG row beats the best other memory row",
+                    (best_gig["won_pct"], best_gig["score_pct"]) > (best_other["won_pct"], best_other["score_pct"]),
+                    f"{best_gig['row']} {best_gig['won_pct']}% won, {best_gig['score_pct']}% score vs "
+                    f"{best_other['row']} {best_other['won_pct']}%, {best_other['score_pct']}%"))
+        flat_growth = [r["tokens_growth"] for r in gig if r["tokens_growth"] != ""]
+        out.append((f"GiG rows: tokens per call at step {LATE_STEP} <= {GROWTH_LIMIT}x step {EARLY_STEP}",
+                    bool(flat_growth) and max(flat_growth) <= GROWTH_LIMIT,
+                    ", ".join(f"{r['row']} {r['tokens_growth']}x" for r in gig)))
     return out
 
 
@@ -184,13 +229,16 @@ def main() -> int:
     parser.add_argument("--games", type=int, default=None, help="held-out games per row (seeds 0 on)")
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--max-steps", type=int, default=None, help="world steps before an unfinished game fails")
-    parser.add_argument("--rows", nargs="*", default=None, help="rows to play (default: all eight)")
+    parser.add_argument("--rows", nargs="*", default=None, help="rows to play (default: all)")
     parser.add_argument("--budget", type=int, default=None, help="B_t of every call (default 512)")
     parser.add_argument("--slo-ms", type=float, default=None, help=f"SLO_t (default: the '{PROFILE}' profile's)")
     parser.add_argument("--adapter", default=ADAPTER)
     parser.add_argument("--dtype", default="float32", help="float32 (what any CPU runs) | bfloat16 | auto")
     parser.add_argument("--predictor", default=PREDICTOR, help="E-RECAP predictor bank (textworld_finetune_cli's)")
     parser.add_argument("--game-dir", type=Path, default=Path("~/.cache/brace/textworld").expanduser())
+    parser.add_argument("--experience-store", type=Path,
+                        default=Path("~/.cache/brace_ros/experience/textworld.sqlite").expanduser(),
+                        help="GiG's experience bank the experience rows start from (brace_training.experience_cli)")
     parser.add_argument("--fresh", action="store_true", help="forget the games already in the output files")
     parser.add_argument("--out", default="bench/out")
     args = parser.parse_args()
@@ -207,7 +255,7 @@ def main() -> int:
     args.hard_deadline_ms = args.slo_ms * profile.hard_deadline_factor
     # heavy: torch and the planner load after the dispatch caps are set
     from brace_common.config import resolve_path
-    from brace_training.textworld_data import CONFIGS
+    from brace_training.textworld_data import CONFIGS, GIG_CONFIGS
     from erecap_planner.call_path import PlannerCallPath
     from erecap_planner.predictor import PredictorBank
     from erecap_planner.pruning import PruneSchedule, table8_layers
@@ -218,7 +266,7 @@ def main() -> int:
     if args.fresh or args.quick:
         for p in (games_csv, calls_csv):
             p.unlink(missing_ok=True)
-    rows = row_names(CONFIGS, COMPRESSORS)
+    rows = row_names(CONFIGS + GIG_CONFIGS, COMPRESSORS)
     if args.quick:
         rows = [rows[0], rows[-1]]
     if args.rows:
@@ -243,14 +291,14 @@ def main() -> int:
             if (name, seed) in done:
                 continue
             started = time.monotonic()
-            result, calls = play_game(paths[name], config, seed, args, args.game_dir)
+            result, calls = play_game(paths[name], config, seed, args, args.game_dir, name)
             append_rows([{"row": name, **result, "cpu": cpu["cpu"], "torch_capability": cpu["torch_capability"],
                           "dtype": dtype}], games_csv)
             append_rows([{"row": name, "seed": seed, **c} for c in calls], calls_csv)
             print(f"{name:28s} seed {seed:3d}: {'won ' if result['won'] else 'lost' if result['lost'] else '----'} "
                   f"score {result['score']}/{result['max_score']} in {result['steps']} steps "
                   f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
-    names = [r[0] for r in row_names(CONFIGS, COMPRESSORS)]
+    names = [r[0] for r in row_names(CONFIGS + GIG_CONFIGS, COMPRESSORS)]
     table = summary(names, read_rows(games_csv), read_rows(calls_csv))
     columns = list(table[0]) if table else []
     print("| " + " | ".join(columns) + " |")

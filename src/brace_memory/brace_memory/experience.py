@@ -73,6 +73,7 @@ class ExperienceBank:
             raise ValueError(f"max_actions {max_actions} must be >= 1")
         self.store, self.tau, self.max_actions = store, tau, max_actions
         self._by_key: dict[str, tuple[MemoryRecord, int]] = {}
+        self._kept: set[tuple[str, str]] = set()   # (agent_id, record key) of every experience indexed
         self._rows: list[tuple[MemoryRecord, int]] = []
         self._matrix: Optional[np.ndarray] = None
         self._loaded = False
@@ -86,6 +87,9 @@ class ExperienceBank:
                 self._index(record)
 
     def _index(self, record: MemoryRecord) -> None:
+        if (record.agent_id, record.key) in self._kept:
+            return  # the same trajectory again (its record was updated, not added)
+        self._kept.add((record.agent_id, record.key))
         keys, zs = record.fields.get("keys", []), record.fields.get("z", [])
         for i, key in enumerate(keys):
             self._by_key.setdefault(key, (record, i))
@@ -97,7 +101,7 @@ class ExperienceBank:
     def __len__(self) -> int:
         """Experiences in the bank."""
         self._load()
-        return len({id(r) for r, _ in (*self._by_key.values(), *self._rows)})
+        return len(self._kept)
 
     def add(self, agent_id: str, episode_id: str, goal: str, path: Sequence[Visit], step: int = 0,
             zs: Sequence[Sequence[float]] = (), stamp: float = 0.0) -> Optional[MemoryRecord]:

@@ -49,6 +49,8 @@ RUNS = {
                             ("erecap_quality.png",)),
     "erecap_speed": Quick(("--out", "{out}/erecap_speed"), "prefill_speedup",
                           {"erecap_speed.csv": ("tokens_after", "prefill_ms", "e2e_ms", "kv_mb")}, ("erecap_speed.png",)),
+    "loop_detection": Quick(("--out", "{out}"), "| world | detector |",
+                            {"loop_detection.csv": ("trajectories", "states", "revisits")}),
     "memory_haystack": Quick(("--threads", "1", "--out", "{out}"), "| row | cases |",
                              {"memory_haystack.csv": ("cases", "context_tokens", "raw_tokens", "latency_p50_ms"),
                               "memory_haystack_calls.csv": ("context_tokens", "raw_tokens", "latency_ms")},

@@ -14,7 +14,9 @@ import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
+from brace_memory.store import MemoryStore
 from brace_memory.system import MemorySystem
 from erecap_planner.call_path import CallRequest, PlannerCallPath
 from erecap_planner.config import PlannerConfig
@@ -39,6 +41,14 @@ CONFIGS = (MemoryConfig("flat", "focus", ()),
            MemoryConfig("omniact", "focus", ("episodic", "reflective")),
            MemoryConfig("recap_omniact", "recap", ("episodic", "reflective")))
 """Flat history (ReAct-like), ReCAP's tree, OmniAct's episodic and reflective memory, both."""
+GIG_CONFIGS = (MemoryConfig("gig", "recap", ("state_graph",)),
+               MemoryConfig("gig_experience", "recap", ("state_graph", "experience")),
+               MemoryConfig("gig_lookahead", "recap", ("state_graph", "lookahead")))
+"""GiG's rows (Sec. 3): the session graph's loop warnings, with the experience bank, with Bounded Lookahead. GiG
+prompts the current scene, not the whole history: the recap layout's window keeps the newest entries (and the goal
+stack), so the prompt stays flat in the horizon."""
+TEXTWORLD_HOPS, TEXTWORLD_CELL_M = 0, 0.0
+"""A TextWorld state is the player's whole scene (one agent; nothing has a pose)."""
 DETOURS = ("go ", "open ", "take ", "examine ", "look", "inventory")
 """Commands a detour may run: they cannot lose the game (cooking, cutting, eating and dropping can)."""
 TOKEN_BUDGET = 512
@@ -60,10 +70,13 @@ class TextWorldPoint:
     config: str
 
 
-def memory_use(config: MemoryConfig) -> MemoryUse:
-    """A fresh in-process memory system of `config` (the planner's default share and window)."""
-    return MemoryUse(MemorySystem(config.modules, max_lines=PLANNER.memory_max_lines), PLANNER.memory_share,
-                     PLANNER.recap_window)
+def memory_use(config: MemoryConfig, store: Optional[MemoryStore] = None) -> MemoryUse:
+    """A fresh in-process memory system of `config` (the planner's default share and window), on `store` (None:
+    held in the process)."""
+    system = MemorySystem(config.modules, store, max_lines=PLANNER.memory_max_lines, scene_hops=TEXTWORLD_HOPS,
+                          scene_cell_m=TEXTWORLD_CELL_M, tau=PLANNER.experience_tau,
+                          lookahead_candidates=PLANNER.lookahead_candidates)
+    return MemoryUse(system, PLANNER.memory_share, PLANNER.recap_window)
 
 
 def configured(path: PlannerCallPath, config: MemoryConfig, memory: MemoryUse) -> PlannerCallPath:

@@ -13,9 +13,11 @@ from typing import Optional
 from brace_common.action_schema import ActionSchema, Step
 from brace_common.vocabulary import Mode
 from brace_common.world_feed import FeedEntry, outcomes
+from brace_memory.lookahead import Projection
 from brace_memory.system import MemorySystem
 from erecap_planner.context import ContextBuffer, Entry
 from sim_bridges.textworld import textworld_feed as feed
+from sim_bridges.textworld import textworld_state
 from sim_bridges.textworld.textworld_game import PLAYER, TextWorldGame, command_step
 
 
@@ -25,16 +27,37 @@ def entry_of(line: FeedEntry) -> Entry:
 
 
 class TextWorldSession:
-    """One game, the player's context buffer and (optionally) the planner's memory system."""
+    """One game, the player's context buffer and (optionally) the planner's memory system; GiG's modules get the
+    game's world state after every step and project candidates with the game's own transition model."""
 
     def __init__(self, game: TextWorldGame, episode: int, seed: int, memory: Optional[MemorySystem] = None) -> None:
         self.game = game
+        self.episode = episode
+        self.seed = seed
         self.memory = memory
         self.buffer = ContextBuffer()
         self.calls = 0
         if memory is not None:
             memory.start_episode()
+            memory.predict = self.project
         self.feed(feed.episode_entries(game, episode, seed) + feed.step_entries(game, []))
+        self.observe()
+
+    def observe(self) -> None:
+        """The game's world state into memory's session graphs (when a composed module reads them)."""
+        if self.memory is not None and self.memory.reads_world_states():
+            self.memory.on_world_state(textworld_state.world_state(self.game, self.episode))
+
+    def project(self, agent: str, step: Step) -> Optional[Projection]:
+        """s' = T(s, step) for the lookahead module: the game's own step on a copy."""
+        p = textworld_state.lookahead(self.game, self.episode, agent, step)
+        return Projection(p.valid, p.reason, p.state)
+
+    def end(self) -> int:
+        """The game is over: a won game joins the experience bank (GiG Alg. 1 line 18); experiences kept."""
+        if self.memory is None:
+            return 0
+        return self.memory.end_episode(f"textworld/{self.seed}/{self.episode}", self.game.won, self.game.t)
 
     @property
     def step(self) -> int:
@@ -70,6 +93,7 @@ class TextWorldSession:
         self.game.set_plan(plan)
         events = self.game.step()
         self.feed(feed.step_entries(self.game, events))
+        self.observe()
         if self.memory is not None:
             for event in outcomes(events):
                 self.memory.on_outcome(event.agent, event.step, event.action, event.success, event.text,
@@ -79,3 +103,4 @@ class TextWorldSession:
         """A step without a command (the call returned no plan): the player waits."""
         self.game.set_plan([])
         self.feed(feed.step_entries(self.game, self.game.step()))
+        self.observe()
