@@ -8,7 +8,8 @@ on one executor over real DDS, audit bag per row) with the row's overrides:
   table6   a harder world (more grasp slips and drift): open loop, frozen plan,
            No BRACE, BRACE + E-RECAP (Table 6)
   table30  the delta / omega / w sweep of BRACE + E-RECAP in a deadlock-prone
-           world (K = 6, every task to one dock) (Table 30)
+           world (K = 6, every task to one dock) (Table 30), and (3, 2, 3) with GiG: loop trigger,
+           loop warning and Bounded Lookahead; loop and wait steps per episode
   table5   K = 1, 2, 4, 8 with unpruned, E-RECAP and random context at the same B (Table 5 shape)
   table20  RAG x Prune at the small budget B = 128 (Table 20): retrieval from the warehouse corpus on or off,
            E-RECAP pruning on or off (unpruned: the whole context), with retrieved tokens and retrieval ms
@@ -84,7 +85,7 @@ T15_COLUMNS = ["label", "episodes", "success", "oracle_agreement", "tokens_after
 T6_COLUMNS = ["label", "episodes", "success", "delivered", "path_efficiency", "calls_per_episode", "latency_p95_ms",
               "slo_violation", "near_misses", "collisions"]
 T30_COLUMNS = ["label", "episodes", "calls_per_episode", "changes_per_episode", "churn", "deadlocks_per_episode",
-               "success", "slo_violation"]
+               "loops_per_episode", "coordination_wait", "loop_steps", "delivered", "success", "slo_violation"]
 T20_COLUMNS = ["label", "episodes", "success", "tokens_after", "retrieved_tokens", "retrieve_ms", "latency_p95_ms",
                "slo_violation", "oracle_agreement"]
 T5_COLUMNS = ["label", "num_agents", "episodes", "tokens_before", "tokens_after", "latency_p50_ms", "latency_p95_ms",
@@ -121,6 +122,11 @@ def tables() -> dict[str, Table]:
         DEADLOCK_PRONE, {"brace_controller": {"cooldown_steps": d, "commit_steps": o},
                          "trigger_monitor": {"deadlock_window": w, "deadlock_threshold": min(3, w)}}))
            for d, o, w in ((0, 0, 3), (3, 2, 3), (6, 4, 3), (3, 2, 6))]
+    # GiG on (3, 2, 3): the loop trigger, the loop warning and Bounded Lookahead through the warehouse's service
+    t30.append(Row("delta=3 omega=2 w=3 + GiG", "brace_erecap", _merge(
+        DEADLOCK_PRONE, {"brace_controller": {"cooldown_steps": 3, "commit_steps": 2},
+                         "trigger_monitor": {"deadlock_window": 3, "deadlock_threshold": 3, "loop_detection": True},
+                         "erecap_planner": {"memory_modules": ["state_graph", "lookahead"]}})))
     t5 = [Row(f"K={k} {name}", "brace_erecap" if comp == "erecap" else "brace",
               _merge({"embedded_sim": {"num_agents": k}, "erecap_planner": {"compressor": comp}}))
           for k in (1, 2, 4, 8) for name, comp in (("unpruned", "none"), ("E-RECAP", "erecap"), ("random", "random"))]
@@ -164,8 +170,9 @@ def tables() -> dict[str, Table]:
 def row_metrics(label: str, records, agents: int) -> dict:
     """The summary row, the trigger audit and the sweep's deadlock count."""
     out = {"label": label, "num_agents": agents, **trigger_rows(records), **summary(records)}
-    deadlocks = sum(d.trigger.kind == TriggerKind.DEADLOCK for _, d in records.decisions)
-    out["deadlocks_per_episode"] = deadlocks / out["episodes"] if out["episodes"] else math.nan
+    for kind, column in ((TriggerKind.DEADLOCK, "deadlocks_per_episode"), (TriggerKind.LOOP, "loops_per_episode")):
+        raised = sum(d.trigger.kind == kind for _, d in records.decisions)
+        out[column] = raised / out["episodes"] if out["episodes"] else math.nan
     return out
 
 

@@ -21,5 +21,6 @@ setup(
         "warehouse-finetune = brace_training.finetune_cli:main",
         "warehouse-predictor = brace_training.predictor_cli:main",
         "pickfruit-finetune = brace_training.pickfruit_finetune_cli:main",
+        "state_encoder_cli = brace_training.state_encoder_cli:main",
     ]},
 )

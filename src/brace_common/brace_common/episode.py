@@ -21,6 +21,7 @@ from .vocabulary import Failure
 # The metrics the worlds publish (docs/nodes.md says which world measures which).
 PATH_EFFICIENCY = "path_efficiency"        # SPL-like: shortest / travelled path when successful, else 0
 COORDINATION_WAIT = "coordination_wait"    # agent-steps spent waiting or blocked
+LOOP_STEPS = "loop_steps"                  # agent-steps in a state the agent held before its previous one (a loop)
 NEAR_MISSES = "near_misses"                # agent pairs closer than d_min, summed over steps
 COLLISIONS = "collisions"                  # agent pairs that collided, summed over steps
 MIN_DISTANCE_M = "min_distance_m"          # smallest distance between two agents over the episode

@@ -243,3 +243,22 @@ def test_lookahead_predicts_the_nominal_outcome_not_the_worlds_chance():
     world.set_plan("agent_0", [Step("pick", {"object": obj})])
     world.step()
     assert world_state(world, 0).entity(obj).state == "on_shelf"  # the grasp slipped: chance is not predicted
+
+
+def test_loop_steps_count_states_held_before_the_previous_one():
+    from brace_common.action_schema import Step
+    from brace_common.episode import LOOP_STEPS
+    from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
+
+    straight = Warehouse(WorldConfig(num_agents=1, seed=0, grasp_failure=0.0, drift=0.0))
+    straight.set_plan("agent_0", straight.oracle_plan("agent_0"))
+    while not straight.finished:
+        straight.step()
+    assert straight.success and straight.metrics().metrics[LOOP_STEPS] == 0
+    detour = Warehouse(WorldConfig(num_agents=1, seed=0, grasp_failure=0.0, drift=0.0, max_steps=30))
+    detour.set_plan("agent_0", [Step("move_to", {"target": "shelf_3"}), Step("move_to", {"target": "park_0"})])
+    while not detour.finished:
+        detour.step()
+    # out to shelf_3 and back the same way: every cell of the way back but the turn is a revisit
+    assert detour.agents["agent_0"].pos == detour.parks["park_0"]
+    assert detour.metrics().metrics[LOOP_STEPS] == len(detour.path(detour.parks["park_0"], detour.access("shelf_3")))

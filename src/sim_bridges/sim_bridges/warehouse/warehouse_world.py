@@ -27,7 +27,14 @@ from typing import Optional
 
 from brace_common.action_schema import Step
 from brace_common.config import check_fields, param
-from brace_common.episode import COLLISIONS, COORDINATION_WAIT, NEAR_MISSES, PATH_EFFICIENCY, EpisodeMetrics
+from brace_common.episode import (
+    COLLISIONS,
+    COORDINATION_WAIT,
+    LOOP_STEPS,
+    NEAR_MISSES,
+    PATH_EFFICIENCY,
+    EpisodeMetrics,
+)
 from brace_common.vocabulary import Activity, EntryKind, Predicate
 from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState, parameters_text
 
@@ -87,6 +94,8 @@ class Agent:
     stalled: int = 0
     moved: int = 0
     waited: int = 0
+    looped: int = 0                       # steps in a state held before the previous one (loop_steps)
+    been: list = field(default_factory=list)  # the distinct (cell, holding, tasks done) states held, in order
 
     @property
     def current(self) -> Optional[Step]:
@@ -272,6 +281,7 @@ class Warehouse:
         """Advance the world one controller step; return what happened."""
         self.t += 1
         events: list[Event] = []
+        self._count_loops()  # the first step: the states the agents start in
         self._drift(events)
         occupied = {a.pos for a in self.agents.values()}
         for name in sorted(self.agents):
@@ -284,11 +294,22 @@ class Warehouse:
             events.extend(self._execute(a, step, frozenset(occupied)))
             occupied.add(a.pos)
         self._hazards(events)
+        self._count_loops()
         for name, a in sorted(self.agents.items()):
             what = f"holding {a.holding}" if a.holding else "empty-handed"
             nxt = a.current.values_text() if a.current else "no plan"
             events.append(Event(name, self.t, EntryKind.OBSERVATION, f"at {a.pos}, {what}, next {nxt}"))
         return events
+
+    def _count_loops(self) -> None:
+        """Each agent's physical state (cell, what it holds, its tasks done): one held before the previous one is
+        a step in a loop (loop_steps)."""
+        for a in self.agents.values():
+            state = (a.pos, a.holding, tuple(t.done for t in self.tasks if a.name in (t.carrier, t.giver)))
+            if a.been and a.been[-1] == state:
+                continue
+            a.looped += state in a.been[:-1]
+            a.been.append(state)
 
     def _execute(self, a: Agent, step: Step, occupied: frozenset) -> list[Event]:
         act, p = step.action, step.parameters
@@ -396,6 +417,7 @@ class Warehouse:
         return EpisodeMetrics(success=self.success, steps=self.t, delivered=len(self.delivered), tasks=len(self.tasks),
                               metrics={PATH_EFFICIENCY: round(spl, 4),
                                        COORDINATION_WAIT: sum(a.waited for a in self.agents.values()),
+                                       LOOP_STEPS: sum(a.looped for a in self.agents.values()),
                                        NEAR_MISSES: self.near_misses, COLLISIONS: self.collisions})
 
     def snapshot(self) -> str:
