@@ -19,7 +19,7 @@ from brace_msgs.msg import Plan, ReplanCall, ReplanDecision
 from . import names
 from .episode import PLANS_AGREEING, EpisodeResult
 from .holds import CallHolds
-from .vocabulary import CallStatus
+from .vocabulary import CallStatus, TriggerKind
 from .world_io import STEPPED
 from .world_markers import CallEvents
 from .world_node import WorldNode
@@ -118,9 +118,15 @@ class WorldInputs(WorldNode):
             self.step()
 
     def on_decision(self, msg: ReplanDecision) -> None:
-        """An admitted call for one of this world's agents holds the world until it returns."""
-        if msg.admitted and self.world is not None and self.has_agent(msg.trigger.agent_id):
+        """An admitted call for one of this world's agents holds the world until it returns; a loop trigger of one
+        of them is drawn where the agent is (admitted or not)."""
+        if self.world is None or not self.has_agent(msg.trigger.agent_id):
+            return
+        if msg.admitted:
             self.holds.admit(msg.decision_id)
+        if msg.trigger.kind == TriggerKind.LOOP:
+            x, y = self.agent_xy(msg.trigger.agent_id)
+            self.calls.add_loop(float(x), float(y), msg.trigger.agent_id)
 
     def on_call(self, msg: ReplanCall) -> None:
         """A call that produced no plan releases the hold; every call is drawn as a replanning event."""

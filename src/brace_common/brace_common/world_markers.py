@@ -1,6 +1,7 @@
 """RViz markers every world draws the same way: a marker helper, a colour per agent, and the replanning events
 (CallEvents: discs coloured by SLO met (green) or missed (red) where the agent was, and a label with tokens and
-latency of the last call). Pure message construction (no node)."""
+latency of the last call; orange rings with the agent's name where a loop trigger found an agent back in a state it
+had held). Pure message construction (no node)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from std_msgs.msg import ColorRGBA
 from visualization_msgs.msg import Marker, MarkerArray
 
 GREEN, RED = ColorRGBA(r=0.1, g=0.8, b=0.2, a=0.9), ColorRGBA(r=0.9, g=0.1, b=0.1, a=0.9)
+ORANGE = ColorRGBA(r=1.0, g=0.55, b=0.0, a=0.9)
 AGENT_COLOURS = [(0.2, 0.4, 1.0), (1.0, 0.6, 0.0), (0.6, 0.2, 0.8), (0.0, 0.7, 0.7),
                  (0.9, 0.3, 0.5), (0.5, 0.5, 0.1), (0.3, 0.8, 0.3), (0.6, 0.3, 0.1)]
 
@@ -37,7 +39,9 @@ class CallEvents:
 
     def __init__(self, keep: int = 30):
         self.events: deque = deque(maxlen=keep)
+        self.loops: deque = deque(maxlen=keep)
         self.sequence = 0
+        self.loop_sequence = 0
         self.last_label = ""
 
     def add(self, x: float, y: float, slo_met: bool, agent: str, tokens_before: int, tokens_after: int,
@@ -49,9 +53,19 @@ class CallEvents:
         self.last_label = (f"last call {agent}: {tokens_before}->{tokens_after} tokens, "
                            f"{latency_ms:.0f} ms (SLO {slo_ms:.0f} ms {verdict})")
 
+    def add_loop(self, x: float, y: float, agent: str) -> None:
+        """Remember one loop trigger of `agent` at (x, y)."""
+        self.loop_sequence += 1
+        self.loops.append((self.loop_sequence, x, y, agent))
+
     def markers(self, frame: str, stamp: Time, label_at: tuple[float, float]) -> MarkerArray:
-        """Event discs and the label."""
+        """Event discs, loop rings and the label."""
         out = MarkerArray()
+        for seq, x, y, agent in self.loops:
+            ring = marker("loops", seq % self.loops.maxlen, Marker.CYLINDER, frame, stamp, ORANGE, (0.9, 0.9, 0.02))
+            ring.pose.position = Point(x=x, y=y, z=0.05)
+            ring.text = f"loop {agent}"
+            out.markers.append(ring)
         for seq, x, y, met in self.events:
             m = marker("replans", seq % self.events.maxlen, Marker.CYLINDER, frame, stamp, GREEN if met else RED,
                         (0.4, 0.4, 0.05))
