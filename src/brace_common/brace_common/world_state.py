@@ -261,6 +261,17 @@ def world_state_msg(state: WorldState, stamp: Time, frame_id: str) -> m.WorldSta
     return msg
 
 
+def received_world_state(msg: m.WorldState, counts: dict, rejections) -> Optional[WorldState]:
+    """The state a received WorldState message carries; None when it is inconsistent, counted in
+    `counts["malformed_world_states"]` and logged through `rejections` (brace_common.validation.Rejections)."""
+    try:
+        return world_state_from_msg(msg)
+    except ValueError as exc:
+        counts["malformed_world_states"] += 1
+        rejections.reject("world_state", exc, msg.world)
+        return None
+
+
 def world_state_from_msg(msg: m.WorldState) -> WorldState:
     """The state a WorldState message carries (ValueError when it is inconsistent: see WorldState)."""
     entities = []

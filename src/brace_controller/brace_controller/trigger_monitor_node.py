@@ -32,7 +32,7 @@ from brace_common.replanning import Trigger
 from brace_common.spin import spin_node
 from brace_common.validation import Rejections
 from brace_common.vocabulary import EpisodeEvent
-from brace_common.world_state import world_state_from_msg
+from brace_common.world_state import received_world_state
 
 from . import convert
 from .config import MonitorConfig, MonitorNodeConfig
@@ -135,13 +135,9 @@ class TriggerMonitorNode(Node):
 
     def on_world_state(self, msg: WorldState) -> None:
         """A world's state: agents back in a state they held this episode raise loop triggers."""
-        try:
-            state = world_state_from_msg(msg)
-        except ValueError as exc:
-            self.counts["malformed_world_states"] += 1
-            self.rejections.reject("world_state", exc, msg.world)
-            return
-        self.publish(self.monitor.on_world_state(state))
+        state = received_world_state(msg, self.counts, self.rejections)
+        if state is not None:
+            self.publish(self.monitor.on_world_state(state))
 
     def publish_diagnostics(self) -> None:
         """Raised triggers per kind and malformed inputs on /diagnostics."""

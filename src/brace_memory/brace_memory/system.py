@@ -160,6 +160,12 @@ class MemorySystem:
             if self.folding and block != Block.STATE:  # a snapshot of an earlier state misleads next to the latest
                 self.episodic.on_entry(agent_id, step, kind, text, teammates, stamp)
 
+    def on_context_entry(self, entry, teammates: frozenset[str] = frozenset()) -> None:
+        """`on_entry` for a context entry as the planner's buffer or a world's feed holds it (agent_id, step, kind,
+        text, block, and its stamp when it has one)."""
+        self.on_entry(entry.agent_id, entry.step, entry.kind, entry.text, teammates, getattr(entry, "stamp", 0.0),
+                      entry.block)
+
     def on_outcome(self, agent_id: str, step: int, action: str, success: bool, detail: str, failure: int,
                    stamp: float = 0.0) -> None:
         """A step the agent executed (ExecutionOutcome): the tree advances; a failure writes a reflection."""

@@ -89,8 +89,7 @@ def stream(case: HaystackCase, row: HaystackRow, planner: PlannerConfig = PLANNE
             entry = replace(entry, text=turn_summary(entry.text))
         buffer.add(entry)
         if memory is not None:
-            memory.system.on_entry(entry.agent_id, entry.step, entry.kind, entry.text, frozenset(buffer.state),
-                                   entry.stamp, entry.block)
+            memory.system.on_context_entry(entry, frozenset(buffer.state))
     return Streamed(row, case, buffer, memory)
 
 

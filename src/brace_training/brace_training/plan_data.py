@@ -64,7 +64,7 @@ class MemoryFeed:
         """Context entries as they reach the planner (returned, for the caller's own list)."""
         if self.memory is not None:
             for e in entries:
-                self.memory.on_entry(e.agent_id, e.step, e.kind, e.text, self.teammates, block=e.block)
+                self.memory.on_context_entry(e, self.teammates)
         return entries
 
     def outcomes(self, events) -> None:

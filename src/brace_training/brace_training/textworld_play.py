@@ -70,8 +70,7 @@ class TextWorldSession:
             entry = entry_of(line)
             self.buffer.add(entry)
             if self.memory is not None:
-                self.memory.on_entry(entry.agent_id, entry.step, entry.kind, entry.text, frozenset(self.buffer.state),
-                                     block=entry.block)
+                self.memory.on_context_entry(entry, frozenset(self.buffer.state))
 
     def schema(self) -> ActionSchema:
         """The planner's schema now: one command among the admissible ones."""

@@ -75,7 +75,7 @@ from brace_common.params import declare_parameters, read_config, reject_undeclar
 from brace_common.spin import spin_node
 from brace_common.validation import InvalidInput, Rejections
 from brace_common.vocabulary import CallState, CallStatus, EpisodeEvent
-from brace_common.world_state import world_state_from_msg
+from brace_common.world_state import received_world_state
 from brace_memory.memory_write import split_memory_writes
 
 from . import convert
@@ -291,7 +291,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self.counts["context_entries"] += 1
         memory = self.memory()
         if memory is not None:
-            memory.on_entry(entry.agent_id, entry.step, entry.kind, entry.text, teammates, entry.stamp, entry.block)
+            memory.on_context_entry(entry, teammates)
 
     def memory(self):
         """The call path's memory system (None before configure)."""
@@ -315,14 +315,9 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
 
     def on_world_state(self, msg: WorldState) -> None:
         """A world's state: each agent's scene graph joins its session graph (malformed: counted)."""
-        try:
-            state = world_state_from_msg(msg)
-        except ValueError as exc:
-            self.counts["malformed_world_states"] += 1
-            self.rejections.reject("world_state", exc, msg.world)
-            return
+        state = received_world_state(msg, self.counts, self.rejections)
         memory = self.memory()
-        if memory is not None:
+        if state is not None and memory is not None:
             memory.on_world_state(state)
 
     def on_episode(self, msg: Episode) -> None:
