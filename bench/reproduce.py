@@ -189,12 +189,15 @@ def plot(plt, table: Table, rows: list[dict]):
 
 
 def run_table(cfg: RunConfig, table: Table, episodes: int, out: Path, quiet: bool,
-              base: dict[str, dict] | None = None) -> str:
-    """Run every row (on top of `base`, the quick mode's settings); write its markdown, CSV and PNG; the markdown."""
+              base: dict[str, dict] | None = None, only: tuple[str, ...] = ()) -> str:
+    """Run every row (those whose label holds one of `only`, when given; on top of `base`, the quick mode's
+    settings); write its markdown, CSV and PNG; the markdown."""
     rows = []
     folder = out / table.name
     shutil.rmtree(folder, ignore_errors=True)  # a rerun replaces the table's earlier rows (and their bags)
     for i, row in enumerate(table.rows):
+        if only and not any(part in row.label for part in only):
+            continue
         extra = _merge({table.world: (base or {}).get(table.world, {})}, row.extra,
                        {table.world: {"episodes": episodes}})
         started = time.monotonic()
@@ -223,6 +226,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--quiet", action="store_true", help="no per-step progress line")
     ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
+    ap.add_argument("--rows", nargs="+", default=(), help="only the rows whose label holds one of these texts")
     args = ap.parse_args()
     args.tables = args.tables or (["table2"] if args.quick else list(all_tables))
     if args.episodes is None:
@@ -233,7 +237,8 @@ def main() -> int:
         started = time.monotonic()
         table = all_tables[name]
         cfg = RunConfig.load(table.config or args.config)
-        text = run_table(cfg, table, args.episodes, args.out, args.quiet, QUICK if args.quick else None)
+        text = run_table(cfg, table, args.episodes, args.out, args.quiet, QUICK if args.quick else None,
+                         tuple(args.rows))
         print(f"\n{text}\n({name}: {time.monotonic() - started:.0f} s, {args.episodes} episodes per row)\n", flush=True)
         parts.append(text)
     (args.out / "reproduce.md").write_text("\n".join(parts))
