@@ -75,7 +75,9 @@ class ExperienceBank:
         self._by_key: dict[str, tuple[MemoryRecord, int]] = {}
         self._kept: set[tuple[str, str]] = set()   # (agent_id, record key) of every experience indexed
         self._rows: list[tuple[MemoryRecord, int]] = []
-        self._matrix: Optional[np.ndarray] = None
+        self._blocks: list[np.ndarray] = []        # embeddings of the records indexed, one block each
+        self._matrix: Optional[np.ndarray] = None  # the blocks stacked (rebuilt after an add), and its squared norms
+        self._norms: Optional[np.ndarray] = None
         self._loaded = False
 
     def _load(self) -> None:
@@ -95,8 +97,8 @@ class ExperienceBank:
             self._by_key.setdefault(key, (record, i))
         if zs:
             self._rows += [(record, i) for i in range(len(zs))]
-            block = np.asarray(zs, dtype=np.float32)
-            self._matrix = block if self._matrix is None else np.vstack([self._matrix, block])
+            self._blocks.append(np.asarray(zs, dtype=np.float32))
+            self._matrix = self._norms = None
 
     def __len__(self) -> int:
         """Experiences in the bank."""
@@ -121,11 +123,16 @@ class ExperienceBank:
         self._load()
         hit = self._by_key.get(key)
         distance = 0.0
-        if hit is None and z and self._matrix is not None and self.tau > 0:
-            d = np.linalg.norm(self._matrix - np.asarray(z, dtype=np.float32)[None, :], axis=1)
-            best = int(np.argmin(d))
-            if float(d[best]) < self.tau:
-                hit, distance = self._rows[best], float(d[best])
+        if hit is None and z and self._blocks and self.tau > 0:
+            if self._matrix is None:
+                self._matrix = np.ascontiguousarray(np.concatenate(self._blocks))
+                self._norms = np.einsum("ij,ij->i", self._matrix, self._matrix)
+            q = np.asarray(z, dtype=np.float32)
+            d2 = self._norms - 2.0 * (self._matrix @ q) + float(q @ q)   # |b - q|^2 for every stored state
+            best = int(np.argmin(d2))
+            d = float(np.sqrt(max(0.0, float(d2[best]))))
+            if d < self.tau:
+                hit, distance = self._rows[best], d
         if hit is None:
             return None
         record, at = hit
