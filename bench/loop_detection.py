@@ -7,7 +7,7 @@ place before its oracle plan resumes (it walks there and back along the aisles);
 the player, at a random step of the walkthrough, goes through a random exit and back before the policy resumes.
 
 Labels come from each world's physical state, not from the detector's view: in the warehouse an agent's (cell, what
-it holds, whether its task is done); in TextWorld the game's whole set of facts. A state is a revisit when its label
+it holds, and for each of its tasks: done, the shelf its object is on, who holds it); in TextWorld the game's whole set of facts. A state is a revisit when its label
 equals one the agent held before its previous state (waiting is not a loop). Each detector sees the states one by
 one as the trigger monitor does (brace_common.session_graph): `key` (the scene graph's canonical hash: warehouse
 hops 2, cell 1 m; TextWorld the whole scene) and, for each encoder given with --encoder, `embedding` (a revisit
@@ -92,9 +92,11 @@ def warehouse_runs(seeds: range, agents: tuple[int, ...], rng: random.Random, ma
                 state = world_state(w, 0)
                 for a in names:
                     agent = w.agents[a]
-                    done = tuple(t.done for t in w.tasks if a in (t.carrier, t.giver))
+                    mine = [t for t in w.tasks if a in (t.carrier, t.giver)]
+                    holders = {b.holding: b.name for b in w.agents.values() if b.holding}
+                    where = tuple((t.done, w.objects.get(t.obj), holders.get(t.obj)) for t in mine)
                     trajs[a].views.append(agent_view(state, a, 2, 1.0))
-                    trajs[a].labels.append((agent.pos, agent.holding, done))
+                    trajs[a].labels.append((agent.pos, agent.holding, where))
                     trajs[a].detour.append(in_detour[a])
 
             record()

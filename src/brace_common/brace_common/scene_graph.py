@@ -3,7 +3,8 @@
 A world's state holds every agent; an agent's own state is the part of the scene it stands in: its entity, and
 what its relations reach within `hops` edges (both directions). Other agents are not part of it: where a teammate
 stands changes without the agent acting, and a state that changes with it would make an agent standing still
-"revisit" states (or a looping one never do so). `hops` 0 keeps the whole scene (a one-agent world).
+"revisit" states (or a looping one never do so). `hops` 0 keeps the whole scene, connected to the agent or not, but
+for the other agents (a one-agent world).
 The agent's pose enters as its cell on a grid of `cell_m` (0: the pose is left out), other poses never do: they
 follow from relations (a held object goes with its holder), or do not change (shelves, docks).
 
@@ -93,10 +94,12 @@ def agent_view(state: WorldState, agent_id: str, hops: int = 2, cell_m: float = 
         neighbours.setdefault(r.subject, []).append(r.object)
         neighbours.setdefault(r.object, []).append(r.subject)
     depth = {agent_id: 0}
-    queue = deque([agent_id])
+    if hops == 0:
+        depth.update({i: 1 for i, e in entities.items() if e.type not in AGENT_TYPES})
+    queue = deque([] if hops == 0 else [agent_id])
     while queue:
         here = queue.popleft()
-        if hops and depth[here] >= hops:
+        if depth[here] >= hops:
             continue
         for there in neighbours.get(here, ()):
             if there not in depth and entities[there].type not in AGENT_TYPES:

@@ -33,7 +33,8 @@ def test_the_view_holds_what_the_agents_relations_reach_and_not_the_rest():
 def test_three_hops_reach_the_shelf_the_object_stands_on():
     assert "shelf_0" in [n.id for n in agent_view(state(), "agent_0", hops=3).nodes]
     whole = agent_view(state(), "agent_0", hops=0)
-    assert "far" not in [n.id for n in whole.nodes]  # not connected to the agent at all
+    assert "far" in [n.id for n in whole.nodes] and "agent_1" not in [n.id for n in whole.nodes]
+    assert ("far", "on", "shelf_9") in whole.edges
 
 
 def test_the_key_is_canonical_and_tells_states_apart():
