@@ -7,8 +7,9 @@ place before its oracle plan resumes (it walks there and back along the aisles);
 the player, at a random step of the walkthrough, goes through a random exit and back before the policy resumes.
 
 Labels come from each world's physical state, not from the detector's view: in the warehouse an agent's (cell, what
-it holds, and for each of its tasks: done, the shelf its object is on, who holds it); in TextWorld the game's whole set of facts. A state is a revisit when its label
-equals one the agent held before its previous state (waiting is not a loop). Each detector sees the states one by
+it holds, and for each of its tasks: done, the shelf its object is on, who holds it); in TextWorld the game's whole
+set of facts. A state is a revisit when its label equals one the agent held before its previous state (waiting is not
+a loop). Each detector sees the states one by
 one as the trigger monitor does (brace_common.session_graph): `key` (the scene graph's canonical hash: warehouse
 hops 2, cell 1 m; TextWorld the whole scene) and, for each encoder given with --encoder, `embedding` (a revisit
 when z_t is within tau of an earlier node but the previous).

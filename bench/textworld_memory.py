@@ -95,7 +95,7 @@ def play_game(path, config, seed: int, args, folder: Path, row: str = "") -> tup
     from sim_bridges.textworld.textworld_game import PLAYER, TEXT, TextWorldGame
     from sim_bridges.textworld.textworld_games import GameSpec, generate_game
 
-    memory = memory_use(config, experience_store(row, config, args))
+    memory = memory_use(config, experience_store(row, config, args), args.embed)
     configured(path, config, memory)
     game = TextWorldGame(generate_game(GameSpec(seed), folder), args.max_steps)
     calls = []
@@ -239,6 +239,8 @@ def main() -> int:
     parser.add_argument("--experience-store", type=Path,
                         default=Path("~/.cache/brace_ros/experience/textworld.sqlite").expanduser(),
                         help="GiG's experience bank the experience rows start from (brace_training.experience_cli)")
+    parser.add_argument("--encoder", default="", help="GiG's scene-graph encoder for the experience rows "
+                        "(state_encoder_cli's folder; empty = keys only: a held-out game's state matches no other's)")
     parser.add_argument("--fresh", action="store_true", help="forget the games already in the output files")
     parser.add_argument("--out", default="bench/out")
     args = parser.parse_args()
@@ -276,6 +278,11 @@ def main() -> int:
         rows = [r for r in rows if r[0] in args.rows]
     cpu = cpu_report()
     predictor = args.predictor
+    args.embed = None
+    if args.encoder:
+        from brace_memory.state_encoder import StateEncoder
+
+        args.embed = StateEncoder.load(Path(args.encoder).expanduser()).embed
     model, tok = load_planner_model(args.adapter, "cpu", args.dtype)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     bank = PredictorBank.load(resolve_path(predictor), model.config)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from brace_common.session_graph import Embedder
 from brace_memory.store import MemoryStore
 from brace_memory.system import MemorySystem
 from erecap_planner.call_path import CallRequest, PlannerCallPath
@@ -70,12 +71,13 @@ class TextWorldPoint:
     config: str
 
 
-def memory_use(config: MemoryConfig, store: Optional[MemoryStore] = None) -> MemoryUse:
+def memory_use(config: MemoryConfig, store: Optional[MemoryStore] = None,
+               embed: Optional[Embedder] = None) -> MemoryUse:
     """A fresh in-process memory system of `config` (the planner's default share and window), on `store` (None:
-    held in the process)."""
+    held in the process), with GiG's encoder `embed` for the experience bank (None: keys only)."""
     system = MemorySystem(config.modules, store, max_lines=PLANNER.memory_max_lines, scene_hops=TEXTWORLD_HOPS,
                           scene_cell_m=TEXTWORLD_CELL_M, tau=PLANNER.experience_tau,
-                          lookahead_candidates=PLANNER.lookahead_candidates)
+                          lookahead_candidates=PLANNER.lookahead_candidates, embed=embed)
     return MemoryUse(system, PLANNER.memory_share, PLANNER.recap_window)
 
 
