@@ -18,7 +18,11 @@ Columns per world and detector: revisits (labelled), recall (labelled revisits d
 (detections that are no revisit / detections), false alarm rate (detections that are no revisit / states that are
 no revisit), injected loops and the share of them caught (a detection inside the detour), time per state.
 Targets: recall >= 95 % and false positives <= 5 % for the key detector (the one the trigger monitor runs).
-Writes <out>/loop_detection.csv; exits 1 when a target is missed.
+
+With --bags (closed-loop runs' bags, e.g. reproduce's table30 GiG row), the reaction to a loop trigger: how often the
+agent reaches a state it had not held this episode (its scene graph's key, as the monitor cut it) within
+RECOVERY_STEPS world steps of the trigger. Target: >= 70 % of loop triggers.
+Writes <out>/loop_detection.csv (and loop_recovery.csv); exits 1 when a target is missed.
 Run inside the workspace: `source scripts/env.sh && python bench/loop_detection.py` (--quick: fewer runs).
 """
 
@@ -34,6 +38,8 @@ from pathlib import Path
 from report import cpu_report, describe_cpu, fill_defaults, print_written, report_checks, write_csv
 
 TARGET_RECALL = 0.95
+TARGET_RECOVERY = 0.70
+RECOVERY_STEPS = 3
 TARGET_FALSE_POSITIVES = 0.05
 TAU = 0.1
 
@@ -223,6 +229,43 @@ def score(world: str, name: str, trajectories: list[Trajectory], detect: Detecto
             "ms_per_state": round(elapsed_ms / max(1, states), 3)}
 
 
+def recovery(bag: Path, hops: int = 2, cell_m: float = 1.0) -> dict:
+    """Loop triggers in a bag and how many were followed, within RECOVERY_STEPS world steps, by a state the agent
+    had not held this episode."""
+    from brace_msgs.msg import TriggerEvent, WorldState
+    from rclpy.serialization import deserialize_message
+
+    from brace_audit.bag import read_bag
+    from brace_common.scene_graph import agent_view
+    from brace_common.world_state import world_state_from_msg
+
+    contents = read_bag(bag)
+    keys: dict[tuple[int, str], list[tuple[int, str]]] = {}   # (episode, agent) -> (step, key) in order
+    episode_at: list[tuple[int, int]] = []                     # (log time, episode)
+    for m in contents.messages:
+        if m.topic.endswith("/world_state"):
+            state = world_state_from_msg(deserialize_message(m.data, WorldState))
+            episode_at.append((m.log_time_ns, state.episode))
+            for a in state.agents:
+                keys.setdefault((state.episode, a.agent_id), []).append(
+                    (state.step, agent_view(state, a.agent_id, hops, cell_m).key()))
+    loops = recovered = 0
+    for m in contents.messages:
+        if not m.topic.endswith("/triggers"):
+            continue
+        t = deserialize_message(m.data, TriggerEvent)
+        if t.kind != TriggerEvent.KIND_LOOP:
+            continue
+        episode = max((e for time_ns, e in episode_at if time_ns <= m.log_time_ns), default=0)
+        seen = keys.get((episode, t.agent_id), [])
+        before = {k for s, k in seen if s <= t.step}
+        after = [k for s, k in seen if t.step < s <= t.step + RECOVERY_STEPS]
+        loops += 1
+        recovered += any(k not in before for k in after)
+    return {"bag": str(bag), "loop_triggers": loops, "recovered": recovered,
+            "recovered_share": round(recovered / loops, 4) if loops else float("nan")}
+
+
 def load_encoder(path: str):
     """An encoder's embed function (brace_memory.state_encoder)."""
     from brace_memory.state_encoder import StateEncoder
@@ -240,6 +283,7 @@ def main() -> int:
     parser.add_argument("--game-dir", type=Path, default=Path("~/.cache/brace/textworld").expanduser())
     parser.add_argument("--encoder", action="append", default=[], metavar="NAME=DIR",
                         help="also run the embedding detector with this encoder (repeatable)")
+    parser.add_argument("--bags", type=Path, nargs="*", default=[], help="closed-loop bags: the reaction to loops")
     parser.add_argument("--out", default="bench/out")
     args = parser.parse_args()
     fill_defaults(args, {"warehouse_seeds": 3, "games": 2}, {"warehouse_seeds": 30, "games": 20})
@@ -264,6 +308,15 @@ def main() -> int:
     csv_path = write_csv([{**r, "cpu": cpu["cpu"], "flags": cpu["flags"]} for r in rows], out / "loop_detection.csv")
     print_written(csv_path)
     checks: list[tuple[str, bool, str]] = []
+    if args.bags:
+        recoveries = [recovery(bag) for bag in args.bags]
+        for r in recoveries:
+            print(f"{r['bag']}: {r['loop_triggers']} loop triggers, a new state within {RECOVERY_STEPS} steps after "
+                  f"{r['recovered']} ({r['recovered_share']:.1%})")
+        print_written(write_csv(recoveries, out / "loop_recovery.csv"))
+        loops, recovered = sum(r["loop_triggers"] for r in recoveries), sum(r["recovered"] for r in recoveries)
+        checks.append((f"a new state within {RECOVERY_STEPS} steps after >= {TARGET_RECOVERY:.0%} of loop triggers",
+                       bool(loops) and recovered / loops >= TARGET_RECOVERY, f"{recovered} of {loops}"))
     for r in rows:
         if r["detector"] != "key":
             continue
