@@ -101,6 +101,7 @@ class MemorySystem:
         self.predict: Optional[Predict] = None
         self.calls: list[Step] = []      # the valid skill calls of the current schema (lookahead's candidates)
         self.views: dict[str, dict[str, SceneGraph]] = {}   # per agent: each state's scene graph this episode
+        self.closed: Optional[tuple] = None   # the last closed episode's (world, episode), graphs, views, goals
         self.counts = {"retrievals": 0, "lines_retrieved": 0, "lines_left_out": 0, "notes_dropped": 0,
                        "loop_warnings": 0, "experiences_kept": 0, "experiences_matched": 0,
                        "lookahead_projected": 0, "lookahead_unanswered": 0}
@@ -211,8 +212,7 @@ class MemorySystem:
         with self.lock:
             self.tree.forget()
             self.episodic.start_episode()
-            self.graphs.reset()
-            self.views, self.goals = {}, {}
+            self._close_session()
 
     def on_schema(self, calls: list[Step]) -> None:
         """The valid skill calls of the schema the next calls plan with (lookahead's candidates)."""
@@ -229,23 +229,39 @@ class MemorySystem:
             return
         with self.lock:
             if self.graphs.episode not in (None, (state.world, state.episode)):
-                self.views, self.goals = {}, {}
+                self._close_session()  # a state of the next episode may come before the end of this one
             self.graphs.observe(state)
             for agent, view in self.graphs.latest.items():
                 self.views.setdefault(agent, {})[view.key()] = view
                 self.goals[agent] = agent_goal(state, agent) or self.goals.get(agent, "")
 
-    def end_episode(self, episode_id: str, success: bool, step: int = 0, stamp: float = 0.0) -> int:
+    def _close_session(self) -> None:
+        """The session graphs of the episode under way become the last closed one (its end may come later)."""
+        if self.graphs.episode is not None:
+            self.closed = (self.graphs.episode, self.graphs.graphs, self.views, self.goals)
+        self.graphs.reset()
+        self.views, self.goals = {}, {}
+
+    def end_episode(self, episode_id: str, success: bool, step: int = 0, stamp: float = 0.0,
+                    episode: Optional[tuple[str, int]] = None) -> int:
         """An episode ended: when it succeeded, each agent's session graph joins the experience bank (Alg. 1 line
-        18, with embeddings when an encoder is given); the experiences kept."""
+        18, with embeddings when an encoder is given); the experiences kept. `episode` (world, episode) names the
+        session: the one under way, or the last closed one when states of the next episode came first (None: the
+        one under way)."""
         if not (success and self.on("experience")):
             return 0
         kept = 0
         with self.lock:
-            for agent, graph in self.graphs.graphs.items():
+            if episode is None or self.graphs.episode == episode:
+                graphs, views, goals = self.graphs.graphs, self.views, self.goals
+            elif self.closed is not None and self.closed[0] == episode:
+                _, graphs, views, goals = self.closed
+            else:
+                return 0
+            for agent, graph in graphs.items():
                 path = graph.trajectory()
-                zs = self.embed([self.views[agent][v.key] for v in path]) if self.embed is not None and path else ()
-                if self.bank.add(agent, episode_id, self.goals.get(agent, ""), path, step, zs, stamp) is not None:
+                zs = self.embed([views[agent][v.key] for v in path]) if self.embed is not None and path else ()
+                if self.bank.add(agent, episode_id, goals.get(agent, ""), path, step, zs, stamp) is not None:
                     kept += 1
             self.counts["experiences_kept"] += kept
         return kept

@@ -136,3 +136,14 @@ def test_lookahead_projects_the_current_step_and_relevant_calls_through_predict(
     assert system.counts["lookahead_projected"] == 2 and system.counts["lookahead_unanswered"] == 1
     assert [s.action for s in candidates(calls, "dock_0", limit=2)] == ["move_to", "place"]
     assert candidates([], "", [Step("wait", {"steps": 1})]) == [Step("wait", {"steps": 1})]
+
+
+def test_an_end_that_comes_after_the_next_episodes_first_state_keeps_the_finished_episode():
+    system = MemorySystem(["experience"])
+    for step, x in enumerate([0, 1, 2]):
+        system.on_world_state(state(step, x, episode=0))
+    system.on_world_state(state(0, 7, episode=1))   # topics are not ordered: the next episode's state came first
+    assert system.end_episode("e0", True, 3, episode=("warehouse", 0)) == 1
+    (record,) = system.store.records("agent_0", RecordKind.EXPERIENCE)
+    assert len(record.fields["keys"]) == 3
+    assert system.end_episode("e5", True, 3, episode=("warehouse", 5)) == 0   # no such session: nothing kept

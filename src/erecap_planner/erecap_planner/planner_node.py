@@ -328,7 +328,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             memory = self.memory()
             if memory is not None:
                 memory.end_episode(f"{msg.world}/{msg.seed}/{msg.episode}/{seconds_of(msg.header.stamp):.3f}",
-                                   msg.success, int(msg.steps), seconds_of(msg.header.stamp))
+                                   msg.success, int(msg.steps), seconds_of(msg.header.stamp), (msg.world, msg.episode))
             return
         if msg.event != EpisodeEvent.START:
             return
