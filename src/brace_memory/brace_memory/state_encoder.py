@@ -129,6 +129,7 @@ class MiniLMFeatures(TextFeatures):
     def __init__(self, folder: Optional[Path] = None) -> None:
         super().__init__()
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        # transformers: seconds to import, only for this feature source (and only after offline mode is set)
         from transformers import AutoModel, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
@@ -157,6 +158,7 @@ class SmolLM2Features(TextFeatures):
     def __init__(self) -> None:
         super().__init__()
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        # gguf and transformers: only for this feature source (and only after offline mode is set)
         from gguf import GGUFReader
         from gguf.quants import dequantize
         from transformers import AutoTokenizer
@@ -407,7 +409,7 @@ class StateEncoder:
 
     def save(self, path: Path) -> Path:
         """Write the weights (safetensors) and the config with the training facts (JSON) into folder `path`."""
-        from safetensors.torch import save_file
+        from safetensors.torch import save_file  # only where an encoder is written
 
         folder = Path(path).expanduser()
         folder.mkdir(parents=True, exist_ok=True)
@@ -424,7 +426,7 @@ class StateEncoder:
 
         FileNotFoundError when the folder or a file is missing; ValueError when the config or weights do not fit.
         """
-        from safetensors.torch import load_file
+        from safetensors.torch import load_file  # only where an encoder is read
 
         folder = Path(path).expanduser()
         for name in (CONFIG_FILE, WEIGHTS_FILE):

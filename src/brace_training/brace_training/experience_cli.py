@@ -30,10 +30,11 @@ WAREHOUSE_HOPS, WAREHOUSE_CELL_M = 2, 1.0
 
 def textworld_bank(system: MemorySystem, seeds: range, game_dir: Path, max_steps: int = 200) -> int:
     """Play each seed's game with the policy; experiences kept."""
+    # textworld (and jericho): seconds to import, only for --world textworld
     from sim_bridges.textworld.textworld_game import TextWorldGame
     from sim_bridges.textworld.textworld_games import GameSpec, generate_game
 
-    from .textworld_play import TextWorldSession
+    from .textworld_play import TextWorldSession  # it imports textworld too
 
     kept = 0
     for seed in seeds:
@@ -50,7 +51,7 @@ def textworld_bank(system: MemorySystem, seeds: range, game_dir: Path, max_steps
 
 def warehouse_bank(system: MemorySystem, seeds: range, num_agents: int, task_docks: int, max_steps: int = 120) -> int:
     """Run each seed's episode with every agent on the oracle; experiences kept."""
-    from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig, world_state
+    from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig, world_state  # only for --world warehouse
 
     kept = 0
     for seed in seeds:
@@ -75,7 +76,7 @@ def load_embedder(path: Optional[str]) -> Optional[Embedder]:
     """GiG's encoder at `path` as an Embedder (None: keys only)."""
     if not path:
         return None
-    from brace_memory.state_encoder import StateEncoder
+    from brace_memory.state_encoder import StateEncoder  # torch and a text encoder: only with --encoder
 
     return StateEncoder.load(Path(path).expanduser()).embed
 

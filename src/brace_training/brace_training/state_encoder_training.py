@@ -107,6 +107,7 @@ def warehouse_trajectories(seeds: Iterable[int], agent_counts: Sequence[int] = A
 
 def textworld_trajectory(game_file: Path, seed: int, max_steps: int = TEXTWORLD_MAX_STEPS) -> Trajectory:
     """The player's whole-scene trajectory through a game played by textworld's policy (the recipe read first)."""
+    # textworld (and jericho): seconds to import, only when TextWorld games are collected
     from sim_bridges.textworld.textworld_game import PLAYER, TextWorldGame
     from sim_bridges.textworld.textworld_state import world_state
 
@@ -127,7 +128,7 @@ def textworld_trajectory(game_file: Path, seed: int, max_steps: int = TEXTWORLD_
 
 def textworld_trajectories(seeds: Iterable[int], folder: Path) -> tuple[list[Trajectory], list[int]]:
     """Trajectories of the seeds' games (tw-cooking defaults) found in `folder`; the seeds whose game is not there."""
-    from sim_bridges.textworld.textworld_games import GameSpec, cached
+    from sim_bridges.textworld.textworld_games import GameSpec, cached  # textworld: only when games are collected
 
     out, missing = [], []
     for seed in seeds:
