@@ -76,15 +76,12 @@ class SessionGraph:
     tau: float = 0.0
     path: list[Visit] = field(default_factory=list)
     loop: Optional[Loop] = None    # the loop the current state closed (None: it closed none)
+    first_time: bool = False       # the current state is one the agent had not held before this episode
+    seen: set[str] = field(default_factory=set)   # every state key the agent held this episode
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.tau) or self.tau < 0:
             raise ValueError(f"tau {self.tau} must be finite and >= 0")
-
-    @property
-    def keys(self) -> set[str]:
-        """Every state key the agent held this episode."""
-        return {v.key for v in self.path}
 
     def current(self) -> Optional[Visit]:
         """The state the agent is in (None before the first)."""
@@ -93,13 +90,14 @@ class SessionGraph:
     def match(self, key: str, z: Sequence[float] = ()) -> Optional[tuple[int, float]]:
         """The latest visited node (but the current one) that is this state: (position in the path, distance);
         an exact key first, else the nearest embedding within tau."""
-        earlier = self.path[:-1]
-        for i in range(len(earlier) - 1, -1, -1):
-            if earlier[i].key == key:
-                return i, 0.0
+        end = len(self.path) - 1   # the current node is not a revisit of itself
+        if key in self.seen:
+            for i in range(end - 1, -1, -1):
+                if self.path[i].key == key:
+                    return i, 0.0
         if self.tau <= 0 or not z:
             return None
-        best = min(((distance(z, v.z), i) for i, v in enumerate(earlier) if v.z), default=None)
+        best = min(((distance(z, self.path[i].z), i) for i in range(end) if self.path[i].z), default=None)
         return (best[1], best[0]) if best is not None and best[0] < self.tau else None
 
     def visit(self, step: int, key: str, z: Sequence[float] = (), doing: str = "") -> Optional[Loop]:
@@ -114,6 +112,8 @@ class SessionGraph:
         if last is not None and not last.action:
             self.path[-1] = Visit(last.key, last.z, last.step, last.last_step, "(no action)")
         self.path.append(Visit(key, tuple(float(v) for v in z), step, step, doing))
+        self.first_time = key not in self.seen
+        self.seen.add(key)
         self.loop = None
         if hit is None:
             return None

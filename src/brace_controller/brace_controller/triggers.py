@@ -236,14 +236,12 @@ class LoopDetector:
         """One world state; the loop triggers it raises (at controller step `step`)."""
         if not self.enabled:
             return []
-        known = {agent: set(g.keys) for agent, g in self.graphs.graphs.items()}
         episode = self.graphs.episode
         loops = {loop.agent_id: loop for loop in self.graphs.observe(state)}
         if self.graphs.episode != episode:
-            self.last, self.count, known = {}, {}, {}
+            self.last, self.count = {}, {}
         for agent, graph in self.graphs.graphs.items():
-            now = graph.current()
-            if now is not None and now.key not in known.get(agent, ()):
+            if graph.first_time:
                 self.count[agent] = 0   # a state it had not held: progress
         return [self._trigger(step, loop) for agent, loop in sorted(loops.items()) if self._due(agent, step)]
 

@@ -231,8 +231,10 @@ class MemorySystem:
             if self.graphs.episode not in (None, (state.world, state.episode)):
                 self._close_session()  # a state of the next episode may come before the end of this one
             self.graphs.observe(state)
+            keep_views = self.embed is not None and self.on("experience")  # end_episode embeds the kept views
             for agent, view in self.graphs.latest.items():
-                self.views.setdefault(agent, {})[view.key()] = view
+                if keep_views:
+                    self.views.setdefault(agent, {})[view.key()] = view
                 self.goals[agent] = agent_goal(state, agent) or self.goals.get(agent, "")
 
     def _close_session(self) -> None:
