@@ -92,7 +92,8 @@ class Block(_LabelledEnum):
 
 
 class Failure(_LabelledEnum):
-    """Why an executed step failed (ExecutionOutcome.FAILURE_*): BRACE Table 32's categories, and collisions."""
+    """Why an executed step failed (ExecutionOutcome.FAILURE_*): BRACE Table 32's categories, collisions, and steps the
+    visual verifier preempted."""
 
     NONE = 0
     GRASP = 1
@@ -101,6 +102,7 @@ class Failure(_LabelledEnum):
     CONTACT_LOSS = 4
     EXECUTOR = 5
     COLLISION = 6
+    PREEMPTED = 7
 
 
 class EntryKind(str, enum.Enum):

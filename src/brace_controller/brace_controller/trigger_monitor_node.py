@@ -121,7 +121,8 @@ class TriggerMonitorNode(Node):
             self.counts["malformed_outcomes"] += 1
             self.rejections.reject("outcome", exc, msg.agent_id)
             return
-        self.publish(self.monitor.on_outcome(agent_id, success, detail))
+        preempted = msg.failure == ExecutionOutcome.FAILURE_PREEMPTED
+        self.publish(self.monitor.on_outcome(agent_id, success, detail, preempted))
 
     def on_verdict(self, msg: VerifierVerdict) -> None:
         """A confident verifier violation raises a preempt trigger."""

@@ -304,10 +304,11 @@ class TriggerMonitor:
                 self.initial_pending.add(agent)
         self.states[agent] = state
 
-    def on_outcome(self, agent: str, success: bool, detail: str = "") -> list[Trigger]:
-        """An execution outcome; may raise a failure trigger."""
+    def on_outcome(self, agent: str, success: bool, detail: str = "", preempted: bool = False) -> list[Trigger]:
+        """An execution outcome; may raise a failure trigger. A step the visual verifier preempted counts as a failure
+        but raises none: its verdict raised the preempt trigger already."""
         trigger = self.failure.update(agent, self.step, success, detail)
-        return [self._with_failures(trigger)] if trigger else []
+        return [self._with_failures(trigger)] if trigger and not preempted else []
 
     def on_verdict(self, agent: str, violation: bool, confidence: float, detail: str = "") -> list[Trigger]:
         """A verifier verdict; may raise a preempt trigger."""

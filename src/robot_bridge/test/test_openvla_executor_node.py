@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ament_index_python.packages import get_package_share_directory
-from brace_msgs.msg import ContextEntry, EndEffectorDelta, ExecutionOutcome, Plan, PlanStep
+from brace_msgs.msg import ContextEntry, EndEffectorDelta, ExecutionOutcome, Plan, PlanStep, VerifierVerdict
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
 from rclpy.lifecycle import TransitionCallbackReturn
@@ -424,3 +424,34 @@ def test_image_conversion():
                 Image(height=0, width=3, encoding="rgb8", step=9, data=b"")):
         with pytest.raises(ValueError):
             image_to_array(bad)
+
+
+def test_a_confident_violation_halts_the_step_and_holds_the_arm(ros, act):
+    """OmniAct's preemption: the verifier's violation ends the running step at once (FAILURE_PREEMPTED), the arm gets a
+    zero step (hold), the rest of the plan is abandoned; other agents' and unconfident verdicts change nothing."""
+    server = act(Policy(OPEN_ACTION))          # the gripper never closes: the pick runs until something ends it
+    node = executor(server.url, on_failure="continue")
+    arm = start(ros, node)
+    verdicts = arm.create_publisher(VerifierVerdict, names.VERDICTS, qos.EVENTS)
+    wait_for(lambda: verdicts.get_subscription_count() > 0, what="the executor's verdicts subscription")
+    arm.plan("p1", ("pick", '{"object": "apple"}'), ("place", '{"object": "apple", "target": "bowl"}'))
+    wait_for(lambda: len(arm.commands) >= 2, what="the pick's first actions")
+    verdicts.publish(VerifierVerdict(agent_id="arm_1", violation=True, confidence=0.9, detail="not ours"))
+    verdicts.publish(VerifierVerdict(agent_id="arm_0", violation=True, confidence=0.2, detail="unsure"))
+    wait_for(lambda: node.counts["verdicts_not_halting"] == 1, what="the unconfident verdict counted")
+    assert not arm.outcomes
+    verdicts.publish(VerifierVerdict(agent_id="arm_0", violation=True, confidence=0.9,
+                                     detail="apple removed: not on the table, not in the gripper"))
+    wait_for(lambda: len(arm.outcomes) == 1 and len(arm.entries) == 1, what="the halted step's outcome")
+    outcome, entry = arm.outcomes[0], arm.entries[0]
+    assert not outcome.success and outcome.failure == ExecutionOutcome.FAILURE_PREEMPTED and outcome.action == "pick"
+    assert "visual verifier" in outcome.detail and "apple removed" in outcome.detail
+    assert entry.kind == EntryKind.FAILURE_TRACE.value and "apple removed" in entry.text
+    wait_for(lambda: any(c.translation.x == c.translation.y == c.translation.z == 0.0 and math.isnan(c.gripper)
+                         for c in arm.commands), what="the hold command")
+    sent, ticks = len(arm.commands), node.ticks
+    wait_for(lambda: node.ticks >= ticks + 5, what="five more control ticks")
+    assert len(arm.commands) == sent and node.current is None, "a preempted plan is abandoned, even with 'continue'"
+    assert node.counts["halts"] == 1 and len(arm.outcomes) == 1
+    verdicts.publish(VerifierVerdict(agent_id="arm_0", violation=True, confidence=0.9, detail="again"))
+    wait_for(lambda: node.counts["verdicts_idle"] == 1, what="a verdict while idle counted")

@@ -89,6 +89,11 @@ class ExecutorConfig:
     max_vla_errors: int = param(3, "this many VLA errors in a row fail the step (EXECUTOR)", 1, 1000)
     stale_after_s: float = param(2.0, "a step fails (EXECUTOR) when the arm state or the image is older than this "
                                  "(s)", 0.1, 600.0)
+    halt_on_verdict: bool = param(True, "halt the running step when the visual verifier's verdict (verdicts) for this "
+                                  "agent is a violation: FAILURE_PREEMPTED, the arm holds, the rest of the plan is "
+                                  "abandoned")
+    halt_min_confidence: float = param(0.5, "a violation halts the step only with at least this confidence (the "
+                                       "trigger monitor's preempt_min_confidence)", 0.0, 1.0)
     diagnostics_period_s: float = diagnostics_period_param()
     autostart: bool = autostart_param(False)
 

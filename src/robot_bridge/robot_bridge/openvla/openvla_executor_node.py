@@ -2,8 +2,9 @@
 
 Names are relative (launch puts the robot's nodes in its namespace).
 
-Subscribes  plan (brace_msgs/Plan, latched; only plans of `agent_id`), `image_topic` (sensor_msgs/Image, rgb8
-            or bgr8), joint_states (sensor_msgs/JointState: the `gripper_joint` position is the gripper
+Subscribes  plan (brace_msgs/Plan, latched; only plans of `agent_id`), verdicts (brace_msgs/VerifierVerdict:
+            the visual verifier's; a confident violation for `agent_id` halts the step), `image_topic`
+            (sensor_msgs/Image, rgb8 or bgr8), joint_states (sensor_msgs/JointState: the `gripper_joint` position is the gripper
             opening, m), end_pose (geometry_msgs/PoseStamped: the end effector in the frame of `locations`)
 Publishes   ee_delta_cmd (brace_msgs/EndEffectorDelta: one scaled, limited 7-D action per VLA answer),
             outcomes (brace_msgs/ExecutionOutcome: one per finished step, `step` = this node's control tick,
@@ -20,7 +21,7 @@ Parameters  see robot_bridge.openvla.executor_config.ExecutorConfig and config/o
             gripper_closed_m, min_object_width_m, max_object_width_m, closed_command_m, grasp_settle_s,
             settle_tolerance_m, hold_confirm_s, release_margin_m, position_tolerance_m, place_tolerance_m,
             push_contact_m, push_loss_m, step_timeout_s, max_step_actions, max_vla_errors, stale_after_s,
-            diagnostics_period_s, autostart.
+            halt_on_verdict, halt_min_confidence, diagnostics_period_s, autostart.
 
 Lifecycle: configure validates the parameters (a bad one fails naming it) and builds the backend (local: loads
 the model, a missing or unloadable checkpoint fails configure; server: nothing is contacted yet), the
@@ -43,6 +44,12 @@ rejected.plan.<reason> and dropped whole: the current step goes on. VLA errors (
 deadlines by phase, malformed or non-real actions) are counted as vla_errors.<reason>; `max_vla_errors` in a row
 fail the step with FAILURE_EXECUTOR (so does a step timeout without a single answer) and diagnostics say ERROR
 until an answer comes. The executor never touches the replanning topics.
+
+Preemption (OmniAct Sec. 3.3): a VerifierVerdict for `agent_id` with `violation` and at least
+`halt_min_confidence` halts the running step in its callback, without waiting for the next tick: the VLA call in
+flight is cancelled, a zero EndEffectorDelta makes the arm hold its measured pose, the step ends with
+FAILURE_PREEMPTED (its outcome and a failure_trace entry carry the verifier's detail, so the replan reads it) and the
+rest of the plan is abandoned whatever `on_failure` says. A verdict while idle is counted, nothing else.
 """
 
 from __future__ import annotations
@@ -57,7 +64,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
-from brace_msgs.msg import ContextEntry, EndEffectorDelta, ExecutionOutcome, Plan
+from brace_msgs.msg import ContextEntry, EndEffectorDelta, ExecutionOutcome, Plan, VerifierVerdict
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, Vector3
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -75,6 +82,7 @@ from brace_common.spin import spin_node
 from brace_common.validation import InvalidInput, Rejections, check_id, shorten
 from brace_common.vocabulary import Block, EntryKind, Failure
 
+from ..orbbec.image_msgs import image_to_array
 from .executor_config import ExecutorConfig
 from .instructions import InstructionTemplates
 from .step_monitor import Observation, StepMonitor, StepResult, StepSpec, outcome_text
@@ -83,7 +91,6 @@ from .vla_backends import LocalBackend, ServerBackend, VlaError, resize_image
 
 MAX_PLAN_STEPS = 64
 """A plan longer than this is rejected (the planner's schemas allow a handful)."""
-MAX_IMAGE_PIXELS = 4096 * 4096
 EXECUTOR_THREADS = 2  # subscriptions and the control tick share one mutually exclusive group; diagnostics too
 
 
@@ -117,21 +124,6 @@ class PlannedStep:
     def call(self) -> str:
         """The skill call as canonical text (what makes two plan steps the same)."""
         return self.step.call()
-
-
-def image_to_array(msg: Image) -> np.ndarray:
-    """An rgb8 / bgr8 sensor_msgs/Image as an (H, W, 3) uint8 RGB array (a view where possible); InvalidInput if not."""
-    encoding = msg.encoding.lower()
-    if encoding not in ("rgb8", "bgr8"):
-        raise InvalidInput("encoding", f"image encoding '{shorten(msg.encoding, 24)}' is not rgb8 or bgr8")
-    height, width, step = int(msg.height), int(msg.width), int(msg.step)
-    if height <= 0 or width <= 0 or height * width > MAX_IMAGE_PIXELS:
-        raise InvalidInput("size", f"image size {width}x{height} is empty or too large")
-    if step < 3 * width or len(msg.data) < step * (height - 1) + 3 * width:
-        raise InvalidInput("size", f"image data ({len(msg.data)} bytes, step {step}) is short for {width}x{height} rgb")
-    data = np.frombuffer(msg.data, dtype=np.uint8)
-    rows = np.lib.stride_tricks.as_strided(data, shape=(height, width, 3), strides=(step, 3, 1), writeable=False)
-    return rows[:, :, ::-1] if encoding == "bgr8" else rows
 
 
 def build_backend(cfg: ExecutorConfig):
@@ -222,6 +214,8 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
             self.create_subscription(JointState, names.JOINT_STATES, self.on_joints, qos.STATE,
                                      callback_group=self.group),
             self.create_subscription(PoseStamped, names.END_POSE, self.on_pose, qos.STATE, callback_group=self.group),
+            self.create_subscription(VerifierVerdict, names.VERDICTS, self.on_verdict, qos.EVENTS,
+                                     callback_group=self.group),
         ]
         self.state_label = "inactive"
         self.get_logger().info(f"configured in {time.monotonic() - started:.1f} s: agent '{cfg.agent_id}', "
@@ -315,6 +309,35 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
             instruction = self.templates.instruction(step.action, step.parameters)
             steps.append(PlannedStep(i, step, instruction, self.monitor.spec(step.action, step.parameters)))
         return steps
+
+    def on_verdict(self, msg: VerifierVerdict) -> None:
+        """A confident violation for this agent halts the running step (OmniAct's preemption)."""
+        with self._lock:
+            cfg = self.config
+            if cfg is None or msg.agent_id != cfg.agent_id or not msg.violation:
+                return
+            confidence = float(msg.confidence)
+            if not math.isfinite(confidence) or not 0.0 <= confidence <= 1.0:
+                self.rejections.reject("verdict", InvalidInput("confidence", f"confidence {confidence} is not in "
+                                                               "[0, 1]"), msg.agent_id)
+                return
+            if not cfg.halt_on_verdict or confidence < cfg.halt_min_confidence:
+                self.counts["verdicts_not_halting"] += 1
+                return
+            if self._control_timer is None or self.current is None or not self.monitor.active:
+                self.counts["verdicts_idle"] += 1
+                return
+            self._abandon_request()
+            self._hold()
+            self.counts["halts"] += 1
+            self._finish(self.monitor.preempt(time.monotonic(), shorten(msg.detail, 300)))
+
+    def _hold(self) -> None:
+        """A zero end-effector step: the arm holds the pose it measures now (the gripper stays as it is)."""
+        msg = EndEffectorDelta(translation=Vector3(), rotation=Vector3(), gripper=math.nan)
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.header.frame_id = self.config.frame_id
+        self.ee_pub.publish(msg)
 
     def on_image(self, msg: Image) -> None:
         """Keep the latest camera image (malformed images are counted)."""
@@ -457,7 +480,7 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
             self.get_logger().info(f"step {step.index} {text}")
         else:
             self.get_logger().warning(f"step {step.index} {text}")
-        if result.success or self.config.on_failure == "continue":
+        if result.success or (self.config.on_failure == "continue" and failure != Failure.PREEMPTED):
             self.index += 1
         else:
             self.index = len(self.steps)  # abandoned: idle until the next plan

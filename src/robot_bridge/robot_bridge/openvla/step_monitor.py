@@ -354,6 +354,12 @@ class StepMonitor:
             return self._end(t, Failure.EXECUTOR, f"VLA failed {self.vla_errors} times in a row: {detail}")
         return None
 
+    def preempt(self, t: float, detail: str) -> Optional[StepResult]:
+        """The visual verifier saw the step contradicted: it ends now with FAILURE_PREEMPTED (None when idle)."""
+        if self.step is None:
+            return None
+        return self._end(t, Failure.PREEMPTED, f"halted by the visual verifier: {detail}")
+
     def observe(self, obs: Observation) -> Optional[StepResult]:
         """Judge the current step at one tick; its result when it ended, else None."""
         events = self.gripper.update(obs.t, obs.commanded_gripper_m, obs.gripper_m, obs.state_time)
