@@ -41,11 +41,9 @@ import time
 from collections.abc import Callable
 from typing import Optional
 
-import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
-from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Header
 
@@ -58,14 +56,13 @@ from brace_common.params import declare_parameters, read_config, reject_undeclar
 from brace_common.spin import spin_node
 
 from .camera_config import CameraConfig, topic
-from .frame_convert import FrameError, Intrinsics, camera_info_data
+from .frame_convert import FrameError
+from .image_msgs import IMAGE_QOS, camera_info_msg, image_msg
 from .orbbec_device import Frames, FrameSource, OrbbecSource, StreamRequest
 from .video_source import VideoSource
 
 READ_TIMEOUT_S = 0.1  # the reading thread looks at its stop flag at least this often
 JOIN_TIMEOUT_S = 10.0
-IMAGE_QOS = qos_profile_sensor_data
-"""Best effort, keep last 5: a lost image is superseded by the next (matches brace_common.qos.STATE readers)."""
 
 SourceFactory = Callable[[CameraConfig], FrameSource]
 
@@ -79,22 +76,6 @@ def default_source(cfg: CameraConfig) -> FrameSource:
     color = StreamRequest(cfg.color_width, cfg.color_height, cfg.color_fps, cfg.color_format.upper())
     depth_request = StreamRequest(cfg.depth_width, cfg.depth_height, cfg.depth_fps) if cfg.enable_depth else None
     return OrbbecSource(cfg.serial_number, color, depth_request, cfg.sdk_log_level)
-
-
-def image_msg(array: np.ndarray, encoding: str, header: Header) -> Image:
-    """A sensor_msgs/Image of a C-contiguous (H, W[, C]) array."""
-    array = np.ascontiguousarray(array)
-    msg = Image(header=header, height=array.shape[0], width=array.shape[1], encoding=encoding,
-                is_bigendian=int(sys.byteorder == "big" and array.itemsize > 1), step=array.strides[0])
-    msg.data = array.tobytes()
-    return msg
-
-
-def camera_info_msg(intr: Intrinsics, header: Header) -> CameraInfo:
-    """A sensor_msgs/CameraInfo of `intr`."""
-    data = camera_info_data(intr)
-    return CameraInfo(header=header, width=data.width, height=data.height, distortion_model=data.distortion_model,
-                      d=list(data.d), k=list(data.k), r=list(data.r), p=list(data.p))
 
 
 class OrbbecCameraNode(ReleasingLifecycleNode):

@@ -14,7 +14,7 @@ episode, at a fraction of its cost (planner training and evaluation data).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -27,6 +27,9 @@ from ..openvla.step_monitor import Observation, StepMonitor, StepResult, describ
 from ..openvla.vla_action import ActionError, to_arm
 from ..piper.piper_kinematics import PiperKinematics
 from .pickfruit_world import HOME_JOINTS, SKILLS_TEXT, PickFruitWorld, Point, TwinPolicy, scene_text, task_text
+
+Halt = Callable[[], Optional[str]]
+"""Asked after every control tick: a reason to halt the running step, or None."""
 
 HOME_TOOL: Point = tuple(PiperKinematics().forward_pose(HOME_JOINTS)[:3])  # type: ignore[assignment]
 """The tool point of the twin world's home joints (m)."""
@@ -94,18 +97,20 @@ class PickFruitRollout:
 
     # ------------------------------------------------------------------ executing plans
 
-    def execute(self, plan: Sequence[tuple[str, Mapping[str, Any]]], max_steps: Optional[int] = None) -> list[StepRecord]:
+    def execute(self, plan: Sequence[tuple[str, Mapping[str, Any]]], max_steps: Optional[int] = None,
+                halt: Optional[Halt] = None) -> list[StepRecord]:
         """Execute plan steps in order until one fails (the executor abandons the plan) or `max_steps` ended."""
         records = []
         for action, parameters in plan[:max_steps]:
-            record = self.step(action, parameters)
+            record = self.step(action, parameters, halt)
             records.append(record)
             if not record.result.success:
                 break
         return records
 
-    def step(self, action: str, parameters: Mapping[str, Any]) -> StepRecord:
-        """Run one plan step to its end; ValueError for a step the executor would reject."""
+    def step(self, action: str, parameters: Mapping[str, Any], halt: Optional[Halt] = None) -> StepRecord:
+        """Run one plan step to its end; ValueError for a step the executor would reject. `halt` is asked after every
+        tick (the visual verifier beside the executor): a reason it returns halts the step (FAILURE_PREEMPTED)."""
         instruction = self.templates.instruction(action, parameters)
         self.monitor.start(self.monitor.spec(action, parameters), self.t)
         result = None
@@ -117,6 +122,9 @@ class PickFruitRollout:
             if result is None:
                 result = self._act(instruction)
             self._scene_changes()
+            reason = halt() if halt is not None and result is None else None
+            if reason:
+                result = self.monitor.preempt(self.t, reason)
         self.monitor.stop()
         text = outcome_text(describe_step(action, parameters), result)
         kind = EntryKind.ACTION_OUTCOME if result.success else EntryKind.FAILURE_TRACE

@@ -8,6 +8,14 @@ a grasp slips with probability `slip_probability` at a seeded point of the
 carry, and the fruit falls where the tool is. The episode succeeds when every
 fruit of the task is in the bowl.
 
+Two more faults exist for the visual verifier (OmniAct App. F): with
+`hand_probability` an operator's hand takes the episode's first task fruit
+away as the tool comes within `hand_reach_m` of it (the hand stays in view for
+`hand_visible_s` on the world's clock), and with `phantom_probability` a grasp
+closes on nothing the gripper can tell from a fruit: the gripper stops at the
+fruit's width, but the fruit stays on the table (the executor believes the pick
+succeeded; only the camera sees the source unchanged).
+
 `TwinPolicy` answers what OpenVLA's `/act` would for the instructions of the
 executor's template table ("pick up the banana", "put the banana in the
 bowl"): a bounded step of the tool toward the next waypoint and the gripper
@@ -20,6 +28,7 @@ from __future__ import annotations
 import math
 import random
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
@@ -67,14 +76,19 @@ class PickFruitConfig:
     slip_probability: float = 0.35                         # per grasp: the fruit slips somewhere on the carry
     slip_after_m: tuple[float, float] = (0.08, 0.16)       # where: carried distance (the lift is 0.06 m)
     open_margin_m: float = 0.004                           # an opening this far past the width releases the fruit
+    hand_probability: float = 0.0                          # per episode: a hand takes the first task fruit away
+    hand_reach_m: float = 0.07                             # ... as the tool comes this near it
+    hand_visible_s: float = 0.6                            # the hand is in view this long (world clock)
+    phantom_probability: float = 0.0                       # per grasp: the gripper stops at the width, holding nothing
 
     def __post_init__(self) -> None:
         if len(self.widths_m) != len(self.fruits) or not self.fruits:
             raise ValueError(f"{len(self.fruits)} fruits need as many widths, got {len(self.widths_m)}")
         if not 1 <= self.tasks <= len(self.fruits):
             raise ValueError(f"tasks must be 1..{len(self.fruits)}, got {self.tasks}")
-        if not 0.0 <= self.slip_probability <= 1.0:
-            raise ValueError(f"slip_probability must be in [0, 1], got {self.slip_probability}")
+        for name in ("slip_probability", "hand_probability", "phantom_probability"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
 
     def width(self, fruit: str) -> float:
         """The width (m) the gripper closes to on `fruit`."""
@@ -92,6 +106,7 @@ class Fruit:
     in_bowl: bool = False
     slip_after_m: Optional[float] = None   # carry distance after which the current grasp slips (None: it holds)
     carried_m: float = 0.0
+    removed: bool = False                  # a hand took it away: not in the scene any more
 
 
 @dataclass
@@ -102,13 +117,19 @@ class WorldCounts:
     slips: int = 0
     releases: int = 0
     in_bowl: int = 0
+    hands: int = 0          # fruits a hand took away
+    phantoms: int = 0       # grasps that closed on nothing at a fruit's width
 
 
 class PickFruitWorld:
     """The PickFruit table; thread-safe (the twin's thread calls `grasp`, the node reads snapshots)."""
 
-    def __init__(self, config: PickFruitConfig = PickFruitConfig()) -> None:
+    def __init__(self, config: PickFruitConfig = PickFruitConfig(), clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
+        self.clock = clock
+        self.hand_armed = False                     # this episode's hand has yet to come
+        self.hand: Optional[tuple[Point, float]] = None   # where the hand reached in, and when (clock)
+        self.phantom: Optional[str] = None          # the fruit a phantom grasp pretends to hold
         self.lock = threading.Lock()
         self.fruits: dict[str, Fruit] = {}
         self.task: tuple[str, ...] = ()
@@ -133,6 +154,8 @@ class PickFruitWorld:
                 self.fruits[name] = Fruit(name, p, width)
             self.task = tuple(rng.sample(list(cfg.fruits), k=min(cfg.tasks, len(cfg.fruits))))
             self.counts = WorldCounts()
+            self.hand_armed = rng.random() < cfg.hand_probability
+            self.hand, self.phantom = None, None
             self._last_tool = None
             return self.task
 
@@ -144,6 +167,13 @@ class PickFruitWorld:
         with self.lock:
             moved = math.dist(tool, self._last_tool) if self._last_tool is not None else 0.0
             self._last_tool = tool
+            if self.phantom is not None:
+                width = self.fruits[self.phantom].width_m
+                if gripper_m > width + cfg.open_margin_m:
+                    self.phantom = None                                 # opened: the pretence ends
+                    return None
+                return width
+            self._hand(tool)
             held = next((f for f in self.fruits.values() if f.held), None)
             if held is not None:
                 if gripper_m > held.width_m + cfg.open_margin_m:      # opened: released
@@ -156,15 +186,39 @@ class PickFruitWorld:
                     return None
                 held.position = tool
                 return held.width_m
-            near = [f for f in self.fruits.values() if not f.in_bowl and math.dist(tool, f.position) <= cfg.grasp_radius_m]
+            near = [f for f in self.fruits.values()
+                    if not f.in_bowl and not f.removed and math.dist(tool, f.position) <= cfg.grasp_radius_m]
             if not near:
                 return None
             fruit = min(near, key=lambda f: math.dist(tool, f.position))
+            if gripper_m <= fruit.width_m + 1e-4 and self.rng.random() < cfg.phantom_probability:
+                self.phantom = fruit.name                               # closed at its width, holding nothing
+                self.counts.phantoms += 1
+                return fruit.width_m
             if gripper_m <= fruit.width_m + 1e-4:                      # closed on it: a grasp
                 fruit.held, fruit.carried_m = True, 0.0
                 fruit.slip_after_m = self.rng.uniform(*cfg.slip_after_m) if self.rng.random() < cfg.slip_probability else None
                 self.counts.grasps += 1
             return fruit.width_m
+
+    def _hand(self, tool: Point) -> None:
+        """The armed hand takes the first task fruit as the tool comes near it."""
+        if not self.hand_armed or not self.task:
+            return
+        fruit = self.fruits[self.task[0]]
+        if fruit.held or fruit.in_bowl or math.dist(tool, fruit.position) > self.config.hand_reach_m:
+            return
+        self.hand_armed = False
+        self.hand = (fruit.position, self.clock())
+        fruit.removed = True
+        self.counts.hands += 1
+
+    def hand_in_view(self) -> Optional[Point]:
+        """Where the hand is while it is in view (None otherwise)."""
+        with self.lock:
+            if self.hand is None or self.clock() - self.hand[1] > self.config.hand_visible_s:
+                return None
+            return self.hand[0]
 
     def _release(self, fruit: Fruit, tool: Point) -> None:
         fruit.held = False
@@ -195,6 +249,8 @@ class PickFruitWorld:
         """The scene as a perception module would report it, one line per object (for the planner's context)."""
         lines = []
         for f in self.snapshot().values():
+            if f.removed:
+                continue
             where = "in the bowl" if f.in_bowl else "in the gripper" if f.held else \
                 f"on the table at x={f.position[0]:.2f} y={f.position[1]:.2f}"
             lines.append(f"{f.name} {where}")
@@ -229,6 +285,8 @@ def world_state(world: PickFruitWorld, episode: int, step: int, activity: AgentA
     entities = [Entity(arm, "arm", "", Pose(*map(float, tool)), {"gripper_m": f"{gripper_m:.4f}"})]
     relations: list[Relation] = []
     for f in world.snapshot().values():
+        if f.removed:
+            continue
         state = "held" if f.held else "in_bowl" if f.in_bowl else "on_table"
         entities.append(Entity(f.name, "fruit", state, Pose(*f.position), {"width_m": f"{f.width_m:g}"}))
         relations.append(Relation(arm, Predicate.HOLDING, f.name) if f.held else

@@ -13,11 +13,19 @@ Names are relative (the stack's namespace comes from launch).
 
 Publishes   episode (Episode: start / end with the verdict), context (ContextEntry: the task, the scene after
             every grasp, slip or release), world_state (WorldState: arm, fruits, bowl, tasks; every `period_s`
-            tick and on a plan or an outcome; the arm's step as far as plans and outcomes tell), /diagnostics
+            tick and on a plan or an outcome; the arm's step as far as plans and outcomes tell),
+            <camera_name>/color/image_raw (rgb8), <camera_name>/depth/image_raw (16UC1 mm, aligned to colour) and
+            both camera_info topics, every `camera_period_s` (sensor QoS, frame <camera_name>_color_optical_frame):
+            the table rendered from the twin's state through `camera_calibration` (scene_render), the layout of a
+            real Orbbec camera, /diagnostics
 Subscribes  plan (Plan: counted per episode), outcomes (ExecutionOutcome: failure categories per episode)
 
 Readiness: the first episode starts once the nodes in `wait_for_nodes` are in
 the graph and the `replan_action` server answers (any start order).
+
+Faults for the visual verifier: `slip_probability` (a grasp slips on the carry), `hand_probability` (a hand takes
+the task's fruit away during the approach, in view of the camera) and `phantom_probability` (a grasp closes at the
+fruit's width holding nothing).
 
 An episode ends when every fruit of the task is in the bowl (success) or after
 `max_episode_s`. Between episodes the fruits are reset (seeded); the arm
@@ -50,7 +58,10 @@ from brace_common.world_node import WorldNode
 from brace_common.world_state import PlanProgress
 
 from ..openvla.act_server import ActServer
+from ..orbbec.calibration import load_calibration
+from ..orbbec.camera_config import NAME_PATTERN
 from ..piper.piper_twin import PiperTwin, TwinConfig
+from .camera_publisher import TwinCamera
 from .pickfruit_world import (
     HOME_JOINTS,
     SKILLS_TEXT,
@@ -62,6 +73,7 @@ from .pickfruit_world import (
     task_text,
     world_state,
 )
+from .twin_camera import pickfruit_scene
 
 
 @dataclass
@@ -76,6 +88,14 @@ class TwinWorldConfig(ReadinessConfig):
     seed: int = param(0, "seed of episode 0 (episode e uses seed + e)", 0, 2**31 - 1)
     tasks: int = param(1, "fruits to put in the bowl per episode", 1, 3)
     slip_probability: float = param(0.35, "probability that a grasp slips on the carry", 0.0, 1.0)
+    hand_probability: float = param(0.0, "probability per episode that a hand takes the task's fruit away as the "
+                                    "tool comes near it", 0.0, 1.0)
+    phantom_probability: float = param(0.0, "probability per grasp that the gripper stops at the fruit's width "
+                                       "holding nothing (the fruit stays)", 0.0, 1.0)
+    camera_name: str = param("front_camera", "the rendered camera's topic prefix ('' = no camera images)")
+    camera_calibration: str = param("package://robot_bridge/config/twin_front_camera.yaml",
+                                    "calibration (with pose_in_base_link) of the rendered camera")
+    camera_period_s: float = param(0.1, "seconds between rendered frames", 0.02, 10.0)
     feedback_period_s: float = param(0.005, "seconds between the twin's feedback frames (the real arm's: 0.005, "
                                      "200 Hz)", 0.001, 1.0)
     max_episode_s: float = param(60.0, "an episode that has not succeeded by then fails", 1.0, 3600.0)
@@ -94,6 +114,8 @@ class TwinWorldConfig(ReadinessConfig):
         if self.can_interface not in ("virtual", "udp_multicast", "socketcan"):
             raise ConfigError("can_interface", f"'{self.can_interface}' is not virtual, udp_multicast or socketcan")
         check_agent_ids("agent_id", self.agent_id)
+        if self.camera_name and not NAME_PATTERN.match(self.camera_name):
+            raise ConfigError("camera_name", f"'{self.camera_name}' is not a relative ROS name")
 
 
 class TwinWorldNode(WorldNode, Node):
@@ -106,7 +128,11 @@ class TwinWorldNode(WorldNode, Node):
         self.config = declare_config(self, TwinWorldConfig)
         reject_undeclared(self)
         cfg = self.config
-        self.world = PickFruitWorld(PickFruitConfig(tasks=cfg.tasks, slip_probability=cfg.slip_probability))
+        self.world = PickFruitWorld(PickFruitConfig(tasks=cfg.tasks, slip_probability=cfg.slip_probability,
+                                                    hand_probability=cfg.hand_probability,
+                                                    phantom_probability=cfg.phantom_probability))
+        self.camera = TwinCamera(self, cfg.camera_name, load_calibration(cfg.camera_calibration), cfg.seed) \
+            if cfg.camera_name else None
         self.twin = PiperTwin(cfg.can_port, cfg.can_interface,
                               TwinConfig(feedback_period_s=cfg.feedback_period_s, initial_joints=list(HOME_JOINTS),
                                          initial_gripper=0.07),
@@ -128,6 +154,8 @@ class TwinWorldNode(WorldNode, Node):
         self.inputs.subscribe(self, ExecutionOutcome, names.OUTCOMES, self.on_outcome, "outcome")
         self.wait_for_peers(cfg)
         self.timer = steady_timer(self, cfg.period_s, self.tick)
+        if self.camera is not None:
+            steady_timer(self, cfg.camera_period_s, self.publish_frame)
         steady_timer(self, 1.0, self.publish_diagnostics)
 
     # ------------------------------------------------------------------ inputs
@@ -220,6 +248,11 @@ class TwinWorldNode(WorldNode, Node):
             self.scene = scene
             self.publish_entry(self.config.agent_id, Block.STATE, EntryKind.OBSERVATION, scene_text(scene))
 
+    def publish_frame(self) -> None:
+        """Render the front camera from the twin's state and publish colour, depth and their camera_info."""
+        twin = self.twin.state()
+        self.camera.publish(pickfruit_scene(self.world, tuple(twin.end_pose[:3]), twin.gripper_m))
+
     def num_agents(self) -> int:
         """One arm."""
         return 1
@@ -236,6 +269,7 @@ class TwinWorldNode(WorldNode, Node):
         values = {"episode": self.episode, "act_url": self.act.url if self.act.running else "stopped",
                   "twin.enabled": state.enabled,
                   "twin.gripper_m": round(state.gripper_m, 4), **self.counts,
+                  **(self.camera.counts if self.camera is not None else {}),
                   **{f"world.{k}": v for k, v in vars(self.world.counts).items()}, **self.inputs.counts}
         self.publish_world_diagnostics("PickFruit on the PiPER twin", values,
                                        nonzero(self.inputs.counts, self.inputs.counts), self.peer_errors())
