@@ -27,6 +27,7 @@ setup(
         "twin_world = robot_bridge.pickfruit.twin_world_node:main",
         "orbbec_camera = robot_bridge.orbbec.orbbec_camera_node:main",
         "openvla_executor = robot_bridge.openvla.openvla_executor_node:main",
+        "visual_verifier = robot_bridge.verifier.visual_verifier_node:main",
         "operator_task = robot_bridge.pickfruit.operator_task_node:main",
         "robot_preflight = robot_bridge.preflight.robot_preflight:main",
     ]},

@@ -1,0 +1,1 @@
+"""OmniAct's asynchronous visual verifier: frames compared without the plan, then checked against the step."""

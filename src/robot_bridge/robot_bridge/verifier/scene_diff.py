@@ -1,0 +1,236 @@
+"""The geometric perceiver: where each catalogued object is in a colour + depth frame, and what changed, ROS-free.
+
+It is told the camera (calibration), the table height, named regions (the
+bowl) and a catalogue of object colours, never the plan (OmniAct's isolation:
+the perceiver cannot be talked into seeing what was asked). An object is the
+pixels whose chromaticity (r, g over r + g + b; shading scales all three alike)
+is within `chroma_tolerance` of its colour's; their depth back-projects them into
+base_link, and the median point says where it is: in the gripper (above the
+table by more than `held_above_m`), in a region, or on the table. An object
+with too few pixels is hidden when most of its last known spot (`hidden_share`)
+now reads nearer than the object was (something in front of it: a hand, the
+wrist), else gone: fingers beside an empty spot leave the table visible
+between them.
+
+`diff` compares two perceptions in OmniAct's differencing schema (observed
+changes, objects moved or removed with evidence, objects remaining, the
+gripper's state, notes on occlusion).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from ..orbbec.calibration import CameraModel
+
+Color = tuple[int, int, int]
+Point = tuple[float, float, float]
+
+TABLE = "table"
+GRIPPER = "gripper"
+HIDDEN = "hidden"
+GONE = "gone"
+GRIPPER_EMPTY, GRIPPER_HOLDING, GRIPPER_UNKNOWN = "empty", "holding", "unknown"
+"""VerifierVerdict.GRIPPER_*."""
+
+
+@dataclass(frozen=True)
+class Region:
+    """A named place on the table (the bowl): centre (x, y) and radius in base_link (m)."""
+
+    name: str
+    x: float
+    y: float
+    radius: float
+
+    def contains(self, p: Point) -> bool:
+        """Whether `p` lies over the region."""
+        return math.hypot(p[0] - self.x, p[1] - self.y) <= self.radius
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """What the perceiver knows of the scene without the plan: object colours, the table, regions."""
+
+    colors: Mapping[str, Color]
+    table_z: float
+    regions: tuple[Region, ...] = ()
+    object_size_m: float = 0.045        # a typical object's width: the spot a hidden object is looked for in
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """One object in one frame: where it is (`place`: table, gripper, a region, hidden, gone) and the evidence."""
+
+    name: str
+    place: str
+    pixels: int
+    position: Optional[Point] = None    # median surface point (base_link, m) when seen
+    spot: Optional[Point] = None        # not seen: where it was last seen (the spot looked at)
+    spot_depth_mm: float = math.nan     # hidden / gone: the depth read at its last known spot ...
+    expected_depth_mm: float = math.nan  # ... and the depth the object had there
+
+    @property
+    def seen(self) -> bool:
+        """Whether the object's pixels were found."""
+        return self.position is not None
+
+    def where(self) -> str:
+        """'table (0.24, -0.04)', 'gripper', 'bowl', 'hidden', 'gone'."""
+        if self.place == TABLE and self.position is not None:
+            return f"table ({self.position[0]:.2f}, {self.position[1]:.2f})"
+        return self.place
+
+
+@dataclass(frozen=True)
+class Perception:
+    """Every catalogued object in one frame, and what the perceiver spent on it."""
+
+    sightings: Mapping[str, Sighting]
+    compare_ms: float = 0.0
+
+    def place(self, name: str) -> str:
+        """Where `name` is (gone when it is not catalogued)."""
+        s = self.sightings.get(name)
+        return s.place if s is not None else GONE
+
+
+@dataclass(frozen=True)
+class SceneDiff:
+    """OmniAct's differencing schema between two perceptions (App. I), without the requested action."""
+
+    observed_changes: tuple[str, ...] = ()
+    objects_moved_or_removed: tuple[str, ...] = ()
+    objects_remaining: tuple[str, ...] = ()
+    gripper_or_arm_state: str = GRIPPER_UNKNOWN
+    scene_change_notes: tuple[str, ...] = ()
+    moved: Mapping[str, tuple[str, str]] = field(default_factory=dict)    # name -> (from, to) places
+    removed: tuple[str, ...] = ()
+
+    def state_update(self) -> str:
+        """The planner-facing summary: the changes, then what stayed."""
+        parts = list(self.observed_changes) or ["no visible change"]
+        if self.objects_remaining:
+            parts.append("unchanged: " + ", ".join(self.objects_remaining))
+        return "; ".join(parts)
+
+
+class GeometricPerceiver:
+    """Colour + depth frames -> Perception, for one calibrated camera and catalogue."""
+
+    def __init__(self, camera: CameraModel, catalogue: Catalogue, chroma_tolerance: float = 0.05, min_pixels: int = 10,
+                 held_above_m: float = 0.06, move_distance_m: float = 0.025, occlusion_margin_m: float = 0.015,
+                 min_brightness: int = 60, hidden_share: float = 0.5) -> None:
+        self.camera = camera
+        self.catalogue = catalogue
+        self.chroma_tolerance = chroma_tolerance
+        self.min_pixels = min_pixels
+        self.held_above_m = held_above_m
+        self.move_distance_m = move_distance_m
+        self.occlusion_margin_m = occlusion_margin_m
+        self.min_brightness = min_brightness
+        self.hidden_share = hidden_share
+        self.references = {name: _chroma(np.asarray(color, dtype=np.float32)) for name, color in catalogue.colors.items()}
+        h, w = camera.intrinsics.height, camera.intrinsics.width
+        self.v, self.u = np.mgrid[0:h, 0:w].astype(np.float32) + 0.5
+
+    def perceive(self, rgb: np.ndarray, depth_mm: np.ndarray, last: Optional[Perception] = None) -> Perception:
+        """Where each object is in this frame; `last` gives the spots to look at for objects not seen now."""
+        started = time.perf_counter()
+        if rgb.shape[:2] != depth_mm.shape[:2] or rgb.shape[:2] != self.u.shape:
+            raise ValueError(f"frames of {rgb.shape[:2]} / {depth_mm.shape[:2]} do not match the calibration's "
+                             f"{self.u.shape}")
+        color = rgb.astype(np.float32)
+        total = color.sum(axis=-1)
+        bright = total >= self.min_brightness
+        chroma = color[..., :2] / np.maximum(total, 1.0)[..., None]
+        sightings = {}
+        for name, ref in self.references.items():
+            mask = bright & (np.abs(chroma - ref).max(axis=-1) <= self.chroma_tolerance) & (depth_mm > 0)
+            count = int(mask.sum())
+            if count >= self.min_pixels:
+                points = self.camera.back_project(self.u[mask], self.v[mask], depth_mm[mask].astype(np.float64) / 1000)
+                sightings[name] = self._seen(name, count, tuple(float(c) for c in np.median(points, axis=0)))
+            else:
+                sightings[name] = self._unseen(name, count, depth_mm, last.sightings.get(name) if last else None)
+        return Perception(sightings, (time.perf_counter() - started) * 1000.0)
+
+    def _seen(self, name: str, pixels: int, position: Point) -> Sighting:
+        if position[2] > self.catalogue.table_z + self.held_above_m:
+            place = GRIPPER
+        else:
+            place = next((r.name for r in self.catalogue.regions if r.contains(position)), TABLE)
+        return Sighting(name, place, pixels, position)
+
+    def _unseen(self, name: str, pixels: int, depth_mm: np.ndarray, last: Optional[Sighting]) -> Sighting:
+        """Hidden when most of the object's last spot now reads nearer than the object did, else gone."""
+        spot = None if last is None else last.position or last.spot
+        if spot is None:
+            return Sighting(name, GONE, pixels)
+        uv, depth = self.camera.project(np.asarray([spot]))
+        if not depth[0] > 0:
+            return Sighting(name, GONE, pixels, spot=spot)
+        radius = max(2.0, 0.5 * self.catalogue.object_size_m * self.camera.pixels_per_m(float(depth[0])))
+        inside = (self.u - uv[0, 0]) ** 2 + (self.v - uv[0, 1]) ** 2 <= radius ** 2
+        values = depth_mm[inside & (depth_mm > 0)]
+        if values.size == 0:
+            return Sighting(name, HIDDEN, pixels, spot=spot, expected_depth_mm=float(depth[0]) * 1000.0)
+        reading, expected = float(np.median(values)), float(depth[0]) * 1000.0
+        nearer = float(np.mean(values < expected - 1000.0 * self.occlusion_margin_m))
+        place = HIDDEN if nearer >= self.hidden_share else GONE
+        return Sighting(name, place, pixels, spot=spot, spot_depth_mm=reading, expected_depth_mm=expected)
+
+    def diff(self, before: Perception, after: Perception) -> SceneDiff:
+        """What changed from `before` to `after` (objects not seen in either are left out)."""
+        changes, moved_text, remaining, notes = [], [], [], []
+        moved: dict[str, tuple[str, str]] = {}
+        removed = []
+        for name, now in after.sightings.items():
+            then = before.sightings.get(name)
+            if then is None or (not then.seen and now.place in (GONE, then.place)):
+                continue
+            if now.place == HIDDEN:
+                notes.append(f"{name} hidden: its spot reads {now.spot_depth_mm:.0f} mm (median), nearer than the "
+                             f"{now.expected_depth_mm:.0f} mm it was at (something in front of it)")
+                continue
+            if now.place == GONE:
+                removed.append(name)
+                changes.append(f"{name} is no longer visible at {then.where()}")
+                moved_text.append(f"{name}: from {then.where()} to unknown; evidence: {then.pixels} px before, "
+                                  f"{now.pixels} px now; its spot reads {now.spot_depth_mm:.0f} mm (median) where "
+                                  f"it was {now.expected_depth_mm:.0f} mm, mostly not nearer (nothing hides it)")
+                continue
+            if self._same_place(then, now):
+                remaining.append(f"{name} at {now.where()}")
+                continue
+            moved[name] = (then.place, now.place)
+            changes.append(f"{name} moved from {then.where()} to {now.where()}")
+            moved_text.append(f"{name}: from {then.where()} to {now.where()}; evidence: {now.pixels} px at "
+                              f"({now.position[0]:.2f}, {now.position[1]:.2f}, {now.position[2]:.2f})")
+        held = [n for n, s in after.sightings.items() if s.place == GRIPPER]
+        if held:
+            gripper = GRIPPER_HOLDING
+            changes += [f"the gripper holds {n}" for n in held if before.place(n) != GRIPPER]
+        elif notes:
+            gripper = GRIPPER_UNKNOWN
+        else:
+            gripper = GRIPPER_EMPTY
+        return SceneDiff(tuple(changes), tuple(moved_text), tuple(remaining), gripper, tuple(notes), moved,
+                         tuple(removed))
+
+    def _same_place(self, then: Sighting, now: Sighting) -> bool:
+        if then.place != now.place:
+            return False
+        if then.place != TABLE or then.position is None or now.position is None:
+            return True
+        return math.dist(then.position[:2], now.position[:2]) <= self.move_distance_m
+
+
+def _chroma(color: np.ndarray) -> np.ndarray:
+    return color[:2] / max(float(color.sum()), 1.0)

@@ -1,0 +1,126 @@
+"""Whether what the frames show contradicts the requested step (OmniAct's contradicts_requested_action), ROS-free.
+
+The perceiver's diff is made without the step; this is the separate
+comparison with it. A step is a skill call: `pick(object=X)` expects X to end
+in the gripper, `place(object=X, target=T)` expects X to end in T (or on the
+table where T is not a region the perceiver knows), `push(object=X, ...)`
+expects X to stay on the table. During any step, an object that is gone
+(neither seen nor hidden) for `confirm_frames` frames in a row contradicts it
+(nothing asked for an object to leave the scene), and so does the step's object
+lying on the table after it was seen in the gripper during the step (a slip).
+When the executor reports the step succeeded, the frames after it must show the
+expected end; otherwise the success is contradicted. Confidence is the share of
+the last frames that agree, scaled by how much of the object the evidence saw.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .scene_diff import GONE, GRIPPER, HIDDEN, TABLE, Perception
+
+OBJECT_PARAMETERS = ("object", "item", "target_object")
+TARGET_PARAMETERS = ("target", "location", "place", "to")
+
+
+@dataclass(frozen=True)
+class EndCheck:
+    """The frame after a step ended: whether it shows the step's expected result, and a contradiction of a reported
+    success (None when there is none)."""
+
+    achieved: bool
+    contradiction: Optional[Contradiction]
+
+
+@dataclass(frozen=True)
+class Contradiction:
+    """A step the frames contradict: why, and how sure."""
+
+    detail: str
+    confidence: float
+
+
+def _first(parameters: Mapping[str, Any], keys: tuple[str, ...]) -> str:
+    return next((str(parameters[k]) for k in keys if isinstance(parameters.get(k), str)), "")
+
+
+class StepCheck:
+    """One physical step watched frame by frame: `frame` during it, `ended` when the executor says it ended."""
+
+    def __init__(self, action: str, parameters: Mapping[str, Any], first: Perception, regions: frozenset[str],
+                 confirm_frames: int = 2, evidence_pixels: int = 60) -> None:
+        self.action = action
+        self.regions = regions
+        self.object = _first(parameters, OBJECT_PARAMETERS)
+        self.target = _first(parameters, TARGET_PARAMETERS)
+        self.first = first
+        self.confirm_frames = confirm_frames
+        self.evidence_pixels = evidence_pixels
+        self.recent: deque[Perception] = deque(maxlen=confirm_frames)
+        self.held_seen = first.place(self.object) == GRIPPER if self.object else False
+        self.frames = 0
+
+    def frame(self, now: Perception) -> Optional[Contradiction]:
+        """A frame during the step: a contradiction once `confirm_frames` frames in a row show one."""
+        self.frames += 1
+        self.recent.append(now)
+        if self.object and now.place(self.object) == GRIPPER:
+            self.held_seen = True
+        if len(self.recent) < self.confirm_frames:
+            return None
+        for name, first in self.first.sightings.items():
+            if first.seen and all(p.place(name) == GONE for p in self.recent):
+                return self._sure(f"{name} removed: it was at {first.where()} and is now neither there, nor in the "
+                                  "gripper, nor hidden behind anything", first.pixels)
+        if self.object and self.held_seen and self.action != "push" and \
+                all(p.place(self.object) == TABLE for p in self.recent):
+            fell = self.recent[-1].sightings[self.object]
+            return self._sure(f"{self.object} fell: it was in the gripper during {self.action} and now lies on the "
+                              f"{fell.where()}", fell.pixels)
+        return None
+
+    def ended(self, after: Perception, success: bool) -> EndCheck:
+        """The frame after the step ended (the executor's outcome): whether it shows the expected result (OmniAct
+        Table 6's prediction); a success it contradicts (the object seen elsewhere, or gone) is a Contradiction."""
+        expected = self.expected_place()
+        if expected is None or not self.object:
+            return EndCheck(success, None)
+        place = after.place(self.object)
+        achieved = place not in (GONE, GRIPPER, HIDDEN) if expected == TABLE else place == expected
+        if achieved or not success or place == HIDDEN:
+            return EndCheck(achieved, None)
+        sighting = after.sightings.get(self.object)
+        evidence = sighting if sighting is not None and sighting.seen else self.first.sightings.get(self.object)
+        pixels = evidence.pixels if evidence is not None else 0
+        where = sighting.where() if sighting is not None else GONE
+        unchanged = " (unchanged at its source)" if self._unchanged(after) else ""
+        return EndCheck(False, Contradiction(f"{self.action} reported success but {self.object} is at {where}"
+                                             f"{unchanged}, not {expected}", min(1.0, pixels / self.evidence_pixels)))
+
+    def expected_place(self) -> Optional[str]:
+        """Where the step's object should be when it succeeded (None: the skill has no visible expectation)."""
+        if self.action == "pick":
+            return GRIPPER
+        if self.action == "place" and self.target:
+            return self.target if self.target in self.regions else TABLE
+        if self.action == "push":
+            return TABLE
+        return None
+
+    def support(self, after: Perception) -> float:
+        """How much the frame shows of the step's object (its pixels over `evidence_pixels`, at most 1; 1 for a step
+        without an object): the confidence of a verdict that finds nothing wrong."""
+        if not self.object:
+            return 1.0
+        sighting = after.sightings.get(self.object)
+        return min(1.0, (sighting.pixels if sighting is not None else 0) / self.evidence_pixels)
+
+    def _unchanged(self, after: Perception) -> bool:
+        first, now = self.first.sightings.get(self.object), after.sightings.get(self.object)
+        return bool(first and now and first.seen and now.seen and first.place == now.place)
+
+    def _sure(self, detail: str, pixels: int) -> Contradiction:
+        return Contradiction(detail, min(1.0, pixels / self.evidence_pixels))

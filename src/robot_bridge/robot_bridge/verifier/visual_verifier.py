@@ -1,0 +1,134 @@
+"""The verifier beside the executor, ROS-free: plans and outcomes say which step runs, frames say what happens.
+
+`VisualVerifier` follows one agent's plan the way the executor runs it (a
+new plan starts at its first step; a success moves to the next step; a failure
+ends the plan) and compares every frame it is given with the running step's
+first frame. The perceiver sees only the frames; `StepCheck` compares its
+diff with the step. It returns a `Verdict` when a step is contradicted (once
+per step: the executor halts it) and when a step ends (the end-of-step check:
+a success the frames do not show is contradicted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from .scene_diff import GeometricPerceiver, Perception, SceneDiff
+from .step_check import Contradiction, StepCheck
+
+BACKEND_GEOMETRIC = "geometric"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One verdict: VerifierVerdict's fields without the header."""
+
+    violation: bool
+    confidence: float
+    detail: str
+    action: str
+    step_ended: bool
+    expected_state_achieved: bool     # step_ended: the frame shows the step's expected result (false during a step)
+    frame: int
+    diff: SceneDiff
+    compare_ms: float
+    backend: str = BACKEND_GEOMETRIC
+
+
+@dataclass
+class PlannedCall:
+    """A step of the plan being watched: its skill, parameters and text."""
+
+    action: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+    def text(self) -> str:
+        """`pick(object=apple)`."""
+        return f"{self.action}(" + ", ".join(f"{k}={v}" for k, v in self.parameters.items()) + ")"
+
+
+class VisualVerifier:
+    """Watches one agent's steps through one camera with a perceiver."""
+
+    def __init__(self, perceiver: GeometricPerceiver, confirm_frames: int = 2) -> None:
+        self.perceiver = perceiver
+        self.confirm_frames = confirm_frames
+        self.regions = frozenset(r.name for r in perceiver.catalogue.regions)
+        self.steps: list[PlannedCall] = []
+        self.index = 0
+        self.check: Optional[StepCheck] = None
+        self.pending_end: Optional[tuple[StepCheck, PlannedCall, bool]] = None
+        self.starting = False          # the current step starts at the next frame
+        self.last: Optional[Perception] = None
+        self.frames = 0
+        self.counts = {"frames": 0, "steps_checked": 0, "violations": 0, "contradicted_successes": 0}
+
+    @property
+    def current(self) -> Optional[PlannedCall]:
+        """The step being executed (None when idle)."""
+        return self.steps[self.index] if self.index < len(self.steps) else None
+
+    def on_plan(self, steps: Sequence[PlannedCall]) -> None:
+        """A new plan: its first step starts at the next frame."""
+        self.steps, self.index = list(steps), 0
+        self.check, self.starting = None, bool(self.steps)
+
+    def on_outcome(self, success: bool) -> None:
+        """The executor ended the current step: the next frame judges it; a success starts the next step."""
+        step = self.current
+        if step is None:
+            return
+        if self.check is not None:
+            self.pending_end = (self.check, step, success)
+        self.check = None
+        self.index = self.index + 1 if success else len(self.steps)
+        self.starting = self.current is not None
+
+    def clear(self) -> None:
+        """A new episode: no plan, no memory of earlier frames."""
+        self.steps, self.index, self.check, self.pending_end, self.starting, self.last = [], 0, None, None, False, None
+
+    def on_frame(self, rgb: np.ndarray, depth_mm: np.ndarray) -> list[Verdict]:
+        """Perceive one frame; the verdicts it gives (an ended step's, a contradiction of the running step)."""
+        self.frames += 1
+        self.counts["frames"] += 1
+        now = self.perceiver.perceive(rgb, depth_mm, self.last)
+        self.last = now
+        verdicts = []
+        if self.pending_end is not None:
+            check, step, success = self.pending_end
+            self.pending_end = None
+            self.counts["steps_checked"] += 1
+            end = check.ended(now, success)
+            if end.contradiction is not None:
+                self.counts["contradicted_successes"] += 1
+            verdicts.append(self._verdict(check, step, now, end.contradiction, True, end.achieved))
+        if self.starting and self.current is not None:
+            self.check = StepCheck(self.current.action, self.current.parameters, now, self.regions, self.confirm_frames)
+            self.starting = False
+            return self._count(verdicts)
+        if self.check is not None and self.current is not None:
+            found = self.check.frame(now)
+            if found is not None:
+                verdicts.append(self._verdict(self.check, self.current, now, found, False, False))
+                self.check = None   # once per step: the executor halts it
+        return self._count(verdicts)
+
+    def _count(self, verdicts: list[Verdict]) -> list[Verdict]:
+        self.counts["violations"] += sum(v.violation for v in verdicts)
+        return verdicts
+
+    def _verdict(self, check: StepCheck, step: PlannedCall, now: Perception, found: Optional[Contradiction],
+                 ended: bool, achieved: bool) -> Verdict:
+        diff = self.perceiver.diff(check.first, now)
+        if found is None:
+            detail = "" if not ended else "the frames show the step's expected result" if achieved else \
+                "the frames do not show the step's expected result"
+            return Verdict(False, check.support(now), detail, step.text(), ended, achieved, self.frames, diff,
+                           now.compare_ms)
+        return Verdict(True, found.confidence, found.detail, step.text(), ended, achieved, self.frames, diff,
+                       now.compare_ms)
