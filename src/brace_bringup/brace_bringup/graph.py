@@ -75,8 +75,9 @@ SIM = Stack("sim", (EMBEDDED_SIM, TRIGGER_MONITOR, BRACE_CONTROLLER, ERECAP_PLAN
             use_sim_time=False, description="the closed loop on the embedded warehouse", world="embedded_sim")
 
 # The real-robot graph: the PiPER arm node, Orbbec cameras, the OpenVLA executor and the control stack
-# with the robot's settings (params/robot/control.yaml). Without hardware (piper_twin) the arm runs on the CAN twin,
-# a camera replays video and the executor asks the twin's /act stand-in; the twin world runs PickFruit episodes.
+# with the robot's settings (params/robot/control.yaml) and the visual verifier beside the executor. Without hardware
+# (piper_twin) the arm runs on the CAN twin, the twin world renders the front camera from the twin's state and runs
+# PickFruit episodes, and the executor asks the twin's /act stand-in.
 TWIN_WORLD = NodeSpec("robot_bridge", "twin_world", "twin_world", ("twin_world.yaml",),
                       node_class="robot_bridge.pickfruit.twin_world_node:TwinWorldNode")
 PIPER_ARM = NodeSpec("robot_bridge", "piper_arm", "piper_arm", ("piper_arm.yaml",), lifecycle=True,
@@ -86,6 +87,8 @@ FRONT_CAMERA = NodeSpec("robot_bridge", "orbbec_camera", "front_camera", ("orbbe
                         node_class=_CAMERA)
 OPENVLA_EXECUTOR = NodeSpec("robot_bridge", "openvla_executor", "openvla_executor", ("openvla_executor.yaml",),
                             lifecycle=True, node_class="robot_bridge.openvla.openvla_executor_node:OpenVlaExecutorNode")
+VISUAL_VERIFIER = NodeSpec("robot_bridge", "visual_verifier", "visual_verifier", ("visual_verifier.yaml",),
+                           node_class="robot_bridge.verifier.visual_verifier_node:VisualVerifierNode")
 
 
 def control_nodes(settings: str) -> tuple[NodeSpec, ...]:
@@ -96,8 +99,9 @@ def control_nodes(settings: str) -> tuple[NodeSpec, ...]:
 
 
 ROBOT_CONTROL = control_nodes("robot/control.yaml")
-PIPER_TWIN = Stack("piper_twin", (TWIN_WORLD, PIPER_ARM, FRONT_CAMERA, OPENVLA_EXECUTOR, *ROBOT_CONTROL),
-                   description="the real-robot graph on the PiPER CAN twin (PickFruit with grasp slips)",
+PIPER_TWIN = Stack("piper_twin", (TWIN_WORLD, PIPER_ARM, OPENVLA_EXECUTOR, VISUAL_VERIFIER, *ROBOT_CONTROL),
+                   description="the real-robot graph on the PiPER CAN twin (PickFruit with grasp slips, the front "
+                               "camera rendered from the twin, the visual verifier)",
                    world="twin_world")
 WRIST_CAMERA = NodeSpec("robot_bridge", "orbbec_camera", "wrist_camera", ("orbbec_camera.yaml",), lifecycle=True,
                         node_class=_CAMERA)
@@ -106,11 +110,13 @@ OPERATOR_TASK = NodeSpec("robot_bridge", "operator_task", "operator_task", ("ope
 _REAL = "robot/piper_real.yaml"  # the robot's CAN port, camera serials, VLA server (checked by robot_preflight)
 PIPER_REAL = Stack("piper_real", tuple(
     NodeSpec(s.package, s.executable, s.name, (*s.parameter_files, _REAL), s.lifecycle, s.node_class)
-    if s.name in ("piper_arm", "front_camera", "wrist_camera", "openvla_executor", "erecap_planner", "operator_task")
+    if s.name in ("piper_arm", "front_camera", "wrist_camera", "openvla_executor", "visual_verifier", "erecap_planner",
+                  "operator_task")
     else s
-    for s in (OPERATOR_TASK, PIPER_ARM, FRONT_CAMERA, WRIST_CAMERA, OPENVLA_EXECUTOR, *ROBOT_CONTROL)),
-                   description="the real AgileX PiPER arm, two Orbbec cameras, the OpenVLA executor and the control "
-                               "stack (docs/robot.md)")
+    for s in (OPERATOR_TASK, PIPER_ARM, FRONT_CAMERA, WRIST_CAMERA, OPENVLA_EXECUTOR, VISUAL_VERIFIER,
+              *ROBOT_CONTROL)),
+                   description="the real AgileX PiPER arm, two Orbbec cameras, the OpenVLA executor, the visual "
+                               "verifier and the control stack (docs/robot.md)")
 # The AirSim drone intersection: the bridge flies K drones in AirSim (or brace-airsim-peer, its
 # protocol-level stand-in) through its RPC API; the control stack with the drones' settings (params/airsim/).
 AIRSIM_BRIDGE = NodeSpec("sim_bridges", "airsim_bridge", "airsim_bridge", ("airsim_bridge.yaml",), lifecycle=True,

@@ -25,6 +25,7 @@ from robot_bridge.orbbec.camera_config import CameraConfig
 from robot_bridge.pickfruit.operator_task_node import OperatorTaskConfig
 from robot_bridge.pickfruit.twin_world_node import TwinWorldConfig
 from robot_bridge.piper.piper_arm_config import PiperArmConfig
+from robot_bridge.verifier.verifier_config import VerifierConfig
 from sim_bridges.isaac.isaac_config import IsaacBridgeConfig
 from sim_bridges.textworld.textworld_config import TextWorldConfig
 from sim_bridges.warehouse.warehouse_config import AirSimBridgeConfig, SimConfig
@@ -43,6 +44,7 @@ NODE_CONFIGS: dict[str, tuple[type, ...]] = {
     "front_camera": (CameraConfig,),
     "wrist_camera": (CameraConfig,),
     "openvla_executor": (ExecutorConfig,),
+    "visual_verifier": (VerifierConfig,),
     "operator_task": (OperatorTaskConfig,),
     "isaac_bridge": (IsaacBridgeConfig,),
     "airsim_bridge": (AirSimBridgeConfig,),

@@ -19,5 +19,6 @@ from brace_bringup.launch_description import stack_launch_description
 
 
 def generate_launch_description() -> LaunchDescription:
-    """piper_arm + front_camera + wrist_camera + openvla_executor + the control stack, all at once."""
+    """piper_arm + front_camera + wrist_camera + openvla_executor + visual_verifier + the control stack, all at
+    once."""
     return stack_launch_description("piper_real.yaml", "brace_erecap")

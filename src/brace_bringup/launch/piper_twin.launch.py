@@ -16,5 +16,6 @@ from brace_bringup.launch_description import stack_launch_description
 
 
 def generate_launch_description() -> LaunchDescription:
-    """twin_world + piper_arm + front_camera (video) + openvla_executor + the control stack, all at once."""
+    """twin_world (rendering the front camera) + piper_arm + openvla_executor + visual_verifier + the control stack,
+    all at once."""
     return stack_launch_description("piper_twin_launch.yaml", "brace_erecap")
