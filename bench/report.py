@@ -105,9 +105,10 @@ def print_written(*paths: Optional[Path]) -> None:
     print("\nwrote " + " and ".join(str(path) for path in paths if path is not None))
 
 
-# PyTorch's, oneDNN's, MKL's and fbgemm's own dispatch caps: on a newer CPU they approximate an AVX2-only one.
+# PyTorch's, oneDNN's, MKL's, fbgemm's and NumPy's own dispatch caps: on a newer CPU they approximate an AVX2-only one
+# (scripts/avx2.sh sets the same).
 AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-            "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
+            "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2", "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"}
 
 
 def reexec_as_avx2() -> None:

@@ -17,7 +17,13 @@ precision, recall, F1 (positive = achieved), missed failures, false alarms, fram
 (P50 / P95 ms: perception of the new frame; the first frame's is kept), the most frames from a fault to the first
 verdict that says so (a violation, or an ended step whose result the frames do not show).
 Targets: 0 missed failures, <= 2 false alarms per 10 clean trials, P95 cost <= 50 ms per frame pair.
-Writes <out>/visual_verifier.csv and visual_verifier_trials.csv; exits 1 when a target is missed.
+
+With --bags (closed-loop runs' bags, e.g. `brace-run runs/piper_twin_verifier.yaml`'s), the preemption path as it
+ran over DDS: violations published, steps the executor halted (FAILURE_PREEMPTED), preempt triggers, and
+verdict-to-halt, the time from each violation's stamp to the stamp of the halted step's outcome (both ROS time of
+one host). Target: verdict-to-halt <= 300 ms (P95 and max reported).
+Writes <out>/visual_verifier.csv, visual_verifier_trials.csv and visual_verifier.png (the cost per frame pair, and
+the frames from each fault to its verdict); exits 1 when a target is missed.
 Run inside the workspace: `source scripts/env.sh && python bench/visual_verifier.py` (--quick: 2 + 3 trials).
 """
 
@@ -29,7 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from report import cpu_report, describe_cpu, fill_defaults, print_written, report_checks, write_csv
+from report import cpu_report, describe_cpu, fill_defaults, print_written, report_checks, save_plot, write_csv
 
 from robot_bridge.orbbec.calibration import load_calibration
 from robot_bridge.pickfruit.pickfruit_rollout import PickFruitRollout
@@ -43,6 +49,7 @@ FAULTS = ("slip", "hand", "phantom")
 TARGET_MISSED = 0
 TARGET_FALSE_ALARMS_PER_10 = 2
 TARGET_COST_MS = 50.0
+TARGET_HALT_MS = 300.0
 CALIBRATION = "package://robot_bridge/config/twin_front_camera.yaml"
 
 
@@ -129,6 +136,54 @@ def score(trials: list[Trial]) -> dict:
             "frames_to_verdict_max": max(reaction) if reaction else -1}
 
 
+def halts(bag: Path) -> dict:
+    """The preemption path in one bag: violations, halted steps, preempt triggers, verdict-to-halt (ms) of each."""
+    from brace_msgs.msg import ExecutionOutcome, TriggerEvent, VerifierVerdict
+    from rclpy.serialization import deserialize_message
+
+    from brace_audit.bag import read_bag
+    from brace_common.clock import seconds_of
+
+    violations, delays, halted, preempts = [], [], 0, 0
+    for m in read_bag(bag).messages:
+        if m.topic.endswith("/verdicts"):
+            v = deserialize_message(m.data, VerifierVerdict)
+            if v.violation:
+                violations.append(seconds_of(v.header.stamp))
+        elif m.topic.endswith("/outcomes"):
+            o = deserialize_message(m.data, ExecutionOutcome)
+            if o.failure == ExecutionOutcome.FAILURE_PREEMPTED:
+                halted += 1
+                stamp = seconds_of(o.header.stamp)
+                before = [s for s in violations if s <= stamp]
+                if before:
+                    delays.append(1000.0 * (stamp - before[-1]))
+        elif m.topic.endswith("/triggers"):
+            preempts += deserialize_message(m.data, TriggerEvent).kind == TriggerEvent.KIND_PREEMPT
+    delays.sort()
+    return {"bag": str(bag), "violations": len(violations), "halted_steps": halted, "preempt_triggers": preempts,
+            "verdict_to_halt_p50_ms": round(statistics.median(delays), 1) if delays else float("nan"),
+            "verdict_to_halt_p95_ms": round(delays[int(0.95 * (len(delays) - 1))], 1) if delays else float("nan"),
+            "verdict_to_halt_max_ms": round(delays[-1], 1) if delays else float("nan")}
+
+
+def figure(plt, trials: list[Trial]):
+    """Left: the perceiver's cost per frame pair; right: frames from each fault to the verdict that says so."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    left.hist([c for t in trials for c in t.compare_ms], bins=40, color="tab:blue")
+    left.axvline(TARGET_COST_MS, color="tab:red", linestyle="--", label=f"target {TARGET_COST_MS:g} ms")
+    left.set_xlabel("perceiver cost per frame pair (ms)")
+    left.set_ylabel("frames")
+    left.legend()
+    faulted = [t for t in trials if t.fault != "none"]
+    right.bar(range(len(faulted)), [max(t.frames_to_verdict, 0) for t in faulted],
+              color=["tab:green" if t.frames_to_verdict >= 0 else "tab:red" for t in faulted])
+    right.set_xticks(range(len(faulted)), [f"{t.fault}\n{t.seed}" for t in faulted], fontsize=7)
+    right.set_ylabel("frames from fault to verdict (red: none)")
+    fig.tight_layout()
+    return fig
+
+
 def main() -> int:
     """Run the balanced set, print Table 6's row and the trials, check the targets."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -136,6 +191,7 @@ def main() -> int:
     parser.add_argument("--clean", type=int, default=None, help="trials without a fault (seeds from --first-seed)")
     parser.add_argument("--failed", type=int, default=None, help="trials with one fault each (slip, hand, phantom)")
     parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--bags", type=Path, nargs="*", default=[], help="closed-loop bags: verdict-to-halt over DDS")
     parser.add_argument("--out", default="bench/out")
     args = parser.parse_args()
     fill_defaults(args, {"clean": 2, "failed": 3}, {"clean": 10, "failed": 10})
@@ -161,9 +217,20 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     print_written(write_csv([{**row, "cpu": cpu["cpu"], "flags": cpu["flags"]}], out / "visual_verifier.csv"),
                   write_csv([{k: v for k, v in vars(t).items() if k != "compare_ms"} for t in trials],
-                            out / "visual_verifier_trials.csv"))
+                            out / "visual_verifier_trials.csv"),
+                  save_plot(out / "visual_verifier.png", lambda plt: figure(plt, trials)))
     false_alarm_limit = TARGET_FALSE_ALARMS_PER_10 * row["clean"] / 10
-    return report_checks([
+    checks = []
+    if args.bags:
+        rows = [halts(bag) for bag in args.bags]
+        for r in rows:
+            print(f"{r['bag']}: {r['violations']} violations, {r['halted_steps']} halted steps, "
+                  f"{r['preempt_triggers']} preempt triggers, verdict-to-halt P50 {r['verdict_to_halt_p50_ms']} ms, "
+                  f"P95 {r['verdict_to_halt_p95_ms']} ms, max {r['verdict_to_halt_max_ms']} ms")
+        print_written(write_csv(rows, out / "visual_verifier_halts.csv"))
+        worst = max((r["verdict_to_halt_max_ms"] for r in rows if r["halted_steps"]), default=float("nan"))
+        checks.append((f"verdict-to-halt <= {TARGET_HALT_MS:g} ms", worst <= TARGET_HALT_MS, f"max {worst} ms"))
+    return report_checks(checks + [
         ("missed failures = 0", row["missed_failures"] <= TARGET_MISSED, str(row["missed_failures"])),
         (f"false alarms <= {TARGET_FALSE_ALARMS_PER_10} per 10 clean trials", row["false_alarms"] <= false_alarm_limit,
          f"{row['false_alarms']} of {row['clean']}"),

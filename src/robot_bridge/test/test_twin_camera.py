@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from brace_common.config import ConfigError, resolve_path
+from brace_common.world_state import AgentActivity
 from robot_bridge.orbbec.calibration import load_calibration
-from robot_bridge.pickfruit.pickfruit_world import PickFruitConfig, PickFruitWorld
+from robot_bridge.pickfruit.pickfruit_world import PickFruitConfig, PickFruitWorld, world_state
 from robot_bridge.pickfruit.scene_render import OBJECT_COLORS, Box, Scene, SceneRenderer, Sphere
 from robot_bridge.pickfruit.twin_camera import TABLE_TOP_M, pickfruit_scene
 
@@ -96,6 +97,8 @@ def test_pickfruit_scene_follows_the_world(camera):
     world.grasp(position, 0.07)   # the tool comes near the task's fruit: the hand takes it
     assert world.counts.hands == 1 and world.snapshot()[fruit].removed
     assert not any(fruit in line for line in world.describe())
+    state = world_state(world, 0, 1, AgentActivity("arm_0"), far, 0.07)   # the task still names the removed fruit
+    assert next(e for e in state.entities if e.id == fruit).state == "removed"
     rgb, _ = renderer.render(pickfruit_scene(world, far, 0.07))
     assert pixels(fruit, rgb) == 0
     assert world.hand_in_view() is not None

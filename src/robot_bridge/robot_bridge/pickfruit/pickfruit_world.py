@@ -277,7 +277,7 @@ def world_state(world: PickFruitWorld, episode: int, step: int, activity: AgentA
                 gripper_m: float) -> WorldState:
     """The PickFruit table as a scene graph, poses in base_link (m).
 
-    Entities: the arm (its pose is the tool point; gripper_m), the fruits (state held, in_bowl or on_table;
+    Entities: the arm (its pose is the tool point; gripper_m), the fruits (state held, in_bowl, on_table or removed;
     width_m), the bowl and the table, and one task per fruit to put in the bowl (open, done). Relations: arm
     holding fruit, fruit in bowl, fruit on table, arm assigned task, task concerns fruit, task target bowl.
     """
@@ -285,7 +285,8 @@ def world_state(world: PickFruitWorld, episode: int, step: int, activity: AgentA
     entities = [Entity(arm, "arm", "", Pose(*map(float, tool)), {"gripper_m": f"{gripper_m:.4f}"})]
     relations: list[Relation] = []
     for f in world.snapshot().values():
-        if f.removed:
+        if f.removed:   # a hand took it: the task still names it, nothing relates it to the table any more
+            entities.append(Entity(f.name, "fruit", "removed", Pose(*f.position), {"width_m": f"{f.width_m:g}"}))
             continue
         state = "held" if f.held else "in_bowl" if f.in_bowl else "on_table"
         entities.append(Entity(f.name, "fruit", state, Pose(*f.position), {"width_m": f"{f.width_m:g}"}))

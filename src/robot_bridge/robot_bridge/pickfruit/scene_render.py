@@ -99,7 +99,7 @@ class SceneRenderer:
 
     def __init__(self, camera: CameraModel, color_noise: float = 2.0, depth_noise_mm: float = 1.0, seed: int = 0):
         self.camera = camera
-        self.rays = camera.pixel_rays()
+        self.rays = camera.pixel_rays().astype(np.float32)   # float32: millimetres at a metre are well inside it
         self.ray_norm2 = np.einsum("hwk,hwk->hw", self.rays, self.rays)
         self.origin = np.asarray(camera.position, dtype=float)
         self.color_noise = color_noise

@@ -95,7 +95,8 @@ class TwinWorldConfig(ReadinessConfig):
     camera_name: str = param("front_camera", "the rendered camera's topic prefix ('' = no camera images)")
     camera_calibration: str = param("package://robot_bridge/config/twin_front_camera.yaml",
                                     "calibration (with pose_in_base_link) of the rendered camera")
-    camera_period_s: float = param(0.1, "seconds between rendered frames", 0.02, 10.0)
+    camera_period_s: float = param(0.2, "seconds between rendered frames (the executor's and the verifier's period)",
+                                   0.02, 10.0)
     feedback_period_s: float = param(0.005, "seconds between the twin's feedback frames (the real arm's: 0.005, "
                                      "200 Hz)", 0.001, 1.0)
     max_episode_s: float = param(60.0, "an episode that has not succeeded by then fails", 1.0, 3600.0)

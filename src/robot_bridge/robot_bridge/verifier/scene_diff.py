@@ -137,6 +137,9 @@ class GeometricPerceiver:
         self.min_brightness = min_brightness
         self.hidden_share = hidden_share
         self.references = {name: _chroma(np.asarray(color, dtype=np.float32)) for name, color in catalogue.colors.items()}
+        # a pixel whose channels spread less than the least coloured object's (with margin) is grey: skipped
+        self.min_spread = max(1, int(0.5 * min(max(c) - min(c) for c in catalogue.colors.values()))) \
+            if catalogue.colors else 1
         h, w = camera.intrinsics.height, camera.intrinsics.width
         self.v, self.u = np.mgrid[0:h, 0:w].astype(np.float32) + 0.5
 
@@ -146,16 +149,20 @@ class GeometricPerceiver:
         if rgb.shape[:2] != depth_mm.shape[:2] or rgb.shape[:2] != self.u.shape:
             raise ValueError(f"frames of {rgb.shape[:2]} / {depth_mm.shape[:2]} do not match the calibration's "
                              f"{self.u.shape}")
-        color = rgb.astype(np.float32)
+        # coloured pixels only: grey ones (table, floor, gripper) are most of the frame and no object's
+        spread = rgb.max(axis=-1).astype(np.int16) - rgb.min(axis=-1)
+        candidates = np.flatnonzero((spread >= self.min_spread) & (depth_mm.reshape(spread.shape) > 0))
+        color = rgb.reshape(-1, 3)[candidates].astype(np.float32)
         total = color.sum(axis=-1)
+        chroma = color[:, :2] / np.maximum(total, 1.0)[:, None]
         bright = total >= self.min_brightness
-        chroma = color[..., :2] / np.maximum(total, 1.0)[..., None]
+        u, v, depth = self.u.reshape(-1)[candidates], self.v.reshape(-1)[candidates], depth_mm.reshape(-1)[candidates]
         sightings = {}
         for name, ref in self.references.items():
-            mask = bright & (np.abs(chroma - ref).max(axis=-1) <= self.chroma_tolerance) & (depth_mm > 0)
+            mask = bright & (np.abs(chroma - ref).max(axis=-1) <= self.chroma_tolerance)
             count = int(mask.sum())
             if count >= self.min_pixels:
-                points = self.camera.back_project(self.u[mask], self.v[mask], depth_mm[mask].astype(np.float64) / 1000)
+                points = self.camera.back_project(u[mask], v[mask], depth[mask].astype(np.float64) / 1000)
                 sightings[name] = self._seen(name, count, tuple(float(c) for c in np.median(points, axis=0)))
             else:
                 sightings[name] = self._unseen(name, count, depth_mm, last.sightings.get(name) if last else None)

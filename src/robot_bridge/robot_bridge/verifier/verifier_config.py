@@ -18,6 +18,8 @@ from ..pickfruit.twin_camera import TABLE_TOP_M
 from .scene_diff import Catalogue, GeometricPerceiver, Region
 
 BACKENDS = ("geometric",)
+MIN_COLOR_SPREAD = 40
+"""An object colour whose largest and smallest channel differ by less is grey: the perceiver cannot find it by colour."""
 
 
 def _entries(name: str, values: list[str], arity: int) -> dict[str, tuple[float, ...]]:
@@ -85,6 +87,9 @@ class VerifierConfig:
         for name, rgb in colors.items():
             if not all(0 <= c <= 255 for c in rgb) or sum(rgb) < 60:
                 raise ConfigError("object_colors", f"{name}: {rgb} must be 0..255 each and not near black")
+            if max(rgb) - min(rgb) < MIN_COLOR_SPREAD:
+                raise ConfigError("object_colors", f"{name}: {rgb} is too grey to tell from the table and the gripper "
+                                  f"(its channels must spread at least {MIN_COLOR_SPREAD})")
         for region in self.region_list():
             if region.radius <= 0:
                 raise ConfigError("regions", f"{region.name}: the radius must be positive")
