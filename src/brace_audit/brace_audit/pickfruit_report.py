@@ -42,14 +42,15 @@ def row(records: RunRecords) -> dict:
 
 def table(rows: Sequence[dict], title: str = TITLE) -> str:
     """The rows as a fixed-width text table under `title`."""
-    head = (f"{'variant':<14}{'episodes':>9}{'success':>9}{'duration s':>11}{'replans/ep':>11}{'P95 ms':>9}"
+    width = max([14, *(len(r["variant"]) + 1 for r in rows)])
+    head = (f"{'variant':<{width}}{'episodes':>9}{'success':>9}{'duration s':>11}{'replans/ep':>11}{'P95 ms':>9}"
             f"{'SLO viol.':>10}  failures ({' / '.join(FAILURES)})")
     lines = [title, head]
     for r in rows:
         fails = " / ".join(str(r[f"failure_{f}"]) for f in FAILURES)
         p95 = f"{r['latency_p95_ms']:.0f}" if not math.isnan(r["latency_p95_ms"]) else "-"
         slo = f"{100 * r['slo_violation']:.1f}%" if not math.isnan(r["slo_violation"]) else "-"
-        lines.append(f"{r['variant']:<14}{r['episodes']:>9}{100 * r['success']:>8.0f}%{r['duration_s']:>11.1f}"
+        lines.append(f"{r['variant']:<{width}}{r['episodes']:>9}{100 * r['success']:>8.0f}%{r['duration_s']:>11.1f}"
                      f"{r['calls_per_episode']:>11.1f}{p95:>9}{slo:>10}  {fails}")
     return "\n".join(lines)
 
