@@ -37,13 +37,14 @@ from pathlib import Path
 
 from report import cpu_report, describe_cpu, fill_defaults, print_written, report_checks, save_plot, write_csv
 
+from brace_common.action_schema import Step
 from robot_bridge.orbbec.calibration import load_calibration
 from robot_bridge.pickfruit.pickfruit_rollout import PickFruitRollout
 from robot_bridge.pickfruit.pickfruit_world import PickFruitConfig, PickFruitWorld
 from robot_bridge.pickfruit.scene_render import SceneRenderer
 from robot_bridge.pickfruit.twin_camera import pickfruit_scene
 from robot_bridge.verifier.verifier_config import VerifierConfig
-from robot_bridge.verifier.visual_verifier import PlannedCall, VisualVerifier
+from robot_bridge.verifier.visual_verifier import VisualVerifier
 
 FAULTS = ("slip", "hand", "phantom")
 TARGET_MISSED = 0
@@ -85,7 +86,7 @@ def run_trial(seed: int, fault: str, renderer: SceneRenderer, verifier: VisualVe
     fruit = rollout.start(seed)[0]
     plan = [("pick", {"object": fruit}), ("place", {"object": fruit, "target": "bowl"})]
     verifier.clear()
-    verifier.on_plan([PlannedCall(a, p) for a, p in plan])
+    verifier.on_plan([Step(a, p) for a, p in plan])
     verdicts, costs = [], []
     fault_frame = {"frame": None}
 

@@ -25,7 +25,7 @@ from typing import Any, Optional
 from brace_common.action_schema import Step
 from brace_common.scene_graph import SceneGraph, agent_goal
 from brace_common.session_graph import Embedder, SessionGraphs, doing_step
-from brace_common.vocabulary import Block, Mode
+from brace_common.vocabulary import Block, Failure, Mode
 from brace_common.world_state import WorldState
 
 from .context_tree import ContextTree
@@ -169,7 +169,11 @@ class MemorySystem:
 
     def on_outcome(self, agent_id: str, step: int, action: str, success: bool, detail: str, failure: int,
                    stamp: float = 0.0) -> None:
-        """A step the agent executed (ExecutionOutcome): the tree advances; a failure writes a reflection."""
+        """A step the agent executed (ExecutionOutcome): the tree advances; a failure writes a reflection; a step the
+        visual verifier preempted (Failure.PREEMPTED) is `on_preemption`."""
+        if failure == Failure.PREEMPTED:
+            self.on_preemption(agent_id, step, action, detail, stamp)
+            return
         with self.lock:
             if not success and self.reflecting:
                 current = self.tree.current_step(agent_id, action)

@@ -74,7 +74,7 @@ from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
 from brace_common.validation import InvalidInput, Rejections
-from brace_common.vocabulary import CallState, CallStatus, EpisodeEvent, Failure
+from brace_common.vocabulary import CallState, CallStatus, EpisodeEvent
 from brace_common.world_state import received_world_state
 from brace_memory.memory_write import split_memory_writes
 
@@ -309,9 +309,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             self.counts["stale_outcomes"] += 1
             return
         memory = self.memory()
-        if memory is not None and outcome.failure == Failure.PREEMPTED:
-            memory.on_preemption(outcome.agent_id, outcome.step, outcome.action, outcome.detail, outcome.stamp)
-        elif memory is not None:
+        if memory is not None:
             memory.on_outcome(outcome.agent_id, outcome.step, outcome.action, outcome.success, outcome.detail,
                               outcome.failure, outcome.stamp)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from brace_common.action_schema import Step
 from brace_common.config import ConfigError
 from brace_common.vocabulary import Failure
 from robot_bridge.orbbec.calibration import load_calibration
@@ -17,7 +18,7 @@ from robot_bridge.pickfruit.scene_render import SceneRenderer
 from robot_bridge.pickfruit.twin_camera import pickfruit_scene
 from robot_bridge.verifier.scene_diff import GONE, GRIPPER, HIDDEN, TABLE
 from robot_bridge.verifier.verifier_config import VerifierConfig
-from robot_bridge.verifier.visual_verifier import PlannedCall, VisualVerifier
+from robot_bridge.verifier.visual_verifier import VisualVerifier
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +83,7 @@ def run(setup, fault: str, seed: int):
     fruit = rollout.start(seed)[0]
     plan = [("pick", {"object": fruit}), ("place", {"object": fruit, "target": "bowl"})]
     verifier = VisualVerifier(cfg.perceiver(camera), cfg.confirm_frames)
-    verifier.on_plan([PlannedCall(a, p) for a, p in plan])
+    verifier.on_plan([Step(a, p) for a, p in plan])
     verdicts = []
 
     def frame() -> str:

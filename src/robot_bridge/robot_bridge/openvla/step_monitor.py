@@ -67,16 +67,17 @@ class StepError(InvalidInput):
     """A plan step the monitor cannot judge (no condition for its skill, an unknown location); `reason` is the key."""
 
 
-def parse_locations(entries: Sequence[str]) -> dict[str, Point]:
-    """`name=x,y,z` entries (m) as a dict; ValueError on a malformed entry."""
+def parse_locations(entries: Sequence[str], label: str = "locations") -> dict[str, Point]:
+    """`name=x,y,z` entries (three numbers: a point in m, or any triple such as r,g,b) as a dict; ValueError naming
+    `label` on a malformed entry."""
     locations: dict[str, Point] = {}
-    for name, text in parse_table(entries, "locations").items():
+    for name, text in parse_table(entries, label).items():
         try:
             xyz = tuple(float(v) for v in text.split(","))
         except ValueError:
-            raise ValueError(f"locations: '{name}={text}' is not 'name=x,y,z'") from None
+            raise ValueError(f"{label}: '{name}={text}' is not 'name=x,y,z'") from None
         if len(xyz) != 3 or not all(math.isfinite(v) for v in xyz):
-            raise ValueError(f"locations: '{name}={text}' needs three finite coordinates")
+            raise ValueError(f"{label}: '{name}={text}' needs three finite numbers")
         locations[name] = xyz  # type: ignore[assignment]
     return locations
 

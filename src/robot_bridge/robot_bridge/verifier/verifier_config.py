@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from brace_common.config import ConfigError, check_agent_ids, check_fields, diagnostics_period_param, param
 
+from ..openvla.step_monitor import parse_locations
 from ..orbbec.calibration import CameraModel
 from ..orbbec.camera_config import NAME_PATTERN
 from ..pickfruit.scene_render import OBJECT_COLORS
@@ -22,18 +23,12 @@ MIN_COLOR_SPREAD = 40
 """An object colour whose largest and smallest channel differ by less is grey: the perceiver cannot find it by colour."""
 
 
-def _entries(name: str, values: list[str], arity: int) -> dict[str, tuple[float, ...]]:
-    out = {}
-    for entry in values:
-        key, _, rest = entry.partition("=")
-        try:
-            numbers = tuple(float(x) for x in rest.split(","))
-        except ValueError:
-            numbers = ()
-        if not key.strip() or len(numbers) != arity:
-            raise ConfigError(name, f"'{entry}' is not name={','.join(['number'] * arity)}")
-        out[key.strip()] = numbers
-    return out
+def _entries(name: str, values: list[str]) -> dict[str, tuple[float, float, float]]:
+    """`key=a,b,c` entries of parameter `name` (ConfigError naming it)."""
+    try:
+        return parse_locations(values, name)
+    except ValueError as exc:
+        raise ConfigError(name, str(exc)) from None
 
 
 @dataclass
@@ -96,11 +91,11 @@ class VerifierConfig:
 
     def colors(self) -> dict[str, tuple[int, int, int]]:
         """object_colors as a mapping."""
-        return {k: tuple(int(round(c)) for c in v) for k, v in _entries("object_colors", self.object_colors, 3).items()}
+        return {k: tuple(int(round(c)) for c in v) for k, v in _entries("object_colors", self.object_colors).items()}
 
     def region_list(self) -> tuple[Region, ...]:
         """regions as Regions."""
-        return tuple(Region(k, *v) for k, v in _entries("regions", self.regions, 3).items())
+        return tuple(Region(k, *v) for k, v in _entries("regions", self.regions).items())
 
     def perceiver(self, camera: CameraModel) -> GeometricPerceiver:
         """The perceiver of these parameters for `camera`."""

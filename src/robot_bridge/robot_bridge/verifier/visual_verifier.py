@@ -11,11 +11,13 @@ a success the frames do not show is contradicted).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
+
+from brace_common.action_schema import Step
 
 from .scene_diff import GeometricPerceiver, Perception, SceneDiff
 from .step_check import Contradiction, StepCheck
@@ -39,18 +41,6 @@ class Verdict:
     backend: str = BACKEND_GEOMETRIC
 
 
-@dataclass
-class PlannedCall:
-    """A step of the plan being watched: its skill, parameters and text."""
-
-    action: str
-    parameters: Mapping[str, Any] = field(default_factory=dict)
-
-    def text(self) -> str:
-        """`pick(object=apple)`."""
-        return f"{self.action}(" + ", ".join(f"{k}={v}" for k, v in self.parameters.items()) + ")"
-
-
 class VisualVerifier:
     """Watches one agent's steps through one camera with a perceiver."""
 
@@ -58,21 +48,21 @@ class VisualVerifier:
         self.perceiver = perceiver
         self.confirm_frames = confirm_frames
         self.regions = frozenset(r.name for r in perceiver.catalogue.regions)
-        self.steps: list[PlannedCall] = []
+        self.steps: list[Step] = []
         self.index = 0
         self.check: Optional[StepCheck] = None
-        self.pending_end: Optional[tuple[StepCheck, PlannedCall, bool]] = None
+        self.pending_end: Optional[tuple[StepCheck, Step, bool]] = None
         self.starting = False          # the current step starts at the next frame
         self.last: Optional[Perception] = None
         self.frames = 0
         self.counts = {"frames": 0, "steps_checked": 0, "violations": 0, "contradicted_successes": 0}
 
     @property
-    def current(self) -> Optional[PlannedCall]:
+    def current(self) -> Optional[Step]:
         """The step being executed (None when idle)."""
         return self.steps[self.index] if self.index < len(self.steps) else None
 
-    def on_plan(self, steps: Sequence[PlannedCall]) -> None:
+    def on_plan(self, steps: Sequence[Step]) -> None:
         """A new plan: its first step starts at the next frame."""
         self.steps, self.index = list(steps), 0
         self.check, self.starting = None, bool(self.steps)
@@ -122,7 +112,7 @@ class VisualVerifier:
         self.counts["violations"] += sum(v.violation for v in verdicts)
         return verdicts
 
-    def _verdict(self, check: StepCheck, step: PlannedCall, now: Perception, found: Optional[Contradiction],
+    def _verdict(self, check: StepCheck, step: Step, now: Perception, found: Optional[Contradiction],
                  ended: bool, achieved: bool) -> Verdict:
         diff = self.perceiver.diff(check.first, now)
         if found is None:

@@ -47,7 +47,7 @@ from brace_common.vocabulary import Block, EntryKind, EpisodeEvent
 from ..orbbec.calibration import load_calibration
 from ..orbbec.image_msgs import IMAGE_QOS, depth_to_array, image_to_array
 from .verifier_config import VerifierConfig
-from .visual_verifier import PlannedCall, Verdict, VisualVerifier
+from .visual_verifier import Verdict, VisualVerifier
 
 
 class VisualVerifierNode(Node):
@@ -63,8 +63,9 @@ class VisualVerifierNode(Node):
         self.rejections = Rejections(self.get_logger())
         self.inputs = CountedInputs()
         self.counts: Counter[str] = Counter()
-        self.color: Optional[tuple[float, np.ndarray]] = None   # (stamp s, rgb)
-        self.depth: Optional[tuple[float, np.ndarray]] = None   # (stamp s, mm)
+        # the latest frames as received: converted only when a pair is compared (a camera runs faster than sampling)
+        self.color: Optional[Image] = None
+        self.depth: Optional[Image] = None
         self.compared_stamp = -1.0
         self.last_pair_time: Optional[float] = None
         self.compare_ms: list[float] = []
@@ -87,18 +88,12 @@ class VisualVerifierNode(Node):
     # ------------------------------------------------------------------ inputs
 
     def on_color(self, msg: Image) -> None:
-        """Keep the latest colour frame (malformed: counted)."""
-        try:
-            self.color = (seconds_of(msg.header.stamp), image_to_array(msg))
-        except InvalidInput as exc:
-            self.rejections.reject("color", exc)
+        """Keep the latest colour frame."""
+        self.color = msg
 
     def on_depth(self, msg: Image) -> None:
-        """Keep the latest depth frame (malformed: counted)."""
-        try:
-            self.depth = (seconds_of(msg.header.stamp), depth_to_array(msg))
-        except InvalidInput as exc:
-            self.rejections.reject("depth", exc)
+        """Keep the latest depth frame."""
+        self.depth = msg
 
     def on_plan(self, msg: Plan) -> None:
         """A plan of the watched agent: its steps are watched from the next frame (the latched copy is ignored)."""
@@ -110,7 +105,7 @@ class VisualVerifierNode(Node):
             self.rejections.reject("plan", exc, msg.plan_id)
             return
         self.plan_id = msg.plan_id
-        self.verifier.on_plan([PlannedCall(s.action, s.parameters) for s in steps])
+        self.verifier.on_plan(steps)
         self.counts["plans"] += 1
 
     def on_outcome(self, msg: ExecutionOutcome) -> None:
@@ -131,13 +126,18 @@ class VisualVerifierNode(Node):
         """Compare the latest frame pair (if new and paired) and publish the verdicts it gives."""
         if self.color is None or self.depth is None:
             return
-        (color_stamp, rgb), (depth_stamp, depth) = self.color, self.depth
+        color_stamp, depth_stamp = seconds_of(self.color.header.stamp), seconds_of(self.depth.header.stamp)
         if abs(color_stamp - depth_stamp) > self.config.max_frame_skew_s:
             self.counts["unpaired_frames"] += 1
             return
         if color_stamp <= self.compared_stamp:
             return
         self.compared_stamp = color_stamp
+        try:   # malformed frames: counted under rejected.color / rejected.depth
+            rgb = self._array("color", image_to_array, self.color)
+            depth = self._array("depth", depth_to_array, self.depth)
+        except InvalidInput:
+            return
         self.last_pair_time = time.monotonic()
         try:
             verdicts = self.verifier.on_frame(rgb, depth)
@@ -148,6 +148,13 @@ class VisualVerifierNode(Node):
         del self.compare_ms[:-100]
         for verdict in verdicts:
             self.publish_verdict(verdict)
+
+    def _array(self, name: str, convert, msg: Image) -> np.ndarray:
+        try:
+            return convert(msg)
+        except InvalidInput as exc:
+            self.rejections.reject(name, exc)
+            raise
 
     def publish_verdict(self, v: Verdict) -> None:
         """One VerifierVerdict (with dry_run: counted only)."""
