@@ -55,7 +55,8 @@ def test_a_loop_in_the_world_raises_a_loop_trigger_the_controller_admits_and_the
         server.script.clear()
         planner = node(ErecapPlannerNode, model_path=model, backend="openai", server_url=server.base_url,
                        compressor="recency", endpoint="completions", structured_output="json_schema",
-                       memory_modules=["state_graph", "lookahead"], memory_share=0.5, action_schema_file="")
+                       memory_modules=["state_graph", "lookahead"], memory_share=0.5, action_schema_file="",
+                       lookahead_timeout_s=5.0)   # a busy machine answers the world's service late, not never
         planner.trigger_configure()
         assert planner.call_path is not None, planner.last_error
         planner.trigger_activate()

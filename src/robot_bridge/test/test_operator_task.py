@@ -130,8 +130,8 @@ def test_the_operator_starts_and_judges_episodes(ros):
                                             failure=ExecutionOutcome.FAILURE_GRASP))
     op.outcome_pub.publish(ExecutionOutcome(agent_id="arm_0", action="pick", success=False, failure=99))
     op.outcome_pub.publish(ExecutionOutcome(agent_id="arm_0", action="pick", success=False))
-    wait_for(lambda: op.world_states[-1].agents[0].activity == Activity.FAILED and task.counts["unknown_failures"],
-             what="the failed steps")
+    wait_for(lambda: op.world_states[-1].agents[0].activity == Activity.FAILED and task.counts["unknown_failures"]
+             and sum(task.episodes.failures.values()) == 3, what="the three failed steps")
     state = world_state_from_msg(op.world_states[-1])
     assert state.world == "real" and state.observability == Observability.PARTIAL and state.step == 1
     assert state.entity("arm_0").pose is None and state.entity("task_0").attributes["text"] == TASK
