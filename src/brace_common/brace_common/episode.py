@@ -29,6 +29,10 @@ PLANS_AGREEING = "plans_agreeing"          # plans whose first step equalled the
 DURATION_S = "duration_s"                  # wall time from the episode's start to its verdict
 GRASPS = "grasps"                          # grasps the gripper closed on an object
 SLIPS = "slips"                            # grasps that slipped on the carry
+PUSHES = "pushes"                          # PushT: contacts the pusher made with the block
+CONTACT_LOSSES = "contact_losses"          # PushT: pushes that lost the block (the pusher rode over its edge)
+GOAL_ERROR_M = "goal_error_m"              # PushT: the block's centroid from the goal at the verdict
+GOAL_ERROR_DEG = "goal_error_deg"          # PushT: the block's yaw from the goal's at the verdict
 FAILURE_PREFIX = "failure_"                # failure_<Failure label>: failed steps of that category
 
 

@@ -292,3 +292,15 @@ def test_segment_distance():
     assert segment_distance((-1.0, 0.0, 0.0), (0, 0, 0), (1, 0, 0)) == pytest.approx(1.0)
     assert segment_distance((2.0, 0.0, 0.0), (0, 0, 0), (1, 0, 0)) == pytest.approx(1.0)
     assert segment_distance((3.0, 4.0, 0.0), (0, 0, 0), (0, 0, 0)) == pytest.approx(5.0)
+
+
+def test_a_push_that_starts_at_its_target_still_needs_an_action():
+    monitor = StepMonitor(config())
+    monitor.start(monitor.spec("push", {"object": "ghost", "target": "dock"}), 0.0)
+    at_dock = Observation(0.1, OPEN, LOCATIONS["dock"], math.nan, 0.1, 0.1)
+    assert monitor.observe(at_dock) is None                     # no action yet: the push has not pushed
+    monitor.action_sent()
+    assert monitor.observe(Observation(0.2, OPEN, LOCATIONS["dock"], math.nan, 0.2, 0.2)).success
+    reach = StepMonitor(config())                               # a move to where the arm already is is done
+    reach.start(reach.spec("move_to", {"target": "dock"}), 0.0)
+    assert reach.observe(at_dock).success

@@ -8,7 +8,9 @@ Each skill has a success condition (`Condition`), from the `skill_conditions` ta
   open again over the target (horizontal distance from the target location within
   `place_tolerance_m`, when the target is a known location); success once the opening grew
   `release_margin_m` past the held width.
-- push: the end effector reached the target location (within `position_tolerance_m`).
+- push: the end effector reached the target location (within `position_tolerance_m`) after at least
+  one action of the step (a push that starts at its target still pushes: PushT's stand-in ends every
+  push over the goal, so a repeated push would otherwise end before it began).
 - reach (move_to): the same, for a move without contact.
 
 Failures (brace_common.vocabulary.Failure):
@@ -445,7 +447,7 @@ class StepMonitor:
             elif self.contact and from_path > cfg.push_loss_m:
                 return self._end(obs.t, Failure.CONTACT_LOSS, f"left the path of {step.object_name} to "
                                  f"{step.target_name} by {from_path:.3f} m (limit {cfg.push_loss_m:.3f} m)")
-        if off <= cfg.position_tolerance_m:
+        if off <= cfg.position_tolerance_m and (step.condition != Condition.PUSH or self.actions > 0):
             return self._end(obs.t, Failure.NONE, f"reached {step.target_name} ({off:.3f} m off)")
         return None
 

@@ -1,6 +1,6 @@
-"""PickFruit without ROS and without the twin's dynamics: plans executed step by step as openvla_executor does.
+"""The twin's tasks without ROS and without the twin's dynamics: plans executed step by step as openvla_executor does.
 
-ROS-free. `PickFruitRollout` runs the executor's loop on a `PickFruitWorld`:
+ROS-free. `PickFruitRollout` runs the executor's loop on a `PickFruitWorld` (or a `PushTWorld`):
 each tick the step monitor judges the step, the stand-in policy answers the
 step's instruction (the executor's template table), the action is scaled and
 clipped as the executor does, and the tool point and the gripper follow it at
@@ -26,7 +26,8 @@ from ..openvla.executor_config import ExecutorConfig
 from ..openvla.step_monitor import Observation, StepMonitor, StepResult, describe_step, outcome_text
 from ..openvla.vla_action import ActionError, to_arm
 from ..piper.piper_kinematics import PiperKinematics
-from .pickfruit_world import HOME_JOINTS, SKILLS_TEXT, PickFruitWorld, Point, TwinPolicy, scene_text, task_text
+from ..twin_task import TableWorld, TwinTask
+from .pickfruit_world import HOME_JOINTS, Point
 
 Halt = Callable[[], Optional[str]]
 """Asked after every control tick: a reason to halt the running step, or None."""
@@ -58,12 +59,13 @@ class StepRecord:
 class PickFruitRollout:
     """The executor, the arm and the camera of a PickFruit episode, collapsed into one kinematic loop."""
 
-    def __init__(self, world: PickFruitWorld, executor: Optional[ExecutorConfig] = None,
+    def __init__(self, world: TableWorld, executor: Optional[ExecutorConfig] = None,
                  tool: Point = HOME_TOOL) -> None:
-        """`executor` defaults to the executor's defaults with the world's bowl as the one location."""
+        """`executor` defaults to the executor's defaults with the task's locations (the bowl, the goal)."""
         self.world = world
+        self.task = TwinTask.of(world)
         if executor is None:
-            executor = ExecutorConfig(locations=["bowl=" + ",".join(f"{v:g}" for v in world.config.bowl)])
+            executor = ExecutorConfig(locations=list(self.task.locations))
         self.templates = executor.templates()
         self.monitor = StepMonitor(executor.monitor_config())
         self.scaling = executor.scaling()
@@ -72,7 +74,7 @@ class PickFruitRollout:
         self.tool: Point = tool
         self.commanded_m = math.nan
         self.opening_m = self.gripper_map.open_m
-        self.policy = TwinPolicy(world, tool=lambda: self.tool)
+        self.policy = self.task.policy(lambda: self.tool)
         self.t = 0.0
         self.ticks = 0
         self.scene: list[str] = []
@@ -81,11 +83,11 @@ class PickFruitRollout:
     # ------------------------------------------------------------------ the episode's context
 
     def start(self, seed: int) -> tuple[str, ...]:
-        """A new episode on the same arm: the task, skills and scene entries; returns the task's fruits."""
+        """A new episode on the same arm: the task, skills and scene entries; returns the task's objects."""
         task = self.world.reset(seed)
         self.scene = []
-        self.lines.extend(ContextLine(Block.TASK, EntryKind.TASK, task_text(f)) for f in task)
-        self.lines.append(ContextLine(Block.CONSTRAINTS, EntryKind.CONSTRAINT, SKILLS_TEXT))
+        self.lines.extend(ContextLine(Block.TASK, EntryKind.TASK, self.task.task_text(f)) for f in task)
+        self.lines.append(ContextLine(Block.CONSTRAINTS, EntryKind.CONSTRAINT, self.task.skills_text))
         self._scene_changes()
         return task
 
@@ -93,7 +95,7 @@ class PickFruitRollout:
         scene = self.world.describe()
         if scene != self.scene:
             self.scene = scene
-            self.lines.append(ContextLine(Block.STATE, EntryKind.OBSERVATION, scene_text(scene)))
+            self.lines.append(ContextLine(Block.STATE, EntryKind.OBSERVATION, self.task.scene_text(scene)))
 
     # ------------------------------------------------------------------ executing plans
 

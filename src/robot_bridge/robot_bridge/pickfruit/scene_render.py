@@ -1,14 +1,15 @@
 """The twin's camera: the tabletop scene rendered as colour and aligned depth from a calibrated camera, ROS-free.
 
 Ray casting in numpy, one ray per pixel: the table top, the floor below it,
-objects as spheres (fruits) or boxes, the bowl as a solid cylinder, the gripper
-as fingers, palm and wrist boxes around the tool point (pointing down, its
-fingers apart by the opening), and, when a fault injects one, an operator's
-hand. Colour is flat per surface with a Lambert term toward an overhead light;
-depth is the optical z in millimetres (16UC1), with seeded Gaussian noise on
-both, so two frames of a still scene differ as a real camera's do. What the
-images show follows the scene: the gripper hides what is behind it, a slipped
-fruit lies where it fell, a removed fruit is gone.
+objects as spheres (fruits) or boxes (turned about the vertical: the T
+block), the bowl as a solid cylinder, the gripper as fingers, palm and wrist
+boxes around the tool point (pointing down, its fingers apart by the
+opening), and, when a fault injects one, an operator's hand. Colour is flat
+per surface with a Lambert term toward an overhead light; depth is the
+optical z in millimetres (16UC1), with seeded Gaussian noise on both, so two
+frames of a still scene differ as a real camera's do. What the images show
+follows the scene: the gripper hides what is behind it, a slipped fruit lies
+where it fell, a removed fruit is gone, a pushed block turns as it moves.
 """
 
 from __future__ import annotations
@@ -49,11 +50,19 @@ class Sphere:
 
 @dataclass(frozen=True)
 class Box:
-    """An axis-aligned box: centre and half sizes (m)."""
+    """A box: centre and half sizes (m) along its axes, turned `yaw` (rad) about the vertical (the T block's bars)."""
 
     centre: Point
     half: Point
     color: Color
+    yaw: float = 0.0
+
+    def corners(self) -> np.ndarray:
+        """The eight corners in base_link."""
+        c, s = np.cos(self.yaw), np.sin(self.yaw)
+        local = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)]) * np.asarray(self.half)
+        turned = np.stack([c * local[:, 0] - s * local[:, 1], s * local[:, 0] + c * local[:, 1], local[:, 2]], axis=1)
+        return turned + np.asarray(self.centre)
 
 
 @dataclass(frozen=True)
@@ -147,7 +156,8 @@ class SceneRenderer:
         if isinstance(shape, Sphere):
             lo, hi = np.subtract(shape.centre, shape.radius), np.add(shape.centre, shape.radius)
         elif isinstance(shape, Box):
-            lo, hi = np.subtract(shape.centre, shape.half), np.add(shape.centre, shape.half)
+            corners = shape.corners()
+            lo, hi = corners.min(axis=0), corners.max(axis=0)
         else:
             lo = np.array([shape.centre_xy[0] - shape.radius, shape.centre_xy[1] - shape.radius, shape.bottom])
             hi = np.array([shape.centre_xy[0] + shape.radius, shape.centre_xy[1] + shape.radius, shape.top])
@@ -195,16 +205,20 @@ class SceneRenderer:
         self._paint(t, s.color, shade, best, rgb)
 
     def _box(self, box: Box, rays: np.ndarray, best: np.ndarray, rgb: np.ndarray) -> None:
-        lo = np.asarray(box.centre) - np.asarray(box.half)
-        hi = np.asarray(box.centre) + np.asarray(box.half)
+        half = np.asarray(box.half)
+        origin = self.origin - np.asarray(box.centre)       # the box's frame: centred, turned back by its yaw
+        if box.yaw:
+            c, s = np.cos(box.yaw), np.sin(box.yaw)
+            turn = np.array([[c, s, 0.0], [-s, c, 0.0], [0.0, 0.0, 1.0]], dtype=rays.dtype)
+            rays, origin = rays @ turn.T, turn @ origin
         with np.errstate(divide="ignore", invalid="ignore"):
             inv = 1.0 / rays
-            t1, t2 = (lo - self.origin) * inv, (hi - self.origin) * inv
+            t1, t2 = (-half - origin) * inv, (half - origin) * inv
         near = np.nanmax(np.minimum(t1, t2), axis=-1)
         far = np.nanmin(np.maximum(t1, t2), axis=-1)
         t = np.where((far >= np.maximum(near, 0.0)) & np.isfinite(near), near, np.inf)
         with np.errstate(invalid="ignore"):
-            top = np.abs(self.origin[2] + rays[..., 2] * t - hi[2]) < 1e-6   # the lit top face
+            top = np.abs(origin[2] + rays[..., 2] * t - half[2]) < 1e-6   # the lit top face
         self._paint(t, box.color, np.where(top, 1.0, 0.8), best, rgb)
 
     def _cylinder(self, c: Cylinder, rays: np.ndarray, best: np.ndarray, rgb: np.ndarray) -> None:

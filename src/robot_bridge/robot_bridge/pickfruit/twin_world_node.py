@@ -1,18 +1,21 @@
-"""twin_world node: PickFruit episodes on the PiPER CAN twin, with the twin's /act stand-in for OpenVLA.
+"""twin_world node: PickFruit or PushT episodes on the PiPER CAN twin, with the twin's /act stand-in for OpenVLA.
 
 The world of the real-robot graph without hardware. It runs, in one process,
 the CAN-level twin of the arm (the piper_arm node talks to it over
-`can_interface` / `can_port` through the real piper_sdk), the PickFruit table
-beside it (robot_bridge.pickfruit.pickfruit_world: the twin's gripper closes on a fruit,
-grasps slip on the carry) and an HTTP server speaking the OpenVLA deploy
-server's `POST /act` whose answers steer the tool toward the instructed fruit
-or bowl (the protocol-level stand-in for the 7B model; the executor calls it
-as it would call the real server).
+`can_interface` / `can_port` through the real piper_sdk), the table of `task`
+beside it (robot_bridge.pickfruit.pickfruit_world: the twin's gripper closes on
+a fruit, grasps slip on the carry; robot_bridge.pusht.pusht_world: the closed
+gripper pushes a T block to a goal pose, contacts may be lost) and an HTTP
+server speaking the OpenVLA deploy server's `POST /act` whose answers steer the
+tool (toward the instructed fruit or bowl; around and against the T block) as
+the protocol-level stand-in for the 7B model (the executor calls it as it would
+call the real server).
 
 Names are relative (the stack's namespace comes from launch).
 
 Publishes   episode (Episode: start / end with the verdict), context (ContextEntry: the task, the scene after
-            every grasp, slip or release), world_state (WorldState: arm, fruits, bowl, tasks; every `period_s`
+            every grasp, slip or release, or as the block moves), world_state (WorldState: arm, fruits, bowl or
+            block, goal, tasks; every `period_s`
             tick and on a plan or an outcome; the arm's step as far as plans and outcomes tell),
             <camera_name>/color/image_raw (rgb8), <camera_name>/depth/image_raw (16UC1 mm, aligned to colour) and
             both camera_info topics, every `camera_period_s` (sensor QoS, frame <camera_name>_color_optical_frame):
@@ -25,11 +28,12 @@ the graph and the `replan_action` server answers (any start order).
 
 Faults for the visual verifier: `slip_probability` (a grasp slips on the carry), `hand_probability` (a hand takes
 the task's fruit away during the approach, in view of the camera) and `phantom_probability` (a grasp closes at the
-fruit's width holding nothing).
+fruit's width holding nothing); PushT's `contact_loss_probability` (the fingertips ride over the block's edge).
 
-An episode ends when every fruit of the task is in the bowl (success) or after
-`max_episode_s`. Between episodes the fruits are reset (seeded); the arm
-starts the next episode where it is, as a real arm would.
+An episode ends when the task is done (every fruit of the task in the bowl; the
+T block within the goal's tolerances) or after `max_episode_s`. Between
+episodes the table is reset (seeded); the arm starts the next episode where it
+is, as a real arm would.
 
 Parameters: see TwinWorldConfig (config/twin_world.yaml, docs/parameters.md).
 """
@@ -61,19 +65,10 @@ from ..openvla.act_server import ActServer
 from ..orbbec.calibration import load_calibration
 from ..orbbec.camera_config import NAME_PATTERN
 from ..piper.piper_twin import PiperTwin, TwinConfig
+from ..pusht.pusht_world import PushTConfig, PushTWorld
+from ..twin_task import TASKS, TwinTask
 from .camera_publisher import TwinCamera
-from .pickfruit_world import (
-    HOME_JOINTS,
-    SKILLS_TEXT,
-    PickFruitConfig,
-    PickFruitWorld,
-    TwinPolicy,
-    episode_metrics,
-    scene_text,
-    task_text,
-    world_state,
-)
-from .twin_camera import pickfruit_scene
+from .pickfruit_world import HOME_JOINTS, PickFruitConfig, PickFruitWorld
 
 
 @dataclass
@@ -84,6 +79,8 @@ class TwinWorldConfig(ReadinessConfig):
     can_interface: str = param("virtual", "python-can interface of the twin: 'virtual' (one process: brace-run) or "
                                           "'udp_multicast' (separate processes: launch)")
     agent_id: str = param("arm_0", "agent id of the arm (context entries, plans counted)")
+    task: str = param("pickfruit", "the task on the table: 'pickfruit' (fruits into the bowl) or 'pusht' (the T "
+                      "block onto the goal)")
     episodes: int = param(3, "episodes to run", 1, 100000)
     seed: int = param(0, "seed of episode 0 (episode e uses seed + e)", 0, 2**31 - 1)
     tasks: int = param(1, "fruits to put in the bowl per episode", 1, 3)
@@ -92,6 +89,8 @@ class TwinWorldConfig(ReadinessConfig):
                                     "tool comes near it", 0.0, 1.0)
     phantom_probability: float = param(0.0, "probability per grasp that the gripper stops at the fruit's width "
                                        "holding nothing (the fruit stays)", 0.0, 1.0)
+    contact_loss_probability: float = param(0.1, "PushT: probability per contact that the fingertips ride over the "
+                                            "block's edge and lose it", 0.0, 1.0)
     camera_name: str = param("front_camera", "the rendered camera's topic prefix ('' = no camera images)")
     camera_calibration: str = param("package://robot_bridge/config/twin_front_camera.yaml",
                                     "calibration (with pose_in_base_link) of the rendered camera")
@@ -115,34 +114,42 @@ class TwinWorldConfig(ReadinessConfig):
         if self.can_interface not in ("virtual", "udp_multicast", "socketcan"):
             raise ConfigError("can_interface", f"'{self.can_interface}' is not virtual, udp_multicast or socketcan")
         check_agent_ids("agent_id", self.agent_id)
+        if self.task not in TASKS:
+            raise ConfigError("task", f"'{self.task}' is not one of {', '.join(TASKS)}")
         if self.camera_name and not NAME_PATTERN.match(self.camera_name):
             raise ConfigError("camera_name", f"'{self.camera_name}' is not a relative ROS name")
 
 
 class TwinWorldNode(WorldNode, Node):
-    """Thin rclpy shell around the CAN twin, the PickFruit world and the /act stand-in."""
+    """Thin rclpy shell around the CAN twin, the task's world and the /act stand-in."""
 
-    world_name = "pickfruit"
+    world_name = "pickfruit"   # the instance's: its task's
 
     def __init__(self, **kwargs) -> None:
         super().__init__("twin_world", **kwargs)
         self.config = declare_config(self, TwinWorldConfig)
         reject_undeclared(self)
         cfg = self.config
-        self.world = PickFruitWorld(PickFruitConfig(tasks=cfg.tasks, slip_probability=cfg.slip_probability,
-                                                    hand_probability=cfg.hand_probability,
-                                                    phantom_probability=cfg.phantom_probability))
+        if cfg.task == "pusht":
+            self.world = PushTWorld(PushTConfig(contact_loss_probability=cfg.contact_loss_probability))
+        else:
+            self.world = PickFruitWorld(PickFruitConfig(tasks=cfg.tasks, slip_probability=cfg.slip_probability,
+                                                        hand_probability=cfg.hand_probability,
+                                                        phantom_probability=cfg.phantom_probability))
+        self.task = TwinTask.of(self.world)
+        self.world_name = self.task.name
         self.camera = TwinCamera(self, cfg.camera_name, load_calibration(cfg.camera_calibration), cfg.seed) \
             if cfg.camera_name else None
         self.twin = PiperTwin(cfg.can_port, cfg.can_interface,
                               TwinConfig(feedback_period_s=cfg.feedback_period_s, initial_joints=list(HOME_JOINTS),
                                          initial_gripper=0.07),
                               grasp=lambda state: self.world.grasp(tuple(state.end_pose[:3]), state.gripper_m))
-        self.policy = TwinPolicy(self.world, tool=lambda: tuple(self.twin.state().end_pose[:3]))
+        self.policy = self.task.policy(lambda: tuple(self.twin.state().end_pose[:3]))
         self.act = ActServer(self.policy, host=cfg.act_host, port=cfg.act_port)
         self.twin.start()
         self.act.start()
-        self.get_logger().info(f"CAN twin on {cfg.can_interface}:{cfg.can_port}; /act stand-in at {self.act.url}")
+        self.get_logger().info(f"{self.task.name} on the CAN twin on {cfg.can_interface}:{cfg.can_port}; /act stand-in "
+                               f"at {self.act.url}; the executor's locations: {', '.join(self.task.locations)}")
 
         self.init_world(("context", "episode", "diagnostics", "world_states", "world_info"), cfg.episodes, cfg.seed)
         self.started_at: Optional[float] = None
@@ -206,29 +213,30 @@ class TwinWorldNode(WorldNode, Node):
             self.end_episode(elapsed)
 
     def start_episode(self) -> None:
-        """Reset the fruits, announce the episode, publish the task and the scene."""
+        """Reset the table, announce the episode, publish the task and the scene."""
         self.announce_start()
         task = self.world.reset(self.book.seed)
         self.failures, self.scene = Counter(), []
         self.state_step = -1
         self.plan_progress.clear()
         self.started_at = time.monotonic()
-        for fruit in task:
-            self.publish_entry(self.config.agent_id, Block.TASK, EntryKind.TASK, task_text(fruit))
-        self.publish_entry(self.config.agent_id, Block.CONSTRAINTS, EntryKind.CONSTRAINT, SKILLS_TEXT)
+        for name in task:
+            self.publish_entry(self.config.agent_id, Block.TASK, EntryKind.TASK, self.task.task_text(name))
+        self.publish_entry(self.config.agent_id, Block.CONSTRAINTS, EntryKind.CONSTRAINT, self.task.skills_text)
         self._publish_scene_changes()
 
     def episode_result(self, elapsed: float) -> EpisodeResult:
-        """PickFruit's record of the episode that ends: its verdict and metrics (duration, grasps, slips, failures)."""
-        verdict = episode_metrics(self.world, elapsed, int(elapsed / self.config.period_s), self.failures)
+        """The task's record of the episode that ends: its verdict and metrics (duration, grasps and slips or pushes,
+        contact losses and the goal error, failures)."""
+        verdict = self.task.episode_metrics(self.world, elapsed, int(elapsed / self.config.period_s), self.failures)
         return EpisodeResult.of(verdict, self.episode, self.book.seed, self.plans)
 
     def end_episode(self, elapsed: float) -> None:
         """Publish the verdict; stop after the last episode."""
-        result, counts = self.episode_result(elapsed), self.world.counts
+        result = self.episode_result(elapsed)
         last = self.announce_end(result)
         self.get_logger().info(f"episode {self.episode}: success={result.success} {elapsed:.1f} s plans={self.plans} "
-                               f"grasps={counts.grasps} slips={counts.slips} failures={dict(self.failures)}")
+                               f"{vars(self.world.counts)} failures={dict(self.failures)}")
         self.started_at = None
         if last:
             self.timer.cancel()
@@ -237,9 +245,9 @@ class TwinWorldNode(WorldNode, Node):
 
     def _publish_world_state(self) -> None:
         twin = self.twin.state()
-        self.publish_state(world_state(self.world, self.episode, max(self.state_step, 0),
-                                       self.plan_progress.activity(), tuple(twin.end_pose[:3]), twin.gripper_m),
-                           "base_link")
+        self.publish_state(self.task.world_state(self.world, self.episode, max(self.state_step, 0),
+                                                 self.plan_progress.activity(), tuple(twin.end_pose[:3]),
+                                                 twin.gripper_m), "base_link")
 
     def _publish_scene_changes(self) -> None:
         self.state_step += 1  # one tick of the episode: a step of its world state
@@ -247,12 +255,12 @@ class TwinWorldNode(WorldNode, Node):
         scene = self.world.describe()
         if scene != self.scene:
             self.scene = scene
-            self.publish_entry(self.config.agent_id, Block.STATE, EntryKind.OBSERVATION, scene_text(scene))
+            self.publish_entry(self.config.agent_id, Block.STATE, EntryKind.OBSERVATION, self.task.scene_text(scene))
 
     def publish_frame(self) -> None:
         """Render the front camera from the twin's state and publish colour, depth and their camera_info."""
         twin = self.twin.state()
-        self.camera.publish(pickfruit_scene(self.world, tuple(twin.end_pose[:3]), twin.gripper_m))
+        self.camera.publish(self.task.render(tuple(twin.end_pose[:3]), twin.gripper_m))
 
     def num_agents(self) -> int:
         """One arm."""
@@ -272,7 +280,7 @@ class TwinWorldNode(WorldNode, Node):
                   "twin.gripper_m": round(state.gripper_m, 4), **self.counts,
                   **(self.camera.counts if self.camera is not None else {}),
                   **{f"world.{k}": v for k, v in vars(self.world.counts).items()}, **self.inputs.counts}
-        self.publish_world_diagnostics("PickFruit on the PiPER twin", values,
+        self.publish_world_diagnostics(f"{self.task.name} on the PiPER twin", values,
                                        nonzero(self.inputs.counts, self.inputs.counts), self.peer_errors())
 
     def close(self) -> None:

@@ -1,0 +1,1 @@
+"""PushT on the PiPER twin: a T block pushed on the table to a goal pose."""

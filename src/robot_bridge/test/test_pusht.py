@@ -1,0 +1,191 @@
+"""PushT on the twin: the T block's pushing mechanics, the world's faults and verdict, the /act stand-in through the
+executor's loop, and what the front camera shows of it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from brace_common.episode import CONTACT_LOSSES, GOAL_ERROR_DEG, GOAL_ERROR_M, PUSHES
+from brace_common.world_state import AgentActivity
+from robot_bridge.orbbec.calibration import load_calibration
+from robot_bridge.pickfruit.pickfruit_rollout import PickFruitRollout
+from robot_bridge.pickfruit.scene_render import OBJECT_COLORS, SceneRenderer
+from robot_bridge.pusht.pusht_camera import pusht_scene
+from robot_bridge.pusht.pusht_world import (
+    BLOCK,
+    FINGER_BOTTOM_M,
+    GOAL,
+    PushPolicy,
+    PushTConfig,
+    PushTWorld,
+    episode_metrics,
+    world_state,
+)
+from robot_bridge.pusht.t_block import PlanarPose, TShape
+from robot_bridge.twin_task import TwinTask
+from robot_bridge.verifier.scene_diff import TABLE, Catalogue, GeometricPerceiver
+
+PUSH = [("push", {"object": BLOCK, "target": GOAL})]
+SHAPE = TShape()
+R, MU = 0.008, 0.5
+
+
+def low(x: float, y: float) -> tuple[float, float, float]:
+    """A tool point whose fingertips are below the block's top."""
+    return (x, y, PushTConfig().table_top_m + FINGER_BOTTOM_M + 0.01)
+
+
+# ---------------------------------------------------------------------- mechanics
+
+
+def test_the_t_outline_is_centred_on_its_centroid_and_c_is_its_mean_radius():
+    xs, ys = zip(*SHAPE.polygon, strict=True)
+    area = 0.5 * sum(x0 * y1 - x1 * y0 for x0, y0, x1, y1 in zip(xs, ys, xs[1:] + xs[:1], ys[1:] + ys[:1], strict=True))
+    assert area == pytest.approx(SHAPE.area_m2)                    # counter-clockwise, the bar and the stem
+    cy = sum((y0 + y1) * (x0 * y1 - x1 * y0) for x0, y0, x1, y1 in
+             zip(xs, ys, xs[1:] + xs[:1], ys[1:] + ys[:1], strict=True)) / (6 * area)
+    assert abs(cy) < 1e-9
+    assert 0.02 < SHAPE.c < 0.05
+    assert SHAPE.inside((0.0, 0.0)) and not SHAPE.inside((0.04, -0.03))    # beside the stem, under the bar
+    with pytest.raises(ValueError, match="stem narrower"):
+        TShape(bar_m=(0.02, 0.02), stem_m=(0.03, 0.05))
+
+
+def test_a_push_through_the_centroid_translates_and_an_offset_push_turns():
+    pose = PlanarPose(0.25, 0.0, 0.0)
+    bottom = min(y for _, y in SHAPE.polygon)
+    straight, touched = SHAPE.push(pose, (0.25, bottom - 0.02), (0.25, bottom + 0.03), R, MU)
+    assert touched and straight.yaw == pytest.approx(0.0, abs=1e-9) and straight.x == pytest.approx(0.25)
+    assert straight.y == pytest.approx(0.03 + R, abs=0.003)      # moved with the pusher once it touched
+    turned, _ = SHAPE.push(pose, (0.29, -0.03), (0.29, 0.02), R, MU)
+    assert turned.yaw > math.radians(5)                           # up at the bar's right end: counter-clockwise
+    missed, touched = SHAPE.push(pose, (0.19, -0.05), (0.19, 0.05), R, MU)   # past the bar's end
+    assert not touched and missed == pose
+
+
+def test_a_push_outside_the_friction_cone_slides_along_the_edge():
+    pose = PlanarPose(0.25, 0.0, 0.0)
+    bottom = min(y for _, y in SHAPE.polygon)
+    start = (0.25, bottom - R + 0.001)                             # touching the stem's end
+    steep = (start[0] + 0.01, start[1] + 0.004)                    # mostly sideways (beyond atan(0.5)), on the end
+    sticking, _ = SHAPE.push(pose, start, steep, R, mu=5.0)
+    sliding, _ = SHAPE.push(pose, start, steep, R, mu=0.5)
+    frictionless, _ = SHAPE.push(pose, start, steep, R, mu=0.0)
+    assert abs(sticking.yaw) > abs(sliding.yaw) > abs(frictionless.yaw) - 1e-9
+    r, n = (0.01, bottom), (0.0, 1.0)
+    assert SHAPE.twist(r, n, (0.01, 0.004), 0.0) == pytest.approx(SHAPE.twist(r, n, (0.0, 0.004), 0.0))  # normal only
+    dx, dy, w = SHAPE.twist(r, n, (0.01, 0.004), 5.0)              # sticking: the contact point goes with the pusher
+    assert (dx - w * r[1], dy + w * r[0]) == pytest.approx((0.01, 0.004))
+
+
+# ---------------------------------------------------------------------- the world
+
+
+def test_reset_is_seeded_and_the_block_starts_away_from_the_goal():
+    a, b = PushTWorld(), PushTWorld()
+    assert a.reset(3) == (BLOCK,) and b.reset(3) == (BLOCK,)
+    assert a.pose() == b.pose() and not a.success() and a.goal_error().distance_m > 0.05
+    assert a.describe()[0].startswith(f"{BLOCK} on the table at x=") and GOAL in a.describe()[1]
+
+
+def test_the_verdict_needs_both_tolerances():
+    world = PushTWorld()
+    world.reset(0)
+    goal = world.config.goal_pose
+    world.block = PlanarPose(goal.x + 0.015, goal.y, goal.yaw + math.radians(10))
+    assert world.success()
+    world.block = PlanarPose(goal.x + 0.015, goal.y, goal.yaw + math.radians(20))
+    assert not world.success()
+    world.block = PlanarPose(goal.x + 0.03, goal.y, goal.yaw)
+    metrics = episode_metrics(world, 12.345, 60, {"contact_loss": 2}).metrics
+    assert metrics[GOAL_ERROR_M] == pytest.approx(0.03) and metrics[GOAL_ERROR_DEG] == 0.0
+    assert metrics["failure_contact_loss"] == 2.0 and metrics[PUSHES] == 0 and metrics[CONTACT_LOSSES] == 0
+
+
+def test_a_pusher_that_comes_down_on_the_block_rides_it_and_pushes_nothing():
+    world = PushTWorld()
+    world.reset(1)
+    pose = world.pose()
+    world.grasp((pose.x, pose.y, 0.2), 0.0)                        # above the block
+    world.grasp(low(pose.x, pose.y), 0.0)                          # down onto it
+    world.grasp(low(pose.x + 0.005, pose.y), 0.0)
+    assert world.pose() == pose and world.counts.pushes == 0
+
+
+def test_a_lost_contact_stops_pushing_and_is_counted():
+    world = PushTWorld(PushTConfig(contact_loss_probability=1.0, loss_after_m=(0.004, 0.004)))
+    world.reset(2)
+    world.block = PlanarPose(0.25, 0.0, 0.0)
+    bottom = min(y for _, y in world.shape.polygon)
+    y = bottom - 0.02
+    world.grasp(low(0.25, y), 0.0)
+    while y < 0.03:
+        y += 0.002
+        world.grasp(low(0.25, y), 0.0)
+    assert world.counts.pushes == 1 and world.counts.contact_losses == 1 and world.lost
+    assert 0.004 <= world.pose().y <= 0.004 + 0.004                # pushed about loss_after_m, then nothing
+    world.recover()
+    assert not world.lost
+
+
+def test_world_state_is_the_table_as_a_scene_graph():
+    world = PushTWorld()
+    world.reset(0)
+    state = world_state(world, 0, 4, AgentActivity("arm_0"), (0.3, 0.0, 0.2), 0.0)
+    block = state.entity(BLOCK)
+    assert state.world == "pusht" and block.state == "on_table" and float(block.attributes["goal_error_m"]) > 0
+    assert state.entity(GOAL).attributes["tolerance_m"] == "0.02" and state.entity(f"task_{BLOCK}").state == "open"
+
+
+# ---------------------------------------------------------------------- the stand-in through the executor's loop
+
+
+def test_the_stand_in_rejects_other_instructions():
+    world = PushTWorld()
+    world.reset(0)
+    policy = PushPolicy(world, tool=lambda: (0.3, 0.0, 0.2))
+    with pytest.raises(ValueError, match="not a push"):
+        policy(np.zeros((1, 1, 3), np.uint8), "pick up the apple")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_one_push_step_brings_the_block_onto_the_goal(seed):
+    world = PushTWorld(PushTConfig(contact_loss_probability=0.0))
+    rollout = PickFruitRollout(world)
+    rollout.start(seed)
+    (record,) = rollout.execute(PUSH)
+    assert record.result.success and world.success() and world.counts.pushes >= 2
+    assert rollout.lines[1].text.startswith("Skills: push(object, target)")
+    assert any(line.text.startswith(f"Scene: {BLOCK} on the table") for line in rollout.lines)
+
+
+def test_after_a_lost_contact_the_push_ends_over_the_goal_and_a_second_push_pushes_again():
+    world = PushTWorld(PushTConfig(contact_loss_probability=1.0))
+    rollout = PickFruitRollout(world)
+    rollout.start(0)
+    (first,) = rollout.execute(PUSH)
+    assert first.result.success and not world.success() and world.counts.contact_losses == 1
+    assert f"{BLOCK} is " in rollout.scene[-1]                     # the scene tells the planner it is not there
+    pushes = world.counts.pushes
+    (second,) = rollout.execute(PUSH)
+    assert second.result.actions > 1 and world.counts.pushes > pushes
+
+
+# ---------------------------------------------------------------------- the camera
+
+
+def test_the_camera_shows_the_block_where_it_is_and_the_perceiver_finds_it():
+    camera = load_calibration("package://robot_bridge/config/twin_front_camera.yaml")
+    world = PushTWorld()
+    world.reset(4)
+    task = TwinTask.of(world)
+    rgb, depth = SceneRenderer(camera, seed=0).render(task.render((0.3, 0.15, 0.25), 0.0))
+    catalogue = Catalogue({BLOCK: OBJECT_COLORS[BLOCK]}, world.config.table_top_m)
+    sighting = GeometricPerceiver(camera, catalogue).perceive(rgb, depth).sightings[BLOCK]
+    pose = world.pose()
+    assert sighting.place == TABLE and math.dist(sighting.position[:2], (pose.x, pose.y)) < 0.02
+    moved = pusht_scene(world, (0.3, 0.15, 0.25), 0.0)
+    assert any(getattr(s, "yaw", 0.0) == pose.yaw for s in moved.shapes)     # the bars turn with the block
