@@ -1,8 +1,10 @@
 """BRACE Table 32's shape for the real-robot tasks: episodes, success, duration, replans, latency tail, SLO, failures.
 
 ROS-free: reads a variant's RunRecords (brace_audit.audit_report), live or
-from the bag, and the PickFruit world's metrics in its episodes (duration_s,
-slips, failure_<category>: brace_common.episode).
+from the bag, and the task's metrics in its episodes (brace_common.episode):
+PickFruit's duration_s, slips and failure_<category>; PushT's, with its two
+failure columns of Table 32: episodes that ended with the goal error above
+the threshold (every episode that did not succeed) and contact losses.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from brace_common.episode import DURATION_S, FAILURE_PREFIX, SLIPS
+from brace_common.episode import CONTACT_LOSSES, DURATION_S, FAILURE_PREFIX, GOAL_ERROR_M, SLIPS
 from brace_common.vocabulary import Failure
 
 from .audit_report import RunRecords, metric_total, summary
@@ -20,6 +22,8 @@ TITLE = "PickFruit on the PiPER CAN twin (BRACE Table 32 shape)"
 CSV = "table32.csv"
 REAL_TITLE = "Real-robot tasks judged by the operator (BRACE Table 32 shape)"
 REAL_CSV = "table32_real.csv"
+PUSHT_TITLE = "PushT on the PiPER CAN twin (BRACE Table 32 shape)"
+PUSHT_CSV = "table32_pusht.csv"
 
 
 def _count(value: float) -> int:
@@ -38,6 +42,35 @@ def row(records: RunRecords) -> dict:
            "slips": _count(metric_total(episodes, SLIPS))}
     out.update({f"failure_{f}": _count(metric_total(episodes, FAILURE_PREFIX + f)) for f in FAILURES})
     return out
+
+
+def pusht_row(records: RunRecords) -> dict:
+    """One variant's PushT row: Table 32's columns with goal error > threshold (episodes), contact losses and the
+    median goal error at the verdict."""
+    out = row(records)
+    episodes = records.episodes
+    errors = sorted(e.metric(GOAL_ERROR_M) for e in episodes if not math.isnan(e.metric(GOAL_ERROR_M)))
+    out.update({"goal_error_over_threshold": sum(not e.success for e in episodes),
+                "contact_losses": _count(metric_total(episodes, CONTACT_LOSSES)),
+                "goal_error_m_p50": errors[len(errors) // 2] if errors else math.nan})
+    del out["slips"]
+    return out
+
+
+def pusht_table(rows: Sequence[dict], title: str = PUSHT_TITLE) -> str:
+    """PushT rows as a fixed-width text table: Table 32's two PushT failure columns, then every step failure."""
+    width = max([14, *(len(r["variant"]) + 1 for r in rows)])
+    head = (f"{'variant':<{width}}{'episodes':>9}{'success':>9}{'duration s':>11}{'replans/ep':>11}{'P95 ms':>9}"
+            f"{'SLO viol.':>10}{'goal err>thr':>13}{'contact loss':>13}{'goal err m':>11}")
+    lines = [title, head]
+    for r in rows:
+        p95 = f"{r['latency_p95_ms']:.0f}" if not math.isnan(r["latency_p95_ms"]) else "-"
+        slo = f"{100 * r['slo_violation']:.1f}%" if not math.isnan(r["slo_violation"]) else "-"
+        err = f"{r['goal_error_m_p50']:.3f}" if not math.isnan(r["goal_error_m_p50"]) else "-"
+        lines.append(f"{r['variant']:<{width}}{r['episodes']:>9}{100 * r['success']:>8.0f}%{r['duration_s']:>11.1f}"
+                     f"{r['calls_per_episode']:>11.1f}{p95:>9}{slo:>10}{r['goal_error_over_threshold']:>13}"
+                     f"{r['contact_losses']:>13}{err:>11}")
+    return "\n".join(lines)
 
 
 def table(rows: Sequence[dict], title: str = TITLE) -> str:

@@ -2,7 +2,7 @@
 
 The paper's tables (audit_report.report) for every world, then each world's
 own table, chosen by the worlds the episodes name (Episode.world): the drone
-intersection's for "airsim", Table 32 for "pickfruit" (the twin) and for "real" (operator_task's episodes on a
+intersection's for "airsim", Table 32 for "pickfruit" and "pusht" (the twin) and for "real" (operator_task's episodes on a
 real robot).
 """
 
@@ -38,6 +38,7 @@ class WorldTable:
 WORLD_TABLES: dict[str, WorldTable] = {
     "airsim": WorldTable(drone_report.row, drone_report.table, drone_report.CSV),
     "pickfruit": WorldTable(pickfruit_report.row, pickfruit_report.table, pickfruit_report.CSV),
+    "pusht": WorldTable(pickfruit_report.pusht_row, pickfruit_report.pusht_table, pickfruit_report.PUSHT_CSV),
     "real": WorldTable(pickfruit_report.row, partial(pickfruit_report.table, title=pickfruit_report.REAL_TITLE),
                        pickfruit_report.REAL_CSV),
 }

@@ -92,6 +92,21 @@ def test_the_real_robots_episodes_get_table_32_under_their_own_title(tmp_path):
     assert written["failure_grasp"] == "2" and not (tmp_path / pickfruit_report.CSV).exists()
 
 
+def test_pusht_gets_table_32_with_goal_error_and_contact_loss_columns(tmp_path):
+    runs = [collect("no_brace", "pusht", 1, [
+        episode(0, True, duration_s=30.0, pushes=9, contact_losses=1, goal_error_m=0.01, goal_error_deg=3.0),
+        episode(1, False, duration_s=120.0, pushes=20, contact_losses=3, goal_error_m=0.08, goal_error_deg=40.0),
+        episode(2, False, duration_s=120.0, pushes=15, contact_losses=0, goal_error_m=0.05, goal_error_deg=5.0)])]
+    (row,) = [pickfruit_report.pusht_row(r) for r in runs]
+    assert (row["goal_error_over_threshold"], row["contact_losses"], row["goal_error_m_p50"]) == (2, 4, 0.05)
+    assert "slips" not in row and row["duration_s"] == 90.0
+    text = world_tables(runs, tmp_path)
+    lines = text.splitlines()
+    assert lines[0] == pickfruit_report.PUSHT_TITLE and lines[2].split()[-3:] == ["2", "4", "0.050"]
+    (written,) = csv.DictReader((tmp_path / pickfruit_report.PUSHT_CSV).open())
+    assert written["contact_losses"] == "4" and not (tmp_path / pickfruit_report.CSV).exists()
+
+
 def test_the_drone_table_has_k_landed_and_the_safety_proxies(tmp_path):
     runs = [collect("no_brace", "airsim", 8, [
         episode(0, True, near_misses=1, collisions=0, min_distance_m=3.1, plans_agreeing=2),
