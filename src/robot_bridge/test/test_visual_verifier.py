@@ -138,7 +138,7 @@ def test_a_slip_is_a_step_whose_result_the_frames_do_not_show(setup):
 
 
 @pytest.mark.parametrize("name, value", [("object_colors", ["apple=1,2"]), ("object_colors", []),
-                                         ("regions", ["bowl=0.1,0.1,-1"]), ("backend", "vlm"),
+                                         ("regions", ["bowl=0.1,0.1,-1"]), ("backend", "clip"),
                                          ("camera_calibration", ""), ("camera_name", "bad name"),
                                          ("object_colors", ["coal=10,10,10"]), ("object_colors", ["mug=120,120,110"])])
 def test_bad_parameters_fail_naming_them(name, value):

@@ -12,9 +12,12 @@ now reads nearer than the object was (something in front of it: a hand, the
 wrist), else gone: fingers beside an empty spot leave the table visible
 between them.
 
-`diff` compares two perceptions in OmniAct's differencing schema (observed
-changes, objects moved or removed with evidence, objects remaining, the
-gripper's state, notes on occlusion).
+`Perceiver` is what the verifier needs of any backend (this one, and the VLM
+perceiver of vlm_perceiver.py): `perceive` frames into a Perception, and
+`diff`, shared by both, which compares two perceptions in OmniAct's
+differencing schema (observed changes, objects moved or removed with evidence,
+objects remaining, the gripper's state, notes on occlusion). A perceiver that
+could not say where the objects are raises PerceiverError.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ HIDDEN = "hidden"
 GONE = "gone"
 GRIPPER_EMPTY, GRIPPER_HOLDING, GRIPPER_UNKNOWN = "empty", "holding", "unknown"
 """VerifierVerdict.GRIPPER_*."""
+BACKEND_GEOMETRIC = "geometric"
+"""VerifierVerdict.backend of this perceiver's verdicts."""
 
 
 @dataclass(frozen=True)
@@ -75,11 +80,15 @@ class Sighting:
     spot: Optional[Point] = None        # not seen: where it was last seen (the spot looked at)
     spot_depth_mm: float = math.nan     # hidden / gone: the depth read at its last known spot ...
     expected_depth_mm: float = math.nan  # ... and the depth the object had there
+    evidence: str = ""                  # the perceiver's own words for what it saw (the VLM's); '' = pixels and depth
+    support: Optional[float] = None     # how much of the object the evidence saw (0..1) when the perceiver says so
+    #                                     itself (the VLM: 1 for a place it names); None = pixels over StepCheck's
 
     @property
     def seen(self) -> bool:
-        """Whether the object's pixels were found."""
-        return self.position is not None
+        """Whether the object was found in the frame: on the table, in a region or in the gripper (its position is
+        known only to a perceiver that measures it)."""
+        return self.place not in (HIDDEN, GONE)
 
     def where(self) -> str:
         """'table (0.24, -0.04)', 'gripper', 'bowl', 'hidden', 'gone'."""
@@ -94,6 +103,8 @@ class Perception:
 
     sightings: Mapping[str, Sighting]
     compare_ms: float = 0.0
+    gripper: Optional[str] = None       # the perceiver's own word on the gripper (GRIPPER_*; the VLM's), else None
+    notes: tuple[str, ...] = ()         # the perceiver's own notes on the scene (the VLM's)
 
     def place(self, name: str) -> str:
         """Where `name` is (gone when it is not catalogued)."""
@@ -121,18 +132,119 @@ class SceneDiff:
         return "; ".join(parts)
 
 
-class GeometricPerceiver:
+class PerceiverError(RuntimeError):
+    """The perceiver could not say where the objects are (a server's error, timeout or unreadable answer); `reason`
+    is a short counter key, the message says what happened."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class Perceiver:
+    """A perceiver backend: frames -> Perception without the plan (`perceive`), and the diff of two perceptions."""
+
+    backend = ""
+    """The VerifierVerdict.backend its verdicts carry."""
+
+    def __init__(self, catalogue: Catalogue, move_distance_m: float = 0.025) -> None:
+        self.catalogue = catalogue
+        self.move_distance_m = move_distance_m
+
+    def perceive(self, rgb: np.ndarray, depth_mm: np.ndarray, last: Optional[Perception] = None) -> Perception:
+        """Where each catalogued object is in this frame (`last`: the previous perception); ValueError for frames it
+        cannot take, PerceiverError when it cannot say."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Give up what is in progress and release what the perceiver holds (nothing, unless it says otherwise)."""
+        return None
+
+    def describe(self) -> str:
+        """One line for logs: the backend (and what it talks to)."""
+        return self.backend
+
+    def diff(self, before: Perception, after: Perception) -> SceneDiff:
+        """What changed from `before` to `after` (objects not seen in either are left out)."""
+        changes, moved_text, remaining = [], [], []
+        notes: list[str] = []
+        moved: dict[str, tuple[str, str]] = {}
+        removed = []
+        for name, now in after.sightings.items():
+            then = before.sightings.get(name)
+            if then is None or (not then.seen and now.place in (GONE, then.place)):
+                continue
+            if now.place == HIDDEN:
+                notes.append(_hidden_note(now))
+                continue
+            if now.place == GONE:
+                removed.append(name)
+                changes.append(f"{name} is no longer visible at {then.where()}")
+                moved_text.append(_gone_evidence(then, now))
+                continue
+            if self._same_place(then, now):
+                remaining.append(f"{name} at {now.where()}")
+                continue
+            moved[name] = (then.place, now.place)
+            changes.append(f"{name} moved from {then.where()} to {now.where()}")
+            moved_text.append(_moved_evidence(then, now))
+        notes += after.notes
+        held = [n for n, s in after.sightings.items() if s.place == GRIPPER]
+        if held:
+            gripper = GRIPPER_HOLDING
+            changes += [f"the gripper holds {n}" for n in held if before.place(n) != GRIPPER]
+        elif after.gripper is not None:
+            gripper = after.gripper
+        elif notes:
+            gripper = GRIPPER_UNKNOWN
+        else:
+            gripper = GRIPPER_EMPTY
+        return SceneDiff(tuple(changes), tuple(moved_text), tuple(remaining), gripper, tuple(notes), moved,
+                         tuple(removed))
+
+    def _same_place(self, then: Sighting, now: Sighting) -> bool:
+        if then.place != now.place:
+            return False
+        if then.place != TABLE or then.position is None or now.position is None:
+            return True
+        return math.dist(then.position[:2], now.position[:2]) <= self.move_distance_m
+
+
+def _hidden_note(now: Sighting) -> str:
+    if now.evidence:
+        return f"{now.name} hidden: {now.evidence}"
+    return (f"{now.name} hidden: its spot reads {now.spot_depth_mm:.0f} mm (median), nearer than the "
+            f"{now.expected_depth_mm:.0f} mm it was at (something in front of it)")
+
+
+def _gone_evidence(then: Sighting, now: Sighting) -> str:
+    if now.evidence:
+        return f"{now.name}: from {then.where()} to unknown; evidence: {now.evidence}"
+    return (f"{now.name}: from {then.where()} to unknown; evidence: {then.pixels} px before, {now.pixels} px now; "
+            f"its spot reads {now.spot_depth_mm:.0f} mm (median) where it was {now.expected_depth_mm:.0f} mm, mostly "
+            "not nearer (nothing hides it)")
+
+
+def _moved_evidence(then: Sighting, now: Sighting) -> str:
+    if now.position is None:
+        return f"{now.name}: from {then.where()} to {now.where()}; evidence: {now.evidence or 'none given'}"
+    return (f"{now.name}: from {then.where()} to {now.where()}; evidence: {now.pixels} px at "
+            f"({now.position[0]:.2f}, {now.position[1]:.2f}, {now.position[2]:.2f})")
+
+
+class GeometricPerceiver(Perceiver):
     """Colour + depth frames -> Perception, for one calibrated camera and catalogue."""
+
+    backend = BACKEND_GEOMETRIC
 
     def __init__(self, camera: CameraModel, catalogue: Catalogue, chroma_tolerance: float = 0.05, min_pixels: int = 10,
                  held_above_m: float = 0.06, move_distance_m: float = 0.025, occlusion_margin_m: float = 0.015,
                  min_brightness: int = 60, hidden_share: float = 0.5) -> None:
+        super().__init__(catalogue, move_distance_m)
         self.camera = camera
-        self.catalogue = catalogue
         self.chroma_tolerance = chroma_tolerance
         self.min_pixels = min_pixels
         self.held_above_m = held_above_m
-        self.move_distance_m = move_distance_m
         self.occlusion_margin_m = occlusion_margin_m
         self.min_brightness = min_brightness
         self.hidden_share = hidden_share
@@ -192,51 +304,6 @@ class GeometricPerceiver:
         nearer = float(np.mean(values < expected - 1000.0 * self.occlusion_margin_m))
         place = HIDDEN if nearer >= self.hidden_share else GONE
         return Sighting(name, place, pixels, spot=spot, spot_depth_mm=reading, expected_depth_mm=expected)
-
-    def diff(self, before: Perception, after: Perception) -> SceneDiff:
-        """What changed from `before` to `after` (objects not seen in either are left out)."""
-        changes, moved_text, remaining, notes = [], [], [], []
-        moved: dict[str, tuple[str, str]] = {}
-        removed = []
-        for name, now in after.sightings.items():
-            then = before.sightings.get(name)
-            if then is None or (not then.seen and now.place in (GONE, then.place)):
-                continue
-            if now.place == HIDDEN:
-                notes.append(f"{name} hidden: its spot reads {now.spot_depth_mm:.0f} mm (median), nearer than the "
-                             f"{now.expected_depth_mm:.0f} mm it was at (something in front of it)")
-                continue
-            if now.place == GONE:
-                removed.append(name)
-                changes.append(f"{name} is no longer visible at {then.where()}")
-                moved_text.append(f"{name}: from {then.where()} to unknown; evidence: {then.pixels} px before, "
-                                  f"{now.pixels} px now; its spot reads {now.spot_depth_mm:.0f} mm (median) where "
-                                  f"it was {now.expected_depth_mm:.0f} mm, mostly not nearer (nothing hides it)")
-                continue
-            if self._same_place(then, now):
-                remaining.append(f"{name} at {now.where()}")
-                continue
-            moved[name] = (then.place, now.place)
-            changes.append(f"{name} moved from {then.where()} to {now.where()}")
-            moved_text.append(f"{name}: from {then.where()} to {now.where()}; evidence: {now.pixels} px at "
-                              f"({now.position[0]:.2f}, {now.position[1]:.2f}, {now.position[2]:.2f})")
-        held = [n for n, s in after.sightings.items() if s.place == GRIPPER]
-        if held:
-            gripper = GRIPPER_HOLDING
-            changes += [f"the gripper holds {n}" for n in held if before.place(n) != GRIPPER]
-        elif notes:
-            gripper = GRIPPER_UNKNOWN
-        else:
-            gripper = GRIPPER_EMPTY
-        return SceneDiff(tuple(changes), tuple(moved_text), tuple(remaining), gripper, tuple(notes), moved,
-                         tuple(removed))
-
-    def _same_place(self, then: Sighting, now: Sighting) -> bool:
-        if then.place != now.place:
-            return False
-        if then.place != TABLE or then.position is None or now.position is None:
-            return True
-        return math.dist(then.position[:2], now.position[:2]) <= self.move_distance_m
 
 
 def _chroma(color: np.ndarray) -> np.ndarray:

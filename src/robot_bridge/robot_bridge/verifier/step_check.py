@@ -3,14 +3,16 @@
 The perceiver's diff is made without the step; this is the separate
 comparison with it. A step is a skill call: `pick(object=X)` expects X to end
 in the gripper, `place(object=X, target=T)` expects X to end in T (or on the
-table where T is not a region the perceiver knows), `push(object=X, ...)`
-expects X to stay on the table. During any step, an object that is gone
+table where T is not a region the perceiver knows), `push(object=X, target=T)`
+expects X to end in T (or on the table where T is not a region). During any step, an object that is gone
 (neither seen nor hidden) for `confirm_frames` frames in a row contradicts it
 (nothing asked for an object to leave the scene), and so does the step's object
 lying on the table after it was seen in the gripper during the step (a slip).
 When the executor reports the step succeeded, the frames after it must show the
-expected end; otherwise the success is contradicted. Confidence is the share of
-the last frames that agree, scaled by how much of the object the evidence saw.
+expected end; otherwise the success is contradicted. Confidence is how much of
+the object the evidence saw: its pixels over `evidence_pixels`, or the share
+the perceiver gives itself (`Sighting.support`: the VLM's 1 for an object it
+names a place for).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .scene_diff import GONE, GRIPPER, HIDDEN, TABLE, Perception
+from .scene_diff import GONE, GRIPPER, HIDDEN, TABLE, Perception, Sighting
 
 OBJECT_PARAMETERS = ("object", "item", "target_object")
 TARGET_PARAMETERS = ("target", "location", "place", "to")
@@ -74,12 +76,12 @@ class StepCheck:
         for name, first in self.first.sightings.items():
             if first.seen and all(p.place(name) == GONE for p in self.recent):
                 return self._sure(f"{name} removed: it was at {first.where()} and is now neither there, nor in the "
-                                  "gripper, nor hidden behind anything", first.pixels)
+                                  "gripper, nor hidden behind anything", first)
         if self.object and self.held_seen and self.action != "push" and \
                 all(p.place(self.object) == TABLE for p in self.recent):
             fell = self.recent[-1].sightings[self.object]
             return self._sure(f"{self.object} fell: it was in the gripper during {self.action} and now lies on the "
-                              f"{fell.where()}", fell.pixels)
+                              f"{fell.where()}", fell)
         return None
 
     def ended(self, after: Perception, success: bool) -> EndCheck:
@@ -94,11 +96,10 @@ class StepCheck:
             return EndCheck(achieved, None)
         sighting = after.sightings.get(self.object)
         evidence = sighting if sighting is not None and sighting.seen else self.first.sightings.get(self.object)
-        pixels = evidence.pixels if evidence is not None else 0
         where = sighting.where() if sighting is not None else GONE
         unchanged = " (unchanged at its source)" if self._unchanged(after) else ""
         return EndCheck(False, Contradiction(f"{self.action} reported success but {self.object} is at {where}"
-                                             f"{unchanged}, not {expected}", min(1.0, pixels / self.evidence_pixels)))
+                                             f"{unchanged}, not {expected}", self.share(evidence)))
 
     def expected_place(self) -> Optional[str]:
         """Where the step's object should be when it succeeded (None: the skill has no visible expectation)."""
@@ -106,21 +107,29 @@ class StepCheck:
             return GRIPPER
         if self.action == "place" and self.target:
             return self.target if self.target in self.regions else TABLE
-        if self.action == "push":
-            return TABLE
+        if self.action == "push":     # onto a region the perceiver knows (PushT's goal), else anywhere on the table
+            return self.target if self.target in self.regions else TABLE
         return None
 
     def support(self, after: Perception) -> float:
-        """How much the frame shows of the step's object (its pixels over `evidence_pixels`, at most 1; 1 for a step
-        without an object): the confidence of a verdict that finds nothing wrong."""
+        """How much the frame shows of the step's object (`share`; 1 for a step without an object): the confidence of
+        a verdict that finds nothing wrong."""
         if not self.object:
             return 1.0
-        sighting = after.sightings.get(self.object)
-        return min(1.0, (sighting.pixels if sighting is not None else 0) / self.evidence_pixels)
+        return self.share(after.sightings.get(self.object))
+
+    def share(self, sighting: Optional[Sighting]) -> float:
+        """How much of the object `sighting` saw, 0..1: the perceiver's own `support` where it gives one, else its
+        pixels over `evidence_pixels` (at most 1); 0 for no sighting."""
+        if sighting is None:
+            return 0.0
+        if sighting.support is not None:
+            return min(1.0, max(0.0, sighting.support))
+        return min(1.0, sighting.pixels / self.evidence_pixels)
 
     def _unchanged(self, after: Perception) -> bool:
         first, now = self.first.sightings.get(self.object), after.sightings.get(self.object)
         return bool(first and now and first.seen and now.seen and first.place == now.place)
 
-    def _sure(self, detail: str, pixels: int) -> Contradiction:
-        return Contradiction(detail, min(1.0, pixels / self.evidence_pixels))
+    def _sure(self, detail: str, evidence: Sighting) -> Contradiction:
+        return Contradiction(detail, self.share(evidence))

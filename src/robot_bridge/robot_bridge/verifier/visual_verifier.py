@@ -6,7 +6,9 @@ ends the plan) and compares every frame it is given with the running step's
 first frame. The perceiver sees only the frames; `StepCheck` compares its
 diff with the step. It returns a `Verdict` when a step is contradicted (once
 per step: the executor halts it) and when a step ends (the end-of-step check:
-a success the frames do not show is contradicted).
+a success the frames do not show is contradicted). `on_frame` perceives and
+judges in one call; a caller that perceives elsewhere (the node's worker for a
+slow VLM) hands the result to `on_perception`.
 """
 
 from __future__ import annotations
@@ -19,10 +21,8 @@ import numpy as np
 
 from brace_common.action_schema import Step
 
-from .scene_diff import GeometricPerceiver, Perception, SceneDiff
+from .scene_diff import BACKEND_GEOMETRIC, Perceiver, Perception, SceneDiff
 from .step_check import Contradiction, StepCheck
-
-BACKEND_GEOMETRIC = "geometric"
 
 
 @dataclass(frozen=True)
@@ -42,9 +42,9 @@ class Verdict:
 
 
 class VisualVerifier:
-    """Watches one agent's steps through one camera with a perceiver."""
+    """Watches one agent's steps through one camera with a perceiver (any backend)."""
 
-    def __init__(self, perceiver: GeometricPerceiver, confirm_frames: int = 2) -> None:
+    def __init__(self, perceiver: Perceiver, confirm_frames: int = 2) -> None:
         self.perceiver = perceiver
         self.confirm_frames = confirm_frames
         self.regions = frozenset(r.name for r in perceiver.catalogue.regions)
@@ -84,9 +84,12 @@ class VisualVerifier:
 
     def on_frame(self, rgb: np.ndarray, depth_mm: np.ndarray) -> list[Verdict]:
         """Perceive one frame; the verdicts it gives (an ended step's, a contradiction of the running step)."""
+        return self.on_perception(self.perceiver.perceive(rgb, depth_mm, self.last))
+
+    def on_perception(self, now: Perception) -> list[Verdict]:
+        """One frame's perception (perceived with `last` as it was): the verdicts it gives."""
         self.frames += 1
         self.counts["frames"] += 1
-        now = self.perceiver.perceive(rgb, depth_mm, self.last)
         self.last = now
         verdicts = []
         if self.pending_end is not None:
@@ -119,6 +122,6 @@ class VisualVerifier:
             detail = "" if not ended else "the frames show the step's expected result" if achieved else \
                 "the frames do not show the step's expected result"
             return Verdict(False, check.support(now), detail, step.text(), ended, achieved, self.frames, diff,
-                           now.compare_ms)
+                           now.compare_ms, self.perceiver.backend)
         return Verdict(True, found.confidence, found.detail, step.text(), ended, achieved, self.frames, diff,
-                       now.compare_ms)
+                       now.compare_ms, self.perceiver.backend)

@@ -13,10 +13,17 @@ Publishes   verdicts (VerifierVerdict; none with `dry_run`): a violation at once
             verdict, so the replan the verdict causes reads it); /diagnostics
 
 Every `sample_period_s` the latest colour and depth frames with stamps within `max_frame_skew_s` are compared.
-The perceiver (verifier.scene_diff) sees only the frames, the calibration and the object catalogue, never the plan;
-the comparison with the running step (verifier.step_check) happens after, and the verdict says
-action_context_used = false. A frame that is malformed, or a plan whose parameters are not a JSON object, is
-counted (rejected.*) and dropped; the node goes on.
+The perceiver (verifier.scene_diff, or verifier.vlm_perceiver with backend `vlm`) sees only the frames, the
+calibration and the object catalogue, never the plan; the comparison with the running step (verifier.step_check)
+happens after, and the verdict says action_context_used = false. A frame that is malformed, or a plan whose
+parameters are not a JSON object, is counted (rejected.*) and dropped; the node goes on.
+
+The geometric perceiver takes milliseconds and runs in the sampling timer. A VLM request takes seconds, so backend
+`vlm` perceives in a worker thread, one frame pair at a time: new pairs sampled meanwhile are counted
+(skipped_frames) and the newest is compared next. The result comes back to the executor through a guard condition,
+and the plans, outcomes and episode starts that arrived while it was in flight are applied to the verifier after it
+(the frame was taken before them). A failed request (no answer in time, an HTTP error, an unreadable reply) is
+counted (perceiver_errors, perceiver_error.<reason>) and makes diagnostics WARN; no verdict comes of it.
 
 Parameters: see robot_bridge.verifier.verifier_config.VerifierConfig (config/visual_verifier.yaml).
 """
@@ -26,6 +33,8 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional
 
 import numpy as np
@@ -46,6 +55,7 @@ from brace_common.vocabulary import Block, EntryKind, EpisodeEvent
 
 from ..orbbec.calibration import load_calibration
 from ..orbbec.image_msgs import IMAGE_QOS, depth_to_array, image_to_array
+from .scene_diff import BACKEND_GEOMETRIC, PerceiverError, Perception
 from .verifier_config import VerifierConfig
 from .visual_verifier import Verdict, VisualVerifier
 
@@ -70,6 +80,17 @@ class VisualVerifierNode(Node):
         self.last_pair_time: Optional[float] = None
         self.compare_ms: list[float] = []
         self.plan_id = ""
+        # backend vlm: perceive in a worker, one frame pair in flight; verifier events wait for its result
+        self.worker = ThreadPoolExecutor(1, "perceiver") if cfg.backend != BACKEND_GEOMETRIC else None
+        self.in_flight: Optional[Future] = None
+        self.deferred: list[Callable[[], None]] = []
+        self.skipped_stamp = -1.0
+        self.perceiver_error = ""          # the last request's error ('' once one succeeds)
+        self.errors_reported = 0           # perceiver_errors at the last diagnostics
+        self.perceived = self.create_guard_condition(self.on_perceived)
+        if self.worker is not None:
+            self.counts.update(skipped_frames=0, perceiver_errors=0)
+            self.context.on_shutdown(self.verifier.perceiver.close)   # Ctrl-C: the request in flight ends at once
 
         self.verdict_pub = self.create_publisher(VerifierVerdict, names.VERDICTS, qos.EVENTS)
         self.context_pub = self.create_publisher(ContextEntry, names.CONTEXT, qos.EVENTS)
@@ -83,7 +104,14 @@ class VisualVerifierNode(Node):
         steady_timer(self, cfg.diagnostics_period_s, self.publish_diagnostics)
         self.get_logger().info(f"verifying {cfg.agent_id}'s steps through {cfg.camera_name} "
                                f"({self.camera.intrinsics.width}x{self.camera.intrinsics.height}), backend "
-                               f"{cfg.backend}, every {cfg.sample_period_s:g} s")
+                               f"{self.verifier.perceiver.describe()}, every {cfg.sample_period_s:g} s")
+
+    def destroy_node(self) -> None:
+        """Give up a request in flight (it ends within a poll) and stop the worker before the node goes."""
+        self.verifier.perceiver.close()
+        if self.worker is not None:
+            self.worker.shutdown(wait=True, cancel_futures=True)
+        super().destroy_node()
 
     # ------------------------------------------------------------------ inputs
 
@@ -105,46 +133,94 @@ class VisualVerifierNode(Node):
             self.rejections.reject("plan", exc, msg.plan_id)
             return
         self.plan_id = msg.plan_id
-        self.verifier.on_plan(steps)
+        self.to_verifier(lambda: self.verifier.on_plan(steps))
         self.counts["plans"] += 1
 
     def on_outcome(self, msg: ExecutionOutcome) -> None:
         """The executor ended the running step: the next frame judges it."""
         if msg.agent_id == self.config.agent_id:
-            self.verifier.on_outcome(bool(msg.success))
+            success = bool(msg.success)
+            self.to_verifier(lambda: self.verifier.on_outcome(success))
             self.counts["outcomes"] += 1
 
     def on_episode(self, msg: Episode) -> None:
         """EVENT_START: forget the previous episode's plan and frames."""
         if msg.event == EpisodeEvent.START:
-            self.verifier.clear()
+            self.to_verifier(self.verifier.clear)
             self.plan_id = ""
+
+    def to_verifier(self, event: Callable[[], None]) -> None:
+        """Apply a plan, outcome or episode start to the verifier now, or after the perception in flight (its frame
+        came before the event)."""
+        if self.in_flight is not None:
+            self.deferred.append(event)
+        else:
+            event()
 
     # ------------------------------------------------------------------ comparing
 
     def compare(self) -> None:
-        """Compare the latest frame pair (if new and paired) and publish the verdicts it gives."""
-        if self.color is None or self.depth is None:
+        """Compare the latest frame pair (if new and paired): at once, or in the worker (backend vlm); the verdicts it
+        gives are published."""
+        stamp = self._new_pair()
+        if stamp is None:
             return
-        color_stamp, depth_stamp = seconds_of(self.color.header.stamp), seconds_of(self.depth.header.stamp)
-        if abs(color_stamp - depth_stamp) > self.config.max_frame_skew_s:
-            self.counts["unpaired_frames"] += 1
+        if self.in_flight is not None:   # the worker is busy: this pair is skipped, the newest is compared next
+            self.last_pair_time = time.monotonic()
+            if stamp > self.skipped_stamp:
+                self.skipped_stamp = stamp
+                self.counts["skipped_frames"] += 1
             return
-        if color_stamp <= self.compared_stamp:
-            return
-        self.compared_stamp = color_stamp
+        self.compared_stamp = stamp
         try:   # malformed frames: counted under rejected.color / rejected.depth
             rgb = self._array("color", image_to_array, self.color)
             depth = self._array("depth", depth_to_array, self.depth)
         except InvalidInput:
             return
         self.last_pair_time = time.monotonic()
+        if self.worker is not None:
+            self.in_flight = self.worker.submit(self.verifier.perceiver.perceive, rgb, depth, self.verifier.last)
+            self.in_flight.add_done_callback(lambda _future: self.perceived.trigger())
+            return
         try:
-            verdicts = self.verifier.on_frame(rgb, depth)
+            self.judge(self.verifier.perceiver.perceive(rgb, depth, self.verifier.last))
         except ValueError as exc:   # frames that do not match the calibration
             self.rejections.reject("frames", InvalidInput("size", str(exc)))
+
+    def _new_pair(self) -> Optional[float]:
+        """The stamp of the latest colour frame when it pairs with the latest depth frame and was not compared yet."""
+        if self.color is None or self.depth is None:
+            return None
+        color_stamp, depth_stamp = seconds_of(self.color.header.stamp), seconds_of(self.depth.header.stamp)
+        if abs(color_stamp - depth_stamp) > self.config.max_frame_skew_s:
+            self.counts["unpaired_frames"] += 1
+            return None
+        return color_stamp if color_stamp > self.compared_stamp else None
+
+    def on_perceived(self) -> None:
+        """The worker's perception is ready: judge it, then apply the events that came while it was in flight."""
+        future, self.in_flight = self.in_flight, None
+        if future is None:
             return
-        self.compare_ms.append(self.verifier.last.compare_ms)
+        try:
+            self.judge(future.result())
+        except PerceiverError as exc:
+            self.counts["perceiver_errors"] += 1
+            self.counts[f"perceiver_error.{exc.reason}"] += 1
+            self.perceiver_error = str(exc)
+            self.get_logger().warning(f"perceiver failed: {exc}", throttle_duration_sec=10.0)
+        except ValueError as exc:   # a frame the perceiver cannot take
+            self.rejections.reject("frames", InvalidInput("size", str(exc)))
+        finally:
+            deferred, self.deferred = self.deferred, []
+            for event in deferred:
+                event()
+
+    def judge(self, now: Perception) -> None:
+        """One frame's perception: the verdicts it gives, published."""
+        self.perceiver_error = ""
+        verdicts = self.verifier.on_perception(now)
+        self.compare_ms.append(now.compare_ms)
         del self.compare_ms[:-100]
         for verdict in verdicts:
             self.publish_verdict(verdict)
@@ -197,9 +273,15 @@ class VisualVerifierNode(Node):
                   "compare_ms_max": round(costs[-1], 2) if costs else "", "frames_stale": stale,
                   **dict(sorted(self.counts.items())), **{f"verifier.{k}": v for k, v in self.verifier.counts.items()},
                   **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}, **self.inputs.counts}
+        if self.worker is not None:
+            values.update(perceiving=self.in_flight is not None, perceiver_error=self.perceiver_error)
         warnings = nonzero(self.counts, ("unpaired_frames",)) + [f"rejected.{k}" for k in sorted(self.rejections.counts)]
         if stale:
             warnings.append(f"no frame pair from {cfg.camera_name} for {cfg.stale_after_s:g} s")
+        errors = self.counts["perceiver_errors"]
+        if errors > self.errors_reported or self.perceiver_error:
+            warnings.append(f"perceiver failed ({errors} in all): {self.perceiver_error or 'since recovered'}")
+        self.errors_reported = errors
         self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: visual verifier", values,
                                                self.get_clock().now().to_msg(), warnings))
 
