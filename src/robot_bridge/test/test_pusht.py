@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from brace_common.action_schema import Step
 from brace_common.episode import CONTACT_LOSSES, GOAL_ERROR_DEG, GOAL_ERROR_M, PUSHES
 from brace_common.world_state import AgentActivity
 from robot_bridge.orbbec.calibration import load_calibration
@@ -27,6 +28,8 @@ from robot_bridge.pusht.pusht_world import (
 from robot_bridge.pusht.t_block import PlanarPose, TShape
 from robot_bridge.twin_task import TwinTask
 from robot_bridge.verifier.scene_diff import TABLE, Catalogue, GeometricPerceiver
+from robot_bridge.verifier.verifier_config import VerifierConfig
+from robot_bridge.verifier.visual_verifier import VisualVerifier
 
 PUSH = [("push", {"object": BLOCK, "target": GOAL})]
 SHAPE = TShape()
@@ -189,3 +192,32 @@ def test_the_camera_shows_the_block_where_it_is_and_the_perceiver_finds_it():
     assert sighting.place == TABLE and math.dist(sighting.position[:2], (pose.x, pose.y)) < 0.02
     moved = pusht_scene(world, (0.3, 0.15, 0.25), 0.0)
     assert any(getattr(s, "yaw", 0.0) == pose.yaw for s in moved.shapes)     # the bars turn with the block
+
+
+@pytest.mark.parametrize("loss", [0.0, 1.0])
+def test_the_verifier_contradicts_a_push_that_ended_off_the_goal(loss):
+    cfg = VerifierConfig(regions=["goal=0.27,0.08,0.03"])
+    camera = load_calibration(cfg.camera_calibration)
+    renderer = SceneRenderer(camera, seed=5)
+    world = PushTWorld(PushTConfig(contact_loss_probability=loss))
+    rollout = PickFruitRollout(world)
+    rollout.start(0)
+    verifier = VisualVerifier(cfg.perceiver(camera), cfg.confirm_frames)
+    verifier.on_plan([Step(a, p) for a, p in PUSH])
+    verdicts = []
+
+    def frame() -> str:
+        out = verifier.on_frame(*renderer.render(pusht_scene(world, rollout.tool, rollout.opening_m)))
+        verdicts.extend(out)
+        return next((v.detail for v in out if v.violation), "")
+
+    frame()
+    (record,) = rollout.execute(PUSH, halt=frame)
+    verifier.on_outcome(record.result.success)
+    frame()
+    (end,) = [v for v in verdicts if v.step_ended]
+    assert record.result.success, "the executor saw the tool over the goal either way"
+    assert not any(v.violation for v in verdicts if not v.step_ended), "a push moves the block: not a removal"
+    assert end.expected_state_achieved == world.success() and end.violation == (not world.success())
+    if end.violation:
+        assert "push reported success but t_block is at table" in end.detail and end.detail.endswith("not goal")
