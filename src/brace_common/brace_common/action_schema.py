@@ -109,6 +109,17 @@ class Step:
         return self.action + self.parameters_json()
 
 
+OBJECT_PARAMETERS = ("object", "item", "obj", "box", "target_object")
+"""Parameter names that name the object a step acts on (reflective memory's keys, the verifier's step checks)."""
+LOCATION_PARAMETERS = ("target", "location", "place", "to", "dock", "shelf")
+"""Parameter names that name where a step takes its object."""
+
+
+def named_parameter(parameters: Mapping[str, Any], names: Sequence[str]) -> str:
+    """The value of the first of `names` that `parameters` holds, as text ('' when it holds none)."""
+    return next((str(parameters[name]) for name in names if name in parameters), "")
+
+
 @dataclass(frozen=True)
 class ParameterSpec:
     """One parameter of an action: JSON type, required, allowed values, range of a number."""

@@ -20,6 +20,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from brace_common.action_schema import LOCATION_PARAMETERS, OBJECT_PARAMETERS, named_parameter
 from brace_common.vocabulary import Failure
 
 from .records import MemoryRecord, RecordKind, cached_line, check_agent
@@ -48,8 +49,6 @@ CONSTRAINT_IMPORTANCE = 0.9
 """Importance of a constraint record (a rule the agents must keep; a note's default is 0.8)."""
 MAX_CONSTRAINT_CHARS = 400
 """A constraint record keeps at most this many characters of its text (a three-ingredient recipe is ~300)."""
-OBJECT_PARAMETERS = ("object", "item", "obj", "box", "target_object")
-LOCATION_PARAMETERS = ("target", "location", "place", "to", "dock", "shelf")
 
 
 @dataclass(frozen=True)
@@ -114,8 +113,8 @@ class ReflectiveMemory:
         """A failed step (or a preemption, `kind` PREEMPTION): write or update its failure record."""
         check_agent(agent_id)
         parameters = parameters or {}
-        obj = next((str(parameters[p]) for p in OBJECT_PARAMETERS if p in parameters), "")
-        location = location or next((str(parameters[p]) for p in LOCATION_PARAMETERS if p in parameters), "")
+        obj = named_parameter(parameters, OBJECT_PARAMETERS)
+        location = location or named_parameter(parameters, LOCATION_PARAMETERS)
         key = "|".join((skill, obj, location, kind))[:256]
         old = self.store.get(agent_id, RecordKind.FAILURE, key)
         call = f"{skill}({', '.join(f'{k}={v}' for k, v in parameters.items())})"

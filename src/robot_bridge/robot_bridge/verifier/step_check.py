@@ -22,10 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .scene_diff import GONE, GRIPPER, HIDDEN, TABLE, Perception, Sighting
+from brace_common.action_schema import LOCATION_PARAMETERS, OBJECT_PARAMETERS, named_parameter
 
-OBJECT_PARAMETERS = ("object", "item", "target_object")
-TARGET_PARAMETERS = ("target", "location", "place", "to")
+from .scene_diff import GONE, GRIPPER, HIDDEN, TABLE, Perception, Sighting
 
 
 @dataclass(frozen=True)
@@ -45,10 +44,6 @@ class Contradiction:
     confidence: float
 
 
-def _first(parameters: Mapping[str, Any], keys: tuple[str, ...]) -> str:
-    return next((str(parameters[k]) for k in keys if isinstance(parameters.get(k), str)), "")
-
-
 class StepCheck:
     """One physical step watched frame by frame: `frame` during it, `ended` when the executor says it ended."""
 
@@ -56,8 +51,8 @@ class StepCheck:
                  confirm_frames: int = 2, evidence_pixels: int = 60) -> None:
         self.action = action
         self.regions = regions
-        self.object = _first(parameters, OBJECT_PARAMETERS)
-        self.target = _first(parameters, TARGET_PARAMETERS)
+        self.object = named_parameter(parameters, OBJECT_PARAMETERS)
+        self.target = named_parameter(parameters, LOCATION_PARAMETERS)
         self.first = first
         self.confirm_frames = confirm_frames
         self.evidence_pixels = evidence_pixels
