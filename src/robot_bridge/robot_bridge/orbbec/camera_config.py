@@ -46,8 +46,11 @@ class CameraConfig:
     depth_width: int = param(640, "depth stream width (px; 0 = any)", 0, 16384)
     depth_height: int = param(480, "depth stream height (px; 0 = any)", 0, 16384)
     depth_fps: int = param(30, "depth stream rate (Hz; 0 = any)", 0, 1000)
+    align_depth: bool = param(True, "align depth to colour in the SDK (AlignFilter): depth images then have the "
+                              "colour image's size, pixels and camera_info, in the colour optical frame")
     color_frame_id: str = param("", "frame id of colour images ('' = <camera_name>_color_optical_frame)")
-    depth_frame_id: str = param("", "frame id of depth images ('' = <camera_name>_depth_optical_frame)")
+    depth_frame_id: str = param("", "frame id of depth images ('' = <camera_name>_depth_optical_frame, or the "
+                                "colour one when align_depth aligns a camera's depth to colour)")
     fx: float = param(0.0, "source video: focal length x (px; 0 = a pinhole of hfov_deg)", 0.0, 1e6)
     fy: float = param(0.0, "source video: focal length y (px; 0 = fx)", 0.0, 1e6)
     cx: float = param(0.0, "source video: principal point x (px; 0 = the image centre)", 0.0, 1e6)
@@ -100,9 +103,13 @@ class CameraConfig:
         """This config with camera_name ('' = `node_name`) and the frame ids filled in, validated."""
         name = self.camera_name or node_name
         cfg = replace(self, camera_name=name, color_frame_id=self.color_frame_id or f"{name}_color_optical_frame",
-                      depth_frame_id=self.depth_frame_id or f"{name}_depth_optical_frame")
+                      depth_frame_id=self.depth_frame_id or f"{name}_{self._depth_optical()}_optical_frame")
         cfg.validate()
         return cfg
+
+    def _depth_optical(self) -> str:
+        """Whose optical frame depth is in: the colour camera's when a camera aligns it, else the depth camera's."""
+        return "color" if self.align_depth and self.source == "device" else "depth"
 
     @property
     def publishes_depth(self) -> bool:

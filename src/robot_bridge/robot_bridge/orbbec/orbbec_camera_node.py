@@ -11,11 +11,12 @@ Publishes   <camera_name>/color/image_raw (sensor_msgs/Image, rgb8)
             <camera_name>/depth/camera_info
             -- lifecycle publishers, sensor QoS (best effort, keep last 5); the depth pair exists only when depth
             is published (enable_depth, and for source video a depth_path); frame ids
-            <camera_name>_color_optical_frame / <camera_name>_depth_optical_frame; stamps are ROS time at receipt.
+            <camera_name>_color_optical_frame / <camera_name>_depth_optical_frame (the colour one for depth a camera
+            aligns to colour, align_depth); stamps are ROS time at receipt.
             /diagnostics: state, source, device, connected, frames published, frame rate, open attempts, connects,
             disconnects, errors, bad frames; ERROR while the camera is missing or lost (with the reason).
 Parameters  camera_name, serial_number, source (device | video), video_path, depth_path, loop, color_width,
-            color_height, color_fps, color_format, enable_depth, depth_width, depth_height, depth_fps,
+            color_height, color_fps, color_format, enable_depth, depth_width, depth_height, depth_fps, align_depth,
             color_frame_id, depth_frame_id, fx, fy, cx, cy, hfov_deg, reconnect_period_s, frame_timeout_s,
             sdk_log_level, diagnostics_period_s, autostart (camera_config.CameraConfig; defaults in
             config/orbbec_camera.yaml).
@@ -75,7 +76,7 @@ def default_source(cfg: CameraConfig) -> FrameSource:
                            cfg.intrinsics_override(), cfg.hfov_deg)
     color = StreamRequest(cfg.color_width, cfg.color_height, cfg.color_fps, cfg.color_format.upper())
     depth_request = StreamRequest(cfg.depth_width, cfg.depth_height, cfg.depth_fps) if cfg.enable_depth else None
-    return OrbbecSource(cfg.serial_number, color, depth_request, cfg.sdk_log_level)
+    return OrbbecSource(cfg.serial_number, color, depth_request, cfg.sdk_log_level, cfg.align_depth)
 
 
 class OrbbecCameraNode(ReleasingLifecycleNode):

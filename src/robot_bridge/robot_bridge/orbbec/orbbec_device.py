@@ -15,7 +15,11 @@ width / height / fps / format (`choose_profile`: a clear error lists what the
 camera offers), starts the pipeline and registers for hot-plug events, so an
 unplugged camera is reported at once (`DeviceLostError`) instead of only as
 missing frames. Frames come back as an rgb8 array, a uint16 millimetre depth
-array and both streams' intrinsics (frame_convert).
+array and both streams' intrinsics (frame_convert). With `align_depth` (the
+default) every frame set goes through the SDK's depth-to-colour AlignFilter
+first: depth then has the colour image's size and pixels, so a colour pixel's
+depth is the depth at the same pixel, and its intrinsics are the colour
+camera's (what the visual verifier back-projects with).
 
 `python -m robot_bridge.orbbec.orbbec_device` lists the connected cameras with their
 serial numbers and stream profiles.
@@ -31,7 +35,15 @@ from typing import Any, Optional, Protocol, runtime_checkable
 
 import numpy as np
 
-from .frame_convert import COLOR_FORMATS, DEPTH_FORMATS, Intrinsics, color_to_rgb8, depth_to_mm, normalize_format
+from .frame_convert import (
+    COLOR_FORMATS,
+    DEPTH_FORMATS,
+    FrameError,
+    Intrinsics,
+    color_to_rgb8,
+    depth_to_mm,
+    normalize_format,
+)
 
 ANY = "ANY"
 """A requested format that accepts any supported one (colour: in COLOR_PREFERENCE order)."""
@@ -233,8 +245,10 @@ class OrbbecSource:
     """A FrameSource streaming colour (and depth) from one Orbbec camera through pyorbbecsdk."""
 
     def __init__(self, serial_number: str = "", color: StreamRequest = StreamRequest(),
-                 depth: Optional[StreamRequest] = StreamRequest(format="Y16"), sdk_log_level: str = "error") -> None:
+                 depth: Optional[StreamRequest] = StreamRequest(format="Y16"), sdk_log_level: str = "error",
+                 align_depth: bool = True) -> None:
         self.serial_number = serial_number
+        self.align_depth = align_depth
         self.color_request = color
         self.depth_request = depth
         self.sdk_log_level = sdk_log_level
@@ -245,6 +259,7 @@ class OrbbecSource:
         self._context = None
         self._callback_id: Optional[int] = None
         self._pipeline = None
+        self._align = None   # the SDK's AlignFilter (depth to colour) while open with align_depth
         self._unplugged = UnplugWatch()  # the SDK's hot-plug callback: holds no reference to this source
         self.color_intrinsics: Optional[Intrinsics] = None
         self.depth_intrinsics: Optional[Intrinsics] = None
@@ -277,6 +292,9 @@ class OrbbecSource:
                                              self.depth_request, DEPTH_FORMATS, DEPTH_FORMATS)
                 self.depth_profile = self._spec(depth_profile)
                 self.depth_intrinsics = self._intrinsics(pipeline, depth_profile, "depth")
+                if self.align_depth:   # aligned depth is a colour-camera image: colour's size and intrinsics
+                    self._align = sdk.AlignFilter(align_to_stream=sdk.OBStreamType.COLOR_STREAM)
+                    self.depth_intrinsics = self.color_intrinsics
             self._unplugged.watch(self.opened_serial, self.description)
             pipeline.start(config)
             self._pipeline = pipeline
@@ -337,6 +355,7 @@ class OrbbecSource:
     def close(self) -> None:
         """Stop the pipeline and release the device; the SDK context stays to see the camera come back."""
         self._unplugged.watch("", "")
+        self._align = None
         pipeline, self._pipeline = self._pipeline, None
         if pipeline is not None:
             try:
@@ -369,12 +388,24 @@ class OrbbecSource:
             raise DeviceLostError(f"{self.description}: waiting for frames failed: {exc}") from None
         if frame_set is None:
             return None
+        if self._align is not None:
+            frame_set = self._aligned(frame_set)
+            if frame_set is None:
+                return None
         color = self._color(frame_set.get_color_frame())
         depth = self._depth(frame_set.get_depth_frame()) if self.depth_request is not None else None
         if color is None and depth is None:
             return None
         return Frames(color, depth, self.color_intrinsics if color is not None else None,
                       self.depth_intrinsics if depth is not None else None)
+
+    def _aligned(self, frame_set):
+        """The frame set with depth aligned to colour (None while the filter lacks one of the two frames)."""
+        try:
+            aligned = self._align.process(frame_set)
+        except _sdk_errors(self._sdk) as exc:
+            raise FrameError(f"aligning depth to colour failed: {exc}") from None
+        return aligned.as_frame_set() if aligned is not None else None
 
     @staticmethod
     def _color(frame) -> Optional[np.ndarray]:
