@@ -221,3 +221,12 @@ def test_the_verifier_contradicts_a_push_that_ended_off_the_goal(loss):
     assert end.expected_state_achieved == world.success() and end.violation == (not world.success())
     if end.violation:
         assert "push reported success but t_block is at table" in end.detail and end.detail.endswith("not goal")
+
+
+def test_the_next_episode_starts_with_the_tool_over_the_goal_and_still_pushes():
+    world = PushTWorld(PushTConfig(contact_loss_probability=0.0))
+    rollout = PickFruitRollout(world)
+    for seed in (3, 4):                                            # the arm starts episode 4 where episode 3 ended
+        rollout.start(seed)
+        (record,) = rollout.execute(PUSH)
+        assert record.result.success and world.success() and record.result.actions > 20

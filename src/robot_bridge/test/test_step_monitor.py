@@ -294,13 +294,16 @@ def test_segment_distance():
     assert segment_distance((3.0, 4.0, 0.0), (0, 0, 0), (0, 0, 0)) == pytest.approx(5.0)
 
 
-def test_a_push_that_starts_at_its_target_still_needs_an_action():
+def test_a_push_that_starts_at_its_target_must_leave_it_first():
     monitor = StepMonitor(config())
     monitor.start(monitor.spec("push", {"object": "ghost", "target": "dock"}), 0.0)
-    at_dock = Observation(0.1, OPEN, LOCATIONS["dock"], math.nan, 0.1, 0.1)
-    assert monitor.observe(at_dock) is None                     # no action yet: the push has not pushed
+    dock = LOCATIONS["dock"]
+    for t, x in ((0.1, dock[0]), (0.2, dock[0] + 0.015)):      # at the target, and an action later still within it
+        monitor.action_sent()
+        assert monitor.observe(Observation(t, OPEN, (x, dock[1], dock[2]), math.nan, t, t)) is None
     monitor.action_sent()
-    assert monitor.observe(Observation(0.2, OPEN, LOCATIONS["dock"], math.nan, 0.2, 0.2)).success
+    assert monitor.observe(Observation(0.3, OPEN, (dock[0] + 0.05, dock[1], dock[2]), math.nan, 0.3, 0.3)) is None
+    assert monitor.observe(Observation(0.4, OPEN, dock, math.nan, 0.4, 0.4)).success    # back: arrived
     reach = StepMonitor(config())                               # a move to where the arm already is is done
     reach.start(reach.spec("move_to", {"target": "dock"}), 0.0)
-    assert reach.observe(at_dock).success
+    assert reach.observe(Observation(0.1, OPEN, dock, math.nan, 0.1, 0.1)).success

@@ -8,9 +8,10 @@ Each skill has a success condition (`Condition`), from the `skill_conditions` ta
   open again over the target (horizontal distance from the target location within
   `place_tolerance_m`, when the target is a known location); success once the opening grew
   `release_margin_m` past the held width.
-- push: the end effector reached the target location (within `position_tolerance_m`) after at least
-  one action of the step (a push that starts at its target still pushes: PushT's stand-in ends every
-  push over the goal, so a repeated push would otherwise end before it began).
+- push: the end effector arrived at the target location (within `position_tolerance_m`): it was
+  farther than that during the step first (a push that starts at its target must push before it
+  ends there: PushT's stand-in ends every push over the goal, so a repeated push, or the next
+  episode's first, would otherwise end before it began).
 - reach (move_to): the same, for a move without contact.
 
 Failures (brace_common.vocabulary.Failure):
@@ -298,6 +299,7 @@ class StepMonitor:
         self.vla_errors = 0           # consecutive, in this step
         self.last_vla_error = ""
         self.contact = False          # push: the end effector has been on the object's path
+        self.away = False             # push: the end effector has been away from the target during the step
         self.had_hold = False         # place: the gripper held an object during this step
         self.released_width = math.nan
         self.released = False
@@ -327,6 +329,7 @@ class StepMonitor:
         self.vla_errors = 0
         self.last_vla_error = ""
         self.contact = False
+        self.away = False
         self.had_hold = self.gripper.holding
         self.released = False
         self.released_width = math.nan
@@ -447,7 +450,9 @@ class StepMonitor:
             elif self.contact and from_path > cfg.push_loss_m:
                 return self._end(obs.t, Failure.CONTACT_LOSS, f"left the path of {step.object_name} to "
                                  f"{step.target_name} by {from_path:.3f} m (limit {cfg.push_loss_m:.3f} m)")
-        if off <= cfg.position_tolerance_m and (step.condition != Condition.PUSH or self.actions > 0):
+        if off > cfg.position_tolerance_m:
+            self.away = True
+        elif step.condition != Condition.PUSH or self.away:
             return self._end(obs.t, Failure.NONE, f"reached {step.target_name} ({off:.3f} m off)")
         return None
 
