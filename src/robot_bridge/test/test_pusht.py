@@ -10,6 +10,7 @@ import pytest
 
 from brace_common.action_schema import Step
 from brace_common.episode import CONTACT_LOSSES, GOAL_ERROR_DEG, GOAL_ERROR_M, PUSHES
+from brace_common.planar import Pose2D
 from brace_common.world_state import AgentActivity
 from robot_bridge.orbbec.calibration import load_calibration
 from robot_bridge.pickfruit.pickfruit_rollout import PickFruitRollout
@@ -25,7 +26,7 @@ from robot_bridge.pusht.pusht_world import (
     episode_metrics,
     world_state,
 )
-from robot_bridge.pusht.t_block import PlanarPose, TShape
+from robot_bridge.pusht.t_block import TShape
 from robot_bridge.twin_task import TwinTask
 from robot_bridge.verifier.scene_diff import TABLE, Catalogue, GeometricPerceiver
 from robot_bridge.verifier.verifier_config import VerifierConfig
@@ -58,7 +59,7 @@ def test_the_t_outline_is_centred_on_its_centroid_and_c_is_its_mean_radius():
 
 
 def test_a_push_through_the_centroid_translates_and_an_offset_push_turns():
-    pose = PlanarPose(0.25, 0.0, 0.0)
+    pose = Pose2D(0.25, 0.0, 0.0)
     bottom = min(y for _, y in SHAPE.polygon)
     straight, touched = SHAPE.push(pose, (0.25, bottom - 0.02), (0.25, bottom + 0.03), R, MU)
     assert touched and straight.yaw == pytest.approx(0.0, abs=1e-9) and straight.x == pytest.approx(0.25)
@@ -70,7 +71,7 @@ def test_a_push_through_the_centroid_translates_and_an_offset_push_turns():
 
 
 def test_a_push_outside_the_friction_cone_slides_along_the_edge():
-    pose = PlanarPose(0.25, 0.0, 0.0)
+    pose = Pose2D(0.25, 0.0, 0.0)
     bottom = min(y for _, y in SHAPE.polygon)
     start = (0.25, bottom - R + 0.001)                             # touching the stem's end
     steep = (start[0] + 0.01, start[1] + 0.004)                    # mostly sideways (beyond atan(0.5)), on the end
@@ -98,11 +99,11 @@ def test_the_verdict_needs_both_tolerances():
     world = PushTWorld()
     world.reset(0)
     goal = world.config.goal_pose
-    world.block = PlanarPose(goal.x + 0.015, goal.y, goal.yaw + math.radians(10))
+    world.block = Pose2D(goal.x + 0.015, goal.y, goal.yaw + math.radians(10))
     assert world.success()
-    world.block = PlanarPose(goal.x + 0.015, goal.y, goal.yaw + math.radians(20))
+    world.block = Pose2D(goal.x + 0.015, goal.y, goal.yaw + math.radians(20))
     assert not world.success()
-    world.block = PlanarPose(goal.x + 0.03, goal.y, goal.yaw)
+    world.block = Pose2D(goal.x + 0.03, goal.y, goal.yaw)
     metrics = episode_metrics(world, 12.345, 60, {"contact_loss": 2}).metrics
     assert metrics[GOAL_ERROR_M] == pytest.approx(0.03) and metrics[GOAL_ERROR_DEG] == 0.0
     assert metrics["failure_contact_loss"] == 2.0 and metrics[PUSHES] == 0 and metrics[CONTACT_LOSSES] == 0
@@ -121,7 +122,7 @@ def test_a_pusher_that_comes_down_on_the_block_rides_it_and_pushes_nothing():
 def test_a_lost_contact_stops_pushing_and_is_counted():
     world = PushTWorld(PushTConfig(contact_loss_probability=1.0, loss_after_m=(0.004, 0.004)))
     world.reset(2)
-    world.block = PlanarPose(0.25, 0.0, 0.0)
+    world.block = Pose2D(0.25, 0.0, 0.0)
     bottom = min(y for _, y in world.shape.polygon)
     y = bottom - 0.02
     world.grasp(low(0.25, y), 0.0)

@@ -6,10 +6,11 @@ import math
 from pathlib import Path
 
 from brace_common.action_schema import Step
+from brace_common.planar import Pose2D
 from brace_common.vocabulary import Activity, Block, EntryKind, Failure, Observability
 from brace_common.world_state import AgentActivity, Pose, Relation
 from sim_bridges.isaac.isaac_config import TaskGoal
-from sim_bridges.isaac.isaac_contract import BaseState, CameraStatus, Pose2D, RobotKind, RobotSpec, RobotState
+from sim_bridges.isaac.isaac_contract import BaseState, CameraStatus, RobotKind, RobotSpec, RobotState
 from sim_bridges.isaac.isaac_feed import (
     EpisodeJudge,
     episode_entries,

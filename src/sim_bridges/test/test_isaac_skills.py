@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from brace_common.action_schema import Step
+from brace_common.planar import Pose2D
 from brace_common.validation import InvalidInput
 from brace_common.vocabulary import Failure
-from sim_bridges.isaac.isaac_contract import BaseState, Pose2D, RobotKind, RobotSpec, RobotState
+from sim_bridges.isaac.isaac_contract import BaseState, RobotKind, RobotSpec, RobotState
 from sim_bridges.isaac.isaac_skills import (
     ExecLimits,
     RobotExecutor,

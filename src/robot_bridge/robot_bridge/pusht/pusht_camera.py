@@ -8,16 +8,18 @@ camera's.
 
 from __future__ import annotations
 
+from brace_common.planar import Pose2D
+
 from ..pickfruit.scene_render import OBJECT_COLORS, TARGET_COLOR, Box, Scene, gripper_boxes
 from ..pickfruit.twin_camera import TABLE_X_M, TABLE_Y_M
 from .pusht_world import BLOCK, Point, PushTWorld
-from .t_block import PlanarPose, TShape
+from .t_block import TShape
 
 GOAL_MARK_M = 0.001
 """The goal's outline: this high above the table top (m)."""
 
 
-def t_boxes(shape: TShape, pose: PlanarPose, bottom_m: float, height_m: float, color: tuple[int, int, int]) -> list[Box]:
+def t_boxes(shape: TShape, pose: Pose2D, bottom_m: float, height_m: float, color: tuple[int, int, int]) -> list[Box]:
     """The T's bar and stem at `pose`, from `bottom_m` up `height_m`."""
     boxes = []
     for rect in shape.rects:

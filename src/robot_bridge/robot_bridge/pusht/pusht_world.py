@@ -47,11 +47,12 @@ from brace_common.episode import (
     EpisodeMetrics,
     failure_metrics,
 )
+from brace_common.planar import Pose2D, Vec, wrap_angle
 from brace_common.vocabulary import Predicate
 from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState
 
 from ..pickfruit.twin_camera import TABLE_TOP_M
-from .t_block import PlanarPose, TShape, Vec, wrap_angle
+from .t_block import TShape
 
 Point = tuple[float, float, float]
 
@@ -106,9 +107,9 @@ class PushTConfig:
             raise ValueError(f"friction must be non-negative, got {self.friction}")
 
     @property
-    def goal_pose(self) -> PlanarPose:
+    def goal_pose(self) -> Pose2D:
         """The goal as a planar pose (yaw in rad)."""
-        return PlanarPose(self.goal[0], self.goal[1], math.radians(self.goal[2]))
+        return Pose2D(self.goal[0], self.goal[1], math.radians(self.goal[2]))
 
     @property
     def goal_location(self) -> Point:
@@ -161,7 +162,7 @@ class PushTWorld:
         goal = cfg.goal_pose
         with self.lock:
             self.rng = rng
-            self.block = PlanarPose(rng.uniform(*cfg.start_x_m), rng.uniform(*cfg.start_y_m),
+            self.block = Pose2D(rng.uniform(*cfg.start_x_m), rng.uniform(*cfg.start_y_m),
                                     wrap_angle(goal.yaw + math.radians(rng.uniform(*cfg.start_yaw_deg))))
             self.task = (BLOCK,)
             self.counts = PushCounts()
@@ -216,7 +217,7 @@ class PushTWorld:
 
     # ------------------------------------------------------------------ reading the world
 
-    def pose(self) -> PlanarPose:
+    def pose(self) -> Pose2D:
         """The block's pose now."""
         with self.lock:
             return self.block
@@ -379,7 +380,7 @@ class PushPolicy:
         block, goal = world.pose(), wcfg.goal_pose
         radius = wcfg.pusher_radius_m
 
-        def cost(p: PlanarPose) -> float:
+        def cost(p: Pose2D) -> float:
             d = math.hypot(p.x - goal.x, p.y - goal.y) / wcfg.goal_tolerance_m
             a = math.degrees(wrap_angle(p.yaw - goal.yaw)) / wcfg.goal_tolerance_deg
             return d * d + a * a

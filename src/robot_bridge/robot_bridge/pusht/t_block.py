@@ -21,40 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-Vec = tuple[float, float]
+from brace_common.planar import Pose2D, Vec, wrap_angle
 
 SUBSTEP_M = 0.002
 """The longest pusher motion integrated in one quasi-static step (m)."""
-
-
-@dataclass(frozen=True)
-class PlanarPose:
-    """A pose on the table: centroid (x, y) in base_link (m) and yaw (rad)."""
-
-    x: float
-    y: float
-    yaw: float
-
-    def to_world(self, p: Vec) -> Vec:
-        """A point of the block's frame in base_link."""
-        c, s = math.cos(self.yaw), math.sin(self.yaw)
-        return (self.x + c * p[0] - s * p[1], self.y + s * p[0] + c * p[1])
-
-    def to_block(self, p: Vec) -> Vec:
-        """A base_link point in the block's frame."""
-        c, s = math.cos(self.yaw), math.sin(self.yaw)
-        dx, dy = p[0] - self.x, p[1] - self.y
-        return (c * dx + s * dy, -s * dx + c * dy)
-
-    def rotate(self, v: Vec) -> Vec:
-        """A direction of the block's frame in base_link."""
-        c, s = math.cos(self.yaw), math.sin(self.yaw)
-        return (c * v[0] - s * v[1], s * v[0] + c * v[1])
-
-
-def wrap_angle(a: float) -> float:
-    """`a` in (-pi, pi]."""
-    return math.atan2(math.sin(a), math.cos(a))
 
 
 @dataclass(frozen=True)
@@ -178,7 +148,7 @@ class TShape:
         k = (v[0] * n_in[0] + v[1] * n_in[1]) / un if un > 1e-12 else 0.0
         return (k * edge[0], k * edge[1], k * edge[2])
 
-    def push(self, pose: PlanarPose, start: Vec, end: Vec, radius: float, mu: float) -> tuple[PlanarPose, bool]:
+    def push(self, pose: Pose2D, start: Vec, end: Vec, radius: float, mu: float) -> tuple[Pose2D, bool]:
         """The block's pose after a disc pusher of `radius` moved from `start` to `end` (base_link), and whether it
         touched the block."""
         steps = max(1, math.ceil(math.dist(start, end) / SUBSTEP_M))
@@ -192,7 +162,7 @@ class TShape:
             prev = now
         return pose, touched
 
-    def substep(self, pose: PlanarPose, before: Vec, after: Vec, radius: float, mu: float) -> tuple[PlanarPose, bool]:
+    def substep(self, pose: Pose2D, before: Vec, after: Vec, radius: float, mu: float) -> tuple[Pose2D, bool]:
         """One quasi-static step: the pusher's penetration is undone along the contact normal, its sliding carried by
         friction."""
         q = pose.to_block(after)
@@ -207,4 +177,4 @@ class TShape:
         v_push = (v[0] - along * n_in[0] + depth * n_in[0], v[1] - along * n_in[1] + depth * n_in[1])
         dx, dy, dyaw = self.twist(contact.point, n_in, v_push, mu)
         wx, wy = pose.rotate((dx, dy))
-        return PlanarPose(pose.x + wx, pose.y + wy, wrap_angle(pose.yaw + dyaw)), True
+        return Pose2D(pose.x + wx, pose.y + wy, wrap_angle(pose.yaw + dyaw)), True

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from brace_common.config import ConfigError, autostart_param, check_agent_ids, check_fields, diagnostics_period_param, param
+from brace_common.planar import Pose2D
 
-from .isaac_contract import DEFAULT_TOPICS, Pose2D, RobotKind, RobotSpec
+from .isaac_contract import DEFAULT_TOPICS, RobotKind, RobotSpec
 from .isaac_skills import ExecLimits
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")

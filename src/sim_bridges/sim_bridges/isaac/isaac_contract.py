@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Optional
 
+from brace_common.planar import Pose2D
 from brace_common.validation import InvalidInput
 
 ODOMETRY = "nav_msgs/msg/Odometry"
@@ -50,21 +51,6 @@ class RobotKind(str, enum.Enum):
 
     MOBILE = "mobile"  # a differential-drive base: odometry in, velocity out
     ARM = "arm"        # an articulated arm: joint states in, joint position commands out
-
-
-@dataclass(frozen=True)
-class Pose2D:
-    """A planar pose: position (m) and heading (rad)."""
-
-    x: float
-    y: float
-    yaw: float
-
-    def compose(self, local: Pose2D) -> Pose2D:
-        """`local` (given in this pose's frame) in the frame this pose is given in."""
-        c, s = math.cos(self.yaw), math.sin(self.yaw)
-        return Pose2D(self.x + c * local.x - s * local.y, self.y + s * local.x + c * local.y,
-                      wrap_angle(self.yaw + local.yaw))
 
 
 @dataclass(frozen=True)
@@ -109,11 +95,6 @@ def robot_contract(robot: RobotSpec, topics: Mapping[str, str] = DEFAULT_TOPICS)
     if robot.camera:
         out += [topic(RGB, IMAGE, True), topic(CAMERA_INFO_ROLE, CAMERA_INFO, True)]
     return out
-
-
-def wrap_angle(angle: float) -> float:
-    """`angle` in [-pi, pi)."""
-    return (angle + math.pi) % (2.0 * math.pi) - math.pi
 
 
 def yaw_of(qx: float, qy: float, qz: float, qw: float) -> float:

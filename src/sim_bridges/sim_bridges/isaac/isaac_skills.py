@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from brace_common.action_schema import ActionSchema, Fault, PlanError, Step
+from brace_common.planar import Pose2D, wrap_angle
 from brace_common.validation import shorten
 from brace_common.vocabulary import Failure
 
-from .isaac_contract import Pose2D, RobotKind, RobotSpec, RobotState, wrap_angle
+from .isaac_contract import RobotKind, RobotSpec, RobotState
 
 MOVE_TO, MOVE_JOINTS, STOP, WAIT = "move_to", "move_joints", "stop", "wait"
 SKILLS = (MOVE_TO, MOVE_JOINTS, STOP, WAIT)
