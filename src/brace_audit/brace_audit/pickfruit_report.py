@@ -57,33 +57,34 @@ def pusht_row(records: RunRecords) -> dict:
     return out
 
 
-def pusht_table(rows: Sequence[dict], title: str = PUSHT_TITLE) -> str:
-    """PushT rows as a fixed-width text table: Table 32's two PushT failure columns, then every step failure."""
+def _common(rows: Sequence[dict]) -> tuple[str, list[str]]:
+    """The columns every Table 32 shares: their header and each row's cells."""
     width = max([14, *(len(r["variant"]) + 1 for r in rows)])
     head = (f"{'variant':<{width}}{'episodes':>9}{'success':>9}{'duration s':>11}{'replans/ep':>11}{'P95 ms':>9}"
-            f"{'SLO viol.':>10}{'goal err>thr':>13}{'contact loss':>13}{'goal err m':>11}")
-    lines = [title, head]
+            f"{'SLO viol.':>10}")
+    cells = []
     for r in rows:
         p95 = f"{r['latency_p95_ms']:.0f}" if not math.isnan(r["latency_p95_ms"]) else "-"
         slo = f"{100 * r['slo_violation']:.1f}%" if not math.isnan(r["slo_violation"]) else "-"
+        cells.append(f"{r['variant']:<{width}}{r['episodes']:>9}{100 * r['success']:>8.0f}%{r['duration_s']:>11.1f}"
+                     f"{r['calls_per_episode']:>11.1f}{p95:>9}{slo:>10}")
+    return head, cells
+
+
+def pusht_table(rows: Sequence[dict], title: str = PUSHT_TITLE) -> str:
+    """PushT rows as a fixed-width text table: Table 32's two PushT failure columns and the median goal error."""
+    head, cells = _common(rows)
+    lines = [title, f"{head}{'goal err>thr':>13}{'contact loss':>13}{'goal err m':>11}"]
+    for r, start in zip(rows, cells, strict=True):
         err = f"{r['goal_error_m_p50']:.3f}" if not math.isnan(r["goal_error_m_p50"]) else "-"
-        lines.append(f"{r['variant']:<{width}}{r['episodes']:>9}{100 * r['success']:>8.0f}%{r['duration_s']:>11.1f}"
-                     f"{r['calls_per_episode']:>11.1f}{p95:>9}{slo:>10}{r['goal_error_over_threshold']:>13}"
-                     f"{r['contact_losses']:>13}{err:>11}")
+        lines.append(f"{start}{r['goal_error_over_threshold']:>13}{r['contact_losses']:>13}{err:>11}")
     return "\n".join(lines)
 
 
 def table(rows: Sequence[dict], title: str = TITLE) -> str:
     """The rows as a fixed-width text table under `title`."""
-    width = max([14, *(len(r["variant"]) + 1 for r in rows)])
-    head = (f"{'variant':<{width}}{'episodes':>9}{'success':>9}{'duration s':>11}{'replans/ep':>11}{'P95 ms':>9}"
-            f"{'SLO viol.':>10}  failures ({' / '.join(FAILURES)})")
-    lines = [title, head]
-    for r in rows:
-        fails = " / ".join(str(r[f"failure_{f}"]) for f in FAILURES)
-        p95 = f"{r['latency_p95_ms']:.0f}" if not math.isnan(r["latency_p95_ms"]) else "-"
-        slo = f"{100 * r['slo_violation']:.1f}%" if not math.isnan(r["slo_violation"]) else "-"
-        lines.append(f"{r['variant']:<{width}}{r['episodes']:>9}{100 * r['success']:>8.0f}%{r['duration_s']:>11.1f}"
-                     f"{r['calls_per_episode']:>11.1f}{p95:>9}{slo:>10}  {fails}")
+    head, cells = _common(rows)
+    lines = [title, f"{head}  failures ({' / '.join(FAILURES)})"]
+    for r, start in zip(rows, cells, strict=True):
+        lines.append(f"{start}  {' / '.join(str(r[f'failure_{f}']) for f in FAILURES)}")
     return "\n".join(lines)
-
