@@ -30,6 +30,11 @@ def _count(value: float) -> int:
     return 0 if math.isnan(value) else int(value)
 
 
+def _recovered(episodes: Sequence, metric: str) -> int:
+    """Faults counted under `metric` in the episodes that succeeded all the same (each one was recovered)."""
+    return _count(metric_total([e for e in episodes if e.success], metric))
+
+
 def row(records: RunRecords) -> dict:
     """One variant's Table 32 row."""
     s = summary(records)
@@ -39,7 +44,7 @@ def row(records: RunRecords) -> dict:
            "duration_s": metric_total(episodes, DURATION_S) / n if n else math.nan,
            "calls_per_episode": s["calls"] / n if n else math.nan,
            "latency_p95_ms": s["latency_p95_ms"], "slo_violation": s["slo_violation"],
-           "slips": _count(metric_total(episodes, SLIPS))}
+           "slips": _count(metric_total(episodes, SLIPS)), "slips_recovered": _recovered(episodes, SLIPS)}
     out.update({f"failure_{f}": _count(metric_total(episodes, FAILURE_PREFIX + f)) for f in FAILURES})
     return out
 
@@ -52,8 +57,9 @@ def pusht_row(records: RunRecords) -> dict:
     errors = sorted(e.metric(GOAL_ERROR_M) for e in episodes if not math.isnan(e.metric(GOAL_ERROR_M)))
     out.update({"goal_error_over_threshold": sum(not e.success for e in episodes),
                 "contact_losses": _count(metric_total(episodes, CONTACT_LOSSES)),
+                "contact_losses_recovered": _recovered(episodes, CONTACT_LOSSES),
                 "goal_error_m_p50": errors[len(errors) // 2] if errors else math.nan})
-    del out["slips"]
+    del out["slips"], out["slips_recovered"]
     return out
 
 
@@ -74,17 +80,19 @@ def _common(rows: Sequence[dict]) -> tuple[str, list[str]]:
 def pusht_table(rows: Sequence[dict], title: str = PUSHT_TITLE) -> str:
     """PushT rows as a fixed-width text table: Table 32's two PushT failure columns and the median goal error."""
     head, cells = _common(rows)
-    lines = [title, f"{head}{'goal err>thr':>13}{'contact loss':>13}{'goal err m':>11}"]
+    lines = [title, f"{head}{'goal err>thr':>13}{'contact loss (recovered)':>25}{'goal err m':>11}"]
     for r, start in zip(rows, cells, strict=True):
         err = f"{r['goal_error_m_p50']:.3f}" if not math.isnan(r["goal_error_m_p50"]) else "-"
-        lines.append(f"{start}{r['goal_error_over_threshold']:>13}{r['contact_losses']:>13}{err:>11}")
+        losses = f"{r['contact_losses']} ({r['contact_losses_recovered']})"
+        lines.append(f"{start}{r['goal_error_over_threshold']:>13}{losses:>25}{err:>11}")
     return "\n".join(lines)
 
 
 def table(rows: Sequence[dict], title: str = TITLE) -> str:
     """The rows as a fixed-width text table under `title`."""
     head, cells = _common(rows)
-    lines = [title, f"{head}  failures ({' / '.join(FAILURES)})"]
+    lines = [title, f"{head}{'slips (recovered)':>18}  failures ({' / '.join(FAILURES)})"]
     for r, start in zip(rows, cells, strict=True):
-        lines.append(f"{start}  {' / '.join(str(r[f'failure_{f}']) for f in FAILURES)}")
+        slips = f"{r['slips']} ({r['slips_recovered']})"
+        lines.append(f"{start}{slips:>18}  {' / '.join(str(r[f'failure_{f}']) for f in FAILURES)}")
     return "\n".join(lines)

@@ -75,6 +75,7 @@ def test_table_32_sums_slips_and_failures_and_averages_duration(tmp_path):
     (row,) = [pickfruit_report.row(r) for r in runs]
     assert (row["episodes"], row["success"], row["duration_s"], row["calls_per_episode"]) == (2, 0.5, 15.0, 3.0)
     assert (row["slips"], row["failure_grasp"], row["failure_drop_slip"], row["failure_timeout"]) == (1, 1, 3, 0)
+    assert row["slips_recovered"] == 1                              # the slip of the episode that succeeded
     assert row["slo_violation"] == 1 / 3
     text = WORLD_TABLES["pickfruit"].report(runs, tmp_path)
     lines = text.splitlines()
@@ -99,10 +100,11 @@ def test_pusht_gets_table_32_with_goal_error_and_contact_loss_columns(tmp_path):
         episode(2, False, duration_s=120.0, pushes=15, contact_losses=0, goal_error_m=0.05, goal_error_deg=5.0)])]
     (row,) = [pickfruit_report.pusht_row(r) for r in runs]
     assert (row["goal_error_over_threshold"], row["contact_losses"], row["goal_error_m_p50"]) == (2, 4, 0.05)
+    assert row["contact_losses_recovered"] == 1
     assert "slips" not in row and row["duration_s"] == 90.0
     text = world_tables(runs, tmp_path)
     lines = text.splitlines()
-    assert lines[0] == pickfruit_report.PUSHT_TITLE and lines[2].split()[-3:] == ["2", "4", "0.050"]
+    assert lines[0] == pickfruit_report.PUSHT_TITLE and lines[2].split()[-4:] == ["2", "4", "(1)", "0.050"]
     (written,) = csv.DictReader((tmp_path / pickfruit_report.PUSHT_CSV).open())
     assert written["contact_losses"] == "4" and not (tmp_path / pickfruit_report.CSV).exists()
 
