@@ -1,18 +1,20 @@
-"""The twin_world node: the PickFruit world state on `world_state`, each tick and when a plan or an outcome
-changes the arm's step."""
+"""The twin_world node: the PickFruit (or PushT) world state on `world_state`, each tick and when a plan or an
+outcome changes the arm's step."""
 
 from __future__ import annotations
 
+import pytest
 from brace_msgs.msg import ExecutionOutcome, Plan, PlanStep, WorldState
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from brace_common import names, qos
+from brace_common.config import ConfigError
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import wait_for
 from brace_common.vocabulary import Activity
 from brace_common.world_state import world_state_from_msg
-from robot_bridge.pickfruit.twin_world_node import TwinWorldNode
+from robot_bridge.pickfruit.twin_world_node import TwinWorldConfig, TwinWorldNode
 
 
 class Executor(Node):
@@ -53,3 +55,22 @@ def test_the_twin_world_publishes_its_state_each_tick_and_on_a_plan(ros):
         node.close()
     # the diagnostics timer can fire between close() and the node's destruction (a busy machine did): no exception
     node.publish_diagnostics()
+
+
+def test_the_twin_world_runs_pusht_when_its_task_says_so(ros):
+    params = {"task": "pusht", "episodes": 1, "replan_action": "", "wait_settle_s": 0.0, "act_port": 0,
+              "can_port": "twin_world_pusht_test", "camera_name": ""}
+    node = ros.add(TwinWorldNode(namespace=NS, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()]))
+    try:
+        ex = ros.add(Executor())
+        wait_for(lambda: len(ex.states) >= 1, what="a PushT world state")
+        state = world_state_from_msg(ex.states[0])
+        assert state.world == "pusht" and state.entity("t_block").state == "on_table"
+        assert state.entity("task_t_block").state == "open" and node.world_name == "pusht"
+    finally:
+        node.close()
+
+
+def test_an_unknown_task_stops_the_node_naming_the_parameter():
+    with pytest.raises(ConfigError, match="task"):
+        TwinWorldConfig(task="stack_blocks").validate()
