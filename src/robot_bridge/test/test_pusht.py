@@ -231,3 +231,18 @@ def test_the_next_episode_starts_with_the_tool_over_the_goal_and_still_pushes():
         rollout.start(seed)
         (record,) = rollout.execute(PUSH)
         assert record.result.success and world.success() and record.result.actions > 20
+
+
+def test_the_stand_in_gives_up_a_contact_the_arm_does_not_reach_and_starts_over_each_episode():
+    world = PushTWorld(PushTConfig(contact_loss_probability=0.0))
+    world.reset(5)
+    tool = [0.25, 0.0, 0.2]
+    policy = PushPolicy(world, tool=lambda: tuple(tool))
+    policy(np.zeros((1, 1, 3), np.uint8), "push the t block to the goal")
+    first = policy.segment
+    for _ in range(policy.config.stall_calls):                     # the arm holds: every action refused
+        policy(np.zeros((1, 1, 3), np.uint8), "push the t block to the goal")
+    assert first.contact in policy.blocked and policy.segment is not None and policy.segment != first
+    world.reset(6)
+    policy(np.zeros((1, 1, 3), np.uint8), "push the t block to the goal")
+    assert not policy.blocked and policy.episode == world.episodes

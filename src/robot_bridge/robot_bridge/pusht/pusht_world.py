@@ -20,7 +20,10 @@ closest to the goal pose (a 2 cm look-ahead through the same mechanics),
 approaches it from above at `transit_z_m`, pushes along the contact normal at
 `push_z_m`, and repeats; when the block lies within half the tolerances it
 rises over the goal at `hover_z_m` (the executor's `goal` location: its push
-condition ends the step there). Like a VLA that lost the block, after a contact
+condition ends the step there). A contact whose waypoints the arm does not
+reach (the tool stays put for `stall_calls` calls: the twin's inverse
+kinematics refuses some targets from some joint configurations) is given up
+for another, until the episode ends. Like a VLA that lost the block, after a contact
 loss it goes to the goal believing it is done: the executor reports success,
 the block is not there, and only the scene (the camera, the world state) says
 so. It reads the world, not the image: the protocol-level stand-in for the 7B
@@ -146,6 +149,7 @@ class PushTWorld:
         self.lock = threading.Lock()
         self.block = config.goal_pose
         self.task: tuple[str, ...] = ()
+        self.episodes = 0                   # resets so far: the policy starts over when it changes
         self.counts = PushCounts()
         self.rng = random.Random(0)
         self.lost = False                   # the current contact was lost: the policy believes it is done
@@ -165,6 +169,7 @@ class PushTWorld:
             self.block = Pose2D(rng.uniform(*cfg.start_x_m), rng.uniform(*cfg.start_y_m),
                                     wrap_angle(goal.yaw + math.radians(rng.uniform(*cfg.start_yaw_deg))))
             self.task = (BLOCK,)
+            self.episodes += 1
             self.counts = PushCounts()
             self.lost, self._pusher, self._touching, self._riding = False, None, False, False
             self._loss_after, self._pushed_m = None, 0.0
@@ -301,6 +306,7 @@ class PushPolicyConfig:
     standoff_m: float = 0.012         # the pre-contact point: this far out from the outline
     push_length_m: float = 0.02       # one push: this far past the contact
     tolerance_m: float = 0.004        # a waypoint is reached within this
+    stall_calls: int = 8              # the tool moved less than 1 mm in this many calls: the waypoint is out of reach
 
 
 @dataclass(frozen=True)
@@ -322,6 +328,10 @@ class PushPolicy:
     config: PushPolicyConfig = field(default_factory=PushPolicyConfig)
     segment: Optional[Segment] = None
     pushing: bool = False
+    blocked: set = field(default_factory=set)      # contacts whose waypoints the arm did not reach (this episode)
+    episode: int = -1
+    last_tool: Optional[Point] = None
+    still: int = 0
 
     def __call__(self, image: np.ndarray, instruction: str, unnorm_key: str = "") -> np.ndarray:
         """The action for `instruction` now; ValueError when it does not ask to push the block."""
@@ -329,12 +339,25 @@ class PushPolicy:
         if "push" not in text or BLOCK.replace("_", " ") not in text:
             raise ValueError(f"not a push of the {BLOCK.replace('_', ' ')}: {instruction!r}")
         tool = self.tool()
+        self._follow(tool)
         target, step = self._target(tool)
         delta = np.subtract(target, tool)
         norm = float(np.linalg.norm(delta))
         if norm > step:
             delta = delta * (step / norm)
         return np.array([*delta, 0.0, 0.0, 0.0, 0.0], dtype=np.float64)     # the gripper stays closed
+
+    def _follow(self, tool: Point) -> None:
+        """Start over in a new episode; give up a segment whose waypoints the arm does not reach (the twin's inverse
+        kinematics refuses some from some joint configurations: the arm then holds where it is)."""
+        if self.world.episodes != self.episode:
+            self.episode, self.segment, self.pushing, self.blocked = self.world.episodes, None, False, set()
+        moved = self.last_tool is None or math.dist(tool, self.last_tool) >= 0.001
+        self.last_tool = tool
+        self.still = 0 if moved else self.still + 1
+        if self.still >= self.config.stall_calls and self.segment is not None:
+            self.blocked.add(self.segment.contact)
+            self.segment, self.pushing, self.still = None, False, 0
 
     def _target(self, tool: Point) -> tuple[Point, float]:
         cfg, world = self.config, self.world
@@ -386,7 +409,11 @@ class PushPolicy:
             return d * d + a * a
 
         best: Optional[tuple[float, Segment]] = None
-        for point, normal in shape.outline():
+        candidates = [(p, n) for p, n in shape.outline() if p not in self.blocked]
+        if not candidates:                                        # every contact was out of reach once: try again
+            self.blocked.clear()
+            candidates = shape.outline()
+        for point, normal in candidates:
             out = (point[0] + normal[0] * (radius + cfg.standoff_m), point[1] + normal[1] * (radius + cfg.standoff_m))
             if shape.contact(out).distance < radius + 0.5 * cfg.standoff_m:    # a notch: no room to approach
                 continue
