@@ -88,6 +88,9 @@ class PlannerConfig:
     predictor_path: str = param("", "trained predictor checkpoint (.safetensors; 'package://<pkg>/<path>' "
                                 "allowed); empty = untrained predictor (warned)")
     max_new_tokens: int = param(64, "decode limit per call", 1, 8192)
+    torch_threads: int = param(0, "intra-op threads of the in-process model (0 = PyTorch's default: one per core); "
+                               "1 where the planner shares a small CPU with the other nodes of one process (their "
+                               "threads and the GIL stall two OpenMP threads at every barrier)", 0, 256)
     plan_steps: list[int] = param([0, 0, 2], "most steps of a plan per mode [full_replan, partial_replan, "
                                   "reuse_subplan] with constrained decoding (0 = the action schema's max_steps): "
                                   "a reuse call confirms a short subplan, so it decodes less")

@@ -45,12 +45,17 @@ def load_local_model(cfg: PlannerConfig, logger=None):
     from .models import load_model
     from .precision import resolve
 
+    if cfg.torch_threads:
+        import torch
+
+        torch.set_num_threads(cfg.torch_threads)   # process-wide: the planner is the process's model
     try:
         precision = resolve(cfg.device, cfg.dtype, cfg.decode_weights)
     except ValueError as exc:
         raise ConfigError("device" if "device" in str(exc) else "decode_weights", str(exc)) from None
     if logger is not None:
-        logger.info(f"precision: {precision.device}, {precision.reason}")
+        threads = f", {cfg.torch_threads} intra-op thread(s)" if cfg.torch_threads else ""
+        logger.info(f"precision: {precision.device}, {precision.reason}{threads}")
     try:
         model, tokenizer = load_model(cfg.model_path, precision.device, precision.dtype)
     except (FileNotFoundError, OSError, ValueError) as exc:
