@@ -197,7 +197,7 @@ def test_the_camera_shows_the_block_where_it_is_and_the_perceiver_finds_it():
 
 @pytest.mark.parametrize("loss", [0.0, 1.0])
 def test_the_verifier_contradicts_a_push_that_ended_off_the_goal(loss):
-    cfg = VerifierConfig(regions=["goal=0.27,0.08,0.03"])
+    cfg = VerifierConfig(regions=["goal=0.31,0.08,0.03"])
     camera = load_calibration(cfg.camera_calibration)
     renderer = SceneRenderer(camera, seed=5)
     world = PushTWorld(PushTConfig(contact_loss_probability=loss))

@@ -88,10 +88,10 @@ class PushTConfig:
     """The table, the block, the goal and the faults (metres, degrees, base_link)."""
 
     table_top_m: float = TABLE_TOP_M
-    start_x_m: tuple[float, float] = (0.22, 0.30)          # where the block's centroid starts
+    start_x_m: tuple[float, float] = (0.26, 0.34)          # where the block's centroid starts
     start_y_m: tuple[float, float] = (-0.10, -0.03)
     start_yaw_deg: tuple[float, float] = (-50.0, 50.0)     # from the goal's yaw
-    goal: tuple[float, float, float] = (0.27, 0.08, 0.0)   # x, y (m), yaw (deg)
+    goal: tuple[float, float, float] = (0.31, 0.08, 0.0)   # x, y (m), yaw (deg)
     goal_tolerance_m: float = 0.02
     goal_tolerance_deg: float = 15.0
     friction: float = 0.5                                  # pusher-block friction coefficient
@@ -307,6 +307,7 @@ class PushPolicyConfig:
     push_length_m: float = 0.02       # one push: this far past the contact
     tolerance_m: float = 0.004        # a waypoint is reached within this
     stall_calls: int = 8              # the tool moved less than 1 mm in this many calls: the waypoint is out of reach
+    reach_m: tuple[float, float] = (0.22, 0.45)   # pushes only where the tool is this far from the base, horizontally
 
 
 @dataclass(frozen=True)
@@ -420,12 +421,17 @@ class PushPolicy:
             past = cfg.standoff_m + cfg.push_length_m
             end = (out[0] - normal[0] * past, out[1] - normal[1] * past)
             start_w, end_w = block.to_world(out), block.to_world(end)
+            if not all(cfg.reach_m[0] <= math.hypot(*p) <= cfg.reach_m[1] for p in (start_w, end_w)):
+                continue                          # near the base the arm cannot get down to the table (twin's IK)
             after, touched = shape.push(block, start_w, end_w, radius, wcfg.friction)
             if not touched:
                 continue
             score = cost(after)
             if best is None or score < best[0]:
                 best = (score, Segment(point, normal, start_w, end_w))
+        if best is None and self.blocked:       # every reachable contact was given up once: try them again
+            self.blocked.clear()
+            return self._choose()
         if best is None:
-            raise RuntimeError("no contact on the block's outline can be pushed")
+            raise RuntimeError("no contact on the block's outline can be pushed within the arm's reach")
         return best[1]
