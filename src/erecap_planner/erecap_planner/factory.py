@@ -46,7 +46,7 @@ def load_local_model(cfg: PlannerConfig, logger=None):
     from .precision import resolve
 
     if cfg.torch_threads:
-        import torch
+        import torch  # heavy, as above
 
         torch.set_num_threads(cfg.torch_threads)   # process-wide: the planner is the process's model
     try:
