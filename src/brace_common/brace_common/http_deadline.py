@@ -17,7 +17,9 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Optional
+from urllib.parse import urlsplit
 
 REASONS = ("connection_refused", "connect_timeout", "connection_lost", "deadline", "cancelled", "truncated",
            "malformed", "too_large")
@@ -26,6 +28,31 @@ PHASES = ("connect", "send", "head", "body")
 """Where an exchange is: `Connection.phase`."""
 POLL_S = 0.05
 """Longest blocking socket wait: how soon a cancel or a passed deadline is seen."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where an http(s) URL's requests go: host, port, TLS, the request target and the Host header."""
+
+    host: str
+    port: int
+    tls: bool
+    target: str
+    netloc: str
+
+    @classmethod
+    def parse(cls, url: str, label: str = "url") -> Endpoint:
+        """The endpoint of `url`; ValueError naming `label` when it is not http(s)://host[:port][/path][?query]."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{label} '{url}' is not an http(s)://host[:port][/path] URL")
+        tls = parts.scheme == "https"
+        try:
+            port = parts.port or (443 if tls else 80)
+        except ValueError as exc:           # a port that is not a number, or out of range
+            raise ValueError(f"{label} '{url}': {exc}") from None
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        return cls(parts.hostname, port, tls, target, parts.netloc)
 
 
 class HttpFailure(Exception):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from brace_common.http_deadline import Connection, HttpFailure
+from brace_common.http_deadline import Connection, Endpoint, HttpFailure
 
 
 class Peer:
@@ -127,3 +127,13 @@ def test_nothing_listening_and_a_custom_error_type():
     with pytest.raises(LookupError) as err:
         Connection("127.0.0.1", port, time.monotonic() + 2.0, error=lambda reason, detail: LookupError(reason))
     assert err.value.args == ("connection_refused",)
+
+
+def test_an_endpoint_is_parsed_from_its_url_and_a_bad_one_names_its_parameter():
+    e = Endpoint.parse("https://gpu-host:8443/v1/chat/completions?x=1", "vlm_base_url")
+    assert (e.host, e.port, e.tls, e.target, e.netloc) == ("gpu-host", 8443, True, "/v1/chat/completions?x=1",
+                                                           "gpu-host:8443")
+    assert Endpoint.parse("http://127.0.0.1").port == 80 and Endpoint.parse("http://127.0.0.1").target == "/"
+    for bad in ("ftp://host/x", "http:///act", "http://host:99999/act"):
+        with pytest.raises(ValueError, match="server_url"):
+            Endpoint.parse(bad, "server_url")

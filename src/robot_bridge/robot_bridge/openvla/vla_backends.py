@@ -27,12 +27,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Optional, Protocol, runtime_checkable
-from urllib.parse import urlsplit
 
 import json_numpy
 import numpy as np
 
-from brace_common.http_deadline import Connection, HttpFailure
+from brace_common.http_deadline import Connection, Endpoint, HttpFailure
 
 from .vla_action import ACTION_DIM, ActionError, check_action
 
@@ -115,15 +114,11 @@ class ServerBackend:
     """A client of an OpenVLA REST server (vla-scripts/deploy.py's POST /act), each request bounded by `timeout_s`."""
 
     def __init__(self, server_url: str, unnorm_key: str = "bridge_orig", timeout_s: float = 5.0):
-        parts = urlsplit(server_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"server_url '{server_url}' is not an http(s)://host[:port]/path URL")
+        endpoint = Endpoint.parse(server_url, "server_url")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s {timeout_s} must be positive")
         self.server_url = server_url
-        self.host, self.tls = parts.hostname, parts.scheme == "https"
-        self.port = parts.port or (443 if self.tls else 80)
-        self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self.host, self.port, self.tls, self.target = endpoint.host, endpoint.port, endpoint.tls, endpoint.target
         self.unnorm_key = unnorm_key
         self.timeout_s = timeout_s
 

@@ -33,11 +33,10 @@ import time
 import zlib
 from collections.abc import Mapping
 from typing import Any, Optional
-from urllib.parse import urlsplit
 
 import numpy as np
 
-from brace_common.http_deadline import Connection, HttpFailure
+from brace_common.http_deadline import Connection, Endpoint, HttpFailure
 
 from .scene_diff import (
     GONE,
@@ -163,15 +162,12 @@ class VLMPerceiver(Perceiver):
                  gripper: str = GRIPPER_TEXT) -> None:
         super().__init__(catalogue)
         url = base_url.rstrip("/") + "/chat/completions"
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"base_url '{base_url}' is not an http(s)://host[:port][/path] URL")
+        endpoint = Endpoint.parse(url, "base_url")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s {timeout_s} must be positive")
         self.url = url
-        self.tls = parts.scheme == "https"
-        self.host, self.port = parts.hostname, parts.port or (443 if self.tls else 80)
-        self.netloc, self.target = parts.netloc, parts.path
+        self.host, self.port, self.tls = endpoint.host, endpoint.port, endpoint.tls
+        self.netloc, self.target = endpoint.netloc, endpoint.target
         self.model, self.timeout_s, self.max_tokens = model, timeout_s, max_tokens
         self.api_key, self.json_mode = api_key, json_mode
         self.prompt = system_prompt(catalogue, gripper)
