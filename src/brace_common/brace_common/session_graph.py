@@ -52,9 +52,12 @@ class Loop:
         return len(self.actions)
 
     def line(self) -> str:
-        """The loop as the planner reads it (GiG's loop warning)."""
-        shown = [action_text(a) for a in self.actions[-LOOP_ACTIONS_SHOWN:]]
-        more = f"{len(self.actions) - len(shown)} earlier actions, then " if len(self.actions) > len(shown) else ""
+        """The loop as the planner reads it (GiG's loop warning). One action executed across several states (a
+        move_to through the cells on its way) is named once: the line does not grow with how finely the world
+        reported the way."""
+        calls = [a for i, a in enumerate(self.actions) if i == 0 or a != self.actions[i - 1]]
+        shown = [action_text(a) for a in calls[-LOOP_ACTIONS_SHOWN:]]
+        more = f"{len(calls) - len(shown)} earlier actions, then " if len(calls) > len(shown) else ""
         return (f"loop warning: {self.agent_id} was in this state at step {self.since_step}; the actions that "
                 f"brought it back: {more}{'; '.join(shown)}")
 

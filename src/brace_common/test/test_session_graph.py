@@ -20,6 +20,16 @@ def test_an_exact_revisit_is_a_loop_with_its_path():
     assert g.visit(3, "C") is None and g.loop is None
 
 
+def test_the_loop_line_names_an_action_run_across_several_states_once():
+    g = SessionGraph("a")
+    for step, (key, doing) in enumerate([("A", "go(C)"), ("B", "go(C)"), ("C", "go(A)"), ("D", "go(A)")]):
+        assert g.visit(step, key, doing=doing) is None
+    loop = g.visit(4, "A")
+    assert loop is not None and loop.length == 4  # the path keeps every edge; the line names each call once
+    assert loop.line().endswith("brought it back: go(C); go(A)"), loop.line()
+    assert "go(C); go(C)" in loop.detail()
+
+
 def test_waiting_in_a_state_is_not_a_loop_and_its_newest_activity_labels_the_edge():
     g = SessionGraph("a")
     g.visit(0, "A", doing="wait()")

@@ -80,6 +80,8 @@ def test_a_loop_in_the_world_raises_a_loop_trigger_the_controller_admits_and_the
         assert decision.admitted and decision.mode == ReplanDecision.MODE_PARTIAL_REPLAN, decision
         wait_for(lambda: any("loop warning: agent_0" in r["body"].get("prompt", "") for r in server.requests),
                  timeout=60, what="the loop warning in the admitted call's prompt")
-        # the world's transition model projected the candidates (the current step first) for every call
+        # the world's transition model projected candidate steps for the call (which ones fit beside the warning
+        # depends on the agent's activity when the state arrived and on the query's ranking: any of them will do)
         prompt = next(r["body"]["prompt"] for r in server.requests if "loop warning" in r["body"].get("prompt", ""))
-        assert "lookahead: move_to(target=" in prompt and planner.lookahead.counts["answered"] >= 1, prompt
+        assert "\nlookahead: " in prompt and planner.lookahead.counts["answered"] >= 1, (planner.lookahead.counts,
+                                                                                         prompt)
