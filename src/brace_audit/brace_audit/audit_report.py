@@ -44,6 +44,7 @@ class CallRow:
     compressor: str = ""
     phases: dict[str, tuple[float, int, int]] = field(default_factory=dict)  # phase -> (ms, in, out)
     tokens_reused: int = 0
+    decision_id: str = ""     # the ReplanDecision that admitted the call
 
 
 @dataclass

@@ -82,11 +82,13 @@ def compose(spec: NodeSpec, **kwargs) -> Node:
 
 def _drain(executor, recorder, collector: LiveCollector, episodes: int, settle_s: float = 1.0,
            limit_s: float = 30.0) -> None:
-    """Spin until the recorder and the collector hold every episode's end (the last messages of a run), and the
-    bag as many call records, decisions and plans as the collector.
+    """Spin until the run is quiet and the bag holds what the live tables count: every episode's end collected and
+    recorded, every admitted decision's call record collected (a call in flight at the last episode's end closes
+    later, by its result or its hard deadline), and the bag exactly as many call records, decisions and plans as
+    the collector.
 
-    At least `settle_s` (calls and decisions still in flight), at most `limit_s`; a fixed wait alone lost the
-    last episode's end from the bag on a loaded machine.
+    At least `settle_s`, at most `limit_s`; a fixed wait alone lost the last episode's end, and later the last
+    call record, from the bag on a loaded machine.
     """
     started = time.monotonic()
 
@@ -95,19 +97,30 @@ def _drain(executor, recorder, collector: LiveCollector, episodes: int, settle_s
         found = recorder.writer.topics.get(recorder.resolve_topic_name(topic)) if recorder.writer is not None else None
         return None if found is None else found.count
 
+    missing: list[str] = []
+
     def complete() -> bool:
         with collector.lock:
             records = collector.collector.records
             live = {names.REPLAN_CALLS: len(records.calls), names.DECISIONS: len(records.decisions),
                     names.PLAN: len(records.plans)}
             collected = len(records.episodes)
-        # the bag must hold what the live tables count: a call record can arrive after its episode's end
+            in_flight = {d.decision_id for _, d in records.decisions if d.admitted and d.decision_id} - \
+                {c.decision_id for c in records.calls}
         in_bag = {topic: recorded(topic) for topic in (names.EPISODE, *live)}
-        return collected >= episodes and all(in_bag[t] is None or in_bag[t] >= n for t, n in live.items()) \
-            and (in_bag[names.EPISODE] is None or in_bag[names.EPISODE] >= 2 * episodes)
+        missing[:] = ([f"episode ends {collected}/{episodes}"] if collected < episodes else []) + \
+            ([f"call records of {len(in_flight)} admitted decisions"] if in_flight else []) + \
+            [f"{t}: {in_bag[t]} in the bag, {n} collected" for t, n in live.items()
+             if in_bag[t] is not None and in_bag[t] != n] + \
+            ([f"episode messages in the bag {in_bag[names.EPISODE]}/{2 * episodes}"]
+             if in_bag[names.EPISODE] is not None and in_bag[names.EPISODE] < 2 * episodes else [])
+        return not missing
 
     while time.monotonic() - started < limit_s and (time.monotonic() - started < settle_s or not complete()):
         spin_once(executor, 0.05)
+    if missing:
+        print(f"brace-run: after {limit_s:.0f} s the run is still not quiet ({'; '.join(missing)}); the bag and the "
+              "printed tables may differ", file=sys.stderr, flush=True)
 
 
 class Children:
