@@ -2,8 +2,8 @@
 process, all at once, in no order.
 
 The processes of the piper_twin stack start back to back with the run's
-parameter file (runs/piper_twin_launch.yaml: the twin and the arm node
-on python-can's udp_multicast bus), twin_world first and the planner last. The
+parameter file (runs/piper_twin_launch.yaml, PickFruit, and runs/piper_twin_pusht_launch.yaml, PushT: the twin
+and the arm node on python-can's udp_multicast bus), twin_world first and the planner last. The
 graph orders itself: the arm node retries its CAN connection until the twin
 answers, the executor waits for state and images, the twin world waits for
 every peer and the Replan server before its episode. The episode must run
@@ -18,6 +18,7 @@ import os
 import socket
 from pathlib import Path
 
+import pytest
 import yaml
 from graph_run import run_all_at_once
 
@@ -36,12 +37,12 @@ def free_port(kind: int) -> int:
         return probe.getsockname()[1]
 
 
-def twin_run_config(folder: Path, group: str, act_port: int) -> RunConfig:
-    """piper_twin_launch.yaml with a tiny planner, one short episode, and this test's CAN group and /act port."""
+def twin_run_config(folder: Path, group: str, act_port: int, run: str = "piper_twin_launch.yaml") -> RunConfig:
+    """`run` (a twin launch run) with a tiny planner, one short episode, and this test's CAN group and /act port."""
     model = saved_tiny_llama(folder / "tiny")
     path = folder / "twin_run.yaml"
     path.write_text(yaml.safe_dump({"run": {
-        "extends": "piper_twin_launch.yaml",
+        "extends": run,
         "overrides": {
             "twin_world": {"episodes": 1, "max_episode_s": 30.0, "can_port": group, "act_port": act_port,
                            "shutdown_when_done": True, "wait_timeout_s": 240.0},
@@ -52,9 +53,10 @@ def twin_run_config(folder: Path, group: str, act_port: int) -> RunConfig:
     return RunConfig.load(path)
 
 
-def test_every_process_of_the_twin_graph_at_once(tmp_path):
-    group = f"ff01::74:{(os.getpid() + 7) % 0xFFFF:x}"    # interface-local multicast: never leaves the host
-    cfg = twin_run_config(tmp_path, group, free_port(socket.SOCK_STREAM))
+@pytest.mark.parametrize("run", ["piper_twin_launch.yaml", "piper_twin_pusht_launch.yaml"])
+def test_every_process_of_the_twin_graph_at_once(tmp_path, run):
+    group = f"ff01::74:{(os.getpid() + 7 + len(run)) % 0xFFFF:x}"    # interface-local multicast: never leaves the host
+    cfg = twin_run_config(tmp_path, group, free_port(socket.SOCK_STREAM), run)
     folder = tmp_path / "run" / VARIANT
     params = cfg.write_parameters(VARIANT, folder)
     env = {**os.environ, "ROS_DOMAIN_ID": str(1 + (os.getpid() + 97) % 200),
