@@ -226,6 +226,18 @@ def test_the_answer_is_read_into_a_perception(server):
     assert seen.compare_ms > 0
 
 
+def test_the_stated_confidence_is_the_support_of_a_sighting(server):
+    server.scene = {"objects": {"apple": {"place": "table", "confidence": 0.3}, "banana": {"place": "gone",
+                                                                                         "confidence": 7},
+                                "orange": {"place": "bowl", "confidence": "high"}}}
+    seen = perceiver(server).perceive(*frame())
+    assert [seen.sightings[n].support for n in ("apple", "banana", "orange")] == [0.3, 1.0, 1.0]
+    server.scene = {"objects": {"apple": {"place": "hidden", "confidence": 0.9}, "banana": {"place": "table",
+                                                                                          "confidence": -2}}}
+    seen = perceiver(server).perceive(*frame())
+    assert [seen.sightings[n].support for n in ("apple", "banana")] == [0.0, 0.0]   # hidden is no evidence
+
+
 def test_an_object_the_answer_leaves_out_is_hidden_and_plain_json_reads_too(server):
     server.scene = {"objects": {"apple": {"place": "bowl", "evidence": "in the bowl"}}}
     server.script.append("plain")
@@ -303,6 +315,16 @@ def test_a_pick_the_model_still_sees_on_the_table_is_a_contradicted_success(serv
     assert len(server.requests) == 3
     for request in server.requests:
         assert not PLAN_WORDS.search(texts(request)), "the perceiver is never told the plan"
+
+
+def test_a_contradiction_the_model_doubts_carries_its_confidence(server):
+    verifier = vlm_verifier(server, [Step("pick", {"object": "apple"})])
+    rgb, depth = frame()
+    verifier.on_frame(rgb, depth)
+    server.scene["objects"]["apple"]["confidence"] = 0.2      # "on the table, I think"
+    verifier.on_outcome(True)
+    (verdict,) = verifier.on_frame(rgb, depth)
+    assert verdict.violation and verdict.confidence == 0.2   # under halt_min_confidence / preempt_min_confidence
 
 
 def test_a_pick_the_model_sees_in_the_gripper_is_achieved(server):

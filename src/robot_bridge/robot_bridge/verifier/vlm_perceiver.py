@@ -19,14 +19,17 @@ why. Anything else is a PerceiverError whose reason is one of REASONS: no connec
 `timeout_s` (the whole exchange, brace_common.http_deadline), an HTTP error status, a body that is not a chat
 completion, or a reply without the JSON object.
 
-A sighting has no position and no pixel count: its `support` is 1 for an object the model names a place for (the
-model's word is the evidence) and 0 when hidden or gone, and `evidence` holds the model's words.
+A sighting has no position and no pixel count: `evidence` holds the model's words and `support` its confidence in
+the place, 0..1 as it states it (1 when it states none or no number; clamped), 0 when hidden. A verdict's confidence
+comes from `support`, so the executor's `halt_min_confidence` and the monitor's `preempt_min_confidence` leave a
+contradiction the model itself doubts without a halt and a PREEMPT trigger.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 import struct
 import threading
 import time
@@ -108,10 +111,20 @@ def system_prompt(catalogue: Catalogue, gripper: str = GRIPPER_TEXT) -> str:
         f"- \"{HIDDEN}\": not visible, but something (the arm, a hand) covers where it would be\n"
         f"- \"{GONE}\": not in the frame at all\n"
         "Answer with one JSON object and nothing else:\n"
-        f'{{"objects": {{"<name>": {{"place": "{places}", "evidence": "<a few words on what you see>"}}}}, '
-        f'"gripper": "{GRIPPER_EMPTY}|{GRIPPER_HOLDING}|{GRIPPER_UNKNOWN}", "notes": ["<occlusions, doubts>"]}}\n'
-        "Give every catalogued object one entry under its name above."
+        f'{{"objects": {{"<name>": {{"place": "{places}", "evidence": "<a few words on what you see>", '
+        f'"confidence": <0 to 1>}}}}, "gripper": "{GRIPPER_EMPTY}|{GRIPPER_HOLDING}|{GRIPPER_UNKNOWN}", '
+        f'"notes": ["<occlusions, doubts>"]}}\n'
+        "Give every catalogued object one entry under its name above; its confidence is how sure you are of "
+        "its place (1: certain)."
     )
+
+
+def stated_confidence(entry: Any) -> float:
+    """The confidence an object's entry states, clamped to 0..1; 1 when it states none, or no finite number."""
+    value = entry.get("confidence") if isinstance(entry, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return 1.0
+    return min(1.0, max(0.0, float(value)))
 
 
 def first_json_object(text: str) -> dict[str, Any]:
@@ -255,7 +268,7 @@ class VLMPerceiver(Perceiver):
             return Sighting(name, HIDDEN, 0, evidence=f"the model's place {_short(str(place), 40)!r} is none of "
                             f"{', '.join(self.places.values())}", support=0.0)
         text = _short(evidence) if isinstance(evidence, str) and evidence.strip() else "no evidence given"
-        return Sighting(name, known, 0, evidence=text, support=0.0 if known in (HIDDEN, GONE) else 1.0)
+        return Sighting(name, known, 0, evidence=text, support=0.0 if known == HIDDEN else stated_confidence(entry))
 
     def close(self) -> None:
         """Give up the request in progress (it ends within a poll, PerceiverError 'cancelled') and every later one."""
