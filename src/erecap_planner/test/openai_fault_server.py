@@ -16,7 +16,9 @@ import json
 import threading
 import time
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from brace_common.local_http import LocalHTTPServer, answer
 
 PLAN = '{"plan": [{"action": "pick", "parameters": {"object": "cup_3"}}]}'
 
@@ -65,13 +67,7 @@ class FaultServer:
                 getattr(self, f"reply_{mode}")()
 
             def _send(self, status: int, body: bytes, ctype: str, extra: dict | None = None) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in (extra or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(body)
+                answer(self, status, body, ctype, extra)
 
             def _stream(self, events: list[bytes], chunked: bool = True, close_after: int = -1) -> None:
                 self.send_response(200)
@@ -151,17 +147,15 @@ class FaultServer:
                 self.wfile.flush()
                 self._drip(b"".join(self._events()))
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.http = LocalHTTPServer(Handler, port, name="fault_server")
+        self.port = port
+        self.base_url = ""
 
     def __enter__(self) -> FaultServer:
-        self._thread.start()
+        self.port = self.http.start().port
+        self.base_url = self.http.url("/v1")
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.http.stop()

@@ -15,13 +15,14 @@ import socket
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import json_numpy
 import numpy as np
 import pytest
 import yaml
 
+from brace_common.local_http import LocalHTTPServer, answer
 from brace_common.testing import installed_executable
 from robot_bridge.preflight import robot_preflight as pf
 
@@ -318,12 +319,7 @@ class Peer:
                 pass
 
             def answer(self, status: int, body: str):
-                data = body.encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                answer(self, status, body.encode())
 
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -348,14 +344,11 @@ class Peer:
                 self.answer(200, json.dumps({"object": "list", "data": [
                     {"id": m, "object": "model", "created": 0, "owned_by": "vllm"} for m in peer.models]}))
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
+        self.http = LocalHTTPServer(Handler, name="peer").start()
+        self.port = self.http.port
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.stop()
 
 
 @pytest.fixture

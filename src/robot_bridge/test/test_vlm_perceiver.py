@@ -18,7 +18,7 @@ import struct
 import threading
 import zlib
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 import pytest
@@ -32,6 +32,7 @@ from std_msgs.msg import Header
 from brace_common import names, qos
 from brace_common.action_schema import Step
 from brace_common.config import ConfigError
+from brace_common.local_http import LocalHTTPServer, answer
 from brace_common.testing import wait_for
 from robot_bridge.orbbec.calibration import load_calibration
 from robot_bridge.orbbec.image_msgs import IMAGE_QOS, image_msg
@@ -87,20 +88,10 @@ class ChatServer:
                     outer.release.wait(120)
                     outer.holding.clear()
                     mode = "fenced"
-                status, body = outer.reply(mode)
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except OSError:
-                    pass   # the client gave up (its deadline passed, or it was cancelled)
+                answer(self, *outer.reply(mode))   # a client that gave up (its deadline, a cancel) is no error
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+        self.http = LocalHTTPServer(Handler, name="chat")
+        self.base_url = ""
 
     def reply(self, mode: str) -> tuple[int, bytes]:
         """The status and body of one reply."""
@@ -117,13 +108,12 @@ class ChatServer:
         return 200, json.dumps(body).encode()
 
     def __enter__(self) -> ChatServer:
-        self.thread.start()
+        self.base_url = self.http.start().url("/v1")
         return self
 
     def __exit__(self, *exc) -> None:
         self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.http.stop()
 
 
 @pytest.fixture

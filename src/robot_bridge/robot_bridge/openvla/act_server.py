@@ -16,11 +16,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Optional
 
 import json_numpy
 import numpy as np
+
+from brace_common.local_http import LocalHTTPServer, answer
 
 from .vla_action import ACTION_DIM, check_action
 
@@ -54,18 +56,10 @@ def _parse_request(raw: bytes) -> tuple[np.ndarray, str, Optional[str]]:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
     protocol_version = "HTTP/1.1"
 
     def _answer(self, status: int, body: bytes) -> None:
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up (its timeout) before the answer
-            self.close_connection = True
+        answer(self, status, body)
 
     def _body(self) -> bytes | None:
         """The request body (b'' without one); None, and the connection closes after the answer, when it is too large."""
@@ -83,7 +77,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.split("?", 1)[0] != ACT_PATH:
             self._answer(404, b'{"detail":"Not Found"}')
             return
-        owner = self.server.owner
+        owner: ActServer = self.server.owner  # type: ignore[attr-defined] - LocalHTTPServer's attribute
         try:
             if raw is None:
                 raise ValueError(f"the body's length is invalid or above {MAX_BODY_BYTES} bytes")
@@ -107,24 +101,22 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s %s", self.address_string(), format % args)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    owner: ActServer
-
-
 class ActServer:
     """A threaded /act server on 127.0.0.1 around a policy; port 0 takes a free port (see `url`)."""
 
     def __init__(self, policy: Policy, port: int = 0, host: str = "127.0.0.1"):
         self.policy = policy
         self.host = host
-        self.port = port
-        self._server: Optional[_Server] = None
-        self._thread: Optional[threading.Thread] = None
+        self._http = LocalHTTPServer(_Handler, port, host, name="act_server", owner=self)
         self._lock = threading.Lock()
         self.requests = 0
         self.errors = 0
         self.last_failure = ""
+
+    @property
+    def port(self) -> int:
+        """The port (the one taken, once started on port 0)."""
+        return self._http.port
 
     def count(self, error: bool, failure: str = "") -> None:
         """Count one answered request (called by the request handler threads)."""
@@ -136,39 +128,24 @@ class ActServer:
 
     def start(self) -> ActServer:
         """Bind and serve in a background thread (returns self)."""
-        if self._server is not None:
-            raise RuntimeError("the server is already running")
-        server = _Server((self.host, self.port), _Handler)
-        server.owner = self
-        self._server = server
-        self.port = server.server_address[1]
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"act_server:{self.port}", daemon=True)
-        self._thread.start()
+        self._http.start()
         return self
 
     def stop(self) -> None:
         """Stop serving and close the socket (requests in progress finish in their daemon threads)."""
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-            self._thread = None
+        self._http.stop()
 
     @property
     def running(self) -> bool:
         """Whether the server is serving (started and not stopped)."""
-        return self._server is not None
+        return self._http.running
 
     @property
     def url(self) -> str:
         """The /act URL to give a ServerBackend (server_url)."""
-        if self._server is None:
+        if not self._http.running:
             raise RuntimeError("the server is not running")
-        return f"http://{self.host}:{self.port}{ACT_PATH}"
+        return self._http.url(ACT_PATH)
 
     def __enter__(self) -> ActServer:
         return self.start()
