@@ -7,6 +7,7 @@
       variants: {name: {node: {param: value}}}   # each variant's overlay
       planner_server: {engine: transformers, model: ..., adapter: ..., dtype: float32, port: 8000}   # optional
       airsim_peer: {port: 41451, clock_speed: 1.0}   # optional, stacks with an airsim_bridge
+      own_process: [erecap_planner]   # optional: nodes brace-run starts as their own processes (as launch does)
 
 A run configuration is named by a path or by the name of one installed
 with brace_bringup (`demo` or `demo.yaml`: share/brace_bringup/runs/); the
@@ -15,7 +16,11 @@ With `planner_server` the run also starts a local planner server, with
 `airsim_peer` brace-airsim-peer: brace_bringup.run_plan turns a (run config,
 variant) into those processes and one parameter file (`write_parameters`),
 which the launch files and brace-run both render, so `ros2 launch` and
-`brace-run` run the same system. The parameter file holds the stack's files
+`brace-run` run the same system. brace-run composes the stack's nodes in one
+process, except those `own_process` names: a node whose compute must not
+share one interpreter lock with the others (the planner's forward passes wait
+for it between operators while the twin's firmware and renderer hold it).
+The parameter file holds the stack's files
 in order, then the overrides, the variant's overlay and the caller's extras,
 then what follows from them (the recorder writes into the run folder;
 use_sim_time as the stack says). K lives only in the world's parameters: the
@@ -38,7 +43,7 @@ from ament_index_python.packages import get_package_share_directory
 from brace_common.config import from_mapping, load_ros_parameters
 from sim_bridges.airsim.intersection import IntersectionConfig
 
-from .graph import STACKS, Stack
+from .graph import AUDIT_RECORDER, STACKS, Stack
 
 
 def share() -> Path:
@@ -85,6 +90,13 @@ def intersection_of(bridge: dict[str, Any]):
     return from_mapping(IntersectionConfig, {k: v for k, v in bridge.items() if k in known})
 
 
+def own_process_of(path: Path, value: Any) -> tuple[str, ...]:
+    """A run's `own_process` list as node names; ValueError unless a list of strings."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{path}: own_process must be a list of node names, not {value!r}")
+    return tuple(dict.fromkeys(value))
+
+
 def _merge(into: dict[str, dict], layer: dict[str, dict] | None) -> None:
     for node, values in (layer or {}).items():
         into.setdefault(node, {}).update(copy.deepcopy(values or {}))
@@ -100,6 +112,7 @@ class RunConfig:
     params_dir: Path = Path(".")  # where the stack's parameter files are (brace_bringup's share/params)
     planner_server: dict[str, Any] = field(default_factory=dict)
     airsim_peer: dict[str, Any] = field(default_factory=dict)
+    own_process: tuple[str, ...] = ()    # nodes brace-run starts as their own processes
 
     @classmethod
     def load(cls, run: str | Path) -> RunConfig:
@@ -109,10 +122,11 @@ class RunConfig:
         raw = (yaml.safe_load(path.read_text()) or {}).get("run")
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: no 'run' mapping")
-        unknown_keys = set(raw) - {"stack", "extends", "overrides", "variants", "planner_server", "airsim_peer"}
+        unknown_keys = set(raw) - {"stack", "extends", "overrides", "variants", "planner_server", "airsim_peer",
+                                   "own_process"}
         if unknown_keys:
             raise ValueError(f"{path}: unknown keys {sorted(unknown_keys)} (stack, extends, overrides, variants, "
-                             "planner_server, airsim_peer)")
+                             "planner_server, airsim_peer, own_process)")
         if raw.get("extends"):
             beside = path.parent / raw["extends"]
             base = cls.load(beside if beside.is_file() else raw["extends"])
@@ -123,7 +137,8 @@ class RunConfig:
             raise ValueError(f"{path}: unknown stack '{stack_name}' (known: {', '.join(STACKS)})")
         cfg = cls(STACKS[stack_name], copy.deepcopy(base.overrides), copy.deepcopy(base.variants), base.params_dir,
                   {**base.planner_server, **(raw.get("planner_server") or {})},
-                  {**base.airsim_peer, **(raw.get("airsim_peer") or {})})
+                  {**base.airsim_peer, **(raw.get("airsim_peer") or {})},
+                  own_process_of(path, raw["own_process"]) if "own_process" in raw else base.own_process)
         bad = set(cfg.planner_server) - set(PLANNER_SERVER_KEYS)
         if bad:
             raise ValueError(f"{path}: planner_server has unknown keys {sorted(bad)} ({', '.join(PLANNER_SERVER_KEYS)})")
@@ -145,6 +160,13 @@ class RunConfig:
                     raise ValueError(f"{path}: parameter file {f} does not exist in {cfg.params_dir}")
         if not cfg.variants:
             raise ValueError(f"{path}: no variants")
+        bad = set(cfg.own_process) - names
+        if bad:
+            raise ValueError(f"{path}: own_process names nodes {sorted(bad)} that stack '{cfg.stack.name}' does not run")
+        kept = {cfg.stack.world, AUDIT_RECORDER.name} & set(cfg.own_process)
+        if kept:
+            raise ValueError(f"{path}: own_process cannot hold {sorted(kept)}: brace-run reads the world's progress and "
+                             "closes the recorder's bag in its own process")
         return cfg
 
     def server_spec(self) -> dict[str, Any]:

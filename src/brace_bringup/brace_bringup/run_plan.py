@@ -58,11 +58,25 @@ class RunPlan:
     parameters: Path           # the one parameter file
     processes: tuple[Process, ...] = ()
     namespace: str = DEFAULT_NAMESPACE  # of every node and topic of the stack
+    own_process: tuple[str, ...] = ()   # nodes brace-run starts as their own processes (launch starts every node so)
 
     @property
     def nodes(self) -> tuple[NodeSpec, ...]:
         """The stack's nodes, in launch order."""
         return self.stack.nodes
+
+    @property
+    def composed(self) -> tuple[NodeSpec, ...]:
+        """The nodes brace-run composes in its own process (all but `own_process`)."""
+        return tuple(spec for spec in self.stack.nodes if spec.name not in self.own_process)
+
+    def node_processes(self) -> tuple[Process, ...]:
+        """The `own_process` nodes as processes: each its installed executable under its name, in the namespace,
+        with the one parameter file (as launch_ros's Node starts it)."""
+        return tuple(Process(spec.name, spec.package, spec.executable,
+                             ("--ros-args", "-r", f"__ns:={self.namespace}", "-r", f"__node:={spec.name}",
+                              "--params-file", str(self.parameters)))
+                     for spec in self.stack.nodes if spec.name in self.own_process)
 
 
 def plan(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dict] | None = None,
@@ -90,7 +104,7 @@ def plan(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dict] | No
         processes.append(Process(AIRSIM_PEER, "sim_bridges", "brace-airsim-peer",
                                  ("--settings", str(settings_file), "--port", str(port))))
     return RunPlan(cfg.stack, variant, folder, cfg.write_parameters(variant, folder, extra), tuple(processes),
-                   namespace)
+                   namespace, cfg.own_process)
 
 
 LAUNCH_ARGUMENTS = {

@@ -2,9 +2,10 @@
 
 Renders each variant's run plan (brace_bringup.run_plan: the processes and
 the parameter file the launch files start too): the plan's processes (a
-planner server, the AirSim peer) run as children, kept from one variant to
-the next while unchanged; the stack's nodes are composed on one executor in
-the stack's namespace. Readiness is the graph's: the world waits for its
+planner server, the AirSim peer) and the nodes the run starts in their own
+process (`own_process`) run as children, kept from one variant to the next
+while unchanged; the other nodes are composed on one executor in the stack's
+namespace. Readiness is the graph's: the world waits for its
 peers. `<run>` is a run configuration's path or the name of an installed one
 (`demo`: share/brace_bringup/runs/demo.yaml). Each variant gets
 `<output>/<timestamp>/<variant>/` with its parameter file and its audit bag;
@@ -198,7 +199,7 @@ def run_variant(run_plan: RunPlan, quiet: bool = False, children: Children | Non
     if children is None:
         with Children(run_plan.folder, quiet) as own:
             return run_variant(run_plan, quiet, own)
-    children.start(run_plan.processes)
+    children.start(run_plan.processes + run_plan.node_processes())
     variant = run_plan.variant
     context = rclpy.Context()
     rclpy.init(args=["--ros-args", "--params-file", str(run_plan.parameters)], context=context)
@@ -207,10 +208,10 @@ def run_variant(run_plan: RunPlan, quiet: bool = False, children: Children | Non
     ns = {"context": context, "namespace": run_plan.namespace}
     try:
         # Every node at once, as launch starts them; the world's readiness wait orders the start.
-        for spec in run_plan.nodes:
+        for spec in run_plan.composed:
             nodes[spec.name] = compose(spec, **ns)
         collector = nodes["brace_run_collector"] = LiveCollector(variant, **ns)
-        for spec in run_plan.nodes:
+        for spec in run_plan.composed:
             node = nodes[spec.name]
             if spec.lifecycle and node.get_parameter("autostart").value and (error := autostart(node)) is not None:
                 raise ConfigError(spec.name, error)

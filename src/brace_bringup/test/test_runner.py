@@ -10,6 +10,7 @@ import yaml
 from brace_audit.audit import records_from_bag
 from brace_audit.audit_report import summary
 from brace_bringup.run_config import RunConfig, params_dir, run_file, share
+from brace_bringup.run_plan import plan
 from brace_bringup.runner import run
 from brace_common.vocabulary import CallStatus
 from erecap_planner.testing import saved_tiny_llama
@@ -96,6 +97,27 @@ def test_run_configs_reject_unknown_planner_server_keys(tmp_path):
                     "  planner_server: {gpus: 2}\n")
     with pytest.raises(ValueError, match="planner_server has unknown keys"):
         RunConfig.load(path)
+
+
+def test_own_process_nodes_are_started_as_launch_starts_them_and_the_rest_composed(tmp_path):
+    cfg = RunConfig.load("piper_twin")
+    assert cfg.own_process == ("erecap_planner",)   # the planner's forward passes: not under the twin's GIL
+    run_plan = plan(cfg, "brace_erecap", tmp_path / "v", namespace="/arm")
+    assert "erecap_planner" not in {s.name for s in run_plan.composed} and len(run_plan.composed) == \
+        len(run_plan.nodes) - 1
+    (planner,) = run_plan.node_processes()
+    assert planner.name == "erecap_planner" and planner.command()[0].endswith("lib/erecap_planner/erecap_planner")
+    assert planner.arguments == ("--ros-args", "-r", "__ns:=/arm", "-r", "__node:=erecap_planner", "--params-file",
+                                 str(run_plan.parameters))
+    assert plan(RunConfig.load("demo"), "brace_erecap", tmp_path / "d").node_processes() == ()
+    bad = tmp_path / "bad.yaml"
+    for value, words in (("[twin_world]", "cannot hold \\['twin_world'\\]"), ("[audit_recorder]", "audit_recorder"),
+                         ("[nobody]", "names nodes \\['nobody'\\]"), ("erecap_planner", "list of node names")):
+        bad.write_text(f"run:\n  extends: piper_twin.yaml\n  own_process: {value}\n")
+        with pytest.raises(ValueError, match=words):
+            RunConfig.load(bad)
+    bad.write_text("run:\n  extends: piper_twin.yaml\n  own_process: []\n")
+    assert RunConfig.load(bad).own_process == ()   # a run that extends one can compose every node again
 
 
 def test_airsim_peer_is_checked_and_the_run_writes_the_drones_schema(tmp_path):
