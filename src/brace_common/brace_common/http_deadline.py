@@ -42,17 +42,31 @@ class Endpoint:
 
     @classmethod
     def parse(cls, url: str, label: str = "url") -> Endpoint:
-        """The endpoint of `url`; ValueError naming `label` when it is not http(s)://host[:port][/path][?query]."""
+        """The endpoint of `url`; ValueError naming `label` when it is not http(s)://host[:port][/path][?query]: the
+        one check of every server URL in the stack's parameters. A fragment (no request carries it) and port 0 (no
+        server listens there) are refused, not dropped or replaced by the scheme's port."""
         parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{label} '{url}' is not an http(s)://host[:port][/path] URL")
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment or "#" in url:
+            raise ValueError(f"{label} '{url}' is not an http(s)://host[:port][/path][?query] URL")
         tls = parts.scheme == "https"
         try:
-            port = parts.port or (443 if tls else 80)
+            port = parts.port
         except ValueError as exc:           # a port that is not a number, or out of range
-            raise ValueError(f"{label} '{url}': {exc}") from None
+            raise ValueError(f"{label} '{url}' has a bad port: {exc}") from None
+        if port == 0:
+            raise ValueError(f"{label} '{url}' has a bad port: 0 is no server's")
+        port = port or (443 if tls else 80)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         return cls(parts.hostname, port, tls, target, parts.netloc)
+
+
+def check_base_url(url: str, label: str = "base_url") -> Endpoint:
+    """The endpoint of an API's base URL (the API's paths are appended to it): Endpoint.parse's URL without a query;
+    ValueError naming `label` otherwise."""
+    endpoint = Endpoint.parse(url, label)
+    if "?" in endpoint.target:
+        raise ValueError(f"{label} '{url}' has a query: a base URL takes none (the API's paths are appended to it)")
+    return endpoint
 
 
 class HttpFailure(Exception):

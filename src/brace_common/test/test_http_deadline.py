@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from brace_common.http_deadline import Connection, Endpoint, HttpFailure
+from brace_common.http_deadline import Connection, Endpoint, HttpFailure, check_base_url
 
 
 class Peer:
@@ -134,6 +134,14 @@ def test_an_endpoint_is_parsed_from_its_url_and_a_bad_one_names_its_parameter():
     assert (e.host, e.port, e.tls, e.target, e.netloc) == ("gpu-host", 8443, True, "/v1/chat/completions?x=1",
                                                            "gpu-host:8443")
     assert Endpoint.parse("http://127.0.0.1").port == 80 and Endpoint.parse("http://127.0.0.1").target == "/"
-    for bad in ("ftp://host/x", "http:///act", "http://host:99999/act"):
+    for bad in ("ftp://host/x", "http:///act", "http://host:99999/act", "http://host:0/act", "http://host/act#x"):
         with pytest.raises(ValueError, match="server_url"):
             Endpoint.parse(bad, "server_url")
+
+
+def test_a_base_url_takes_no_query():
+    assert check_base_url("http://gpu:8000/v1", "vlm_base_url").target == "/v1"
+    with pytest.raises(ValueError, match="vlm_base_url .* has a query"):
+        check_base_url("http://gpu:8000/v1?x=1", "vlm_base_url")
+    with pytest.raises(ValueError, match="is not an http"):
+        check_base_url("gpu:8000/v1", "vlm_base_url")

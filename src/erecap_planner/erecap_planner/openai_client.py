@@ -16,9 +16,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Optional
-from urllib.parse import urlsplit
 
-from brace_common.http_deadline import Connection
+from brace_common.http_deadline import Connection, check_base_url
 
 REASONS = ("connection_refused", "connect_timeout", "connection_lost", "rate_limited", "http_error", "server_error",
            "truncated", "not_json", "deadline", "cancelled")
@@ -98,14 +97,10 @@ class OpenAIClient:
     """Requests to one server at `base_url` (e.g. http://127.0.0.1:8000/v1); one connection per request."""
 
     def __init__(self, base_url: str, api_key: str = "", connect_timeout_s: float = 1.0):
-        parts = urlsplit(base_url.rstrip("/"))
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"'{base_url}' is not an http(s)://host[:port][/path] URL")
-        self.host = parts.hostname
-        self.tls = parts.scheme == "https"
-        self.port = parts.port or (443 if self.tls else 80)
-        self.prefix = parts.path
-        self.base_url = f"{parts.scheme}://{parts.netloc}{parts.path}"
+        endpoint = check_base_url(base_url.rstrip("/"))
+        self.host, self.port, self.tls = endpoint.host, endpoint.port, endpoint.tls
+        self.prefix = endpoint.target.rstrip("/")
+        self.base_url = f"{'https' if self.tls else 'http'}://{endpoint.netloc}{self.prefix}"
         self._api_key = api_key
         self.connect_timeout_s = connect_timeout_s
 

@@ -234,7 +234,7 @@ def test_plan_checks_the_verifiers_vlm_server_only_with_the_vlm_backend(monkeypa
     ({"can_port": 0}, "can_port"),
     ({"serial_number": 123456}, "quote it"),
     ({"serial_number": "", "source": "usb"}, "'source'"),
-    ({"backend": "server", "server_url": "localhost:8000/act"}, "not an http(s) URL"),
+    ({"backend": "server", "server_url": "localhost:8000/act"}, "is not an http(s)"),
     ({"backend": "server", "server_url": "http://127.0.0.1:80x/act"}, "bad port"),
     ({"backend": "openai"}, "needs a base_url"),
 ])

@@ -347,6 +347,8 @@ def test_an_object_the_model_sees_gone_during_the_step_contradicts_it(server):
 
 @pytest.mark.parametrize("name, value", [("vlm_base_url", "ftp://127.0.0.1/v1"), ("vlm_base_url", "127.0.0.1:8000"),
                                          ("vlm_base_url", "http:///v1"), ("vlm_base_url", "http://gpu:99999/v1"),
+                                         ("vlm_base_url", "http://gpu:0/v1"), ("vlm_base_url", "http://gpu/v1?x=1"),
+                                         ("vlm_base_url", "http://gpu/v1#chat"),
                                          ("vlm_model", " "),
                                          ("vlm_api_key_env", "NOT-A-NAME"), ("vlm_timeout_s", 0.0),
                                          ("vlm_max_tokens", 4), ("backend", "clip")])

@@ -54,7 +54,7 @@ from typing import Any, Optional, Union
 
 import yaml
 
-from brace_common.http_deadline import Connection, HttpFailure
+from brace_common.http_deadline import Connection, Endpoint, HttpFailure
 
 from ..verifier.vlm_perceiver import BACKEND_VLM, DEFAULT_BASE_URL
 
@@ -258,13 +258,10 @@ def _text(section: Section, name: str, default: Optional[str] = None) -> Optiona
 
 
 def _url(section: Section, name: str, value: str) -> str:
-    parts = urllib.parse.urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ParamFileError(f"{section.source}: '{section.key}' parameter '{name}' is not an http(s) URL: {value!r}")
     try:
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError:
-        raise ParamFileError(f"{section.source}: '{section.key}' parameter '{name}' has a bad port: {value!r}") from None
+        Endpoint.parse(value, f"parameter '{name}'")     # the check the nodes apply when they start
+    except ValueError as exc:
+        raise ParamFileError(f"{section.source}: '{section.key}' {exc}") from None
     return value
 
 
@@ -630,15 +627,13 @@ def http_call(url: str, timeout: float, body: Optional[bytes] = None, headers: O
     """GET (no body) or POST `url`, the whole exchange within `timeout` seconds (a server that drips its answer
     cannot hold the check); no proxy (the servers are on this computer or the robot's network); never raises for
     network trouble. A body past MAX_ANSWER_BYTES comes back cut at MAX_ANSWER_BYTES + 1 bytes."""
-    parts = urllib.parse.urlsplit(url)
-    tls = parts.scheme == "https"
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    endpoint = Endpoint.parse(url)       # checked when the parameter files were read
     started = time.monotonic()
     status, data = 0, b""
     try:
-        conn = Connection(parts.hostname or "", parts.port or (443 if tls else 80), started + timeout, tls)
+        conn = Connection(endpoint.host, endpoint.port, started + timeout, endpoint.tls)
         try:
-            conn.request("POST" if body is not None else "GET", target, parts.netloc, dict(headers or {}),
+            conn.request("POST" if body is not None else "GET", endpoint.target, endpoint.netloc, dict(headers or {}),
                          body or b"")
             status, head = conn.read_head()
             for piece in conn.body(head, 1 << 40):

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from brace_common.config import ConfigError, check_agent_ids, check_fields, diagnostics_period_param, param
+from brace_common.http_deadline import check_base_url
 
 from ..openvla.step_monitor import parse_locations
 from ..orbbec.calibration import CameraModel
@@ -114,13 +114,10 @@ class VerifierConfig:
 
     def validate_vlm(self) -> None:
         """ConfigError naming the first invalid vlm_* parameter."""
-        parts = urlsplit(self.vlm_base_url)
         try:
-            port_ok = parts.port is None or parts.port > 0
-        except ValueError:   # not a number, or out of range
-            port_ok = False
-        if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok or parts.query or parts.fragment:
-            raise ConfigError("vlm_base_url", f"'{self.vlm_base_url}' is not an http(s)://host[:port][/path] URL")
+            check_base_url(self.vlm_base_url, "vlm_base_url")
+        except ValueError as exc:
+            raise ConfigError("vlm_base_url", str(exc)) from None
         if not self.vlm_model.strip():
             raise ConfigError("vlm_model", "the served model's name is needed (every request carries it)")
         if self.vlm_api_key_env and not ENV_NAME.fullmatch(self.vlm_api_key_env):
