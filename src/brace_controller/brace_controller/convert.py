@@ -95,6 +95,7 @@ def goal_from_decision(decision: Decision, stamp: Time) -> Replan.Goal:
     goal.agent_id = decision.trigger.agent_id
     goal.step = int(decision.trigger.step)
     goal.mode = int(decision.mode)
+    goal.trigger_kind = int(decision.trigger.kind)
     goal.token_budget = int(decision.token_budget)
     goal.slo_ms = float(decision.slo_ms)
     goal.hard_deadline_ms = float(decision.hard_deadline_ms)

@@ -93,6 +93,7 @@ def test_cooldown_suppresses_then_admits_after_delta(ros):
     # Default profile: hazard -> full_replan 1024 tokens x 0.5, SLO 2500 ms x 0.5, deadline x 2.
     goal = planner.goals[0]
     assert (goal.agent_id, goal.step, goal.mode) == ("a", 10, ReplanDecision.MODE_FULL_REPLAN)
+    assert goal.trigger_kind == TriggerEvent.KIND_HAZARD
     assert (goal.token_budget, goal.slo_ms, goal.hard_deadline_ms) == (512, 1250.0, 2500.0)
     assert goal.decision_id == first.decision_id
     wait_for(lambda: len(planner.goals) == 2, what="second goal")

@@ -82,6 +82,7 @@ class CallRequest:
     step: int = 0
     decision_id: str = ""
     memory: bool = True  # retrieved memory allowed (the controller switches it off when the SLO cannot afford it)
+    trigger_kind: int = 0  # TriggerEvent.KIND_* of the admitted trigger (the Plan carries it on)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from brace_common.validation import (
     check_step,
     check_text,
 )
-from brace_common.vocabulary import Block, EntryKind, Mode
+from brace_common.vocabulary import Block, EntryKind, Mode, TriggerKind
 
 from .call_path import CallOutcome, CallRequest
 from .context import Entry
@@ -30,6 +30,8 @@ MAX_CALL_MS = 3_600_000.0
 """An hour: the longest SLO or hard deadline a call may ask for."""
 CALL_MODES = (Mode.FULL_REPLAN, Mode.PARTIAL_REPLAN, Mode.REUSE_SUBPLAN)
 """The modes a call may have (defer_replan makes no call)."""
+TRIGGER_KINDS = frozenset(int(k) for k in TriggerKind)
+"""Replan.Goal.trigger_kind's valid values."""
 
 
 def entry_from_msg(msg: ContextEntry, max_text_chars: int = MAX_TEXT_CHARS) -> Entry:
@@ -73,10 +75,13 @@ def request_from_goal(goal) -> CallRequest:
     deadline_ms = check_float("hard_deadline_ms", goal.hard_deadline_ms, 0.0, MAX_CALL_MS)
     if slo_ms <= 0.0 or deadline_ms <= 0.0:
         raise InvalidInput("range_slo_ms", "slo_ms and hard_deadline_ms must be > 0")
+    if goal.trigger_kind not in TRIGGER_KINDS:
+        raise InvalidInput("bad_trigger_kind", f"trigger_kind {goal.trigger_kind} is not a TriggerEvent.KIND_*")
     return CallRequest(check_agent_id("agent_id", goal.agent_id),
                        check_int("token_budget", goal.token_budget, MIN_TOKEN_BUDGET, MAX_TOKEN_BUDGET),
                        slo_ms, deadline_ms, int(goal.mode), check_step("step", goal.step),
-                       check_id("decision_id", goal.decision_id, allow_empty=True), memory=not goal.memory_off)
+                       check_id("decision_id", goal.decision_id, allow_empty=True), memory=not goal.memory_off,
+                       trigger_kind=int(goal.trigger_kind))
 
 
 def call_to_msg(outcome: CallOutcome, request: CallRequest, call_id: str, model: str, accepted: Time) -> ReplanCall:
@@ -113,7 +118,8 @@ def call_to_msg(outcome: CallOutcome, request: CallRequest, call_id: str, model:
 
 def plan_to_msg(outcome: CallOutcome, request: CallRequest, plan_id: str, stamp: Time) -> Plan:
     """The validated steps as a Plan (no steps when the call produced none)."""
-    plan = Plan(plan_id=plan_id, agent_id=request.agent_id, step=request.step, decision_id=request.decision_id)
+    plan = Plan(plan_id=plan_id, agent_id=request.agent_id, step=request.step, decision_id=request.decision_id,
+                trigger_kind=request.trigger_kind)
     plan.header.stamp = stamp
     for i, step in enumerate(outcome.steps):
         plan_step = PlanStep(index=i, action=step.action, parameters_json=step.parameters_json())

@@ -46,7 +46,7 @@ class Client(Node):
 
     def send(self, sent_ago_s: float = 0.0, **goal):
         fields = dict(agent_id="a", token_budget=300, slo_ms=60_000.0, hard_deadline_ms=120_000.0, step=7,
-                      decision_id="d1")
+                      decision_id="d1", trigger_kind=2)
         fields.update(goal)
         request = Replan.Goal(**fields)
         request.header.stamp = (self.get_clock().now() - Duration(seconds=sent_ago_s)).to_msg()
@@ -96,6 +96,7 @@ def test_goal_gets_plan_and_call_record(ros, model_dir):
     assert (call.agent_id, call.step, call.decision_id, call.token_budget) == ("a", 7, "d1", 300)
     # A random tiny model does not write a valid plan: counted planner error, empty plan, no crash.
     assert call.status == ReplanCall.STATUS_PLANNER_ERROR and not result.plan.steps and call.error
+    assert (result.plan.decision_id, result.plan.trigger_kind) == ("d1", 2)    # the drift the call answers
     wait_for(lambda: len(client.calls) == 1, what="record on /brace/replan_calls")
     assert client.calls[0].call_id == call.call_id
     assert "prefill" in client.feedback
@@ -209,6 +210,7 @@ def test_latency_runs_from_when_the_goal_was_sent(ros, model_dir):
     ({"token_budget": 1}, "range_token_budget"), ({"token_budget": 2**32 - 1}, "range_token_budget"),
     ({"slo_ms": float("nan")}, "range_slo_ms"), ({"slo_ms": float("inf")}, "range_slo_ms"),
     ({"mode": 3}, "bad_mode"), ({"mode": 255}, "bad_mode"), ({"agent_id": "a" * 100_000}, "long_agent_id"),
+    ({"trigger_kind": 7}, "bad_trigger_kind"),
     ({"hard_deadline_ms": -1.0}, "range_hard_deadline_ms"),
     ({"agent_id": "agent_0/../../x"}, "bad_agent_id"), ({"agent_id": ".."}, "bad_agent_id"),
 ])

@@ -24,7 +24,7 @@ from sensor_msgs.msg import Image, JointState
 from brace_common import names, qos
 from brace_common.act_drip_server import DripServer
 from brace_common.testing import wait_for
-from brace_common.vocabulary import Block, EntryKind, Failure
+from brace_common.vocabulary import Block, EntryKind, Failure, TriggerKind
 from robot_bridge.openvla.executor_config import ExecutorConfig
 from robot_bridge.openvla.openvla_executor_node import OpenVlaExecutorNode, image_to_array
 
@@ -104,8 +104,8 @@ class FakeArm(Node):
                                      data=np.ascontiguousarray(data).tobytes()))
         self.frames += 1
 
-    def plan(self, plan_id: str, *steps: tuple[str, str], agent: str = "arm_0") -> None:
-        self.plan_pub.publish(Plan(plan_id=plan_id, agent_id=agent,
+    def plan(self, plan_id: str, *steps: tuple[str, str], agent: str = "arm_0", trigger_kind: int = 0) -> None:
+        self.plan_pub.publish(Plan(plan_id=plan_id, agent_id=agent, trigger_kind=trigger_kind,
                                    steps=[PlanStep(index=i, action=a, parameters_json=p) for i, (a, p) in enumerate(steps)]))
 
 
@@ -337,6 +337,13 @@ def test_a_replan_that_confirms_the_rest_of_the_plan_lets_the_running_step_go_on
     wait_for(lambda: node.counts["plans_unchanged"] == 1, what="the confirming plan taken")
     assert node.plan_id == "p2" and node.counts["steps_replaced"] == 0
     assert node.monitor.actions >= 10                               # the running step's count went on
+    # the same plan repairing a drift gives the VLA the instruction anew; the step's budget still counts
+    generation = node.generation
+    arm.plan("p2d", ("pick", '{"object": "cup"}'), ("place", '{"object": "cup", "target": "bowl"}'),
+             trigger_kind=TriggerKind.DRIFT)
+    wait_for(lambda: node.counts["steps_restarted"] == 1, what="the repairing plan taken")
+    assert node.plan_id == "p2d" and node.counts["plans_unchanged"] == 2 and node.counts["steps_replaced"] == 0
+    assert node.generation > generation and node.monitor.actions >= 10
     # so the stuck step still reaches its action budget
     wait_for(lambda: len(arm.outcomes) == 1, 30.0, what="the step's timeout")
     assert not arm.outcomes[0].success and arm.outcomes[0].failure == Failure.TIMEOUT

@@ -38,7 +38,10 @@ behind it. Each answer becomes one EndEffectorDelta. When the step ends the
 outcome and a context entry are published and the next step starts; after a failure the rest of the plan is
 abandoned (on_failure 'abandon', the default: the failure outcome asks the planner for a new plan) or continued.
 After the last step the agent is idle until the next plan. A new plan replaces the current one and starts at its
-first step; a plan with the current plan's id again is ignored (the latched copy). A malformed plan (parameters
+first step, except one that repeats the running step and those after it (brace_common.plan_start): the running step
+goes on (plans_unchanged), and where the plan repairs a drift or a loop (Plan.trigger_kind) the VLA is given its
+instruction anew (steps_restarted); the step's timeout and action budget still count. A plan with the current
+plan's id again is ignored (the latched copy). A malformed plan (parameters
 that are not a JSON object, an unknown skill, a missing parameter, an unknown location) is counted as
 rejected.plan.<reason> and dropped whole: the current step goes on. VLA errors (server down, "error" answers,
 deadlines by phase, malformed or non-real actions) are counted as vla_errors.<reason>; `max_vla_errors` in a row
@@ -78,9 +81,10 @@ from brace_common.config import ConfigError
 from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.params import declare_parameters, read_config, reject_undeclared
+from brace_common.plan_start import PlanStart, plan_start
 from brace_common.spin import spin_node
 from brace_common.validation import InvalidInput, Rejections, check_id, shorten
-from brace_common.vocabulary import Block, EntryKind, Failure
+from brace_common.vocabulary import Block, EntryKind, Failure, TriggerKind
 
 from ..orbbec.image_msgs import image_to_array
 from .executor_config import ExecutorConfig
@@ -284,13 +288,20 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
                 self.counts["plans_repeated"] += 1
                 return
             running = self.monitor is not None and self.monitor.active
-            if running and [s.call() for s in steps] == [s.call() for s in self.steps[self.index:]]:
-                # a replan that confirms what is left of the current plan: the running step goes on, so its
-                # timeout and action budget still count (a periodic replan must not restart a stuck step forever)
+            start = plan_start([s.call() for s in self.steps[self.index:]] if running else [],
+                               [s.call() for s in steps], msg.trigger_kind)
+            if start != PlanStart.REPLACES:
+                # the same steps from the running one on: the running step goes on (its timeout and action budget
+                # still count); a drift or loop repair gives the VLA its instruction anew
                 self.plan_id, self.steps, self.index = plan_id, steps, 0
                 self.counts["plans_unchanged"] += 1
-                self.get_logger().info(f"plan '{shorten(plan_id)}': the same steps from the running one on; "
-                                       "it goes on")
+                if start == PlanStart.RESTARTS:
+                    self.counts["steps_restarted"] += 1
+                    self.generation += 1
+                    self._abandon_request()
+                self.get_logger().info(f"plan '{shorten(plan_id)}': the same steps from the running one on; it "
+                                       + ("repairs a " + TriggerKind(msg.trigger_kind).label + ": the instruction "
+                                          "is given anew" if start == PlanStart.RESTARTS else "goes on"))
                 return
             if running:
                 self.counts["steps_replaced"] += 1
