@@ -79,6 +79,13 @@ class AgentActivity:
     parameters_json: str = ""             # the current step's parameters as a JSON object; "" when idle
     index: int = 0                        # position of the current step in the plan
     plan_steps: int = 0                   # steps in the plan
+    # how far the step's execution is off (m), by the world's own measure (PushT's contact offset); NaN = none. A
+    # measurement, not part of what the agent does: activities compare without it (NaN never equals itself).
+    tracking_error: float = field(default=math.nan, compare=False)
+
+    def __post_init__(self) -> None:
+        if not (math.isnan(self.tracking_error) or 0.0 <= self.tracking_error < math.inf):
+            raise ValueError(f"{self.agent_id}: tracking_error {self.tracking_error} is neither NaN nor finite >= 0")
 
 
 @dataclass(frozen=True)
@@ -217,6 +224,10 @@ class PlanProgress:
         """No plan (a new episode)."""
         self.plan([])
 
+    def running(self) -> list[tuple[str, str]]:
+        """The running step and those after it, as (action, parameters_json); empty when idle or failed."""
+        return [] if self.failed else list(self.steps[self.index:])
+
     def activity(self) -> AgentActivity:
         """The agent's activity as far as the world knows it."""
         if self.index >= len(self.steps):
@@ -256,7 +267,8 @@ def world_state_msg(state: WorldState, stamp: Time, frame_id: str) -> m.WorldSta
     msg.relations = [m.Relation(subject=r.subject, predicate=r.predicate, object=r.object)
                      for r in state.relations]
     msg.agents = [m.AgentActivity(agent_id=a.agent_id, activity=int(a.activity), action=a.action,
-                                  parameters_json=a.parameters_json, index=int(a.index), plan_steps=int(a.plan_steps))
+                                  parameters_json=a.parameters_json, index=int(a.index), plan_steps=int(a.plan_steps),
+                                  tracking_error=float(a.tracking_error))
                   for a in state.agents]
     return msg
 
@@ -284,6 +296,6 @@ def world_state_from_msg(msg: m.WorldState) -> WorldState:
     return WorldState(
         msg.world, msg.episode, msg.step, tuple(entities),
         tuple(Relation(r.subject, r.predicate, r.object) for r in msg.relations),
-        tuple(AgentActivity(a.agent_id, Activity(a.activity), a.action, a.parameters_json, a.index, a.plan_steps)
-              for a in msg.agents),
+        tuple(AgentActivity(a.agent_id, Activity(a.activity), a.action, a.parameters_json, a.index, a.plan_steps,
+                            float(a.tracking_error)) for a in msg.agents),
         Observability(msg.observability))

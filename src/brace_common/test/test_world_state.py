@@ -49,6 +49,16 @@ def test_the_message_round_trip_keeps_every_field():
     assert math.isclose(back.entity("agent_0").pose.yaw, 0.5)
 
 
+def test_an_activitys_tracking_error_survives_the_round_trip_and_is_no_change():
+    state = scene()
+    measured = WorldState(state.world, state.episode, state.step, state.entities, state.relations,
+                          (AgentActivity("agent_0", Activity.EXECUTING, "move_to", '{"target": "dock_1"}', 1, 3, 0.07),))
+    back = world_state_from_msg(world_state_msg(measured, Time(), "map"))
+    assert math.isclose(back.agents[0].tracking_error, 0.07, rel_tol=1e-6)
+    assert math.isnan(world_state_from_msg(world_state_msg(state, Time(), "map")).agents[0].tracking_error)
+    assert back == state and not changed(state, measured)        # a measurement, not a change of activity
+
+
 def test_partial_observability_survives_the_round_trip():
     state = WorldState("real", 0, 0, (Entity("apple", "object", "unknown"),), observability=Observability.PARTIAL)
     assert world_state_from_msg(world_state_msg(state, Time(), "")) == state
@@ -61,6 +71,9 @@ def test_inconsistent_states_are_refused():
         WorldState("w", 0, 0, (Entity("a", "robot"),), (Relation("a", "holding", "ghost"),))
     with pytest.raises(ValueError, match="activities"):
         WorldState("w", 0, 0, (), (), (AgentActivity("a"),))
+    for bad in (-0.1, math.inf):
+        with pytest.raises(ValueError, match="tracking_error"):
+            AgentActivity("a", tracking_error=bad)
 
 
 def test_diff_names_what_changed():
@@ -90,11 +103,13 @@ def test_plan_progress_follows_the_executors_outcomes():
     assert progress.activity() == AgentActivity("arm_0", Activity.IDLE)
     progress.plan([("pick", '{"object": "apple"}'), ("place", '{"object": "apple", "target": "bowl"}')])
     assert progress.activity() == AgentActivity("arm_0", Activity.EXECUTING, "pick", '{"object": "apple"}', 0, 2)
+    assert len(progress.running()) == 2
     progress.outcome("place", True)                  # not the current step: ignored
     progress.outcome("pick", False)
-    assert progress.activity().activity == Activity.FAILED
+    assert progress.activity().activity == Activity.FAILED and progress.running() == []
     progress.outcome("pick", True)
     assert progress.activity().action == "place" and progress.activity().activity == Activity.EXECUTING
+    assert progress.running() == [("place", '{"object": "apple", "target": "bowl"}')]
     progress.outcome("place", True)
     assert progress.activity() == AgentActivity("arm_0", Activity.IDLE, index=2, plan_steps=2)
     progress.clear()

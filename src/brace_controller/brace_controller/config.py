@@ -184,7 +184,8 @@ class MonitorConfig:
     plan_done_idle_steps: int = param(0, "an agent without a goal for this many steps that moved more than "
         "deadlock_progress_m since its last such trigger raises a periodic trigger 'plan finished' (0 = off)", 0, 10**6)
     failure_threshold: int = param(2, "k: consecutive failed outcomes that raise a failure trigger (0 = off)", 0, 10**6)
-    drift_threshold_m: float = param(0.5, "tracking error above which a step counts as drifting (m)", 0.0, 1e6)
+    drift_threshold_m: float = param(0.5, "tracking error (the AgentState's, else the world state's) above which a step "
+                                     "counts as drifting (m)", 0.0, 1e6)
     drift_steps: int = param(3, "m: consecutive drifting steps that raise a drift trigger (0 = off)", 0, 10**6)
     hazard_distance_m: float = param(0.5, "d_min: inter-agent distance below which a hazard "
         "trigger is raised (m; 0 = off)", 0.0, 1e6)

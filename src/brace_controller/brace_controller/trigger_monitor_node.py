@@ -6,7 +6,8 @@ Subscribes  agent_states (AgentState), outcomes (ExecutionOutcome),
             verdicts (VerifierVerdict), episode (Episode: detectors restart
             at EVENT_START and the episode's first step asks for initial plans),
             world_state (WorldState, with loop_detection: each agent's scene graph
-            is a node of its session graph; a revisit raises a loop trigger)
+            is a node of its session graph; a revisit raises a loop trigger; with
+            drift_steps: an agent's tracking error where its AgentState has none)
 Publishes   triggers (TriggerEvent), /diagnostics
 
 The controller step advances on a timer (`step_source: timer`) or follows the
@@ -62,7 +63,7 @@ class TriggerMonitorNode(Node):
         self.inputs.subscribe(self, ExecutionOutcome, names.OUTCOMES, self.on_outcome, "outcome")
         self.inputs.subscribe(self, VerifierVerdict, names.VERDICTS, self.on_verdict, "verdict")
         self.inputs.subscribe(self, Episode, names.EPISODE, self.on_episode, "episode")
-        if self.config.loop_detection:
+        if self.config.loop_detection or self.config.drift_steps:
             self.inputs.subscribe(self, WorldState, names.WORLD_STATE, self.on_world_state, "world_state",
                                   qos.WORLD_STATE)
         if self.config.step_source == "timer":
@@ -135,7 +136,8 @@ class TriggerMonitorNode(Node):
         self.publish(self.monitor.on_verdict(agent_id, violation, confidence, detail))
 
     def on_world_state(self, msg: WorldState) -> None:
-        """A world's state: agents back in a state they held this episode raise loop triggers."""
+        """A world's state: agents back in a state they held this episode raise loop triggers; the agents' tracking
+        errors are kept for drift."""
         state = received_world_state(msg, self.counts, self.rejections)
         if state is not None:
             self.publish(self.monitor.on_world_state(state))

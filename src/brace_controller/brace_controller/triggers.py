@@ -273,6 +273,7 @@ class TriggerMonitor:
         c = self.config
         self.step = 0
         self.states = {}
+        self.world_errors: dict[str, float] = {}  # the latest world state's tracking error of each agent
         self.initial_plans = episode_start and c.initial_plan
         self.initial_pending: set[str] = set(self.agents()) if self.initial_plans else set()
         self.joined: set[str] = set(self.agents())
@@ -316,8 +317,17 @@ class TriggerMonitor:
         return [self._with_failures(trigger)] if trigger else []
 
     def on_world_state(self, state: WorldState) -> list[Trigger]:
-        """A world state: the loop triggers of the agents back in a state they held (at the current step)."""
+        """A world state: the loop triggers of the agents back in a state they held (at the current step); its
+        agents' tracking errors are kept for the drift detector."""
+        self.world_errors.update({a.agent_id: a.tracking_error for a in state.agents})
         return [self._with_failures(t) for t in self.loop.update(self.step, state)]
+
+    def tracking_error(self, agent: str, state: AgentObservation) -> float:
+        """The agent's tracking error: its AgentState's, or where that is unknown (NaN) the latest world state's
+        (PushT's contact offset: the arm knows its own pose, the world where the block is)."""
+        if math.isfinite(state.tracking_error):
+            return state.tracking_error
+        return self.world_errors.get(agent, math.nan)
 
     def on_step(self, step: int) -> list[Trigger]:
         """Advance to `step` and evaluate the per-step detectors on the latest states."""
@@ -335,7 +345,8 @@ class TriggerMonitor:
         for agent, state in sorted(self.states.items()):
             done = self.plan_done.update(agent, step, state)
             for trigger in (None if agent in periodic_now else done,
-                            self.drift.update(agent, step, state.tracking_error), self.deadlock.update(agent, step, state)):
+                            self.drift.update(agent, step, self.tracking_error(agent, state)),
+                            self.deadlock.update(agent, step, state)):
                 if trigger:
                     raised.append(trigger)
         raised.extend(self.hazard.check(step, self.states))

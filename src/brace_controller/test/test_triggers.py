@@ -85,6 +85,29 @@ def test_drift_after_m_steps_above_threshold():
     assert det.update("a", 10, float("nan")) is None and det.run["a"] == 0
 
 
+def test_drift_reads_the_world_states_tracking_error_where_the_agent_state_has_none():
+    monitor = TriggerMonitor(MonitorConfig(agents=["arm"], periodic_interval_steps=0, plan_done_idle_steps=0,
+                                           drift_threshold_m=0.03, drift_steps=2))
+    monitor.reset(episode_start=False)
+
+    def world(offset: float) -> WorldState:       # PushT's contact offset, as the twin's world state gives it
+        return WorldState("pusht", 0, 0, (Entity("arm", "arm"),),
+                          agents=(AgentActivity("arm", Activity.EXECUTING, "push", "{}", 0, 1, offset),))
+
+    monitor.on_state("arm", AgentObservation((0.3, 0.0, 0.1)))     # the arm knows its pose, not the block's
+    monitor.on_world_state(world(0.01))
+    assert monitor.on_step(1) == [] and monitor.on_step(2) == []
+    monitor.on_world_state(world(0.06))
+    assert monitor.on_step(3) == []
+    (drift,) = monitor.on_step(4)
+    assert drift.kind == TriggerKind.DRIFT and "0.06 m > 0.03 m for 2 steps" in drift.detail
+    monitor.on_state("arm", AgentObservation((0.3, 0.0, 0.1), 0.0))   # a measured AgentState wins
+    assert monitor.on_step(5) == [] and monitor.on_step(6) == []
+    monitor.reset(episode_start=False)                              # a new episode forgets the world's figure
+    monitor.on_state("arm", AgentObservation((0.3, 0.0, 0.1)))
+    assert [monitor.on_step(s) for s in (7, 8, 9)] == [[], [], []]
+
+
 def test_hazard_on_entry_and_every_repeat_steps():
     det = HazardDetector(1.0, repeat_steps=3)
     close = {"a": at(0.0), "b": at(0.4), "c": at(10.0)}
