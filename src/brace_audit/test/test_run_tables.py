@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import math
 
-from brace_msgs.msg import Episode, ReplanCall
+from brace_msgs.msg import Episode, ReplanCall, ReplanDecision, TriggerEvent
 from builtin_interfaces.msg import Time
 
 from brace_audit import drone_report, pickfruit_report
@@ -22,14 +22,21 @@ def episode(i: int, success: bool, plans: int = 2, **metrics: float) -> EpisodeR
                          seed=i, plans=plans)
 
 
-def collect(variant: str, world: str, num_agents: int, episodes: list[EpisodeResult], calls: int = 0) -> RunRecords:
-    """RunRecords built from the messages a world and the planner publish (as live and from a bag)."""
+def collect(variant: str, world: str, num_agents: int, episodes: list[EpisodeResult], calls: int = 0,
+            triggers: tuple[tuple[int, bool], ...] = ()) -> RunRecords:
+    """RunRecords built from the messages a world, the controller (a decision per (kind, admitted) of `triggers`
+    in each episode) and the planner publish (as live and from a bag)."""
     collector = RecordCollector()
     t = 0
     for e in episodes:
         t += 1_000_000_000
         collector.add("/brace/episode", episode_msg(EpisodeEvent.START, e.episode, e.seed, num_agents, world, variant,
                                                     Time(sec=t // 10**9)), t)
+        for n, (kind, admitted) in enumerate(triggers):
+            decision = ReplanDecision(decision_id=f"d{e.episode}_{n}", admitted=admitted,
+                                      reason="gate_open" if admitted else "cooldown",
+                                      trigger=TriggerEvent(trigger_id=f"t{n}", agent_id="a", kind=kind))
+            collector.add("/brace/decisions", decision, t + n)
         for c in range(calls):
             collector.add("/brace/replan_calls", ReplanCall(agent_id="a", status=0, latency_ms=100.0 * (c + 1),
                                                             slo_ms=250.0, slo_met=c < 2, tokens_before=300,
@@ -97,14 +104,16 @@ def test_pusht_gets_table_32_with_goal_error_and_contact_loss_columns(tmp_path):
     runs = [collect("no_brace", "pusht", 1, [
         episode(0, True, duration_s=30.0, pushes=9, contact_losses=1, goal_error_m=0.01, goal_error_deg=3.0),
         episode(1, False, duration_s=120.0, pushes=20, contact_losses=3, goal_error_m=0.08, goal_error_deg=40.0),
-        episode(2, False, duration_s=120.0, pushes=15, contact_losses=0, goal_error_m=0.05, goal_error_deg=5.0)])]
+        episode(2, False, duration_s=120.0, pushes=15, contact_losses=0, goal_error_m=0.05, goal_error_deg=5.0)],
+        triggers=((TriggerEvent.KIND_DRIFT, True), (TriggerEvent.KIND_DRIFT, False), (TriggerEvent.KIND_PERIODIC, True)))]
     (row,) = [pickfruit_report.pusht_row(r) for r in runs]
     assert (row["goal_error_over_threshold"], row["contact_losses"], row["goal_error_m_p50"]) == (2, 4, 0.05)
+    assert row["drift_replans_per_episode"] == 1.0                 # admitted drift triggers only
     assert row["contact_losses_recovered"] == 1
     assert "slips" not in row and row["duration_s"] == 90.0
     text = world_tables(runs, tmp_path)
     lines = text.splitlines()
-    assert lines[0] == pickfruit_report.PUSHT_TITLE and lines[2].split()[-4:] == ["2", "4", "(1)", "0.050"]
+    assert lines[0] == pickfruit_report.PUSHT_TITLE and lines[2].split()[-5:] == ["2", "4", "(1)", "1.0", "0.050"]
     (written,) = csv.DictReader((tmp_path / pickfruit_report.PUSHT_CSV).open())
     assert written["contact_losses"] == "4" and not (tmp_path / pickfruit_report.CSV).exists()
 

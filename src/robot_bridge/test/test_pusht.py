@@ -11,6 +11,7 @@ import pytest
 from brace_common.action_schema import Step
 from brace_common.episode import CONTACT_LOSSES, GOAL_ERROR_DEG, GOAL_ERROR_M, PUSHES
 from brace_common.planar import Pose2D
+from brace_common.vocabulary import Activity
 from brace_common.world_state import AgentActivity
 from robot_bridge.orbbec.calibration import load_calibration
 from robot_bridge.pickfruit.pickfruit_rollout import PickFruitRollout
@@ -176,6 +177,57 @@ def test_after_a_lost_contact_the_push_ends_over_the_goal_and_a_second_push_push
     pushes = world.counts.pushes
     (second,) = rollout.execute(PUSH)
     assert second.result.actions > 1 and world.counts.pushes > pushes
+
+
+def offsets_of(world: PushTWorld, seed: int, pushes: int = 1) -> list[float]:
+    """The contact offset after every tick of `pushes` push steps of the kinematic rollout."""
+    rollout = PickFruitRollout(world)
+    rollout.start(seed)
+    offsets = [world.contact_offset_m(rollout.tool)]
+    for _ in range(pushes):
+        rollout.execute(PUSH, halt=lambda: offsets.append(world.contact_offset_m(rollout.tool)))
+    return offsets
+
+
+def test_the_contact_offset_stays_small_while_pushing_and_grows_when_a_contact_is_lost():
+    clean = offsets_of(PushTWorld(PushTConfig(contact_loss_probability=0.0)), 0)
+    assert math.isnan(clean[0])                                      # before the first contact: unknown
+    measured = [o for o in clean if not math.isnan(o)]
+    assert measured and max(measured) < 0.02 and min(measured) < 1e-6        # down beside a contact, pushing
+    assert any(math.isnan(o) for o in clean[1:])                             # above the block between contacts
+    lost = offsets_of(PushTWorld(PushTConfig(contact_loss_probability=1.0)), 4, pushes=2)
+    assert max(o for o in lost if not math.isnan(o)) > 0.1           # on along the table to the goal, pushing nothing
+
+
+def test_the_arms_activity_carries_the_contact_offset_while_it_executes():
+    world = PushTWorld(PushTConfig(contact_loss_probability=0.0))
+    world.reset(0)
+    block = world.pose()
+    down, away = low(block.x + 0.10, block.y), low(block.x + 0.15, block.y)   # beside the block, then off it
+    above = (away[0], away[1], 0.2)
+    assert math.isnan(world.contact_offset_m(down))                          # never came down yet
+    for tool in (down, away):
+        world.grasp(tool, 0.0)
+    executing = AgentActivity("arm_0", Activity.EXECUTING, "push", "{}", 0, 1)
+    state = world_state(world, 0, 1, executing, away, 0.0)
+    assert state.agents[0].tracking_error == pytest.approx(0.05) == world.contact_offset_m(away)
+    assert math.isnan(world_state(world, 0, 1, AgentActivity("arm_0"), away, 0.0).agents[0].tracking_error)
+    world.grasp(above, 0.0)
+    assert math.isnan(world_state(world, 0, 1, executing, above, 0.0).agents[0].tracking_error)   # above the block
+
+
+def test_given_its_instruction_anew_the_stand_in_forgets_a_lost_contact():
+    world = PushTWorld(PushTConfig(contact_loss_probability=1.0))
+    rollout = PickFruitRollout(world)
+    rollout.start(4)
+    rollout.execute(PUSH, halt=lambda: "lost" if world.lost else None)   # halted as the contact is lost
+    assert world.lost
+    rollout.policy(np.zeros((4, 4, 3), np.uint8), "push the t block to the goal")
+    assert world.lost and rollout.policy.pushing                   # on its way to where it believes the block went
+    rollout.policy.start_over()
+    rollout.policy(np.zeros((4, 4, 3), np.uint8), "push the t block to the goal")
+    assert not world.lost and not rollout.policy.pushing           # a contact chosen again, approached first
+    assert rollout.policy.segment is not None
 
 
 # ---------------------------------------------------------------------- the camera

@@ -3,8 +3,10 @@ outcome changes the arm's step."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
-from brace_msgs.msg import ExecutionOutcome, Plan, PlanStep, WorldState
+from brace_msgs.msg import ExecutionOutcome, Plan, PlanStep, TriggerEvent, WorldState
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
@@ -67,6 +69,16 @@ def test_the_twin_world_runs_pusht_when_its_task_says_so(ros):
         state = world_state_from_msg(ex.states[0])
         assert state.world == "pusht" and state.entity("t_block").state == "on_table"
         assert state.entity("task_t_block").state == "open" and node.world_name == "pusht"
+        wait_for(lambda: ex.plans.get_subscription_count() > 0, what="the node's plan subscription")
+        push = [PlanStep(action="push", parameters_json='{"object": "t_block", "target": "goal"}')]
+        # the executor begins a plan (the stand-in is told anew), goes on with one that confirms it on a periodic
+        # check, and restarts it for a plan that repairs a drift
+        for plan_id, kind in (("p1", TriggerEvent.KIND_PERIODIC), ("p2", TriggerEvent.KIND_PERIODIC),
+                              ("p3", TriggerEvent.KIND_DRIFT)):
+            ex.plans.publish(Plan(plan_id=plan_id, agent_id="arm_0", trigger_kind=kind, steps=push))
+            wait_for(lambda plan_id=plan_id: node.counts["plans"] == int(plan_id[1]), what=f"plan {plan_id}")
+        assert node.counts["instructions_anew"] == 2 and node.policy.anew
+        assert math.isnan(world_state_from_msg(ex.states[-1]).agents[0].tracking_error)   # no contact yet
     finally:
         node.close()
 

@@ -322,6 +322,9 @@ class TwinPolicy:
     tool: Callable[[], Point]        # the twin's current tool point (x, y, z)
     config: PolicyConfig = field(default_factory=PolicyConfig)
 
+    def start_over(self) -> None:
+        """The executor gave the instruction anew: nothing to forget, the policy reads the world at every call."""
+
     def __call__(self, image: np.ndarray, instruction: str, unnorm_key: str = "") -> np.ndarray:
         """The action for `instruction` now; ValueError when the instruction names no fruit."""
         text = instruction.lower()

@@ -55,6 +55,7 @@ from brace_common.config import ConfigError, ReadinessConfig, check_agent_ids, p
 from brace_common.diagnostics import nonzero
 from brace_common.episode import EpisodeResult
 from brace_common.params import declare_config, reject_undeclared
+from brace_common.plan_start import PlanStart, plan_start
 from brace_common.spin import spin_node
 from brace_common.validation import shorten
 from brace_common.vocabulary import Block, EntryKind, Failure
@@ -155,7 +156,8 @@ class TwinWorldNode(WorldNode, Node):
         self.started_at: Optional[float] = None
         self.failures: Counter = Counter()
         self.scene: list[str] = []
-        self.counts = {"plans": 0, "outcomes": 0, "failed_outcomes": 0, "ticks_waiting_for_peers": 0}
+        self.counts = {"plans": 0, "instructions_anew": 0, "outcomes": 0, "failed_outcomes": 0,
+                       "ticks_waiting_for_peers": 0}
 
         self.plan_progress, self.state_step = PlanProgress(cfg.agent_id), 0
         self.subscribe_plans(self.on_plan)
@@ -169,11 +171,16 @@ class TwinWorldNode(WorldNode, Node):
     # ------------------------------------------------------------------ inputs
 
     def on_plan(self, msg: Plan) -> None:
-        """Count the plans of this episode for the arm."""
+        """Count the plans of this episode for the arm; the /act stand-in starts over where the executor gives it an
+        instruction anew (brace_common.plan_start: a new step, or a repair of the running one)."""
         if msg.agent_id == self.config.agent_id and self.started_at is not None:
             self.book.count_plan()
             self.counts["plans"] += 1
-            self.plan_progress.plan((step.action, step.parameters_json) for step in msg.steps)
+            steps = [(step.action, step.parameters_json) for step in msg.steps]
+            if plan_start(self.plan_progress.running(), steps, msg.trigger_kind) != PlanStart.CONTINUES:
+                self.policy.start_over()
+                self.counts["instructions_anew"] += 1
+            self.plan_progress.plan(steps)
             self._publish_world_state()
 
     def on_outcome(self, msg: ExecutionOutcome) -> None:

@@ -14,6 +14,14 @@ the pusher makes is lost after `loss_after_m` of pushing: the fingertips ride
 up over the block's edge and push nothing more until they leave it. The world
 counts pushes (contacts made) and contact losses.
 
+The contact offset (the paper's drift / contact-offset events; the arm's
+tracking error in the world state): while the fingertips are below the
+block's top, how far they have slid along the table since they last pushed
+the block or came down; NaN while they are above it (between contacts). A
+pusher comes down beside a contact and pushes at once; one that goes on
+along the table after losing the block pushes nothing, and the offset grows
+with every centimetre, however near the block lies.
+
 `PushPolicy` answers what OpenVLA's `/act` would for "push the T block to the
 goal": it picks a contact on the block's outline whose push brings the block
 closest to the goal pose (a 2 cm look-ahead through the same mechanics),
@@ -24,9 +32,12 @@ condition ends the step there). A contact whose waypoints the arm does not
 reach (the tool stays put for `stall_calls` calls: the twin's inverse
 kinematics refuses some targets from some joint configurations) is given up
 for another, until the episode ends. Like a VLA that lost the block, after a contact
-loss it goes to the goal believing it is done: the executor reports success,
-the block is not there, and only the scene (the camera, the world state) says
-so. It reads the world, not the image: the protocol-level stand-in for the 7B
+loss it goes on along the table to the goal, pushing nothing, and rises over
+it believing it is done: the executor reports success,
+the block is not there, and only the scene (the camera, the world state, the
+contact offset) says so. Given its instruction anew (`start_over`: a new step,
+or a plan repairing the drift of the running one) it chooses a contact again.
+It reads the world, not the image: the protocol-level stand-in for the 7B
 model.
 """
 
@@ -36,7 +47,7 @@ import math
 import random
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
@@ -51,7 +62,7 @@ from brace_common.episode import (
     failure_metrics,
 )
 from brace_common.planar import Pose2D, Vec, wrap_angle
-from brace_common.vocabulary import Predicate
+from brace_common.vocabulary import Activity, Predicate
 from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState
 
 from ..pickfruit.twin_camera import TABLE_TOP_M
@@ -158,6 +169,7 @@ class PushTWorld:
         self._riding = False                # on or over the block: pushes nothing until off its outline
         self._loss_after: Optional[float] = None
         self._pushed_m = 0.0
+        self._anchor: Optional[Vec] = None  # where the low fingertips last pushed the block, or came down
 
     def reset(self, seed: int) -> tuple[str, ...]:
         """A new episode: the block at a seeded pose away from the goal; returns the task's objects."""
@@ -172,7 +184,7 @@ class PushTWorld:
             self.episodes += 1
             self.counts = PushCounts()
             self.lost, self._pusher, self._touching, self._riding = False, None, False, False
-            self._loss_after, self._pushed_m = None, 0.0
+            self._loss_after, self._pushed_m, self._anchor = None, 0.0, None
             return self.task
 
     # ------------------------------------------------------------------ the twin's hook
@@ -181,14 +193,14 @@ class PushTWorld:
         """Advance the world to the tool point (the twin's hook); the gripper never closes on the block (None)."""
         cfg = self.config
         with self.lock:
-            low = tool[2] - FINGER_BOTTOM_M < cfg.table_top_m + self.shape.height_m
+            low = self._low(tool)
             now = (tool[0], tool[1])
             if not low:
-                self._pusher, self._touching, self._riding = None, False, False
+                self._pusher, self._touching, self._riding, self._anchor = None, False, False, None
                 return None
             inside = self.shape.contact(self.block.to_block(now)).distance < cfg.pusher_radius_m
             if self._pusher is None:                 # came down here: onto the block if over it
-                self._pusher, self._riding = now, inside
+                self._pusher, self._riding, self._anchor = now, inside, now
                 return None
             if self._riding:
                 self._riding = inside
@@ -199,6 +211,7 @@ class PushTWorld:
             if touched and not self._touching:
                 self._new_contact()
             if touched:
+                self._anchor = now
                 self._pushed_m += math.dist(self.block.to_world((0, 0)), block.to_world((0, 0))) + \
                     abs(wrap_angle(block.yaw - self.block.yaw)) * self.shape.c
                 self.block = block
@@ -207,6 +220,9 @@ class PushTWorld:
                     self.counts.contact_losses += 1
             self._touching = touched
             return None
+
+    def _low(self, tool: Point) -> bool:
+        return tool[2] - FINGER_BOTTOM_M < self.config.table_top_m + self.shape.height_m
 
     def _new_contact(self) -> None:
         cfg = self.config
@@ -221,6 +237,14 @@ class PushTWorld:
             self.lost = False
 
     # ------------------------------------------------------------------ reading the world
+
+    def contact_offset_m(self, tool: Point) -> float:
+        """How far the fingertips have slid along the table (m, horizontally) since they last pushed the block or came
+        down below its top; NaN while they are above it."""
+        with self.lock:
+            if self._anchor is None or not self._low(tool):
+                return math.nan
+            return math.dist(self._anchor, (tool[0], tool[1]))
 
     def pose(self) -> Pose2D:
         """The block's pose now."""
@@ -272,9 +296,12 @@ def world_state(world: PushTWorld, episode: int, step: int, activity: AgentActiv
 
     Entities: the arm (its pose is the tool point; gripper_m), the block (state on_goal or on_table; its planar
     pose; goal_error_m, goal_error_deg), the goal (a place with the goal's pose and tolerances), the table and the
-    task (open, done). Relations: block on table, arm assigned task, task concerns block, task target goal.
+    task (open, done). Relations: block on table, arm assigned task, task concerns block, task target goal. The arm's
+    activity carries the contact offset as its tracking error while it executes a step.
     """
     arm = activity.agent_id
+    if activity.activity == Activity.EXECUTING:
+        activity = replace(activity, tracking_error=world.contact_offset_m(tool))
     cfg = world.config
     block, error = world.pose(), world.goal_error()
     z = cfg.table_top_m + world.shape.height_m / 2
@@ -333,6 +360,7 @@ class PushPolicy:
     episode: int = -1
     last_tool: Optional[Point] = None
     still: int = 0
+    anew: bool = False                              # the instruction was given anew: start over at the next call
 
     def __call__(self, image: np.ndarray, instruction: str, unnorm_key: str = "") -> np.ndarray:
         """The action for `instruction` now; ValueError when it does not ask to push the block."""
@@ -340,6 +368,9 @@ class PushPolicy:
         if "push" not in text or BLOCK.replace("_", " ") not in text:
             raise ValueError(f"not a push of the {BLOCK.replace('_', ' ')}: {instruction!r}")
         tool = self.tool()
+        if self.anew:
+            self.anew, self.segment, self.pushing = False, None, False
+            self.world.recover()
         self._follow(tool)
         target, step = self._target(tool)
         delta = np.subtract(target, tool)
@@ -347,6 +378,11 @@ class PushPolicy:
         if norm > step:
             delta = delta * (step / norm)
         return np.array([*delta, 0.0, 0.0, 0.0, 0.0], dtype=np.float64)     # the gripper stays closed
+
+    def start_over(self) -> None:
+        """The executor gave the instruction anew (a new step, or a repair of the running one): the next call forgets
+        the contact it was pushing and a lost contact, and chooses again (thread-safe: the server's thread calls)."""
+        self.anew = True
 
     def _follow(self, tool: Point) -> None:
         """Start over in a new episode; give up a segment whose waypoints the arm does not reach (the twin's inverse
@@ -367,8 +403,10 @@ class PushPolicy:
             if math.dist(tool, over_goal) <= 0.02:     # arrived where it believed the block went: a new step starts
                 world.recover()
                 self.segment, self.pushing = None, False
+            elif math.dist(tool[:2], over_goal[:2]) > cfg.tolerance_m:   # pushing nothing along the table to it
+                return (over_goal[0], over_goal[1], cfg.push_z_m), cfg.push_step_m
             else:
-                return self._travel(tool, over_goal), cfg.max_step_m
+                return over_goal, cfg.max_step_m
         half = GoalError(world.config.goal_tolerance_m / 2, world.config.goal_tolerance_deg / 2)
         if world.goal_error().within(half.distance_m, half.yaw_deg):
             self.segment, self.pushing = None, False
