@@ -51,6 +51,8 @@ RUNS = {
                           {"erecap_speed.csv": ("tokens_after", "prefill_ms", "e2e_ms", "kv_mb")}, ("erecap_speed.png",)),
     "loop_detection": Quick(("--out", "{out}"), "| world | detector |",
                             {"loop_detection.csv": ("trajectories", "states", "revisits")}),
+    "pusht_drift": Quick(("--out", "{out}"), "| arm | trials |", {"pusht_drift.csv": ("trials", "duration_s")},
+                         ("pusht_drift.png",)),
     "visual_verifier": Quick(("--out", "{out}"), "| backend | trials |",
                              {"visual_verifier.csv": ("trials", "frames", "cost_p95_ms"),
                               "visual_verifier_trials.csv": ("frames", "verdicts")}, ("visual_verifier.png",)),
