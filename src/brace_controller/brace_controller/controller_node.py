@@ -3,7 +3,7 @@
 Names are relative (the stack's namespace, /brace by default, comes from launch).
 
 Subscribes  triggers (TriggerEvent), replan_calls (ReplanCall),
-            episode (Episode: counters restart at EVENT_START)
+            episode (Episode: counters restart at EVENT_START, calls in flight are cancelled)
 Publishes   decisions (ReplanDecision, one per trigger), plan (Plan),
             controller_state (ControllerState), /diagnostics,
             replan_calls (ReplanCall) for admitted calls no planner answered
@@ -91,7 +91,7 @@ class BraceControllerNode(Node):
         self._lock = threading.RLock()
         self.counts = {"malformed_triggers": 0, "malformed_calls": 0, "planner_unavailable": 0,
                        "goals_rejected": 0, "deadline_cancellations": 0, "calls_finished": 0,
-                       "calls_waited_for_planner": 0, "held_decided_again": 0}
+                       "calls_waited_for_planner": 0, "held_decided_again": 0, "calls_cancelled_by_episode": 0}
         self.held_msgs: dict[str, TriggerEvent] = {}  # the messages of the core's held triggers
 
         self.decisions_pub = self.create_publisher(ReplanDecision, names.DECISIONS, qos.EVENTS)
@@ -140,10 +140,21 @@ class BraceControllerNode(Node):
 
     @_serialized
     def on_episode(self, msg: Episode) -> None:
-        """A new episode restarts the per-agent gate counters (steps restart at 0)."""
-        if msg.event == EpisodeEvent.START:
-            self.core.reset()
-            self.held_msgs = {}
+        """A new episode restarts the per-agent gate counters (steps restart at 0) and cancels the calls still in
+        flight: their plans are for the world that ended (published in the new episode, such a plan was also dated
+        at the old episode's step, which held the commit window shut for as long)."""
+        if msg.event != EpisodeEvent.START:
+            return
+        self.core.reset()
+        self.held_msgs = {}
+        for decision_id, call in list(self.pending.items()):
+            del self.pending[decision_id]       # a result that still comes is not used
+            self.counts["calls_cancelled_by_episode"] += 1
+            if call.goal_handle is not None:
+                call.goal_handle.cancel_goal_async()
+            # a call no planner took (not sent yet) gets its audit record here; a sent one gets the planner's
+            self.finish(call.decision, CallStatus.CANCELLED, (time.monotonic() - call.started) * 1000.0,
+                        error="" if call.sent else "a new episode began before a planner took the call")
 
     def start_call(self, decision: Decision) -> None:
         """Send the Replan goal of an admitted decision, or keep it until a server is up (at most its deadline)."""

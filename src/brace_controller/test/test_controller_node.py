@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from ament_index_python.packages import get_package_share_directory
-from brace_msgs.msg import Plan, ReplanDecision, TriggerEvent
+from brace_msgs.msg import Episode, Plan, ReplanDecision, TriggerEvent
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -141,6 +141,26 @@ def test_call_past_hard_deadline_is_cancelled(ros, tmp_path):
     wait_for(lambda: len(probe.decisions) == 2, what="decision after the deadline")
     assert probe.decisions[1].admitted  # not blocked by a hung call
     wait_for(lambda: probe.diag_value("deadline_cancellations") not in (None, "0"), what="diagnostics")
+
+
+def test_a_new_episode_cancels_the_calls_in_flight_and_the_commit_window_follows_its_steps(ros):
+    node = controller(cooldown_steps=0, commit_steps=5)
+    planner = PlannerDouble(hold=True)
+    probe = connect(ros, node, planner)
+    episodes = probe.create_publisher(Episode, "/brace/episode", qos.EVENTS)
+    wait_for(lambda: episodes.get_subscription_count() > 0, what="the controller's episode subscription")
+    probe.send(300)                                          # late in an episode: its call is still running ...
+    wait_for(lambda: len(planner.goals) == 1, what="the held goal")
+    episodes.publish(Episode(event=Episode.EVENT_START, episode=1))   # ... when the next episode starts
+    wait_for(lambda: planner.cancelled == [planner.goals[0].decision_id], what="the planner to see the cancel")
+    assert node.counts["calls_cancelled_by_episode"] == 1 and not node.pending and not probe.plans
+    planner.hold = False
+    probe.send(10)                                           # the new episode's steps start again at 0
+    wait_for(lambda: len(probe.plans) == 1, what="the new episode's plan")
+    settle(node)
+    probe.send(16)                                           # 6 steps after the change: past omega = 5
+    wait_for(lambda: len(probe.decisions) == 3, what="the decision after the commit window")
+    assert probe.decisions[2].admitted, probe.decisions[2].reason
 
 
 def test_malformed_triggers_are_counted_not_fatal(ros):
