@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ament_index_python.packages import get_package_share_directory
-from brace_msgs.msg import ContextEntry, EndEffectorDelta, ExecutionOutcome, Plan, PlanStep, VerifierVerdict
+from brace_msgs.msg import ContextEntry, EndEffectorDelta, Episode, ExecutionOutcome, Plan, PlanStep, VerifierVerdict
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
 from rclpy.lifecycle import TransitionCallbackReturn
@@ -72,6 +72,7 @@ class FakeArm(Node):
         self.pose_pub = self.create_publisher(PoseStamped, names.END_POSE, qos.STATE)
         self.image_pub = self.create_publisher(Image, "front_camera/" + names.COLOR_IMAGE, qos.STATE)
         self.plan_pub = self.create_publisher(Plan, names.PLAN, qos.PLANS)
+        self.episode_pub = self.create_publisher(Episode, names.EPISODE, qos.EVENTS)
         self.create_subscription(EndEffectorDelta, names.EE_DELTA_CMD, self.on_command, qos.INPUTS)
         self.create_subscription(ExecutionOutcome, names.OUTCOMES, self.outcomes.append, qos.INPUTS)
         self.create_subscription(ContextEntry, names.CONTEXT, self.entries.append, qos.INPUTS)
@@ -346,11 +347,28 @@ def test_a_replan_that_confirms_the_rest_of_the_plan_lets_the_running_step_go_on
     assert node.generation > generation and node.monitor.actions >= 10
     # so the stuck step still reaches its action budget
     wait_for(lambda: len(arm.outcomes) == 1, 30.0, what="the step's timeout")
+    assert node.counts["steps_restarted"] == 1
     assert not arm.outcomes[0].success and arm.outcomes[0].failure == Failure.TIMEOUT
     # a plan that differs from what is left replaces it and starts at its first step
     arm.plan("p3", ("pick", '{"object": "mug"}'))
     wait_for(lambda: node.plan_id == "p3" and node.current is not None and node.current.parameters["object"] == "mug",
              what="the new plan")
+
+
+def test_a_new_episode_ends_the_plan_without_an_outcome_and_the_arm_holds(ros, act):
+    server = act(Policy(OPEN_ACTION))                              # a pick that never closes: it runs on
+    node = executor(server.url)
+    arm = start(ros, node)
+    wait_for(lambda: arm.episode_pub.get_subscription_count() > 0, what="the executor's episode subscription")
+    arm.plan("p1", ("pick", '{"object": "cup"}'))
+    wait_for(lambda: len(arm.commands) >= 3, what="the pick under way")
+    arm.episode_pub.publish(Episode(event=Episode.EVENT_START, episode=1))
+    wait_for(lambda: node.counts["plans_ended_by_episode"] == 1, what="the plan ended by the new episode")
+    assert node.current is None and not node.monitor.active and not arm.outcomes
+    sent = len(arm.commands)
+    arm.plan("p2", ("pick", '{"object": "cup"}'))                  # the new episode's first plan begins anew
+    wait_for(lambda: len(arm.commands) > sent + 2 and node.plan_id == "p2", what="the new plan's commands")
+    assert node.counts["plans_unchanged"] == 0 and node.monitor.actions < 40
 
 
 def test_deactivate_stops_commands(ros, act):

@@ -3,7 +3,8 @@
 Names are relative (launch puts the robot's nodes in its namespace).
 
 Subscribes  plan (brace_msgs/Plan, latched; only plans of `agent_id`), verdicts (brace_msgs/VerifierVerdict:
-            the visual verifier's; a confident violation for `agent_id` halts the step), `image_topic`
+            the visual verifier's; a confident violation for `agent_id` halts the step), episode (brace_msgs/Episode:
+            EVENT_START ends the current plan without an outcome; the arm holds until the next), `image_topic`
             (sensor_msgs/Image, rgb8 or bgr8), joint_states (sensor_msgs/JointState: the `gripper_joint` position is the gripper
             opening, m), end_pose (geometry_msgs/PoseStamped: the end effector in the frame of `locations`)
 Publishes   ee_delta_cmd (brace_msgs/EndEffectorDelta: one scaled, limited 7-D action per VLA answer),
@@ -67,7 +68,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
-from brace_msgs.msg import ContextEntry, EndEffectorDelta, ExecutionOutcome, Plan, VerifierVerdict
+from brace_msgs.msg import ContextEntry, EndEffectorDelta, Episode, ExecutionOutcome, Plan, VerifierVerdict
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped, Vector3
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -84,7 +85,7 @@ from brace_common.params import declare_parameters, read_config, reject_undeclar
 from brace_common.plan_start import PlanStart, plan_start
 from brace_common.spin import spin_node
 from brace_common.validation import InvalidInput, Rejections, check_id, shorten
-from brace_common.vocabulary import Block, EntryKind, Failure, TriggerKind
+from brace_common.vocabulary import Block, EntryKind, EpisodeEvent, Failure, TriggerKind
 
 from ..orbbec.image_msgs import image_to_array
 from .executor_config import ExecutorConfig
@@ -220,6 +221,7 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
             self.create_subscription(PoseStamped, names.END_POSE, self.on_pose, qos.STATE, callback_group=self.group),
             self.create_subscription(VerifierVerdict, names.VERDICTS, self.on_verdict, qos.EVENTS,
                                      callback_group=self.group),
+            self.create_subscription(Episode, names.EPISODE, self.on_episode, qos.EVENTS, callback_group=self.group),
         ]
         self.state_label = "inactive"
         self.get_logger().info(f"configured in {time.monotonic() - started:.1f} s: agent '{cfg.agent_id}', "
@@ -320,6 +322,20 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
             instruction = self.templates.instruction(step.action, step.parameters)
             steps.append(PlannedStep(i, step, instruction, self.monitor.spec(step.action, step.parameters)))
         return steps
+
+    def on_episode(self, msg: Episode) -> None:
+        """A new episode ends the current plan without an outcome (it was for the world that ended: its running
+        step's outcome, and the timeout it started counting, belong to no step of the new episode); the arm holds
+        until the new episode's first plan."""
+        if msg.event != EpisodeEvent.START:
+            return
+        with self._lock:
+            if self.monitor is None or not self.steps:
+                return
+            self.counts["plans_ended_by_episode"] += 1
+            self.get_logger().info(f"episode {msg.episode} began: plan '{shorten(self.plan_id)}' ended; idle")
+            self.plan_id, self.steps, self.index = "", [], 0
+            self._begin_step()      # no current step: the monitor stops, the request in flight is dropped
 
     def on_verdict(self, msg: VerifierVerdict) -> None:
         """A confident violation for this agent halts the running step (OmniAct's preemption)."""
