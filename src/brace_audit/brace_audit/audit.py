@@ -41,6 +41,7 @@ from .audit_recorder_node import message_class
 from .audit_report import CallRow, RunRecords, phase_breakdown, summary, suppression_rows
 from .bag import RECOVERY_NOTE, BagError, read_bag, recover_bag
 from .csv_rows import write_rows
+from .recorded_types import RecordedTypes
 from .run_tables import run_tables, world_tables
 
 REPORTED = {names.REPLAN_CALLS: ReplanCall, names.DECISIONS: ReplanDecision, names.PLAN: Plan,
@@ -141,6 +142,7 @@ class BagAudit:
     lost_data: bool = False            # messages were lost (damage, or a recovery that recorded a loss)
     recovery: dict = field(default_factory=dict)  # the note `brace-audit recover` left in the file ({} if none)
     first_ns: int = 0                  # log time of its first reported message (orders a run folder's bags)
+    recorded_definitions: int = 0      # messages decoded with the older definitions the bag recorded
 
     @property
     def problems(self) -> list[str]:
@@ -159,6 +161,7 @@ def audit_bag(bag: Path, variant: str = "") -> BagAudit:
     """Read a bag for a report (BagError / OSError when nothing can be read)."""
     contents = read_bag(bag)
     collector = RecordCollector(variant)
+    recorded, older = RecordedTypes(contents.definitions), 0
     for m in contents.messages:
         cls = REPORTED.get(topic_role(m.topic))
         if cls is None:
@@ -166,15 +169,18 @@ def audit_bag(bag: Path, variant: str = "") -> BagAudit:
         try:
             msg = deserialize_message(m.data, cls)
         except Exception:  # noqa: BLE001 (any deserialisation failure is counted, never fatal)
-            collector.malformed += 1
-            continue
+            try:            # recorded before a field was added to the type: its own schema reads it
+                msg, older = recorded.decode(m.type, m.data), older + 1
+            except (KeyError, ValueError):
+                collector.malformed += 1
+                continue
         collector.add(m.topic, msg, m.log_time_ns)
     note = str(contents.damage) if contents.damage else ""
     if collector.malformed:
         note += f"{'; ' if note else ''}{collector.malformed} malformed messages skipped"
     recovery = contents.notes.get(RECOVERY_NOTE, {})
     lost = bool(contents.damage and contents.damage.lost_data) or recovery.get("lost_data") == "true"
-    return BagAudit(collector.records, note, len(contents.messages), lost, recovery, collector.first_ns or 0)
+    return BagAudit(collector.records, note, len(contents.messages), lost, recovery, collector.first_ns or 0, older)
 
 
 def find_bags(path: Path) -> list[Path]:
@@ -247,6 +253,9 @@ def print_integrity(bag: Path, audit: BagAudit) -> None:
     if audit.recovery:
         print(f"{level} {bag}: recovered by brace-audit recover from {audit.recovery.get('source', '?')}: "
               f"{audit.recovery.get('damage', '')}", file=sys.stderr)
+    if audit.recorded_definitions:
+        print(f"NOTE {bag}: {audit.recorded_definitions} messages recorded with older message definitions, read with "
+              "the definitions the bag holds", file=sys.stderr)
     if audit.problems and (damaged or audit.recovery):
         print(f"WARNING {bag}: the tables lack what was lost:", file=sys.stderr)
     for line in audit.problems:

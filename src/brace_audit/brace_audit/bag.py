@@ -263,6 +263,7 @@ class BagContents:
     damage: Optional[BagDamage] = None
     metadata: dict = field(default_factory=dict)
     notes: dict[str, dict[str, str]] = field(default_factory=dict)  # MCAP metadata records by name
+    definitions: dict[str, str] = field(default_factory=dict)        # type -> the ros2msg schema the bag recorded
 
     def of(self, topic: str) -> list[BagMessage]:
         """Messages of one topic."""
@@ -512,6 +513,8 @@ def read_bag(bag: str | Path) -> BagContents:
             damaged.append((path, scan, error))
             continue
         out.notes.update(scan.notes)
+        out.definitions.update({name: data.decode("utf-8", "replace") for name, encoding, data in scan.schemas.values()
+                                if name and encoding == "ros2msg"})
         out.messages += [BagMessage(*scan.topic_type(m.channel), m.log_time_ns, m.data) for m in scan.messages]
         if scan.skipped or not scan.finished:
             damaged.append((path, scan, scan.error or scan.skipped[0]))

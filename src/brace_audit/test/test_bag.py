@@ -10,14 +10,16 @@ import time
 
 import pytest
 import yaml
-from brace_msgs.msg import Episode, ReplanCall, WorldState
+from brace_msgs.msg import Episode, Plan, PlanStep, ReplanCall, WorldState
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.serialization import deserialize_message, serialize_message
 
+from brace_audit.audit import EXIT_INTACT, audit_bag, print_integrity
 from brace_audit.audit_recorder_node import AuditRecorderNode, RecorderConfig
 from brace_audit.bag import BagError, BagWriter, message_definition, read_bag, recover_bag
 from brace_common import names, qos
+from brace_common.convert import plan_signature
 from brace_common.testing import wait_for
 from brace_common.world_io import TOPICS as WORLD_TOPICS
 from brace_common.world_state import Entity, world_state_from_msg, world_state_msg
@@ -458,3 +460,26 @@ def test_the_recorder_records_every_topic_of_the_stack_by_default():
     stack = {name for _, name, _ in WORLD_TOPICS.values()} - {names.DIAGNOSTICS}
     stack |= {names.TRIGGERS, names.DECISIONS, names.REPLAN_CALLS, names.PLAN, names.VERDICTS, names.CONTROLLER_STATE}
     assert names.WORLD_INFO in stack and stack <= set(RecorderConfig().topics)
+
+
+def test_a_bag_recorded_before_a_field_was_added_reads_with_the_definition_it_holds(tmp_path, capsys):
+    plan = Plan(plan_id="p1", agent_id="arm_0", decision_id="d1",
+                steps=[PlanStep(index=0, action="pick", parameters_json='{"object": "apple"}')])
+    data = serialize_message(plan)
+    assert data[-1] == 0                  # trigger_kind, Plan's last field, one byte: the rest is what a bag of before held
+    recorded = data[:-1]
+    definition = message_definition("brace_msgs/msg/Plan")
+    old_definition = "\n".join(line for line in definition.splitlines() if not line.startswith("uint8 trigger_kind"))
+    writer = BagWriter(tmp_path / "bag")
+    writer.add_topic("/brace/episode", "brace_msgs/msg/Episode")
+    writer.add_topic("/brace/plan", "brace_msgs/msg/Plan", definition=old_definition.encode())
+    writer.write("/brace/episode", serialize_message(Episode(event=0, episode=0, world="pickfruit")), 1_000_000_000)
+    writer.write("/brace/plan", recorded, 2_000_000_000)
+    writer.close()
+    with pytest.raises(RuntimeError):     # today's class cannot read it (rclpy's RMWError)
+        deserialize_message(recorded, Plan)
+    audit = audit_bag(tmp_path / "bag")
+    assert audit.recorded_definitions == 1 and not audit.note and audit.exit_code == EXIT_INTACT
+    assert [(agent, signature) for _e, agent, signature in audit.records.plans] == [("arm_0", plan_signature(plan))]
+    print_integrity(tmp_path / "bag", audit)
+    assert "1 messages recorded with older message definitions" in capsys.readouterr().err
