@@ -233,18 +233,19 @@ def recovery(bag: Path, hops: int = 2, cell_m: float = 1.0) -> dict:
     """Loop triggers in a bag and how many were followed, within RECOVERY_STEPS world steps, by a state the agent
     had not held this episode."""
     from brace_msgs.msg import TriggerEvent, WorldState
-    from rclpy.serialization import deserialize_message
 
     from brace_audit.bag import read_bag
+    from brace_audit.recorded_types import RecordedTypes
     from brace_common.scene_graph import agent_view
     from brace_common.world_state import world_state_from_msg
 
     contents = read_bag(bag)
+    recorded = RecordedTypes(contents.definitions)
     keys: dict[tuple[int, str], list[tuple[int, str]]] = {}   # (episode, agent) -> (step, key) in order
     episode_at: list[tuple[int, int]] = []                     # (log time, episode)
     for m in contents.messages:
         if m.topic.endswith("/world_state"):
-            state = world_state_from_msg(deserialize_message(m.data, WorldState))
+            state = world_state_from_msg(recorded.read(m.type, m.data, WorldState)[0])
             episode_at.append((m.log_time_ns, state.episode))
             for a in state.agents:
                 keys.setdefault((state.episode, a.agent_id), []).append(
@@ -253,7 +254,7 @@ def recovery(bag: Path, hops: int = 2, cell_m: float = 1.0) -> dict:
     for m in contents.messages:
         if not m.topic.endswith("/triggers"):
             continue
-        t = deserialize_message(m.data, TriggerEvent)
+        t = recorded.read(m.type, m.data, TriggerEvent)[0]
         if t.kind != TriggerEvent.KIND_LOOP:
             continue
         episode = max((e for time_ns, e in episode_at if time_ns <= m.log_time_ns), default=0)

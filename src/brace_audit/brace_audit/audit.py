@@ -29,7 +29,6 @@ import rclpy
 from brace_msgs.msg import Episode, Plan, ReplanCall, ReplanDecision
 from rclpy.executors import ExternalShutdownException
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from rclpy.serialization import deserialize_message
 
 from brace_common import names
 from brace_common.clock import seconds_of
@@ -166,14 +165,12 @@ def audit_bag(bag: Path, variant: str = "") -> BagAudit:
         cls = REPORTED.get(topic_role(m.topic))
         if cls is None:
             continue
-        try:
-            msg = deserialize_message(m.data, cls)
-        except Exception:  # noqa: BLE001 (any deserialisation failure is counted, never fatal)
-            try:            # recorded before a field was added to the type: its own schema reads it
-                msg, older = recorded.decode(m.type, m.data), older + 1
-            except (KeyError, ValueError):
-                collector.malformed += 1
-                continue
+        try:                # recorded before a field was added to the type: its own schema reads it
+            msg, old = recorded.read(m.type, m.data, cls)
+        except (KeyError, ValueError):  # neither reads it: counted, never fatal
+            collector.malformed += 1
+            continue
+        older += old
         collector.add(m.topic, msg, m.log_time_ns)
     note = str(contents.damage) if contents.damage else ""
     if collector.malformed:

@@ -1,4 +1,4 @@
-"""Messages decoded with the definition a bag recorded, for bags older than this build's messages (no ROS).
+"""Messages decoded with the definition a bag recorded, for bags older than this build's messages.
 
 A field added to a message since a bag was recorded makes its bytes unreadable with today's class. Every MCAP file
 holds the ros2msg schema of each type it recorded; `RecordedTypes` decodes with that schema instead (rosbags' CDR
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rclpy.serialization import deserialize_message
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
 
@@ -37,3 +38,11 @@ class RecordedTypes:
             return store.deserialize_cdr(data, type_name)
         except Exception as exc:  # noqa: BLE001 (a truncated or foreign message)
             raise ValueError(f"{type_name} does not decode with its recorded schema: {exc}") from None
+
+    def read(self, type_name: str, data: bytes, cls: type) -> tuple[Any, bool]:
+        """The message `data` holds: with today's class `cls`, else with the recorded schema; and whether it took the
+        recorded schema. KeyError / ValueError when neither reads it."""
+        try:
+            return deserialize_message(data, cls), False
+        except Exception:  # noqa: BLE001 (rclpy raises RMWError for bytes of another definition)
+            return self.decode(type_name, data), True

@@ -297,5 +297,6 @@ def world_state_from_msg(msg: m.WorldState) -> WorldState:
         msg.world, msg.episode, msg.step, tuple(entities),
         tuple(Relation(r.subject, r.predicate, r.object) for r in msg.relations),
         tuple(AgentActivity(a.agent_id, Activity(a.activity), a.action, a.parameters_json, a.index, a.plan_steps,
-                            float(a.tracking_error)) for a in msg.agents),
+                            float(getattr(a, "tracking_error", math.nan)))   # absent from states recorded before it
+              for a in msg.agents),
         Observability(msg.observability))
