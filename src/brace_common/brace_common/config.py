@@ -18,6 +18,7 @@ from typing import Any, Optional
 import yaml
 
 from . import names
+from .http_deadline import check_base_url
 from .validation import InvalidInput, check_agent_id
 
 PACKAGE_URI = "package://"
@@ -88,6 +89,14 @@ class ReadinessConfig:
         """ConfigError when a `wait_for_nodes` entry is not a node name without a namespace."""
         if any(not n.strip() or "/" in n for n in self.wait_for_nodes):
             raise ConfigError("wait_for_nodes", f"{self.wait_for_nodes}: each must be a node name without a namespace")
+
+
+def check_base_url_param(parameter: str, url: str) -> None:
+    """ConfigError naming `parameter` when `url` is not an API's base URL (brace_common.http_deadline.check_base_url)."""
+    try:
+        check_base_url(url, parameter)
+    except ValueError as exc:
+        raise ConfigError(parameter, str(exc)) from None
 
 
 def check_agent_ids(parameter: str, ids: list[str] | str) -> None:

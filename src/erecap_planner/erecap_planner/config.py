@@ -10,13 +10,13 @@ from brace_common.action_schema import ActionSchema
 from brace_common.config import (
     ConfigError,
     autostart_param,
+    check_base_url_param,
     check_fields,
     diagnostics_period_param,
     package_file,
     param,
     resolve_path,
 )
-from brace_common.http_deadline import check_base_url
 from brace_common.vocabulary import Decoding
 from brace_memory.memory_write import with_memory_write
 from brace_memory.system import check_modules
@@ -34,14 +34,6 @@ COMPRESSORS = ("erecap", *BASELINES)
 
 SHIPPED_SCHEMA = "package://erecap_planner/config/action_schema.yaml"
 """The action schema shipped with erecap_planner (action_schema_file's default)."""
-
-
-def _check_url(name: str, url: str) -> None:
-    """ConfigError naming `name` when `url` is not an API's base URL (brace_common.http_deadline.check_base_url)."""
-    try:
-        check_base_url(url, name)
-    except ValueError as exc:
-        raise ConfigError(name, str(exc)) from None
 
 
 def default_schema_path() -> Path:
@@ -244,7 +236,7 @@ class PlannerConfig:
                 raise ConfigError("memory_write", f"decoding '{self.decoding}' never writes free text: it needs "
                                   "decoding json")
         if self.memory_summariser_url:
-            _check_url("memory_summariser_url", self.memory_summariser_url)
+            check_base_url_param("memory_summariser_url", self.memory_summariser_url)
             if not ({"episodic", "rag_memory"} & set(self.memory_modules)):
                 raise ConfigError("memory_summariser_url", "summarises episodic records: it needs memory module "
                                   "episodic or rag_memory (memory_modules)")
@@ -257,7 +249,7 @@ class PlannerConfig:
         if self.structured_output not in STRUCTURED_OUTPUTS:
             raise ConfigError("structured_output",
                               f"'{self.structured_output}' is not one of {', '.join(STRUCTURED_OUTPUTS)}")
-        _check_url("server_url", self.server_url)
+        check_base_url_param("server_url", self.server_url)
         if self.backend == "openai" and self.decoding != Decoding.JSON:
             raise ConfigError("decoding", "backend openai decodes on the server: decoding must be 'json' "
                               "(structured_output asks the server for schema-valid plans)")

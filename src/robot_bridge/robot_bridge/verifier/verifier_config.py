@@ -14,8 +14,14 @@ import os
 import re
 from dataclasses import dataclass
 
-from brace_common.config import ConfigError, check_agent_ids, check_fields, diagnostics_period_param, param
-from brace_common.http_deadline import check_base_url
+from brace_common.config import (
+    ConfigError,
+    check_agent_ids,
+    check_base_url_param,
+    check_fields,
+    diagnostics_period_param,
+    param,
+)
 
 from ..openvla.step_monitor import parse_locations
 from ..orbbec.calibration import CameraModel
@@ -114,10 +120,7 @@ class VerifierConfig:
 
     def validate_vlm(self) -> None:
         """ConfigError naming the first invalid vlm_* parameter."""
-        try:
-            check_base_url(self.vlm_base_url, "vlm_base_url")
-        except ValueError as exc:
-            raise ConfigError("vlm_base_url", str(exc)) from None
+        check_base_url_param("vlm_base_url", self.vlm_base_url)
         if not self.vlm_model.strip():
             raise ConfigError("vlm_model", "the served model's name is needed (every request carries it)")
         if self.vlm_api_key_env and not ENV_NAME.fullmatch(self.vlm_api_key_env):
