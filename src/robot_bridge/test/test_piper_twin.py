@@ -332,3 +332,21 @@ def test_model_end_pose_target_after_a_hold_is_taken_again():
         model.advance(0.01)
     assert model.reached() and model.arm_status() == pf.ARM_NORMAL
     assert model.kinematics.forward_pose(model.q) == pytest.approx(PiperKinematics().forward_pose(goal), abs=2e-5)
+
+
+def test_placing_the_arm_holds_it_there_and_refuses_a_place_outside_the_limits():
+    model = PiperArmModel(TwinConfig(initial_joints=list(START), initially_enabled=True))
+    model.handle(*pf.MotionCtrl2(pf.CTRL_MODE_CAN, pf.MOVE_J, 100).pack())
+    for frame in pf.joint_ctrl_frames([10_000, 20_000, -5_000, 0, 0, 0]):
+        model.handle(*frame)
+    model.advance(0.01)
+    assert model.target is not None
+    home = [0.0, 1.5, -1.3, 0.0, 1.0, 0.0]
+    model.place(home, 0.05)
+    model.advance(0.5)   # the target it was moving to is gone: it holds where it was put
+    assert list(model.q) == home and model.gripper == 0.05 and model.reached() and not model.qdot.any()
+    with pytest.raises(ValueError, match="joint limits"):
+        model.place([0.0, -1.0, 0.0, 0.0, 0.0, 0.0], 0.0)
+    with pytest.raises(ValueError, match="gripper"):
+        model.place(home, 0.5)
+    assert list(model.q) == home

@@ -16,6 +16,7 @@ from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import wait_for
 from brace_common.vocabulary import Activity
 from brace_common.world_state import world_state_from_msg
+from robot_bridge.pickfruit.pickfruit_world import HOME_GRIPPER_M, HOME_JOINTS
 from robot_bridge.pickfruit.twin_world_node import TwinWorldConfig, TwinWorldNode
 
 
@@ -79,6 +80,20 @@ def test_the_twin_world_runs_pusht_when_its_task_says_so(ros):
             wait_for(lambda plan_id=plan_id: node.counts["plans"] == int(plan_id[1]), what=f"plan {plan_id}")
         assert node.counts["instructions_anew"] == 2 and node.policy.anew
         assert math.isnan(world_state_from_msg(ex.states[-1]).agents[0].tracking_error)   # no contact yet
+    finally:
+        node.close()
+
+
+def test_every_episode_starts_with_the_arm_at_home_and_the_gripper_open(ros):
+    params = {"episodes": 2, "replan_action": "", "wait_settle_s": 0.0, "act_port": 0, "camera_name": "",
+              "can_port": "twin_world_home_test", "max_episode_s": 1.0}
+    node = ros.add(TwinWorldNode(namespace=NS, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()]))
+    try:
+        wait_for(lambda: node.episode == 0 and node.started_at is not None, what="the first episode")
+        node.twin.place([0.3, 1.2, -0.9, 0.4, 0.6, -0.2], 0.01)   # where an episode's last step left the arm
+        wait_for(lambda: node.episode == 1, what="the second episode")
+        state = node.twin.state()
+        assert state.joints_rad == pytest.approx(HOME_JOINTS) and state.gripper_m == pytest.approx(HOME_GRIPPER_M)
     finally:
         node.close()
 

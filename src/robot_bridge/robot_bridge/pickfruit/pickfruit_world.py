@@ -42,7 +42,9 @@ from brace_common.world_state import AgentActivity, Entity, Pose, Relation, Worl
 Point = tuple[float, float, float]
 
 HOME_JOINTS = (0.0, 1.5, -1.3, 0.0, 1.0, 0.0)
-"""Where the twin arm starts (rad): the tool 0.31 m ahead, 0.32 m up, above the PickFruit table."""
+"""Where the twin arm starts every episode (rad): the tool 0.31 m ahead, 0.32 m up, above the PickFruit table."""
+HOME_GRIPPER_M = 0.07
+"""The twin gripper's width at the start of every episode (m): open."""
 
 SKILLS_TEXT = ("Skills: pick(object) grasps an object on the table; place(object, target) puts the held "
                "object on the target. A grasp may slip: then pick the object again.")

@@ -32,8 +32,11 @@ fruit's width holding nothing); PushT's `contact_loss_probability` (the fingerti
 
 An episode ends when the task is done (every fruit of the task in the bowl; the
 T block within the goal's tolerances) or after `max_episode_s`. Between
-episodes the table is reset (seeded); the arm starts the next episode where it
-is, as a real arm would.
+episodes the table is reset (seeded) and the arm is put back at its home joints
+with the gripper open: a twin arm left where an episode ended drifts, episode
+after episode, into joint configurations from which its IK reaches nothing
+nearby (each end-pose command keeps the measured orientation, which joint-space
+moves turn a little).
 
 Parameters: see TwinWorldConfig (config/twin_world.yaml, docs/parameters.md).
 """
@@ -69,7 +72,7 @@ from ..piper.piper_twin import PiperTwin, TwinConfig
 from ..pusht.pusht_world import PushTConfig, PushTWorld
 from ..twin_task import TASKS, TwinTask
 from .camera_publisher import TwinCamera
-from .pickfruit_world import HOME_JOINTS, PickFruitConfig, PickFruitWorld
+from .pickfruit_world import HOME_GRIPPER_M, HOME_JOINTS, PickFruitConfig, PickFruitWorld
 
 
 @dataclass
@@ -143,7 +146,7 @@ class TwinWorldNode(WorldNode, Node):
             if cfg.camera_name else None
         self.twin = PiperTwin(cfg.can_port, cfg.can_interface,
                               TwinConfig(feedback_period_s=cfg.feedback_period_s, initial_joints=list(HOME_JOINTS),
-                                         initial_gripper=0.07),
+                                         initial_gripper=HOME_GRIPPER_M),
                               grasp=lambda state: self.world.grasp(tuple(state.end_pose[:3]), state.gripper_m))
         self.policy = self.task.policy(lambda: tuple(self.twin.state().end_pose[:3]))
         self.act = ActServer(self.policy, host=cfg.act_host, port=cfg.act_port)
@@ -220,9 +223,10 @@ class TwinWorldNode(WorldNode, Node):
             self.end_episode(elapsed)
 
     def start_episode(self) -> None:
-        """Reset the table, announce the episode, publish the task and the scene."""
+        """Reset the table and the arm (home, gripper open), announce the episode, publish the task and the scene."""
         self.announce_start()
         task = self.world.reset(self.book.seed)
+        self.twin.place(HOME_JOINTS, HOME_GRIPPER_M)   # the arm too: it would start where the last episode left it
         self.failures, self.scene = Counter(), []
         self.state_step = -1
         self.plan_progress.clear()

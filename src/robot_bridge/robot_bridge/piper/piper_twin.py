@@ -31,7 +31,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -279,6 +279,20 @@ class PiperArmModel:
             self.target = np.array(result.joints)
         self.last_pose_target = parts
 
+    def place(self, joints: Sequence[float], gripper_m: float) -> None:
+        """Put the arm at `joints` (rad) with the gripper at `gripper_m` (m), holding there: a simulator's reset
+        (a real arm is moved there). ValueError outside the joint limits or the gripper stroke."""
+        q = np.array(joints, dtype=float)
+        if q.shape != (JOINTS,) or not np.all(np.isfinite(q)) or np.any(q < self._lo) or np.any(q > self._hi):
+            raise ValueError(f"joints {list(joints)} are not {JOINTS} angles inside the joint limits")
+        if not 0.0 <= gripper_m <= self.config.gripper_max_width:
+            raise ValueError(f"gripper width {gripper_m} is outside [0, {self.config.gripper_max_width}]")
+        self.q, self.qdot = q, np.zeros(JOINTS)
+        self.gripper = self.gripper_target = float(gripper_m)
+        self.gripper_effort, self.gripper_blocked = 0.0, False
+        self.no_solution = self.limit_refused = False
+        self._hold()
+
     def _gripper(self, cmd: pf.GripperCtrl) -> None:
         enable = cmd.enable
         if enable and self.refusing_enable and not self.motor_enabled[GRIPPER_MOTOR - 1]:
@@ -484,6 +498,12 @@ class PiperTwin:
         """Bus and command counters (frames sent/received, malformed, refused, ...)."""
         with self._lock:
             return {**self.stats, **self.model.counts}
+
+    def place(self, joints: Sequence[float], gripper_m: float) -> None:
+        """Put the arm at `joints` (rad), the gripper at `gripper_m` (m), holding: the scene's reset between
+        episodes (see PiperArmModel.place)."""
+        with self._lock:
+            self.model.place(joints, gripper_m)
 
     def set_silent(self, silent: bool) -> None:
         """Bus silence: no feedback frames while set, and frames sent to the arm are lost (a cut cable)."""
