@@ -72,6 +72,18 @@ def test_a_slipping_grasp_drops_the_fruit_and_the_gripper_closes_on_nothing():
     assert not world.snapshot()[fruit].held
 
 
+def test_fingers_already_narrower_than_a_fruit_do_not_grasp_it_when_they_come_down_on_it():
+    world = PickFruitWorld(PickFruitConfig(slip_probability=0.0, phantom_probability=0.0))
+    (fruit,) = world.reset(1)
+    at, width = world.snapshot()[fruit].position, world.config.width(fruit)
+    above = (at[0], at[1], at[2] + 0.1)
+    assert world.grasp(above, width - 0.01) is None                   # closed a little, away from the fruit
+    assert world.grasp(at, width - 0.01) is None                      # comes down on it: nothing between the fingers
+    assert world.grasp(at, 0.0) is None and not world.snapshot()[fruit].held and world.counts.grasps == 0
+    assert world.grasp(at, 0.07) == width                             # opens around it,
+    assert world.grasp(at, width) == width and world.snapshot()[fruit].held    # then closes on it
+
+
 def test_the_policy_refuses_an_instruction_without_a_known_object():
     world = PickFruitWorld()
     world.reset(0)

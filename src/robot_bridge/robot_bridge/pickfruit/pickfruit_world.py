@@ -2,7 +2,8 @@
 
 ROS-free. The world follows the twin's tool point and gripper: a gripper that
 closes within `grasp_radius_m` of a free fruit closes on it (the twin's
-gripper stops at the fruit's width); a held fruit moves with the tool; a
+gripper stops at the fruit's width) — fingers that come onto it already
+narrower than the fruit hold nothing; a held fruit moves with the tool; a
 gripper that opens releases it (into the bowl when the tool is over the bowl);
 a grasp slips with probability `slip_probability` at a seeded point of the
 carry, and the fruit falls where the tool is. The episode succeeds when every
@@ -138,6 +139,7 @@ class PickFruitWorld:
         self.counts = WorldCounts()
         self.rng = random.Random(0)
         self._last_tool: Optional[Point] = None
+        self._last_gripper: Optional[float] = None
 
     def reset(self, seed: int) -> tuple[str, ...]:
         """A new episode: fruits placed at seeded positions; returns the fruits to put in the bowl."""
@@ -158,7 +160,7 @@ class PickFruitWorld:
             self.counts = WorldCounts()
             self.hand_armed = rng.random() < cfg.hand_probability
             self.hand, self.phantom = None, None
-            self._last_tool = None
+            self._last_tool = self._last_gripper = None
             return self.task
 
     # ------------------------------------------------------------------ the twin's hook
@@ -168,7 +170,8 @@ class PickFruitWorld:
         cfg = self.config
         with self.lock:
             moved = math.dist(tool, self._last_tool) if self._last_tool is not None else 0.0
-            self._last_tool = tool
+            opened = self._last_gripper if self._last_gripper is not None else gripper_m   # the opening a call ago
+            self._last_tool, self._last_gripper = tool, gripper_m
             if self.phantom is not None:
                 width = self.fruits[self.phantom].width_m
                 if gripper_m > width + cfg.open_margin_m:
@@ -193,6 +196,8 @@ class PickFruitWorld:
             if not near:
                 return None
             fruit = min(near, key=lambda f: math.dist(tool, f.position))
+            if max(opened, gripper_m) < fruit.width_m - 1e-4:   # fingers narrower than it came onto it: not around it
+                return None
             if gripper_m <= fruit.width_m + 1e-4 and self.rng.random() < cfg.phantom_probability:
                 self.phantom = fruit.name                               # closed at its width, holding nothing
                 self.counts.phantoms += 1
