@@ -1,8 +1,10 @@
-"""`brace-audit`: recompute a run's tables from its bag, recover a damaged bag, or replay a bag on ROS 2.
+"""`brace-audit`: recompute a run's tables from its bag, recover a damaged bag, replay a bag on ROS 2, or trace an
+episode.
 
     brace-audit report <bag | run folder> [--csv DIR]
     brace-audit recover <bag> [--output OUT | --in-place]
     brace-audit replay <bag> [--rate X] [--topics T ...]
+    brace-audit trace <bag | run folder --variant V> --episode N [--agent A] [--every S]
 
 `report` reads the bags alone and prints what brace-run printed (run_tables:
 the paper's tables and the world's own, Table 32 or the drone intersection's);
@@ -12,7 +14,8 @@ with what was lost, which episodes are incomplete and the tables of the
 recovered part. `recover` rewrites such a bag into a finished one that every
 MCAP / rosbag2 reader opens (it keeps what was read; it invents nothing).
 `replay` republishes the recorded topics with their recorded timing (scaled by
---rate) for RViz. `RecordCollector` turns messages into RunRecords and is
+--rate) for RViz. `trace` prints one episode as a timeline (episode_trace): the
+first thing to read when an episode of a table failed. `RecordCollector` turns messages into RunRecords and is
 shared by the live run and the report, so both compute the same numbers.
 """
 
@@ -40,6 +43,7 @@ from .audit_recorder_node import message_class
 from .audit_report import CallRow, RunRecords, phase_breakdown, summary, suppression_rows
 from .bag import RECOVERY_NOTE, BagError, read_bag, recover_bag
 from .csv_rows import write_rows
+from .episode_trace import TraceError, episode_trace
 from .recorded_types import RecordedTypes
 from .run_tables import run_tables, world_tables
 
@@ -312,8 +316,35 @@ def cmd_replay(args) -> int:
     return 0
 
 
+def cmd_trace(args) -> int:
+    """Print one episode's timeline from one bag (of a run folder: the variant's); EXIT_UNREADABLE when the bag or
+    the episode is not there."""
+    try:
+        bags = find_bags(Path(args.bag))
+    except OSError as exc:
+        print(f"brace-audit: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if args.variant:
+        bags = [b for b in bags if args.variant in (b.name, b.parent.name)]
+    if len(bags) != 1:
+        found = ", ".join(b.parent.name if b.name == "bag" else b.name for b in bags) or "none"
+        print(f"brace-audit: trace reads one bag; {args.bag} has {len(bags)} (variants: {found}): name one with "
+              f"--variant", file=sys.stderr)
+        return EXIT_UNREADABLE
+    try:
+        contents = read_bag(bags[0])
+        lines = episode_trace(contents, args.episode, message_class, args.every, args.agent)
+    except (BagError, OSError, TraceError) as exc:
+        print(f"brace-audit: {bags[0]}: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if contents.damage is not None:
+        print(f"brace-audit: {contents.damage}", file=sys.stderr)
+    print("\n".join(str(line) for line in lines))
+    return EXIT_INTACT
+
+
 def main(argv=None) -> int:
-    """`brace-audit report|recover|replay`."""
+    """`brace-audit report|recover|replay|trace`."""
     ap = argparse.ArgumentParser(prog="brace-audit", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="recompute every table from the bag alone")
@@ -335,6 +366,15 @@ def main(argv=None) -> int:
     play.add_argument("--topics", nargs="*", default=[])
     play.add_argument("--wait", type=float, default=1.0, help="seconds to wait for subscribers before replaying")
     play.set_defaults(func=cmd_replay)
+    trace = sub.add_parser("trace", help="one episode's triggers, decisions, calls, plans, outcomes, verdicts and "
+                                         "world states, in time order")
+    trace.add_argument("bag", help="a bag, or a run folder with --variant")
+    trace.add_argument("--episode", type=int, required=True)
+    trace.add_argument("--variant", default="", help="the variant's bag in a run folder (brace-run's layout)")
+    trace.add_argument("--agent", default="", help="only this agent's events (world states stay)")
+    trace.add_argument("--every", type=float, default=5.0,
+                       help="seconds between the world states printed (0: every one; negative: none)")
+    trace.set_defaults(func=cmd_trace)
     args = ap.parse_args(argv)
     if getattr(args, "rate", 1.0) <= 0:
         ap.error("--rate must be > 0")
