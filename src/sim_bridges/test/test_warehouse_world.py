@@ -60,6 +60,54 @@ def test_oracle_policy_completes_most_episodes(agents):
     assert wins >= 4
 
 
+def test_eight_agents_finish_on_the_aisles_layout_where_the_compact_one_locks_them():
+    """The aisles layout's parking row and wall docks (and the oracle's two rules there) let K = 8 finish within 80
+    steps; on the compact layout, agents parked on the upper aisle and agents crowding a corner dock lock seeds up."""
+    finished = {}
+    for layout in ("compact", "aisles"):
+        worlds = [Warehouse(WorldConfig(num_agents=8, seed=seed, max_steps=80, layout=layout)) for seed in range(20)]
+        for world in worlds:
+            run_oracle(world)
+            assert world.collisions == 0
+        finished[layout] = sum(world.success for world in worlds)
+    assert finished["aisles"] == 20 and finished["compact"] < 18
+
+
+def test_aisles_docks_are_in_the_wall_and_taken_from_the_aisle_above():
+    world = Warehouse(WorldConfig(num_agents=8, layout="aisles"))
+    assert all(cell in world.walls and world.access(dock) == (cell[0], cell[1] - 1)
+               for dock, cell in world.docks.items())
+    assert all(cell[1] == 1 for cell in world.parks.values())              # the parking row
+    assert not set(world.parks.values()) & {world.access(p) for p in (*world.shelves, *world.docks)}
+    state = world_state(world, 0)
+    world.agents["agent_0"].pos = world.access("dock_2")
+    assert Relation("agent_0", "at", "dock_2") in world_state(world, 0).relations
+    assert Relation("agent_0", "at", "dock_2") not in state.relations
+
+
+def test_a_carrier_waits_parked_until_its_giver_holds_the_object_on_the_aisles_layout():
+    world = Warehouse(WorldConfig(num_agents=2, seed=0, layout="aisles"))
+    (task,) = world.tasks
+    assert [s.action for s in world.oracle_plan(task.carrier)] == ["wait"]          # at its park already
+    world.objects[task.obj], world.agents[task.giver].holding = None, task.obj
+    assert world.oracle_plan(task.carrier)[0] == Step("move_to", {"target": task.dock})
+
+
+def test_an_agent_next_to_a_boxed_in_dock_makes_way_on_the_aisles_layout():
+    world = Warehouse(WorldConfig(num_agents=4, seed=0, handoff_tasks=0, layout="aisles"))
+    dock = world.tasks[0].dock
+    x, y = world.access(dock)
+    names = list(world.agents)
+    world.agents[names[0]].pos = (x, y)                                     # on the dock, on its way out
+    for name, cell in zip(names[1:], [(x - 1, y), (x + 1, y), (x, y - 1)], strict=True):
+        world.agents[name].pos = cell
+        task = world.task_of(name)
+        task.dock, world.agents[name].holding, world.objects[task.obj] = dock, task.obj, None
+    assert world.oracle_plan(names[1]) == [Step("move_to", {"target": "park_1"}), Step("wait")]
+    world.agents[names[3]].pos = (x, y - 2)                                 # a way out: nobody makes way
+    assert world.oracle_plan(names[1])[0] == Step("move_to", {"target": dock})
+
+
 @pytest.mark.parametrize("agents, handoffs", [(1, 1), (2, 1), (3, 1), (4, 2), (5, 8), (8, 0)])
 def test_every_agent_takes_part_in_exactly_one_task(agents, handoffs):
     world = Warehouse(WorldConfig(num_agents=agents, seed=0, handoff_tasks=handoffs))
@@ -125,7 +173,7 @@ def test_one_task_dock_congests_the_team():
 
 
 @pytest.mark.parametrize("bad", [dict(num_agents=0), dict(num_agents=9), dict(grasp_failure=1.5), dict(max_steps=0),
-                                 dict(task_docks=-1)])
+                                 dict(task_docks=-1), dict(layout="maze")])
 def test_config_validation(bad):
     with pytest.raises(ValueError):
         Warehouse(WorldConfig(**bad))

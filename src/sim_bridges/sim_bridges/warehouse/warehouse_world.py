@@ -10,8 +10,12 @@ reads (observations, action outcomes, failure traces, coordination messages),
 so the context grows with time and with K (paper Eq. 3).
 
 Map legend: '#' wall, '.' floor, 'S' shelf (blocked; picked from the floor cell
-above it), 'D' dock (floor; place there). Each agent's start cell is its
-parking place `park_<i>`.
+above it), 'D' dock on the floor (place standing on it), 'd' dock in the wall
+(blocked; placed from the floor cell above it). Each agent's start cell, in the
+top row, is its parking place `park_<i>`. Two layouts (`layout`): `compact`
+(K ≤ 6: the top row is also the aisle the upper shelves are taken from) and
+`aisles` (K = 8: a parking row above that aisle and docks in the bottom wall,
+so that neither parked agents nor agents at a dock close an aisle).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from brace_common.action_schema import Step
-from brace_common.config import check_fields, param
+from brace_common.config import ConfigError, check_fields, param
 from brace_common.episode import (
     COLLISIONS,
     COORDINATION_WAIT,
@@ -44,16 +48,39 @@ WORLD = "warehouse"
 SUPERVISOR = "supervisor"
 """Agent id of what no agent did: the world's own notices (an object moved) and the episode's framing."""
 
-MAP = (
-    "##############",
-    "#............#",
-    "#.S.S.S.S.S..#",
-    "#............#",
-    "#.S.S.S.S.S..#",
-    "#............#",
-    "#D...D....D..#",
-    "##############",
-)
+
+@dataclass(frozen=True)
+class Layout:
+    """A warehouse map and whether its top row holds only parking places (nobody passes through it)."""
+
+    rows: tuple[str, ...]
+    parking_row: bool
+
+
+LAYOUTS = {
+    "compact": Layout((
+        "##############",
+        "#............#",
+        "#.S.S.S.S.S..#",
+        "#............#",
+        "#.S.S.S.S.S..#",
+        "#............#",
+        "#D...D....D..#",
+        "##############",
+    ), parking_row=False),
+    "aisles": Layout((
+        "##############",
+        "#............#",
+        "#............#",
+        "#.S.S.S.S.S..#",
+        "#............#",
+        "#.S.S.S.S.S..#",
+        "#............#",
+        "#............#",
+        "##d....d...d##",
+    ), parking_row=True),
+}
+"""The maps by `layout` name."""
 
 Cell = tuple[int, int]  # (x, y)
 
@@ -72,10 +99,14 @@ class WorldConfig:
     handoff_tasks: int = param(1, "two-agent handoff tasks, Pass-Shoe-like (agents 0+1, 2+3, ... pair up, at most "
                                "K // 2 pairs; every agent has one task)", 0, 100)
     task_docks: int = param(0, "tasks deliver to the first n docks only (0 = any dock; 1 = one congested dock)", 0, 3)
+    layout: str = param("compact", "map: compact (K <= 6; parks on the upper shelves' aisle) or aisles (K = 8; a "
+                        "parking row, docks taken from the aisle above them)")
 
     def validate(self) -> None:
         """ConfigError (a ValueError) naming the offending field."""
         check_fields(self)
+        if self.layout not in LAYOUTS:
+            raise ConfigError("layout", f"'{self.layout}' is not one of {', '.join(LAYOUTS)}")
 
     def world_fields(self) -> dict:
         """The world's own fields (without what a subclass adds)."""
@@ -135,21 +166,25 @@ class Warehouse:
         self.config = config
         self.rng = random.Random(config.seed)
         self.t = 0
+        self.layout = LAYOUTS[config.layout]
+        self.rows = self.layout.rows
         self.walls: set[Cell] = set()
         self.shelves: dict[str, Cell] = {}
         self.docks: dict[str, Cell] = {}
-        for y, row in enumerate(MAP):
+        self.taken_from: dict[str, Cell] = {}   # shelf or dock -> the floor cell an agent uses it from
+        for y, row in enumerate(self.rows):
             for x, ch in enumerate(row):
-                if ch == "#":
+                if ch in "#Sd":
                     self.walls.add((x, y))
-                elif ch == "S":
-                    self.walls.add((x, y))
-                    self.shelves[f"shelf_{len(self.shelves) + 1}"] = (x, y)
-                elif ch == "D":
-                    self.docks[f"dock_{len(self.docks) + 1}"] = (x, y)
+                if ch == "S":
+                    name = f"shelf_{len(self.shelves) + 1}"
+                    self.shelves[name], self.taken_from[name] = (x, y), (x, y - 1)
+                elif ch in "Dd":
+                    name = f"dock_{len(self.docks) + 1}"
+                    self.docks[name], self.taken_from[name] = (x, y), (x, y - 1) if ch == "d" else (x, y)
         # Each agent's start cell is its parking place: idle agents go there so they free shelves and docks.
         # Every other cell of the top row, then (K > 6) the cells between them: never two agents in one cell.
-        row = [(x, 1) for x in range(1, len(MAP[0]) - 1)]
+        row = [(x, 1) for x in range(1, len(self.rows[0]) - 1)]
         starts = [row[2 * i % len(row) + 2 * i // len(row)] for i in range(config.num_agents)]
         self.agents = {f"agent_{i}": Agent(f"agent_{i}", cell) for i, cell in enumerate(starts)}
         self.parks = {f"park_{i}": cell for i, cell in enumerate(starts)}
@@ -175,17 +210,14 @@ class Warehouse:
     # ------------------------------------------------------------------ geometry
 
     def access(self, place: str) -> Cell:
-        """The floor cell an agent stands on to use a shelf or dock."""
-        if place in self.docks:
-            return self.docks[place]
+        """The floor cell an agent stands on to use a shelf, a dock or a parking place."""
         if place in self.parks:
             return self.parks[place]
-        x, y = self.shelves[place]
-        return (x, y - 1)
+        return self.taken_from[place]
 
     def free(self, cell: Cell) -> bool:
         """Inside the map and not a wall or shelf."""
-        return cell not in self.walls and 0 <= cell[1] < len(MAP) and 0 <= cell[0] < len(MAP[0])
+        return cell not in self.walls and 0 <= cell[1] < len(self.rows) and 0 <= cell[0] < len(self.rows[0])
 
     @staticmethod
     def _adjacent(a: Cell, b: Cell) -> bool:
@@ -224,14 +256,24 @@ class Warehouse:
 
         Fetch: go to the object's shelf, pick, go to the dock, place. Handoff: the
         giver fetches the object and brings it to the task's dock, where the carrier
-        waits, hands it over, and the carrier places it.
+        waits, hands it over, and the carrier places it. Done: go park. Where the
+        top row is a parking row (layout aisles) two more rules keep eight agents
+        from locking a dock: a carrier waits parked until its giver holds the
+        object, and an agent next to its dock makes way (goes to park) while the
+        agent on the dock has no free cell to leave by.
         """
         a = self.agents[agent]
         task = self.task_of(agent)
-        park = f"park_{agent.split('_')[-1]}"
         handed_over = task is not None and task.giver == agent and self.agents[task.carrier].holding == task.obj
         if task is None or handed_over:  # nothing (more) to do: free the shelves and docks
-            return ([Step("move_to", {"target": park})] if a.pos != self.parks[park] else []) + [Step("wait")]
+            return self._park_plan(agent)
+        if self.layout.parking_row:
+            goal = self.access(task.dock)
+            if a.holding == task.obj and self._adjacent(a.pos, goal) and self._boxed_in(goal):
+                return self._park_plan(agent)
+            giver = self.agents[task.giver] if task.giver is not None else None
+            if agent == task.carrier and giver is not None and task.obj not in (a.holding, giver.holding):
+                return self._park_plan(agent)
         plan: list[Step] = []
 
         def go(place: str) -> None:
@@ -255,6 +297,18 @@ class Warehouse:
         if task.giver == agent:
             return plan + [Step("handoff", {"object": task.obj, "to_agent": task.carrier})]
         return plan + [Step("place", {"object": task.obj, "target": task.dock})]
+
+    def _park_plan(self, agent: str) -> list[Step]:
+        """Go to the agent's parking place (unless there) and wait."""
+        park = f"park_{agent.split('_')[-1]}"
+        return ([Step("move_to", {"target": park})] if self.agents[agent].pos != self.parks[park] else []) + [
+            Step("wait")]
+
+    def _boxed_in(self, cell: Cell) -> bool:
+        """An agent stands on `cell` and every floor cell next to it is taken by another agent."""
+        taken = {a.pos for a in self.agents.values()}
+        around = [(cell[0] + dx, cell[1] + dy) for dx, dy in ((1, 0), (-1, 0), (0, 1), (0, -1))]
+        return cell in taken and all(c in taken for c in around if self.free(c))
 
     def _oracle_length(self, agent: str) -> int:
         """Shortest move count of the agent's task from the start (for the SPL-like efficiency)."""
@@ -355,7 +409,7 @@ class Warehouse:
             return [Event(a.name, self.t, EntryKind.ACTION_OUTCOME, f"picked {obj}", True, act)]
         if act == "place":
             obj, dock = p.get("object", ""), p.get("target", "")
-            if a.holding != obj or dock not in self.docks or self.docks[dock] != a.pos:
+            if a.holding != obj or dock not in self.docks or self.access(dock) != a.pos:
                 return [Event(a.name, self.t, EntryKind.FAILURE_TRACE, f"place {obj} at {dock} failed", False, act)]
             a.holding = None
             task = next((t for t in self.tasks if t.obj == obj and not t.done), None)
@@ -450,7 +504,7 @@ def world_state(world: Warehouse, episode: int) -> WorldState:
     """
     entities: list[Entity] = []
     relations: list[Relation] = []
-    places = {**{s: world.access(s) for s in world.shelves}, **world.docks, **world.parks}
+    places = {place: world.access(place) for place in (*world.shelves, *world.docks, *world.parks)}
     names = sorted(world.agents)
     for name in names:
         a = world.agents[name]
