@@ -76,6 +76,7 @@ class CallRecord:
     tokens_before: int = 0
     mode: Mode = Mode.FULL_REPLAN
     phase_ms: dict[str, float] = field(default_factory=dict)
+    fault: str = ""    # a planner error's reason key (action_schema.Fault, 'truncated', ...); '' otherwise
 
     @property
     def slo_met(self) -> bool:

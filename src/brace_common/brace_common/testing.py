@@ -134,12 +134,15 @@ class RosHarness:
 
 
 class PlannerDouble(Node):
-    """Replan action server double: answers with a one-step plan, or holds until cancelled."""
+    """Replan action server double: answers with a one-step plan read from `tokens_after` tokens at most (or a
+    planner error `error`, when given), or holds until cancelled."""
 
     def __init__(self, action_name: str = names.REPLAN, hold: bool = False,
-                 namespace: str = names.DEFAULT_NAMESPACE) -> None:
+                 namespace: str = names.DEFAULT_NAMESPACE, error: str = "", tokens_after: int = 300) -> None:
         super().__init__("planner_double", namespace=namespace)
         self.hold = hold
+        self.error = error
+        self.tokens_after = tokens_after
         self.goals: list[Replan.Goal] = []
         self.cancelled: list[str] = []
         self.release = threading.Event()  # set at teardown so no held goal outlives the test
@@ -167,13 +170,18 @@ class PlannerDouble(Node):
             goal_handle.canceled()
             result.call.status = result.call.STATUS_CANCELLED
             return result
+        result.call.token_budget = goal.token_budget
+        result.call.tokens_after = min(goal.token_budget, self.tokens_after)
+        result.call.latency_ms = 12.0
+        if self.error:
+            result.call.status = result.call.STATUS_PLANNER_ERROR
+            result.call.error = self.error
+            goal_handle.succeed()
+            return result
         result.plan.agent_id = goal.agent_id
         result.plan.plan_id = f"plan/{len(self.goals)}"
         result.plan.steps = [PlanStep(index=0, action="move_to", parameters_json=f'{{"step": {goal.step}}}')]
         result.call.status = result.call.STATUS_OK
-        result.call.token_budget = goal.token_budget
-        result.call.tokens_after = min(goal.token_budget, 300)
-        result.call.latency_ms = 12.0
         goal_handle.succeed()
         return result
 

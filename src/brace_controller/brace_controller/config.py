@@ -144,6 +144,13 @@ class ControllerConfig:
         "off with adaptive_budget off = paper-faithful)")
     memory_off_when_infeasible: bool = param(True, "admit a call whose predicted P95 misses SLO_t x guard even at "
         "its fitted budget without retrieved memory (Replan.memory_off): the planner skips the retrieve phase")
+    quality_floor_tokens: int = param(0, "the smallest B_t the adaptive budget gives at start (0 = the profile's "
+        "min_token_budget); it rises as calls near it return plans naming unknown entities (quality_floor.py)",
+        0, 10**7)
+    quality_floor_step: int = param(64, "tokens the quality floor rises by", 1, 10**6)
+    quality_floor_window: int = param(8, "latest calls near the floor it judges by", 1, 10**6)
+    quality_floor_max_error_rate: float = param(0.25, "share of those calls that may name unknown entities before "
+        "the floor rises", 0.0, 0.99)
 
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid parameter."""

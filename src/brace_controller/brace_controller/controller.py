@@ -18,7 +18,9 @@ Order of checks for a well-formed trigger of agent a at step t:
 Admitted triggers get (m_t, B_t, SLO_t) from the BudgetPolicy; with the
 adaptive budget (beyond the paper; off = paper-faithful) B_t is then the
 largest budget up to the policy's whose predicted tail latency, after the
-planner's backlog, fits SLO_t x guard. The LatencyModel predicts a call from
+planner's backlog, fits SLO_t x guard, and never below the quality floor
+(quality_floor.py: raised where calls near it lose the entities a plan must
+name); a call the floor makes miss SLO_t is infeasible (rule 6). The LatencyModel predicts a call from
 what sets its cost: the context N the agent's last call read (contexts only
 grow within an episode), the budget, the mode. Both rule 6 and the adaptive
 budget count the backlog: one planner serves calls in turn, so a call admitted
@@ -52,6 +54,7 @@ from .config import BudgetProfile, ControllerConfig
 from .gate import AgentCounters, StabilityGate
 from .latency_model import CallSample, LatencyModel
 from .policy import BudgetPolicy
+from .quality_floor import QualityFloor
 
 # Triggers that are never deferred for predicted SLO infeasibility: they signal
 # failure, danger, a blocked team or an agent going round in circles, where a late plan beats no plan.
@@ -84,6 +87,9 @@ class BraceController:
         self.latency_model = LatencyModel(
             config.adaptive_window, config.adaptive_min_samples, config.adaptive_tail_quantile
         )
+        self.quality = QualityFloor(max(profile.min_token_budget, config.quality_floor_tokens),
+                                    config.quality_floor_step, profile.max_token_budget, config.quality_floor_window,
+                                    config.quality_floor_max_error_rate)
         self.agents: dict[str, AgentCounters] = {}
         self.team = AgentCounters()
         self.tally: dict[str, AgentTally] = {}
@@ -93,7 +99,8 @@ class BraceController:
         self._id_prefix = id_prefix
 
     def reset(self) -> None:
-        """A new episode: per-agent and team counters and plans restart; tallies and the latency model persist."""
+        """A new episode: per-agent and team counters and plans restart; tallies, the latency model and the quality
+        floor persist."""
         self.agents = {}
         self.team = AgentCounters()
         self._plans = {}
@@ -140,9 +147,9 @@ class BraceController:
                 backlog = self.backlog_ms()
                 target = budget.slo_ms * self.config.adaptive_guard_ratio - backlog
                 mode = int(budget.mode)
+                low = min(self.quality.floor, token_budget)
                 if self.config.adaptive_budget:
-                    fitted = model.budget_for(target, n, mode, min(self.policy.min_token_budget, token_budget),
-                                              token_budget)
+                    fitted = model.budget_for(target, n, mode, low, token_budget)
                 else:
                     fitted = token_budget if model.predict_p95(n, min(n, token_budget), mode) <= target else None
                 infeasible = fitted is None
@@ -151,7 +158,7 @@ class BraceController:
                 if infeasible and reason == Reason.GATE_OPEN and (hold or self._deferrable(trigger)):
                     reason = Reason.SLO_INFEASIBLE
                 elif self.config.adaptive_budget:
-                    token_budget = min(self.policy.min_token_budget, token_budget) if infeasible else fitted
+                    token_budget = low if infeasible else fitted
                 predicted = backlog + model.predict_p95(n, min(n, token_budget), mode)
                 cost_ms = model.predict_mean(n, min(n, token_budget), mode)
             budget = dataclasses.replace(budget, token_budget=token_budget)
@@ -262,6 +269,8 @@ class BraceController:
         agent.in_flight_cost_ms = 0.0
         if record.tokens_before > 0:
             agent.tokens_before = record.tokens_before
+        if record.status in (CallStatus.OK, CallStatus.PLANNER_ERROR):
+            self.quality.observe(record.tokens_after, record.fault)
         if record.status == CallStatus.OK and record.plan_changed:
             changed_at = max(record.step, self.team.latest_step)
             agent.last_change_step = changed_at

@@ -46,6 +46,7 @@ from brace_common.vocabulary import TEAM_AGENT, CallStatus, EpisodeEvent
 from . import convert
 from .config import ControllerConfig, ControllerNodeConfig
 from .controller import BraceController
+from .quality_floor import fault_of
 
 
 def _serialized(method):
@@ -218,21 +219,27 @@ class BraceControllerNode(Node):
             plan.decision_id = plan.decision_id or decision_id
             plan_changed = self.core.accept_plan(plan.agent_id, plan_signature(plan))
             self.plan_pub.publish(plan)
+        fault = fault_of(result.call.error) if status == CallStatus.PLANNER_ERROR else ""
         self.finish(call.decision, status, float(result.call.latency_ms), plan_changed, int(result.call.tokens_after),
-                    tokens_before=int(result.call.tokens_before))
+                    tokens_before=int(result.call.tokens_before), fault=fault)
 
-    def finish(self, decision: Decision, status: CallStatus, latency_ms: float,
-               plan_changed: bool = False, tokens_after: int = 0, error: str = "", tokens_before: int = 0) -> None:
-        """Tell the core a call is over; audit a call no planner answered."""
+    def finish(self, decision: Decision, status: CallStatus, latency_ms: float, plan_changed: bool = False,
+               tokens_after: int = 0, error: str = "", tokens_before: int = 0, fault: str = "") -> None:
+        """Tell the core a call is over (`fault`: a planner error's reason); audit a call no planner answered."""
         self.counts["calls_finished"] += 1
         if error:
             self.calls_pub.publish(convert.unanswered_call_to_msg(
                 decision, status, latency_ms, self.get_clock().now().to_msg(), error))
+        floor = self.core.quality.floor
         self.core.record_call(CallRecord(
             agent_id=decision.trigger.agent_id, step=decision.trigger.step, status=status,
             plan_changed=plan_changed, latency_ms=latency_ms, tokens_after=tokens_after,
             slo_ms=decision.slo_ms, decision_id=decision.decision_id, mode=decision.mode, tokens_before=tokens_before,
+            fault=fault,
         ))
+        if self.core.quality.floor != floor:
+            self.get_logger().warning(f"quality floor raised to {self.core.quality.floor} tokens: calls near "
+                                      f"{floor} named entities the schema does not hold")
         for trigger in self.core.release_held():  # the backlog shrank: decide the held triggers again
             self.counts["held_decided_again"] += 1
             self.decide(trigger, self.held_msgs.pop(trigger.agent_id))
@@ -310,6 +317,8 @@ class BraceControllerNode(Node):
             "planner_server": server,
             "latency_model_samples": model.samples,
             "latency_model_ready": model.ready,
+            "quality_floor_tokens": self.core.quality.floor,
+            "quality_floor_raised": self.core.quality.raised,
             **{f"latency_model_{k}": v for k, v in model.describe().items()},
             **{f"reason.{k}": v for k, v in sorted(totals.items())},
             **self.counts,

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import math
-import random
 
 import pytest
-from helpers import controller, trig
+from helpers import CONTEXT, controller, trig, warm
 
 from brace_common.replanning import CallRecord, Trigger
 from brace_common.vocabulary import CallStatus, Mode, Reason, TriggerKind
-from brace_controller.latency_model import CallSample
-
-CONTEXT = 2000  # tokens the agents' calls read in these tests
 
 
 def done(c, agent="a", step=0, changed=False, tokens_before=CONTEXT):
@@ -58,7 +54,7 @@ def test_defer_guard_admits_agent_starved_by_team_cooldown():
 
 def test_defer_guard_waits_for_the_planner_to_be_free():
     c = controller(cooldown_steps=0, commit_steps=0, defer_when_infeasible=True, max_consecutive_deferrals=1)
-    _warm(c, 1.0)
+    warm(c, 1.0)
     c.accept_plan("a", ("plan",))
     assert c.decide(trig(1, agent="b")).admitted  # b's call is in flight
     assert c.decide(trig(1)).reason == Reason.SLO_INFEASIBLE  # a would wait for b's call
@@ -73,25 +69,13 @@ def test_team_trigger_uses_team_counters():
     assert c.decide(trig(1, agent="team", kind=TriggerKind.DEADLOCK)).reason == Reason.IN_FLIGHT
 
 
-def _warm(c, ms_per_kept_token: float, ms_per_token: float = 0.0, base: float = 20.0, context: int = CONTEXT):
-    """Calls costing base + ms_per_kept_token A + ms_per_token N (A = tokens after compression); a call of this
-    episode read `context` tokens."""
-    rng = random.Random(0)
-    for _ in range(c.config.adaptive_window):
-        tokens = rng.randint(500, 3000)
-        kept = rng.randint(64, tokens)
-        cost = base + ms_per_kept_token * kept + ms_per_token * tokens
-        c.observe_latency(CallSample(tokens, kept, 0, 0.0, cost, 0.0, cost))
-    c.record_call(CallRecord("z", 0, CallStatus.OK, False, 10.0, 100, tokens_before=context))
-
-
 def test_adaptive_budget_lowers_budget_to_meet_slo():
     c = controller(adaptive_budget=True, adaptive_guard_ratio=0.9, adaptive_window=20)
-    _warm(c, 1.0)  # 1 ms per kept token: full_replan SLO 2000 ms -> ~1780 tokens fit; deadlock asks 1024
+    warm(c, 1.0)  # 1 ms per kept token: full_replan SLO 2000 ms -> ~1780 tokens fit; deadlock asks 1024
     d = c.decide(trig(1, kind=TriggerKind.DEADLOCK))
     assert d.token_budget == 1024 and d.predicted_p95_ms <= 0.9 * d.slo_ms
     done(c, step=1)
-    _warm(c, 4.0)  # the window now holds only 4 ms per kept token: 20 + 4 B <= 1800 -> B <= 445
+    warm(c, 4.0)  # the window now holds only 4 ms per kept token: 20 + 4 B <= 1800 -> B <= 445
     d = c.decide(trig(2, agent="b", kind=TriggerKind.DEADLOCK))
     assert abs(d.token_budget - 445) <= 1  # floating-point rounding at the boundary
     assert d.predicted_p95_ms <= 0.9 * d.slo_ms + 1e-6
@@ -99,7 +83,7 @@ def test_adaptive_budget_lowers_budget_to_meet_slo():
 
 def test_adaptive_budget_reads_the_context_the_agents_read():
     c = controller(adaptive_budget=True, adaptive_window=40)
-    _warm(c, 1.0, ms_per_token=0.5, context=1000)  # a prefill that reads N before its first cut
+    warm(c, 1.0, ms_per_token=0.5, context=1000)  # a prefill that reads N before its first cut
     small = c.decide(trig(1, kind=TriggerKind.DEADLOCK))
     done(c, step=1, tokens_before=3000)  # the context grew: 0.5 ms per token more of it leaves less for B
     large = c.decide(trig(2, agent="b", kind=TriggerKind.DEADLOCK))
@@ -109,7 +93,7 @@ def test_adaptive_budget_reads_the_context_the_agents_read():
 
 def test_without_a_context_seen_this_episode_the_budget_is_the_policys():
     c = controller(adaptive_budget=True, defer_when_infeasible=True, adaptive_window=20)
-    _warm(c, 100.0)  # nothing fits
+    warm(c, 100.0)  # nothing fits
     c.reset()  # a new episode: no call has read its context yet
     d = c.decide(trig(1))
     assert d.admitted and d.token_budget == 512 and math.isnan(d.predicted_p95_ms)
@@ -117,7 +101,7 @@ def test_without_a_context_seen_this_episode_the_budget_is_the_policys():
 
 def test_infeasible_slo_defers_periodic_but_not_hazard():
     c = controller(adaptive_budget=True, defer_when_infeasible=True)
-    _warm(c, 1.0, base=5000.0)  # even the minimum budget misses every SLO
+    warm(c, 1.0, base=5000.0)  # even the minimum budget misses every SLO
     first = c.decide(trig(1, severity=0.9))
     assert first.admitted  # no plan yet in this episode: never deferred
     c.accept_plan("a", ("plan",))
@@ -132,7 +116,7 @@ def test_infeasible_slo_defers_periodic_but_not_hazard():
 
 def test_an_agent_without_an_unfinished_plan_is_never_deferred():
     c = controller(adaptive_budget=True, defer_when_infeasible=True)
-    _warm(c, 1.0, base=5000.0)
+    warm(c, 1.0, base=5000.0)
     c.accept_plan("a", ("plan",))
     finished = c.decide(trig(1, has_goal=False))  # its plan ran out: it idles until it gets a new one
     assert finished.admitted and finished.reason == Reason.GATE_OPEN
@@ -141,7 +125,7 @@ def test_an_agent_without_an_unfinished_plan_is_never_deferred():
 
 def test_backlog_of_calls_in_flight_defers_periodic_until_the_planner_is_free():
     c = controller(defer_when_infeasible=True)  # B_t fixed (adaptive off); 20 + N ms per call
-    _warm(c, 1.0)
+    warm(c, 1.0)
     c.accept_plan("b", ("plan",))  # b has a plan (agents without one are never deferred)
     assert c.decide(trig(1)).admitted  # partial_replan: B 512, ~532 ms, SLO 1000 x 0.9
     waiting = c.decide(trig(1, agent="b"))  # would wait ~532 ms for a's call first
@@ -155,7 +139,7 @@ def test_backlog_of_calls_in_flight_defers_periodic_until_the_planner_is_free():
 
 def test_an_idle_agent_behind_a_backlog_is_held_and_called_when_the_planner_frees():
     c = controller(defer_when_infeasible=True)  # B_t fixed (adaptive off); 20 + N ms per call
-    _warm(c, 1.0)
+    warm(c, 1.0)
     assert c.decide(trig(1)).admitted  # a's call: ~532 ms
     idle = c.decide(trig(1, agent="b", has_goal=False))  # no plan yet; its call would wait ~532 ms for a's
     assert not idle.admitted and idle.reason == Reason.SLO_INFEASIBLE and c.held["b"].agent_id == "b"
@@ -171,7 +155,7 @@ def test_an_idle_agent_behind_a_backlog_is_held_and_called_when_the_planner_free
 
 def test_a_newer_trigger_supersedes_the_held_one_and_an_episode_drops_them():
     c = controller(defer_when_infeasible=True)
-    _warm(c, 1.0)
+    warm(c, 1.0)
     c.decide(trig(1))
     assert not c.decide(trig(1, agent="b", has_goal=False)).admitted
     assert not c.decide(trig(2, agent="b", has_goal=False)).admitted
@@ -182,7 +166,7 @@ def test_a_newer_trigger_supersedes_the_held_one_and_an_episode_drops_them():
 
 def test_adaptive_budget_leaves_room_for_the_backlog():
     c = controller(adaptive_budget=True, defer_when_infeasible=True)
-    _warm(c, 1.0)
+    warm(c, 1.0)
     first = c.decide(trig(1))
     assert first.admitted and first.token_budget == 512
     second = c.decide(trig(1, agent="b"))
@@ -213,12 +197,12 @@ def test_malformed_trigger_is_rejected_without_state_change(bad):
 
 def test_a_call_admitted_beyond_its_slo_runs_without_memory():
     c = controller(adaptive_budget=True, defer_when_infeasible=True)
-    _warm(c, 1.0, base=5000.0)  # even the minimum budget misses every SLO
+    warm(c, 1.0, base=5000.0)  # even the minimum budget misses every SLO
     hazard = c.decide(trig(1, agent="b", kind=TriggerKind.HAZARD))
     assert hazard.admitted and hazard.memory_off
     fits = controller(adaptive_budget=True, defer_when_infeasible=True)
-    _warm(fits, 1.0)
+    warm(fits, 1.0)
     assert not fits.decide(trig(1, kind=TriggerKind.HAZARD)).memory_off
     kept = controller(adaptive_budget=True, defer_when_infeasible=True, memory_off_when_infeasible=False)
-    _warm(kept, 1.0, base=5000.0)
+    warm(kept, 1.0, base=5000.0)
     assert not kept.decide(trig(1, kind=TriggerKind.HAZARD)).memory_off

@@ -163,6 +163,20 @@ def test_a_new_episode_cancels_the_calls_in_flight_and_the_commit_window_follows
     assert probe.decisions[2].admitted, probe.decisions[2].reason
 
 
+def test_plans_naming_unknown_entities_raise_the_quality_floor(ros):
+    node = controller(cooldown_steps=0, commit_steps=0, quality_floor_window=2, quality_floor_step=64)
+    planner = PlannerDouble(error="unknown_choice: step 0: 'dock_9' is not one of dock_1, dock_2", tokens_after=20)
+    probe = connect(ros, node, planner)
+    start = node.core.quality.floor
+    for step in (1, 2):
+        probe.send(step)
+        wait_for(lambda step=step: len(planner.goals) == step, what=f"call {step}")
+        settle(node)
+    assert node.core.quality.floor == start + 64 and node.core.quality.raised == 1
+    wait_for(lambda: probe.diag_value("quality_floor_tokens") == str(start + 64), what="the floor in diagnostics")
+    assert probe.diag_value("quality_floor_raised") == "1"
+
+
 def test_malformed_triggers_are_counted_not_fatal(ros):
     node = controller()
     probe = connect(ros, node)
