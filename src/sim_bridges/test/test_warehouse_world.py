@@ -60,21 +60,21 @@ def test_oracle_policy_completes_most_episodes(agents):
     assert wins >= 4
 
 
-def test_eight_agents_finish_on_the_aisles_layout_where_the_compact_one_locks_them():
-    """The aisles layout's parking row and wall docks (and the oracle's two rules there) let K = 8 finish within 80
-    steps; on the compact layout, agents parked on the upper aisle and agents crowding a corner dock lock seeds up."""
+def test_eight_agents_finish_on_the_aisles_floor_plan_where_the_compact_one_locks_them():
+    """The aisles floor plan's parking row and wall docks (and the oracle's two rules there) let K = 8 finish within 80
+    steps; on the compact one, agents parked on the upper aisle and agents crowding a corner dock lock seeds up."""
     finished = {}
-    for layout in ("compact", "aisles"):
-        worlds = [Warehouse(WorldConfig(num_agents=8, seed=seed, max_steps=80, layout=layout)) for seed in range(20)]
+    for plan in ("compact", "aisles"):
+        worlds = [Warehouse(WorldConfig(num_agents=8, seed=seed, max_steps=80, floor_plan=plan)) for seed in range(20)]
         for world in worlds:
             run_oracle(world)
             assert world.collisions == 0
-        finished[layout] = sum(world.success for world in worlds)
+        finished[plan] = sum(world.success for world in worlds)
     assert finished["aisles"] == 20 and finished["compact"] < 18
 
 
 def test_aisles_docks_are_in_the_wall_and_taken_from_the_aisle_above():
-    world = Warehouse(WorldConfig(num_agents=8, layout="aisles"))
+    world = Warehouse(WorldConfig(num_agents=8, floor_plan="aisles"))
     assert all(cell in world.walls and world.access(dock) == (cell[0], cell[1] - 1)
                for dock, cell in world.docks.items())
     assert all(cell[1] == 1 for cell in world.parks.values())              # the parking row
@@ -85,16 +85,16 @@ def test_aisles_docks_are_in_the_wall_and_taken_from_the_aisle_above():
     assert Relation("agent_0", "at", "dock_2") not in state.relations
 
 
-def test_a_carrier_waits_parked_until_its_giver_holds_the_object_on_the_aisles_layout():
-    world = Warehouse(WorldConfig(num_agents=2, seed=0, layout="aisles"))
+def test_a_carrier_waits_parked_until_its_giver_holds_the_object_on_the_aisles_floor_plan():
+    world = Warehouse(WorldConfig(num_agents=2, seed=0, floor_plan="aisles"))
     (task,) = world.tasks
     assert [s.action for s in world.oracle_plan(task.carrier)] == ["wait"]          # at its park already
     world.objects[task.obj], world.agents[task.giver].holding = None, task.obj
     assert world.oracle_plan(task.carrier)[0] == Step("move_to", {"target": task.dock})
 
 
-def test_an_agent_next_to_a_boxed_in_dock_makes_way_on_the_aisles_layout():
-    world = Warehouse(WorldConfig(num_agents=4, seed=0, handoff_tasks=0, layout="aisles"))
+def test_an_agent_next_to_a_boxed_in_dock_makes_way_on_the_aisles_floor_plan():
+    world = Warehouse(WorldConfig(num_agents=4, seed=0, handoff_tasks=0, floor_plan="aisles"))
     dock = world.tasks[0].dock
     x, y = world.access(dock)
     names = list(world.agents)
@@ -173,7 +173,7 @@ def test_one_task_dock_congests_the_team():
 
 
 @pytest.mark.parametrize("bad", [dict(num_agents=0), dict(num_agents=9), dict(grasp_failure=1.5), dict(max_steps=0),
-                                 dict(task_docks=-1), dict(layout="maze")])
+                                 dict(task_docks=-1), dict(floor_plan="maze")])
 def test_config_validation(bad):
     with pytest.raises(ValueError):
         Warehouse(WorldConfig(**bad))

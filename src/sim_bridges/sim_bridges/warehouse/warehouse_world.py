@@ -12,7 +12,7 @@ so the context grows with time and with K (paper Eq. 3).
 Map legend: '#' wall, '.' floor, 'S' shelf (blocked; picked from the floor cell
 above it), 'D' dock on the floor (place standing on it), 'd' dock in the wall
 (blocked; placed from the floor cell above it). Each agent's start cell, in the
-top row, is its parking place `park_<i>`. Two layouts (`layout`): `compact`
+top row, is its parking place `park_<i>`. Two floor plans (`floor_plan`): `compact`
 (K ≤ 6: the top row is also the aisle the upper shelves are taken from) and
 `aisles` (K = 8: a parking row above that aisle and docks in the bottom wall,
 so that neither parked agents nor agents at a dock close an aisle).
@@ -50,15 +50,15 @@ SUPERVISOR = "supervisor"
 
 
 @dataclass(frozen=True)
-class Layout:
+class FloorPlan:
     """A warehouse map and whether its top row holds only parking places (nobody passes through it)."""
 
     rows: tuple[str, ...]
     parking_row: bool
 
 
-LAYOUTS = {
-    "compact": Layout((
+FLOOR_PLANS = {
+    "compact": FloorPlan((
         "##############",
         "#............#",
         "#.S.S.S.S.S..#",
@@ -68,7 +68,7 @@ LAYOUTS = {
         "#D...D....D..#",
         "##############",
     ), parking_row=False),
-    "aisles": Layout((
+    "aisles": FloorPlan((
         "##############",
         "#............#",
         "#............#",
@@ -80,7 +80,7 @@ LAYOUTS = {
         "##d....d...d##",
     ), parking_row=True),
 }
-"""The maps by `layout` name."""
+"""The maps by `floor_plan` name."""
 
 Cell = tuple[int, int]  # (x, y)
 
@@ -99,14 +99,14 @@ class WorldConfig:
     handoff_tasks: int = param(1, "two-agent handoff tasks, Pass-Shoe-like (agents 0+1, 2+3, ... pair up, at most "
                                "K // 2 pairs; every agent has one task)", 0, 100)
     task_docks: int = param(0, "tasks deliver to the first n docks only (0 = any dock; 1 = one congested dock)", 0, 3)
-    layout: str = param("compact", "map: compact (K <= 6; parks on the upper shelves' aisle) or aisles (K = 8; a "
+    floor_plan: str = param("compact", "map: compact (K <= 6; parks on the upper shelves' aisle) or aisles (K = 8; a "
                         "parking row, docks taken from the aisle above them)")
 
     def validate(self) -> None:
         """ConfigError (a ValueError) naming the offending field."""
         check_fields(self)
-        if self.layout not in LAYOUTS:
-            raise ConfigError("layout", f"'{self.layout}' is not one of {', '.join(LAYOUTS)}")
+        if self.floor_plan not in FLOOR_PLANS:
+            raise ConfigError("floor_plan", f"'{self.floor_plan}' is not one of {', '.join(FLOOR_PLANS)}")
 
     def world_fields(self) -> dict:
         """The world's own fields (without what a subclass adds)."""
@@ -166,8 +166,8 @@ class Warehouse:
         self.config = config
         self.rng = random.Random(config.seed)
         self.t = 0
-        self.layout = LAYOUTS[config.layout]
-        self.rows = self.layout.rows
+        self.floor_plan = FLOOR_PLANS[config.floor_plan]
+        self.rows = self.floor_plan.rows
         self.walls: set[Cell] = set()
         self.shelves: dict[str, Cell] = {}
         self.docks: dict[str, Cell] = {}
@@ -257,7 +257,7 @@ class Warehouse:
         Fetch: go to the object's shelf, pick, go to the dock, place. Handoff: the
         giver fetches the object and brings it to the task's dock, where the carrier
         waits, hands it over, and the carrier places it. Done: go park. Where the
-        top row is a parking row (layout aisles) two more rules keep eight agents
+        top row is a parking row (floor plan aisles) two more rules keep eight agents
         from locking a dock: a carrier waits parked until its giver holds the
         object, and an agent next to its dock makes way (goes to park) while the
         agent on the dock has no free cell to leave by.
@@ -267,7 +267,7 @@ class Warehouse:
         handed_over = task is not None and task.giver == agent and self.agents[task.carrier].holding == task.obj
         if task is None or handed_over:  # nothing (more) to do: free the shelves and docks
             return self._park_plan(agent)
-        if self.layout.parking_row:
+        if self.floor_plan.parking_row:
             goal = self.access(task.dock)
             if a.holding == task.obj and self._adjacent(a.pos, goal) and self._boxed_in(goal):
                 return self._park_plan(agent)
