@@ -40,7 +40,7 @@ from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
 from sim_bridges.warehouse.warehouse_feed import action_schema, same_first_step
-from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
+from sim_bridges.warehouse.warehouse_world import FLOOR_PLANS, Warehouse, WorldConfig
 
 OUT = Path(__file__).parent / "out"
 PREDICTOR = sim_planner_checkpoint("predictor_path")
@@ -55,6 +55,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--episodes", type=int, help="oracle episodes (seeds 0..N-1) of the decision points (default 2)")
     ap.add_argument("--agents", type=int, default=4)
+    ap.add_argument("--floor-plan", default="compact", choices=list(FLOOR_PLANS), help="the warehouse map")
     ap.add_argument("--every", type=int, default=8)
     ap.add_argument("--observe-every", type=int, default=4)
     ap.add_argument("--limit", type=int, help="decision points per configuration (default 40)")
@@ -83,7 +84,7 @@ def main() -> None:
     layers = table8_layers(depth)
     schedule = PruneSchedule(tuple(layers), 0.7)
     trained = PredictorBank.load(resolve_path(args.predictor), model.config)
-    world0 = Warehouse(WorldConfig(num_agents=args.agents))
+    world0 = Warehouse(WorldConfig(num_agents=args.agents, floor_plan=args.floor_plan))
     schema = ActionSchema.from_dict(action_schema(world0))
     configs = {}
     for weights, layout, name, memory in itertools.product(args.decode_weights, args.layout, args.configs,
@@ -100,7 +101,8 @@ def main() -> None:
         path.memory = None if memory == "flat" else memory_use(next(c for c in MEMORY_CONFIGS if c.name == memory))
         # generated lazily: the memory holds what a run's would when each point is consumed
         points = itertools.islice(decision_points(range(args.episodes), args.agents, args.every, args.observe_every,
-                                                  memory=path.memory.system if path.memory else None), args.limit)
+                                                  memory=path.memory.system if path.memory else None,
+                                                  floor_plan=args.floor_plan), args.limit)
         first = full = n = 0
         lat, toks = [], []
         started = time.monotonic()

@@ -44,7 +44,7 @@ from erecap_planner.models import SMOLLM2, cache_root, load_model
 from erecap_planner.pruning import PruneSchedule
 from erecap_planner.scoring import enumerate_steps
 from sim_bridges.warehouse.warehouse_feed import action_schema
-from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
+from sim_bridges.warehouse.warehouse_world import FLOOR_PLANS, Warehouse, WorldConfig
 
 from .haystack_training import haystack_examples
 from .plan_data import DecisionPoint, decision_points
@@ -112,9 +112,10 @@ def memory_prompt(path: PlannerCallPath, point: DecisionPoint) -> tuple[list[int
 
 def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int, max_tokens: int,
                    rng: random.Random, detour: float = 0.0, memory_share: float = 0.0,
-                   model=None) -> list[PlanExample]:
-    """Examples from oracle episodes for every K in `agents` (prompts longer than max_tokens skipped); a share
-    `memory_share` of the episodes rendered with memory (needs `model` for the call path that renders them)."""
+                   model=None, floor_plan: str = "compact") -> list[PlanExample]:
+    """Examples from oracle episodes for every K in `agents` on the warehouse map `floor_plan` (prompts longer than
+    max_tokens skipped); a share `memory_share` of the episodes rendered with memory (needs `model` for the call
+    path that renders them)."""
     out = []
     for k in agents:
         schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=k))))
@@ -132,8 +133,8 @@ def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int
                     path = PlannerCallPath(model, tokenizer, schema, "none", PruneSchedule((), 1.0),
                                            decoding="constrained", layout=MEMORY_LAYOUT)
                 path.memory = memory = uses[config.name]
-            for point in decision_points(range(seed, seed + 1), k, observe_every=observe_every,
-                                         detour=detour, memory=memory.system if memory else None):
+            for point in decision_points(range(seed, seed + 1), k, observe_every=observe_every, detour=detour,
+                                         memory=memory.system if memory else None, floor_plan=floor_plan):
                 if memory is not None:
                     ids, protect = memory_prompt(path, point)
                 else:
@@ -149,6 +150,7 @@ def add_data_arguments(ap: argparse.ArgumentParser, episodes: int, seed: int, ma
     ap.add_argument("--model", default=SMOLLM2)
     ap.add_argument("--episodes", type=int, default=episodes, help="oracle episodes per K")
     ap.add_argument("--agents", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--floor-plan", default="compact", choices=list(FLOOR_PLANS), help="the warehouse map")
     ap.add_argument("--seed", type=int, default=seed, help="first training seed (evaluation uses seeds < 1000)")
     ap.add_argument("--max-tokens", type=int, default=max_tokens, help="longer prompts are skipped")
     ap.add_argument("--epochs", type=int, default=epochs)
@@ -180,7 +182,7 @@ def main(argv=None) -> int:
     rng = random.Random(args.seed)
     model, tok = load_model(args.model, device="auto", dtype="float32")
     examples = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng, args.detour,
-                              args.memory, model)
+                              args.memory, model, args.floor_plan)
     if len(examples) > args.examples:
         examples = rng.sample(examples, args.examples)
     pruning = prune_share(model, examples, args.pruned, args.budget, args.predictor, rng)

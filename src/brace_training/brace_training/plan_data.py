@@ -82,7 +82,7 @@ class MemoryFeed:
 def decision_points(seeds: range, num_agents: int, every: int = 8, observe_every: int = 4,
                     max_steps: int = 60, drift: float = 0.03, grasp_failure: float = 0.1,
                     stagger: int = 1, detour: float = 0.0,
-                    memory: Optional[MemorySystem] = None) -> Iterator[DecisionPoint]:
+                    memory: Optional[MemorySystem] = None, floor_plan: str = "compact") -> Iterator[DecisionPoint]:
     """Decision points of oracle-driven episodes, one episode per seed.
 
     As in the closed loop: the episode opens with the task, constraints and every
@@ -93,12 +93,12 @@ def decision_points(seeds: range, num_agents: int, every: int = 8, observe_every
     controller's for that moment: the first plan and a finished one full_replan,
     a failure partial_replan, the periodic check of a running plan reuse_subplan.
     `memory` (kept across the seeds, as a run keeps it) is fed while the episode
-    runs; it holds what it would at a point while the point is being consumed.
+    runs; it holds what it would at a point while the point is being consumed. `floor_plan`: the warehouse map.
     """
     for seed in seeds:
         rng = random.Random(seed)
         world = Warehouse(WorldConfig(num_agents=num_agents, seed=seed, max_steps=max_steps, drift=drift,
-                                      grasp_failure=grasp_failure))
+                                      grasp_failure=grasp_failure, floor_plan=floor_plan))
         names = sorted(world.agents)
         feed = MemoryFeed(memory, names)
         entries = feed.entries(list(episode_entries(world, seed)) + step_entries(world, [], 0))

@@ -77,7 +77,8 @@ def main(argv=None) -> int:
     layers = table8_layers(model.config.num_hidden_layers)
     bank = (PredictorBank.load(resolve_path(args.init), model.config) if args.init
             else PredictorBank.for_model(model.config, layers, seed=args.seed))
-    points = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng, args.detour)
+    points = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng, args.detour,
+                            floor_plan=args.floor_plan)
     if not points:
         ap.error(f"no decision point fits in --max-tokens {args.max_tokens}")
     points = rng.sample(points, min(args.cases, len(points)))

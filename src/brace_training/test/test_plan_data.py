@@ -20,3 +20,9 @@ def test_detours_execute_mistakes_but_keep_the_oracle_labels():
     assert picks(clean) > 0 and picks(detoured) == 0  # every executed plan was a detour: nothing was ever picked
     assert all(p.oracle for p in detoured)
     assert any(p.oracle[0].action == "move_to" and p.step > 10 for p in detoured)
+
+
+def test_eight_agents_on_the_aisles_floor_plan_give_points_up_to_the_last_delivery():
+    points = list(decision_points(range(1), num_agents=8, max_steps=80, floor_plan="aisles"))
+    assert {p.agent_id for p in points} == {f"agent_{i}" for i in range(8)}
+    assert any("task done" in e.text for e in points[-1].entries)
