@@ -64,6 +64,8 @@ class FakeArm(Node):
         self.encoding = encoding
         self.frames = 0
         self.commands: list[EndEffectorDelta] = []
+        self.moving: list[EndEffectorDelta] = []   # with `lag`: steps the arm carries out by its next state message
+        self.lag = False
         self.outcomes: list[ExecutionOutcome] = []
         self.entries: list[ContextEntry] = []
         self.diagnostics: list[DiagnosticStatus] = []
@@ -86,13 +88,22 @@ class FakeArm(Node):
     def on_command(self, msg: EndEffectorDelta) -> None:
         with self.lock:
             self.commands.append(msg)
-            self.ee = [self.ee[0] + msg.translation.x, self.ee[1] + msg.translation.y, self.ee[2] + msg.translation.z]
-            if not math.isnan(msg.gripper):
-                width = self.object_width
-                self.opening = width if width is not None and msg.gripper < width else msg.gripper
+            if self.lag:
+                self.moving.append(msg)
+                return
+            self._move(msg)
+
+    def _move(self, msg: EndEffectorDelta) -> None:
+        self.ee = [self.ee[0] + msg.translation.x, self.ee[1] + msg.translation.y, self.ee[2] + msg.translation.z]
+        if not math.isnan(msg.gripper):
+            width = self.object_width
+            self.opening = width if width is not None and msg.gripper < width else msg.gripper
 
     def publish_state(self) -> None:
         with self.lock:
+            for msg in self.moving:
+                self._move(msg)
+            self.moving.clear()
             opening, ee = self.opening, list(self.ee)
         self.joints_pub.publish(JointState(name=[f"joint{i}" for i in range(1, 7)] + ["gripper"],
                                            position=[0.0] * 6 + [opening]))
@@ -295,6 +306,32 @@ def test_non_real_actions_are_refused_and_counted(ros, answer, reason, text):
         wait_for(lambda: len(arm.outcomes) == 1, what="the step's EXECUTOR failure")
     assert arm.outcomes[0].failure == Failure.EXECUTOR and text in arm.outcomes[0].detail
     assert node.counts[f"vla_errors.{reason}"] == 2 and node.counts["actions"] == 0 and not arm.commands
+
+
+@pytest.mark.parametrize("anchor", [True, False])
+def test_each_step_is_applied_from_the_pose_the_vla_saw(ros, act, anchor):
+    """A policy that steers the tool to a point, answered one control tick late (the executor pipelines its
+    requests): anchored, the tool settles on the point; applied to the pose measured when it arrives, a step repeats
+    the one before it and the tool keeps circling the point."""
+    goal = np.array([0.13, 0.0, 0.17])
+    arms: list[FakeArm] = []
+
+    def steer(image, instruction, unnorm_key):
+        with arms[0].lock:
+            ee = np.array(arms[0].ee)
+        return np.array([*np.clip(goal - ee, -0.02, 0.02), 0.0, 0.0, 0.0, 1.0])
+
+    node = executor(act(steer).url, anchor_actions=anchor, control_period_s=0.1, step_timeout_s=60.0)
+    arms.append(start(ros, node))
+    arm = arms[0]
+    arm.lag = True          # a step takes the arm until its next state message (50 ms): the VLA sees it before
+    arm.plan("p", ("move_to", '{"target": "bowl"}'))
+    wait_for(lambda: len(arm.commands) >= 40, what="40 steps", timeout=60.0)
+    with arm.lock:
+        last = [(c.translation.x, c.translation.z) for c in arm.commands[-10:]]
+    settled = all(abs(x) < 1e-3 and abs(z) < 1e-3 for x, z in last)
+    assert settled == anchor, [(round(x, 4), round(z, 4)) for x, z in last]
+    assert (node.counts["actions_anchored"] >= 40) == anchor
 
 
 def test_malformed_plans_are_counted_and_the_step_goes_on(ros, act):

@@ -9,6 +9,7 @@ from robot_bridge.openvla.vla_action import (
     ActionError,
     ArmScaling,
     GripperMapping,
+    anchored,
     bin_centers,
     bin_edges,
     check_action,
@@ -87,6 +88,16 @@ def test_scaling_and_per_axis_limits():
     assert arm.clipped
     arm = to_arm([0.001, 0, 0, 0, 0, 0, 1.0], ArmScaling(), GripperMapping())
     assert arm.translation_m == (0.001, 0.0, 0.0) and not arm.clipped
+
+
+def test_a_step_is_anchored_to_the_pose_it_was_computed_from():
+    # the VLA saw the tool at z 0.135 and asked for -0.015 (to 0.12); the previous step took it to 0.12 meanwhile
+    arm = to_arm([0.0, 0.0, -0.015, 0.0, 0.0, 0.05, 0.0], ArmScaling(), GripperMapping())
+    now = anchored(arm, (0.3, 0.0, 0.135), (0.3, 0.0, 0.12), ArmScaling())
+    assert now.translation_m == pytest.approx((0.0, 0.0, 0.0)) and now.rotation_rad == arm.rotation_rad
+    assert now.gripper_m == arm.gripper_m and not now.clipped
+    far = anchored(arm, (0.3, 0.0, 0.135), (0.26, 0.0, 0.08), ArmScaling())   # it moved on a lot: cut to the limit
+    assert far.translation_m == pytest.approx((0.02, 0.0, 0.02)) and far.clipped
 
 
 def test_gripper_threshold_and_continuous():

@@ -60,6 +60,9 @@ class ExecutorConfig:
     rotation_scale: float = param(1.0, "the VLA's delta rpy is multiplied by this (rad per action unit)", 1e-6, 100.0)
     max_translation_m: list[float] = param([0.02, 0.02, 0.02], "per-axis limit of one step's translation (m)")
     max_rotation_rad: list[float] = param([0.1, 0.1, 0.1], "per-axis limit of one step's rotation (rad)")
+    anchor_actions: bool = param(True, "apply each step from the end pose measured when its VLA request was sent "
+                                 "(what the VLA saw), not when the answer came: otherwise a step computed while the "
+                                 "previous one was still under way repeats it (the tool then circles its target)")
     gripper_mode: str = param("threshold", "'threshold' (open or closed) or 'continuous' (interpolated opening)")
     gripper_open_value: float = param(1.0, "the action's gripper value of a fully open gripper (OpenVLA: 1)")
     gripper_closed_value: float = param(0.0, "the action's gripper value of a closed gripper (OpenVLA: 0; inverted "

@@ -91,7 +91,7 @@ from ..orbbec.image_msgs import image_to_array
 from .executor_config import ExecutorConfig
 from .instructions import InstructionTemplates
 from .step_monitor import Observation, StepMonitor, StepResult, StepSpec, outcome_text
-from .vla_action import ActionError, ArmScaling, GripperMapping, to_arm
+from .vla_action import ActionError, ArmScaling, GripperMapping, anchored, to_arm
 from .vla_backends import LocalBackend, ServerBackend, VlaError, resize_image
 
 MAX_PLAN_STEPS = 64
@@ -177,7 +177,7 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
         self.commanded_gripper_m = math.nan
         # the VLA call in flight: (generation, future, monotonic start); a call of an older generation is cancelled
         self.pool: Optional[ThreadPoolExecutor] = None
-        self.in_flight: Optional[tuple[int, Future, float]] = None
+        self.in_flight: Optional[tuple[int, Future, float, Optional[tuple[float, float, float]]]] = None
         self.ee_pub = self.outcome_pub = self.context_pub = None
         self._subscriptions: list = []
         self._control_timer = None
@@ -444,7 +444,7 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
                 generation = self.generation
                 future = self.pool.submit(self._predict, self.backend, image, size, step.instruction,
                                           lambda: generation != self.generation)
-                self.in_flight = (generation, future, now)
+                self.in_flight = (generation, future, now, self.ee_xyz)   # the pose the VLA's answer is from
                 self.counts["vla_requests"] += 1
 
     @staticmethod
@@ -456,7 +456,7 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
     def _take_answer(self, now: float) -> Optional[StepResult]:
         if self.in_flight is None or not self.in_flight[1].done():
             return None
-        generation, future, _ = self.in_flight
+        generation, future, _, observed_xyz = self.in_flight
         self.in_flight = None
         if generation != self.generation or not self.monitor.active:
             self.counts["answers_dropped"] += 1
@@ -468,6 +468,9 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
         except Exception as exc:  # noqa: BLE001 - a backend bug must not stop the control loop
             return self._vla_error(now, "internal", f"{type(exc).__name__}: {exc}")
         self.consecutive_vla_errors = 0
+        if self.config.anchor_actions and observed_xyz is not None and self.ee_xyz is not None:
+            arm = anchored(arm, observed_xyz, self.ee_xyz, self.scaling)
+            self.counts["actions_anchored"] += 1
         msg = EndEffectorDelta(translation=Vector3(x=arm.translation_m[0], y=arm.translation_m[1],
                                                    z=arm.translation_m[2]),
                                rotation=Vector3(x=arm.rotation_rad[0], y=arm.rotation_rad[1], z=arm.rotation_rad[2]),

@@ -228,6 +228,16 @@ def _clip(values: np.ndarray, limits: Sequence[float]) -> tuple[tuple[float, flo
     return (float(clipped[0]), float(clipped[1]), float(clipped[2])), bool(np.any(clipped != values))
 
 
+def anchored(arm: ArmAction, observed_xyz: Sequence[float], now_xyz: Sequence[float],
+             scaling: ArmScaling) -> ArmAction:
+    """`arm` re-expressed from where the end effector is now: the VLA computed its step from the pose it observed,
+    and the arm applies a step to the pose it measures when the step arrives, so whatever the arm moved in between
+    (the previous step, still under way when the VLA looked) is taken off; clipped to the per-axis limit again."""
+    moved = np.subtract(np.asarray(now_xyz, dtype=np.float64), np.asarray(observed_xyz, dtype=np.float64))
+    translation, cut = _clip(np.asarray(arm.translation_m, dtype=np.float64) - moved, scaling.max_translation_m)
+    return ArmAction(translation, arm.rotation_rad, arm.gripper_m, arm.clipped or cut)
+
+
 def to_arm(action, scaling: ArmScaling, gripper: GripperMapping) -> ArmAction:
     """Scale and clip an un-normalized 7-D action into an arm step (ActionError for a malformed action)."""
     values = check_action(action)
