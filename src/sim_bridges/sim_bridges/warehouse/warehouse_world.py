@@ -83,6 +83,8 @@ FLOOR_PLANS = {
 """The maps by `floor_plan` name."""
 
 Cell = tuple[int, int]  # (x, y)
+MOVES = ((1, 0), (-1, 0), (0, 1), (0, -1))
+"""The four cells an agent can step to (and hand over to) from its own."""
 
 
 @dataclass
@@ -232,7 +234,7 @@ class Warehouse:
         queue = deque([start])
         while queue:
             cell = queue.popleft()
-            for dx, dy in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+            for dx, dy in MOVES:
                 nxt = (cell[0] + dx, cell[1] + dy)
                 if nxt in prev or not self.free(nxt) or (nxt in blocked and nxt != goal):
                     continue
@@ -307,7 +309,7 @@ class Warehouse:
     def _boxed_in(self, cell: Cell) -> bool:
         """An agent stands on `cell` and every floor cell next to it is taken by another agent."""
         taken = {a.pos for a in self.agents.values()}
-        around = [(cell[0] + dx, cell[1] + dy) for dx, dy in ((1, 0), (-1, 0), (0, 1), (0, -1))]
+        around = [(cell[0] + dx, cell[1] + dy) for dx, dy in MOVES]
         return cell in taken and all(c in taken for c in around if self.free(c))
 
     def _oracle_length(self, agent: str) -> int:
