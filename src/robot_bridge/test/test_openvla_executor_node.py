@@ -66,6 +66,7 @@ class FakeArm(Node):
         self.commands: list[EndEffectorDelta] = []
         self.moving: list[EndEffectorDelta] = []   # with `lag`: steps the arm carries out by its next state message
         self.lag = False
+        self.shown: list[list[float]] = []         # with `lag`: the pose in each frame, its index stamped in pixel 0
         self.outcomes: list[ExecutionOutcome] = []
         self.entries: list[ContextEntry] = []
         self.diagnostics: list[DiagnosticStatus] = []
@@ -105,13 +106,17 @@ class FakeArm(Node):
                 self._move(msg)
             self.moving.clear()
             opening, ee = self.opening, list(self.ee)
+            if self.lag:
+                self.image[0, 0, 1:] = divmod(len(self.shown), 256)
+                self.shown.append(ee)
+            image = self.image.copy()
         self.joints_pub.publish(JointState(name=[f"joint{i}" for i in range(1, 7)] + ["gripper"],
                                            position=[0.0] * 6 + [opening]))
         pose = PoseStamped()
         pose.header.frame_id = "base_link"
         pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = ee
         self.pose_pub.publish(pose)
-        data = self.image[:, :, ::-1] if self.encoding == "bgr8" else self.image
+        data = image[:, :, ::-1] if self.encoding == "bgr8" else image
         self.image_pub.publish(Image(height=6, width=8, encoding=self.encoding, step=24,
                                      data=np.ascontiguousarray(data).tobytes()))
         self.frames += 1
@@ -317,8 +322,8 @@ def test_each_step_is_applied_from_the_pose_the_vla_saw(ros, act, anchor):
     arms: list[FakeArm] = []
 
     def steer(image, instruction, unnorm_key):
-        with arms[0].lock:
-            ee = np.array(arms[0].ee)
+        with arms[0].lock:     # the pose the image shows, as a camera would: not where the arm has got to since
+            ee = np.array(arms[0].shown[int(image[0, 0, 1]) * 256 + int(image[0, 0, 2])])
         return np.array([*np.clip(goal - ee, -0.02, 0.02), 0.0, 0.0, 0.0, 1.0])
 
     node = executor(act(steer).url, anchor_actions=anchor, control_period_s=0.1, step_timeout_s=60.0)

@@ -429,6 +429,9 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
                 return
             self.ticks += 1
             now = time.monotonic()
+            # the next request's observation is taken before this tick's step goes out, so the image and the pose
+            # it is anchored to are both from before that step, whatever the callbacks on other threads do meanwhile
+            image, observed_xyz = self.image, self.ee_xyz
             result = self._take_answer(now)
             state_time = None if self.joints_time is None or self.pose_time is None else \
                 min(self.joints_time, self.pose_time)
@@ -439,12 +442,11 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
                 self._finish(result)
                 return
             step = self.current
-            if step is not None and self.monitor.active and self.in_flight is None and self.image is not None:
-                image, size = self.image, self.config.image_size
+            if step is not None and self.monitor.active and self.in_flight is None and image is not None:
                 generation = self.generation
-                future = self.pool.submit(self._predict, self.backend, image, size, step.instruction,
-                                          lambda: generation != self.generation)
-                self.in_flight = (generation, future, now, self.ee_xyz)   # the pose the VLA's answer is from
+                future = self.pool.submit(self._predict, self.backend, image, self.config.image_size,
+                                          step.instruction, lambda: generation != self.generation)
+                self.in_flight = (generation, future, now, observed_xyz)   # the pose the VLA's answer is from
                 self.counts["vla_requests"] += 1
 
     @staticmethod
