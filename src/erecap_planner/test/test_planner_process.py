@@ -21,17 +21,20 @@ from erecap_planner.testing import saved_tiny_llama
 def test_sigterm_in_the_middle_of_a_call_exits_cleanly(tmp_path):
     model = saved_tiny_llama(tmp_path / "tiny")
     domain = 1 + (os.getpid() + 7) % 200
+    # a namespace of its own as well: a graph on the same domain (a run beside the tests) has a planner too, and its
+    # action server must not pass for this one before this process is up
+    namespace = f"/sigterm_test_{os.getpid()}"
     log = (tmp_path / "planner.log").open("w")
     proc = subprocess.Popen(
         [str(installed_executable("erecap_planner", "erecap_planner")), "--ros-args",
-         "-r", f"__ns:={names.DEFAULT_NAMESPACE}", "-p", f"model_path:={model}",
+         "-r", f"__ns:={namespace}", "-p", f"model_path:={model}",
          "-p", "pruning_layers:=[1, 3]", "-p", "decoding:=json", "-p", "max_new_tokens:=8000",
          "-p", "compressor:=none"],
         env={**os.environ, "ROS_DOMAIN_ID": str(domain)}, stdout=log, stderr=subprocess.STDOUT)
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
     try:
-        node = rclpy.create_node("client", namespace=names.DEFAULT_NAMESPACE, context=context)
+        node = rclpy.create_node("client", namespace=namespace, context=context)
         executor = SingleThreadedExecutor(context=context)
         executor.add_node(node)
         client = ActionClient(node, Replan, names.REPLAN)
