@@ -73,6 +73,8 @@ RUNS = {
                                "planner_backends_quality.csv": ("points", "p50_ms")}, ("planner_backends.png",)),
     "planner_choice": Quick(("--out", "{out}"), "first_step_agreement:",
                             {"planner_choice.csv": ("points", "latency_p50_ms", "tokens_before")}),
+    "warehouse_oracle": Quick(("--out", "{out}"), "| floor plan | K | cadence |",
+                              {"warehouse_oracle.csv": ("seeds", "steps_p50", "max_steps")}, ("warehouse_oracle.png",)),
     "reproduce": Quick(("--out", "{out}"), "| label | episodes |",
                        {"table2.csv": ("episodes", "tokens_before", "latency_p50_ms")}, ("table2.png",)),
 }
