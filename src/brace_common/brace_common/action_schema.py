@@ -68,6 +68,12 @@ class Fault(str, Enum):
         return self.value
 
 
+PLANNER_REASONS: Mapping[str, str] = {Fault.UNKNOWN_SKILL: "unknown_action", Fault.UNKNOWN_CHOICE: "hallucinated_value",
+                                      Fault.LONG_PLAN: "too_long"}
+"""The planner's keys for the schema's faults it has always counted under its own names: its counters and the
+reason at the head of a call record's error (what the controller's quality floor reads)."""
+
+
 class PlanError(InvalidInput):
     """A plan or step that the schema refuses; `reason` is the counter key, `index` / `key` say where."""
 

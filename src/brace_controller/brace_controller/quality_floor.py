@@ -1,13 +1,13 @@
 """The quality floor (beyond the paper): the smallest B_t the adaptive budget may give a call.
 
-The adaptive budget lowers B_t until a call's predicted tail latency fits SLO_t. Where decode alone is slow (a
-server at 65 ms per token) that drives B_t down to where the kept context no longer holds the entities a plan must
-name, and the planner answers with plans naming places or objects the schema does not know
-(`action_schema.Fault.UNKNOWN_CHOICE`): the deadline is met and the task is lost. The floor starts at the configured
-budget and rises by `step` tokens, up to `ceiling`, each time more than `max_error_rate` of the last `window` calls
-that read less than floor + `step` tokens came back with such a plan. It never falls within a run: what a backend
-needs does not shrink as the episode goes on. Calls the floor makes miss SLO_t are deferred where the trigger allows
-it and admitted at the floor otherwise (the controller's rule 6).
+The adaptive budget lowers B_t until a call's predicted tail latency fits SLO_t. Where decode alone is slow (a server
+at 65 ms per token) that drives B_t down to where the kept context no longer holds the entities a plan must name, and
+the planner answers with plans naming places or objects the schema does not know
+(`action_schema.Fault.UNKNOWN_CHOICE`, which the planner reports as hallucinated_value): the deadline is met and the
+task is lost. The floor starts at the configured budget and rises by `step` tokens, up to `ceiling`, each time more
+than `max_error_rate` of the last `window` calls that read less than floor + `step` tokens came back with such a
+plan. It never falls within a run: what a backend needs does not shrink as the episode goes on. Calls the floor makes
+miss SLO_t are deferred where the trigger allows it and admitted at the floor otherwise (the controller's rule 6).
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from brace_common.action_schema import Fault
+from brace_common.action_schema import PLANNER_REASONS, Fault
 
-LOST_ENTITY_FAULTS = frozenset({Fault.UNKNOWN_CHOICE.value})
-"""Planner-error reasons that say the plan named what the kept context no longer holds."""
+LOST_ENTITY_FAULTS = frozenset({PLANNER_REASONS[Fault.UNKNOWN_CHOICE]})
+"""Planner-error reasons that say the plan named what the kept context no longer holds: the planner's name for
+`Fault.UNKNOWN_CHOICE` (hallucinated_value)."""
 
 
 def fault_of(error: str) -> str:
-    """The reason key at the head of a planner error ('unknown_choice: step 0: ...' -> 'unknown_choice')."""
+    """The reason key at the head of a planner error ('hallucinated_value: step 0: ...' -> 'hallucinated_value')."""
     return error.split(":", 1)[0].strip()
 
 

@@ -165,7 +165,7 @@ def test_a_new_episode_cancels_the_calls_in_flight_and_the_commit_window_follows
 
 def test_plans_naming_unknown_entities_raise_the_quality_floor(ros):
     node = controller(cooldown_steps=0, commit_steps=0, quality_floor_window=2, quality_floor_step=64)
-    planner = PlannerDouble(error="unknown_choice: step 0: 'dock_9' is not one of dock_1, dock_2", tokens_after=20)
+    planner = PlannerDouble(error="hallucinated_value: step 0: 'dock_9' is not one of dock_1, dock_2", tokens_after=20)
     probe = connect(ros, node, planner)
     start = node.core.quality.floor
     for step in (1, 2):

@@ -9,7 +9,7 @@ from brace_common.replanning import CallRecord
 from brace_common.vocabulary import CallStatus, Reason, TriggerKind
 from brace_controller.quality_floor import QualityFloor, fault_of
 
-LOST = "unknown_choice"
+LOST = "hallucinated_value"   # the planner's name for Fault.UNKNOWN_CHOICE (test_planner_errors_to_floor.py)
 
 
 def test_the_floor_rises_when_calls_near_it_lose_entities_and_never_past_the_ceiling():
@@ -29,10 +29,10 @@ def test_the_floor_rises_when_calls_near_it_lose_entities_and_never_past_the_cei
 
 def test_other_planner_errors_do_not_raise_it():
     floor = QualityFloor(128, step=64, ceiling=1024, window=2)
-    for fault in ("truncated", "no_json", "unknown_skill", "truncated"):
+    for fault in ("truncated", "no_json", "unknown_action", "missing_parameter"):
         floor.observe(100, fault)
     assert floor.floor == 128
-    assert fault_of("unknown_choice: step 0: 'dock_9' is not one of dock_1, dock_2") == LOST
+    assert fault_of("hallucinated_value: step 0: 'dock_9' is not one of dock_1, dock_2") == LOST
     assert fault_of("") == ""
 
 

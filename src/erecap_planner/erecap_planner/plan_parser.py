@@ -12,12 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from brace_common.action_schema import ActionSchema, Fault, PlanError, Step
+from brace_common.action_schema import PLANNER_REASONS, ActionSchema, PlanError, Step
 from brace_common.validation import json_depths
-
-PLANNER_REASONS = {Fault.UNKNOWN_SKILL: "unknown_action", Fault.UNKNOWN_CHOICE: "hallucinated_value",
-                   Fault.LONG_PLAN: "too_long"}
-"""The planner's counter keys for the schema's faults it has always counted under its own names."""
 
 
 def first_json(text: str) -> Any:
