@@ -15,7 +15,7 @@
             reused share of the prompt and milliseconds saved against the same path without it.
 3. closed   (--closed-loop) `make demo`'s run config (brace_bringup's runs/demo.yaml) at the machine's threads, at
             one thread (OMP_NUM_THREADS=1), and at K = 8 (max_steps 80, floor plan aisles, where the oracle finishes
-            every seed): BRACE + E-RECAP SLO violation
+            every seed; budget profile embedded_k8, B = 512): BRACE + E-RECAP SLO violation
             <= 5%, success >= No BRACE's, token reduction >= 70%, No BRACE violation > 50%. `--runs
             LABEL=FOLDER ...` reads finished brace-run folders instead (labels: demo, one_thread, k8).
 
@@ -242,7 +242,8 @@ def _p95(values: list[float]) -> float:
 CLOSED_LOOP = {"demo": ({}, ["--episodes", "4"]),
                "one_thread": ({"OMP_NUM_THREADS": "1"}, ["--episodes", "4"]),
                "k8": ({}, ["--episodes", "2", "--agents", "8", "--set", "embedded_sim.max_steps=80",
-                           "--set", "embedded_sim.floor_plan=aisles"])}
+                           "--set", "embedded_sim.floor_plan=aisles",
+                           "--set", "brace_controller.budget_profile=embedded_k8"])}
 
 
 def run_closed_loop(label: str, out: Path) -> Path:
