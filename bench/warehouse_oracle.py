@@ -8,7 +8,7 @@ of the embedded warehouse, as the closed loop's `max_steps` allows. Two cadences
 - `on plan end`: an agent gets a new plan only when its plan ends or a step fails, as a planner called on triggers
   would give it (no periodic call, no prediction of others' moves).
 
-Target (issue 32): on the aisles floor plan at K = 8 within 80 steps the oracle finishes >= 95% of seeds (every
+Target: on the aisles floor plan at K = 8 within 80 steps the oracle finishes >= 95% of seeds (every
 step). A setting where it does not cannot show that BRACE keeps success. Writes <out>/warehouse_oracle.{csv,png}
 (--out, default bench/out); exits 1 when the target is missed or a collision happened.
 Run inside the workspace: `source scripts/env.sh && python bench/warehouse_oracle.py` (seconds per 100 seeds).
@@ -31,7 +31,7 @@ OUT = Path(__file__).resolve().parent / "out"
 SETTINGS = (("compact", 4), ("compact", 8), ("aisles", 4), ("aisles", 8))
 CADENCES = ("every step", "on plan end")
 TARGET_SUCCESS = 0.95
-"""Issue 32: the oracle finishes at least this share of K = 8 seeds on the aisles floor plan within max_steps."""
+"""The oracle finishes at least this share of K = 8 seeds on the aisles floor plan within max_steps."""
 
 
 def run_episode(config: WorldConfig, every_step: bool) -> Warehouse:
