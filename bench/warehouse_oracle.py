@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from report import fill_defaults, print_written, report_checks, save_plot, write_csv
 
-from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
+from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig, run_oracle
 
 OUT = Path(__file__).resolve().parent / "out"
 SETTINGS = (("compact", 4), ("compact", 8), ("aisles", 4), ("aisles", 8))
@@ -34,23 +34,12 @@ TARGET_SUCCESS = 0.95
 """The oracle finishes at least this share of K = 8 seeds on the aisles floor plan within max_steps."""
 
 
-def run_episode(config: WorldConfig, every_step: bool) -> Warehouse:
-    """One episode driven by the oracle: plans recomputed every step, or only where a plan ended or a step failed."""
-    world = Warehouse(config)
-    for name in world.agents:
-        world.set_plan(name, world.oracle_plan(name))
-    while not world.finished:
-        failed = {event.agent for event in world.step() if not event.success}
-        for name, agent in world.agents.items():
-            if every_step or agent.current is None or name in failed:
-                world.set_plan(name, world.oracle_plan(name))
-    return world
-
-
 def measure(floor_plan: str, agents: int, cadence: str, seeds: int, max_steps: int) -> dict:
     """One table row: success share, steps to finish (successful episodes), collisions and near-misses per episode."""
-    worlds = [run_episode(WorldConfig(num_agents=agents, seed=seed, max_steps=max_steps, floor_plan=floor_plan),
-                          cadence == CADENCES[0]) for seed in range(seeds)]
+    worlds = [Warehouse(WorldConfig(num_agents=agents, seed=seed, max_steps=max_steps, floor_plan=floor_plan))
+              for seed in range(seeds)]
+    for world in worlds:
+        run_oracle(world, replan_every=1 if cadence == CADENCES[0] else 0)
     steps = [w.t for w in worlds if w.success] or [max_steps]
     return {"floor_plan": floor_plan, "num_agents": agents, "cadence": cadence, "seeds": seeds,
             "max_steps": max_steps, "success": round(float(np.mean([w.success for w in worlds])), 4),

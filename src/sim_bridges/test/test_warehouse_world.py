@@ -9,22 +9,7 @@ import pytest
 from brace_common.action_schema import Step
 from brace_common.vocabulary import Activity
 from brace_common.world_state import Pose, Relation
-from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig, lookahead, world_state
-
-
-def run_oracle(world: Warehouse, replan_every: int = 1) -> list:
-    """Replan every agent from the oracle whenever its plan ends, fails, or every `replan_every` steps."""
-    events = []
-    for name in world.agents:
-        world.set_plan(name, world.oracle_plan(name))
-    while not world.finished:
-        step_events = world.step()
-        events.extend(step_events)
-        failed = {e.agent for e in step_events if not e.success}
-        for name, agent in world.agents.items():
-            if agent.current is None or name in failed or world.t % replan_every == 0:
-                world.set_plan(name, world.oracle_plan(name))
-    return events
+from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig, lookahead, run_oracle, world_state
 
 
 @pytest.mark.parametrize("agents", range(1, 9))

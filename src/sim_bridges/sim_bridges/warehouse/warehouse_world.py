@@ -482,6 +482,23 @@ class Warehouse:
                            "objects": self.objects, "done": [t.done for t in self.tasks]}, sort_keys=True)
 
 
+def run_oracle(world: Warehouse, replan_every: int = 1) -> list[Event]:
+    """Drive `world` to its end by the oracle: every agent gets `oracle_plan` at the start, where its plan ended or a
+    step failed, and every `replan_every` steps (0: only then). The episode's events."""
+    events = []
+    for name in world.agents:
+        world.set_plan(name, world.oracle_plan(name))
+    while not world.finished:
+        step_events = world.step()
+        events.extend(step_events)
+        failed = {e.agent for e in step_events if not e.success}
+        periodic = replan_every > 0 and world.t % replan_every == 0
+        for name, agent in world.agents.items():
+            if agent.current is None or name in failed or periodic:
+                world.set_plan(name, world.oracle_plan(name))
+    return events
+
+
 # ---------------------------------------------------------------------- structured state and lookahead
 
 WAITING_SKILLS = ("wait",)
