@@ -94,7 +94,9 @@ def test_invalid_parameters_fail_configure_naming_the_parameter(ros, param, valu
 def test_the_simulator_may_come_up_after_the_bridge_and_a_plan_lands_the_drone_at_its_goal(ros):
     port = free_port()
     scenario = IntersectionConfig(num_agents=1)
-    node = ros.add(bridge(port, wait_for_nodes=["fake_stack"]))
+    # the world steps unheld from the takeoff until the test's decision arrives: 60 steps (0.6 s) ran out on a busy
+    # machine before it did, so the episode may last up to 600 (it ends when the drone lands)
+    node = ros.add(bridge(port, wait_for_nodes=["fake_stack"], max_steps=600))
     assert autostart(node) is None
     stack = ros.add(Stack())
     wait_for(lambda: any(s.level == DiagnosticStatus.ERROR and "AirSim" in s.message for s in stack.diagnostics),
