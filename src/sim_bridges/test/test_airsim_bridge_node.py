@@ -29,6 +29,9 @@ from sim_bridges.airsim.airsim_bridge_node import AirSimBridgeNode
 from sim_bridges.airsim.airsim_peer import AirSimPeer
 from sim_bridges.airsim.intersection import IntersectionConfig, routes, settings
 
+# an episode length no test reaches, whatever the machine's speed: these episodes end on landing, or with the test
+UNREACHED = 100_000
+
 
 def free_port() -> int:
     """A TCP port nothing listens on right now."""
@@ -94,9 +97,9 @@ def test_invalid_parameters_fail_configure_naming_the_parameter(ros, param, valu
 def test_the_simulator_may_come_up_after_the_bridge_and_a_plan_lands_the_drone_at_its_goal(ros):
     port = free_port()
     scenario = IntersectionConfig(num_agents=1)
-    # the world steps unheld from the takeoff until the test's decision arrives: 60 steps (0.6 s) ran out on a busy
-    # machine before it did, so the episode may last up to 600 (it ends when the drone lands)
-    node = ros.add(bridge(port, wait_for_nodes=["fake_stack"], max_steps=600))
+    # the world steps unheld from the takeoff until the test's decision arrives, however slowly: the episode ends when
+    # the drone lands, and max_steps is out of reach
+    node = ros.add(bridge(port, wait_for_nodes=["fake_stack"], max_steps=UNREACHED))
     assert autostart(node) is None
     stack = ros.add(Stack())
     wait_for(lambda: any(s.level == DiagnosticStatus.ERROR and "AirSim" in s.message for s in stack.diagnostics),
@@ -137,7 +140,7 @@ def test_malformed_plans_are_counted_and_nothing_moves(ros):
     scenario = IntersectionConfig(num_agents=2)
     with AirSimPeer(settings(scenario), port=port) as peer:
         # an episode that outlasts the five plans however slowly they are delivered
-        node = ros.add(bridge(port, num_agents=2, hold_while_planning=False, max_steps=100_000, step_period_s=0.05))
+        node = ros.add(bridge(port, num_agents=2, hold_while_planning=False, max_steps=UNREACHED, step_period_s=0.05))
         assert autostart(node) is None
         stack = ros.add(Stack())
         wait_for(lambda: node.world is not None and stack.plans.get_subscription_count() > 0, what="episode")
@@ -157,7 +160,7 @@ def test_malformed_plans_are_counted_and_nothing_moves(ros):
 def test_an_admitted_call_holds_the_simulator_until_its_plan_arrives(ros):
     port = free_port()
     with AirSimPeer(settings(IntersectionConfig(num_agents=1)), port=port) as peer:
-        node = ros.add(bridge(port))
+        node = ros.add(bridge(port, max_steps=UNREACHED))  # the world steps unheld until the decision arrives
         assert autostart(node) is None
         stack = ros.add(Stack())
         wait_for(lambda: node.world is not None and stack.decisions.get_subscription_count() > 0, what="episode")
@@ -177,7 +180,7 @@ def test_a_lost_simulator_turns_diagnostics_error_and_its_return_hovers_the_dron
     port = free_port()
     scenario = IntersectionConfig(num_agents=2)
     peer = AirSimPeer(settings(scenario), port=port).start()
-    node = ros.add(bridge(port, num_agents=2, max_steps=1000, hold_while_planning=False))
+    node = ros.add(bridge(port, num_agents=2, max_steps=UNREACHED, hold_while_planning=False))
     assert autostart(node) is None
     stack = ros.add(Stack())
     wait_for(lambda: node.world is not None and node.world.t > 5, what="flying")
@@ -200,7 +203,7 @@ def test_without_lockstep_the_simulator_runs_in_real_time_and_holds_are_refused(
     port = free_port()
     scenario = IntersectionConfig(num_agents=1)
     with AirSimPeer(settings(scenario, clock_speed=10.0), port=port) as peer:
-        node = ros.add(bridge(port, lockstep=False, hold_while_planning=False, step_period_s=0.05, max_steps=400))
+        node = ros.add(bridge(port, lockstep=False, hold_while_planning=False, step_period_s=0.05, max_steps=UNREACHED))
         assert autostart(node) is None
         stack = ros.add(Stack())
         wait_for(lambda: node.world is not None and any(o.action == "takeoff" for o in stack.outcomes),
