@@ -103,6 +103,7 @@ class CallOutcome:
     backend: str = "local"        # local | openai
     server_prompt_tokens: int = 0  # the server's usage report (backend openai)
     server_completion_tokens: int = 0
+    respelled: list[str] = field(default_factory=list)  # ids of the plan spelled another way ('old -> new')
 
     @property
     def slo_met(self) -> bool:
@@ -135,9 +136,10 @@ def request_text(schema: ActionSchema, agent_id: str, mode: int) -> str:
 
 
 def parse_into(outcome: CallOutcome, text: str, schema: ActionSchema) -> None:
-    """Validated steps of `text` into `outcome`, or PLANNER_ERROR with the reason."""
+    """Validated steps of `text` into `outcome` (ids spelled another way respelled, listed in `respelled`), or
+    PLANNER_ERROR with the reason."""
     try:
-        outcome.steps = parse_plan(text, schema)
+        outcome.steps = parse_plan(text, schema, outcome.respelled)
     except PlanError as exc:
         outcome.status = CallStatus.PLANNER_ERROR
         outcome.error = str(exc)

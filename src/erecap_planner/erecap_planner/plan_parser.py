@@ -5,12 +5,19 @@ object, a list of them, `{"plan": [...]}`, or `{"next_step": {...} | null}`,
 possibly wrapped in prose or a ```json fence. Nothing is ever executed as code.
 Every failure is a `PlanError` with a reason; `parse_plan` never raises
 anything else, whatever the text.
+
+A planner that decodes free JSON (a server without the schema's grammar) may
+spell a known id another way: `agent1` or `Agent-1` for `agent_1`. Asked to
+(`respelled`), `parse_plan` replaces such a value by the one allowed value it
+spells (letters and digits alike, case aside) and lists each replacement; a
+value that spells none, or several, stays a `hallucinated_value`.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from typing import Any, Optional
 
 from brace_common.action_schema import PLANNER_REASONS, ActionSchema, PlanError, Step
 from brace_common.validation import json_depths
@@ -58,12 +65,43 @@ def _step_list(value: Any) -> list:
     raise PlanError("bad_shape", "expected a step, a list of steps, {'plan': [...]} or {'next_step': ...}")
 
 
-def parse_plan(text: Any, schema: ActionSchema) -> list[Step]:
-    """Validated steps from planner output; PlanError (and nothing else) on any problem."""
+def spelling(value: str) -> str:
+    """What an id spells: its letters and digits, lower case ('Agent-1', 'agent1' and 'agent_1' spell alike)."""
+    return re.sub(r"[^0-9a-z]", "", value.lower())
+
+
+def respell(items: list, schema: ActionSchema, respelled: list[str]) -> list:
+    """`items` (raw steps) with each string parameter value outside its choices replaced by the one choice it
+    spells; each replacement appended to `respelled` as 'old -> new'. Anything else is left for validation."""
+    out = []
+    for item in items:
+        action = item.get("action") if isinstance(item, dict) else None
+        spec = schema.actions.get(action) if isinstance(action, str) else None
+        params = item.get("parameters") if spec is not None else None
+        if not isinstance(params, dict):
+            out.append(item)
+            continue
+        fixed = dict(params)
+        for name, value in params.items():
+            p = spec.parameters.get(name)
+            if p is None or p.choices is None or not isinstance(value, str) or value in p.choices:
+                continue
+            same = [c for c in p.choices if isinstance(c, str) and spelling(c) == spelling(value)]
+            if len(same) == 1 and spelling(value):
+                fixed[name] = same[0]
+                respelled.append(f"{value} -> {same[0]}")
+        out.append({**item, "parameters": fixed})
+    return out
+
+
+def parse_plan(text: Any, schema: ActionSchema, respelled: Optional[list[str]] = None) -> list[Step]:
+    """Validated steps from planner output; PlanError (and nothing else) on any problem. With a `respelled` list,
+    ids spelled another way are replaced first (see `respell`) and each replacement is appended to it."""
     try:
         if not isinstance(text, str):
             raise PlanError("not_text", f"planner output is {type(text).__name__}")
-        return schema.check_plan(_step_list(first_json(text)))
+        items = _step_list(first_json(text))
+        return schema.check_plan(items if respelled is None else respell(items, schema, respelled))
     except PlanError as exc:
         raise exc.renamed(PLANNER_REASONS) from None
     except Exception as exc:  # noqa: BLE001 - the contract: malformed output is a PlanError, never a crash

@@ -440,6 +440,10 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
                 memory.on_plan(request.agent_id, request.step, request.mode, outcome.steps)
         self.counts["calls"] += 1
         self.counts[f"status.{CallStatus(outcome.status).label}"] += 1
+        if outcome.status == CallStatus.OK and outcome.respelled:
+            self.counts["respelled_values"] += len(outcome.respelled)
+            self.get_logger().info(f"call {call.call_id}: ids respelled {', '.join(outcome.respelled)}",
+                                   throttle_duration_sec=1.0)
         if outcome.status != CallStatus.OK:
             said = f" (output: {outcome.output_text[:160]!r})" if outcome.status == CallStatus.PLANNER_ERROR else ""
             self.get_logger().warning(f"call {call.call_id} for {request.agent_id}: {outcome.error}{said}",

@@ -55,6 +55,26 @@ def test_invalid_plans_give_reasons(text, reason):
     assert err.value.reason == reason
 
 
+def test_ids_spelled_another_way_are_respelled_only_when_asked_and_only_to_one_value():
+    text = '[{"action": "move_to", "parameters": {"target": "Shelf-3"}}, {"action": "move_to", "parameters": ' \
+           '{"target": "dock2"}}, {"action": "pick", "parameters": {"object": "cup_1"}}]'
+    with pytest.raises(PlanError) as err:
+        parse_plan(text, SCHEMA)  # strict by default
+    assert err.value.reason == "hallucinated_value"
+    respelled: list[str] = []
+    steps = parse_plan(text, SCHEMA, respelled)
+    assert [s.parameters.get("target") for s in steps] == ["shelf_3", "dock_2", None]
+    assert respelled == ["Shelf-3 -> shelf_3", "dock2 -> dock_2"]  # free strings (pick.object) are left alone
+    ambiguous = ActionSchema.from_dict({"actions": {"go": {"to": {"choices": ["a_1", "a1", "b"]}}}})
+    for value in ("A-1", "moon", "__"):  # spells two values, none, nothing
+        with pytest.raises(PlanError) as err:
+            parse_plan(f'{{"action": "go", "parameters": {{"to": "{value}"}}}}', ambiguous, respelled := [])
+        assert err.value.reason == "hallucinated_value" and respelled == []
+    with pytest.raises(PlanError) as err:  # a step whose action is not a name stays the schema's error
+        parse_plan('{"action": ["go"], "parameters": {"to": "b"}}', ambiguous, [])
+    assert err.value.reason in ("unknown_action", "bad_step")
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
@@ -76,7 +96,7 @@ malformed = st.one_of(
 @given(text=malformed)
 def test_fuzz_malformed_outputs_raise_only_plan_error(text):
     try:
-        steps = parse_plan(text, SCHEMA)
+        steps = parse_plan(text, SCHEMA, [])
     except PlanError:
         return
     assert all(s.action in SCHEMA.actions for s in steps)
