@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import struct
+import threading
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -107,7 +108,11 @@ class TopicInfo:
 
 
 class BagWriter:
-    """Writes one rosbag2 MCAP directory; `close()` finishes the file and writes metadata.yaml."""
+    """Writes one rosbag2 MCAP directory; `close()` finishes the file and writes metadata.yaml.
+
+    Thread-safe: a recorder's callbacks run on executor threads while its owner may close it from another (brace-run
+    closes the bag while a metadata timer's callback may still be running); a message after `close()` is dropped.
+    """
 
     def __init__(self, directory: str | Path, chunk_size: int = 64 * 1024, file_name: str = "",
                  library: str = "brace_ros audit_recorder"):
@@ -126,11 +131,16 @@ class BagWriter:
         self.first_ns: Optional[int] = None
         self.last_ns = 0
         self.closed = False
+        self._lock = threading.RLock()
 
     def add_topic(self, name: str, type_name: str, qos: Optional[list] = None,
                   definition: Optional[bytes] = None) -> None:
         """Register a topic before its first message; `qos`: its offered profiles (`qos_profile_dict`);
         `definition`: its ros2msg schema (default: the .msg files on the ament prefix path)."""
+        with self._lock:
+            self._add_topic(name, type_name, qos, definition)
+
+    def _add_topic(self, name: str, type_name: str, qos: Optional[list], definition: Optional[bytes]) -> None:
         if name in self._channels:
             return
         if type_name not in self._schemas:
@@ -142,36 +152,47 @@ class BagWriter:
             {"offered_qos_profiles": yaml.safe_dump(qos, sort_keys=False) if qos else ""})
         self.topics[name] = TopicInfo(name, type_name, qos)
 
-    def write(self, topic: str, data: bytes, log_time_ns: int, publish_time_ns: Optional[int] = None) -> None:
-        """Append one serialized message (`publish_time_ns` defaults to its log time)."""
-        info = self.topics[topic]
-        self._writer.add_message(self._channels[topic], log_time=log_time_ns, data=data,
-                                 publish_time=log_time_ns if publish_time_ns is None else publish_time_ns,
-                                 sequence=info.count)
-        info.count += 1
-        self.first_ns = log_time_ns if self.first_ns is None else min(self.first_ns, log_time_ns)
-        self.last_ns = max(self.last_ns, log_time_ns)
+    def write(self, topic: str, data: bytes, log_time_ns: int, publish_time_ns: Optional[int] = None) -> bool:
+        """Append one serialized message (`publish_time_ns` defaults to its log time); False (dropped) once closed."""
+        with self._lock:
+            if self.closed:
+                return False
+            info = self.topics[topic]
+            self._writer.add_message(self._channels[topic], log_time=log_time_ns, data=data,
+                                     publish_time=log_time_ns if publish_time_ns is None else publish_time_ns,
+                                     sequence=info.count)
+            info.count += 1
+            self.first_ns = log_time_ns if self.first_ns is None else min(self.first_ns, log_time_ns)
+            self.last_ns = max(self.last_ns, log_time_ns)
+            return True
 
     def close(self) -> None:
         """Finish the MCAP file and write metadata.yaml (idempotent)."""
-        if self.closed:
-            return
-        self.closed = True
-        self._writer.finish()
-        self._stream.close()
-        self.write_metadata()
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            self._writer.finish()
+            self._stream.close()
+            self.write_metadata()
 
     def add_note(self, name: str, data: dict[str, str]) -> None:
         """An MCAP metadata record `name` in the file (read back as `BagContents.notes`)."""
-        self._writer.add_metadata(name, data)
+        with self._lock:
+            self._writer.add_metadata(name, data)
 
     def flush(self) -> None:
         """Finish the chunk in progress and hand every byte written so far to the OS: a killed process keeps them."""
-        if not self.closed:
-            self._writer.flush()
+        with self._lock:
+            if not self.closed:
+                self._writer.flush()
 
     def write_metadata(self) -> None:
         """Flush, then write metadata.yaml for what the file holds (atomically: a reader never sees half a file)."""
+        with self._lock:
+            self._write_metadata()
+
+    def _write_metadata(self) -> None:
         self.flush()
         start = self.first_ns or 0
         duration = max(0, self.last_ns - start)

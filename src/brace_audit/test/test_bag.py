@@ -114,6 +114,52 @@ def test_a_recorder_that_dies_leaves_a_bag_that_opens(tmp_path):
     assert episodes == list(range(len(episodes))) and len(episodes) >= 200 - 1024 // 40  # at most a chunk lost
 
 
+def test_writes_metadata_and_close_from_several_threads_at_once_leave_a_whole_bag(tmp_path):
+    # brace-run closes the bag from its main thread while the recorder's metadata timer and subscriptions run on
+    # executor threads: two metadata writes at once lost metadata.yaml.partial to each other (FileNotFoundError)
+    import threading
+
+    from brace_audit.audit_recorder_node import qos_profiles
+
+    writer = BagWriter(tmp_path / "bag", chunk_size=1024)
+    writer.add_topic("/brace/episode", "brace_msgs/msg/Episode", qos_profiles(qos.EVENTS))
+    errors: list[BaseException] = []
+    go = threading.Barrier(4)
+
+    def guarded(work):
+        def run():
+            go.wait()
+            try:
+                work()
+            except BaseException as exc:  # noqa: BLE001 - the test reports any
+                errors.append(exc)
+        return threading.Thread(target=run)
+
+    written = []
+
+    def messages():
+        for i in range(2000):
+            if writer.write("/brace/episode", serialize_message(Episode(episode=i)), 1_000 + i):
+                written.append(i)
+
+    def metadata():
+        for _ in range(200):
+            writer.write_metadata()
+
+    threads = [guarded(messages), guarded(metadata), guarded(metadata), guarded(lambda: (time.sleep(0.01), writer.close()))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert writer.closed and not writer.write("/brace/episode", serialize_message(Episode(episode=99_999)), 5_000)
+    contents = read_bag(tmp_path / "bag")
+    assert contents.damage is None
+    assert [deserialize_message(m.data, Episode).episode for m in contents.messages] == written
+    info = yaml.safe_load((tmp_path / "bag" / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+    assert info["message_count"] == len(written)
+
+
 def test_brace_audit_never_raises_and_says_what_it_read(tmp_path, capsys):
     import random
 
