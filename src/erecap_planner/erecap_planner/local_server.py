@@ -1,4 +1,5 @@
-"""A planner server on this machine: `transformers serve` on a model folder, or llama.cpp's server on a GGUF file.
+"""A planner server on this machine: `transformers serve` on a model folder, or llama.cpp's server on a GGUF file
+(llama-cpp-python's, one request at a time, or the C++ `llama-server` with parallel slots).
 
 `prepare_model_folder` makes the folder the server loads: the packaged
 SmolLM2 (converted once, see models.py) or a local folder, with a LoRA
@@ -51,13 +52,14 @@ def prepare_model_folder(model_path: str, adapter_path: str = "") -> Path:
     return target
 
 
-def served_model(engine: str, model_path: str, adapter_path: str = "") -> Path:
-    """What `engine` loads: a model folder (transformers) or a GGUF file (llama_cpp), the adapter merged."""
-    if engine == "llama_cpp":
+def served_model(engine: str, model_path: str, adapter_path: str = "", weights: str = "f16") -> Path:
+    """What `engine` loads: a model folder (transformers) or a GGUF file (llama_cpp, llama_server) with its matrices
+    in `weights` (f16, q8_0), the adapter merged."""
+    if engine in ("llama_cpp", "llama_server"):
         # heavy: gguf_export imports torch; a served GGUF file needs none
         from .gguf_export import merged_gguf
 
-        return merged_gguf(model_path, adapter_path)
+        return merged_gguf(model_path, adapter_path, weights)
     return prepare_model_folder(model_path, adapter_path)
 
 
@@ -85,15 +87,42 @@ def llama_cpp_command(gguf: Path, port: int, host: str = "127.0.0.1", context: i
     return command + (["--n_threads", str(threads)] if threads else [])
 
 
-ENGINES = ("transformers", "llama_cpp")
-"""Local servers: `transformers serve` on a model folder, llama.cpp (llama-cpp-python) on a GGUF file."""
+def llama_server_binary() -> Path:
+    """llama.cpp's C++ `llama-server`: $BRACE_LLAMA_SERVER, else the one scripts/build_llama_server.sh built into the
+    cache, else the first on PATH; FileNotFoundError naming the script when there is none."""
+    named = os.environ.get("BRACE_LLAMA_SERVER", "")
+    candidates = [Path(named)] if named else [*sorted(cache_root().glob("llama-server-*/llama-server"), reverse=True),
+                                              *([Path(found)] if (found := shutil.which("llama-server")) else [])]
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise FileNotFoundError(f"no llama-server{f' at {named}' if named else ''}: scripts/build_llama_server.sh "
+                            "builds it (make bench-setup runs it)")
+
+
+def llama_server_command(gguf: Path, port: int, host: str = "127.0.0.1", context: int = 8192, threads: int = 0,
+                         parallel: int = 1) -> list[str]:
+    """The C++ `llama-server` for a GGUF file: `parallel` slots of `context` tokens each, decoded in one continuous
+    batch, each slot reusing its previous prompt's prefix; Prometheus metrics on GET /metrics."""
+    command = [str(llama_server_binary()), "--model", str(gguf), "--host", host, "--port", str(port),
+               "--ctx-size", str(context * parallel), "--parallel", str(parallel), "--cont-batching", "--metrics",
+               "--no-webui"]
+    return command + (["--threads", str(threads), "--threads-batch", str(threads)] if threads else [])
+
+
+ENGINES = ("transformers", "llama_cpp", "llama_server")
+"""Local servers: `transformers serve` on a model folder; on a GGUF file llama-cpp-python's server (llama_cpp) or
+llama.cpp's C++ server with parallel slots (llama_server)."""
 
 
 def engine_command(engine: str, model: Path, port: int, host: str = "127.0.0.1", dtype: str = "float32",
-                   threads: int = 0) -> list[str]:
-    """The command line of `engine` serving `model` (a folder or a GGUF file, see `served_model`)."""
+                   threads: int = 0, parallel: int = 1) -> list[str]:
+    """The command line of `engine` serving `model` (a folder or a GGUF file, see `served_model`); `parallel` is
+    llama_server's slot count (the other engines answer one request at a time)."""
     if engine == "llama_cpp":
         return llama_cpp_command(model, port, host, threads=threads)
+    if engine == "llama_server":
+        return llama_server_command(model, port, host, threads=threads, parallel=parallel)
     return serve_command(model, port, host, dtype)
 
 
@@ -101,13 +130,16 @@ class LocalServer:
     """A local OpenAI-compatible server as a child process; a context manager that waits for it and stops it.
 
     `engine` transformers: `transformers serve` on the model folder `folder`; llama_cpp: llama-cpp-python's server
-    on the GGUF file `folder`.
+    on the GGUF file `folder`; llama_server: llama.cpp's C++ server on it with `parallel` slots.
     """
 
     def __init__(self, folder: Path, port: Optional[int] = None, dtype: str = "float32", threads: int = 0,
-                 log_path: Optional[Path] = None, engine: str = "transformers"):
+                 log_path: Optional[Path] = None, engine: str = "transformers", parallel: int = 1):
         if engine not in ENGINES:
             raise ValueError(f"engine '{engine}' is not one of {', '.join(ENGINES)}")
+        if parallel < 1:
+            raise ValueError(f"parallel must be at least 1, not {parallel}")
+        self.parallel = parallel
         self.folder = Path(folder)
         self.port = port or free_port()
         self.dtype = dtype
@@ -119,7 +151,8 @@ class LocalServer:
 
     def command(self) -> list[str]:
         """The server's command line."""
-        return engine_command(self.engine, self.folder, self.port, dtype=self.dtype, threads=self.threads)
+        return engine_command(self.engine, self.folder, self.port, dtype=self.dtype, threads=self.threads,
+                              parallel=self.parallel)
 
     def start(self, timeout_s: float = 120.0) -> LocalServer:
         """Start the server and wait until it lists a model; RuntimeError (with its log) otherwise."""
@@ -185,13 +218,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--dtype", default="float32", help="float32 (any CPU) or bfloat16 (native bf16 CPUs, GPUs)")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads of the engine (0 = its default)")
+    parser.add_argument("--parallel", type=int, default=1, help="llama_server's slots (requests decoded at once)")
+    parser.add_argument("--weights", default="f16", choices=("f16", "q8_0"), help="a GGUF's matrices (llama.cpp)")
     args = parser.parse_args(argv)
+    if args.parallel < 1:
+        parser.error("--parallel must be at least 1")
     try:
-        folder = served_model(args.engine, args.model, args.adapter)
+        folder = served_model(args.engine, args.model, args.adapter, args.weights)
+        command = engine_command(args.engine, folder, args.port, args.host, args.dtype, args.threads, args.parallel)
     except (FileNotFoundError, OSError, ValueError) as exc:
         print(f"brace-planner-server: {exc}", file=sys.stderr)
         return 2
-    command = engine_command(args.engine, folder, args.port, args.host, args.dtype, args.threads)
     env = serve_env()
     if args.threads:  # as LocalServer: torch's threads for transformers serve
         env["OMP_NUM_THREADS"] = str(args.threads)
