@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := source scripts/env.sh
 
-.PHONY: help setup test lint demo bench bench-setup bench-budget bench-backends bench-erecap bench-reproduce clean
+.PHONY: help setup test lint demo bench bench-setup bench-budget bench-backends bench-fleet bench-erecap bench-reproduce clean
 
 PREDICTOR := $(HOME)/.cache/brace_ros/predictors/smollm2-135m-instruct-erecap.safetensors
 
@@ -14,6 +14,7 @@ help:
 	@echo "make bench  - setup, then the benchmarks under bench/ (trains the E-RECAP predictor first if missing)"
 	@echo "make bench-budget - the budget / latency targets as on an AVX2 CPU; about an hour on 2 cores"
 	@echo "make bench-backends - the planner in process vs on a server (transformers serve, llama.cpp); ~30 min"
+	@echo "make bench-fleet - 1, 2, 4, 8 robots sharing one llama.cpp server (parallel slots); ~40 min"
 	@echo "make bench-reproduce - setup, then the paper's tables from closed-loop runs (hours on 2 cores; see README)"
 
 setup:
@@ -35,11 +36,18 @@ bench: setup
 	-@$(MAKE) --no-print-directory bench-budget
 	-@$(MAKE) --no-print-directory bench-erecap
 	-@$(MAKE) --no-print-directory bench-backends
+	-@$(MAKE) --no-print-directory bench-fleet
 
-# llama.cpp and its OpenAI-compatible server for the benchmarks (built from source, AVX2 code: minutes on 2 cores).
+# llama.cpp and its OpenAI-compatible servers for the benchmarks, built from source for AVX2 (each ~13 min on 2
+# cores): llama-cpp-python's server, and llama.cpp's C++ llama-server with parallel slots (scripts/build_llama_server.sh).
 bench-setup: setup
 	@$(ENV) && { python -c "import llama_cpp.server.app" 2>/dev/null || \
 	  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF" pip install -q --no-deps -r requirements-bench.txt; }
+	@bash scripts/build_llama_server.sh
+
+# A fleet on one llama.cpp server: 1, 2, 4, 8 robots, No BRACE vs BRACE + E-RECAP (about 40 min on 2 cores).
+bench-fleet: bench-setup
+	@$(ENV) && python bench/fleet_load.py --max-steps 40
 
 # The budget's targets: decode ms/token, call cost while the context grows, closed loop at 2 / 1 threads and K = 8.
 bench-budget: bench-setup

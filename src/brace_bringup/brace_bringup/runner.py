@@ -41,6 +41,7 @@ from brace_audit.audit_report import summary
 from brace_audit.run_tables import run_tables
 from brace_common import names, qos
 from brace_common.config import ConfigError
+from brace_common.names import DEFAULT_NAMESPACE
 from brace_common.spin import autostart, spin_once
 
 from .graph import NodeSpec
@@ -287,15 +288,18 @@ def plots(runs, folder: Path) -> list[Path]:
     return out
 
 
-def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict], quiet: bool = False):
-    """Every variant in order; write the CSVs and plots; return (run folder, live records per variant)."""
+def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict], quiet: bool = False,
+        namespace: str = DEFAULT_NAMESPACE):
+    """Every variant in order, the stack in `namespace`; write the CSVs and plots; return (run folder, live records
+    per variant)."""
 
     folder = output / time.strftime("%Y%m%d_%H%M%S")
     runs = []
     ports = free_ports()
     with Children(folder, quiet) as children:
         for variant in variants:
-            records, _bag = run_variant(plan(cfg, variant, folder / variant, extra, ports), quiet, children)
+            records, _bag = run_variant(plan(cfg, variant, folder / variant, extra, ports, namespace=namespace), quiet,
+                                        children)
             runs.append(records)
     write_csvs(runs, folder)
     plots(runs, folder)
@@ -311,6 +315,8 @@ def main(argv=None) -> int:
     ap.add_argument("--agents", type=int)
     ap.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
                     help="override one parameter of every variant (YAML value), e.g. embedded_sim.max_steps=80")
+    ap.add_argument("--namespace", default=DEFAULT_NAMESPACE,
+                    help="namespace of the stack's nodes and topics (one per robot where several share a DDS domain)")
     ap.add_argument("--output", type=Path, default=Path("runs"))
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -338,7 +344,7 @@ def main(argv=None) -> int:
             return 2
         extra.setdefault(node, {})[param] = yaml.safe_load(value)
     try:
-        folder, runs = run(cfg, variants, args.output, extra, args.quiet)
+        folder, runs = run(cfg, variants, args.output, extra, args.quiet, "/" + args.namespace.strip("/"))
     except ConfigError as exc:
         print(f"brace-run: invalid configuration: {exc}", file=sys.stderr)
         return 2
