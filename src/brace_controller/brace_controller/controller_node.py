@@ -284,7 +284,7 @@ class BraceControllerNode(Node):
             self.counts["malformed_calls"] += 1
             self.rejections.reject("call_record", exc, msg.call_id)
             return
-        if record.status in (CallStatus.OK, CallStatus.PLANNER_ERROR):
+        if convert.informs_latency(record):
             # The model fits the call path's cost; the wait for the planner is predicted from the backlog.
             self.core.observe_latency(convert.latency_sample(record))
 

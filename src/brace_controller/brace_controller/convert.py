@@ -103,6 +103,21 @@ def goal_from_decision(decision: Decision, stamp: Time) -> Replan.Goal:
     return goal
 
 
+_WORK_PHASES = (Phase.CONTEXT_COMPRESS, Phase.PREFILL, Phase.REQUEST, Phase.FIRST_TOKEN, Phase.DECODE)
+
+
+def informs_latency(record: CallRecord) -> bool:
+    """Whether the latency model learns from a finished call: every answered one (a plan or a planner error), and
+    one cut off by its hard deadline or cancelled after it had run past its SLO, whose phases so far are a lower
+    bound of its cost. Without the latter a saturated planner (a server shared by a fleet, where every call hits its
+    hard deadline) would never be seen, and the controller would keep admitting calls it cannot serve."""
+    if record.status in (CallStatus.OK, CallStatus.PLANNER_ERROR):
+        return True
+    ran = any(record.phase_ms.get(p.value, 0.0) > 0.0 for p in _WORK_PHASES)
+    return record.status in (CallStatus.DEADLINE, CallStatus.CANCELLED) and ran and \
+        record.latency_ms - record.phase_ms.get(Phase.QUEUE.value, 0.0) >= record.slo_ms > 0.0
+
+
 def latency_sample(record: CallRecord) -> CallSample:
     """What the latency model learns from a finished call: tokens, mode and phase times, the queue wait left out."""
     phases = record.phase_ms

@@ -108,3 +108,29 @@ def test_a_planner_servers_queue_and_prefill_are_learnt_as_the_prefill():
     sample = latency_sample(record)
     assert (sample.compress_ms, sample.prefill_ms, sample.decode_ms) == (21.0, 430.0, 901.0)
     assert sample.total_ms == 1352.0 and sample.tokens_after == 384
+
+
+def test_calls_cut_off_past_their_slo_teach_the_model_a_saturated_planner():
+    # a fleet's shared server: every call hits its hard deadline in the server's queue and prefill; learning only
+    # from answered calls, the model never saw it and the controller kept admitting calls no one could serve
+    from brace_common.replanning import CallRecord
+    from brace_common.vocabulary import CallStatus
+    from brace_controller.convert import informs_latency, latency_sample
+
+    def record(status, latency_ms, phases, slo_ms=4500.0):
+        return CallRecord("a", 1, status, False, latency_ms, 384, slo_ms=slo_ms, tokens_before=1200, phase_ms=phases)
+
+    cut = record(CallStatus.DEADLINE, 13500.0, {"queue": 5.0, "context_compress": 300.0, "request": 13195.0})
+    assert informs_latency(cut) and latency_sample(cut).prefill_ms == 13195.0
+    assert informs_latency(record(CallStatus.CANCELLED, 13500.0, {"context_compress": 300.0, "first_token": 13200.0}))
+    assert informs_latency(record(CallStatus.PLANNER_ERROR, 900.0, {"prefill": 500.0, "decode": 400.0}))
+    # what says nothing about the planner's cost: a call superseded or expired while it waited, one cancelled before
+    # its SLO had passed, one no planner answered
+    assert not informs_latency(record(CallStatus.CANCELLED, 6000.0, {"queue": 6000.0}))
+    assert not informs_latency(record(CallStatus.DEADLINE, 13500.0, {"queue": 13500.0}))
+    assert not informs_latency(record(CallStatus.CANCELLED, 800.0, {"context_compress": 300.0, "request": 500.0}))
+    assert not informs_latency(record(CallStatus.UNAVAILABLE, 13500.0, {"request": 13500.0}))
+    model = LatencyModel(min_samples=3)
+    for _ in range(3):
+        model.observe(latency_sample(cut))
+    assert model.predict_p95(1200, 384, 0) >= 13000.0  # the SLO is out of reach: the gate can defer
