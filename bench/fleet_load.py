@@ -15,8 +15,8 @@ server leaves, and its time still counts in its calls' latency.
 Per cell, from the robots' bags and summaries and the server's /metrics:
 - per-robot SLO violation (mean and worst robot), success, deliveries, calls, call latency P50 / P95;
 - time to first token P95 (the calls' `request` + `first_token` phases: the server's queue and prefill);
-- prompt tokens sent per call, the server's prompt and decode throughput (tokens/s over the cell's wall time) and
-  its prefix-cache hits (prompt tokens reused from a slot's cache / prompt tokens sent).
+- prompt tokens the server took per call, its prompt and decode throughput (tokens/s over the cell's wall time) and
+  its prefix-cache hits (prompt tokens reused from a slot's cache / all prompt tokens it took), from its /metrics.
 
 Target: with 4 robots BRACE + E-RECAP's worst per-robot SLO violation <= 5% where No BRACE's mean
 is > 50%. Writes <out>/fleet_load.csv (one row per cell), fleet_load_robots.csv (one row per robot) and
@@ -143,14 +143,15 @@ def cell(args, variant: str, robots: int, gguf_or_folder: Path) -> tuple[dict, l
 
     folder = args.out / "fleet_load" / f"{variant}_{robots}"
     folder.mkdir(parents=True, exist_ok=True)
-    parallel = robots if args.engine == "llama_server" else 1
+    parallel = (args.slots or robots) if args.engine == "llama_server" else 1
     with LocalServer(gguf_or_folder, engine=args.engine, parallel=parallel, threads=args.server_threads,
                      log_path=folder / "server.log") as server:
         started = time.monotonic()
         robot_rows = run_robots(args, variant, robots, server.base_url, folder)
         wall_s = time.monotonic() - started
         metrics = server_metrics(server.base_url)
-    sent = sum(r["server_prompt_tokens"] for r in robot_rows)
+    # the server's own counts: every prompt it took (a call cancelled at its hard deadline too), computed or reused
+    computed, cached = metrics.get("prompt_tokens_total", math.nan), metrics.get("prompt_tokens_cached_total", math.nan)
     calls = sum(r["calls"] for r in robot_rows)
     violations = [r["slo_violation"] for r in robot_rows if r["calls"]]
     row = {"variant": variant, "fleet_size": robots, "engine": args.engine, "slots": parallel,
@@ -159,11 +160,11 @@ def cell(args, variant: str, robots: int, gguf_or_folder: Path) -> tuple[dict, l
            "success_mean": float(np.mean([r["success"] for r in robot_rows])),
            "calls": calls, "latency_p95_ms_worst": max(r["latency_p95_ms"] for r in robot_rows),
            "first_token_p95_ms_worst": max(r["first_token_p95_ms"] for r in robot_rows),
-           "prompt_tokens_per_call": sent / calls if calls else math.nan,
+           "prompt_tokens_per_call": (computed + cached) / calls if calls else math.nan,
            "unanswered": sum(r["unanswered"] for r in robot_rows), "wall_s": round(wall_s, 1),
-           "server_prompt_tok_s": metrics.get("prompt_tokens_total", math.nan) / wall_s,
+           "server_prompt_tok_s": computed / wall_s,
            "server_decode_tok_s": metrics.get("tokens_predicted_total", math.nan) / wall_s,
-           "prefix_cache_hits": metrics.get("prompt_tokens_cached_total", math.nan) / sent if sent else math.nan,
+           "prefix_cache_hits": cached / (computed + cached) if computed + cached > 0 else math.nan,
            "busy_slots_per_decode": metrics.get("n_busy_slots_per_decode", math.nan)}
     return row, robot_rows
 
@@ -205,6 +206,8 @@ def main() -> int:
     ap.add_argument("--weights", default="q8_0", choices=("f16", "q8_0"),
                     help="the GGUF's matrices (llama_server): q8_0 decodes ~1.5x faster than f16 on a CPU")
     ap.add_argument("--max-steps", type=int, help="steps per episode (default the demo's 60; --quick 4)")
+    ap.add_argument("--slots", type=int, default=0,
+                    help="llama-server's parallel slots (0 = one per robot; fewer queue the rest, first come first served)")
     ap.add_argument("--server-threads", type=int, default=0, help="the server's CPU threads (0 = its default)")
     ap.add_argument("--seed", type=int, default=0, help="robot i's warehouse seed is seed + i")
     ap.add_argument("--robot-nice", type=int, default=10, help="the robots' CPU priority below the server's (nice)")
@@ -229,7 +232,8 @@ def main() -> int:
             print(f"{LABELS[variant]}, {robots} robots: SLO violation mean {row['slo_violation_mean']:.1%} worst "
                   f"{row['slo_violation_worst']:.1%}, success {row['success_mean']:.0%}, {row['wall_s']:.0f} s",
                   flush=True)
-    print(f"\n## One {args.engine} server, R robots ({caption})\n")
+    slots = f"{args.slots} slots" if args.slots else "a slot per robot"
+    print(f"\n## One {args.engine} server, R robots, {slots} ({caption})\n")
     print("| variant | R | SLO violation mean / worst | success | calls | P95 (s, worst robot) | "
           "first token P95 (s) | prompt tokens / call | server prompt / decode tok/s | prefix-cache hits |")
     print("|---|---|---|---|---|---|---|---|---|---|")
