@@ -28,13 +28,20 @@ def planner_error(text: str) -> str:
 
 
 @pytest.mark.parametrize("text", ['{"action": "move_to", "parameters": {"target": "dock_9"}}',
-                                  '[{"action": "handoff", "parameters": {"to_agent": "agent1"}}]'])
+                                  '[{"action": "handoff", "parameters": {"to_agent": "agent7"}}]'])
 def test_a_plan_naming_an_unknown_entity_raises_the_floor(text):
     error = planner_error(text)
     assert fault_of(error) in LOST_ENTITY_FAULTS, error
     floor = QualityFloor(128, step=64, ceiling=512, window=2, max_error_rate=0.25)
     assert floor.observe(140, fault_of(error)) is False and floor.observe(140, fault_of(error)) is True
     assert floor.floor == 192
+
+
+def test_a_known_id_spelled_another_way_is_respelled_not_a_lost_entity():
+    outcome = CallOutcome(status=CallStatus.OK)
+    parse_into(outcome, '[{"action": "handoff", "parameters": {"to_agent": "agent1"}}]', SCHEMA)
+    assert outcome.status == CallStatus.OK and outcome.steps[0].parameters == {"to_agent": "agent_1"}
+    assert outcome.respelled == ["agent1 -> agent_1"]
 
 
 @pytest.mark.parametrize("text", ["no plan at all", '{"action": "fly", "parameters": {}}',
