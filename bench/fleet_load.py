@@ -107,34 +107,40 @@ def run_robots(args, variant: str, robots: int, url: str, folder: Path) -> list[
                    *(f"--set={k}={v}" for k, v in robot_sets.items())]
         log = (folder / f"robot_{i}.log").open("wb")
         children.append((i, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log))
-    rows = []
-    for i, child, log in children:
-        try:
-            code = child.wait(ROBOT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            code = child.wait()
-        log.close()
-        runs = sorted((folder / f"robot_{i}").glob("*/summary.csv"))
-        if code != 0 or not runs:
-            tail = (folder / f"robot_{i}.log").read_text(errors="replace")[-1500:]
-            raise RuntimeError(f"robot_{i} ({variant}, {robots} robots) exited with {code}:\n{tail}")
-        with runs[-1].open() as f:
-            summary = next(csv.DictReader(f))
-        calls = call_records(runs[-1].parent / variant / "bag")
-        rows.append({"variant": variant, "fleet_size": robots, "namespace": f"/robot_{i}", "success": float(summary["success"]),
-                     "delivered": summary["delivered"], "calls": len(calls),
-                     "slo_violation": float(summary["slo_violation"]) if calls else math.nan,
-                     "latency_p50_ms": float(summary["latency_p50_ms"]),
-                     "latency_p95_ms": float(summary["latency_p95_ms"]),
-                     "first_token_p95_ms": float(np.percentile([first_token_ms(c) for c in calls], 95))
-                     if calls else math.nan,
-                     "tokens_after": float(summary["tokens_after"]),
-                     "server_prompt_tokens": sum(c.server_prompt_tokens for c in calls),
-                     "server_completion_tokens": sum(c.server_completion_tokens for c in calls),
-                     "unanswered": int(summary["unanswered"]), "deadline_misses": int(summary["deadline_misses"]),
-                     "run_folder": str(runs[-1].parent)})
-    return rows
+    try:
+        return [robot_row(variant, robots, folder, i, child) for i, child, _ in children]
+    finally:  # a robot that failed stops the cell: the others are not left running
+        for _, child, log in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            log.close()
+
+
+def robot_row(variant: str, robots: int, folder: Path, i: int, child: subprocess.Popen) -> dict:
+    """Wait for robot `i`'s brace-run; its row from its summary and bag (RuntimeError with its log when it failed)."""
+    try:
+        code = child.wait(ROBOT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        code = child.wait()
+    runs = sorted((folder / f"robot_{i}").glob("*/summary.csv"))
+    if code != 0 or not runs:
+        tail = (folder / f"robot_{i}.log").read_text(errors="replace")[-1500:]
+        raise RuntimeError(f"robot_{i} ({variant}, {robots} robots) exited with {code}:\n{tail}")
+    with runs[-1].open() as f:
+        summary = next(csv.DictReader(f))
+    calls = call_records(runs[-1].parent / variant / "bag")
+    return {"variant": variant, "fleet_size": robots, "namespace": f"/robot_{i}", "success": float(summary["success"]),
+            "delivered": summary["delivered"], "calls": len(calls),
+            "slo_violation": float(summary["slo_violation"]) if calls else math.nan,
+            "latency_p50_ms": float(summary["latency_p50_ms"]), "latency_p95_ms": float(summary["latency_p95_ms"]),
+            "first_token_p95_ms": float(np.percentile([first_token_ms(c) for c in calls], 95)) if calls else math.nan,
+            "tokens_after": float(summary["tokens_after"]),
+            "server_prompt_tokens": sum(c.server_prompt_tokens for c in calls),
+            "server_completion_tokens": sum(c.server_completion_tokens for c in calls),
+            "unanswered": int(summary["unanswered"]), "deadline_misses": int(summary["deadline_misses"]),
+            "run_folder": str(runs[-1].parent)}
 
 
 def cell(args, variant: str, robots: int, gguf_or_folder: Path) -> tuple[dict, list[dict]]:
@@ -170,7 +176,7 @@ def cell(args, variant: str, robots: int, gguf_or_folder: Path) -> tuple[dict, l
 
 
 def draw(rows: list[dict], caption: str):
-    """Per-robot SLO violation (mean, worst as the bar's top) and success against the fleet size, per variant."""
+    """Per-robot SLO violation (mean and worst robot) and success against the fleet size, per variant."""
     def figure(plt):
         fig, (ax_v, ax_s) = plt.subplots(1, 2, figsize=(10, 3.8))
         for variant in VARIANTS:

@@ -405,8 +405,10 @@ def test_a_new_episode_ends_the_plan_without_an_outcome_and_the_arm_holds(ros, a
     arm.plan("p1", ("pick", '{"object": "cup"}'))
     wait_for(lambda: len(arm.commands) >= 3, what="the pick under way")
     arm.episode_pub.publish(Episode(event=Episode.EVENT_START, episode=1))
-    wait_for(lambda: node.counts["plans_ended_by_episode"] == 1, what="the plan ended by the new episode")
-    assert node.current is None and not node.monitor.active and not arm.outcomes
+    # the node ends the plan on its executor thread: wait for all of it, not only the counter
+    wait_for(lambda: node.counts["plans_ended_by_episode"] == 1 and node.current is None and not node.monitor.active,
+             what="the plan ended by the new episode")
+    assert not arm.outcomes
     sent = len(arm.commands)
     arm.plan("p2", ("pick", '{"object": "cup"}'))                  # the new episode's first plan begins anew
     wait_for(lambda: len(arm.commands) > sent + 2 and node.plan_id == "p2", what="the new plan's commands")

@@ -332,10 +332,10 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
         with self._lock:
             if self.monitor is None or not self.steps:
                 return
-            self.counts["plans_ended_by_episode"] += 1
             self.get_logger().info(f"episode {msg.episode} began: plan '{shorten(self.plan_id)}' ended; idle")
             self.plan_id, self.steps, self.index = "", [], 0
             self._begin_step()      # no current step: the monitor stops, the request in flight is dropped
+            self.counts["plans_ended_by_episode"] += 1  # last: a reader that sees the count sees the arm idle
 
     def on_verdict(self, msg: VerifierVerdict) -> None:
         """A confident violation for this agent halts the running step (OmniAct's preemption)."""
