@@ -107,6 +107,11 @@ def plan(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dict] | No
                    namespace, cfg.own_process)
 
 
+def absolute_namespace(namespace: str) -> str:
+    """A namespace as given on a command line ('robot_1', '/robot_1/') as the nodes take it ('/robot_1')."""
+    return "/" + namespace.strip("/")
+
+
 LAUNCH_ARGUMENTS = {
     "run": ("demo.yaml", "run configuration: a file, or the name of one installed with brace_bringup (runs/*.yaml)"),
     "variant": ("brace_erecap", "the variant of the run configuration to start"),
@@ -142,4 +147,4 @@ def plan_for_launch(arguments: Mapping[str, str]) -> RunPlan:
         if not peer:  # a real AirSim (its settings.json names the scenario's vehicles)
             bridge.update(host=arguments.get("host", "127.0.0.1"), port=int(arguments.get("port", "41451")))
     return plan(cfg, variant, output / variant, extra, airsim_peer=peer,
-                namespace="/" + arguments.get("namespace", "").strip("/"))
+                namespace=absolute_namespace(arguments.get("namespace", "")))

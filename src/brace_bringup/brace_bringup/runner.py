@@ -46,7 +46,7 @@ from brace_common.spin import autostart, spin_once
 
 from .graph import NodeSpec
 from .run_config import RunConfig
-from .run_plan import AIRSIM_PEER, PLANNER_SERVER, Process, RunPlan, plan
+from .run_plan import AIRSIM_PEER, PLANNER_SERVER, Process, RunPlan, absolute_namespace, plan
 
 
 class LiveCollector(Node):
@@ -344,7 +344,7 @@ def main(argv=None) -> int:
             return 2
         extra.setdefault(node, {})[param] = yaml.safe_load(value)
     try:
-        folder, runs = run(cfg, variants, args.output, extra, args.quiet, "/" + args.namespace.strip("/"))
+        folder, runs = run(cfg, variants, args.output, extra, args.quiet, absolute_namespace(args.namespace))
     except ConfigError as exc:
         print(f"brace-run: invalid configuration: {exc}", file=sys.stderr)
         return 2

@@ -50,14 +50,19 @@ def _copy_fields(reader, writer) -> None:
             writer.add_key_value(name, value, vtype)
 
 
+def check_weights(weights: str) -> None:
+    """ValueError naming the known weight types unless `weights` is one."""
+    if weights not in WEIGHT_TYPES:
+        raise ValueError(f"weights '{weights}' is not one of {', '.join(WEIGHT_TYPES)}")
+
+
 def export_gguf(model, source: Path, target: Path, weights: str = "f16") -> Path:
     """Write `model`'s weights with `source`'s metadata to `target` (matrices in `weights`: f16 or q8_0, vectors in
     float32); return `target`."""
     # optional: gguf (llama.cpp's writer) is needed only to export a GGUF file
     import gguf
 
-    if weights not in WEIGHT_TYPES:
-        raise ValueError(f"weights '{weights}' is not one of {', '.join(WEIGHT_TYPES)}")
+    check_weights(weights)
     reader = gguf.GGUFReader(str(source))
     arch_name = reader.fields["general.architecture"].contents()
     arch = next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == arch_name)
@@ -104,8 +109,7 @@ def merged_gguf(model_path: str, adapter_path: str = "", weights: str = "f16") -
 
     if model_path != SMOLLM2:
         raise ValueError(f"only '{SMOLLM2}' has a source GGUF to take the metadata from, not '{model_path}'")
-    if weights not in WEIGHT_TYPES:
-        raise ValueError(f"weights '{weights}' is not one of {', '.join(WEIGHT_TYPES)}")
+    check_weights(weights)
     source = gguf_source()
     if not adapter_path and weights == "f16":
         return source
