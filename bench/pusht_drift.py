@@ -39,11 +39,17 @@ from report import cpu_report, describe_cpu, fill_defaults, print_written, repor
 
 from brace_controller.triggers import DriftDetector
 from robot_bridge.pickfruit.pickfruit_rollout import PickFruitRollout
-from robot_bridge.pusht.pusht_world import BLOCK, GOAL, PushTConfig, PushTWorld
+from robot_bridge.pusht.pusht_world import BLOCK, GOAL, PushTConfig, PushTWorld, oracle_part
+from robot_bridge.pusht.t_block import PARTS
 
 RUN_CONFIG = Path(__file__).resolve().parents[1] / "src/brace_bringup/runs/piper_twin_pusht.yaml"
 """The twin run whose trigger_monitor drift parameters the trials use."""
-PUSH = [("push", {"object": BLOCK, "target": GOAL})]
+
+
+def push(world: PushTWorld) -> list:
+    """One plan: push the block by the part the oracle names (a planner that chooses well; runs/piper_twin_pusht.yaml's
+    template names the part)."""
+    return [("push", {"object": BLOCK, "target": GOAL, "part": oracle_part(world) or PARTS[0]})]
 AFTER_S = 13.2
 """The paper's window after a drift trigger (BRACE App., PushT motivation subset)."""
 ARMS = ("repair", "none")
@@ -113,7 +119,7 @@ def run_trial(arm: str, seed: int, loss_probability: float, steps: int, threshol
             rollout.policy.start_over()
 
     for _ in range(steps):
-        rollout.execute(PUSH, halt=tick)
+        rollout.execute(push(world), halt=tick)
         if world.success():
             break
     error = world.goal_error().distance_m

@@ -36,6 +36,7 @@ class TwinTask:
     scene: Callable[[Any, Point, float], Scene]                       # the camera's view
     policy: Callable[[Callable[[], Point]], Callable]                 # tool reader -> the /act stand-in
     locations: Sequence[str]                                          # the executor's locations entries
+    instruction_templates: Sequence[str] = ()                         # the executor's, where not its defaults
 
     @classmethod
     def of(cls, world: TableWorld) -> TwinTask:
@@ -44,7 +45,7 @@ class TwinTask:
             g = world.config.goal_location
             return cls(pusht.WORLD, world, pusht.SKILLS_TEXT, pusht.task_text, pusht.scene_text, pusht.world_state,
                        pusht.episode_metrics, pusht_scene, lambda tool: pusht.PushPolicy(world, tool=tool),
-                       (f"{pusht.GOAL}={g[0]:g},{g[1]:g},{g[2]:g}",))
+                       (f"{pusht.GOAL}={g[0]:g},{g[1]:g},{g[2]:g}",), (pusht.INSTRUCTION_TEMPLATE,))
         b = world.config.bowl
         return cls(pickfruit.WORLD, world, pickfruit.SKILLS_TEXT, pickfruit.task_text, pickfruit.scene_text,
                    pickfruit.world_state, pickfruit.episode_metrics, pickfruit_scene,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from robot_bridge.openvla.instructions import InstructionError, InstructionTemplates, parse_table
+from robot_bridge.openvla.instructions import InstructionError, InstructionTemplates, parse_table, with_entries
 
 TABLE = ["pick=pick up the {object}", "place=put the {object} in the {target}", "push=push the {0} to the {1}",
          "wave=wave"]
@@ -60,3 +60,10 @@ def test_bad_tables():
     with pytest.raises(ValueError):
         InstructionTemplates({})
     assert parse_table([" a = b=c "], "t") == {"a": "b=c"}
+
+
+def test_with_entries_puts_overrides_in_place_of_the_same_skill_and_adds_new_ones():
+    base = ["pick=pick up the {object}", "push=push the {object} to the {target}"]
+    out = with_entries(base, ["push=push the {object} by its {part} to the {target}", "wave=wave"])
+    assert out == ["pick=pick up the {object}", "push=push the {object} by its {part} to the {target}", "wave=wave"]
+    assert with_entries(base, []) == base

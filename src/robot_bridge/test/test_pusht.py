@@ -13,6 +13,7 @@ from brace_common.episode import CONTACT_LOSSES, GOAL_ERROR_DEG, GOAL_ERROR_M, P
 from brace_common.planar import Pose2D
 from brace_common.vocabulary import Activity
 from brace_common.world_state import AgentActivity
+from robot_bridge.openvla.executor_config import ExecutorConfig
 from robot_bridge.orbbec.calibration import load_calibration
 from robot_bridge.pickfruit.pickfruit_rollout import PickFruitRollout
 from robot_bridge.pickfruit.scene_render import OBJECT_COLORS, SceneRenderer
@@ -25,15 +26,18 @@ from robot_bridge.pusht.pusht_world import (
     PushTConfig,
     PushTWorld,
     episode_metrics,
+    instruction_part,
+    oracle_part,
     world_state,
 )
-from robot_bridge.pusht.t_block import TShape
+from robot_bridge.pusht.t_block import PARTS, TShape
 from robot_bridge.twin_task import TwinTask
 from robot_bridge.verifier.scene_diff import TABLE, Catalogue, GeometricPerceiver
 from robot_bridge.verifier.verifier_config import VerifierConfig
 from robot_bridge.verifier.visual_verifier import VisualVerifier
 
 PUSH = [("push", {"object": BLOCK, "target": GOAL})]
+"""A push that names no part (the executor's default template): the stand-in chooses the part itself."""
 SHAPE = TShape()
 R, MU = 0.008, 0.5
 
@@ -159,17 +163,17 @@ def test_the_stand_in_rejects_other_instructions():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_one_push_step_brings_the_block_onto_the_goal(seed):
     world = PushTWorld(PushTConfig(contact_loss_probability=0.0))
-    rollout = PickFruitRollout(world)
+    rollout = free_rollout(world)
     rollout.start(seed)
     (record,) = rollout.execute(PUSH)
     assert record.result.success and world.success() and world.counts.pushes >= 2
-    assert rollout.lines[1].text.startswith("Skills: push(object, target)")
+    assert rollout.lines[1].text.startswith("Skills: push(object, target, part)")
     assert any(line.text.startswith(f"Scene: {BLOCK} on the table") for line in rollout.lines)
 
 
 def test_after_a_lost_contact_the_push_ends_over_the_goal_and_a_second_push_pushes_again():
     world = PushTWorld(PushTConfig(contact_loss_probability=1.0))
-    rollout = PickFruitRollout(world)
+    rollout = free_rollout(world)
     rollout.start(0)
     (first,) = rollout.execute(PUSH)
     assert first.result.success and not world.success() and world.counts.contact_losses == 1
@@ -181,7 +185,7 @@ def test_after_a_lost_contact_the_push_ends_over_the_goal_and_a_second_push_push
 
 def offsets_of(world: PushTWorld, seed: int, pushes: int = 1) -> list[float]:
     """The contact offset after every tick of `pushes` push steps of the kinematic rollout."""
-    rollout = PickFruitRollout(world)
+    rollout = free_rollout(world)
     rollout.start(seed)
     offsets = [world.contact_offset_m(rollout.tool)]
     for _ in range(pushes):
@@ -218,7 +222,7 @@ def test_the_arms_activity_carries_the_contact_offset_while_it_executes():
 
 def test_given_its_instruction_anew_the_stand_in_forgets_a_lost_contact():
     world = PushTWorld(PushTConfig(contact_loss_probability=1.0))
-    rollout = PickFruitRollout(world)
+    rollout = free_rollout(world)
     rollout.start(4)
     rollout.execute(PUSH, halt=lambda: "lost" if world.lost else None)   # halted as the contact is lost
     assert world.lost
@@ -228,6 +232,74 @@ def test_given_its_instruction_anew_the_stand_in_forgets_a_lost_contact():
     rollout.policy(np.zeros((4, 4, 3), np.uint8), "push the t block to the goal")
     assert not world.lost and not rollout.policy.pushing           # a contact chosen again, approached first
     assert rollout.policy.segment is not None
+
+
+def free_rollout(world: PushTWorld) -> PickFruitRollout:
+    """The kinematic loop with the executor's default push template (no part named)."""
+    return PickFruitRollout(world, ExecutorConfig(locations=list(TwinTask.of(world).locations)))
+
+
+def by(part: str) -> list:
+    """A push by `part` (the PushT run's template names it)."""
+    return [("push", {"object": BLOCK, "target": GOAL, "part": part})]
+
+
+def test_every_outline_point_lies_on_the_bar_or_the_stem():
+    parts = {SHAPE.part(p) for p, _ in SHAPE.outline()}
+    assert parts == set(PARTS)
+    junction = SHAPE.rects[0].centre[1] - SHAPE.rects[0].half[1]          # the bar's underside
+    for p, _ in SHAPE.outline():
+        assert (SHAPE.part(p) == "bar") == (p[1] >= junction - 1e-9)
+
+
+def test_an_instruction_names_one_part_or_none():
+    assert instruction_part("push the t block by its stem to the goal") == "stem"
+    assert instruction_part("Push the T_block by its bar.") == "bar"
+    assert instruction_part("push the t block to the goal") is None
+    assert instruction_part("push the t block by its bar and stem") is None
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_a_push_by_a_part_presses_only_on_that_part_and_ends_over_the_goal(part):
+    world = PushTWorld(PushTConfig(contact_loss_probability=0.0))
+    rollout = PickFruitRollout(world)                 # the PushT template: "push the t block by its <part> ..."
+    rollout.start(0)
+    pressed = set()
+
+    def watch() -> None:
+        if rollout.policy.segment is not None:
+            pressed.add(SHAPE.part(rollout.policy.segment.contact))
+
+    (record,) = rollout.execute(by(part), halt=watch)
+    assert pressed == {part} and record.result.success and world.counts.pushes >= 1
+    assert rollout.policy.part == part
+
+
+def test_a_part_that_brings_the_block_no_nearer_is_spent_after_one_push_and_the_step_ends():
+    spent = 0
+    for seed in range(6):
+        world = PushTWorld(PushTConfig(contact_loss_probability=0.0))
+        rollout = PickFruitRollout(world)
+        rollout.start(seed)
+        wrong = next(p for p in PARTS if p != oracle_part(world))
+        pushes = world.counts.pushes
+        (record,) = rollout.execute(by(wrong))
+        assert record.result.success and world.counts.pushes > pushes      # it pushed, then rose over the goal
+        spent += rollout.policy.spent and not world.success()
+    assert spent >= 1
+
+
+def test_pushing_by_the_oracles_part_each_step_brings_the_block_onto_the_goal():
+    for seed in (0, 1, 2):
+        world = PushTWorld(PushTConfig(contact_loss_probability=0.0))
+        rollout = PickFruitRollout(world)
+        rollout.start(seed)
+        for _ in range(6):
+            rollout.execute(by(oracle_part(world)))
+            if world.success():
+                break
+        assert world.success()
+    assert oracle_part(world) in PARTS
 
 
 # ---------------------------------------------------------------------- the camera
@@ -253,7 +325,7 @@ def test_the_verifier_contradicts_a_push_that_ended_off_the_goal(loss):
     camera = load_calibration(cfg.camera_calibration)
     renderer = SceneRenderer(camera, seed=5)
     world = PushTWorld(PushTConfig(contact_loss_probability=loss))
-    rollout = PickFruitRollout(world)
+    rollout = free_rollout(world)
     rollout.start(0)
     verifier = VisualVerifier(cfg.perceiver(camera), cfg.confirm_frames)
     verifier.on_plan([Step(a, p) for a, p in PUSH])
@@ -278,7 +350,7 @@ def test_the_verifier_contradicts_a_push_that_ended_off_the_goal(loss):
 
 def test_the_next_episode_starts_with_the_tool_over_the_goal_and_still_pushes():
     world = PushTWorld(PushTConfig(contact_loss_probability=0.0))
-    rollout = PickFruitRollout(world)
+    rollout = free_rollout(world)
     for seed in (3, 4):                                            # the arm starts episode 4 where episode 3 ended
         rollout.start(seed)
         (record,) = rollout.execute(PUSH)

@@ -50,6 +50,13 @@ def parse_table(entries: Sequence[str], what: str) -> dict[str, str]:
     return table
 
 
+def with_entries(entries: Sequence[str], overrides: Sequence[str]) -> list[str]:
+    """`name=value` entries with those of `overrides` put in place of the entries of the same name (or added)."""
+    names = {str(o).partition("=")[0].strip(): str(o) for o in overrides}
+    out = [names.pop(str(e).partition("=")[0].strip(), str(e)) for e in entries]
+    return out + list(names.values())
+
+
 def _fields(template: str) -> list[str]:
     try:
         return [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]

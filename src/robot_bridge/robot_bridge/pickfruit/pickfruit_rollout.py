@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import numpy as np
@@ -23,6 +23,7 @@ import numpy as np
 from brace_common.vocabulary import Block, EntryKind
 
 from ..openvla.executor_config import ExecutorConfig
+from ..openvla.instructions import with_entries
 from ..openvla.step_monitor import Observation, StepMonitor, StepResult, describe_step, outcome_text
 from ..openvla.vla_action import ActionError, to_arm
 from ..piper.piper_kinematics import PiperKinematics
@@ -66,6 +67,8 @@ class PickFruitRollout:
         self.task = TwinTask.of(world)
         if executor is None:
             executor = ExecutorConfig(locations=list(self.task.locations))
+            executor = replace(executor, instruction_templates=with_entries(executor.instruction_templates,
+                                                                            self.task.instruction_templates))
         self.templates = executor.templates()
         self.monitor = StepMonitor(executor.monitor_config())
         self.scaling = executor.scaling()
@@ -114,6 +117,7 @@ class PickFruitRollout:
         """Run one plan step to its end; ValueError for a step the executor would reject. `halt` is asked after every
         tick (the visual verifier beside the executor): a reason it returns halts the step (FAILURE_PREEMPTED)."""
         instruction = self.templates.instruction(action, parameters)
+        self.policy.start_over()              # as the twin's stand-in is told at a new plan's step
         self.monitor.start(self.monitor.spec(action, parameters), self.t)
         result = None
         while result is None:

@@ -22,13 +22,18 @@ pusher comes down beside a contact and pushes at once; one that goes on
 along the table after losing the block pushes nothing, and the offset grows
 with every centimetre, however near the block lies.
 
-`PushPolicy` answers what OpenVLA's `/act` would for "push the T block to the
-goal": it picks a contact on the block's outline whose push brings the block
-closest to the goal pose (a 2 cm look-ahead through the same mechanics),
+`PushPolicy` answers what OpenVLA's `/act` would for "push the T block by its
+bar to the goal": it picks a contact on the block's outline (on the part the
+instruction names, the bar or the stem; anywhere when it names none) whose push
+brings the block closest to the goal pose (a 2 cm look-ahead through the same
+mechanics),
 approaches it from above at `transit_z_m`, pushes along the contact normal at
 `push_z_m`, and repeats; when the block lies within half the tolerances it
 rises over the goal at `hover_z_m` (the executor's `goal` location: its push
-condition ends the step there). A contact whose waypoints the arm does not
+condition ends the step there). It rises there too when no push on the named
+part brings the block nearer the goal any more, after at least one push on it:
+a wrong part costs a push and a replan (`oracle_part`: the part of the contact
+it would choose freely, the planner's label). A contact whose waypoints the arm does not
 reach (the tool stays put for `stall_calls` calls: the twin's inverse
 kinematics refuses some targets from some joint configurations) is given up
 for another, until the episode ends. Like a VLA that lost the block, after a contact
@@ -66,7 +71,7 @@ from brace_common.vocabulary import Activity, Predicate
 from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState
 
 from ..pickfruit.twin_camera import TABLE_TOP_M
-from .t_block import TShape
+from .t_block import PARTS, TShape
 
 Point = tuple[float, float, float]
 
@@ -79,9 +84,12 @@ GOAL = "goal"
 FINGER_BOTTOM_M = 0.013
 """How far the fingertips reach below the tool point (m; the twin's gripper geometry, scene_render.gripper_boxes)."""
 
-SKILLS_TEXT = ("Skills: push(object, target) pushes the object along the table until it lies on the target, "
-               "turned to the target's orientation. A push may lose contact with the object: then push again.")
+SKILLS_TEXT = ("Skills: push(object, target, part) pushes the object along the table, pressing on its part (bar or "
+               "stem), until it lies on the target turned to the target's orientation, or until pushing that part "
+               "brings it no nearer. A push may lose contact with the object: then push again.")
 """The constraints entry of a PushT episode (what the planner may call)."""
+INSTRUCTION_TEMPLATE = "push=push the {object} by its {part} to the {target}"
+"""The executor's instruction template of a push (the run configurations' `instruction_templates`)."""
 
 
 def task_text(block: str = BLOCK) -> str:
@@ -361,6 +369,10 @@ class PushPolicy:
     last_tool: Optional[Point] = None
     still: int = 0
     anew: bool = False                              # the instruction was given anew: start over at the next call
+    instruction: str = ""                           # the instruction being followed (lower case)
+    part: Optional[str] = None                      # the part it names (PARTS), None: any
+    pushes: int = 0                                 # pushes completed since the instruction was given
+    spent: bool = False                             # the named part brings the block no nearer: over the goal
 
     def __call__(self, image: np.ndarray, instruction: str, unnorm_key: str = "") -> np.ndarray:
         """The action for `instruction` now; ValueError when it does not ask to push the block."""
@@ -368,9 +380,11 @@ class PushPolicy:
         if "push" not in text or BLOCK.replace("_", " ") not in text:
             raise ValueError(f"not a push of the {BLOCK.replace('_', ' ')}: {instruction!r}")
         tool = self.tool()
-        if self.anew:
+        if self.anew or text != self.instruction:
+            if self.anew:
+                self.world.recover()
             self.anew, self.segment, self.pushing = False, None, False
-            self.world.recover()
+            self.instruction, self.part, self.pushes, self.spent = text, instruction_part(text), 0, False
         self._follow(tool)
         target, step = self._target(tool)
         delta = np.subtract(target, tool)
@@ -389,6 +403,7 @@ class PushPolicy:
         kinematics refuses some from some joint configurations: the arm then holds where it is)."""
         if self.world.episodes != self.episode:
             self.episode, self.segment, self.pushing, self.blocked = self.world.episodes, None, False, set()
+            self.pushes, self.spent = 0, False
         moved = self.last_tool is None or math.dist(tool, self.last_tool) >= 0.001
         self.last_tool = tool
         self.still = 0 if moved else self.still + 1
@@ -411,13 +426,17 @@ class PushPolicy:
         if world.goal_error().within(half.distance_m, half.yaw_deg):
             self.segment, self.pushing = None, False
             return self._travel(tool, over_goal), cfg.max_step_m
-        if self.segment is None:
+        if self.segment is None and not self.spent:
             self.segment, self.pushing = self._choose(), False
+            self.spent = self.segment is None
+        if self.spent:                              # the named part brings the block no nearer: done, it believes
+            return self._travel(tool, over_goal), cfg.max_step_m
         seg = self.segment
         if self.pushing:
             end = (*seg.end, cfg.push_z_m)
             if math.dist(tool, end) <= cfg.tolerance_m:
                 self.segment, self.pushing = None, False
+                self.pushes += 1
                 return self._target(tool)
             return end, cfg.push_step_m
         start = (*seg.start, cfg.push_z_m)
@@ -435,41 +454,74 @@ class PushPolicy:
             return (tool[0], tool[1], cfg.transit_z_m)
         return (to[0], to[1], max(cfg.transit_z_m, to[2]))
 
-    def _choose(self) -> Segment:
-        """The contact whose push (simulated `push_length_m` ahead) leaves the block nearest the goal pose."""
+    def _choose(self) -> Optional[Segment]:
+        """The next push: on the named part, while it brings the block nearer the goal (the first one regardless);
+        None when the part is spent."""
         cfg, world = self.config, self.world
-        wcfg, shape = world.config, world.shape
-        block, goal = world.pose(), wcfg.goal_pose
-        radius = wcfg.pusher_radius_m
-
-        def cost(p: Pose2D) -> float:
-            d = math.hypot(p.x - goal.x, p.y - goal.y) / wcfg.goal_tolerance_m
-            a = math.degrees(wrap_angle(p.yaw - goal.yaw)) / wcfg.goal_tolerance_deg
-            return d * d + a * a
-
-        best: Optional[tuple[float, Segment]] = None
-        candidates = [(p, n) for p, n in shape.outline() if p not in self.blocked]
-        if not candidates:                                        # every contact was out of reach once: try again
+        found = best_push(world, cfg, self.part, self.blocked)
+        if found is None and self.blocked:      # every reachable contact was given up once: try them again
             self.blocked.clear()
-            candidates = shape.outline()
-        for point, normal in candidates:
-            out = (point[0] + normal[0] * (radius + cfg.standoff_m), point[1] + normal[1] * (radius + cfg.standoff_m))
-            if shape.contact(out).distance < radius + 0.5 * cfg.standoff_m:    # a notch: no room to approach
-                continue
-            past = cfg.standoff_m + cfg.push_length_m
-            end = (out[0] - normal[0] * past, out[1] - normal[1] * past)
-            start_w, end_w = block.to_world(out), block.to_world(end)
-            if not all(cfg.reach_m[0] <= math.hypot(*p) <= cfg.reach_m[1] for p in (start_w, end_w)):
-                continue                          # near the base the arm cannot get down to the table (twin's IK)
-            after, touched = shape.push(block, start_w, end_w, radius, wcfg.friction)
-            if not touched:
-                continue
-            score = cost(after)
-            if best is None or score < best[0]:
-                best = (score, Segment(point, normal, start_w, end_w))
-        if best is None and self.blocked:       # every reachable contact was given up once: try them again
-            self.blocked.clear()
-            return self._choose()
-        if best is None:
-            raise RuntimeError("no contact on the block's outline can be pushed within the arm's reach")
-        return best[1]
+            found = best_push(world, cfg, self.part, self.blocked)
+        if found is None and self.part is not None and not self.pushes:    # no reachable contact on it: any
+            found = best_push(world, cfg, None, self.blocked)
+        if found is None:
+            if self.part is None:
+                raise RuntimeError("no contact on the block's outline can be pushed within the arm's reach")
+            return None
+        score, segment = found
+        if self.part is not None and self.pushes and score > (1.0 - MIN_GAIN) * pose_cost(world, world.pose()):
+            return None
+        return segment
+
+
+MIN_GAIN = 0.01
+"""A push on a named part goes on while it would lower the block's pose cost by at least this fraction."""
+
+
+def instruction_part(text: str) -> Optional[str]:
+    """The part of the block an instruction names (PARTS), or None."""
+    words = set(text.lower().replace("_", " ").replace(",", " ").replace(".", " ").split())
+    named = [part for part in PARTS if part in words]
+    return named[0] if len(named) == 1 else None
+
+
+def pose_cost(world: PushTWorld, pose: Pose2D) -> float:
+    """How far `pose` is from the goal pose, each axis in units of its tolerance, squared and summed."""
+    cfg, goal = world.config, world.config.goal_pose
+    d = math.hypot(pose.x - goal.x, pose.y - goal.y) / cfg.goal_tolerance_m
+    a = math.degrees(wrap_angle(pose.yaw - goal.yaw)) / cfg.goal_tolerance_deg
+    return d * d + a * a
+
+
+def best_push(world: PushTWorld, config: PushPolicyConfig, part: Optional[str] = None,
+              blocked: frozenset | set = frozenset()) -> Optional[tuple[float, Segment]]:
+    """The contact (on `part`, any when None; not in `blocked`) whose push, simulated `push_length_m` ahead, leaves
+    the block nearest the goal pose, with that pose's cost; None when no contact within the arm's reach moves it."""
+    wcfg, shape = world.config, world.shape
+    block = world.pose()
+    radius = wcfg.pusher_radius_m
+    best: Optional[tuple[float, Segment]] = None
+    for point, normal in shape.outline():
+        if point in blocked or (part is not None and shape.part(point) != part):
+            continue
+        out = (point[0] + normal[0] * (radius + config.standoff_m), point[1] + normal[1] * (radius + config.standoff_m))
+        if shape.contact(out).distance < radius + 0.5 * config.standoff_m:    # a notch: no room to approach
+            continue
+        past = config.standoff_m + config.push_length_m
+        end = (out[0] - normal[0] * past, out[1] - normal[1] * past)
+        start_w, end_w = block.to_world(out), block.to_world(end)
+        if not all(config.reach_m[0] <= math.hypot(*p) <= config.reach_m[1] for p in (start_w, end_w)):
+            continue                          # near the base the arm cannot get down to the table (twin's IK)
+        after, touched = shape.push(block, start_w, end_w, radius, wcfg.friction)
+        if not touched:
+            continue
+        score = pose_cost(world, after)
+        if best is None or score < best[0]:
+            best = (score, Segment(point, normal, start_w, end_w))
+    return best
+
+
+def oracle_part(world: PushTWorld, config: PushPolicyConfig = PushPolicyConfig()) -> Optional[str]:
+    """The part the stand-in would push now if free to choose (the planner's label); None when nothing is to push."""
+    found = best_push(world, config)
+    return world.shape.part(found[1].contact) if found is not None else None

@@ -25,6 +25,8 @@ from brace_common.planar import Pose2D, Vec, wrap_angle
 
 SUBSTEP_M = 0.002
 """The longest pusher motion integrated in one quasi-static step (m)."""
+PARTS = ("bar", "stem")
+"""The T's two parts, in the order of `TShape.rects` (a push names the part it presses on)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,13 @@ class TShape:
     def inside(self, p: Vec) -> bool:
         """Whether a block-frame point lies in the T."""
         return any(abs(p[0] - r.centre[0]) <= r.half[0] and abs(p[1] - r.centre[1]) <= r.half[1] for r in self.rects)
+
+    def part(self, p: Vec) -> str:
+        """The part (`PARTS`) whose rectangle holds block-frame point `p` or lies nearest it (outline points lie on
+        exactly one: the corners where bar and stem meet are not on the outline)."""
+        def gap(r: Rect) -> float:
+            return max(abs(p[0] - r.centre[0]) - r.half[0], abs(p[1] - r.centre[1]) - r.half[1], 0.0)
+        return min(zip(PARTS, self.rects, strict=True), key=lambda pr: gap(pr[1]))[0]
 
     def contact(self, p: Vec) -> Contact:
         """The signed distance of block-frame point `p` from the outline, with the nearest outline point and normal."""
