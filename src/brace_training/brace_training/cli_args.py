@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Optional
 
 from erecap_planner.models import SMOLLM2
 
@@ -14,7 +15,7 @@ PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap
 """The warehouse E-RECAP predictor bank."""
 
 
-def add_adapter_arguments(ap: argparse.ArgumentParser, output: Path, examples: int, lr: float, budgets: list[int],
+def add_adapter_arguments(ap: argparse.ArgumentParser, output: Optional[Path], examples: int, lr: float, budgets: list[int],
                           detour: str) -> None:
     """--model, --examples, --detour, --epochs, --rank, --lr, --init, --output, --evaluate-only, --adapters,
     --budgets and --predictor, with this command's defaults (`detour` says what a detour is here)."""

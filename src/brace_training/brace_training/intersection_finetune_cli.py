@@ -31,7 +31,7 @@ from sim_bridges.airsim.intersection import IntersectionConfig, action_schema, s
 
 from .cli_args import PREDICTOR, add_adapter_arguments
 from .intersection_data import IntersectionPoint, decision_points
-from .pickfruit_finetune_cli import FIRST_CUT, LAYOUT, buffer_of, build_examples
+from .twin_finetune_cli import FIRST_CUT, LAYOUT, buffer_of, build_examples
 
 
 def default_adapter() -> Path:

@@ -27,8 +27,9 @@ TARGET = "bowl"
 
 
 @dataclass
-class PickFruitPoint:
-    """The context entries so far, the agent asked about, and the oracle's plan."""
+class TwinPoint:
+    """The context entries so far, the agent asked about, and the oracle's plan (a decision point on the twin's
+    table)."""
 
     entries: list[Entry]
     agent_id: str
@@ -58,7 +59,7 @@ def entries_of(rollout: PickFruitRollout, agent_id: str = AGENT) -> list[Entry]:
 
 
 def decision_points(seeds: Sequence[int], detour: float = 0.0, mid_plan: float = 0.25, max_calls: int = 8,
-                    tasks: Sequence[int] = (1, 1, 1, 2)) -> Iterator[PickFruitPoint]:
+                    tasks: Sequence[int] = (1, 1, 1, 2)) -> Iterator[TwinPoint]:
     """Decision points of oracle-driven PickFruit episodes, one episode per seed (see the module docstring)."""
     for seed in seeds:
         rng = random.Random(seed)
@@ -69,6 +70,6 @@ def decision_points(seeds: Sequence[int], detour: float = 0.0, mid_plan: float =
             oracle = oracle_plan(world)
             if not oracle:
                 break
-            yield PickFruitPoint(entries_of(rollout), AGENT, oracle, seed)
+            yield TwinPoint(entries_of(rollout), AGENT, oracle, seed)
             plan = detour_plan(world, rng) if rng.random() < detour else oracle
             rollout.execute([(s.action, s.parameters) for s in plan], max_steps=1 if rng.random() < mid_plan else None)

@@ -1,16 +1,18 @@
-"""`pickfruit-finetune`: fine-tune the planner LM (LoRA) on PickFruit's oracle plans, and measure what it changed.
+"""`twin-finetune`: fine-tune the planner LM (LoRA) on a twin task's oracle plans (PickFruit or PushT), and measure
+what it changed.
 
-Renders every PickFruit decision point (brace_training.pickfruit_data) exactly as
-the robot planner does (the PickFruit action schema, the `stable_first` layout
-of config/robot/control.yaml, constrained decoding's plan tokens), continues
-training from `--init` (the warehouse adapter the robot planner otherwise
-uses), and writes the adapter. Then it asks the planner's call path for the
-plan at held-out decision points with the `--init` adapter and with the new
-one, and prints how often each agrees with the oracle (the whole plan and the
-fruit of its first step). Progress on stderr.
+Renders every decision point of the task (brace_training.pickfruit_data,
+brace_training.pusht_data) exactly as the robot planner does (the task's action
+schema, the `stable_first` layout of params/robot/control.yaml, constrained
+decoding's plan tokens), continues training from `--init` (the warehouse
+adapter by default), and writes the adapter. Then it asks the planner's call
+path for the plan at held-out decision points with the `--init` adapter and
+with the new one, and prints how often each agrees with the oracle (the whole
+plan, and the task's key parameter of its first step: the fruit of PickFruit,
+the part of PushT). Progress on stderr.
 
-    python -m brace_training.pickfruit_finetune_cli --seeds 120 --output src/robot_bridge/models/...
-    python -m brace_training.pickfruit_finetune_cli --evaluate-only --adapters A.safetensors B.safetensors
+    python -m brace_training.twin_finetune_cli --task pickfruit --seeds 120 --output src/robot_bridge/models/...
+    python -m brace_training.twin_finetune_cli --task pusht --evaluate-only --adapters A.safetensors B.safetensors
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import argparse
 import random
 import sys
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -33,33 +37,52 @@ from erecap_planner.context import ContextBuffer
 from erecap_planner.models import cache_root, load_model
 from erecap_planner.scoring import enumerate_steps
 
+from . import pickfruit_data, pusht_data
 from .cli_args import PREDICTOR, add_adapter_arguments
-from .pickfruit_data import PickFruitPoint, decision_points
+from .pickfruit_data import TwinPoint
 
-SCHEMA = "package://robot_bridge/config/pickfruit_actions.yaml"
 LAYOUT = "stable_first"
 FIRST_CUT = 1.5
 MODES = (Mode.FULL_REPLAN, Mode.PARTIAL_REPLAN, Mode.REUSE_SUBPLAN)
 
 
-def default_adapter() -> Path:
-    """Where the PickFruit adapter is cached."""
-    return cache_root() / "adapters" / "smollm2-135m-instruct-pickfruit-lora.safetensors"
+@dataclass(frozen=True)
+class TwinTraining:
+    """What fine-tuning needs of a twin task: its schema, its decision points and the parameter that decides."""
+
+    schema: str
+    decision_points: Callable[..., Iterator[TwinPoint]]     # (seeds, detour=) -> points
+    key: str                                                # the first step's parameter agreement is counted on
+    adapter: str                                            # the cached adapter's file name
 
 
-def load_schema(path: str = SCHEMA) -> ActionSchema:
-    """The PickFruit action schema."""
+TASKS = {
+    "pickfruit": TwinTraining("package://robot_bridge/config/pickfruit_actions.yaml", pickfruit_data.decision_points,
+                              "object", "smollm2-135m-instruct-pickfruit-lora.safetensors"),
+    "pusht": TwinTraining("package://robot_bridge/config/pusht_actions.yaml", pusht_data.decision_points,
+                          "part", "smollm2-135m-instruct-pusht-lora.safetensors"),
+}
+"""The twin tasks one can fine-tune for."""
+
+
+def default_adapter(task: str) -> Path:
+    """Where the task's adapter is cached."""
+    return cache_root() / "adapters" / TASKS[task].adapter
+
+
+def load_schema(path: str) -> ActionSchema:
+    """An action schema from its file."""
     return ActionSchema.from_dict(yaml.safe_load(Path(resolve_path(path)).read_text()) or {})
 
 
-def buffer_of(point: PickFruitPoint) -> ContextBuffer:
+def buffer_of(point: TwinPoint) -> ContextBuffer:
     """The planner's context buffer at a decision point."""
     buf = ContextBuffer()
     buf.extend(point.entries)
     return buf
 
 
-def build_examples(tokenizer, schema: ActionSchema, points: list[PickFruitPoint], rng: random.Random) -> list[PlanExample]:
+def build_examples(tokenizer, schema: ActionSchema, points: list[TwinPoint], rng: random.Random) -> list[PlanExample]:
     """(prompt, oracle plan) pairs, each in a random request mode."""
     decoder = ConstrainedPlanDecoder(tokenizer, enumerate_steps(schema), schema.max_steps, schema.min_steps)
     out = []
@@ -70,9 +93,10 @@ def build_examples(tokenizer, schema: ActionSchema, points: list[PickFruitPoint]
     return out
 
 
-def evaluate(model_name: str, adapter: str, schema: ActionSchema, points: list[PickFruitPoint],
+def evaluate(model_name: str, adapter: str, schema: ActionSchema, points: list[TwinPoint], key: str,
              budgets: list[int] = (0,), predictor: str = PREDICTOR) -> list[dict]:
-    """Oracle agreement of the planner's constrained call path with `adapter` merged ('' = none), one row per budget.
+    """Oracle agreement of the planner's constrained call path with `adapter` merged ('' = none), one row per budget:
+    the whole plan, and the first step's parameter `key` (`<key>_agreement`).
 
     Budget 0: unpruned; else E-RECAP with `predictor` at B_t = budget (Table 8 layers, the robot's first cut).
     """
@@ -81,18 +105,18 @@ def evaluate(model_name: str, adapter: str, schema: ActionSchema, points: list[P
     for budget in budgets:
         path = PlannerCallPath(model, tok, schema, "erecap" if budget else "none", schedule if budget else None,
                                bank if budget else None, decoding="constrained", layout=LAYOUT)
-        plans = fruits = tokens_after = 0
+        plans = keys = tokens_after = 0
         started = time.monotonic()
         for point in points:
             out = path.run(buffer_of(point), CallRequest(point.agent_id, budget or 4096, 60_000, 120_000))
             tokens_after += out.tokens_after
             got = [(s.action, s.parameters) for s in out.steps]
             plans += got == [(s.action, s.parameters) for s in point.oracle]
-            fruits += bool(got) and got[0][1].get("object") == point.oracle[0].parameters["object"]
+            keys += bool(got) and got[0][1].get(key) == point.oracle[0].parameters[key]
         n = max(1, len(points))
         rows.append({"adapter": Path(adapter).name if adapter else "none", "budget": budget or "none",
                      "points": len(points), "tokens_after": round(tokens_after / n),
-                     "plan_agreement": round(plans / n, 3), "fruit_agreement": round(fruits / n, 3),
+                     "plan_agreement": round(plans / n, 3), f"{key}_agreement": round(keys / n, 3),
                      "seconds_per_call": round((time.monotonic() - started) / n, 2)})
     return rows
 
@@ -100,17 +124,20 @@ def evaluate(model_name: str, adapter: str, schema: ActionSchema, points: list[P
 def main(argv=None) -> int:
     """Train the adapter (unless --evaluate-only) and print the agreement table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", choices=sorted(TASKS), default="pickfruit", help="the twin task")
     ap.add_argument("--seeds", type=int, default=120, help="training episodes (seeds 1000 on)")
     ap.add_argument("--eval-seeds", type=int, default=20, help="held-out episodes (seeds 0 on)")
     ap.add_argument("--eval-points", type=int, default=40, help="at most this many held-out decision points")
-    add_adapter_arguments(ap, default_adapter(), examples=300, lr=5e-4, budgets=[0, 256],
-                          detour="the arm executes a plan for the wrong fruit")
+    add_adapter_arguments(ap, None, examples=300, lr=5e-4, budgets=[0, 256],
+                          detour="the arm executes a plan for the wrong fruit (PushT: part)")
     args = ap.parse_args(argv)
-    schema = load_schema()
+    task = TASKS[args.task]
+    args.output = args.output or default_adapter(args.task)
+    schema = load_schema(task.schema)
     rng = random.Random(1000)
     if not args.evaluate_only:
         model, tok = load_model(args.model, device="auto", dtype="float32")
-        points = list(decision_points(range(1000, 1000 + args.seeds), detour=args.detour))
+        points = list(task.decision_points(range(1000, 1000 + args.seeds), detour=args.detour))
         examples = build_examples(tok, schema, points, rng)
         if len(examples) > args.examples:
             examples = rng.sample(examples, args.examples)
@@ -119,9 +146,9 @@ def main(argv=None) -> int:
         init = Path(resolve_path(args.init)) if args.init else None
         fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init)
         del model
-    held_out = list(decision_points(range(args.eval_seeds), detour=args.detour))[: args.eval_points]
+    held_out = list(task.decision_points(range(args.eval_seeds), detour=args.detour))[: args.eval_points]
     adapters = args.adapters if args.adapters is not None else [args.init, str(args.output)]
-    rows = [row for adapter in adapters for row in evaluate(args.model, adapter, schema, held_out, args.budgets,
+    rows = [row for adapter in adapters for row in evaluate(args.model, adapter, schema, held_out, task.key, args.budgets,
                                                               args.predictor)]
     print(yaml.safe_dump(rows, sort_keys=False))
     return 0

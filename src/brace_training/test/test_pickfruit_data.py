@@ -5,7 +5,7 @@ from __future__ import annotations
 from safetensors.torch import load_file
 
 from brace_common.vocabulary import Block
-from brace_training import pickfruit_finetune_cli
+from brace_training import twin_finetune_cli
 from brace_training.pickfruit_data import decision_points
 from erecap_planner.testing import saved_tiny_llama
 from robot_bridge.pickfruit.pickfruit_world import task_text
@@ -43,7 +43,7 @@ def test_finetune_writes_an_adapter_and_reports_agreement(tmp_path, capsys):
     out = tmp_path / "lora.safetensors"
     args = ["--model", model, "--seeds", "2", "--examples", "3", "--eval-seeds", "2", "--eval-points", "2",
             "--budgets", "0", "--init", "", "--output", str(out)]
-    assert pickfruit_finetune_cli.main(args) == 0
+    assert twin_finetune_cli.main(args) == 0
     captured = capsys.readouterr()
     assert "3 examples from" in captured.err
     assert captured.out.count("plan_agreement") == 2                 # --init ('' = none) and the new adapter
