@@ -23,6 +23,7 @@ from brace_bringup.param_docs import NODE_CONFIGS, render
 from brace_bringup.run_config import RunConfig, params_dir, share
 from brace_common.action_schema import ActionSchema
 from brace_common.config import from_mapping, load_ros_parameters, resolve_path
+from robot_bridge.pusht.pusht_world import INSTRUCTION_TEMPLATE, SKILLS_TEXT
 from sim_bridges.isaac.isaac_bridge_node import load_schema
 from sim_bridges.isaac.isaac_config import IsaacBridgeConfig
 
@@ -109,3 +110,10 @@ def test_the_isaac_launch_plans_for_the_bridges_robots_with_its_schema_on_isaacs
         planner_schema = ActionSchema.from_dict(yaml.safe_load(Path(resolve_path(planner["action_schema_file"]))
                                                                .read_text()))
         assert set(planner_schema.actions) == set(schema.actions)
+
+
+@pytest.mark.parametrize("name", ["piper_twin_pusht.yaml", "piper_real_pusht.yaml"])
+def test_pusht_runs_name_the_part_a_push_presses_on(name):
+    run = yaml.safe_load((share() / "runs" / name).read_text())["run"]["overrides"]
+    assert INSTRUCTION_TEMPLATE in run["openvla_executor"]["instruction_templates"]
+    assert run.get("operator_task", {}).get("constraints", [SKILLS_TEXT]) == [SKILLS_TEXT]
