@@ -11,7 +11,7 @@ from brace_training.datagen import make_case
 from brace_training.predictor_training import Example, PredictorTrainer, compute_saliency, mean_loss, ranking_loss, target_text
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule
-from erecap_planner.testing import byte_tokenizer, tiny
+from erecap_planner.testing import KINDS, byte_tokenizer, tiny
 
 TOK = byte_tokenizer()
 
@@ -26,8 +26,9 @@ def examples(n_cases: int, tokens: int = 300) -> list[Example]:
     return out
 
 
-def test_saliency_per_pruning_layer():
-    model = tiny("llama")
+@pytest.mark.parametrize("kind", KINDS)
+def test_saliency_per_pruning_layer(kind):
+    model = tiny(kind)
     ex = examples(1)[0]
     sal = compute_saliency(model, ex, [1, 3])
     assert set(sal) == {1, 3}
@@ -53,6 +54,15 @@ def test_training_loss_decreases_on_a_toy_run():
     assert len(history) == 32 and bank.trained
     assert mean_loss(history, first=False) < mean_loss(history, first=True)
     assert all(p.grad is None or p.grad.abs().sum() == 0 for p in model.parameters())
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "llama"])
+def test_a_predictor_training_step_runs_for_every_family(kind):
+    model = tiny(kind)
+    bank = PredictorBank.for_model(model.config, [1, 3], seed=1)
+    trainer = PredictorTrainer(model, bank, PruneSchedule(layers=(1, 3), keep_ratio=0.7), lr=3e-3, pairs=64)
+    history = trainer.fit(trainer.prepare(examples(1, tokens=120)), epochs=1)
+    assert len(history) == 1 and bank.trained and math.isfinite(history[0].total)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

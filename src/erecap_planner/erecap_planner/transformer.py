@@ -1,9 +1,10 @@
 """The planner's one decoder-layer loop: every forward of the planner LM runs through `DecoderStack`.
 
-A Llama-family decoder (Llama, Qwen2, Mistral) written over the Hugging Face
+A decoder-only transformer (Llama / SmolLM2, Mistral, Qwen2 / 2.5, Qwen3,
+Gemma 3; `architecture` says where they differ) written over the Hugging Face
 model's own weights: RMSNorm, grouped-query attention with rotary position
 embeddings (transformers' own rotary module, so every RoPE variant is
-computed as the model defines it), SwiGLU MLP. The pruned prefill, the
+computed as the model defines it), a gated MLP. The pruned prefill, the
 decode, constrained decoding and candidate scoring (inference), and predictor
 and pruning-aware adapter training (autograd) all call `DecoderStack.forward`;
 what differs between them is passed in: a per-layer token selection
@@ -41,7 +42,11 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+from .architecture import SUPPORTED_MODEL_TYPES, Architecture, architecture
+
+__all__ = ["SUPPORTED_MODEL_TYPES", "Architecture", "CallAborted", "DecoderStack", "ForwardOut", "KVCache",
+           "int8_available"]
+
 DECODE_WEIGHTS = ("model", "float16", "int8")
 HALF_MAX_TOKENS = 4
 """Forwards of at most this many new tokens read float16 weights; longer ones are faster with the model's."""
@@ -59,14 +64,17 @@ class KVCache:
     """Per-layer key / value buffers, grown in place; each layer holds its own number of tokens (pruning).
 
     Keys and values are [batch, kv_heads, capacity, head_dim]; `lengths[i]` of
-    them are filled. Appending writes into spare capacity (`reserve` extra
-    slots are allocated on first use and on growth), so a decode step copies
-    one token per layer instead of re-concatenating the cache.
+    them are filled, and `positions[i]` holds the original positions of those
+    tokens (what a sliding-window layer's mask reads). Appending writes into
+    spare capacity (`reserve` extra slots are allocated on first use and on
+    growth), so a decode step copies one token per layer instead of
+    re-concatenating the cache.
     """
 
     def __init__(self, num_layers: int, reserve: int = 64, expected: int = 0):
         self.keys: list[Optional[torch.Tensor]] = [None] * num_layers
         self.values: list[Optional[torch.Tensor]] = [None] * num_layers
+        self.positions: list[Optional[torch.Tensor]] = [None] * num_layers
         self.lengths = [0] * num_layers
         self.reserve = max(0, int(reserve))
         self.expected = max(0, int(expected))  # tokens the first allocation makes room for (the prompt)
@@ -78,8 +86,10 @@ class KVCache:
         """Tokens cached at `layer`."""
         return self.lengths[layer]
 
-    def append(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store [b, h, q, d] new keys / values at `layer`; return views of everything cached there."""
+    def append(self, layer: int, keys: torch.Tensor, values: torch.Tensor,
+               positions: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store [b, h, q, d] new keys / values at `layer` (at original `positions` [q]; default: right after the
+        last cached one, from 0); return views of everything cached there."""
         n, q = self.lengths[layer], keys.shape[2]
         buf = self.keys[layer]
         if buf is None or n + q > buf.shape[2]:
@@ -87,14 +97,27 @@ class KVCache:
             shape = (keys.shape[0], keys.shape[1], capacity, keys.shape[3])
             new_k = torch.empty(shape, dtype=keys.dtype, device=keys.device)
             new_v = torch.empty(shape, dtype=values.dtype, device=values.device)
+            new_p = torch.empty(capacity, dtype=torch.long, device=keys.device)
             if n:
                 new_k[:, :, :n] = buf[:, :, :n]
                 new_v[:, :, :n] = self.values[layer][:, :, :n]
-            self.keys[layer], self.values[layer] = new_k, new_v
+                new_p[:n] = self.positions[layer][:n]
+            self.keys[layer], self.values[layer], self.positions[layer] = new_k, new_v, new_p
+        if positions is None:
+            first = int(self.positions[layer][n - 1]) + 1 if n else 0
+            positions = torch.arange(first, first + q, device=keys.device)
         self.keys[layer][:, :, n:n + q] = keys
         self.values[layer][:, :, n:n + q] = values
+        self.positions[layer][n:n + q] = positions
         self.lengths[layer] = n + q
         return self.keys[layer][:, :, :n + q], self.values[layer][:, :, :n + q]
+
+    def key_positions(self, layer: int) -> torch.Tensor:
+        """The original positions [n] of the tokens cached at `layer` (empty when none)."""
+        n = self.lengths[layer]
+        if not n:
+            return torch.empty(0, dtype=torch.long)
+        return self.positions[layer][:n]
 
     def view(self, layer: int) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
         """The cached keys and values of `layer` (None when empty)."""
@@ -255,13 +278,35 @@ Selection = Callable[[int, torch.Tensor, torch.Tensor], Optional[torch.Tensor]]
 KeyBias = Callable[[int, torch.Tensor], Optional[torch.Tensor]]
 
 
+@dataclass(frozen=True)
+class LayerNorms:
+    """A layer's RMSNorm modules: before attention and MLP; after them and per head of q / k where the family has
+    them (None otherwise)."""
+
+    pre_attn: object
+    pre_mlp: object
+    post_attn: Optional[object] = None
+    post_mlp: Optional[object] = None
+    q: Optional[object] = None
+    k: Optional[object] = None
+
+
+def layer_norms(layer, arch: Architecture) -> LayerNorms:
+    """The norm modules of one Hugging Face decoder layer."""
+    attn = layer.self_attn
+    q, k = (attn.q_norm, attn.k_norm) if arch.qk_norm else (None, None)
+    if arch.sandwich:
+        return LayerNorms(layer.input_layernorm, layer.pre_feedforward_layernorm, layer.post_attention_layernorm,
+                          layer.post_feedforward_layernorm, q, k)
+    return LayerNorms(layer.input_layernorm, layer.post_attention_layernorm, q=q, k=k)
+
+
 class DecoderStack:
-    """The decoder layers of a Llama-family causal LM, run one by one."""
+    """The decoder layers of a decoder-only causal LM (`architecture.SUPPORTED_MODEL_TYPES`), run one by one."""
 
     def __init__(self, model, packed: bool = True, decode_weights: str = "model"):
         config = model.config
-        if config.model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(f"model type '{config.model_type}' is not supported (supported: {SUPPORTED_MODEL_TYPES})")
+        self.arch = architecture(config)
         if decode_weights not in DECODE_WEIGHTS:
             raise ValueError(f"decode_weights '{decode_weights}' is not one of {DECODE_WEIGHTS}")
         if decode_weights != "model" and not packed:
@@ -275,15 +320,14 @@ class DecoderStack:
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.scaling = self.head_dim ** -0.5
-        self.sliding_window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) \
-            else None
+        self.scaling = self.arch.scaling
+        self.sliding_window = self.arch.sliding_window
         # heavy: torch / transformers load only when a model is built or run
         from transformers.activations import ACT2FN
 
-        self.act = ACT2FN[config.hidden_act]
+        self.act = ACT2FN[self.arch.activation]
         layers = list(self.backbone.layers[: self.num_layers])
-        self.norms = [(layer.input_layernorm, layer.post_attention_layernorm) for layer in layers]
+        self.norms = [layer_norms(layer, self.arch) for layer in layers]
         self.decode_weights = decode_weights
         self.projections = [PackedProjections(layer, decode_weights) if packed else ModuleProjections(layer)
                             for layer in layers]
@@ -307,12 +351,15 @@ class DecoderStack:
     # ------------------------------------------------------------------ pieces
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """[batch, n] token ids -> [batch, n, d] embeddings."""
+        """[batch, n] token ids -> [batch, n, d] embeddings (scaled where the family scales them)."""
         return self.backbone.embed_tokens(ids.to(self.device))
 
-    def rotary(self, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin [1, n, head_dim] of the tokens' original positions."""
-        return self.backbone.rotary_emb(hidden, position_ids=positions[None])
+    def rotary(self, hidden: torch.Tensor, positions: torch.Tensor) -> dict:
+        """cos, sin [1, n, head_dim] of the tokens' original positions, per layer type."""
+        if self.arch.rotary_by_type:
+            return {t: self.backbone.rotary_emb(hidden, positions[None], t) for t in set(self.arch.layer_types)}
+        cos_sin = self.backbone.rotary_emb(hidden, position_ids=positions[None])
+        return {t: cos_sin for t in set(self.arch.layer_types)}
 
     def logits(self, hidden: torch.Tensor, token_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Final norm + LM head of [..., d] hidden states; only the `token_ids` columns when given."""
@@ -320,19 +367,27 @@ class DecoderStack:
         head = self.model.lm_head
         if token_ids is None:
             if self._decode and self.head_decode is not None:
-                return self.projections[0].decode_linear(normed, self.head_decode)
-            return head(normed)
-        weight = head.weight.index_select(0, token_ids.to(head.weight.device))
-        bias = head.bias.index_select(0, token_ids) if getattr(head, "bias", None) is not None else None
-        return F.linear(normed, weight, bias)
+                out = self.projections[0].decode_linear(normed, self.head_decode)
+            else:
+                out = head(normed)
+        else:
+            weight = head.weight.index_select(0, token_ids.to(head.weight.device))
+            bias = head.bias.index_select(0, token_ids) if getattr(head, "bias", None) is not None else None
+            out = F.linear(normed, weight, bias)
+        cap = self.arch.final_softcap
+        return out if cap is None else torch.tanh(out / cap) * cap
 
-    @staticmethod
-    def _norm(module, x: torch.Tensor) -> torch.Tensor:
+    def _norm(self, module, x: torch.Tensor) -> torch.Tensor:
+        eps = getattr(module, "variance_epsilon", None) or module.eps
+        if self.arch.norm_offset:
+            # Gemma: normalise and scale by (1 + weight) in float32, then cast back
+            scale = module.weight.float() + self.arch.norm_offset
+            return (F.rms_norm(x.float(), (x.shape[-1],), eps=eps) * scale).to(x.dtype)
         # transformers' RMSNorm: normalise in float32, cast back, then scale. In float32 that is one fused
         # operator with the weight (the same values; a decode step runs 61 of them).
         if x.dtype == torch.float32 and module.weight.dtype == torch.float32:
-            return F.rms_norm(x, (x.shape[-1],), module.weight, eps=module.variance_epsilon)
-        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=module.variance_epsilon)
+            return F.rms_norm(x, (x.shape[-1],), module.weight, eps=eps)
+        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=eps)
         return module.weight * normed.to(x.dtype)
 
     @staticmethod
@@ -342,27 +397,62 @@ class DecoderStack:
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos[:, :, None] + rotated * sin[:, :, None]
 
-    def layer(self, idx: int, hidden: torch.Tensor, cos_sin, cache: Optional[KVCache] = None,
-              mask: Optional[torch.Tensor] = None, store: bool = True,
-              valid: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """One decoder layer. `mask`: additive or boolean [b|1, 1, q, kv] attention mask; None = causal.
-
-        `valid` [b, q] marks which new tokens may be attended to as keys (padding of a batch of candidates).
-        """
-        proj = self.projections[idx]
-        norm_in, norm_post = self.norms[idx]
+    def _qkv(self, idx: int, hidden: torch.Tensor, cos_sin) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values [b, heads, q, d] of `hidden` [b, q, d] at layer `idx` (RoPE applied)."""
+        proj, norms = self.projections[idx], self.norms[idx]
         b, q, _ = hidden.shape
         nh, nkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
-        qkv = proj.qkv(self._norm(norm_in, hidden)).view(b, q, nh + 2 * nkv, hd)
+        qkv = proj.qkv(self._norm(norms.pre_attn, hidden)).view(b, q, nh + 2 * nkv, hd)
+        qk = qkv[:, :, : nh + nkv]
+        if norms.q is not None:
+            qk = torch.cat([self._norm(norms.q, qk[:, :, :nh]), self._norm(norms.k, qk[:, :, nh:])], dim=2)
         cos, sin = cos_sin
-        qk = self._rope(qkv[:, :, : nh + nkv], cos, sin)
-        query = qk[:, :, :nh].transpose(1, 2)
-        keys = qk[:, :, nh:].transpose(1, 2)
-        values = qkv[:, :, nh + nkv:].transpose(1, 2)
+        qk = self._rope(qk, cos, sin)
+        return qk[:, :, :nh].transpose(1, 2), qk[:, :, nh:].transpose(1, 2), qkv[:, :, nh + nkv:].transpose(1, 2)
+
+    def _after_attention(self, idx: int, hidden: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """The residual stream after attention output `attn` [b, heads, q, d] and the MLP of layer `idx`."""
+        proj, norms = self.projections[idx], self.norms[idx]
+        b, _, q, _ = attn.shape
+        out = proj.o(attn.transpose(1, 2).reshape(b, q, self.num_heads * self.head_dim))
+        if norms.post_attn is not None:
+            out = self._norm(norms.post_attn, out)
+        hidden = hidden + out
+        gate_up = proj.gate_up(self._norm(norms.pre_mlp, hidden))
+        inter = gate_up.shape[-1] // 2
+        out = proj.down(self.act(gate_up[..., :inter]) * gate_up[..., inter:])
+        if norms.post_mlp is not None:
+            out = self._norm(norms.post_mlp, out)
+        return hidden + out
+
+    def _window(self, idx: int, queries: torch.Tensor, keys: torch.Tensor) -> Optional[torch.Tensor]:
+        """For a sliding-window layer, the boolean [1, 1, q, kv] mask of the keys each query reaches (causal, less
+        than the window back, by original positions); None where every causal key is within it."""
+        if not self.arch.sliding(idx) or int(queries.max()) - int(keys.min()) < self.sliding_window:
+            return None
+        back = queries[:, None] - keys[None, :]
+        return ((back >= 0) & (back < self.sliding_window))[None, None]
+
+    def layer(self, idx: int, hidden: torch.Tensor, cos_sin, cache: Optional[KVCache] = None,
+              mask: Optional[torch.Tensor] = None, store: bool = True,
+              valid: Optional[torch.Tensor] = None, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """One decoder layer. `mask`: additive or boolean [b|1, 1, q, kv] attention mask; None = causal.
+
+        `valid` [b, q] marks which new tokens may be attended to as keys (padding of a batch of candidates);
+        `positions` [q] are the new tokens' original positions (default: right after the cache's).
+        """
+        b, q, _ = hidden.shape
         past = cache.seq_length(idx) if cache is not None else 0
+        if positions is None:
+            first = int(cache.key_positions(idx)[-1]) + 1 if past else 0
+            positions = torch.arange(first, first + q, device=hidden.device)
+        query, keys, values = self._qkv(idx, hidden, cos_sin)
+        key_positions = positions
         if cache is not None:
+            if past:
+                key_positions = torch.cat([cache.key_positions(idx), positions])
             if store:
-                keys, values = cache.append(idx, keys, values)
+                keys, values = cache.append(idx, keys, values, positions)
             elif past:
                 past_k, past_v = cache.view(idx)
                 keys = torch.cat([past_k.expand(b, -1, -1, -1), keys], dim=2)
@@ -377,27 +467,36 @@ class DecoderStack:
                     mask = mask & keys_ok
             else:
                 causal = True
+        window = self._window(idx, positions, key_positions)
+        if window is not None:
+            causal = False
+            if mask is None:
+                mask = window
+            elif mask.dtype == torch.bool:
+                mask = mask & window
+            else:
+                mask = mask.masked_fill(~window, float("-inf"))
         attn = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, is_causal=causal,
-                                              scale=self.scaling, enable_gqa=nkv != nh)
-        hidden = hidden + proj.o(attn.transpose(1, 2).reshape(b, q, nh * hd))
-        gate_up = proj.gate_up(self._norm(norm_post, hidden))
-        inter = gate_up.shape[-1] // 2
-        return hidden + proj.down(self.act(gate_up[..., :inter]) * gate_up[..., inter:])
+                                              scale=self.scaling, enable_gqa=self.num_kv_heads != self.num_heads)
+        return self._after_attention(idx, hidden, attn)
 
     def layer_chunked(self, idx: int, hidden: torch.Tensor, cos_sin, cache: Optional[KVCache], store: bool,
-                      should_abort: Callable[[], bool], chunk: int = 0) -> torch.Tensor:
+                      should_abort: Callable[[], bool], chunk: int = 0,
+                      positions: Optional[torch.Tensor] = None) -> torch.Tensor:
         """One causal decoder layer over a long [1, q, d] prompt in chunks of `chunk` (CHUNK_TOKENS) tokens.
 
         The same computation as `layer` without a mask, split so `should_abort()` is checked between chunks
         (CallAborted): a deadline or a cancel stops a call within one chunk's work whatever the context's length.
         """
         chunk = chunk or CHUNK_TOKENS
-        proj = self.projections[idx]
-        norm_in, norm_post = self.norms[idx]
         b, q, _ = hidden.shape
-        nh, nkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
         cos, sin = cos_sin
         spans = [(s, min(s + chunk, q)) for s in range(0, q, chunk)]
+        past = cache.seq_length(idx) if cache is not None else 0
+        if positions is None:
+            first = int(cache.key_positions(idx)[-1]) + 1 if past else 0
+            positions = torch.arange(first, first + q, device=hidden.device)
+        key_positions = torch.cat([cache.key_positions(idx), positions]) if past else positions
 
         def check(where: str) -> None:
             if should_abort():
@@ -406,15 +505,13 @@ class DecoderStack:
         queries, keys, values = [], [], []
         for s, e in spans:
             check("projections")
-            qkv = proj.qkv(self._norm(norm_in, hidden[:, s:e])).view(b, e - s, nh + 2 * nkv, hd)
-            qk = self._rope(qkv[:, :, : nh + nkv], cos[:, s:e], sin[:, s:e])
-            queries.append(qk[:, :, :nh].transpose(1, 2))
-            keys.append(qk[:, :, nh:].transpose(1, 2))
-            values.append(qkv[:, :, nh + nkv:].transpose(1, 2))
+            query, key, value = self._qkv(idx, hidden[:, s:e], (cos[:, s:e], sin[:, s:e]))
+            queries.append(query)
+            keys.append(key)
+            values.append(value)
         new_k, new_v = torch.cat(keys, dim=2), torch.cat(values, dim=2)
-        past = cache.seq_length(idx) if cache is not None else 0
         if cache is not None and store:
-            all_k, all_v = cache.append(idx, new_k, new_v)
+            all_k, all_v = cache.append(idx, new_k, new_v, positions)
         elif cache is not None and past:
             past_k, past_v = cache.view(idx)
             all_k, all_v = torch.cat([past_k, new_k], dim=2), torch.cat([past_v, new_v], dim=2)
@@ -424,12 +521,13 @@ class DecoderStack:
         for (s, e), query in zip(spans, queries, strict=True):
             check("attention")
             mask = torch.ones(e - s, past + e, dtype=torch.bool, device=hidden.device).tril(past + s)[None, None]
+            window = self._window(idx, positions[s:e], key_positions[: past + e])
+            if window is not None:
+                mask = mask & window
             attn = F.scaled_dot_product_attention(query, all_k[:, :, : past + e], all_v[:, :, : past + e],
-                                                  attn_mask=mask, scale=self.scaling, enable_gqa=nkv != nh)
-            h = hidden[:, s:e] + proj.o(attn.transpose(1, 2).reshape(b, e - s, nh * hd))
-            gate_up = proj.gate_up(self._norm(norm_post, h))
-            inter = gate_up.shape[-1] // 2
-            out.append(h + proj.down(self.act(gate_up[..., :inter]) * gate_up[..., inter:]))
+                                                  attn_mask=mask, scale=self.scaling,
+                                                  enable_gqa=self.num_kv_heads != self.num_heads)
+            out.append(self._after_attention(idx, hidden[:, s:e], attn))
         return torch.cat(out, dim=1)
 
     # ------------------------------------------------------------------ the loop
@@ -452,8 +550,6 @@ class DecoderStack:
         `store=False`, only attends to them); `valid` [batch, n] marks padding
         tokens no query may attend to.
         """
-        if self.sliding_window and int(positions.max()) >= self.sliding_window:
-            raise ValueError(f"the context exceeds the model's sliding window ({self.sliding_window} tokens)")
         stop = self.num_layers if stop is None else stop
         self._set_decode(hidden.shape[0] * hidden.shape[1])
         cos_sin = self.rotary(hidden, positions)
@@ -472,11 +568,12 @@ class DecoderStack:
                 if extra is not None:
                     bias = extra if bias is None else bias + extra
             layer_mask = mask if bias is None else mask + bias[None, None, None, :]
+            rope = cos_sin[self.arch.layer_types[idx]]
             if should_abort is not None and layer_mask is None and valid is None and hidden.shape[1] > CHUNK_TOKENS \
                     and not torch.is_grad_enabled():
-                hidden = self.layer_chunked(idx, hidden, cos_sin, cache, store, should_abort)
+                hidden = self.layer_chunked(idx, hidden, rope, cache, store, should_abort, positions=positions)
             else:
-                hidden = self.layer(idx, hidden, cos_sin, cache, layer_mask, store, valid)
+                hidden = self.layer(idx, hidden, rope, cache, layer_mask, store, valid, positions)
         return ForwardOut(hidden, positions)
 
     def _set_decode(self, new_tokens: int) -> None:

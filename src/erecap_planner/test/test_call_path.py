@@ -16,7 +16,7 @@ from erecap_planner.context import ContextBuffer, ContextLimits, Entry
 from erecap_planner.memory_phase import MemoryUse
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule
-from erecap_planner.testing import byte_tokenizer, tiny
+from erecap_planner.testing import KINDS, byte_tokenizer, tiny
 
 PHASES = ["context_compress", "retrieve", "prefill", "decode", "parse"]
 
@@ -163,3 +163,20 @@ def test_a_protected_flood_never_keeps_a_call_past_its_deadline(compressor):
     assert out.status == CallStatus.DEADLINE and out.steps == [], out.error
     out = call_path.run(flood, CallRequest("a", 384, slo_ms=60_000, hard_deadline_ms=120_000))
     assert 0 < out.tokens_before <= 32_768  # the newest protected entries, within the cap
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_family_plans_from_a_local_folder_pruned_and_constrained(kind, tmp_path):
+    # A model folder of each family (Llama, Qwen2, Mistral, Qwen3, Gemma 3), loaded as model_path loads it, plans
+    # through E-RECAP's pruned prefill and constrained decoding: the budget holds and the plan is a schema plan.
+    from erecap_planner.models import load_model
+    from erecap_planner.testing import saved_tiny
+
+    model, tok = load_model(saved_tiny(tmp_path / kind, kind), device="cpu", dtype="float32")
+    schedule = PruneSchedule(layers=(1, 3), keep_ratio=0.7)
+    planner = PlannerCallPath(model, tok, SCHEMA, "erecap", schedule, PredictorBank.for_model(model.config, [1, 3]),
+                              decoding="constrained", max_new_tokens=40)
+    out = planner.run(buffer(30), CallRequest("a", token_budget=300, slo_ms=60_000, hard_deadline_ms=120_000))
+    assert out.status == CallStatus.OK and out.steps, out.error
+    assert out.tokens_before > 300 >= out.tokens_after
+    assert all(SCHEMA.check_step(s.action, s.parameters) == s for s in out.steps)

@@ -1,4 +1,4 @@
-"""Pruned prefill + decode on tiny random Llama / Qwen2 / Mistral models."""
+"""Pruned prefill + decode on tiny random models of every supported family (erecap_planner.testing.KINDS)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import torch
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruned_forward import ErecapModel
 from erecap_planner.pruning import PruneSchedule
-from erecap_planner.testing import tiny
-
-KINDS = ["llama", "qwen2", "mistral"]
+from erecap_planner.testing import KINDS, tiny
 
 
 def ids(n: int, seed: int = 1) -> torch.Tensor:

@@ -5,10 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from erecap_planner.testing import tiny
+from erecap_planner.testing import KINDS, TINY_WINDOW, tiny
 from erecap_planner.transformer import DecoderStack, KVCache, int8_available
-
-KINDS = ["llama", "qwen2", "mistral"]
 
 
 def ids(n: int, seed: int = 1) -> torch.Tensor:
@@ -27,6 +25,62 @@ def test_forward_equals_transformers(kind, packed):
         torch.testing.assert_close(stack.logits(out.hidden)[0], reference, atol=1e-5, rtol=0)
         # Packing re-points the modules' weights into the fused matrices: the model itself is unchanged.
         torch.testing.assert_close(model(x).logits[0], reference, atol=1e-6, rtol=0)
+
+
+def test_a_windowed_mistral_attends_within_its_window_as_transformers_does():
+    model = tiny("mistral", sliding_window=TINY_WINDOW)
+    x = ids(50)
+    with torch.no_grad():
+        reference = model(x).logits[0]
+        stack = DecoderStack(model)
+        out = stack.forward(stack.embed(x), torch.arange(50))
+        torch.testing.assert_close(stack.logits(out.hidden)[0], reference, atol=1e-5, rtol=0)
+        unwindowed = tiny("mistral")(x).logits[0]
+    assert not torch.allclose(reference, unwindowed, atol=1e-3)         # the window changes what it computes
+
+
+@pytest.mark.parametrize("kind", ["gemma3", "mistral"])
+def test_sliding_windows_follow_original_positions_through_pruning_and_the_cache(kind):
+    # A pruned, cached, chunked forward equals the same selection run in one piece without a cache: the window is
+    # counted in original positions, which the cache keeps for every layer.
+    import erecap_planner.transformer as transformer
+
+    model = tiny(kind, **({"sliding_window": TINY_WINDOW} if kind == "mistral" else {}))
+    x = ids(60)
+    stack = DecoderStack(model)
+
+    def every_other(idx, hidden, positions):
+        return torch.arange(0, hidden.shape[0], 2) if idx == 2 else None
+
+    with torch.no_grad():
+        whole = stack.logits(stack.forward(stack.embed(x), torch.arange(60), select=every_other).hidden)[0]
+        cache = KVCache(stack.num_layers)
+        old, transformer.CHUNK_TOKENS = transformer.CHUNK_TOKENS, 8
+        try:
+            out = stack.forward(stack.embed(x[:, :59]), torch.arange(59), cache, select=every_other,
+                                should_abort=lambda: False)
+        finally:
+            transformer.CHUNK_TOKENS = old
+        assert cache.key_positions(3).tolist() == list(range(0, 59, 2))
+        last = stack.extend(cache, x[:, 59:], 59)[0, -1]
+    assert out.positions.tolist() == list(range(0, 59, 2))
+    torch.testing.assert_close(stack.logits(out.hidden)[0], whole[:30], atol=1e-5, rtol=0)   # positions 0 .. 58
+    assert torch.isfinite(last).all()
+
+
+def test_features_the_loop_does_not_compute_are_refused_by_name():
+    from transformers import Gemma3TextConfig
+
+    from erecap_planner.architecture import architecture
+
+    with pytest.raises(ValueError, match="soft-capping"):
+        architecture(Gemma3TextConfig(attn_logit_softcapping=50.0))
+    with pytest.raises(ValueError, match="bidirectional"):
+        architecture(Gemma3TextConfig(use_bidirectional_attention=True))
+    config = Gemma3TextConfig(num_hidden_layers=6, sliding_window=TINY_WINDOW)
+    arch = architecture(config)
+    assert arch.norm_offset == 1.0 and arch.qk_norm and arch.sandwich and arch.activation == "gelu_pytorch_tanh"
+    assert [arch.sliding(i) for i in range(6)] == [True] * 5 + [False]
 
 
 @pytest.mark.parametrize("kind", KINDS)
