@@ -425,10 +425,24 @@ class DecoderStack:
             out = self._norm(norms.post_mlp, out)
         return hidden + out
 
-    def _window(self, idx: int, queries: torch.Tensor, keys: torch.Tensor) -> Optional[torch.Tensor]:
-        """For a sliding-window layer, the boolean [1, 1, q, kv] mask of the keys each query reaches (causal, less
-        than the window back, by original positions); None where every causal key is within it."""
-        if not self.arch.sliding(idx) or int(queries.max()) - int(keys.min()) < self.sliding_window:
+    @staticmethod
+    def _positions(cache: Optional[KVCache], idx: int, past: int, q: int, device) -> torch.Tensor:
+        """The original positions of `q` new tokens placed right after what `cache` holds at layer `idx`."""
+        first = int(cache.key_positions(idx)[-1]) + 1 if past else 0
+        return torch.arange(first, first + q, device=device)
+
+    def _key_positions(self, idx: int, cache: Optional[KVCache], past: int,
+                       positions: torch.Tensor) -> Optional[torch.Tensor]:
+        """The keys' original positions (cached, then new) where layer `idx` slides a window; None elsewhere (the
+        other layers never read them: no work per decode step)."""
+        if not self.arch.sliding(idx):
+            return None
+        return torch.cat([cache.key_positions(idx), positions]) if past else positions
+
+    def _window(self, queries: torch.Tensor, keys: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """The boolean [1, 1, q, kv] mask of the keys each query reaches through the sliding window (causal, less
+        than the window back, by original positions); None without a window or where every causal key is in it."""
+        if keys is None or int(queries.max()) - int(keys.min()) < self.sliding_window:
             return None
         back = queries[:, None] - keys[None, :]
         return ((back >= 0) & (back < self.sliding_window))[None, None]
@@ -444,13 +458,10 @@ class DecoderStack:
         b, q, _ = hidden.shape
         past = cache.seq_length(idx) if cache is not None else 0
         if positions is None:
-            first = int(cache.key_positions(idx)[-1]) + 1 if past else 0
-            positions = torch.arange(first, first + q, device=hidden.device)
+            positions = self._positions(cache, idx, past, q, hidden.device)
         query, keys, values = self._qkv(idx, hidden, cos_sin)
-        key_positions = positions
+        key_positions = self._key_positions(idx, cache, past, positions)     # before this layer's append
         if cache is not None:
-            if past:
-                key_positions = torch.cat([cache.key_positions(idx), positions])
             if store:
                 keys, values = cache.append(idx, keys, values, positions)
             elif past:
@@ -467,7 +478,7 @@ class DecoderStack:
                     mask = mask & keys_ok
             else:
                 causal = True
-        window = self._window(idx, positions, key_positions)
+        window = self._window(positions, key_positions)
         if window is not None:
             causal = False
             if mask is None:
@@ -494,9 +505,8 @@ class DecoderStack:
         spans = [(s, min(s + chunk, q)) for s in range(0, q, chunk)]
         past = cache.seq_length(idx) if cache is not None else 0
         if positions is None:
-            first = int(cache.key_positions(idx)[-1]) + 1 if past else 0
-            positions = torch.arange(first, first + q, device=hidden.device)
-        key_positions = torch.cat([cache.key_positions(idx), positions]) if past else positions
+            positions = self._positions(cache, idx, past, q, hidden.device)
+        key_positions = self._key_positions(idx, cache, past, positions)
 
         def check(where: str) -> None:
             if should_abort():
@@ -521,7 +531,7 @@ class DecoderStack:
         for (s, e), query in zip(spans, queries, strict=True):
             check("attention")
             mask = torch.ones(e - s, past + e, dtype=torch.bool, device=hidden.device).tril(past + s)[None, None]
-            window = self._window(idx, positions[s:e], key_positions[: past + e])
+            window = None if key_positions is None else self._window(positions[s:e], key_positions[: past + e])
             if window is not None:
                 mask = mask & window
             attn = F.scaled_dot_product_attention(query, all_k[:, :, : past + e], all_v[:, :, : past + e],
