@@ -58,6 +58,16 @@ class PlanExample:
     protect: Optional[list[bool]] = None   # protected prompt tokens (RenderedContext.protected)
 
 
+def target_loss(model, prompt_ids: list[int], target_ids: list[int], device) -> torch.Tensor:
+    """Mean cross-entropy of `target_ids` after `prompt_ids` (teacher-forced).
+
+    Only the positions that predict a target token reach the LM head: with a large vocabulary (Gemma's 262k) the
+    head over the whole prompt would cost more than the layers."""
+    ids = torch.tensor([prompt_ids + target_ids], device=device)
+    logits = model(input_ids=ids, logits_to_keep=len(target_ids) + 1).logits[0, :-1]
+    return torch.nn.functional.cross_entropy(logits.float(), torch.tensor(target_ids, device=device))
+
+
 def train_adapter(model, examples: list[PlanExample], rank: int = 8, alpha: float = 16.0,
                   epochs: int = 1, lr: float = 1e-3, seed: int = 0,
                   progress: Optional[Callable[[int, int, float], None]] = None,
@@ -101,10 +111,7 @@ def train_adapter(model, examples: list[PlanExample], rank: int = 8, alpha: floa
                 loss = pruned_target_loss(model, *pruning, torch.tensor(ex.prompt_ids), torch.tensor(ex.target_ids),
                                           ex.token_budget, protect)
             else:
-                ids = torch.tensor([ex.prompt_ids + ex.target_ids], device=device)
-                labels = ids.clone()
-                labels[0, : len(ex.prompt_ids)] = -100
-                loss = model(input_ids=ids, labels=labels).loss
+                loss = target_loss(model, ex.prompt_ids, ex.target_ids, device)
             optim.zero_grad()
             loss.backward()
             optim.step()

@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from brace_training.adapter_training import PlanExample, save_adapter, train_adapter
+from brace_training.adapter_training import PlanExample, save_adapter, target_loss, train_adapter
 from erecap_planner.adapter import AdapterMismatchError, merge_adapter
 from erecap_planner.testing import tiny
 
@@ -80,3 +80,13 @@ def test_pruning_aware_training_lowers_the_pruned_plan_loss(tmp_path):
     merge_adapter(model, save_adapter(tensors, model, tmp_path / "a.safetensors", dtype=torch.float32))
     after = [pruned_loss(ex) for ex in data]
     assert all(a < b - 0.5 for a, b in zip(after, before, strict=True))
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma3"])
+def test_the_target_loss_is_the_labelled_forward_s_loss(kind):
+    # The LM head runs only where a target token is predicted; the loss is the full forward's with the prompt masked.
+    model = tiny(kind)
+    for example in examples():
+        with torch.inference_mode():
+            loss = float(target_loss(model, example.prompt_ids, example.target_ids, "cpu"))
+        assert loss == pytest.approx(plan_loss(model, example), rel=1e-5)
