@@ -46,19 +46,21 @@ def target_text(step) -> str:
     return json.dumps({"plan": [{"action": step.action, "parameters": step.parameters}]})
 
 
-def _layer_loop(model, embeds: torch.Tensor, mask: Optional[torch.Tensor], hook=None):
-    """Logits of the decoder layers (no cache) under an explicit float attention mask; `hook(idx, hidden)` may
-    return an additive key bias that is added to the mask from that layer on."""
+def _layer_loop(model, embeds: torch.Tensor, mask: Optional[torch.Tensor], hook=None, first: int = 0):
+    """Logits of the decoder layers (no cache) under an explicit float attention mask, from position `first` on;
+    `hook(idx, hidden)` may return an additive key bias that is added to the mask from that layer on."""
     stack = DecoderStack(model, packed=False)
     positions = torch.arange(embeds.shape[1], device=embeds.device)
     with masked_training_attention(embeds.device):
         out = stack.forward(embeds, positions, key_bias=hook, mask=mask)
-    return stack.logits(out.hidden)
+    # Only the positions the loss reads reach the LM head: a large vocabulary over the whole prompt costs more
+    # than the layers.
+    return stack.logits(out.hidden[:, first:])
 
 
 def _target_loss(logits: torch.Tensor, ids: torch.Tensor, n_prompt: int) -> torch.Tensor:
-    # Next-token loss on the target part only.
-    return F.cross_entropy(logits[0, n_prompt - 1:-1].float(), ids[n_prompt:])
+    # Next-token loss on the target part only; `logits` start at the prompt's last position (first = n_prompt - 1).
+    return F.cross_entropy(logits[0, :-1].float(), ids[n_prompt:])
 
 
 def compute_saliency(model, example: Example, layers: list[int]) -> dict[int, torch.Tensor]:
@@ -75,7 +77,7 @@ def compute_saliency(model, example: Example, layers: list[int]) -> dict[int, to
 
     embeds = model.model.embed_tokens(ids)[None].detach().requires_grad_(True)
     with torch.enable_grad():
-        logits = _layer_loop(model, embeds, causal_mask(ids.numel(), embeds.dtype, device), hook)
+        logits = _layer_loop(model, embeds, causal_mask(ids.numel(), embeds.dtype, device), hook, n_prompt - 1)
         loss = _target_loss(logits, ids, n_prompt)
         # Gradients w.r.t. the hidden states only: the model's own weights get no .grad.
         grads = torch.autograd.grad(loss, [captured[i] for i in layers])
@@ -148,7 +150,7 @@ class PredictorTrainer:
             return F.logsigmoid(score).masked_fill(protected, 0.0).to(hidden.dtype)
 
         embeds = self.model.model.embed_tokens(ids)[None].detach()
-        logits = _layer_loop(self.model, embeds, causal_mask(n, embeds.dtype, device), hook)
+        logits = _layer_loop(self.model, embeds, causal_mask(n, embeds.dtype, device), hook, n_prompt - 1)
         return _target_loss(logits, ids, n_prompt)
 
     def step(self, ex: Example) -> StepLosses:

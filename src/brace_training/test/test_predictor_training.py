@@ -75,3 +75,23 @@ def test_training_runs_on_cuda():
     trainer = PredictorTrainer(model, bank, schedule, lr=3e-3, pairs=512)
     history = trainer.fit(trainer.prepare(examples(2, tokens=301)), epochs=1)
     assert len(history) == 2 and all(math.isfinite(h.total) for h in history)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma3"])
+def test_the_layer_loop_s_target_loss_is_the_model_s(kind):
+    # The LM head runs from the prompt's last position only; the loss is the full forward's with the prompt masked.
+    from brace_training.predictor_training import _layer_loop, _target_loss
+    from erecap_planner.pruned_forward import causal_mask
+
+    model = tiny(kind)
+    ex = examples(1, tokens=120)[0]
+    ids = torch.cat([ex.prompt_ids, ex.target_ids])
+    n_prompt = ex.prompt_ids.numel()
+    labels = ids.clone()[None]
+    labels[0, :n_prompt] = -100
+    with torch.inference_mode():
+        embeds = model.model.embed_tokens(ids)[None]
+        loss = _target_loss(_layer_loop(model, embeds, causal_mask(ids.numel(), embeds.dtype, "cpu"), None,
+                                        n_prompt - 1), ids, n_prompt)
+        reference = model(input_ids=ids[None], labels=labels).loss
+    assert float(loss) == pytest.approx(float(reference), rel=1e-4)
