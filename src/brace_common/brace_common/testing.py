@@ -29,6 +29,10 @@ from rclpy.node import Node
 from . import names
 from .spin import spin_once
 
+UNREACHED_STEPS = 100_000
+"""A world's `max_steps` that no test reaches: its episode ends on the task or with the test, never on the clock of a
+busy machine while the test still waits for something."""
+
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
     """Poll `predicate` until true; AssertionError naming `what` after `timeout` seconds."""

@@ -23,14 +23,11 @@ from rclpy.parameter import Parameter
 from brace_common import names, qos
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.spin import autostart
-from brace_common.testing import wait_for
+from brace_common.testing import UNREACHED_STEPS, wait_for
 from brace_common.world_state import world_state_from_msg
 from sim_bridges.airsim.airsim_bridge_node import AirSimBridgeNode
 from sim_bridges.airsim.airsim_peer import AirSimPeer
 from sim_bridges.airsim.intersection import IntersectionConfig, routes, settings
-
-# an episode length no test reaches, whatever the machine's speed: these episodes end on landing, or with the test
-UNREACHED = 100_000
 
 
 def free_port() -> int:
@@ -99,7 +96,7 @@ def test_the_simulator_may_come_up_after_the_bridge_and_a_plan_lands_the_drone_a
     scenario = IntersectionConfig(num_agents=1)
     # the world steps unheld from the takeoff until the test's decision arrives, however slowly: the episode ends when
     # the drone lands, and max_steps is out of reach
-    node = ros.add(bridge(port, wait_for_nodes=["fake_stack"], max_steps=UNREACHED))
+    node = ros.add(bridge(port, wait_for_nodes=["fake_stack"], max_steps=UNREACHED_STEPS))
     assert autostart(node) is None
     stack = ros.add(Stack())
     wait_for(lambda: any(s.level == DiagnosticStatus.ERROR and "AirSim" in s.message for s in stack.diagnostics),
@@ -140,7 +137,7 @@ def test_malformed_plans_are_counted_and_nothing_moves(ros):
     scenario = IntersectionConfig(num_agents=2)
     with AirSimPeer(settings(scenario), port=port) as peer:
         # an episode that outlasts the five plans however slowly they are delivered
-        node = ros.add(bridge(port, num_agents=2, hold_while_planning=False, max_steps=UNREACHED, step_period_s=0.05))
+        node = ros.add(bridge(port, num_agents=2, hold_while_planning=False, max_steps=UNREACHED_STEPS, step_period_s=0.05))
         assert autostart(node) is None
         stack = ros.add(Stack())
         wait_for(lambda: node.world is not None and stack.plans.get_subscription_count() > 0, what="episode")
@@ -160,7 +157,7 @@ def test_malformed_plans_are_counted_and_nothing_moves(ros):
 def test_an_admitted_call_holds_the_simulator_until_its_plan_arrives(ros):
     port = free_port()
     with AirSimPeer(settings(IntersectionConfig(num_agents=1)), port=port) as peer:
-        node = ros.add(bridge(port, max_steps=UNREACHED))  # the world steps unheld until the decision arrives
+        node = ros.add(bridge(port, max_steps=UNREACHED_STEPS))  # the world steps unheld until the decision arrives
         assert autostart(node) is None
         stack = ros.add(Stack())
         wait_for(lambda: node.world is not None and stack.decisions.get_subscription_count() > 0, what="episode")
@@ -180,7 +177,7 @@ def test_a_lost_simulator_turns_diagnostics_error_and_its_return_hovers_the_dron
     port = free_port()
     scenario = IntersectionConfig(num_agents=2)
     peer = AirSimPeer(settings(scenario), port=port).start()
-    node = ros.add(bridge(port, num_agents=2, max_steps=UNREACHED, hold_while_planning=False))
+    node = ros.add(bridge(port, num_agents=2, max_steps=UNREACHED_STEPS, hold_while_planning=False))
     assert autostart(node) is None
     stack = ros.add(Stack())
     wait_for(lambda: node.world is not None and node.world.t > 5, what="flying")
@@ -203,7 +200,7 @@ def test_without_lockstep_the_simulator_runs_in_real_time_and_holds_are_refused(
     port = free_port()
     scenario = IntersectionConfig(num_agents=1)
     with AirSimPeer(settings(scenario, clock_speed=10.0), port=port) as peer:
-        node = ros.add(bridge(port, lockstep=False, hold_while_planning=False, step_period_s=0.05, max_steps=UNREACHED))
+        node = ros.add(bridge(port, lockstep=False, hold_while_planning=False, step_period_s=0.05, max_steps=UNREACHED_STEPS))
         assert autostart(node) is None
         stack = ros.add(Stack())
         wait_for(lambda: node.world is not None and any(o.action == "takeoff" for o in stack.outcomes),

@@ -9,7 +9,7 @@ from rclpy.parameter import Parameter
 
 from brace_common import qos
 from brace_common.names import DEFAULT_NAMESPACE as NS
-from brace_common.testing import wait_for
+from brace_common.testing import UNREACHED_STEPS, wait_for
 from brace_common.world_state import world_state_from_msg
 from sim_bridges.warehouse.embedded_sim_node import EmbeddedSimNode
 
@@ -26,9 +26,6 @@ class Controller(Node):
         self.lookahead = self.create_client(Lookahead, "lookahead")
 
 
-# an episode length no test reaches, whatever the machine's speed
-UNREACHED = 100_000
-
 
 def sim(**params) -> EmbeddedSimNode:
     params = {"episodes": 1, "num_agents": 2, "max_steps": 50, "step_period_s": 0.01, "markers": False, **params}
@@ -44,7 +41,7 @@ def test_the_first_episode_waits_for_the_named_peers(ros):
 
 
 def test_a_decision_for_an_agent_the_world_lacks_never_holds_it_and_bad_plans_are_counted(ros):
-    node = ros.add(sim(max_steps=UNREACHED))  # the world steps unheld until the decision arrives, however late
+    node = ros.add(sim(max_steps=UNREACHED_STEPS))  # the world steps unheld until the decision arrives, however late
     controller = ros.add(Controller())
     wait_for(lambda: node.world is not None and controller.decisions.get_subscription_count() > 0, what="episode")
     decision = ReplanDecision(decision_id="d_nobody", admitted=True)
@@ -74,7 +71,7 @@ def test_the_world_state_comes_each_step_and_when_a_plan_changes_it(ros):
 
 
 def test_lookahead_answers_over_ros_and_the_world_then_does_what_it_said(ros):
-    node = ros.add(sim(grasp_failure=0.0, drift=0.0, max_steps=UNREACHED))
+    node = ros.add(sim(grasp_failure=0.0, drift=0.0, max_steps=UNREACHED_STEPS))
     controller = ros.add(Controller())
     wait_for(lambda: node.world is not None and controller.decisions.get_subscription_count() > 0, what="episode")
     held = ReplanDecision(decision_id="d_0", admitted=True)
