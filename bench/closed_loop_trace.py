@@ -101,6 +101,65 @@ def episode(path: PlannerCallPath, sim: SimConfig, monitor: TriggerMonitor, budg
     return world.metrics(), rows
 
 
+def sim_planner(model, tok, compressor: str, predictors, dtype: str, agents: int, seed: int, max_steps: int,
+                budget: int = 0, first_cut: float | None = None, layout: str | None = None, reuse: bool = True):
+    """(call path, sim config, trigger monitor, budget of a trigger) of the closed loop, as the sim runs configure
+    the planner, the world and the controller's budget policy (profile 'embedded'; `budget` > 0 fixes B)."""
+    sim = config_from_file(SimConfig, params_dir() / "embedded_sim.yaml", "embedded_sim", num_agents=agents,
+                           seed=seed, max_steps=max_steps)
+    first = Warehouse(sim.world(0))
+    schema = ActionSchema.from_dict(action_schema(first))
+    planner = {**load_ros_parameters(params_dir() / "erecap_planner.yaml", "erecap_planner"),
+               **load_ros_parameters(params_dir() / "erecap_planner_sim.yaml", "erecap_planner")}
+    cut = planner["first_cut"] if first_cut is None else first_cut
+    layout = layout or planner["context_layout"]
+    reuse = planner["prefix_reuse"] and reuse
+    path = PlannerCallPath(model, tok, schema, compressor,
+                           PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7, first_cut=cut),
+                           predictors, decoding="constrained", decode_weights=resolve("cpu", dtype).decode_weights,
+                           plan_steps={m: n for m, n in enumerate(planner["plan_steps"]) if n}, layout=layout,
+                           prefix_reuse=reuse)
+    controller = config_from_file(ControllerConfig, params_dir() / "brace_controller.yaml", "brace_controller",
+                                  ControllerNodeConfig, budget_profile="embedded")
+    policy = BudgetPolicy(controller.load_profile(), controller)
+
+    def budget_of(trigger):
+        if compressor == "none":
+            return select_mode(trigger, False, controller.reuse_severity), 100_000
+        chosen = policy.budget(trigger, False, 0)
+        return chosen.mode, budget or chosen.token_budget
+
+    print(f"planner: {compressor}, first_cut {cut}, layout {layout}, prefix reuse {reuse}, "
+          f"B {budget or 'per mode (profile embedded)'}", flush=True)
+    monitor = TriggerMonitor(config_from_file(MonitorConfig, params_dir() / "trigger_monitor.yaml", "trigger_monitor",
+                                              MonitorNodeConfig, agents=sorted(first.agents),
+                                              periodic_stagger_steps=1))
+    return path, sim, monitor, budget_of
+
+
+def run_episodes(path: PlannerCallPath, sim: SimConfig, monitor: TriggerMonitor, budget_of, episodes: int,
+                 verbose: bool) -> tuple[list[dict], dict]:
+    """Episodes 0 .. episodes - 1 of the closed loop: one row per call, and the summary over every episode."""
+    rows, results = [], []
+    for index in range(episodes):
+        metrics, calls = episode(path, sim, monitor, budget_of, index, verbose)
+        agreement = sum(r["agrees"] for r in calls) / max(len(calls), 1)
+        print(f"episode seed {sim.seed + index}: {metrics} calls {len(calls)} oracle agreement {agreement:.0%}",
+              flush=True)
+        rows += calls
+        results.append(metrics)
+    latency = [r["latency_ms"] for r in rows] or [0.0]
+    before, after = sum(r["tokens_before"] for r in rows), sum(r["tokens_after"] for r in rows)
+    summary = {"episodes": len(results), "success": sum(m.success for m in results),
+               "delivered": sum(m.delivered for m in results), "tasks": sum(m.tasks for m in results),
+               "calls": len(rows), "oracle_agreement": sum(r["agrees"] for r in rows) / max(len(rows), 1),
+               "tokens_before": before / max(len(rows), 1), "tokens_after": after / max(len(rows), 1),
+               "token_reduction": 1 - after / before if before else 0.0,
+               "latency_mean_ms": sum(latency) / len(latency),
+               "latency_p50_ms": percentile(latency, 50), "latency_p95_ms": percentile(latency, 95)}
+    return rows, summary
+
+
 def main() -> None:
     """Run the traced episodes."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -128,50 +187,16 @@ def main() -> None:
 
     model, tok = load_planner_model(args.adapter, dtype=args.dtype)
     predictors = PredictorBank.load(resolve_path(args.predictor), model.config) if args.compressor == "erecap" else None
-    sim = config_from_file(SimConfig, params_dir() / "embedded_sim.yaml", "embedded_sim", num_agents=args.agents,
-                           seed=args.seed, max_steps=args.max_steps)
-    first = Warehouse(sim.world(0))
-    schema = ActionSchema.from_dict(action_schema(first))
-    planner = {**load_ros_parameters(params_dir() / "erecap_planner.yaml", "erecap_planner"),
-               **load_ros_parameters(params_dir() / "erecap_planner_sim.yaml", "erecap_planner")}
-    cut = planner["first_cut"] if args.first_cut is None else args.first_cut
-    layout = args.layout or planner["context_layout"]
-    reuse = planner["prefix_reuse"] and not args.no_reuse
-    path = PlannerCallPath(model, tok, schema, args.compressor,
-                           PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7, first_cut=cut),
-                           predictors, decoding="constrained", decode_weights=resolve("cpu", args.dtype).decode_weights,
-                           plan_steps={m: n for m, n in enumerate(planner["plan_steps"]) if n}, layout=layout,
-                           prefix_reuse=reuse)
-    controller = config_from_file(ControllerConfig, params_dir() / "brace_controller.yaml", "brace_controller",
-                                  ControllerNodeConfig, budget_profile="embedded")
-    policy = BudgetPolicy(controller.load_profile(), controller)
-
-    def budget_of(trigger):
-        if args.compressor == "none":
-            return select_mode(trigger, False, controller.reuse_severity), 100_000
-        chosen = policy.budget(trigger, False, 0)
-        return chosen.mode, args.budget or chosen.token_budget
-
-    print(f"planner: {args.compressor}, first_cut {cut}, layout {layout}, prefix reuse {reuse}, "
-          f"B {args.budget or 'per mode (profile embedded)'}", flush=True)
-    monitor = TriggerMonitor(config_from_file(MonitorConfig, params_dir() / "trigger_monitor.yaml", "trigger_monitor",
-                                              MonitorNodeConfig, agents=sorted(first.agents),
-                                              periodic_stagger_steps=1))
-    rows, results = [], []
-    for index in range(args.episodes):
-        metrics, calls = episode(path, sim, monitor, budget_of, index, not args.quiet)
-        agreement = sum(r["agrees"] for r in calls) / max(len(calls), 1)
-        print(f"episode seed {sim.seed + index}: {metrics} calls {len(calls)} oracle agreement {agreement:.0%}", flush=True)
-        rows += calls
-        results.append(metrics)
-    if len(results) > 1 and rows:
-        latency = [r["latency_ms"] for r in rows]
-        before, after = sum(r["tokens_before"] for r in rows), sum(r["tokens_after"] for r in rows)
-        print(f"{len(results)} episodes: success {sum(m['success'] for m in results)}/{len(results)}, delivered "
-              f"{sum(m['delivered'] for m in results)}/{sum(m['tasks'] for m in results)}, calls {len(rows)}, "
-              f"oracle agreement {sum(r['agrees'] for r in rows) / len(rows):.0%}, tokens {before / len(rows):.0f} -> "
-              f"{after / len(rows):.0f} (reduction {1 - after / before:.1%}), latency P50 / P95 "
-              f"{percentile(latency, 50):.0f} / {percentile(latency, 95):.0f} ms")
+    path, sim, monitor, budget_of = sim_planner(model, tok, args.compressor, predictors, args.dtype, args.agents,
+                                                args.seed, args.max_steps, args.budget, args.first_cut, args.layout,
+                                                not args.no_reuse)
+    rows, summary = run_episodes(path, sim, monitor, budget_of, args.episodes, not args.quiet)
+    if summary["episodes"] > 1 and rows:
+        print(f"{summary['episodes']} episodes: success {summary['success']}/{summary['episodes']}, delivered "
+              f"{summary['delivered']}/{summary['tasks']}, calls {summary['calls']}, oracle agreement "
+              f"{summary['oracle_agreement']:.0%}, tokens {summary['tokens_before']:.0f} -> "
+              f"{summary['tokens_after']:.0f} (reduction {summary['token_reduction']:.1%}), latency P50 / P95 "
+              f"{summary['latency_p50_ms']:.0f} / {summary['latency_p95_ms']:.0f} ms")
     print(f"wrote {write_csv(rows, args.out / 'closed_loop_trace.csv')}")
 
 
