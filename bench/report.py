@@ -54,15 +54,15 @@ def fill_defaults(args: argparse.Namespace, quick: dict, full: dict) -> None:
             setattr(args, key, value)
 
 
-def load_planner_model(adapter: str, device: str = "auto", dtype: str = "auto"):
-    """(model, tokenizer): SmolLM2-135M-Instruct, the sim planner's model, with the LoRA adapter at `adapter` merged
-    ('' = none)."""
+def load_planner_model(adapter: str, device: str = "auto", dtype: str = "auto", model_path: str = ""):
+    """(model, tokenizer): `model_path` (default SmolLM2-135M-Instruct, the sim planner's model) with the LoRA adapter
+    at `adapter` merged ('' = none)."""
     # heavy: torch loads only in the benches that run a model, after their dispatch caps are set
     from brace_common.config import resolve_path
     from erecap_planner.adapter import merge_adapter
-    from erecap_planner.models import load_model
+    from erecap_planner.models import SMOLLM2, load_model
 
-    model, tokenizer = load_model("smollm2-135m-instruct", device, dtype)
+    model, tokenizer = load_model(model_path or SMOLLM2, device, dtype)
     if adapter:
         merge_adapter(model, resolve_path(adapter))
     return model, tokenizer

@@ -37,6 +37,9 @@ class Quick:
 
 
 RUNS = {
+    "backbones": Quick(("--out", "{out}"), "| model | layers | method |",
+                       {"backbones.csv": ("layers", "calls", "tokens_after", "latency_mean_ms", "prefill_256_ms")},
+                       ("backbones.png",)),
     "budget_targets": Quick(("--out", "{out}/budget_targets"), "call latency while the context grows",
                             {"budget_targets_growth.csv": ("tokens_before", "p50_ms", "prefill_ms"),
                              "budget_targets_growth_calls.csv": ("latency_ms",),
