@@ -50,6 +50,27 @@ QUICK_CONFIGS = ["constrained/none", "constrained/erecap"]
 MEMORIES = ["flat", *(c.name for c in MEMORY_CONFIGS)]
 
 
+def score_points(path: PlannerCallPath, points, budget: int) -> dict:
+    """Ask `path` for the plan at every oracle decision point (B = `budget`): points, first-step and whole-plan
+    agreement with the oracle, latency P50, mean tokens before / after compression."""
+    first = full = n = 0
+    lat, toks = [], []
+    for point in points:
+        oracle = point.oracle
+        n += 1
+        out = path.run(context_buffer(point.entries), CallRequest(point.agent_id, budget, 60_000, 120_000,
+                                                                  int(point.mode), point.step))
+        plan = [Step(s.action, s.parameters) for s in out.steps]
+        first += same_first_step(plan, oracle, point.here)
+        full += [(s.action, s.parameters) for s in plan] == [(s.action, s.parameters) for s in oracle]
+        lat.append(out.latency_ms)
+        toks.append((out.tokens_before, out.tokens_after))
+    return {"points": n, "first_step_agreement": round(first / n, 3), "plan_agreement": round(full / n, 3),
+            "latency_p50_ms": round(statistics.median(lat), 1),
+            "tokens_before": round(statistics.mean(t[0] for t in toks)),
+            "tokens_after": round(statistics.mean(t[1] for t in toks))}
+
+
 def main() -> None:
     """Compare decodings / compressors by oracle agreement."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -103,25 +124,11 @@ def main() -> None:
         points = itertools.islice(decision_points(range(args.episodes), args.agents, args.every, args.observe_every,
                                                   memory=path.memory.system if path.memory else None,
                                                   floor_plan=args.floor_plan), args.limit)
-        first = full = n = 0
-        lat, toks = [], []
         started = time.monotonic()
-        for point in points:
-            oracle = point.oracle
-            n += 1
-            out = path.run(context_buffer(point.entries), CallRequest(point.agent_id, args.budget, 60_000, 120_000,
-                                                                      int(point.mode), point.step))
-            plan = [Step(s.action, s.parameters) for s in out.steps]
-            first += same_first_step(plan, oracle, point.here)
-            full += [(s.action, s.parameters) for s in plan] == [(s.action, s.parameters) for s in oracle]
-            lat.append(out.latency_ms)
-            toks.append((out.tokens_before, out.tokens_after))
+        scores = score_points(path, points, args.budget)
         if path.memory:
             path.memory.system.close()
-        rows.append({"config": name, "adapter": bool(args.adapter), "points": n, "first_step_agreement": round(first / n, 3),
-                     "plan_agreement": round(full / n, 3), "latency_p50_ms": round(statistics.median(lat), 1),
-                     "tokens_before": round(statistics.mean(t[0] for t in toks)),
-                     "tokens_after": round(statistics.mean(t[1] for t in toks)),
+        rows.append({"config": name, "adapter": bool(args.adapter), **scores,
                      "wall_s": round(time.monotonic() - started, 1)})
         print(rows[-1], flush=True)
     path = write_csv(rows, args.out / "planner_choice.csv")
