@@ -43,6 +43,8 @@ from pathlib import Path
 import numpy as np
 from report import cpu_report, describe_cpu, fill_defaults, print_written, report_checks, save_plot, write_csv
 
+from erecap_planner.gguf_types import WEIGHT_TYPES
+
 OUT = Path(__file__).resolve().parent / "out"
 VARIANTS = ("no_brace", "brace_erecap")
 LABELS = {"no_brace": "No BRACE", "brace_erecap": "BRACE + E-RECAP"}
@@ -209,7 +211,7 @@ def main() -> int:
     ap.add_argument("--fleet-sizes", type=int, nargs="+", help="robots sharing the server (default 1 2 4 8; --quick 2)")
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     ap.add_argument("--engine", choices=tuple(ENGINE_SETTINGS), help="default llama_server (--quick transformers)")
-    ap.add_argument("--weights", default="q8_0", choices=("f16", "q8_0"),
+    ap.add_argument("--weights", default="q8_0", choices=tuple(WEIGHT_TYPES),
                     help="the GGUF's matrices (llama_server): q8_0 decodes ~1.5x faster than f16 on a CPU")
     ap.add_argument("--max-steps", type=int, help="steps per episode (default the demo's 60; --quick 4)")
     ap.add_argument("--slots", type=int, default=0,

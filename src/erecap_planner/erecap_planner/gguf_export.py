@@ -22,11 +22,10 @@ from typing import Optional
 import numpy as np
 import torch
 
+from .gguf_types import WEIGHT_TYPES
 from .models import SMOLLM2, cache_root, gguf_source, load_merged, load_model, merged_cache_path
 
 _SKIPPED_FIELDS = ("GGUF.", "general.architecture", "general.file_type", "general.quantization_version")
-WEIGHT_TYPES = {"f16": 1, "q8_0": 7}
-"""Weight types of an exported GGUF -> llama.cpp's LLAMA_FTYPE_MOSTLY_* (its general.file_type)."""
 
 
 def interleave_rotary(weight: torch.Tensor, heads: int) -> torch.Tensor:

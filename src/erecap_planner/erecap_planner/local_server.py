@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from .gguf_types import WEIGHT_TYPES
 from .models import cache_root, load_merged, merged_cache_path, resolve_model_path
 from .openai_client import OpenAIClient, ServerError
 
@@ -219,7 +220,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--dtype", default="float32", help="float32 (any CPU) or bfloat16 (native bf16 CPUs, GPUs)")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads of the engine (0 = its default)")
     parser.add_argument("--parallel", type=int, default=1, help="llama_server's slots (requests decoded at once)")
-    parser.add_argument("--weights", default="f16", choices=("f16", "q8_0"), help="a GGUF's matrices (llama.cpp)")
+    parser.add_argument("--weights", default="f16", choices=tuple(WEIGHT_TYPES), help="a GGUF's matrices (llama.cpp)")
     args = parser.parse_args(argv)
     if args.parallel < 1:
         parser.error("--parallel must be at least 1")
