@@ -86,7 +86,7 @@ def backbone_rows(model_path: str, adapter: str, predictor: str, args) -> list[d
         rows.append({"model": label, "layers": model.config.num_hidden_layers, "method": method,
                      "adapter": Path(adapter).name if adapter else "", "predictor": Path(predictor).name if predictor
                      else "untrained", "dtype": args.dtype, **summary, "decision_points": scores["points"],
-                     "first_step_agreement": scores["first_step_agreement"],
+                     "valid_plans": scores["valid_plans"], "first_step_agreement": scores["first_step_agreement"],
                      "plan_agreement": scores["plan_agreement"], "points_tokens_after": scores["tokens_after"],
                      "points_latency_p50_ms": scores["latency_p50_ms"]})
     runners = {r: ErecapModel(model, PruneSchedule(tuple(layers), r), bank) for r in (1.0, KEEP_RATIO)}

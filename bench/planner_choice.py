@@ -33,6 +33,7 @@ from report import fill_defaults, load_planner_model, sim_planner_checkpoint, wr
 
 from brace_common.action_schema import Step
 from brace_common.config import resolve_path
+from brace_common.vocabulary import CallStatus
 from brace_training.finetune_cli import MEMORY_CONFIGS, context_buffer, memory_use
 from brace_training.plan_data import decision_points
 from erecap_planner.call_path import CallRequest, PlannerCallPath
@@ -46,14 +47,17 @@ OUT = Path(__file__).parent / "out"
 PREDICTOR = sim_planner_checkpoint("predictor_path")
 ADAPTER = sim_planner_checkpoint("adapter_path")
 CONFIGS = ["candidates/none", "constrained/none", "constrained/erecap", "constrained/random", "constrained/recency"]
+FREE_CONFIGS = ["json/none", "json/erecap"]
+"""Free JSON generation, validated afterwards (not in the default set: it shows whether a model writes plans at all)."""
 QUICK_CONFIGS = ["constrained/none", "constrained/erecap"]
 MEMORIES = ["flat", *(c.name for c in MEMORY_CONFIGS)]
 
 
 def score_points(path: PlannerCallPath, points, budget: int) -> dict:
     """Ask `path` for the plan at every oracle decision point (B = `budget`): points, first-step and whole-plan
-    agreement with the oracle, latency P50, mean tokens before / after compression."""
-    first = full = n = 0
+    agreement with the oracle, the share of calls that returned a valid plan, latency P50, mean tokens before / after
+    compression."""
+    first = full = n = valid = 0
     lat, toks = [], []
     for point in points:
         oracle = point.oracle
@@ -61,11 +65,13 @@ def score_points(path: PlannerCallPath, points, budget: int) -> dict:
         out = path.run(context_buffer(point.entries), CallRequest(point.agent_id, budget, 60_000, 120_000,
                                                                   int(point.mode), point.step))
         plan = [Step(s.action, s.parameters) for s in out.steps]
+        valid += out.status == CallStatus.OK
         first += same_first_step(plan, oracle, point.here)
         full += [(s.action, s.parameters) for s in plan] == [(s.action, s.parameters) for s in oracle]
         lat.append(out.latency_ms)
         toks.append((out.tokens_before, out.tokens_after))
-    return {"points": n, "first_step_agreement": round(first / n, 3), "plan_agreement": round(full / n, 3),
+    return {"points": n, "valid_plans": round(valid / n, 3), "first_step_agreement": round(first / n, 3),
+            "plan_agreement": round(full / n, 3),
             "latency_p50_ms": round(statistics.median(lat), 1),
             "tokens_before": round(statistics.mean(t[0] for t in toks)),
             "tokens_after": round(statistics.mean(t[1] for t in toks))}
@@ -84,7 +90,8 @@ def main() -> None:
     ap.add_argument("--adapter", default=ADAPTER, help="LoRA adapter merged into the model ('' = off-the-shelf)")
     ap.add_argument("--predictor", default=PREDICTOR, help="E-RECAP predictor checkpoint of constrained/erecap")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="model weights on the CPU")
-    ap.add_argument("--configs", nargs="+", choices=CONFIGS, help="default: all")
+    ap.add_argument("--configs", nargs="+", choices=CONFIGS + FREE_CONFIGS, help=f"default: {' '.join(CONFIGS)}")
+    ap.add_argument("--model", default="", help="model_path (default: the sim planner's SmolLM2-135M-Instruct)")
     ap.add_argument("--first-cut", nargs="+", type=float, default=[0.0],
                     help="E-RECAP configs run with each: two-stage prefill keeping first_cut x B at the first pruning "
                          "layer (0 = Table 8 progressive)")
@@ -100,7 +107,7 @@ def main() -> None:
     fill_defaults(args, quick=dict(episodes=1, limit=2, configs=QUICK_CONFIGS),
                   full=dict(episodes=2, limit=40, configs=CONFIGS))
 
-    model, tok = load_planner_model(args.adapter, dtype=args.dtype)
+    model, tok = load_planner_model(args.adapter, dtype=args.dtype, model_path=args.model)
     depth = model.config.num_hidden_layers
     layers = table8_layers(depth)
     schedule = PruneSchedule(tuple(layers), 0.7)
