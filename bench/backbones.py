@@ -93,7 +93,10 @@ def backbone_rows(model_path: str, adapter: str, predictor: str, args) -> list[d
     runners[1.0].decode(runners[1.0].prefill(prompt_ids(tok, 64)), 2)  # warm-up
     for n in args.lengths:
         ids = prompt_ids(tok, n)
-        samples = {r: [measure(runner, ids, model.device) for _ in range(args.repeats)] for r, runner in runners.items()}
+        samples = {r: [] for r in runners}
+        for _ in range(args.repeats):  # interleaved: a change of load on a shared machine hits both alike
+            for r, runner in runners.items():
+                samples[r].append(measure(runner, ids, model.device))
         med = {r: {k: statistics.median(s[k] for s in runs) for k in ("prefill_ms", "decode_ms", "tokens_after")}
                for r, runs in samples.items()}
         for r, row in zip((1.0, KEEP_RATIO), rows, strict=True):

@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, help="decision points per configuration (default 40)")
     ap.add_argument("--budget", type=int, default=384)
     ap.add_argument("--adapter", default=ADAPTER, help="LoRA adapter merged into the model ('' = off-the-shelf)")
-    ap.add_argument("--predictor", default=PREDICTOR, help="E-RECAP predictor checkpoint of constrained/erecap")
+    ap.add_argument("--predictor", default=PREDICTOR, help="E-RECAP predictor checkpoint of constrained/erecap ('' = untrained)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="model weights on the CPU")
     ap.add_argument("--configs", nargs="+", choices=CONFIGS + FREE_CONFIGS, help=f"default: {' '.join(CONFIGS)}")
     ap.add_argument("--model", default="", help="model_path (default: the sim planner's SmolLM2-135M-Instruct)")
@@ -111,7 +111,8 @@ def main() -> None:
     depth = model.config.num_hidden_layers
     layers = table8_layers(depth)
     schedule = PruneSchedule(tuple(layers), 0.7)
-    trained = PredictorBank.load(resolve_path(args.predictor), model.config)
+    trained = (PredictorBank.load(resolve_path(args.predictor), model.config) if args.predictor
+               else PredictorBank.for_model(model.config, layers, seed=0))  # '' = untrained (another model's)
     world0 = Warehouse(WorldConfig(num_agents=args.agents, floor_plan=args.floor_plan))
     schema = ActionSchema.from_dict(action_schema(world0))
     configs = {}
