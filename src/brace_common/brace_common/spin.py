@@ -61,6 +61,13 @@ def spin_node(factory: Callable[[], Node], name: str, args=None,
             except ConfigError as exc:
                 rclpy.logging.get_logger(name).fatal(f"invalid configuration: {exc}")
                 return 2
+            except Exception as exc:  # noqa: BLE001 - re-raised unless shutdown (SIGINT / SIGTERM) caused it
+                if rclpy.ok():
+                    raise
+                # The node was still being built (its name already in the graph) when the context went down: its
+                # next publisher or timer met the invalid context.
+                rclpy.logging.get_logger(name).info(f"shut down while starting ({exc})")
+                return 0
             if isinstance(node, LifecycleNode) and node.has_parameter(AUTOSTART) \
                     and node.get_parameter(AUTOSTART).value:
                 error = autostart(node)

@@ -1,9 +1,10 @@
-"""spin_node: the exit code of a node that fails to start, and of one shut down while it starts."""
+"""spin_node: the exit code of a node that fails to start, and of one shut down while it starts or is built."""
 
 from __future__ import annotations
 
 import pytest
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.node import Node
 
 from brace_common.spin import AUTOSTART, spin_node
 
@@ -27,3 +28,22 @@ class FailingStart(LifecycleNode):
 @pytest.mark.parametrize("shut_down, code", [(False, 2), (True, 0)])
 def test_a_failed_start_exits_2_unless_the_node_was_shut_down_meanwhile(shut_down, code):
     assert spin_node(lambda: FailingStart(shut_down), "failing_start", args=[]) == code
+
+
+class ShutDownWhileBuilt(Node):
+    """A node whose context goes down between its creation and its first publisher (a slow constructor on a busy
+    machine, SIGINT in between); with `shut_down` False the constructor fails for its own reason."""
+
+    def __init__(self, shut_down: bool) -> None:
+        super().__init__("shut_down_while_built")
+        if shut_down:
+            self.context.try_shutdown()
+            self.create_publisher(LifecycleState, "late", 1)
+        else:
+            raise RuntimeError("a constructor's own fault")
+
+
+def test_a_node_shut_down_while_it_is_built_exits_0_and_another_fault_still_raises():
+    assert spin_node(lambda: ShutDownWhileBuilt(True), "shut_down_while_built", args=[]) == 0
+    with pytest.raises(RuntimeError, match="own fault"):
+        spin_node(lambda: ShutDownWhileBuilt(False), "shut_down_while_built", args=[])
