@@ -35,7 +35,15 @@ from pathlib import Path
 from closed_loop_trace import run_episodes, sim_planner
 from erecap_speed import measure, prompt_ids
 from planner_choice import score_points
-from report import fill_defaults, load_planner_model, print_written, report_checks, save_plot, write_csv
+from report import (
+    fill_defaults,
+    load_planner_model,
+    print_written,
+    report_checks,
+    save_plot,
+    sim_planner_checkpoint,
+    write_csv,
+)
 
 from brace_common.config import resolve_path
 from brace_training.plan_data import decision_points
@@ -48,18 +56,30 @@ from erecap_planner.pruning import PruneSchedule, table8_layers
 OUT = Path(__file__).parent / "out"
 KEEP_RATIO = 0.7
 """Table 27's per-pruning-layer keep ratio r."""
-SHIPPED = {
-    SMOLLM2: ("package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors",
-              "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap.safetensors"),
-    GEMMA3: ("package://sim_bridges/models/gemma3-270m-warehouse-lora.safetensors",
-             "package://sim_bridges/models/gemma3-270m-warehouse-erecap.safetensors"),
-}
-"""(adapter, predictor) of each packaged backbone on the warehouse."""
+GEMMA_RUN = "demo_gemma"
+"""The run configuration that names Gemma 3 270M's warehouse adapter and predictor."""
+
+
+def shipped(model_path: str) -> tuple[str, str]:
+    """(adapter, predictor) URIs a packaged backbone runs the warehouse with, read where the runs read them: the sim
+    planner's parameters (SmolLM2) and `GEMMA_RUN` (Gemma 3); ('', '') for any other model."""
+    if model_path == SMOLLM2:
+        return sim_planner_checkpoint("adapter_path"), sim_planner_checkpoint("predictor_path")
+    if model_path == GEMMA3:
+        from brace_bringup.run_config import RunConfig
+
+        planner = RunConfig.load(GEMMA_RUN).overrides["erecap_planner"]
+        return planner["adapter_path"], planner["predictor_path"]
+    return "", ""
+
+
 METHODS = {"none": "No-Pruning", "erecap": "E-RECAP"}
 
 
 def checkpoint(uri: str) -> str:
-    """The file `uri` names, or '' when it is not there (a backbone without that training)."""
+    """The file `uri` names, or '' when it is empty or not there (a backbone without that training)."""
+    if not uri:
+        return ""
     try:
         path = Path(resolve_path(uri))
     except (FileNotFoundError, ValueError):
@@ -202,8 +222,8 @@ def main() -> int:
                       full=dict(models=[SMOLLM2, GEMMA3], agents=4, episodes=4, max_steps=60, lengths=[2048, 4096],
                                 points=40))
         args.dtype = args.dtype or resolve("cpu", "auto").dtype
-        adapters = args.adapters or [checkpoint(SHIPPED[m][0]) if m in SHIPPED else "" for m in args.models]
-        predictors = args.predictors or [checkpoint(SHIPPED[m][1]) if m in SHIPPED else "" for m in args.models]
+        adapters = args.adapters or [checkpoint(shipped(m)[0]) for m in args.models]
+        predictors = args.predictors or [checkpoint(shipped(m)[1]) for m in args.models]
         if not len(adapters) == len(predictors) == len(args.models):
             ap.error("--adapters and --predictors take one value per model")
         rows = []
