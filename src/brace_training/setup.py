@@ -20,6 +20,7 @@ setup(
         "erecap-train = brace_training.erecap_train_cli:main",
         "warehouse-finetune = brace_training.finetune_cli:main",
         "warehouse-predictor = brace_training.predictor_cli:main",
+        "train-saved = brace_training.train_saved_cli:main",
         "twin-finetune = brace_training.twin_finetune_cli:main",
         "state_encoder_cli = brace_training.state_encoder_cli:main",
     ]},

@@ -48,6 +48,7 @@ from sim_bridges.warehouse.warehouse_world import FLOOR_PLANS, Warehouse, WorldC
 
 from .haystack_training import haystack_examples
 from .plan_data import DecisionPoint, decision_points
+from .saved_examples import save_examples
 
 PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap.safetensors"
 CORPUS = "package://sim_bridges/config/warehouse_corpus.yaml"
@@ -156,6 +157,8 @@ def add_data_arguments(ap: argparse.ArgumentParser, episodes: int, seed: int, ma
     ap.add_argument("--epochs", type=int, default=epochs)
     ap.add_argument("--detour", type=float, default=0.0,
                     help="probability that the world executes a plausible wrong plan instead of the oracle's")
+    ap.add_argument("--save-examples", type=Path, default=None,
+                    help="write the examples to this file and train nothing (train-saved trains from it elsewhere)")
 
 
 def main(argv=None) -> int:
@@ -192,6 +195,9 @@ def main(argv=None) -> int:
     print(f"{len(examples)} examples ({args.haystack} of the haystack), mean prompt "
           f"{sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} tokens, "
           f"{sum(e.token_budget is not None for e in examples)} pruned to B = {args.budget}", file=sys.stderr)
+    if args.save_examples:
+        print(f"saved {save_examples(args.save_examples, examples)} examples to {args.save_examples}", file=sys.stderr)
+        return 0
     init = Path(resolve_path(args.init)) if args.init else None
     fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init, pruning)
     return 0

@@ -15,48 +15,19 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-import time
 from pathlib import Path
 
-import torch
-
 from brace_common.config import resolve_path
-from brace_training.predictor_training import Example, PredictorTrainer, mean_loss
+from brace_training.predictor_training import train_bank
 from erecap_planner.adapter import merge_adapter
 from erecap_planner.models import load_model
 from erecap_planner.predictor import PredictorBank
-from erecap_planner.pruning import PruneSchedule, table8_layers
+from erecap_planner.pruning import table8_layers
 
 from .finetune_cli import add_data_arguments, build_examples
+from .saved_examples import save_examples
 
 ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors"
-
-
-def train_bank(model, bank: PredictorBank, cases: list[tuple[list[int], list[int]]], keep_ratio: float, lr: float,
-               seed: int, epochs: int, output: Path) -> Path:
-    """Train `bank` for `model` on (prompt ids, target ids) cases (saliency of the target's tokens, Eq. 7-10) with
-    progress on stderr, and save it to `output`."""
-    layers = list(bank.layers)
-    trainer = PredictorTrainer(model, bank, PruneSchedule(tuple(layers), keep_ratio), lr=lr, seed=seed)
-    examples = [Example(torch.tensor(prompt), torch.tensor(target)) for prompt, target in cases]
-    print(f"{len(examples)} cases, mean prompt {sum(len(p) for p, _ in cases) / max(1, len(cases)):.0f} tokens",
-          file=sys.stderr)
-    started = time.monotonic()
-    prepared = []
-    for i, ex in enumerate(examples, 1):
-        prepared.extend(trainer.prepare([ex]))
-        print(f"\rsaliency {i}/{len(examples)}  {time.monotonic() - started:.0f} s", end="", file=sys.stderr, flush=True)
-
-    def progress(i: int, total: int, losses) -> None:
-        print(f"\rtrain {i}/{total} loss {losses.total:.3f} (lm {losses.lm:.3f})  {time.monotonic() - started:.0f} s",
-              end="", file=sys.stderr, flush=True)
-
-    history = trainer.fit(prepared, epochs, progress)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    bank.save(output)
-    print(f"\npredictors of layers {layers}: loss {mean_loss(history, True):.3f} -> {mean_loss(history, False):.3f}; "
-          f"{output} in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    return output
 
 
 def main(argv=None) -> int:
@@ -68,8 +39,10 @@ def main(argv=None) -> int:
     ap.add_argument("--keep-ratio", type=float, default=0.7)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--init", help="continue from this predictor checkpoint")
-    ap.add_argument("--output", type=Path, required=True)
+    ap.add_argument("--output", type=Path, help="where the bank is saved (needed unless --save-examples)")
     args = ap.parse_args(argv)
+    if args.output is None and args.save_examples is None:
+        ap.error("--output is needed to train (or --save-examples to only build the cases)")
     rng = random.Random(args.seed)
     model, tok = load_model(args.model, device="auto", dtype="float32")
     if args.adapter:
@@ -82,6 +55,9 @@ def main(argv=None) -> int:
     if not points:
         ap.error(f"no decision point fits in --max-tokens {args.max_tokens}")
     points = rng.sample(points, min(args.cases, len(points)))
+    if args.save_examples:
+        print(f"saved {save_examples(args.save_examples, points)} cases to {args.save_examples}", file=sys.stderr)
+        return 0
     train_bank(model, bank, [(p.prompt_ids, p.target_ids) for p in points], args.keep_ratio, args.lr, args.seed,
                args.epochs, args.output)
     return 0

@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -204,3 +207,30 @@ def mean_loss(history: list[StepLosses], first: bool, fraction: float = 0.25) ->
     k = max(1, math.ceil(len(history) * fraction))
     window = history[:k] if first else history[-k:]
     return sum(h.total for h in window) / len(window)
+
+
+def train_bank(model, bank: PredictorBank, cases: list[tuple[list[int], list[int]]], keep_ratio: float, lr: float,
+               seed: int, epochs: int, output: Path) -> Path:
+    """Train `bank` for `model` on (prompt ids, target ids) cases (saliency of the target's tokens, Eq. 7-10) with
+    progress on stderr, and save it to `output`."""
+    layers = list(bank.layers)
+    trainer = PredictorTrainer(model, bank, PruneSchedule(tuple(layers), keep_ratio), lr=lr, seed=seed)
+    examples = [Example(torch.tensor(prompt), torch.tensor(target)) for prompt, target in cases]
+    print(f"{len(examples)} cases, mean prompt {sum(len(p) for p, _ in cases) / max(1, len(cases)):.0f} tokens",
+          file=sys.stderr)
+    started = time.monotonic()
+    prepared = []
+    for i, ex in enumerate(examples, 1):
+        prepared.extend(trainer.prepare([ex]))
+        print(f"\rsaliency {i}/{len(examples)}  {time.monotonic() - started:.0f} s", end="", file=sys.stderr, flush=True)
+
+    def progress(i: int, total: int, losses) -> None:
+        print(f"\rtrain {i}/{total} loss {losses.total:.3f} (lm {losses.lm:.3f})  {time.monotonic() - started:.0f} s",
+              end="", file=sys.stderr, flush=True)
+
+    history = trainer.fit(prepared, epochs, progress)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    bank.save(output)
+    print(f"\npredictors of layers {layers}: loss {mean_loss(history, True):.3f} -> {mean_loss(history, False):.3f}; "
+          f"{output} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return output

@@ -6,7 +6,7 @@ tree, OmniAct memory, both), continues training from `--init` (the warehouse ada
 with the candidates decoding's target, and writes the adapter. Then it scores every admissible command at held-out
 decision points with the `--init` adapter and the new one and prints how often each picks the oracle's command,
 unpruned and (`--budgets`) under in-model E-RECAP. With `--predictor-cases N` it then trains the E-RECAP predictor
-bank for the new adapter on N training decision points (`predictor_cli.train_bank`, continued from `--predictor`).
+bank for the new adapter on N training decision points (`predictor_training.train_bank`, continued from `--predictor`).
 Progress on stderr.
 
     python -m brace_training.textworld_finetune_cli --seeds 30 --predictor-cases 48
@@ -26,7 +26,7 @@ import yaml
 
 from brace_common.config import resolve_path
 from brace_training.adapter_training import PlanExample, evaluation_model, fit_and_save
-from brace_training.predictor_cli import train_bank
+from brace_training.predictor_training import train_bank
 from erecap_planner.call_path import PlannerCallPath
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruned_forward import ErecapModel
