@@ -12,7 +12,11 @@ Order of checks for a well-formed trigger of agent a at step t:
      miss SLO even at B_min (B_t without adaptive)     of agents still executing a plan; for those
                                                        of idle agents while calls are in flight:
                                                        suppressed and held, decided again when a
-                                                       call finishes (`release_held`)
+                                                       call finishes (`release_held`); before the
+                                                       latency model is ready or a call of the
+                                                       episode has read its context (no backlog
+                                                       can be predicted) the same for every such
+                                                       trigger while a call is in flight
   7. otherwise                                   -> admitted (gate_open)
 
 Admitted triggers get (m_t, B_t, SLO_t) from the BudgetPolicy; with the
@@ -138,10 +142,12 @@ class BraceController:
         predicted = math.nan
         cost_ms = 0.0
         hold = infeasible = False
+        n = self.expected_tokens(agent)
+        if reason == Reason.GATE_OPEN and self._cold_holdable(trigger, n):
+            reason, hold = Reason.SLO_INFEASIBLE, True
         if reason.admits:
             budget = self.policy.budget(trigger, override, trigger.consecutive_failures)
             token_budget = budget.token_budget
-            n = self.expected_tokens(agent)
             model = self.latency_model
             if model.ready and n is not None and (self.config.adaptive_budget or self.config.defer_when_infeasible):
                 backlog = self.backlog_ms()
@@ -212,6 +218,13 @@ class BraceController:
         # An agent without an unfinished plan is never deferred for good: a late plan beats an idle agent.
         return self.config.defer_when_infeasible and trigger.kind not in _CRITICAL_KINDS \
             and trigger.agent_id in self._plans and trigger.has_goal
+
+    def _cold_holdable(self, trigger: Trigger, n: Optional[int]) -> bool:
+        # No latency fit yet, or no context read yet this episode (N unknown): no backlog can be predicted, so do
+        # not build one. One call at a time until both are known; the others are held and decided again when a
+        # call finishes (rule 6's hold).
+        return self.config.defer_when_infeasible and (not self.latency_model.ready or n is None) \
+            and trigger.kind not in _CRITICAL_KINDS and bool(self._calls_in_flight())
 
     def _holdable(self, trigger: Trigger, backlog_ms: float) -> bool:
         # Its call would miss because of the calls ahead of it: make it when they are done instead.

@@ -153,6 +153,35 @@ def test_an_idle_agent_behind_a_backlog_is_held_and_called_when_the_planner_free
     assert final.admitted and final.reason == Reason.GATE_OPEN and final.trigger.step == 1 and not c.held
 
 
+def test_before_the_latency_model_is_ready_one_call_at_a_time():
+    c = controller(defer_when_infeasible=True)  # no call seen: nothing predicts a backlog
+    assert not c.latency_model.ready
+    assert c.decide(trig(1)).admitted
+    second = c.decide(trig(1, agent="b", has_goal=False))  # the planner is busy with a's call
+    assert not second.admitted and second.reason == Reason.SLO_INFEASIBLE and "b" in c.held
+    assert c.decide(trig(1, agent="c", kind=TriggerKind.FAILURE)).admitted  # critical: never held
+    done(c, step=1)
+    done(c, agent="c", step=1)  # the planner is free
+    (again,) = c.release_held()
+    assert c.decide(again).admitted and not c.held
+
+
+def test_at_an_episode_start_one_call_at_a_time_until_a_context_is_read():
+    c = controller(defer_when_infeasible=True)
+    warm(c, 1.0)  # the model is ready, from earlier episodes
+    c.reset()  # a new episode: no call has read its context yet
+    assert c.decide(trig(1)).admitted
+    assert not c.decide(trig(1, agent="b", has_goal=False)).admitted and "b" in c.held
+    done(c, step=1, tokens_before=600)  # a's call read 600 tokens: the backlog can be predicted from here on
+    (again,) = c.release_held()
+    assert c.decide(again).admitted
+
+
+def test_without_slo_admission_cold_calls_are_not_held():
+    c = controller()  # defer_when_infeasible off (No BRACE): every trigger is admitted
+    assert c.decide(trig(1)).admitted and c.decide(trig(1, agent="b")).admitted and not c.held
+
+
 def test_a_newer_trigger_supersedes_the_held_one_and_an_episode_drops_them():
     c = controller(defer_when_infeasible=True)
     warm(c, 1.0)
