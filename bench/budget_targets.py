@@ -242,7 +242,8 @@ def _p95(values: list[float]) -> float:
 CLOSED_LOOP = {"demo": ({}, ["--episodes", "4"]),
                "one_thread": ({"OMP_NUM_THREADS": "1"}, ["--episodes", "4"]),
                "k8": ({}, ["--episodes", "2", "--agents", "8", "--set", "embedded_sim.max_steps=80",
-                           "--set", "embedded_sim.floor_plan=aisles",
+                           "--set", "embedded_sim.floor_plan=aisles", "--set", "embedded_sim.hold_while_planning=true",
+                           "--set", "embedded_sim.step_period_s=0.05",
                            "--set", "brace_controller.budget_profile=embedded_k8"])}
 
 

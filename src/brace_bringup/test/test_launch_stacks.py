@@ -65,7 +65,8 @@ def small_run(run: str, folder: Path, env: dict[str, str]) -> Path:
                                                      "pruning_layers": [1, 3], "predictor_path": "", "adapter_path": ""}}
     extra: dict = {}
     if run == "demo.yaml":
-        overrides["embedded_sim"] = {**SHORT_EPISODE, "num_agents": 2, "max_steps": 10, "step_period_s": 0.01}
+        overrides["embedded_sim"] = {**SHORT_EPISODE, "num_agents": 2, "max_steps": 10, "step_period_s": 0.01,
+                                     "hold_while_planning": True}  # lockstep: the bag gets plans on any CPU
     elif run == "airsim_k8.yaml":
         overrides["airsim_bridge"] = {**SHORT_EPISODE, "num_agents": 2, "max_steps": 12, "step_period_s": 0.01}
         extra["airsim_peer"] = {"port": free_port()}

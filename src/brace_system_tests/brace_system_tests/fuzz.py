@@ -236,6 +236,7 @@ def _run_config(folder: Path, model_dir: str) -> Path:
         "extends": "demo.yaml",  # the installed run configuration
         "overrides": {
             "embedded_sim": {"episodes": 1, "num_agents": 2, "max_steps": 12, "step_period_s": 0.01,
+                             "hold_while_planning": True,  # the held episode: lockstep, plans on any CPU
                              "shutdown_when_done": True, "hold_timeout_s": 2.0,
                              "wait_for_nodes": [*SIM.names[1:], GATE_NODE]},
             "erecap_planner": {"model_path": model_dir, "pruning_layers": [1, 3], "predictor_path": "",

@@ -28,6 +28,7 @@ def tiny_run_config(folder: Path) -> Path:
         "extends": "demo.yaml",  # the installed run configuration
         "overrides": {
             "embedded_sim": {"episodes": EPISODES, "num_agents": 2, "max_steps": 10, "step_period_s": 0.01,
+                             "hold_while_planning": True,  # lockstep: every episode gets its plans on any CPU
                              "shutdown_when_done": True, "wait_timeout_s": 240.0},
             "erecap_planner": {"model_path": model, "pruning_layers": [1, 3], "predictor_path": "",
                                "adapter_path": ""}}}}))

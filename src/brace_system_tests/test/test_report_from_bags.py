@@ -63,7 +63,8 @@ def same_csvs(folder: Path, csv_dir: Path, names: tuple[str, ...]) -> None:
 
 def test_the_warehouse_tables_from_the_bags_are_brace_runs(capsys, model_dir, tmp_path):
     printed, folder = brace_run(capsys, "demo", model_dir, tmp_path / "runs", ["no_brace", "brace_erecap"],
-                                ["embedded_sim.max_steps=6", "embedded_sim.step_period_s=0.01"])
+                                ["embedded_sim.max_steps=6", "embedded_sim.step_period_s=0.01",
+                                 "embedded_sim.hold_while_planning=true"])
     assert "## Summary (paper Table 2 shape)" in printed and "| no_brace |" in printed and "| brace_erecap |" in printed
     assert "path_efficiency" in printed and "near_misses" in printed and "Table 32" not in printed
     assert audit_report(capsys, folder, tmp_path / "csv") == printed
