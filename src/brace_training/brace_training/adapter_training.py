@@ -145,10 +145,16 @@ def prune_share(model, examples: list[PlanExample], share: float, budget: int, p
     layers, keep 0.7, the predictor bank at `predictor_path`); the (schedule, bank) to train with, None for share 0."""
     if share <= 0:
         return None
-    bank = PredictorBank.load(resolve_path(predictor_path), model.config).to(model.device)
     for ex in examples:
         if len(ex.prompt_ids) > budget and rng.random() < share:
             ex.token_budget = budget
+    return training_pruning(model, predictor_path)
+
+
+def training_pruning(model, predictor_path: str) -> tuple[PruneSchedule, PredictorBank]:
+    """The E-RECAP pruning-aware examples train under: Table 8 layers, keep 0.7, the bank at `predictor_path` on the
+    model's device."""
+    bank = PredictorBank.load(resolve_path(predictor_path), model.config).to(model.device)
     return PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7), bank
 
 

@@ -18,11 +18,9 @@ import sys
 from pathlib import Path
 
 from brace_common.config import resolve_path
-from brace_training.predictor_training import train_bank
+from brace_training.predictor_training import bank_to_train, train_bank
 from erecap_planner.adapter import merge_adapter
 from erecap_planner.models import load_model
-from erecap_planner.predictor import PredictorBank
-from erecap_planner.pruning import table8_layers
 
 from .finetune_cli import add_data_arguments, build_examples
 from .saved_examples import save_examples
@@ -47,9 +45,7 @@ def main(argv=None) -> int:
     model, tok = load_model(args.model, device="auto", dtype="float32")
     if args.adapter:
         merge_adapter(model, resolve_path(args.adapter))
-    layers = table8_layers(model.config.num_hidden_layers)
-    bank = (PredictorBank.load(resolve_path(args.init), model.config) if args.init
-            else PredictorBank.for_model(model.config, layers, seed=args.seed))
+    bank = bank_to_train(model, args.init, args.seed)
     points = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng, args.detour,
                             floor_plan=args.floor_plan)
     if not points:

@@ -28,9 +28,10 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from brace_common.config import resolve_path
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruned_forward import causal_mask, masked_training_attention
-from erecap_planner.pruning import PruneSchedule
+from erecap_planner.pruning import PruneSchedule, table8_layers
 from erecap_planner.transformer import DecoderStack
 
 
@@ -207,6 +208,14 @@ def mean_loss(history: list[StepLosses], first: bool, fraction: float = 0.25) ->
     k = max(1, math.ceil(len(history) * fraction))
     window = history[:k] if first else history[-k:]
     return sum(h.total for h in window) / len(window)
+
+
+def bank_to_train(model, init: Optional[str], seed: int) -> PredictorBank:
+    """The predictor bank a training starts from: the checkpoint `init` (a path or package:// URI), else a fresh bank
+    for the model's Table 8 layers."""
+    if init:
+        return PredictorBank.load(resolve_path(init), model.config)
+    return PredictorBank.for_model(model.config, table8_layers(model.config.num_hidden_layers), seed=seed)
 
 
 def train_bank(model, bank: PredictorBank, cases: list[tuple[list[int], list[int]]], keep_ratio: float, lr: float,

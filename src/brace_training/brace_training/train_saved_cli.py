@@ -19,22 +19,17 @@ import sys
 from pathlib import Path
 
 from brace_common.config import resolve_path
-from brace_training.adapter_training import fit_and_save
-from brace_training.predictor_training import train_bank
+from brace_training.adapter_training import fit_and_save, training_pruning
+from brace_training.predictor_training import bank_to_train, train_bank
 from brace_training.saved_examples import load_examples
 from erecap_planner.adapter import merge_adapter
 from erecap_planner.models import SMOLLM2, load_model
-from erecap_planner.predictor import PredictorBank
-from erecap_planner.pruning import PruneSchedule, table8_layers
 
 
 def _train_adapter(args, examples, model) -> None:
     if any(ex.token_budget is not None for ex in examples) and not args.predictor:
         raise SystemExit("train-saved: the examples hold pruning-aware ones (a token budget): --predictor is needed")
-    pruning = None
-    if args.predictor:
-        bank = PredictorBank.load(resolve_path(args.predictor), model.config).to(model.device)
-        pruning = PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7), bank
+    pruning = training_pruning(model, args.predictor) if args.predictor else None
     init = Path(resolve_path(args.init)) if args.init else None
     fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init, pruning)
 
@@ -42,11 +37,9 @@ def _train_adapter(args, examples, model) -> None:
 def _train_predictor(args, examples, model) -> None:
     if args.adapter:
         merge_adapter(model, resolve_path(args.adapter))
-    layers = table8_layers(model.config.num_hidden_layers)
-    bank = (PredictorBank.load(resolve_path(args.init), model.config) if args.init
-            else PredictorBank.for_model(model.config, layers, seed=args.seed)).to(model.device)
-    train_bank(model, bank, [(ex.prompt_ids, ex.target_ids) for ex in examples], args.keep_ratio, args.lr, args.seed,
-               args.epochs, args.output)
+    cases = [(ex.prompt_ids, ex.target_ids) for ex in examples]
+    train_bank(model, bank_to_train(model, args.init, args.seed), cases, args.keep_ratio, args.lr, args.seed, args.epochs,
+               args.output)
 
 
 def main(argv=None) -> int:
