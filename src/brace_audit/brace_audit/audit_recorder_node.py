@@ -56,6 +56,7 @@ TOPICS: dict[str, tuple[str, QoSProfile]] = {
     names.WORLD_STATE: ("brace_msgs/msg/WorldState", qos.WORLD_STATE),
     names.WORLD_INFO: ("brace_msgs/msg/WorldInfo", qos.WORLD_INFO),
     names.CONTROLLER_STATE: ("brace_msgs/msg/ControllerState", qos.STATE),
+    names.SERVER_LOAD: ("brace_msgs/msg/ServerLoad", qos.STATE),
     names.MARKERS: ("visualization_msgs/msg/MarkerArray", qos.MARKERS),
     names.CLOCK: ("rosgraph_msgs/msg/Clock", qos.CLOCK),
 }

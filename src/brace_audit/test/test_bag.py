@@ -504,7 +504,8 @@ def test_the_recorder_records_the_world_state_by_default(tmp_path, ros):
 
 def test_the_recorder_records_every_topic_of_the_stack_by_default():
     stack = {name for _, name, _ in WORLD_TOPICS.values()} - {names.DIAGNOSTICS}
-    stack |= {names.TRIGGERS, names.DECISIONS, names.REPLAN_CALLS, names.PLAN, names.VERDICTS, names.CONTROLLER_STATE}
+    stack |= {names.TRIGGERS, names.DECISIONS, names.REPLAN_CALLS, names.PLAN, names.VERDICTS, names.CONTROLLER_STATE,
+              names.SERVER_LOAD}
     assert names.WORLD_INFO in stack and stack <= set(RecorderConfig().topics)
 
 

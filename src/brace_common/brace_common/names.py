@@ -23,6 +23,7 @@ WORLD_STATE = "world_state"            # WorldState: every world's entities, rel
 WORLD_INFO = "world_info"              # WorldInfo: the episode's agents and action schema (latched at its start)
 LOOKAHEAD = "lookahead"                # Lookahead service: one step through a world's transition model
 CONTROLLER_STATE = "controller_state"  # ControllerState: the gate's counters per agent
+SERVER_LOAD = "server_load"            # ServerLoad: a planner server's requests, from its planner node
 MARKERS = "markers"                    # visualization_msgs/MarkerArray for RViz
 DIAGNOSTICS = "/diagnostics"           # diagnostic_msgs/DiagnosticArray (global)
 CLOCK = "/clock"                       # rosgraph_msgs/Clock (global)

@@ -235,6 +235,11 @@ class ControllerNodeConfig:
         "their hard deadline (s)", 0.001, 10.0)
     state_period_s: float = param(0.5, "period of controller_state (s)", 0.01, 3600.0)
     diagnostics_period_s: float = diagnostics_period_param()
+    server_load_stale_after_s: float = param(1.0, "a planner server's load (server_load) older than this counts as "
+                                         "none (s); 0 = the server's load is not used", 0.0, 3600.0)
+    server_release_jitter_s: float = param(0.5, "when the server's other requests fall, held triggers are decided "
+                                           "again after a random delay up to this (s), so that robots of a fleet "
+                                           "that all waited do not all call at once", 0.0, 60.0)
 
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid parameter."""

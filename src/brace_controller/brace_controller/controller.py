@@ -10,9 +10,11 @@ Order of checks for a well-formed trigger of agent a at step t:
   5. Eq. 1 on the team counters                  -> suppressed (team_cooldown | team_commit)
   6. SLO admission: backlog + call predicted to  -> suppressed (slo_infeasible) for periodic/drift
      miss SLO even at B_min (B_t without adaptive)     of agents still executing a plan; for those
-                                                       of idle agents while calls are in flight:
-                                                       suppressed and held, decided again when a
-                                                       call finishes (`release_held`); before the
+                                                       of idle agents while calls are in flight
+                                                       (its own, or other clients' at a shared
+                                                       server): suppressed and held, decided again
+                                                       when a call finishes or the server's other
+                                                       requests fall (`release_held`); before the
                                                        latency model is ready or a call of the
                                                        episode has read its context (no backlog
                                                        can be predicted) the same for every such
@@ -38,6 +40,11 @@ waits: the call is not made yet; the agent's wait shows in the decision
 stream as the held decision and the later admitted one). Failure, hazard,
 deadlock and preempt triggers are never held: the planner's earliest-
 deadline-first queue serves them before waiting calls with later deadlines.
+A planner server shared by a fleet (`set_server_calls`: the requests other
+clients hold there, from the server's own load report) adds to the backlog
+one call of this controller's predicted mean cost per request: a call waits
+behind them, or shares the server's compute with them, either way about as
+long; triggers held for them are decided again once they fall.
 The defer guard
 never bypasses an agent's own cooldown or commit window, so without overrides
 the anti-churn property of Appendix B holds per agent whatever the team does.
@@ -99,6 +106,7 @@ class BraceController:
         self.tally: dict[str, AgentTally] = {}
         self._plans: dict[str, tuple] = {}
         self.held: dict[str, Trigger] = {}  # per agent: its latest trigger held for the planner's backlog
+        self.server_calls = 0  # requests other clients hold at a shared planner server (a fleet's other robots)
         self._ids = itertools.count(1)
         self._id_prefix = id_prefix
 
@@ -150,9 +158,9 @@ class BraceController:
             token_budget = budget.token_budget
             model = self.latency_model
             if model.ready and n is not None and (self.config.adaptive_budget or self.config.defer_when_infeasible):
-                backlog = self.backlog_ms()
-                target = budget.slo_ms * self.config.adaptive_guard_ratio - backlog
                 mode = int(budget.mode)
+                backlog = self.backlog_ms(model.predict_mean(n, min(n, token_budget), mode))
+                target = budget.slo_ms * self.config.adaptive_guard_ratio - backlog
                 low = min(self.quality.floor, token_budget)
                 if self.config.adaptive_budget:
                     fitted = model.budget_for(target, n, mode, low, token_budget)
@@ -210,9 +218,22 @@ class BraceController:
     def _calls_in_flight(self) -> list[AgentCounters]:
         return [c for c in (*self.agents.values(), self.team) if c.call_in_flight]
 
-    def backlog_ms(self) -> float:
-        """Predicted wait for the planner: the mean cost of every call in flight (one planner serves them in turn)."""
-        return sum(c.in_flight_cost_ms for c in self._calls_in_flight())
+    def _planner_busy(self) -> bool:
+        return bool(self._calls_in_flight()) or self.server_calls > 0
+
+    def set_server_calls(self, calls: int) -> bool:
+        """The requests other clients hold at the planner server now (0: none, or no shared server); True when
+        that fell, so held triggers may be decided again (`release_held`)."""
+        if calls < 0:
+            raise ValueError(f"server calls {calls} < 0")
+        fell = calls < self.server_calls
+        self.server_calls = calls
+        return fell
+
+    def backlog_ms(self, server_call_ms: float = 0.0) -> float:
+        """Predicted wait for the planner: the mean cost of every call in flight (one planner serves them in turn),
+        and `server_call_ms` for each request other clients hold at a shared planner server."""
+        return sum(c.in_flight_cost_ms for c in self._calls_in_flight()) + self.server_calls * server_call_ms
 
     def _deferrable(self, trigger: Trigger) -> bool:
         # An agent without an unfinished plan is never deferred for good: a late plan beats an idle agent.
@@ -224,12 +245,12 @@ class BraceController:
         # not build one. One call at a time until both are known; the others are held and decided again when a
         # call finishes (rule 6's hold).
         return self.config.defer_when_infeasible and (not self.latency_model.ready or n is None) \
-            and trigger.kind not in _CRITICAL_KINDS and bool(self._calls_in_flight())
+            and trigger.kind not in _CRITICAL_KINDS and self._planner_busy()
 
     def _holdable(self, trigger: Trigger, backlog_ms: float) -> bool:
         # Its call would miss because of the calls ahead of it: make it when they are done instead.
         return self.config.defer_when_infeasible and trigger.kind not in _CRITICAL_KINDS and backlog_ms > 0.0 \
-            and bool(self._calls_in_flight())
+            and self._planner_busy()
 
     def _make_decision(self, trigger, agent, reason, override, budget, predicted) -> Decision:
         admitted = reason.admits

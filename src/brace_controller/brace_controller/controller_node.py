@@ -3,7 +3,9 @@
 Names are relative (the stack's namespace, /brace by default, comes from launch).
 
 Subscribes  triggers (TriggerEvent), replan_calls (ReplanCall),
-            episode (Episode: counters restart at EVENT_START, calls in flight are cancelled)
+            episode (Episode: counters restart at EVENT_START, calls in flight are cancelled),
+            server_load (ServerLoad, qos.STATE: a shared planner server's requests that are not
+            this robot's count in the backlog; none newer than server_load_stale_after_s: none)
 Publishes   decisions (ReplanDecision, one per trigger), plan (Plan),
             controller_state (ControllerState), /diagnostics,
             replan_calls (ReplanCall) for admitted calls no planner answered
@@ -18,6 +20,7 @@ Action client  Replan on `replan_action`. An admitted call waits for the
 from __future__ import annotations
 
 import functools
+import random
 import secrets
 import sys
 import threading
@@ -27,7 +30,7 @@ from typing import Optional
 
 from action_msgs.msg import GoalStatus
 from brace_msgs.action import Replan
-from brace_msgs.msg import ControllerState, Episode, Plan, ReplanCall, ReplanDecision, TriggerEvent
+from brace_msgs.msg import ControllerState, Episode, Plan, ReplanCall, ReplanDecision, ServerLoad, TriggerEvent
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.action import ActionClient
 from rclpy.node import Node
@@ -92,8 +95,11 @@ class BraceControllerNode(Node):
         self._lock = threading.RLock()
         self.counts = {"malformed_triggers": 0, "malformed_calls": 0, "planner_unavailable": 0,
                        "goals_rejected": 0, "deadline_cancellations": 0, "calls_finished": 0,
-                       "calls_waited_for_planner": 0, "held_decided_again": 0, "calls_cancelled_by_episode": 0}
+                       "calls_waited_for_planner": 0, "held_decided_again": 0, "calls_cancelled_by_episode": 0,
+                       "server_load_samples": 0, "server_load_stale": 0}
         self.held_msgs: dict[str, TriggerEvent] = {}  # the messages of the core's held triggers
+        self.server_load_at = 0.0  # time.monotonic() of the latest server_load used
+        self.release_at = 0.0  # time.monotonic() at which held triggers are decided again (0: not due)
 
         self.decisions_pub = self.create_publisher(ReplanDecision, names.DECISIONS, qos.EVENTS)
         self.plan_pub = self.create_publisher(Plan, names.PLAN, qos.PLANS)
@@ -102,6 +108,8 @@ class BraceControllerNode(Node):
         self.inputs.subscribe(self, TriggerEvent, names.TRIGGERS, self.on_trigger, "trigger")
         self.inputs.subscribe(self, ReplanCall, names.REPLAN_CALLS, self.on_call_record, "call_record")
         self.inputs.subscribe(self, Episode, names.EPISODE, self.on_episode, "episode")
+        if self.node_config.server_load_stale_after_s > 0:
+            self.create_subscription(ServerLoad, names.SERVER_LOAD, self.on_server_load, qos.STATE)
         self.calls_pub = self.create_publisher(ReplanCall, names.REPLAN_CALLS, qos.EVENTS)
         self.replan_client = ActionClient(self, Replan, self.node_config.replan_action,
                                           goal_service_qos_profile=qos.ACTION_SERVICES,
@@ -240,14 +248,37 @@ class BraceControllerNode(Node):
         if self.core.quality.floor != floor:
             self.get_logger().warning(f"quality floor raised to {self.core.quality.floor} tokens: calls near "
                                       f"{floor} named entities the schema does not hold")
-        for trigger in self.core.release_held():  # the backlog shrank: decide the held triggers again
+        self.decide_held()  # the backlog shrank
+
+    def decide_held(self) -> None:
+        """Decide the core's held triggers again."""
+        self.release_at = 0.0
+        for trigger in self.core.release_held():
             self.counts["held_decided_again"] += 1
             self.decide(trigger, self.held_msgs.pop(trigger.agent_id))
+
+    @_serialized
+    def on_server_load(self, msg: ServerLoad) -> None:
+        """Count the shared planner server's requests that are not this robot's as calls ahead of its own."""
+        self.counts["server_load_samples"] += 1
+        others = int(msg.requests_running) + int(msg.requests_waiting) - int(msg.own_requests)
+        self.server_load_at = time.monotonic()
+        self.set_server_calls(max(0, others) if msg.reported else 0)
+
+    def set_server_calls(self, calls: int) -> None:
+        """The server's other requests now; once they fall, held triggers are decided again after a jitter."""
+        if self.core.set_server_calls(calls) and self.core.held and not self.release_at:
+            self.release_at = time.monotonic() + random.uniform(0.0, self.node_config.server_release_jitter_s)
 
     @_serialized
     def check_deadlines(self) -> None:
         """Send calls that waited for a server now up; close every call past its hard deadline."""
         now = time.monotonic()
+        if self.core.server_calls and now - self.server_load_at > self.node_config.server_load_stale_after_s:
+            self.counts["server_load_stale"] += 1
+            self.set_server_calls(0)  # no news from the server: its load is unknown, not assumed
+        if self.release_at and now >= self.release_at:
+            self.decide_held()
         server_ready = None
         for decision_id, call in list(self.pending.items()):
             if not call.sent and now < call.deadline:
@@ -319,6 +350,7 @@ class BraceControllerNode(Node):
             "latency_model_ready": model.ready,
             "quality_floor_tokens": self.core.quality.floor,
             "quality_floor_raised": self.core.quality.raised,
+            "server_calls": self.core.server_calls,
             **{f"latency_model_{k}": v for k, v in model.describe().items()},
             **{f"reason.{k}": v for k, v in sorted(totals.items())},
             **self.counts,

@@ -204,6 +204,53 @@ def test_adaptive_budget_leaves_room_for_the_backlog():
     assert second.predicted_p95_ms > c.latency_model.predict_p95(CONTEXT, second.token_budget)  # the wait is in it
 
 
+def test_a_shared_servers_other_requests_are_a_backlog():
+    c = controller(defer_when_infeasible=True)  # B_t fixed (adaptive off); 20 + N ms per call
+    warm(c, 1.0)
+    c.accept_plan("a", ("plan",))
+    assert not c.set_server_calls(1)  # another robot's call at the server: ~532 ms ahead of a's
+    held_back = c.decide(trig(1))
+    assert not held_back.admitted and held_back.reason == Reason.SLO_INFEASIBLE
+    assert c.decide(trig(1, agent="c", kind=TriggerKind.FAILURE)).admitted  # critical: admitted anyway
+    done(c, agent="c", step=1)
+    assert c.set_server_calls(0)  # it fell
+    again = c.decide(trig(2))
+    assert again.admitted and again.predicted_p95_ms <= 0.9 * again.slo_ms
+
+
+def test_an_idle_agent_waits_for_the_servers_other_requests_and_is_decided_again_when_they_fall():
+    c = controller(defer_when_infeasible=True)
+    warm(c, 1.0)
+    c.set_server_calls(2)
+    idle = c.decide(trig(1, has_goal=False))  # no plan: never deferred for good, but held while others run
+    assert not idle.admitted and "a" in c.held
+    assert not c.set_server_calls(3)
+    assert c.set_server_calls(0)
+    (again,) = c.release_held()
+    assert c.decide(again).admitted and not c.held
+
+
+def test_the_adaptive_budget_leaves_room_for_the_servers_other_requests():
+    c = controller(adaptive_budget=True, defer_when_infeasible=True)
+    warm(c, 1.0)
+    alone = c.decide(trig(1))
+    done(c, step=1)
+    c.set_server_calls(1)
+    shared = c.decide(trig(2, agent="b"))
+    assert alone.admitted and shared.admitted and shared.token_budget < alone.token_budget
+    assert shared.predicted_p95_ms <= 0.9 * shared.slo_ms + 1e-6
+    with pytest.raises(ValueError):
+        c.set_server_calls(-1)
+
+
+def test_without_slo_admission_the_servers_load_changes_nothing():
+    c = controller()  # No BRACE: every trigger admitted with the policy's budget
+    warm(c, 1.0)
+    c.set_server_calls(8)
+    decision = c.decide(trig(1))
+    assert decision.admitted and decision.token_budget == 512
+
+
 def test_every_trigger_gets_a_decision_with_unique_id():
     c = controller(cooldown_steps=2)
     ids = {c.decide(trig(s)).decision_id for s in range(10)}

@@ -296,6 +296,48 @@ def test_a_trigger_held_for_the_backlog_is_decided_again_when_a_call_finishes(ro
     assert node.counts["held_decided_again"] == 1
 
 
+def test_a_shared_servers_other_requests_hold_a_trigger_until_they_fall(ros):
+    import random
+
+    from brace_msgs.msg import ServerLoad
+
+    from brace_common.replanning import CallRecord
+    from brace_common.vocabulary import CallStatus
+    from brace_controller.latency_model import CallSample
+
+    node = controller(defer_when_infeasible=True, server_release_jitter_s=0.0, server_load_stale_after_s=30.0)
+    planner = PlannerDouble()
+    probe = connect(ros, node, planner)
+    load = probe.create_publisher(ServerLoad, "/brace/server_load", qos.STATE)
+    rng = random.Random(0)
+    with node._lock:  # calls cost 20 ms + 2 ms per planner-input token; this episode's calls read 2,000 tokens
+        for _ in range(node.config.adaptive_window):
+            tokens, kept = rng.randint(500, 3000), rng.randint(64, 500)
+            cost = 20.0 + 2.0 * kept
+            node.core.observe_latency(CallSample(tokens, kept, 0, 0.0, cost, 0.0, cost))
+        node.core.record_call(CallRecord("z", 0, CallStatus.OK, False, 10.0, 100, tokens_before=2000))
+    # Another robot's call at the server (ours: none): the controller counts it ahead of its own.
+    wait_for(lambda: load.get_subscription_count() > 0, what="controller's server_load subscription")
+    busy = ServerLoad(reported=True, engine="llama.cpp", requests_running=2, requests_waiting=1, own_requests=1)
+    wait_for(lambda: load.publish(busy) or node.core.server_calls == 2, what="server load seen")
+    probe.send(1)  # a has no plan: held while the server's other requests would make it miss its SLO
+    wait_for(lambda: len(probe.decisions) == 1, what="a's first decision")
+    held = probe.decisions[0]
+    assert not held.admitted and held.reason == ReplanDecision.REASON_SLO_INFEASIBLE and not planner.goals
+    load.publish(ServerLoad(reported=True, engine="llama.cpp", requests_running=0, requests_waiting=0))
+    wait_for(lambda: len(probe.decisions) == 2, what="a decided again once the server's load fell")
+    assert probe.decisions[1].admitted and probe.decisions[1].trigger.trigger_id == held.trigger.trigger_id
+    wait_for(lambda: len(planner.goals) == 1, what="a's call")
+    # A server that reports no load, or none for longer than server_load_stale_after_s, counts as none.
+    wait_for(lambda: load.publish(busy) or node.core.server_calls == 2, what="busy again")
+    load.publish(ServerLoad(reported=False))
+    wait_for(lambda: node.core.server_calls == 0, what="an unreported load counts as none")
+    node.node_config.server_load_stale_after_s = 0.05
+    wait_for(lambda: load.publish(busy) or node.core.server_calls == 2, what="busy again")
+    wait_for(lambda: node.counts["server_load_stale"] >= 1 and node.core.server_calls == 0, what="a stale load dropped")
+    wait_for(lambda: probe.diag_value("server_calls") == "0", what="server_calls on /diagnostics")
+
+
 def test_a_misspelt_parameter_stops_the_node_naming_it(ros, tmp_path):
     params = tmp_path / "typo.yaml"
     params.write_text("/**/brace_controller:\n  ros__parameters:\n    cooldown_stpes: 5\n")

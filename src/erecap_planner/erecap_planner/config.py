@@ -64,6 +64,10 @@ class PlannerConfig:
     server_probe_period_s: float = param(1.0, "backend openai: period of GET /models while the server has not "
                                          "answered (the action is served only after it has); 5x that after",
                                          0.05, 600.0)
+    server_load_period_s: float = param(0.25, "backend openai: period of GET /metrics, the server's requests "
+                                        "running and waiting, published on server_load for the controller (a fleet "
+                                        "sharing the server); 0 = off. A server without load gauges is asked once",
+                                        0.0, 60.0)
     prompt_scoring_layers: int = param(1, "backend openai, compressor erecap (prompt-level): how many of the "
                                        "schedule's pruning layers the local scorer runs before it keeps the B_t "
                                        "tokens to send; 1 = the first only (a fraction of a local prefill), 0 = all "

@@ -110,7 +110,8 @@ class OpenAIClient:
     # ------------------------------------------------------------------ HTTP
 
     def _open(self, method: str, path: str, body: Optional[dict], deadline: float,
-              cancelled: Callable[[], bool], times: Optional[StreamTimes] = None) -> tuple[Connection, _Response]:
+              cancelled: Callable[[], bool], times: Optional[StreamTimes] = None,
+              root: bool = False) -> tuple[Connection, _Response]:
         conn = Connection(self.host, self.port, deadline, self.tls, cancelled, self.connect_timeout_s, _server_error)
         try:
             payload = json.dumps(body).encode() if body is not None else b""
@@ -119,7 +120,7 @@ class OpenAIClient:
                 headers["Content-Type"] = "application/json"
             if self._api_key:
                 headers["Authorization"] = f"Bearer {self._api_key}"
-            conn.request(method, f"{self.prefix}{path}", f"{self.host}:{self.port}", headers, payload)
+            conn.request(method, path if root else f"{self.prefix}{path}", f"{self.host}:{self.port}", headers, payload)
             if times is not None:
                 times.sent = time.monotonic()
             status, headers = conn.read_head(MAX_HEADER_BYTES)
@@ -157,6 +158,17 @@ class OpenAIClient:
         if not isinstance(value, dict):
             raise ServerError("not_json", f"GET {path} body is not a JSON object")
         return value
+
+    def get_text(self, target: str, deadline: float) -> str:
+        """GET `target`, a path from the server's root (e.g. '/metrics', outside the API prefix), as text;
+        ServerError on anything but HTTP 200."""
+        conn, response = self._open("GET", target, None, deadline, lambda: False, root=True)
+        try:
+            if response.status != 200:
+                raise self._error_of(response)
+            return b"".join(response.body).decode("utf-8", "replace")
+        finally:
+            conn.close()
 
     def stream(self, path: str, body: dict, deadline: float, cancelled: Callable[[], bool] = lambda: False,
                stop_when: Callable[[str], bool] = lambda text: False,

@@ -14,7 +14,10 @@ Subscribes  outcomes (ExecutionOutcome: the memory modules' step outcomes, failu
             experience: every agent's session graph),
             world_info (WorldInfo, latched; only with `action_schema_file` empty:
             the world's action schema, used from the next call on)
-Publishes   replan_calls (ReplanCall, one per call; lifecycle publisher), /diagnostics
+Publishes   replan_calls (ReplanCall, one per call; lifecycle publisher), /diagnostics,
+            server_load (ServerLoad, qos.STATE; backend openai with server_load_period_s > 0: the
+            server's requests running and waiting from its /metrics, and this node's own there; a server
+            without load gauges is asked once)
 Action server  `replan_action` (Replan), present only while the node is active,
             so a client that sees the server can be served: feedback per
             phase; result = Plan + ReplanCall. One model serves one call at a
@@ -54,7 +57,7 @@ import time
 from typing import Optional
 
 from brace_msgs.action import Replan
-from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, ReplanCall, WorldInfo, WorldState
+from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, ReplanCall, ServerLoad, WorldInfo, WorldState
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy._rclpy_pybind11 import InvalidHandle, RCLError
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
@@ -87,6 +90,7 @@ from .factory import CallPath, build_call_path
 from .lookahead_client import LookaheadClient
 from .pruned_forward import CallAborted
 from .server_call_path import ServerCallPath, ServerProbe
+from .server_load import ServerLoadProbe
 
 QUEUE_CHECK_PERIOD_S = 0.05  # how often waiting calls are checked against their hard deadlines
 EXECUTOR_THREADS = 3  # the running call, the context subscription, goals / cancels / timers
@@ -106,6 +110,9 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self.call_path: Optional[CallPath] = None
         self.server = ServerProbe()  # backend openai: whether the server answers, and the model it serves
         self._probe_timer = None
+        self.load_probe: Optional[ServerLoadProbe] = None  # backend openai: the server's load (GET /metrics)
+        self.load_pub = None
+        self._load_timer = None
         self.buffer = ContextBuffer()
         self.buffer_lock = threading.Lock()
         self.episode_start_s = 0.0  # the world's stamp of the latest episode start (0: none, or unstamped)
@@ -183,6 +190,9 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
                 WorldInfo, names.WORLD_INFO, self.on_world_info, qos.WORLD_INFO,
                 callback_group=MutuallyExclusiveCallbackGroup()))
         self._queue_timer = steady_timer(self, QUEUE_CHECK_PERIOD_S, self.expire_waiting, self._timers_group)
+        if isinstance(self.call_path, ServerCallPath) and self.config.server_load_period_s > 0:
+            self.load_probe = ServerLoadProbe(self.call_path.client, self.config.connect_timeout_s + 1.0)
+            self.load_pub = self.create_lifecycle_publisher(ServerLoad, names.SERVER_LOAD, qos.STATE)
         self.state_label = "inactive"
         if isinstance(self.call_path, ServerCallPath):
             self.get_logger().info(
@@ -205,6 +215,9 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             self._probe_timer = steady_timer(self, self.config.server_probe_period_s, self.probe_server,
                                              self._probe_group)
             self.probe_server()
+            if self.load_probe is not None:
+                self._load_timer = steady_timer(self, self.config.server_load_period_s, self.publish_server_load,
+                                                MutuallyExclusiveCallbackGroup())
         else:
             self._serve()
         return super().on_activate(state)
@@ -229,6 +242,23 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         if self.server.answered and self.action_server is None:
             self._serve()
 
+    def publish_server_load(self) -> None:
+        """Read the planner server's load and publish it with this node's own requests there (backend openai)."""
+        path, probe = self.call_path, self.load_probe
+        if not isinstance(path, ServerCallPath) or probe is None or probe.reports is False \
+                or self.state_label != "active":
+            return
+        load = probe.read()
+        if probe.reports is False:
+            self.get_logger().info(f"planner server {path.client.base_url} publishes no load (GET /metrics): each "
+                                   "controller sees only its own calls there")
+        msg = ServerLoad(server_url=path.client.base_url, reported=load is not None, own_requests=path.at_server)
+        msg.header.stamp = self.get_clock().now().to_msg()
+        if load is not None:
+            msg.engine, msg.requests_running, msg.requests_waiting = load.engine, load.running, load.waiting
+        if self.load_pub is not None and self.load_pub.is_activated:
+            self.load_pub.publish(msg)
+
     def _serve(self) -> None:
         self.action_server = ActionServer(
             self, Replan, self.config.replan_action, self.execute, goal_callback=self.on_goal,
@@ -245,9 +275,10 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         return super().on_deactivate(state)
 
     def _destroy_server(self) -> None:
-        if self._probe_timer is not None:
-            self._probe_timer.destroy()
-            self._probe_timer = None
+        for timer in (self._probe_timer, self._load_timer):
+            if timer is not None:
+                timer.destroy()
+        self._probe_timer = self._load_timer = None
         if self.action_server is not None:
             self.action_server.destroy()
             self.action_server = None
@@ -259,9 +290,11 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             self.destroy_subscription(sub)
         if self._queue_timer is not None:
             self._queue_timer.destroy()
-        if self.calls_pub is not None:
-            self.destroy_lifecycle_publisher(self.calls_pub)
-        self._topic_subs, self.calls_pub, self._queue_timer = [], None, None
+        for pub in (self.calls_pub, self.load_pub):
+            if pub is not None:
+                self.destroy_lifecycle_publisher(pub)
+        self._topic_subs, self.calls_pub, self.load_pub, self._queue_timer = [], None, None, None
+        self.load_probe = None
         if self.lookahead is not None:
             self.destroy_client(self.lookahead.client)
             self.lookahead = None
@@ -519,6 +552,9 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         if isinstance(path, ServerCallPath):
             values.update({"backend": "openai", "server_url": path.client.base_url, "server_model": path.server_model,
                            "server.answers": self.server.answered, **dict(sorted(path.counts.items()))})
+            if self.load_probe is not None:
+                values.update({"server_load.reported": self.load_probe.reports,
+                               **dict(sorted(self.load_probe.counts.items()))})
             if self.state_label == "active" and not self.server.answered:
                 errors.append(f"planner server {path.client.base_url} does not answer: {self.server.error}")
         memory = self.memory()

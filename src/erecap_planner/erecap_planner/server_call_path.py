@@ -139,6 +139,18 @@ class ServerCallPath:
         # (llama-cpp-python's server then cut or emptied the next reply).
         self.stop_when: Callable[[str], bool] = plan_written if structured_output == "none" else (lambda text: False)
         self.counts: Counter[str] = Counter()  # server.<reason> failures, server.retries, server.stopped_early
+        self._at_server = 0  # this path's requests sent and not yet answered to the end (what the server holds of ours)
+        self._at_server_lock = threading.Lock()
+
+    @property
+    def at_server(self) -> int:
+        """This path's requests the server holds now (sent, not yet read to their end)."""
+        with self._at_server_lock:
+            return self._at_server
+
+    def _held_by_server(self, delta: int) -> None:
+        with self._at_server_lock:
+            self._at_server += delta
 
     @property
     def model_name(self) -> str:
@@ -252,6 +264,7 @@ class ServerCallPath:
 
         path, body = self.body(kept_ids, ctx, kept_index, request.mode, schema)
         t0 = clock.begin(Phase.REQUEST)
+        self._held_by_server(1)
         try:
             result = self._send(path, body, clock)
         except ServerError as exc:
@@ -261,6 +274,8 @@ class ServerCallPath:
             outcome.status = CallStatus.UNAVAILABLE
             outcome.error = f"planner server {self.client.base_url}: {exc}"
             return self._finish(outcome, clock)
+        finally:
+            self._held_by_server(-1)
         times = result.times
         outcome.server_prompt_tokens = result.prompt_tokens
         outcome.server_completion_tokens = result.completion_tokens

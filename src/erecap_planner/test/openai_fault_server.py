@@ -45,6 +45,7 @@ class FaultServer:
         self.disconnects = 0
         self.retry_after = "1"
         self.drip_s = 0.1  # the drip modes: one byte per drip_s
+        self.metrics: str | None = None  # GET /metrics's text (None: 404, a server without metrics)
         self.stop = threading.Event()  # ends a drip (at __exit__)
         server = self
 
@@ -55,6 +56,12 @@ class FaultServer:
                 return
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                if self.path == "/metrics":  # Prometheus text, as serving engines publish their load
+                    if server.metrics is None:
+                        self._send(404, b'{"error": "not found"}', "application/json")
+                    else:
+                        self._send(200, server.metrics.encode(), "text/plain; version=0.0.4")
+                    return
                 body = json.dumps({"object": "list", "data": [{"id": "scripted-model"}]}).encode()
                 self._send(200, body, "application/json")
 

@@ -175,6 +175,48 @@ def test_node_serves_only_once_the_server_answers(ros):
     assert server.requests[0]["body"]["model"] == "scripted-model"
 
 
+def test_node_publishes_the_servers_load_with_its_own_requests(ros):
+    from brace_msgs.msg import ServerLoad
+
+    from brace_common import qos
+
+    with FaultServer(chunk_delay_s=0.2) as server:  # a call streams for about 2 s
+        server.metrics = "llamacpp:requests_processing 2\nllamacpp:requests_deferred 1\n"
+        node = planner(SMOLLM2, backend="openai", server_url=server.base_url, compressor="recency",
+                       server_load_period_s=0.05)
+        client = start(ros, node)
+        loads: list[ServerLoad] = []
+        client.create_subscription(ServerLoad, "/brace/server_load", loads.append, qos.STATE)
+        wait_for(lambda: loads, what="server_load")
+        first = loads[-1]
+        assert first.reported and first.engine == "llama.cpp" and first.server_url == server.base_url
+        assert (first.requests_running, first.requests_waiting, first.own_requests) == (2, 1, 0)
+        result_future = client.send().get_result_async()
+        wait_for(lambda: any(m.own_requests == 1 for m in loads), timeout=30, what="our request counted while at "
+                 "the server")
+        wait_for(result_future.done, timeout=30, what="result")
+        wait_for(lambda: loads[-1].own_requests == 0, what="our request no longer at the server")
+        assert node.load_probe.counts["server_load.readings"] >= 3
+
+
+def test_a_server_without_load_gauges_is_asked_once(ros):
+    from brace_msgs.msg import ServerLoad
+
+    from brace_common import qos
+
+    with FaultServer() as server:  # GET /metrics: 404
+        node = planner(SMOLLM2, backend="openai", server_url=server.base_url, compressor="recency",
+                       server_load_period_s=0.05)
+        client = start(ros, node)
+        loads: list[ServerLoad] = []
+        client.create_subscription(ServerLoad, "/brace/server_load", loads.append, qos.STATE)
+        wait_for(lambda: node.load_probe.reports is False, what="the probe's verdict")
+        result_future = client.send().get_result_async()  # calls go on regardless
+        wait_for(result_future.done, timeout=30, what="result")
+        assert node.load_probe.counts["server_load.http_error"] == 1
+        assert all(not m.reported for m in loads)
+
+
 @pytest.mark.parametrize("params,parameter", [
     ({"backend": "grpc"}, "backend"),
     ({"server_url": "localhost:8000"}, "server_url"),
