@@ -6,7 +6,8 @@ Order of checks for a well-formed trigger of agent a at step t:
   2. failure-aware override (failures >= k)      -> admitted (override), gates bypassed
   3. Eq. 1 on a's counters (cooldown, commit)    -> suppressed (cooldown | commit)
   4. defer guard (a deferred N times in a row,   -> admitted (defer_guard), skips 5 and 6
-     no call in flight)
+     no call in flight, none of others at a
+     shared server)
   5. Eq. 1 on the team counters                  -> suppressed (team_cooldown | team_commit)
   6. SLO admission: backlog + call predicted to  -> suppressed (slo_infeasible) for periodic/drift
      miss SLO even at B_min (B_t without adaptive)     of agents still executing a plan; for those
@@ -207,7 +208,7 @@ class BraceController:
         if not verdict.open:
             return verdict.reason
         guard = self.config.max_consecutive_deferrals
-        if guard > 0 and agent.consecutive_deferrals >= guard and not self._calls_in_flight():
+        if guard > 0 and agent.consecutive_deferrals >= guard and not self._planner_busy():
             return Reason.DEFER_GUARD  # only once the planner is free: admitted behind a backlog it would wait anyway
         if trigger.agent_id != TEAM_AGENT:
             verdict = self.gate.team_verdict(self.team, trigger.step)
