@@ -6,8 +6,7 @@ Order of checks for a well-formed trigger of agent a at step t:
   2. failure-aware override (failures >= k)      -> admitted (override), gates bypassed
   3. Eq. 1 on a's counters (cooldown, commit)    -> suppressed (cooldown | commit)
   4. defer guard (a deferred N times in a row,   -> admitted (defer_guard), skips 5 and 6
-     no call in flight, none of others at a
-     shared server)
+     no call in flight)
   5. Eq. 1 on the team counters                  -> suppressed (team_cooldown | team_commit)
   6. SLO admission: backlog + call predicted to  -> suppressed (slo_infeasible) for periodic/drift
      miss SLO even at B_min (B_t without adaptive)     of agents still executing a plan; for those
@@ -208,7 +207,7 @@ class BraceController:
         if not verdict.open:
             return verdict.reason
         guard = self.config.max_consecutive_deferrals
-        if guard > 0 and agent.consecutive_deferrals >= guard and not self._planner_busy():
+        if guard > 0 and agent.consecutive_deferrals >= guard and not self._calls_in_flight():
             return Reason.DEFER_GUARD  # only once the planner is free: admitted behind a backlog it would wait anyway
         if trigger.agent_id != TEAM_AGENT:
             verdict = self.gate.team_verdict(self.team, trigger.step)
@@ -244,9 +243,10 @@ class BraceController:
     def _cold_holdable(self, trigger: Trigger, n: Optional[int]) -> bool:
         # No latency fit yet, or no context read yet this episode (N unknown): no backlog can be predicted, so do
         # not build one. One call at a time until both are known; the others are held and decided again when a
-        # call finishes (rule 6's hold).
+        # call finishes (rule 6's hold). Other robots' requests at a shared server do not hold it: nothing here
+        # could predict when their load would let it through, and a robot that never calls never learns.
         return self.config.defer_when_infeasible and (not self.latency_model.ready or n is None) \
-            and trigger.kind not in _CRITICAL_KINDS and self._planner_busy()
+            and trigger.kind not in _CRITICAL_KINDS and bool(self._calls_in_flight())
 
     def _holdable(self, trigger: Trigger, backlog_ms: float) -> bool:
         # Its call would miss because of the calls ahead of it: make it when they are done instead.

@@ -98,7 +98,7 @@ class BraceControllerNode(Node):
                        "calls_waited_for_planner": 0, "held_decided_again": 0, "calls_cancelled_by_episode": 0,
                        "server_load_samples": 0, "server_load_stale": 0}
         self.held_msgs: dict[str, TriggerEvent] = {}  # the messages of the core's held triggers
-        self.server_load_at = 0.0  # time.monotonic() of the latest server_load used
+        self.server_load_at = 0.0  # time.monotonic() of the latest server_load that reported a load (0: none yet)
         self.release_at = 0.0  # time.monotonic() at which held triggers are decided again (0: not due)
 
         self.decisions_pub = self.create_publisher(ReplanDecision, names.DECISIONS, qos.EVENTS)
@@ -248,7 +248,15 @@ class BraceControllerNode(Node):
         if self.core.quality.floor != floor:
             self.get_logger().warning(f"quality floor raised to {self.core.quality.floor} tokens: calls near "
                                       f"{floor} named entities the schema does not hold")
-        self.decide_held()  # the backlog shrank
+        self.release_held()  # the backlog shrank
+
+    def release_held(self) -> None:
+        """Decide the held triggers again: at once, or, with a planner server shared by other robots, after a
+        random delay up to `server_release_jitter_s` (as they do when its load falls: none is always first)."""
+        if not self.server_load_at:
+            self.decide_held()
+        elif self.core.held and not self.release_at:
+            self.release_at = time.monotonic() + random.uniform(0.0, self.node_config.server_release_jitter_s)
 
     def decide_held(self) -> None:
         """Decide the core's held triggers again."""
@@ -261,14 +269,17 @@ class BraceControllerNode(Node):
     def on_server_load(self, msg: ServerLoad) -> None:
         """Count the shared planner server's requests that are not this robot's as calls ahead of its own."""
         self.counts["server_load_samples"] += 1
+        if not msg.reported:
+            self.set_server_calls(0)
+            return
         others = int(msg.requests_running) + int(msg.requests_waiting) - int(msg.own_requests)
         self.server_load_at = time.monotonic()
-        self.set_server_calls(max(0, others) if msg.reported else 0)
+        self.set_server_calls(max(0, others))
 
     def set_server_calls(self, calls: int) -> None:
         """The server's other requests now; once they fall, held triggers are decided again after a jitter."""
-        if self.core.set_server_calls(calls) and self.core.held and not self.release_at:
-            self.release_at = time.monotonic() + random.uniform(0.0, self.node_config.server_release_jitter_s)
+        if self.core.set_server_calls(calls):
+            self.release_held()
 
     @_serialized
     def check_deadlines(self) -> None:
