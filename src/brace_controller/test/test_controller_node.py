@@ -66,6 +66,24 @@ def connect(ros, node: BraceControllerNode, planner: PlannerDouble | None = None
     return probe
 
 
+def warm(node: BraceControllerNode) -> None:
+    """A ready latency model: calls cost 20 ms + 2 ms per planner-input token; this episode's calls read 2,000
+    tokens."""
+    import random
+
+    from brace_common.replanning import CallRecord
+    from brace_common.vocabulary import CallStatus
+    from brace_controller.latency_model import CallSample
+
+    rng = random.Random(0)
+    with node._lock:
+        for _ in range(node.config.adaptive_window):
+            tokens, kept = rng.randint(500, 3000), rng.randint(64, 500)
+            cost = 20.0 + 2.0 * kept
+            node.core.observe_latency(CallSample(tokens, kept, 0, 0.0, cost, 0.0, cost))
+        node.core.record_call(CallRecord("z", 0, CallStatus.OK, False, 10.0, 100, tokens_before=2000))
+
+
 def settle(node: BraceControllerNode) -> None:
     wait_for(lambda: not node.pending and not any(c.call_in_flight for c in node.core.agents.values()),
              what="in-flight calls to finish")
@@ -267,22 +285,10 @@ def test_a_call_closed_by_its_result_while_the_watchdog_scans_is_skipped(ros):
 
 
 def test_a_trigger_held_for_the_backlog_is_decided_again_when_a_call_finishes(ros):
-    import random
-
-    from brace_common.replanning import CallRecord
-    from brace_common.vocabulary import CallStatus
-    from brace_controller.latency_model import CallSample
-
     node = controller(defer_when_infeasible=True)
     planner = PlannerDouble(hold=True)  # a's call runs until the controller cancels it at its hard deadline
     probe = connect(ros, node, planner)
-    rng = random.Random(0)
-    with node._lock:  # calls cost 20 ms + 2 ms per planner-input token; this episode's calls read 2,000 tokens
-        for _ in range(node.config.adaptive_window):
-            tokens, kept = rng.randint(500, 3000), rng.randint(64, 500)
-            cost = 20.0 + 2.0 * kept
-            node.core.observe_latency(CallSample(tokens, kept, 0, 0.0, cost, 0.0, cost))
-        node.core.record_call(CallRecord("z", 0, CallStatus.OK, False, 10.0, 100, tokens_before=2000))
+    warm(node)
     probe.send(1)  # a: admitted (B 512, ~1 s), the planner is free
     wait_for(lambda: len(planner.goals) == 1, what="a's call")
     probe.send(1, agent="b")  # b has no plan: behind a's call it would miss its SLO, so it is held
@@ -297,25 +303,13 @@ def test_a_trigger_held_for_the_backlog_is_decided_again_when_a_call_finishes(ro
 
 
 def test_a_shared_servers_other_requests_hold_a_trigger_until_they_fall(ros):
-    import random
-
     from brace_msgs.msg import ServerLoad
-
-    from brace_common.replanning import CallRecord
-    from brace_common.vocabulary import CallStatus
-    from brace_controller.latency_model import CallSample
 
     node = controller(defer_when_infeasible=True, server_release_jitter_s=0.0, server_load_stale_after_s=30.0)
     planner = PlannerDouble()
     probe = connect(ros, node, planner)
     load = probe.create_publisher(ServerLoad, "/brace/server_load", qos.STATE)
-    rng = random.Random(0)
-    with node._lock:  # calls cost 20 ms + 2 ms per planner-input token; this episode's calls read 2,000 tokens
-        for _ in range(node.config.adaptive_window):
-            tokens, kept = rng.randint(500, 3000), rng.randint(64, 500)
-            cost = 20.0 + 2.0 * kept
-            node.core.observe_latency(CallSample(tokens, kept, 0, 0.0, cost, 0.0, cost))
-        node.core.record_call(CallRecord("z", 0, CallStatus.OK, False, 10.0, 100, tokens_before=2000))
+    warm(node)
     # Another robot's call at the server (ours: none): the controller counts it ahead of its own.
     wait_for(lambda: load.get_subscription_count() > 0, what="controller's server_load subscription")
     busy = ServerLoad(reported=True, engine="llama.cpp", requests_running=2, requests_waiting=1, own_requests=1)
