@@ -44,6 +44,7 @@ import numpy as np
 from report import cpu_report, describe_cpu, fill_defaults, print_written, report_checks, save_plot, write_csv
 
 from erecap_planner.gguf_types import WEIGHT_TYPES
+from erecap_planner.server_load import samples
 
 OUT = Path(__file__).resolve().parent / "out"
 VARIANTS = ("no_brace", "brace_erecap")
@@ -70,12 +71,8 @@ def server_metrics(base_url: str) -> dict[str, float]:
             text = reply.read().decode()
     except OSError:
         return {}
-    values = {}
-    for line in text.splitlines():
-        if line.startswith("llamacpp:"):
-            name, _, value = line.partition(" ")
-            values[name.removeprefix("llamacpp:")] = float(value)
-    return values
+    return {name.removeprefix("llamacpp:"): value for name, value in samples(text).items()
+            if name.startswith("llamacpp:")}
 
 
 def call_records(bag: Path) -> list:

@@ -159,7 +159,8 @@ class BraceController:
             model = self.latency_model
             if model.ready and n is not None and (self.config.adaptive_budget or self.config.defer_when_infeasible):
                 mode = int(budget.mode)
-                backlog = self.backlog_ms(model.predict_mean(n, min(n, token_budget), mode))
+                server_call_ms = model.predict_mean(n, min(n, token_budget), mode) if self.server_calls else 0.0
+                backlog = self.backlog_ms(server_call_ms)
                 target = budget.slo_ms * self.config.adaptive_guard_ratio - backlog
                 low = min(self.quality.floor, token_budget)
                 if self.config.adaptive_budget:
@@ -218,9 +219,6 @@ class BraceController:
     def _calls_in_flight(self) -> list[AgentCounters]:
         return [c for c in (*self.agents.values(), self.team) if c.call_in_flight]
 
-    def _planner_busy(self) -> bool:
-        return bool(self._calls_in_flight()) or self.server_calls > 0
-
     def set_server_calls(self, calls: int) -> bool:
         """The requests other clients hold at the planner server now (0: none, or no shared server); True when
         that fell, so held triggers may be decided again (`release_held`)."""
@@ -251,7 +249,7 @@ class BraceController:
     def _holdable(self, trigger: Trigger, backlog_ms: float) -> bool:
         # Its call would miss because of the calls ahead of it: make it when they are done instead.
         return self.config.defer_when_infeasible and trigger.kind not in _CRITICAL_KINDS and backlog_ms > 0.0 \
-            and self._planner_busy()
+            and (bool(self._calls_in_flight()) or self.server_calls > 0)
 
     def _make_decision(self, trigger, agent, reason, override, budget, predicted) -> Decision:
         admitted = reason.admits

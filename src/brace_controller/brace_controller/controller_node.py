@@ -248,9 +248,9 @@ class BraceControllerNode(Node):
         if self.core.quality.floor != floor:
             self.get_logger().warning(f"quality floor raised to {self.core.quality.floor} tokens: calls near "
                                       f"{floor} named entities the schema does not hold")
-        self.release_held()  # the backlog shrank
+        self.decide_held_soon()  # the backlog shrank
 
-    def release_held(self) -> None:
+    def decide_held_soon(self) -> None:
         """Decide the held triggers again: at once, or, with a planner server shared by other robots, after a
         random delay up to `server_release_jitter_s` (as they do when its load falls: none is always first)."""
         if not self.server_load_at:
@@ -279,7 +279,7 @@ class BraceControllerNode(Node):
     def set_server_calls(self, calls: int) -> None:
         """The server's other requests now; once they fall, held triggers are decided again after a jitter."""
         if self.core.set_server_calls(calls):
-            self.release_held()
+            self.decide_held_soon()
 
     @_serialized
     def check_deadlines(self) -> None:

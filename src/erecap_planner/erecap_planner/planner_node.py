@@ -252,6 +252,8 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         if probe.reports is False:
             self.get_logger().info(f"planner server {path.client.base_url} publishes no load (GET /metrics): each "
                                    "controller sees only its own calls there")
+            if self._load_timer is not None:
+                self._load_timer.cancel()  # asked once
         msg = ServerLoad(server_url=path.client.base_url, reported=load is not None, own_requests=path.at_server)
         msg.header.stamp = self.get_clock().now().to_msg()
         if load is not None:
@@ -554,7 +556,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
                            "server.answers": self.server.answered, **dict(sorted(path.counts.items()))})
             if self.load_probe is not None:
                 values.update({"server_load.reported": self.load_probe.reports,
-                               **dict(sorted(self.load_probe.counts.items()))})
+                               **dict(sorted(self.load_probe.snapshot().items()))})
             if self.state_label == "active" and not self.server.answered:
                 errors.append(f"planner server {path.client.base_url} does not answer: {self.server.error}")
         memory = self.memory()

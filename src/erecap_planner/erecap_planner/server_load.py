@@ -50,9 +50,9 @@ def _sample(line: str) -> Optional[tuple[str, float]]:
     line = line.strip()
     if not line or line.startswith("#"):
         return None
-    brace = line.find("{")
-    if 0 < brace < line.find(" ") or (brace > 0 and " " not in line):
-        name, rest = line[:brace], line[line.rfind("}") + 1:]
+    name, labelled, rest = line.partition("{")
+    if labelled and " " not in name:
+        rest = rest[rest.rfind("}") + 1:]
     else:
         name, _, rest = line.partition(" ")
     fields = rest.split()
@@ -62,14 +62,21 @@ def _sample(line: str) -> Optional[tuple[str, float]]:
         return None
 
 
-def parse_load(text: str) -> Optional[ServerLoad]:
-    """The load in a Prometheus text exposition: the first engine whose running gauge is present (samples of one
-    gauge with different labels, e.g. vLLM's per model, are summed); None when no engine's gauges are there."""
+def samples(text: str) -> dict[str, float]:
+    """Every finite, non-negative sample of a Prometheus text exposition by metric name (labelled samples of one
+    metric summed, e.g. vLLM's per engine core)."""
     values: dict[str, float] = {}
     for line in text.splitlines():
         sample = _sample(line)
         if sample is not None and math.isfinite(sample[1]) and sample[1] >= 0:
             values[sample[0]] = values.get(sample[0], 0.0) + sample[1]
+    return values
+
+
+def parse_load(text: str) -> Optional[ServerLoad]:
+    """The load in a Prometheus text exposition: the first engine whose running gauge is present (no waiting gauge:
+    none waiting); None when no engine's gauges are there."""
+    values = samples(text)
     for engine, (running, waiting) in LOAD_GAUGES.items():
         if running in values:
             return ServerLoad(int(round(values[running])), int(round(values.get(waiting, 0.0))), engine)
@@ -101,3 +108,8 @@ class ServerLoadProbe:
             self.reports = load is not None
             self.counts["server_load.readings" if load is not None else "server_load.no_gauges"] += 1
         return load
+
+    def snapshot(self) -> dict[str, int]:
+        """The counts now (a copy: the probe's thread may add to them meanwhile)."""
+        with self._lock:
+            return dict(self.counts)
