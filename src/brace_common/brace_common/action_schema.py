@@ -17,7 +17,9 @@ A schema (YAML or a dict) lists the actions (skills) an agent may call and each 
 A parameter has a JSON `type` (string | number | integer | boolean, default string), `required` (default true),
 allowed values as `choices` (or `enum`) or as `entity` (a kind of `entities`; while that kind lists no ids, any
 id-like string of at most MAX_ID_CHARS), and for numbers a range `min` / `max` (or `low` / `high`), inclusive
-unless `exclusive_min` / `exclusive_max`. Numbers must be finite and become floats.
+unless `exclusive_min` / `exclusive_max`. Numbers must be finite and become floats. `not_self: true` refuses the
+id of the agent the plan is for (`yield_to` names another drone): checks given that agent refuse it, and a
+plan's JSON Schema and its enumerated steps for that agent leave it out.
 
 A world extends a base schema without copying it: `base.extend({...})` deep-merges only what differs (its
 entities, a range, an action's choices; `None` removes a key), e.g. the planner's schema of a world narrows the
@@ -61,6 +63,7 @@ class Fault(str, Enum):
     BAD_PARAMETER_VALUE = "bad_parameter_value"   # a number that is not finite, an id that is too long
     OUT_OF_RANGE = "parameter_out_of_range"
     UNKNOWN_CHOICE = "unknown_choice"          # a value outside choices / the entity's ids
+    NAMES_SELF = "names_self"                  # a not_self parameter naming the agent the plan is for
     EMPTY_PLAN = "empty_plan"
     LONG_PLAN = "long_plan"
 
@@ -138,12 +141,17 @@ class ParameterSpec:
     max: Optional[float] = None
     exclusive_min: bool = False
     exclusive_max: bool = False
+    not_self: bool = False               # the value may not be the id of the agent the plan is for
 
-    def json_schema(self) -> dict:
-        """This parameter as JSON Schema."""
+    def allows(self, value: Any, agent: Optional[str]) -> bool:
+        """False when this parameter may not name `agent` and `value` does (None: the agent is not known)."""
+        return not (self.not_self and agent is not None and value == agent)
+
+    def json_schema(self, agent: Optional[str] = None) -> dict:
+        """This parameter as JSON Schema (for a plan of `agent`, when given)."""
         out: dict[str, Any] = {"type": self.type}
         if self.choices is not None:
-            out["enum"] = list(self.choices)
+            out["enum"] = [c for c in self.choices if self.allows(c, agent)]
         if self.min is not None:
             out["exclusiveMinimum" if self.exclusive_min else "minimum"] = self.min
         if self.max is not None:
@@ -191,7 +199,7 @@ def _parameter(where: str, raw: Any, entities: Mapping[str, tuple]) -> Parameter
     if not isinstance(raw, Mapping):
         raise ValueError(f"{where}: a parameter is a mapping (type, required, choices, entity, min, max)")
     unknown = set(raw) - {"type", "required", "choices", "enum", "entity", "min", "max", "low", "high",
-                          "exclusive_min", "exclusive_max"}
+                          "exclusive_min", "exclusive_max", "not_self"}
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {sorted(map(str, unknown))}")
     kind = raw.get("type", "string")
@@ -213,8 +221,12 @@ def _parameter(where: str, raw: Any, entities: Mapping[str, tuple]) -> Parameter
         raise ValueError(f"{where}: a range needs type number or integer, not {kind}")
     if low is not None and high is not None and low > high:
         raise ValueError(f"{where}: min {low} > max {high}")
+    not_self = raw.get("not_self", False)
+    if not isinstance(not_self, bool) or not_self and kind != "string":
+        raise ValueError(f"{where}: not_self is true or false, and only for a string (an agent's id)")
     return ParameterSpec(kind, bool(raw.get("required", True)), tuple(values) if values is not None else None,
-                         entity, low, high, bool(raw.get("exclusive_min", False)), bool(raw.get("exclusive_max", False)))
+                         entity, low, high, bool(raw.get("exclusive_min", False)), bool(raw.get("exclusive_max", False)),
+                         not_self)
 
 
 @dataclass(frozen=True)
@@ -303,7 +315,8 @@ class ActionSchema:
                 for key, value in (("min", p.min), ("max", p.max)):
                     if value is not None:
                         raw[key] = value
-                for key, value in (("exclusive_min", p.exclusive_min), ("exclusive_max", p.exclusive_max)):
+                for key, value in (("exclusive_min", p.exclusive_min), ("exclusive_max", p.exclusive_max),
+                                   ("not_self", p.not_self)):
                     if value:
                         raw[key] = True
                 params[pname] = raw
@@ -326,18 +339,32 @@ class ActionSchema:
             return tuple(self.actions)
         return self.kinds.get(kind, ())
 
-    def json_schema(self, max_steps: Optional[int] = None) -> dict:
+    def names_self(self) -> bool:
+        """True when a parameter may not name the agent the plan is for (plans then depend on the agent)."""
+        return any(p.not_self for a in self.actions.values() for p in a.parameters.values())
+
+    def allows(self, step: Step, agent: Optional[str]) -> bool:
+        """False when `step` names `agent` where a `not_self` parameter may not (None: the agent is not known)."""
+        spec = self.actions.get(step.action)
+        return spec is None or all(p.allows(step.parameters.get(n), agent) for n, p in spec.parameters.items()
+                                   if n in step.parameters)
+
+    def json_schema(self, max_steps: Optional[int] = None, agent: Optional[str] = None) -> dict:
         """JSON Schema of a plan `{"plan": [step, ...]}` (constrained decoding, a server's structured output).
 
         A server that enforces it can only write plans `check_plan` accepts (at most `max_steps` steps, else the
-        schema's).
+        schema's; for `agent`, when given).
         """
-        steps = [{"type": "object", "additionalProperties": False, "required": ["action", "parameters"],
-                  "properties": {"action": {"const": a.name},
-                                 "parameters": {"type": "object", "additionalProperties": False,
-                                                "properties": {n: p.json_schema() for n, p in a.parameters.items()},
-                                                "required": [n for n, p in a.parameters.items() if p.required]}}}
-                 for a in self.actions.values()]
+        steps = []
+        for a in self.actions.values():
+            params = {n: p.json_schema(agent) for n, p in a.parameters.items()}
+            required = [n for n, p in a.parameters.items() if p.required]
+            if any(params[n].get("enum") == [] for n in required):
+                continue  # no value is left for this agent (yield_to in a one-drone scenario)
+            steps.append({"type": "object", "additionalProperties": False, "required": ["action", "parameters"],
+                          "properties": {"action": {"const": a.name},
+                                         "parameters": {"type": "object", "additionalProperties": False,
+                                                        "properties": params, "required": required}}})
         limit = max_steps or self.max_steps
         return {"type": "object", "additionalProperties": False, "required": ["plan"],
                 "properties": {"plan": {"type": "array", "items": {"anyOf": steps},
@@ -345,8 +372,10 @@ class ActionSchema:
 
     # ------------------------------------------------------------------ validation
 
-    def check_step(self, action: Any, parameters: Any, index: int = 0, kind: Optional[str] = None) -> Step:
-        """Step `index` (`action` with `parameters`) validated for an agent of `kind`; PlanError if not."""
+    def check_step(self, action: Any, parameters: Any, index: int = 0, kind: Optional[str] = None,
+                   agent: Optional[str] = None) -> Step:
+        """Step `index` (`action` with `parameters`) validated for an agent of `kind` (for `agent`, when given: its
+        own id refused where a parameter is `not_self`); PlanError if not."""
         if not isinstance(action, str) or action not in self.actions:
             raise PlanError(Fault.UNKNOWN_SKILL, f"step {index}: {shorten(repr(action))} is not one of "
                                                  f"{sorted(self.actions)}", index)
@@ -368,24 +397,27 @@ class ActionSchema:
                     raise PlanError(Fault.MISSING_PARAMETER, f"step {index}: {action} needs '{name}'", index, name)
                 continue
             out[name] = _checked(index, action, name, parameters[name], p)
+            if not p.allows(out[name], agent):
+                raise PlanError(Fault.NAMES_SELF, f"step {index}: {action}.{name} names {agent} itself", index, name)
         return Step(action, out)
 
-    def check(self, raw: Any, index: int = 0, kind: Optional[str] = None) -> Step:
+    def check(self, raw: Any, index: int = 0, kind: Optional[str] = None, agent: Optional[str] = None) -> Step:
         """Step `index` from its JSON form `{"action": ..., "parameters": {...}}`; PlanError if not valid."""
         if not isinstance(raw, Mapping):
             raise PlanError(Fault.NOT_A_STEP, f"step {index} is {type(raw).__name__}, not an object", index)
-        return self.check_step(raw.get("action"), raw.get("parameters"), index, kind)
+        return self.check_step(raw.get("action"), raw.get("parameters"), index, kind, agent)
 
     def check_plan(self, raw_steps: Sequence[Any], kind: Optional[str] = None, max_steps: Optional[int] = None,
-                   allow_empty: bool = False) -> list[Step]:
-        """A whole plan from the steps' JSON forms: every step valid, 1 (0 with `allow_empty`) to `max_steps`
-        (the schema's by default) of them; PlanError for the first problem."""
-        return self._plan(raw_steps, lambda i, raw: self.check(raw, i, kind), max_steps, allow_empty)
+                   allow_empty: bool = False, agent: Optional[str] = None) -> list[Step]:
+        """A whole plan (of `agent`, when given) from the steps' JSON forms: every step valid, 1 (0 with
+        `allow_empty`) to `max_steps` (the schema's by default) of them; PlanError for the first problem."""
+        return self._plan(raw_steps, lambda i, raw: self.check(raw, i, kind, agent), max_steps, allow_empty)
 
     def plan_from_pairs(self, pairs: Sequence[tuple[str, str]], kind: Optional[str] = None,
-                        max_steps: Optional[int] = None, allow_empty: bool = False) -> list[Step]:
-        """A whole plan from a message's (action, parameters_json) pairs; InvalidInput (a PlanError, or the
-        message-bounds reasons of `check_id` / `parse_json_object`) for the first problem."""
+                        max_steps: Optional[int] = None, allow_empty: bool = False,
+                        agent: Optional[str] = None) -> list[Step]:
+        """A whole plan (of `agent`, when given) from a message's (action, parameters_json) pairs; InvalidInput (a
+        PlanError, or the message-bounds reasons of `check_id` / `parse_json_object`) for the first problem."""
         def one(index: int, pair: tuple[str, str]) -> Step:
             action, parameters_json = pair
             check_id("action", action)
@@ -393,7 +425,7 @@ class ActionSchema:
                 raise PlanError(Fault.SKILL_NOT_FOR_KIND, f"step {index}: a {kind} agent cannot {action}", index)
             if action not in self.actions:
                 return self.check_step(action, {}, index, kind)   # unknown: refused before its parameters are read
-            return self.check_step(action, parse_json_object("parameters_json", parameters_json), index, kind)
+            return self.check_step(action, parse_json_object("parameters_json", parameters_json), index, kind, agent)
 
         return self._plan(pairs, one, max_steps, allow_empty)
 

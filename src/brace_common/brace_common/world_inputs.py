@@ -53,8 +53,9 @@ class WorldInputs(WorldNode):
         """Where to draw the agent's replanning event (the markers' frame)."""
         raise NotImplementedError
 
-    def parse_plan(self, raw: list[tuple[str, str]]) -> list:
-        """The world's steps from (action, parameters_json) pairs; ValueError (InvalidInput) naming what is wrong."""
+    def parse_plan(self, agent: str, raw: list[tuple[str, str]]) -> list:
+        """The world's steps of `agent`'s plan from (action, parameters_json) pairs; ValueError (InvalidInput) naming
+        what is wrong."""
         raise NotImplementedError
 
     def apply_plan(self, agent: str, steps: list) -> bool:
@@ -142,7 +143,7 @@ class WorldInputs(WorldNode):
         self.holds.release(msg.decision_id)
         steps = self.take_plan(msg, self.world is not None, self.has_agent,
                                lambda: self.holds.of_this_episode(msg.decision_id),
-                               lambda agent, raw: self.parse_plan(raw))
+                               self.parse_plan)
         if steps is None:
             return
         self.book.count_plan(self.apply_plan(msg.agent_id, steps))

@@ -97,6 +97,8 @@ def test_merged_merges_mappings_replaces_values_and_removes_none():
     ({"actions": {"a": {}}, "max_steps": 0}, "max_steps"),
     ({"actions": {"a": {}}, "max_steps": 2, "min_steps": 3}, "min_steps"),
     ({"actions": {"a": {}}, "steps": 2}, "steps"),
+    ({"actions": {"a": {"p": {"type": "integer", "not_self": True}}}}, "not_self"),
+    ({"actions": {"a": {"p": {"entity": "x", "not_self": "yes"}}}, "entities": {"x": []}}, "not_self"),
 ])
 def test_a_bad_schema_is_refused_with_what_is_wrong(raw, words):
     with pytest.raises(ValueError, match=words):
@@ -145,6 +147,36 @@ def test_the_json_schema_describes_each_action_and_the_step_count():
     assert params["properties"]["speed"] == {"type": "number", "exclusiveMinimum": 0.0, "maximum": 2.0}
     assert grip["properties"]["parameters"]["properties"]["force"] == {"type": "integer", "minimum": 1.0,
                                                                        "maximum": 10.0}
+
+
+YIELDING = ActionSchema.from_dict({"entities": {"drone": ["d0", "d1", "d2"]}, "actions": {
+    "yield_to": {"agent": {"type": "string", "entity": "drone", "not_self": True}}, "land": {}}})
+
+
+def test_a_not_self_parameter_refuses_the_agent_the_plan_is_for():
+    plan = [{"action": "yield_to", "parameters": {"agent": "d0"}}]
+    assert SCHEMA.names_self() is False and YIELDING.names_self() is True
+    assert YIELDING.check_plan(plan) == YIELDING.check_plan(plan, agent="d1") == [Step("yield_to", {"agent": "d0"})]
+    with pytest.raises(PlanError) as err:
+        YIELDING.check_plan(plan, agent="d0")
+    assert (err.value.reason, err.value.index, err.value.key) == (Fault.NAMES_SELF, 0, "agent")
+    with pytest.raises(PlanError, match="names d0 itself"):
+        YIELDING.plan_from_pairs([("land", ""), ("yield_to", '{"agent": "d0"}')], agent="d0")
+    assert YIELDING.allows(Step("yield_to", {"agent": "d0"}), "d1") and YIELDING.allows(Step("land"), "d0")
+    assert not YIELDING.allows(Step("yield_to", {"agent": "d0"}), "d0")
+    assert YIELDING.to_dict(resolve_entities=False)["actions"]["yield_to"]["agent"]["not_self"] is True
+    assert YIELDING.extend({}).names_self()  # survives extending, and the planner's copy with the ids as choices
+    assert ActionSchema.from_dict(YIELDING.to_dict()).json_schema(agent="d2") == YIELDING.json_schema(agent="d2")
+
+
+def test_the_json_schema_of_an_agents_plan_leaves_its_own_id_out():
+    def actions(schema, agent):
+        return {s["properties"]["action"]["const"]: s["properties"]["parameters"]["properties"]
+                for s in schema.json_schema(agent=agent)["properties"]["plan"]["items"]["anyOf"]}
+    assert actions(YIELDING, None)["yield_to"]["agent"]["enum"] == ["d0", "d1", "d2"]
+    assert actions(YIELDING, "d1")["yield_to"]["agent"]["enum"] == ["d0", "d2"]
+    alone = YIELDING.extend({"entities": {"drone": ["d0"]}})
+    assert list(actions(alone, "d0")) == ["land"]  # no other drone to yield to: the action is left out
 
 
 # ---------------------------------------------------------------------- properties

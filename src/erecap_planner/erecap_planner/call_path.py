@@ -63,11 +63,13 @@ NO_SCHEMA = "no action schema yet (the world publishes it on world_info at its e
 @dataclass(frozen=True)
 class SchemaUse:
     """An action schema and what a local call path derives from it: the valid skill calls (candidates and
-    constrained decoding) and the constrained decoder. Replaced whole, so a running call keeps its own."""
+    constrained decoding) and the constrained decoder. Replaced whole, so a running call keeps its own. Where the
+    schema refuses an agent's own id (`not_self`), each agent's calls use their own, derived once (`per_agent`)."""
 
     schema: ActionSchema
     candidates: list[Step]
     constrained: Optional[ConstrainedPlanDecoder]
+    per_agent: dict[str, SchemaUse] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass
@@ -135,11 +137,11 @@ def request_text(schema: ActionSchema, agent_id: str, mode: int) -> str:
     return ask + " " + OUTPUT_FORMAT.format(actions=schema.describe())
 
 
-def parse_into(outcome: CallOutcome, text: str, schema: ActionSchema) -> None:
-    """Validated steps of `text` into `outcome` (ids spelled another way respelled, listed in `respelled`), or
-    PLANNER_ERROR with the reason."""
+def parse_into(outcome: CallOutcome, text: str, schema: ActionSchema, agent: Optional[str] = None) -> None:
+    """Validated steps of `text` (a plan of `agent`, when given) into `outcome` (ids spelled another way respelled,
+    listed in `respelled`), or PLANNER_ERROR with the reason."""
     try:
-        outcome.steps = parse_plan(text, schema, outcome.respelled)
+        outcome.steps = parse_plan(text, schema, outcome.respelled, agent)
     except PlanError as exc:
         outcome.status = CallStatus.PLANNER_ERROR
         outcome.error = str(exc)
@@ -217,15 +219,28 @@ class PlannerCallPath:
     def set_schema(self, schema: ActionSchema) -> None:
         """Plan with `schema` from the next call on (the running one keeps its own); ValueError when the decoding
         cannot use it (candidates and constrained decoding need every parameter enumerated)."""
-        candidates = enumerate_steps(schema) if self.decoding is not Decoding.JSON else []
-        if self.decoding is not Decoding.JSON and not candidates:
+        use = self._derive(schema)
+        if self.decoding is not Decoding.JSON and not use.candidates:
             raise ValueError(f"{self.decoding.value} decoding needs actions whose parameters all have enumerated "
                              "choices")
-        constrained = (ConstrainedPlanDecoder(self.tokenizer, candidates, schema.max_steps, schema.min_steps)
-                       if self.decoding is Decoding.CONSTRAINED else None)
-        self.use = SchemaUse(schema, candidates, constrained)
+        self.use = use
         if self.memory is not None:
-            self.memory.system.on_schema(candidates or enumerate_steps(schema))
+            self.memory.system.on_schema(use.candidates or enumerate_steps(schema))
+
+    def _derive(self, schema: ActionSchema, agent: Optional[str] = None) -> SchemaUse:
+        candidates = enumerate_steps(schema, agent) if self.decoding is not Decoding.JSON else []
+        constrained = (ConstrainedPlanDecoder(self.tokenizer, candidates, schema.max_steps, schema.min_steps)
+                       if self.decoding is Decoding.CONSTRAINED and candidates else None)
+        return SchemaUse(schema, candidates, constrained)
+
+    def use_for(self, use: SchemaUse, agent: str) -> SchemaUse:
+        """What `agent`'s calls use of `use`: itself, or (a schema with `not_self` parameters) its own candidates
+        and constrained decoder without the calls naming the agent."""
+        if self.decoding is Decoding.JSON or not use.schema.names_self():
+            return use
+        if agent not in use.per_agent:
+            use.per_agent[agent] = self._derive(use.schema, agent)
+        return use.per_agent[agent]
 
     @property
     def schema(self) -> Optional[ActionSchema]:
@@ -276,6 +291,7 @@ class PlannerCallPath:
         use = self.use  # this call's schema, whatever replaces it meanwhile
         if use is None:
             return no_schema_outcome(outcome, clock)
+        use = self.use_for(use, request.agent_id)
 
         try:
             # context_compress
@@ -349,7 +365,7 @@ class PlannerCallPath:
                 raise CallAborted("deadline or cancel during decode")
 
             t0 = begin(Phase.PARSE)
-            parse_into(outcome, text, use.schema)
+            parse_into(outcome, text, use.schema, request.agent_id)
             end(Phase.PARSE, t0, produced, len(outcome.steps))
         except CallAborted as exc:
             end_aborted(outcome, clock, str(exc))

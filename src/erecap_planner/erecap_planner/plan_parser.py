@@ -94,14 +94,16 @@ def respell(items: list, schema: ActionSchema, respelled: list[str]) -> list:
     return out
 
 
-def parse_plan(text: Any, schema: ActionSchema, respelled: Optional[list[str]] = None) -> list[Step]:
-    """Validated steps from planner output; PlanError (and nothing else) on any problem. With a `respelled` list,
-    ids spelled another way are replaced first (see `respell`) and each replacement is appended to it."""
+def parse_plan(text: Any, schema: ActionSchema, respelled: Optional[list[str]] = None,
+               agent: Optional[str] = None) -> list[Step]:
+    """Validated steps from planner output (a plan of `agent`, when given: its own id refused where the schema says
+    `not_self`); PlanError (and nothing else) on any problem. With a `respelled` list, ids spelled another way are
+    replaced first (see `respell`) and each replacement is appended to it."""
     try:
         if not isinstance(text, str):
             raise PlanError("not_text", f"planner output is {type(text).__name__}")
         items = _step_list(first_json(text))
-        return schema.check_plan(items if respelled is None else respell(items, schema, respelled))
+        return schema.check_plan(items if respelled is None else respell(items, schema, respelled), agent=agent)
     except PlanError as exc:
         raise exc.renamed(PLANNER_REASONS) from None
     except Exception as exc:  # noqa: BLE001 - the contract: malformed output is a PlanError, never a crash

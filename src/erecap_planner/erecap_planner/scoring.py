@@ -25,8 +25,9 @@ from .transformer import KVCache
 JSON_PREFIX = '{"plan": [{"action": "'
 
 
-def enumerate_steps(schema: ActionSchema) -> list[Step]:
-    """Every skill call whose parameters all have enumerated choices (optional ones left out)."""
+def enumerate_steps(schema: ActionSchema, agent: Optional[str] = None) -> list[Step]:
+    """Every skill call whose parameters all have enumerated choices (optional ones left out); for `agent`, when
+    given, without the calls that name it where the schema refuses its own id (`not_self`)."""
     steps = []
     for spec in schema.actions.values():
         required = {name: p for name, p in spec.parameters.items() if p.required}
@@ -34,7 +35,9 @@ def enumerate_steps(schema: ActionSchema) -> list[Step]:
             continue
         names = list(required)
         for values in itertools.product(*(required[n].choices for n in names)):
-            steps.append(Step(spec.name, dict(zip(names, values, strict=True))))
+            step = Step(spec.name, dict(zip(names, values, strict=True)))
+            if schema.allows(step, agent):
+                steps.append(step)
     return steps
 
 

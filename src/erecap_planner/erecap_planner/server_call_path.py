@@ -167,9 +167,9 @@ class ServerCallPath:
     # ------------------------------------------------------------------ request body
 
     def body(self, kept_ids: list[int], ctx: RenderedContext, kept_index: list[int], mode: int,
-             schema: Optional[ActionSchema] = None) -> tuple[str, dict]:
+             schema: Optional[ActionSchema] = None, agent: Optional[str] = None) -> tuple[str, dict]:
         """(path, JSON body) of the completion request for the kept tokens (`schema`: the call's, else the
-        current one)."""
+        current one; its JSON Schema for a plan of `agent`, when given)."""
         schema = schema if schema is not None else self.schema
         body: dict = {"max_tokens": self.max_new_tokens, "temperature": 0.0, "stream_options": {"include_usage": True}}
         if self.server_model:  # else the server's own (a server pinned to one model may refuse any other name)
@@ -184,7 +184,7 @@ class ServerCallPath:
                                 {"role": "user", "content": self.tokenizer.decode(user, skip_special_tokens=True)}]
             path = "/chat/completions"
         if self.structured_output != "none":
-            plan = schema.json_schema(self.plan_steps.get(mode))
+            plan = schema.json_schema(self.plan_steps.get(mode), agent)
             body["response_format"] = (
                 {"type": "json_schema", "json_schema": {"name": "plan", "schema": plan, "strict": True}}
                 if self.structured_output == "json_schema" else {"type": "json_object", "schema": plan})
@@ -262,7 +262,7 @@ class ServerCallPath:
         if clock.abort():
             return self._aborted(outcome, clock, "before the request")
 
-        path, body = self.body(kept_ids, ctx, kept_index, request.mode, schema)
+        path, body = self.body(kept_ids, ctx, kept_index, request.mode, schema, request.agent_id)
         t0 = clock.begin(Phase.REQUEST)
         self._held_by_server(1)
         try:
@@ -289,7 +289,7 @@ class ServerCallPath:
         outcome.output_text = result.text
 
         t0 = clock.begin(Phase.PARSE)
-        parse_into(outcome, result.text, schema)
+        parse_into(outcome, result.text, schema, request.agent_id)
         clock.end(Phase.PARSE, t0, produced, len(outcome.steps))
         return self._finish(outcome, clock)
 

@@ -8,7 +8,7 @@ import pytest
 from test_context import buffer
 from test_plan_parser import SCHEMA
 
-from brace_common.action_schema import Step
+from brace_common.action_schema import ActionSchema, Step
 from brace_common.vocabulary import Block, CallStatus, Failure, Mode
 from brace_memory.system import MemorySystem
 from erecap_planner.call_path import CallRequest, PlannerCallPath, json_object_closed
@@ -133,6 +133,21 @@ def test_candidate_decoding_always_yields_a_valid_plan(compressor):
     out = p.run(buffer(30), CallRequest("a", 600, 60_000, 120_000))
     assert out.status == CallStatus.OK and len(out.steps) == 1 and out.steps[0].action in SCHEMA.actions
     assert out.phases[3].tokens_out == len(p.candidates) == 4  # move_to x 3 targets, wait
+
+
+@pytest.mark.parametrize("decoding", ["candidates", "constrained"])
+def test_an_agents_plan_never_names_it_where_the_schema_refuses_its_own_id(decoding):
+    schema = ActionSchema.from_dict({"max_steps": 2, "entities": {"agent": ["a", "b", "c"]}, "actions": {
+        "yield_to": {"agent": {"type": "string", "entity": "agent", "not_self": True}}}})
+    p = path("none", decoding=decoding)
+    p.set_schema(schema)
+    assert len(p.candidates) == 3  # every agent's calls; each agent's own leave its id out
+    for agent in ("a", "b", "c"):
+        use = p.use_for(p.use, agent)
+        assert use is p.use_for(p.use, agent) and {s.parameters["agent"] for s in use.candidates} == {"a", "b", "c"} - {agent}
+        out = p.run(buffer(30), CallRequest(agent, 600, 60_000, 120_000))
+        assert out.status == CallStatus.OK and out.steps
+        assert all(s.parameters["agent"] != agent for s in out.steps)
 
 
 def test_unknown_decoding_is_rejected():

@@ -13,6 +13,7 @@ from openai_fault_server import PLAN, FaultServer
 from test_context import buffer
 from test_plan_parser import SCHEMA
 
+from brace_common.action_schema import ActionSchema
 from brace_common.vocabulary import CallStatus
 from erecap_planner.call_path import CallRequest
 from erecap_planner.compressors import make_compressor
@@ -73,6 +74,20 @@ def test_completions_endpoint_sends_the_templated_prompt_and_structured_output_t
     assert body["prompt"].startswith("<|im_start|>system") and body["prompt"].endswith("<|im_start|>assistant\n")
     assert body["response_format"]["type"] == "json_schema"
     assert body["response_format"]["json_schema"]["schema"] == SCHEMA.json_schema(2)
+
+
+def test_an_agents_request_leaves_its_own_id_out_and_a_reply_naming_it_is_a_planner_error():
+    yielding = ActionSchema.from_dict({"entities": {"agent": ["a", "b"]}, "actions": {
+        "yield_to": {"agent": {"type": "string", "entity": "agent", "not_self": True}}}})
+    with FaultServer(text='{"plan": [{"action": "yield_to", "parameters": {"agent": "a"}}]}') as server:
+        path = server_path(server.base_url, structured_output="json_schema")
+        path.set_schema(yielding)
+        out = path.run(buffer(30), request(600))   # for agent a
+    sent = server.requests[0]["body"]["response_format"]["json_schema"]["schema"]
+    assert sent == yielding.json_schema(agent="a")
+    assert sent["properties"]["plan"]["items"]["anyOf"][0]["properties"]["parameters"]["properties"]["agent"][
+        "enum"] == ["b"]
+    assert out.status == CallStatus.PLANNER_ERROR and out.error.startswith("names_self") and out.steps == []
 
 
 def test_the_api_key_is_a_bearer_token_and_never_shown():

@@ -139,12 +139,13 @@ def test_the_feed_opens_with_protected_routes_and_order_and_grows_history(fly):
     ([("move_to", '{"x": 1, "y": 2, "z": -10, "speed": 0}')], "bad_parameter"),
     ([("move_to", '{"x": 1, "y": 2, "z": -10, "speed": 5, "yaw": 3}')], "bad_parameter"),
     ([("yield_to", '{"agent": "drone_7"}')], "bad_parameter"),
+    ([("yield_to", '{"agent": "drone_1"}')], "bad_parameter"),   # drone_1's plan: it yields to other drones only
     ([("land", "[1]")], None),
     ([("hover", "{}")] * 65, "long_plan"),
 ])
 def test_bad_plans_are_refused_naming_what_is_wrong(raw, reason):
     with pytest.raises(InvalidInput) as err:
-        drone_feed.plan_from_steps(raw, IntersectionConfig(num_agents=2))
+        drone_feed.plan_from_steps(raw, IntersectionConfig(num_agents=2), "drone_1")
     if reason:
         assert err.value.reason == reason
 

@@ -134,9 +134,9 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         """The drone's position (ENU, as the markers)."""
         return ned_to_enu(self.world.drones[agent].position)[:2]
 
-    def parse_plan(self, raw: list[tuple[str, str]]) -> list:
-        """Drone steps, checked against the drone skill schema."""
-        return drone_feed.plan_from_steps(raw, self.world.cfg)
+    def parse_plan(self, agent: str, raw: list[tuple[str, str]]) -> list:
+        """The drone's steps, checked against the drone skill schema (it yields to other drones only)."""
+        return drone_feed.plan_from_steps(raw, self.world.cfg, agent)
 
     def apply_plan(self, agent: str, steps: list) -> bool:
         """Set the drone's plan; True when its first step is the oracle's."""

@@ -9,6 +9,8 @@ periodic state log are history (prunable): the context grows with time and with 
 
 from __future__ import annotations
 
+from typing import Optional
+
 from brace_common.action_schema import Fault, PlanError, Step
 from brace_common.vocabulary import Block, EntryKind
 from brace_common.world_feed import AgentReport, FeedEntry
@@ -90,15 +92,16 @@ def agent_reports(world: DroneWorld) -> list[AgentReport]:
 
 DRONE_REASONS = {reason: "bad_parameter" for reason in (
     Fault.UNKNOWN_PARAMETER, Fault.BAD_PARAMETER_TYPE, Fault.BAD_PARAMETER_VALUE, Fault.OUT_OF_RANGE,
-    Fault.UNKNOWN_CHOICE)}
+    Fault.UNKNOWN_CHOICE, Fault.NAMES_SELF)}
 """The drone world counts every refused parameter value as bad_parameter."""
 
 
-def plan_from_steps(raw: list[tuple[str, str]], cfg: IntersectionConfig) -> list[Step]:
-    """Drone steps from (action, parameters_json) pairs, checked against the drone skills of scenario `cfg`;
-    InvalidInput naming what is wrong (nothing moves on a bad plan; an empty plan clears the drone's)."""
+def plan_from_steps(raw: list[tuple[str, str]], cfg: IntersectionConfig, agent: Optional[str] = None) -> list[Step]:
+    """Drone steps (of drone `agent`, when given: it yields to other drones only) from (action, parameters_json)
+    pairs, checked against the drone skills of scenario `cfg`; InvalidInput naming what is wrong (nothing moves on a
+    bad plan; an empty plan clears the drone's)."""
     try:
-        return drone_schema(cfg).plan_from_pairs(raw, max_steps=MAX_PLAN_STEPS, allow_empty=True)
+        return drone_schema(cfg).plan_from_pairs(raw, max_steps=MAX_PLAN_STEPS, allow_empty=True, agent=agent)
     except PlanError as exc:
         raise exc.renamed(DRONE_REASONS) from None
 

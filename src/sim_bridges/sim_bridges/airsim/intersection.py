@@ -234,11 +234,11 @@ DRONE_SKILLS = ActionSchema.from_dict({
         | {"speed": {"type": "number", "min": 0.0, "exclusive_min": True, "max": MAX_COORDINATE_M}},
         "hover": {"seconds": {"type": "number", "required": False, "min": 0.0, "exclusive_min": True,
                               "max": MAX_COORDINATE_M}},
-        "yield_to": {"agent": {"type": "string", "entity": "drone"}},
+        "yield_to": {"agent": {"type": "string", "entity": "drone", "not_self": True}},
         "land": {},
     }})
 """What a drone executes (the world's intake schema): NED metres, positive speeds and hover times (a hover
-without `seconds` holds until the next plan), yielding to a drone of the scenario."""
+without `seconds` holds until the next plan), yielding to another drone of the scenario."""
 
 
 def drone_schema(cfg: IntersectionConfig) -> ActionSchema:

@@ -74,7 +74,7 @@ class TextWorldWorldNode(WorldInputs, Node):
         """The player's AgentState position: commands executed, score."""
         return float(self.world.commands), float(self.world.score)
 
-    def parse_plan(self, raw: list[tuple[str, str]]) -> list:
+    def parse_plan(self, agent: str, raw: list[tuple[str, str]]) -> list:
         """Command steps, checked against the world's intake schema."""
         return feed.plan_from_steps(raw)
 

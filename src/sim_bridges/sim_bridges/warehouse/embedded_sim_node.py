@@ -77,7 +77,7 @@ class EmbeddedSimNode(WorldInputs, Node):
         """The agent's cell."""
         return self.world.agents[agent].pos
 
-    def parse_plan(self, raw: list[tuple[str, str]]) -> list:
+    def parse_plan(self, agent: str, raw: list[tuple[str, str]]) -> list:
         """Warehouse steps (names only)."""
         return feed.plan_from_steps(raw)
 
