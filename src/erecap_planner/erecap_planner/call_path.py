@@ -223,6 +223,8 @@ class PlannerCallPath:
         if self.decoding is not Decoding.JSON and not use.candidates:
             raise ValueError(f"{self.decoding.value} decoding needs actions whose parameters all have enumerated "
                              "choices")
+        for agent in schema.self_ids():  # derived now, not in the first call of each agent
+            self.use_for(use, agent)
         self.use = use
         if self.memory is not None:
             self.memory.system.on_schema(use.candidates or enumerate_steps(schema))
