@@ -343,11 +343,6 @@ class ActionSchema:
         """True when a parameter may not name the agent the plan is for (plans then depend on the agent)."""
         return any(p.not_self for a in self.actions.values() for p in a.parameters.values())
 
-    def self_ids(self) -> tuple:
-        """The ids the `not_self` parameters enumerate: the agents whose plans differ by who they are."""
-        return tuple(dict.fromkeys(c for a in self.actions.values() for p in a.parameters.values()
-                                   if p.not_self and p.choices for c in p.choices))
-
     def allows(self, step: Step, agent: Optional[str]) -> bool:
         """False when `step` names `agent` where a `not_self` parameter may not (None: the agent is not known)."""
         spec = self.actions.get(step.action)

@@ -219,29 +219,28 @@ class PlannerCallPath:
     def set_schema(self, schema: ActionSchema) -> None:
         """Plan with `schema` from the next call on (the running one keeps its own); ValueError when the decoding
         cannot use it (candidates and constrained decoding need every parameter enumerated)."""
-        use = self._derive(schema)
+        candidates = enumerate_steps(schema) if self.decoding is not Decoding.JSON else []
+        constrained = (ConstrainedPlanDecoder(self.tokenizer, candidates, schema.max_steps, schema.min_steps)
+                       if self.decoding is Decoding.CONSTRAINED and candidates else None)
+        use = SchemaUse(schema, candidates, constrained)
         if self.decoding is not Decoding.JSON and not use.candidates:
             raise ValueError(f"{self.decoding.value} decoding needs actions whose parameters all have enumerated "
                              "choices")
-        for agent in schema.self_ids():  # derived now, not in the first call of each agent
-            self.use_for(use, agent)
         self.use = use
         if self.memory is not None:
             self.memory.system.on_schema(use.candidates or enumerate_steps(schema))
 
-    def _derive(self, schema: ActionSchema, agent: Optional[str] = None) -> SchemaUse:
-        candidates = enumerate_steps(schema, agent) if self.decoding is not Decoding.JSON else []
-        constrained = (ConstrainedPlanDecoder(self.tokenizer, candidates, schema.max_steps, schema.min_steps)
-                       if self.decoding is Decoding.CONSTRAINED and candidates else None)
-        return SchemaUse(schema, candidates, constrained)
-
-    def use_for(self, use: SchemaUse, agent: str) -> SchemaUse:
+    @staticmethod
+    def use_for(use: SchemaUse, agent: str) -> SchemaUse:
         """What `agent`'s calls use of `use`: itself, or (a schema with `not_self` parameters) its own candidates
-        and constrained decoder without the calls naming the agent."""
-        if self.decoding is Decoding.JSON or not use.schema.names_self():
+        and constrained decoder without the calls naming the agent, derived in its first call from `use`'s
+        tokenisation (tens of milliseconds; deriving every agent's with the schema delayed the first call)."""
+        if not use.candidates or not use.schema.names_self():
             return use
         if agent not in use.per_agent:
-            use.per_agent[agent] = self._derive(use.schema, agent)
+            own = [s for s in use.candidates if use.schema.allows(s, agent)]
+            use.per_agent[agent] = SchemaUse(use.schema, own, use.constrained.restricted(own) if use.constrained
+                                             else None)
         return use.per_agent[agent]
 
     @property

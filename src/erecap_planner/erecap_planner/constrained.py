@@ -67,7 +67,8 @@ class ConstrainedResult:
 class ConstrainedPlanDecoder:
     """Greedy decoding of a plan whose every step is one of `steps` (`min_steps` to `max_steps` of them)."""
 
-    def __init__(self, tokenizer, steps: list[Step], max_steps: int, min_steps: int = 1):
+    def __init__(self, tokenizer, steps: list[Step], max_steps: int, min_steps: int = 1,
+                 encoded: Optional[dict[str, list[int]]] = None):
         if not steps:
             raise ValueError("constrained decoding needs at least one candidate step")
         if max_steps < 1:
@@ -77,9 +78,13 @@ class ConstrainedPlanDecoder:
         self.steps = steps
         self.max_steps = max_steps
         self.min_steps = min_steps
+        self.tokenizer = tokenizer
+        self.encoded = {} if encoded is None else encoded  # text -> token ids, shared with restricted decoders
 
         def encode(text: str) -> list[int]:
-            return tokenizer(text, add_special_tokens=False)["input_ids"]
+            if text not in self.encoded:
+                self.encoded[text] = tokenizer(text, add_special_tokens=False)["input_ids"]
+            return self.encoded[text]
 
         self.encode = encode
         self.open_ids = encode(PLAN_OPEN)
@@ -88,6 +93,10 @@ class ConstrainedPlanDecoder:
                               + [encode(step_json(s) + STEP_SEPARATOR) for s in steps])
         self.last = TokenTrie([encode(step_json(s) + PLAN_CLOSE) for s in steps])
         self.cont = TokenTrie([encode(step_json(s) + STEP_SEPARATOR) for s in steps])  # before min_steps: no close
+
+    def restricted(self, steps: list[Step]) -> ConstrainedPlanDecoder:
+        """A decoder over `steps` (some of this one's: an agent's own), reusing this one's tokenisation."""
+        return ConstrainedPlanDecoder(self.tokenizer, steps, self.max_steps, self.min_steps, self.encoded)
 
     def token_ids(self, steps: list[Step]) -> list[int]:
         """The token ids this decoder produces for `steps`: what a fine-tune must train on.

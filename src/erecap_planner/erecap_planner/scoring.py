@@ -25,9 +25,8 @@ from .transformer import KVCache
 JSON_PREFIX = '{"plan": [{"action": "'
 
 
-def enumerate_steps(schema: ActionSchema, agent: Optional[str] = None) -> list[Step]:
-    """Every skill call whose parameters all have enumerated choices (optional ones left out); for `agent`, when
-    given, without the calls that name it where the schema refuses its own id (`not_self`)."""
+def enumerate_steps(schema: ActionSchema) -> list[Step]:
+    """Every skill call whose parameters all have enumerated choices (optional ones left out)."""
     steps = []
     for spec in schema.actions.values():
         required = {name: p for name, p in spec.parameters.items() if p.required}
@@ -35,9 +34,7 @@ def enumerate_steps(schema: ActionSchema, agent: Optional[str] = None) -> list[S
             continue
         names = list(required)
         for values in itertools.product(*(required[n].choices for n in names)):
-            step = Step(spec.name, dict(zip(names, values, strict=True)))
-            if schema.allows(step, agent):
-                steps.append(step)
+            steps.append(Step(spec.name, dict(zip(names, values, strict=True))))
     return steps
 
 

@@ -142,10 +142,11 @@ def test_an_agents_plan_never_names_it_where_the_schema_refuses_its_own_id(decod
     p = path("none", decoding=decoding)
     p.set_schema(schema)
     assert len(p.candidates) == 3  # every agent's calls; each agent's own leave its id out
-    assert set(p.use.per_agent) == {"a", "b", "c"}  # derived with the schema, not in a call
     for agent in ("a", "b", "c"):
         use = p.use_for(p.use, agent)
         assert use is p.use_for(p.use, agent) and {s.parameters["agent"] for s in use.candidates} == {"a", "b", "c"} - {agent}
+        if decoding == "constrained":  # the agent's decoder reuses the schema's tokenisation
+            assert use.constrained.encoded is p.use.constrained.encoded and len(use.constrained.steps) == 2
         out = p.run(buffer(30), CallRequest(agent, 600, 60_000, 120_000))
         assert out.status == CallStatus.OK and out.steps
         assert all(s.parameters["agent"] != agent for s in out.steps)
