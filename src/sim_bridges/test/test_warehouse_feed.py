@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from brace_common.action_schema import Step
+from brace_common.action_schema import ActionSchema, Step
 from brace_common.vocabulary import Block, EntryKind
 from sim_bridges.warehouse import warehouse_feed as feed
 from sim_bridges.warehouse.warehouse_world import Event, Warehouse, WorldConfig
@@ -78,6 +78,10 @@ def test_schema_enumerates_the_world():
     schema = feed.action_schema(world)
     assert set(schema["actions"]["move_to"]["target"]["choices"]) == {*world.shelves, *world.docks, *world.parks}
     assert schema["actions"]["handoff"]["to_agent"]["choices"] == ["agent_0", "agent_1"]
+    assert schema["actions"]["handoff"]["to_agent"]["not_self"] is True   # a handoff goes to another agent
+    handoff = Step("handoff", {"object": "cup_3", "to_agent": "agent_1"})
+    assert ActionSchema.from_dict(schema).allows(handoff, "agent_0") and not feed.WAREHOUSE_SKILLS.allows(handoff,
+                                                                                                      "agent_1")
 
 
 def test_plans_from_messages():

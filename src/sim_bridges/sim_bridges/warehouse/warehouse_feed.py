@@ -133,11 +133,13 @@ WAREHOUSE_SKILLS = ActionSchema.from_dict({
         "move_to": {"target": {"type": "string", "entity": "place"}},
         "pick": {"object": {"type": "string", "entity": "object"}},
         "place": {"object": {"type": "string", "entity": "object"}, "target": {"type": "string", "entity": "dock"}},
-        "handoff": {"object": {"type": "string", "entity": "object"}, "to_agent": {"type": "string", "entity": "agent"}},
+        "handoff": {"object": {"type": "string", "entity": "object"},
+                    "to_agent": {"type": "string", "entity": "agent", "not_self": True}},
         "wait": {"steps": {"type": "integer", "required": False}},
     }})
 """The warehouse's skills (the world's intake schema). Its entities list no ids: the world takes any name and
-reports one it does not know (an unknown place, an object that is not here) as a failed step the planner reads."""
+reports one it does not know (an unknown place, an object that is not here) as a failed step the planner reads. A
+handoff goes to another agent (`not_self`): the planner never writes one to the agent itself."""
 
 WAREHOUSE_REASONS = {reason: "bad_parameter" for reason in (
     Fault.UNKNOWN_PARAMETER, Fault.MISSING_PARAMETER, Fault.BAD_PARAMETER_TYPE, Fault.BAD_PARAMETER_VALUE,
