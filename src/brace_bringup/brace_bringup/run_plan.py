@@ -91,7 +91,8 @@ def plan(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dict] | No
         served = cfg.server_spec()
         port = int(ports.get(PLANNER_SERVER, served["port"]))
         extra.setdefault("erecap_planner", {})["server_url"] = f"http://127.0.0.1:{port}/v1"
-        flags = [f"--{key}={served[key]}" for key in ("engine", "model", "adapter", "dtype", "threads", "parallel")]
+        flags = [f"--{key}={served[key]}" for key in ("engine", "model", "adapter", "dtype", "threads", "parallel",
+                                                       "weights")]
         processes.append(Process(PLANNER_SERVER, "erecap_planner", "brace-planner-server", (*flags, f"--port={port}")))
     if cfg.airsim_peer and airsim_peer:
         peer = cfg.peer_spec()
