@@ -18,8 +18,8 @@ A parameter has a JSON `type` (string | number | integer | boolean, default stri
 allowed values as `choices` (or `enum`) or as `entity` (a kind of `entities`; while that kind lists no ids, any
 id-like string of at most MAX_ID_CHARS), and for numbers a range `min` / `max` (or `low` / `high`), inclusive
 unless `exclusive_min` / `exclusive_max`. Numbers must be finite and become floats. `not_self: true` refuses the
-id of the agent the plan is for (`yield_to` names another drone): checks given that agent refuse it, and a
-plan's JSON Schema and its enumerated steps for that agent leave it out.
+id of the agent the plan is for (`yield_to` names another drone): checks given that agent refuse it (`names_self`),
+and the JSON Schema of that agent's plan leaves it out.
 
 A world extends a base schema without copying it: `base.extend({...})` deep-merges only what differs (its
 entities, a range, an action's choices; `None` removes a key), e.g. the planner's schema of a world narrows the

@@ -220,15 +220,14 @@ class PlannerCallPath:
         """Plan with `schema` from the next call on (the running one keeps its own); ValueError when the decoding
         cannot use it (candidates and constrained decoding need every parameter enumerated)."""
         candidates = enumerate_steps(schema) if self.decoding is not Decoding.JSON else []
-        constrained = (ConstrainedPlanDecoder(self.tokenizer, candidates, schema.max_steps, schema.min_steps)
-                       if self.decoding is Decoding.CONSTRAINED and candidates else None)
-        use = SchemaUse(schema, candidates, constrained)
-        if self.decoding is not Decoding.JSON and not use.candidates:
+        if self.decoding is not Decoding.JSON and not candidates:
             raise ValueError(f"{self.decoding.value} decoding needs actions whose parameters all have enumerated "
                              "choices")
-        self.use = use
+        constrained = (ConstrainedPlanDecoder(self.tokenizer, candidates, schema.max_steps, schema.min_steps)
+                       if self.decoding is Decoding.CONSTRAINED else None)
+        self.use = SchemaUse(schema, candidates, constrained)
         if self.memory is not None:
-            self.memory.system.on_schema(use.candidates or enumerate_steps(schema))
+            self.memory.system.on_schema(candidates or enumerate_steps(schema))
 
     @staticmethod
     def use_for(use: SchemaUse, agent: str) -> SchemaUse:
@@ -239,8 +238,9 @@ class PlannerCallPath:
             return use
         if agent not in use.per_agent:
             own = [s for s in use.candidates if use.schema.allows(s, agent)]
+            # With nothing left (every call names the agent) the schema's own stay: validation refuses the plan.
             use.per_agent[agent] = SchemaUse(use.schema, own, use.constrained.restricted(own) if use.constrained
-                                             else None)
+                                             else None) if own else use
         return use.per_agent[agent]
 
     @property

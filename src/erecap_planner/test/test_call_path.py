@@ -152,6 +152,15 @@ def test_an_agents_plan_never_names_it_where_the_schema_refuses_its_own_id(decod
         assert all(s.parameters["agent"] != agent for s in out.steps)
 
 
+@pytest.mark.parametrize("decoding", ["candidates", "constrained"])
+def test_an_agent_with_only_calls_naming_itself_gets_a_planner_error_not_a_crash(decoding):
+    p = path("none", decoding=decoding)
+    p.set_schema(ActionSchema.from_dict({"max_steps": 1, "entities": {"agent": ["a"]}, "actions": {
+        "yield_to": {"agent": {"type": "string", "entity": "agent", "not_self": True}}}}))
+    out = p.run(buffer(30), CallRequest("a", 600, 60_000, 120_000))
+    assert out.status == CallStatus.PLANNER_ERROR and out.error.startswith("names_self") and out.steps == []
+
+
 def test_unknown_decoding_is_rejected():
     with pytest.raises(ValueError, match="decoding"):
         path("none", decoding="beam")
