@@ -24,21 +24,20 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from brace_common.action_schema import ActionSchema, Step
 from brace_common.config import resolve_path
-from brace_common.vocabulary import Block
-from brace_common.world_feed import FeedEntry
 from brace_memory.rag import load_passages
 from brace_memory.system import MemorySystem
 from brace_training.adapter_training import PlanExample, fit_and_save, prune_share
 from erecap_planner.call_path import CallRequest, PlannerCallPath, request_text
 from erecap_planner.config import PlannerConfig
 from erecap_planner.constrained import ConstrainedPlanDecoder
-from erecap_planner.context import ContextBuffer, Entry, RenderedContext
+from erecap_planner.context import RenderedContext
 from erecap_planner.memory_phase import MemoryUse
 from erecap_planner.models import SMOLLM2, cache_root, load_model
 from erecap_planner.pruning import PruneSchedule
@@ -47,10 +46,13 @@ from sim_bridges.warehouse.warehouse_feed import action_schema
 from sim_bridges.warehouse.warehouse_world import FLOOR_PLANS, Warehouse, WorldConfig
 
 from .haystack_training import haystack_examples
-from .plan_data import DecisionPoint, decision_points
+from .plan_data import DecisionPoint, Policy, context_buffer, decision_points
+from .planner_policy import PlannerPolicy, load_policy
 from .saved_examples import save_examples
 
 PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap.safetensors"
+ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors"
+"""The shipped warehouse adapter (params/erecap_planner_sim.yaml's adapter_path): the on-policy episodes' planner."""
 CORPUS = "package://sim_bridges/config/warehouse_corpus.yaml"
 """The warehouse's static corpus (rag_static)."""
 MEMORY_LAYOUT = "stable_first"
@@ -85,13 +87,6 @@ def target_ids(point: DecisionPoint, decoder: ConstrainedPlanDecoder) -> list[in
     return decoder.token_ids([Step(s.action, dict(s.parameters)) for s in point.oracle])
 
 
-def context_buffer(entries: list[FeedEntry]) -> ContextBuffer:
-    """The planner's context after these feed entries (what the node's buffer holds)."""
-    buf = ContextBuffer()
-    buf.extend(Entry(e.agent_id, e.step, Block(e.block), e.text, e.kind) for e in entries)
-    return buf
-
-
 def render(point: DecisionPoint, tokenizer, schema: ActionSchema, mode: int) -> RenderedContext:
     """The prompt the planner would see for this decision point (token ids and protected mask)."""
     buf = context_buffer(point.entries)
@@ -113,10 +108,13 @@ def memory_prompt(path: PlannerCallPath, point: DecisionPoint) -> tuple[list[int
 
 def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int, max_tokens: int,
                    rng: random.Random, detour: float = 0.0, memory_share: float = 0.0,
-                   model=None, floor_plan: str = "compact") -> list[PlanExample]:
+                   model=None, floor_plan: str = "compact",
+                   policy_for: Optional[Callable[[ActionSchema], Policy]] = None,
+                   on_policy: float = 0.0) -> list[PlanExample]:
     """Examples from oracle episodes for every K in `agents` on the warehouse map `floor_plan` (prompts longer than
     max_tokens skipped); a share `memory_share` of the episodes rendered with memory (needs `model` for the call
-    path that renders them)."""
+    path that renders them); with `policy_for` (the K's schema -> a planner) a share `on_policy` of the plans the
+    world executes are that planner's (the labels stay the oracle's)."""
     out = []
     for k in agents:
         schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=k))))
@@ -124,6 +122,7 @@ def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int
         uses: dict[str, MemoryUse] = {}
         path: Optional[PlannerCallPath] = None
         observe_every = rng.choice([4, 6, 8])
+        policy = policy_for(schema) if policy_for is not None and on_policy > 0 else None
         for n, seed in enumerate(range(seed0, seed0 + episodes)):
             memory = None
             if memory_share > 0 and rng.random() < memory_share:
@@ -135,7 +134,8 @@ def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int
                                            decoding="constrained", layout=MEMORY_LAYOUT)
                 path.memory = memory = uses[config.name]
             for point in decision_points(range(seed, seed + 1), k, observe_every=observe_every, detour=detour,
-                                         memory=memory.system if memory else None, floor_plan=floor_plan):
+                                         memory=memory.system if memory else None, floor_plan=floor_plan,
+                                         policy=policy, on_policy=on_policy):
                 if memory is not None:
                     ids, protect = memory_prompt(path, point)
                 else:
@@ -143,6 +143,9 @@ def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int
                     ids, protect = list(ctx.token_ids), list(ctx.protected)
                 if len(ids) <= max_tokens:
                     out.append(PlanExample(ids, target_ids(point, decoder), protect=protect))
+        if isinstance(policy, PlannerPolicy):
+            print(f"K = {k}: {policy.calls} planner calls on its own states, first step agrees with the oracle's "
+                  f"{policy.first_step_agreement:.1%}, {policy.errors} planner errors", file=sys.stderr)
     return out
 
 
@@ -178,14 +181,28 @@ def main(argv=None) -> int:
                     help="share of the episodes rendered as a call with memory reads them (MEMORY_CONFIGS)")
     ap.add_argument("--haystack", type=int, default=0,
                     help="add this many examples of the warehouse haystack's training cases (haystack_training)")
+    ap.add_argument("--on-policy", type=float, default=0.0,
+                    help="share of the decision points where the world executes the planner's own plan (DAgger)")
+    ap.add_argument("--policy-adapter", default=ADAPTER, help="the on-policy planner's adapter ('' = none)")
+    ap.add_argument("--policy-predictor", default=PREDICTOR,
+                    help="the on-policy planner's E-RECAP predictor ('' = the unpruned context)")
+    ap.add_argument("--policy-budget", type=int, default=512, help="the on-policy planner's B_t")
+    ap.add_argument("--policy-dtype", default="bfloat16", choices=["float32", "bfloat16"],
+                    help="the on-policy planner's weights (on the CPU)")
     args = ap.parse_args(argv)
-    for name in ("pruned", "memory"):
+    if args.policy_budget <= 0:
+        ap.error(f"--policy-budget {args.policy_budget} must be positive")
+    for name in ("pruned", "memory", "on_policy"):
         if not 0.0 <= getattr(args, name) <= 1.0:
-            ap.error(f"--{name} {getattr(args, name)} is outside [0, 1]")
+            ap.error(f"--{name.replace('_', '-')} {getattr(args, name)} is outside [0, 1]")
     rng = random.Random(args.seed)
     model, tok = load_model(args.model, device="auto", dtype="float32")
+    def policy_for(schema: ActionSchema) -> PlannerPolicy:
+        return load_policy(schema, args.policy_adapter, args.policy_predictor, args.policy_budget, args.policy_dtype,
+                           args.model)
+
     examples = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng, args.detour,
-                              args.memory, model, args.floor_plan)
+                              args.memory, model, args.floor_plan, policy_for, args.on_policy)
     if len(examples) > args.examples:
         examples = rng.sample(examples, args.examples)
     pruning = prune_share(model, examples, args.pruned, args.budget, args.predictor, rng)

@@ -8,6 +8,9 @@ closed loop, with the answer that is correct. With `detour` > 0 some plans the
 world executes are plausible mistakes instead of the oracle's (the labels stay
 the oracle's), so the data also shows the states a planner's own mistakes lead
 to and how to recover from them (as in DAgger-style data collection). With a
+`policy` (the planner itself, planner_policy.PlannerPolicy) a share `on_policy`
+of the plans the world executes are the policy's own: the states the planner's
+own plans lead to, labelled with the oracle's answer (DAgger). With a
 `memory` system, the episode feeds it as the planner node would (episode start,
 every entry, every outcome, every plan the world executes), so a decision point
 can be rendered with the memory a closed-loop call would retrieve.
@@ -16,14 +19,15 @@ can be rendered with the memory a closed-loop call would retrieve.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Optional
 
 from brace_common.action_schema import Step
-from brace_common.vocabulary import Mode
+from brace_common.vocabulary import Block, Mode
 from brace_common.world_feed import FeedEntry, outcomes
 from brace_memory.system import MemorySystem
+from erecap_planner.context import ContextBuffer, Entry
 from sim_bridges.warehouse.warehouse_feed import episode_entries, place_near, step_entries
 from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
@@ -41,6 +45,17 @@ class DecisionPoint:
     mode: Mode = Mode.FULL_REPLAN  # the request's mode, as the controller would pick it for this moment
 
 
+Policy = Callable[[DecisionPoint], list[Step]]
+"""A plan for a decision point (its oracle answer unread); [] = none (the oracle's runs)."""
+
+
+def context_buffer(entries: list[FeedEntry]) -> ContextBuffer:
+    """The planner's context after these feed entries (what the node's buffer holds)."""
+    buf = ContextBuffer()
+    buf.extend(Entry(e.agent_id, e.step, Block(e.block), e.text, e.kind) for e in entries)
+    return buf
+
+
 def detour_plan(world: Warehouse, agent: str, rng: random.Random) -> list[Step]:
     """A plausible wrong plan for the agent: go park, go to a random shelf, or wait."""
     kind = rng.randrange(3)
@@ -49,6 +64,23 @@ def detour_plan(world: Warehouse, agent: str, rng: random.Random) -> list[Step]:
     if kind == 1:
         return [Step("move_to", {"target": rng.choice(sorted(world.shelves))})]
     return [Step("wait")]
+
+
+@dataclass
+class PlanChoice:
+    """Which plan an episode's world executes: the oracle's, a detour or the policy's."""
+
+    world: Warehouse
+    rng: random.Random
+    detour: float = 0.0
+    policy: Optional[Policy] = None
+    on_policy: float = 0.0
+
+    def executed(self, agent: str, point: Optional[DecisionPoint], oracle: list[Step]) -> list[Step]:
+        """The plan for `agent` (`point`: the decision point just asked about, None where none was)."""
+        if point is not None and self.policy is not None and self.rng.random() < self.on_policy:
+            return self.policy(point) or oracle
+        return detour_plan(self.world, agent, self.rng) if self.rng.random() < self.detour else oracle
 
 
 class MemoryFeed:
@@ -82,14 +114,17 @@ class MemoryFeed:
 def decision_points(seeds: range, num_agents: int, every: int = 8, observe_every: int = 4,
                     max_steps: int = 60, drift: float = 0.03, grasp_failure: float = 0.1,
                     stagger: int = 1, detour: float = 0.0,
-                    memory: Optional[MemorySystem] = None, floor_plan: str = "compact") -> Iterator[DecisionPoint]:
+                    memory: Optional[MemorySystem] = None, floor_plan: str = "compact",
+                    policy: Optional[Policy] = None, on_policy: float = 0.0) -> Iterator[DecisionPoint]:
     """Decision points of oracle-driven episodes, one episode per seed.
 
     As in the closed loop: the episode opens with the task, constraints and every
     agent's state at its park; agent i is asked for its initial plan at step
     1 + i * stagger (agents without a plan idle), then when its plan ends, a
     step fails, or every `every` steps. With probability `detour` the world then
-    executes `detour_plan` instead of the oracle's plan. Each point's mode is the
+    executes `detour_plan` instead of the oracle's plan; with probability
+    `on_policy` it executes `policy`'s plan for the point it was just asked
+    about (the oracle's where the policy gives none). Each point's mode is the
     controller's for that moment: the first plan and a finished one full_replan,
     a failure partial_replan, the periodic check of a running plan reuse_subplan.
     `memory` (kept across the seeds, as a run keeps it) is fed while the episode
@@ -102,7 +137,10 @@ def decision_points(seeds: range, num_agents: int, every: int = 8, observe_every
         names = sorted(world.agents)
         feed = MemoryFeed(memory, names)
         entries = feed.entries(list(episode_entries(world, seed)) + step_entries(world, [], 0))
-        last: dict[str, list[Step]] = {}
+        last: dict[str, list[Step]] = {}  # each agent's last oracle answer
+        ran: dict[str, list[Step]] = {}  # and the plan the world executed then
+        choice = PlanChoice(world, rng, detour, policy, on_policy)
+
         while not world.finished:
             events = world.step()
             entries.extend(feed.entries(step_entries(world, events, observe_every)))
@@ -113,8 +151,9 @@ def decision_points(seeds: range, num_agents: int, every: int = 8, observe_every
                 if name not in last:
                     if world.t >= 1 + i * stagger:
                         last[name] = world.oracle_plan(name)
-                        yield DecisionPoint(list(entries), name, last[name], world.t, seed, place_near(world, a.pos))
-                        run = detour_plan(world, name, rng) if rng.random() < detour else last[name]
+                        point = DecisionPoint(list(entries), name, last[name], world.t, seed, place_near(world, a.pos))
+                        yield point
+                        run = ran[name] = choice.executed(name, point, last[name])
                         world.set_plan(name, run)
                         feed.plan(name, world.t, Mode.FULL_REPLAN, run)
                     continue
@@ -122,9 +161,12 @@ def decision_points(seeds: range, num_agents: int, every: int = 8, observe_every
                     oracle = world.oracle_plan(name)
                     mode = (Mode.PARTIAL_REPLAN if name in failed else Mode.FULL_REPLAN if a.current is None
                             else Mode.REUSE_SUBPLAN)
-                    if oracle != last[name] or name in failed or world.t % every == 0:  # no repeats of an idle wait
-                        yield DecisionPoint(list(entries), name, oracle, world.t, seed, place_near(world, a.pos), mode)
-                    run = detour_plan(world, name, rng) if rng.random() < detour else oracle
+                    point = None
+                    # no repeats of an idle wait, unless what ran was not the oracle's
+                    if oracle != last[name] or ran[name] != last[name] or name in failed or world.t % every == 0:
+                        point = DecisionPoint(list(entries), name, oracle, world.t, seed, place_near(world, a.pos), mode)
+                        yield point
+                    run = ran[name] = choice.executed(name, point, oracle)
                     world.set_plan(name, run)
                     feed.plan(name, world.t, mode, run)
                     last[name] = oracle

@@ -7,6 +7,7 @@ from safetensors.torch import load_file
 from transformers import AutoConfig
 
 from brace_training import finetune_cli
+from erecap_planner.models import load_model
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import table8_layers
 from erecap_planner.testing import saved_tiny_llama
@@ -52,3 +53,47 @@ def test_memory_share_outside_0_1_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         finetune_cli.main(["--memory", "-0.1", "--output", str(tmp_path / "a.safetensors")])
     assert "--memory -0.1" in capsys.readouterr().err
+
+
+def test_on_policy_examples_come_from_the_planners_own_states(tmp_path):
+    import random
+
+    from brace_common.action_schema import Step
+
+    _, tok = load_model(saved_tiny_llama(tmp_path / "tiny"), device="cpu", dtype="float32")
+    asked = []
+
+    def policy_for(schema):
+        assert schema.max_steps > 0  # the K's own schema
+        return lambda point: asked.append(point) or [Step("wait")]
+
+    oracle = finetune_cli.build_examples(tok, 1, (2,), 5, 100_000, random.Random(0))
+    on_policy = finetune_cli.build_examples(tok, 1, (2,), 5, 100_000, random.Random(0), policy_for=policy_for,
+                                            on_policy=1.0)
+    assert len(asked) == len(on_policy) > 0  # asked at every decision point
+    # idle plans lead elsewhere than the oracle's: other prompts, still the oracle's labels
+    assert [e.prompt_ids for e in on_policy] != [e.prompt_ids for e in oracle]
+    assert on_policy[0].target_ids == oracle[0].target_ids
+
+
+def test_the_planner_policy_plans_at_each_decision_point_and_counts_agreement(tmp_path):
+    from brace_common.action_schema import ActionSchema
+    from brace_training.plan_data import decision_points
+    from brace_training.planner_policy import load_policy
+    from sim_bridges.warehouse.warehouse_feed import action_schema
+    from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
+
+    schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=1))))
+    policy = load_policy(schema, "", "", 64, "float32", saved_tiny_llama(tmp_path / "tiny"))
+    points = list(decision_points(range(1), num_agents=1, max_steps=6, policy=policy, on_policy=1.0))
+    assert policy.calls == len(points) > 0 and policy.errors == 0  # constrained decoding: always a valid plan
+    assert 0.0 <= policy.first_step_agreement <= 1.0
+    with pytest.raises(ValueError, match="token_budget"):
+        type(policy)(policy.path, 0)
+
+
+def test_on_policy_share_and_budget_are_checked(tmp_path, capsys):
+    for args in (["--on-policy", "1.5"], ["--policy-budget", "0"]):
+        with pytest.raises(SystemExit):
+            finetune_cli.main([*args, "--output", str(tmp_path / "a.safetensors")])
+        assert args[0] in capsys.readouterr().err

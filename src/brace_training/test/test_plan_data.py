@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from brace_common.action_schema import Step
 from brace_training.plan_data import decision_points
 
 
@@ -26,3 +27,23 @@ def test_eight_agents_on_the_aisles_floor_plan_give_points_up_to_the_last_delive
     points = list(decision_points(range(1), num_agents=8, max_steps=80, floor_plan="aisles"))
     assert {p.agent_id for p in points} == {f"agent_{i}" for i in range(8)}
     assert any("task done" in e.text for e in points[-1].entries)
+
+
+def test_on_policy_episodes_execute_the_policys_plans_but_keep_the_oracle_labels():
+    asked = []
+
+    def idle(point):  # a planner that never moves anyone
+        asked.append(point)
+        return [Step("wait")]
+
+    points = list(decision_points(range(1), num_agents=2, max_steps=30, policy=idle, on_policy=1.0))
+    assert asked == points  # asked at every decision point, after it was yielded
+    assert not any("picked" in e.text for e in points[-1].entries)
+    assert all(p.oracle and p.oracle != [Step("wait")] for p in points[:2])  # the labels are still the oracle's
+    assert len({p.step for p in points}) > 2  # idle plans end, and the agents are asked again
+
+
+def test_a_policy_without_a_plan_leaves_the_oracles_plan_running():
+    clean = list(decision_points(range(1), num_agents=2, max_steps=30))
+    silent = list(decision_points(range(1), num_agents=2, max_steps=30, policy=lambda point: [], on_policy=1.0))
+    assert [(p.step, p.agent_id, p.oracle) for p in silent] == [(p.step, p.agent_id, p.oracle) for p in clean]

@@ -1,0 +1,68 @@
+"""The planner's own plan at a decision point: the policy of on-policy (DAgger-style) training episodes.
+
+ROS-free. A PlannerPolicy asks an in-process planner call path for the plan,
+as a closed-loop call with budget B_t would, and counts how often its first
+step agrees with the oracle's: the agreement at the states the planner's own
+plans lead to, which oracle-driven evaluation does not see.
+"""
+
+from __future__ import annotations
+
+from brace_common.action_schema import ActionSchema, Step
+from brace_common.config import resolve_path
+from brace_common.vocabulary import CallStatus
+from erecap_planner.adapter import merge_adapter
+from erecap_planner.call_path import CallRequest, PlannerCallPath
+from erecap_planner.models import SMOLLM2, load_model
+from erecap_planner.predictor import PredictorBank
+from erecap_planner.pruning import PruneSchedule, table8_layers
+from sim_bridges.warehouse.warehouse_feed import same_first_step
+
+from .plan_data import DecisionPoint, context_buffer
+
+SLO_MS = 60_000.0
+"""A training rollout's call has no deadline that matters (the world waits for it)."""
+
+
+class PlannerPolicy:
+    """Plans from `path` at B_t = `token_budget`; `calls`, `errors` and `first_step_agreement` as it goes."""
+
+    def __init__(self, path: PlannerCallPath, token_budget: int) -> None:
+        if token_budget <= 0:
+            raise ValueError(f"token_budget must be positive, got {token_budget}")
+        self.path = path
+        self.token_budget = token_budget
+        self.calls = 0
+        self.errors = 0
+        self.agreed = 0
+
+    def __call__(self, point: DecisionPoint) -> list[Step]:
+        """The planner's plan at `point` ([] after a planner error: the caller runs the oracle's)."""
+        out = self.path.run(context_buffer(point.entries), CallRequest(point.agent_id, self.token_budget, SLO_MS,
+                                                                      2 * SLO_MS, int(point.mode), point.step))
+        self.calls += 1
+        if out.status != CallStatus.OK:
+            self.errors += 1
+            return []
+        plan = [Step(s.action, dict(s.parameters)) for s in out.steps]
+        self.agreed += same_first_step(plan, point.oracle, point.here)
+        return plan
+
+    @property
+    def first_step_agreement(self) -> float:
+        """The share of calls whose plan's first step is the oracle's (0 before any call)."""
+        return self.agreed / self.calls if self.calls else 0.0
+
+
+def load_policy(schema: ActionSchema, adapter: str, predictor: str, token_budget: int, dtype: str = "bfloat16",
+                model_path: str = SMOLLM2, device: str = "cpu") -> PlannerPolicy:
+    """The sim planner as it runs in the closed loop: `model_path` with `adapter` merged ('' = none), E-RECAP with
+    the `predictor` bank (Table 8 layers, keep ratio 0.7; '' = no compression) and constrained decoding."""
+    model, tokenizer = load_model(model_path, device, dtype)
+    if adapter:
+        merge_adapter(model, resolve_path(adapter))
+    layers = table8_layers(model.config.num_hidden_layers)
+    bank = PredictorBank.load(resolve_path(predictor), model.config) if predictor else None
+    path = PlannerCallPath(model, tokenizer, schema, "erecap" if bank else "none", PruneSchedule(tuple(layers), 0.7),
+                           bank, decoding="constrained")
+    return PlannerPolicy(path, token_budget)
