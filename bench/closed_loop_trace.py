@@ -47,7 +47,7 @@ from sim_bridges.warehouse.warehouse_feed import (
     same_first_step,
     step_entries,
 )
-from sim_bridges.warehouse.warehouse_world import Warehouse
+from sim_bridges.warehouse.warehouse_world import FLOOR_PLANS, Warehouse
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).parent / "out"
@@ -102,11 +102,14 @@ def episode(path: PlannerCallPath, sim: SimConfig, monitor: TriggerMonitor, budg
 
 
 def sim_planner(model, tok, compressor: str, predictors, dtype: str, agents: int, seed: int, max_steps: int,
-                budget: int = 0, first_cut: float | None = None, layout: str | None = None, reuse: bool = True):
+                budget: int = 0, first_cut: float | None = None, layout: str | None = None, reuse: bool = True,
+                floor_plan: str | None = None):
     """(call path, sim config, trigger monitor, budget of a trigger) of the closed loop, as the sim runs configure
-    the planner, the world and the controller's budget policy (profile 'embedded'; `budget` > 0 fixes B)."""
+    the planner, the world and the controller's budget policy (profile 'embedded'; `budget` > 0 fixes B;
+    `floor_plan`: the warehouse map, default the sim config's)."""
+    world = {"floor_plan": floor_plan} if floor_plan else {}
     sim = config_from_file(SimConfig, params_dir() / "embedded_sim.yaml", "embedded_sim", num_agents=agents,
-                           seed=seed, max_steps=max_steps)
+                           seed=seed, max_steps=max_steps, **world)
     first = Warehouse(sim.world(0))
     schema = ActionSchema.from_dict(action_schema(first))
     planner = {**load_ros_parameters(params_dir() / "erecap_planner.yaml", "erecap_planner"),
@@ -167,6 +170,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--episodes", type=int, default=1, help="seeds seed, seed + 1, …")
     ap.add_argument("--max-steps", type=int, help="steps before an unfinished episode fails (default 60)")
+    ap.add_argument("--floor-plan", choices=list(FLOOR_PLANS), help="the warehouse map (default: the sim config's)")
     ap.add_argument("--compressor", choices=["none", "erecap", "random", "recency", "summary"],
                     help="context compression (default none)")
     ap.add_argument("--budget", type=int, default=0,
@@ -189,7 +193,7 @@ def main() -> None:
     predictors = PredictorBank.load(resolve_path(args.predictor), model.config) if args.compressor == "erecap" else None
     path, sim, monitor, budget_of = sim_planner(model, tok, args.compressor, predictors, args.dtype, args.agents,
                                                 args.seed, args.max_steps, args.budget, args.first_cut, args.layout,
-                                                not args.no_reuse)
+                                                not args.no_reuse, args.floor_plan)
     rows, summary = run_episodes(path, sim, monitor, budget_of, args.episodes, not args.quiet)
     if summary["episodes"] > 1 and rows:
         print(f"{summary['episodes']} episodes: success {summary['success']}/{summary['episodes']}, delivered "
