@@ -45,14 +45,12 @@ from erecap_planner.scoring import enumerate_steps
 from sim_bridges.warehouse.warehouse_feed import action_schema
 from sim_bridges.warehouse.warehouse_world import FLOOR_PLANS, Warehouse, WorldConfig
 
+from .cli_args import PREDICTOR, WAREHOUSE_ADAPTER
 from .haystack_training import haystack_examples
 from .plan_data import DecisionPoint, Policy, context_buffer, decision_points
 from .planner_policy import PlannerPolicy, load_policy
 from .saved_examples import save_examples
 
-PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-erecap.safetensors"
-ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors"
-"""The shipped warehouse adapter (params/erecap_planner_sim.yaml's adapter_path): the on-policy episodes' planner."""
 CORPUS = "package://sim_bridges/config/warehouse_corpus.yaml"
 """The warehouse's static corpus (rag_static)."""
 MEMORY_LAYOUT = "stable_first"
@@ -183,7 +181,7 @@ def main(argv=None) -> int:
                     help="add this many examples of the warehouse haystack's training cases (haystack_training)")
     ap.add_argument("--on-policy", type=float, default=0.0,
                     help="share of the decision points where the world executes the planner's own plan (DAgger)")
-    ap.add_argument("--policy-adapter", default=ADAPTER, help="the on-policy planner's adapter ('' = none)")
+    ap.add_argument("--policy-adapter", default=WAREHOUSE_ADAPTER, help="the on-policy planner's adapter ('' = none)")
     ap.add_argument("--policy-predictor", default=PREDICTOR,
                     help="the on-policy planner's E-RECAP predictor ('' = the unpruned context)")
     ap.add_argument("--policy-budget", type=int, default=512, help="the on-policy planner's B_t")

@@ -22,17 +22,16 @@ from brace_training.predictor_training import bank_to_train, train_bank
 from erecap_planner.adapter import merge_adapter
 from erecap_planner.models import load_model
 
+from .cli_args import WAREHOUSE_ADAPTER
 from .finetune_cli import add_data_arguments, build_examples
 from .saved_examples import save_examples
-
-ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-warehouse-lora.safetensors"
 
 
 def main(argv=None) -> int:
     """Train and save the predictor bank."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_data_arguments(ap, episodes=4, seed=2000, max_tokens=1600, epochs=2)
-    ap.add_argument("--adapter", default=ADAPTER, help="LoRA adapter merged first ('' = the off-the-shelf model)")
+    ap.add_argument("--adapter", default=WAREHOUSE_ADAPTER, help="LoRA adapter merged first ('' = the off-the-shelf model)")
     ap.add_argument("--cases", type=int, default=48, help="at most this many decision points (sampled)")
     ap.add_argument("--keep-ratio", type=float, default=0.7)
     ap.add_argument("--lr", type=float, default=1e-3)
