@@ -14,8 +14,9 @@
             configuration's P95 at N = 4096 within 1.3x of its P95 at N = 512. Reuse is reported as hit rate,
             reused share of the prompt and milliseconds saved against the same path without it.
 3. closed   (--closed-loop) `make demo`'s run config (brace_bringup's runs/demo.yaml) at the machine's threads, at
-            one thread (OMP_NUM_THREADS=1), and at K = 8 (max_steps 80, floor plan aisles, where the oracle finishes
-            every seed; budget profile embedded_k8, B = 512): BRACE + E-RECAP SLO violation
+            one thread (OMP_NUM_THREADS=1), and at K = 8 (runs/warehouse_k8.yaml: max_steps 80, floor plan aisles,
+            where the oracle finishes every seed, lockstep; budget profile embedded_k8, B = 512; the K = 8
+            adapter): BRACE + E-RECAP SLO violation
             <= 5%, success >= No BRACE's, token reduction >= 70%, No BRACE violation > 50%. `--runs
             LABEL=FOLDER ...` reads finished brace-run folders instead (labels: demo, one_thread, k8).
 
@@ -239,22 +240,19 @@ def _p95(values: list[float]) -> float:
 # ---------------------------------------------------------------------------- 3. closed loop
 
 
-CLOSED_LOOP = {"demo": ({}, ["--episodes", "4"]),
-               "one_thread": ({"OMP_NUM_THREADS": "1"}, ["--episodes", "4"]),
-               "k8": ({}, ["--episodes", "2", "--agents", "8", "--set", "embedded_sim.max_steps=80",
-                           "--set", "embedded_sim.floor_plan=aisles", "--set", "embedded_sim.hold_while_planning=true",
-                           "--set", "embedded_sim.step_period_s=0.05",
-                           "--set", "brace_controller.budget_profile=embedded_k8"])}
+CLOSED_LOOP = {"demo": ({}, ["demo", "--episodes", "4"]),
+               "one_thread": ({"OMP_NUM_THREADS": "1"}, ["demo", "--episodes", "4"]),
+               "k8": ({}, ["warehouse_k8", "--episodes", "2"])}
+"""Each setting's environment and brace-run arguments (the run configuration first)."""
 
 
 def run_closed_loop(label: str, out: Path) -> Path:
-    """One brace-run of the demo run configuration in the setting `label`; its run folder."""
+    """One brace-run in the setting `label`; its run folder."""
     env_extra, args = CLOSED_LOOP[label]
     env = {**os.environ, **env_extra}
     folder_root = out / label
     before = set(folder_root.glob("*")) if folder_root.exists() else set()
-    cmd = [sys.executable, "-m", "brace_bringup.runner", "demo", "--output",
-           str(folder_root), *args]
+    cmd = [sys.executable, "-m", "brace_bringup.runner", *args, "--output", str(folder_root)]
     print(f"  closed loop '{label}': {' '.join(cmd[1:])} {' '.join(f'{k}={v}' for k, v in env_extra.items())}",
           flush=True)
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
