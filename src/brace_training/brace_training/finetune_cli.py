@@ -195,6 +195,7 @@ def main(argv=None) -> int:
             ap.error(f"--{name.replace('_', '-')} {getattr(args, name)} is outside [0, 1]")
     rng = random.Random(args.seed)
     model, tok = load_model(args.model, device="auto", dtype="float32")
+
     def policy_for(schema: ActionSchema) -> PlannerPolicy:
         return load_policy(schema, args.policy_adapter, args.policy_predictor, args.policy_budget, args.policy_dtype,
                            args.model)
