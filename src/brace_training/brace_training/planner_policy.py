@@ -56,8 +56,9 @@ class PlannerPolicy:
 
 def load_policy(schema: ActionSchema, adapter: str, predictor: str, token_budget: int, dtype: str = "bfloat16",
                 model_path: str = SMOLLM2, device: str = "cpu") -> PlannerPolicy:
-    """The sim planner as it runs in the closed loop: `model_path` with `adapter` merged ('' = none), E-RECAP with
-    the `predictor` bank (Table 8 layers, keep ratio 0.7; '' = no compression) and constrained decoding."""
+    """A planner like the sim planner: `model_path` with `adapter` merged ('' = none), E-RECAP with the `predictor`
+    bank (Table 8 layers, keep ratio 0.7; '' = no compression) and constrained decoding. The call path's defaults
+    stand for the sim parameters' first cut, layout and plan-step caps."""
     model, tokenizer = load_model(model_path, device, dtype)
     if adapter:
         merge_adapter(model, resolve_path(adapter))
