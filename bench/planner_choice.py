@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,16 +30,15 @@ from pathlib import Path
 import yaml
 from report import fill_defaults, load_planner_model, sim_planner_checkpoint, write_csv
 
-from brace_common.action_schema import Step
 from brace_common.config import resolve_path
-from brace_common.vocabulary import CallStatus
-from brace_training.finetune_cli import MEMORY_CONFIGS, context_buffer, memory_use
+from brace_training.finetune_cli import MEMORY_CONFIGS, memory_use
 from brace_training.plan_data import decision_points
-from erecap_planner.call_path import CallRequest, PlannerCallPath
+from brace_training.planner_policy import PlannerPolicy
+from erecap_planner.call_path import PlannerCallPath
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
-from sim_bridges.warehouse.warehouse_feed import action_schema, same_first_step
+from sim_bridges.warehouse.warehouse_feed import action_schema
 from sim_bridges.warehouse.warehouse_world import FLOOR_PLANS, Warehouse, WorldConfig
 
 OUT = Path(__file__).parent / "out"
@@ -54,27 +52,11 @@ MEMORIES = ["flat", *(c.name for c in MEMORY_CONFIGS)]
 
 
 def score_points(path: PlannerCallPath, points, budget: int) -> dict:
-    """Ask `path` for the plan at every oracle decision point (B = `budget`): points, first-step and whole-plan
-    agreement with the oracle, the share of calls that returned a valid plan, latency P50, mean tokens before / after
-    compression."""
-    first = full = n = valid = 0
-    lat, toks = [], []
+    """Ask `path` for the plan at every oracle decision point (B = `budget`) and return PlannerPolicy's scores."""
+    policy = PlannerPolicy(path, budget)
     for point in points:
-        oracle = point.oracle
-        n += 1
-        out = path.run(context_buffer(point.entries), CallRequest(point.agent_id, budget, 60_000, 120_000,
-                                                                  int(point.mode), point.step))
-        plan = [Step(s.action, s.parameters) for s in out.steps]
-        valid += out.status == CallStatus.OK
-        first += same_first_step(plan, oracle, point.here)
-        full += [(s.action, s.parameters) for s in plan] == [(s.action, s.parameters) for s in oracle]
-        lat.append(out.latency_ms)
-        toks.append((out.tokens_before, out.tokens_after))
-    return {"points": n, "valid_plans": round(valid / n, 3), "first_step_agreement": round(first / n, 3),
-            "plan_agreement": round(full / n, 3),
-            "latency_p50_ms": round(statistics.median(lat), 1),
-            "tokens_before": round(statistics.mean(t[0] for t in toks)),
-            "tokens_after": round(statistics.mean(t[1] for t in toks))}
+        policy(point)
+    return policy.scores()
 
 
 def main() -> None:

@@ -8,6 +8,9 @@ plans lead to, which oracle-driven evaluation does not see.
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Callable
+
 from brace_common.action_schema import ActionSchema, Step
 from brace_common.config import resolve_path
 from brace_common.vocabulary import CallStatus
@@ -25,7 +28,8 @@ SLO_MS = 60_000.0
 
 
 class PlannerPolicy:
-    """Plans from `path` at B_t = `token_budget`; `calls`, `errors` and `first_step_agreement` as it goes."""
+    """Plans from `path` at B_t = `token_budget`, counting as it goes: `calls`, `errors`, `first_step_agreement`,
+    and per call its latency and tokens before / after compression (`scores`)."""
 
     def __init__(self, path: PlannerCallPath, token_budget: int) -> None:
         if token_budget <= 0:
@@ -35,17 +39,24 @@ class PlannerPolicy:
         self.calls = 0
         self.errors = 0
         self.agreed = 0
+        self.plans_agreed = 0
+        self.latencies_ms: list[float] = []
+        self.tokens: list[tuple[int, int]] = []
 
     def __call__(self, point: DecisionPoint) -> list[Step]:
         """The planner's plan at `point` ([] after a planner error: the caller runs the oracle's)."""
         out = self.path.run(context_buffer(point.entries), CallRequest(point.agent_id, self.token_budget, SLO_MS,
                                                                       2 * SLO_MS, int(point.mode), point.step))
         self.calls += 1
+        self.latencies_ms.append(out.latency_ms)
+        self.tokens.append((out.tokens_before, out.tokens_after))
         if out.status != CallStatus.OK:
             self.errors += 1
             return []
         plan = [Step(s.action, dict(s.parameters)) for s in out.steps]
         self.agreed += same_first_step(plan, point.oracle, point.here)
+        self.plans_agreed += [(s.action, s.parameters) for s in plan] == [(s.action, s.parameters)
+                                                                          for s in point.oracle]
         return plan
 
     @property
@@ -53,17 +64,34 @@ class PlannerPolicy:
         """The share of calls whose plan's first step is the oracle's (0 before any call)."""
         return self.agreed / self.calls if self.calls else 0.0
 
+    def scores(self) -> dict:
+        """What the calls so far measured: points, the share that returned a valid plan, first-step and whole-plan
+        agreement with the oracle, latency P50 and mean tokens before / after compression (needs a call)."""
+        if not self.calls:
+            raise ValueError("no call to score")
+        return {"points": self.calls, "valid_plans": round(1 - self.errors / self.calls, 3),
+                "first_step_agreement": round(self.first_step_agreement, 3),
+                "plan_agreement": round(self.plans_agreed / self.calls, 3),
+                "latency_p50_ms": round(statistics.median(self.latencies_ms), 1),
+                "tokens_before": round(statistics.mean(t[0] for t in self.tokens)),
+                "tokens_after": round(statistics.mean(t[1] for t in self.tokens))}
 
-def load_policy(schema: ActionSchema, adapter: str, predictor: str, token_budget: int, dtype: str = "bfloat16",
-                model_path: str = SMOLLM2, device: str = "cpu") -> PlannerPolicy:
-    """A planner like the sim planner: `model_path` with `adapter` merged ('' = none), E-RECAP with the `predictor`
-    bank (Table 8 layers, keep ratio 0.7; '' = no compression) and constrained decoding. The call path's defaults
-    stand for the sim parameters' first cut, layout and plan-step caps."""
+
+def load_policy(adapter: str, predictor: str, token_budget: int, dtype: str = "bfloat16", model_path: str = SMOLLM2,
+                device: str = "cpu") -> Callable[[ActionSchema], PlannerPolicy]:
+    """Load a planner like the sim planner once: `model_path` with `adapter` merged ('' = none), E-RECAP with the
+    `predictor` bank (Table 8 layers, keep ratio 0.7; '' = no compression) and constrained decoding. Returns the
+    PlannerPolicy of an action schema (one call path per schema, on the one model). The call path's defaults stand
+    for the sim parameters' first cut, layout and plan-step caps."""
     model, tokenizer = load_model(model_path, device, dtype)
     if adapter:
         merge_adapter(model, resolve_path(adapter))
     layers = table8_layers(model.config.num_hidden_layers)
     bank = PredictorBank.load(resolve_path(predictor), model.config) if predictor else None
-    path = PlannerCallPath(model, tokenizer, schema, "erecap" if bank else "none", PruneSchedule(tuple(layers), 0.7),
-                           bank, decoding="constrained")
-    return PlannerPolicy(path, token_budget)
+
+    def policy(schema: ActionSchema) -> PlannerPolicy:
+        path = PlannerCallPath(model, tokenizer, schema, "erecap" if bank else "none",
+                               PruneSchedule(tuple(layers), 0.7), bank, decoding="constrained")
+        return PlannerPolicy(path, token_budget)
+
+    return policy
