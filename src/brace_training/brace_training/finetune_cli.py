@@ -196,10 +196,8 @@ def main(argv=None) -> int:
     rng = random.Random(args.seed)
     model, tok = load_model(args.model, device="auto", dtype="float32")
 
-    def policy_for(schema: ActionSchema) -> PlannerPolicy:
-        return load_policy(schema, args.policy_adapter, args.policy_predictor, args.policy_budget, args.policy_dtype,
-                           args.model)
-
+    policy_for = (load_policy(args.policy_adapter, args.policy_predictor, args.policy_budget, args.policy_dtype,
+                              args.model) if args.on_policy > 0 else None)
     examples = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng, args.detour,
                               args.memory, model, args.floor_plan, policy_for, args.on_policy)
     if len(examples) > args.examples:

@@ -83,11 +83,20 @@ def test_the_planner_policy_plans_at_each_decision_point_and_counts_agreement(tm
     from sim_bridges.warehouse.warehouse_feed import action_schema
     from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
+    policy_for = load_policy("", "", 64, "float32", saved_tiny_llama(tmp_path / "tiny"))
     schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=1))))
-    policy = load_policy(schema, "", "", 64, "float32", saved_tiny_llama(tmp_path / "tiny"))
+    policy = policy_for(schema)
+    with pytest.raises(ValueError, match="no call"):
+        policy.scores()
     points = list(decision_points(range(1), num_agents=1, max_steps=6, policy=policy, on_policy=1.0))
     assert policy.calls == len(points) > 0 and policy.errors == 0  # constrained decoding: always a valid plan
     assert 0.0 <= policy.first_step_agreement <= 1.0
+    scores = policy.scores()
+    assert scores["points"] == policy.calls and scores["valid_plans"] == 1.0
+    assert scores["plan_agreement"] <= scores["first_step_agreement"]  # a whole plan agrees only with its first step
+    assert scores["tokens_after"] <= scores["tokens_before"]
+    other = policy_for(ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=2)))))
+    assert other.path.tokenizer is policy.path.tokenizer  # loaded once, a call path per schema
     with pytest.raises(ValueError, match="token_budget"):
         type(policy)(policy.path, 0)
 
