@@ -138,8 +138,7 @@ def decode_rates(model, tokenizer, prompt: list[int], tokens: int, repeats: int)
 def growth_stream(agents: int, seed: int, tokenizer, schema, longest: int):
     """Feed entries of one oracle-driven episode, its history replayed at later steps until the context is long."""
     from brace_common.vocabulary import Block
-    from brace_training.finetune_cli import context_buffer
-    from brace_training.plan_data import decision_points
+    from brace_training.plan_data import context_buffer, decision_points
     from erecap_planner.call_path import request_text
     from sim_bridges.warehouse.warehouse_feed import FeedEntry
 
@@ -154,7 +153,7 @@ def growth_stream(agents: int, seed: int, tokenizer, schema, longest: int):
 
 def position_of(entries, tokens: int, tokenizer, schema) -> int:
     """The first prefix of `entries` whose context reaches `tokens` tokens."""
-    from brace_training.finetune_cli import context_buffer
+    from brace_training.plan_data import context_buffer
     from erecap_planner.call_path import request_text
 
     lo, hi = 1, len(entries)
@@ -169,7 +168,7 @@ def growth(model, tokenizer, calls: int, grow: int, sizes=SIZES, only=None) -> t
     """Per path and N in `sizes`: P50 / P95 call latency, phases, reuse; and every call (`only`: these paths)."""
     from brace_common.config import resolve_path
     from brace_common.vocabulary import Mode
-    from brace_training.finetune_cli import context_buffer
+    from brace_training.plan_data import context_buffer
     from erecap_planner.call_path import CallRequest, PlannerCallPath
     from erecap_planner.plan_parser import ActionSchema
     from erecap_planner.predictor import PredictorBank

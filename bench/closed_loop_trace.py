@@ -33,7 +33,7 @@ from brace_common.world_feed import outcomes
 from brace_controller.config import ControllerConfig, ControllerNodeConfig, MonitorConfig, MonitorNodeConfig
 from brace_controller.policy import BudgetPolicy, select_mode
 from brace_controller.triggers import AgentObservation, TriggerMonitor
-from brace_training.finetune_cli import context_buffer
+from brace_training.plan_data import context_buffer
 from erecap_planner.call_path import CallRequest, PlannerCallPath
 from erecap_planner.precision import resolve
 from erecap_planner.predictor import PredictorBank

@@ -126,7 +126,7 @@ def latency(stack, url: dict[str, str], args) -> list[dict]:
     from budget_targets import growth_stream, position_of
 
     from brace_common.vocabulary import CallStatus
-    from brace_training.finetune_cli import context_buffer
+    from brace_training.plan_data import context_buffer
     from erecap_planner.call_path import CallRequest
 
     tok, schema = stack["tokenizer"], stack["schemas"][8]
@@ -171,8 +171,7 @@ def latency(stack, url: dict[str, str], args) -> list[dict]:
 def quality(stack, url: dict[str, str], args) -> list[dict]:
     """Oracle agreement of each (backend, compression, B_t) on K = 4 decision points."""
     from brace_common.action_schema import Step
-    from brace_training.finetune_cli import context_buffer
-    from brace_training.plan_data import decision_points
+    from brace_training.plan_data import context_buffer, decision_points
     from erecap_planner.call_path import CallRequest, PlannerCallPath
     from sim_bridges.warehouse.warehouse_feed import same_first_step
 
