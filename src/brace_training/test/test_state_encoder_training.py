@@ -6,7 +6,6 @@ import hashlib
 import importlib.util
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,8 +26,6 @@ from brace_training.state_encoder_training import (
     warehouse_episode,
     warehouse_trajectories,
 )
-
-GAME_DIR = Path("~/.cache/brace/textworld").expanduser()
 
 
 class HashFeatures(TextFeatures):
@@ -104,11 +101,11 @@ def test_separation_counts_intra_within_and_inter_beyond_tau():
     assert signature(g[0]) != signature(g[1])
 
 
-@pytest.mark.skipif(not any(GAME_DIR.glob("tw-cooking-recipe3-take3-go9-cook-cut-open-seed*.z8")),
-                    reason=f"no TextWorld game in {GAME_DIR} (making one takes seconds; not done in a unit test)")
-def test_a_textworld_walkthrough_is_one_trajectory_of_the_player():
-    seed = int(sorted(GAME_DIR.glob("tw-cooking-recipe3-take3-go9-cook-cut-open-seed*.z8"))[0].stem.rsplit("seed", 1)[1])
-    trajectories, missing = textworld_trajectories([seed, 999_999_999], GAME_DIR)
+def test_a_textworld_walkthrough_is_one_trajectory_of_the_player(tmp_path):
+    from sim_bridges.textworld.textworld_games import GameSpec, generate_game
+
+    generate_game(GameSpec(0), tmp_path)  # a few seconds; textworld is a pinned dependency
+    trajectories, missing = textworld_trajectories([0, 999_999_999], tmp_path)
     assert missing == [999_999_999] and len(trajectories) == 1
     t = trajectories[0]
     assert t.agent_id == "player" and len(t.graphs) >= 5
