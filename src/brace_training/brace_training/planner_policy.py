@@ -55,8 +55,7 @@ class PlannerPolicy:
             return []
         plan = [Step(s.action, dict(s.parameters)) for s in out.steps]
         self.agreed += same_first_step(plan, point.oracle, point.here)
-        self.plans_agreed += [(s.action, s.parameters) for s in plan] == [(s.action, s.parameters)
-                                                                          for s in point.oracle]
+        self.plans_agreed += plan == list(point.oracle)  # Steps compare by action and parameters
         return plan
 
     @property
