@@ -139,12 +139,14 @@ class RosHarness:
 
 class PlannerDouble(Node):
     """Replan action server double: answers with a one-step plan read from `tokens_after` tokens at most (or a
-    planner error `error`, when given), or holds until cancelled."""
+    planner error `error`, when given), holds until cancelled, or (`raises`) aborts the goal."""
 
     def __init__(self, action_name: str = names.REPLAN, hold: bool = False,
-                 namespace: str = names.DEFAULT_NAMESPACE, error: str = "", tokens_after: int = 300) -> None:
+                 namespace: str = names.DEFAULT_NAMESPACE, error: str = "", tokens_after: int = 300,
+                 raises: bool = False) -> None:
         super().__init__("planner_double", namespace=namespace)
         self.hold = hold
+        self.raises = raises  # its execute callback raises: rclpy aborts the goal without a result
         self.error = error
         self.tokens_after = tokens_after
         self.goals: list[Replan.Goal] = []
@@ -164,6 +166,8 @@ class PlannerDouble(Node):
         result.call.decision_id = goal.decision_id
         result.call.agent_id = goal.agent_id
         result.call.step = goal.step
+        if self.raises:
+            raise RuntimeError("the planner double fails in its execute callback")
         if self.hold:
             while not goal_handle.is_cancel_requested and not self.release.is_set():
                 time.sleep(0.005)

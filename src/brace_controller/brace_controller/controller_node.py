@@ -51,6 +51,9 @@ from .config import ControllerConfig, ControllerNodeConfig
 from .controller import BraceController
 from .quality_floor import fault_of
 
+ABORTED_BY_PLANNER = "aborted_by_planner"
+"""The reason of a call record the controller writes for a goal the planner aborted (it wrote none itself)."""
+
 
 def _serialized(method):
     """Run `method` under the node's lock.
@@ -96,7 +99,7 @@ class BraceControllerNode(Node):
         self.counts = {"malformed_triggers": 0, "malformed_calls": 0, "planner_unavailable": 0,
                        "goals_rejected": 0, "deadline_cancellations": 0, "calls_finished": 0,
                        "calls_waited_for_planner": 0, "held_decided_again": 0, "calls_cancelled_by_episode": 0,
-                       "server_load_samples": 0, "server_load_stale": 0}
+                       "server_load_samples": 0, "server_load_stale": 0, "calls_aborted_by_planner": 0}
         self.held_msgs: dict[str, TriggerEvent] = {}  # the messages of the core's held triggers
         self.server_load_at = 0.0  # time.monotonic() of the latest server_load that reported a load (0: none yet)
         self.release_at = 0.0  # time.monotonic() at which held triggers are decided again (0: not due)
@@ -212,6 +215,16 @@ class BraceControllerNode(Node):
             return
         wrapped = future.result()
         result = wrapped.result
+        if wrapped.status == GoalStatus.STATUS_ABORTED:
+            # The planner ended the goal without answering it (an exception in its execute callback): no record of
+            # its own exists, so this one says what happened.
+            self.counts["calls_aborted_by_planner"] += 1
+            self.get_logger().error(f"call {decision_id} for {call.decision.trigger.agent_id}: the planner aborted "
+                                    "the goal (no result); recorded as a planner error")
+            self.finish(call.decision, CallStatus.PLANNER_ERROR, (time.monotonic() - call.started) * 1000.0,
+                        error=f"{ABORTED_BY_PLANNER}: the planner ended the goal without a result (status ABORTED)",
+                        fault=ABORTED_BY_PLANNER)
+            return
         if wrapped.status != GoalStatus.STATUS_SUCCEEDED:
             self.finish(call.decision, CallStatus.CANCELLED, (time.monotonic() - call.started) * 1000.0)
             return
@@ -370,7 +383,7 @@ class BraceControllerNode(Node):
         }
         warnings = nonzero({**self.counts, **self.inputs.counts},
                            ("malformed_triggers", "malformed_calls", "planner_unavailable", "goals_rejected",
-                            "deadline_cancellations", *self.inputs.counts))
+                            "deadline_cancellations", "calls_aborted_by_planner", *self.inputs.counts))
         if not server:
             warnings.append(f"no Replan server on '{self.node_config.replan_action}'")
         self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: replanning gate", values,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from ament_index_python.packages import get_package_share_directory
-from brace_msgs.msg import Episode, Plan, ReplanDecision, TriggerEvent
+from brace_msgs.msg import Episode, Plan, ReplanCall, ReplanDecision, TriggerEvent
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -193,6 +193,22 @@ def test_plans_naming_unknown_entities_raise_the_quality_floor(ros):
     assert node.core.quality.floor == start + 64 and node.core.quality.raised == 1
     wait_for(lambda: probe.diag_value("quality_floor_tokens") == str(start + 64), what="the floor in diagnostics")
     assert probe.diag_value("quality_floor_raised") == "1"
+
+
+def test_a_goal_the_planner_aborts_is_recorded_with_its_error(ros):
+    node = controller(cooldown_steps=0, commit_steps=0)
+    planner = PlannerDouble(raises=True)
+    probe = connect(ros, node, planner)
+    calls: list[ReplanCall] = []
+    probe.create_subscription(ReplanCall, "/brace/replan_calls", calls.append, qos.EVENTS)
+    wait_for(lambda: node.calls_pub.get_subscription_count() >= 2, what="the probe's replan_calls subscription")
+    probe.send(1)
+    wait_for(lambda: calls, what="the controller's record of the aborted call")
+    assert calls[0].status == ReplanCall.STATUS_PLANNER_ERROR, calls[0].status
+    assert calls[0].error.startswith("aborted_by_planner:") and calls[0].decision_id == probe.decisions[0].decision_id
+    assert node.counts["calls_aborted_by_planner"] == 1 and not probe.plans
+    settle(node)
+    wait_for(lambda: probe.diag_value("calls_aborted_by_planner") == "1", what="the count on /diagnostics")
 
 
 def test_malformed_triggers_are_counted_not_fatal(ros):

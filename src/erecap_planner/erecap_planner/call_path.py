@@ -126,6 +126,17 @@ def unserved_outcome(call, compressor: str) -> CallOutcome:
                        compressor=compressor)
 
 
+INTERNAL_ERROR = "internal_error"
+"""The reason at the head of a call record's error when the planner itself failed (a bug, not the model's output)."""
+
+
+def internal_error_outcome(call, compressor: str, exc: BaseException) -> CallOutcome:
+    """The outcome of a call whose run raised unexpectedly: a planner error naming the exception, no steps."""
+    waited_ms = (time.monotonic() - call.accepted_at) * 1000.0
+    return CallOutcome(status=CallStatus.PLANNER_ERROR, latency_ms=waited_ms, slo_ms=call.slo_ms,
+                       error=f"{INTERNAL_ERROR}: {type(exc).__name__}: {exc}", compressor=compressor)
+
+
 def json_object_closed(text: str) -> bool:
     """True once `text` holds a complete top-level JSON object or array (strings respected, prose before it skipped)."""
     return any(depth == 0 for depth in json_depths(text, prose_first=True))

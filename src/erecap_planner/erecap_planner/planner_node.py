@@ -54,6 +54,7 @@ import json
 import sys
 import threading
 import time
+import traceback
 from typing import Optional
 
 from brace_msgs.action import Replan
@@ -82,7 +83,7 @@ from brace_common.world_state import received_world_state
 from brace_memory.memory_write import split_memory_writes
 
 from . import convert
-from .call_path import CallOutcome, unserved_outcome
+from .call_path import INTERNAL_ERROR, CallOutcome, internal_error_outcome, unserved_outcome
 from .call_queue import CallQueue, QueuedCall
 from .config import PlannerConfig
 from .context import ContextBuffer
@@ -121,12 +122,14 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self.calls: dict[bytes, QueuedCall] = {}  # goal id -> its call
         self.state_label = "unconfigured"
         self.last_error = ""
+        self.last_internal_error = ""  # the latest exception the planner raised in a call (diagnostics ERROR)
         self.ids = itertools.count(1)
         self.counts = {"calls": 0, "malformed_context": 0, "malformed_world_states": 0, "context_entries": 0,
                        "goals_rejected": 0,
                        "entries_forgotten": 0, "stale_context": 0, "stale_outcomes": 0, "goal_wait_before_acceptance_ms": 0.0,
                        "schema_updates": 0,
-                       "calls_waited_for_schema": 0, "memory_writes": 0,
+                       "calls_waited_for_schema": 0, "memory_writes": 0, "respelled_values": 0,
+                       "internal_errors": 0,
                        **{f"status.{s.label}": 0 for s in CallStatus}}
         self.rejections = Rejections(self.get_logger())
         self.action_server: Optional[ActionServer] = None
@@ -456,33 +459,24 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             call.handle[0].execute()
 
     def execute(self, goal_handle) -> Replan.Result:
-        """Run (or answer without running) one call: feedback per phase, record on replan_calls."""
+        """Run (or answer without running) one call: feedback per phase, record on replan_calls.
+
+        Whatever fails on the way, the goal ends with a record saying why: a call whose run raised is a planner
+        error `internal_error`; a failure in the bookkeeping after it keeps the validated plan and says so in the
+        record's error. Both are counted (`internal_errors`) and logged with their trace.
+        """
         call = self.calls.pop(_goal_key(goal_handle))
         _, request, accepted = call.handle
         try:
-            if call.outcome is CallState.RUNNING:
-                outcome = self._run(goal_handle, call, request)
-            else:
-                outcome = unserved_outcome(call, self.config.compressor)
-        finally:
-            if call.outcome is CallState.RUNNING:
-                self.queue.finish(call)
-                self._dispatch()
-        memory = self.memory()
-        if memory is not None and outcome.status == CallStatus.OK and outcome.steps:
-            self._keep_notes(memory, request, outcome)
-            if outcome.steps:
-                memory.on_plan(request.agent_id, request.step, request.mode, outcome.steps)
-        self.counts["calls"] += 1
-        self.counts[f"status.{CallStatus(outcome.status).label}"] += 1
-        if outcome.status == CallStatus.OK and outcome.respelled:
-            self.counts["respelled_values"] += len(outcome.respelled)
-            self.get_logger().info(f"call {call.call_id}: ids respelled {', '.join(outcome.respelled)}",
-                                   throttle_duration_sec=1.0)
-        if outcome.status != CallStatus.OK:
-            said = f" (output: {outcome.output_text[:160]!r})" if outcome.status == CallStatus.PLANNER_ERROR else ""
-            self.get_logger().warning(f"call {call.call_id} for {request.agent_id}: {outcome.error}{said}",
-                                      throttle_duration_sec=1.0)
+            outcome = self._outcome(goal_handle, call, request)
+        except Exception as exc:  # noqa: BLE001 - a bug must not make a call vanish from the audit
+            outcome = internal_error_outcome(call, self.config.compressor, exc)
+            self._report_internal_error(call, "run", exc)
+        try:
+            self._account(call, request, outcome)
+        except Exception as exc:  # noqa: BLE001 - the validated plan stands; the failed bookkeeping is reported
+            outcome.error = f"{INTERNAL_ERROR} after the plan was validated: {type(exc).__name__}: {exc}"
+            self._report_internal_error(call, "bookkeeping", exc)
         model = self.call_path.model_name if self.call_path is not None else self.config.model_path
         record = convert.call_to_msg(outcome, request, call.call_id, model, accepted)
         result = Replan.Result(call=record)
@@ -499,6 +493,42 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
                 raise
             self.get_logger().info(f"shutting down: call {call.call_id} not answered ({exc})")
         return result
+
+    def _outcome(self, goal_handle, call: QueuedCall, request) -> CallOutcome:
+        """The call run, or answered without running (superseded, cancelled or expired while waiting)."""
+        try:
+            if call.outcome is CallState.RUNNING:
+                return self._run(goal_handle, call, request)
+            return unserved_outcome(call, self.config.compressor)
+        finally:
+            if call.outcome is CallState.RUNNING:
+                self.queue.finish(call)
+                self._dispatch()
+
+    def _account(self, call: QueuedCall, request, outcome: CallOutcome) -> None:
+        """A finished call's memory writes and plan into memory, its counts, its log lines."""
+        memory = self.memory()
+        if memory is not None and outcome.status == CallStatus.OK and outcome.steps:
+            self._keep_notes(memory, request, outcome)
+            if outcome.steps:
+                memory.on_plan(request.agent_id, request.step, request.mode, outcome.steps)
+        self.counts["calls"] += 1
+        self.counts[f"status.{CallStatus(outcome.status).label}"] += 1
+        if outcome.status == CallStatus.OK and outcome.respelled:
+            self.counts["respelled_values"] += len(outcome.respelled)
+            self.get_logger().info(f"call {call.call_id}: ids respelled {', '.join(outcome.respelled)}",
+                                   throttle_duration_sec=1.0)
+        if outcome.status != CallStatus.OK:
+            said = f" (output: {outcome.output_text[:160]!r})" if outcome.status == CallStatus.PLANNER_ERROR else ""
+            self.get_logger().warning(f"call {call.call_id} for {request.agent_id}: {outcome.error}{said}",
+                                      throttle_duration_sec=1.0)
+
+    def _report_internal_error(self, call: QueuedCall, where: str, exc: BaseException) -> None:
+        """Count and log (with its trace) an exception the planner raised in a call's `where`."""
+        self.counts["internal_errors"] += 1
+        self.last_internal_error = f"call {call.call_id}, {where}: {type(exc).__name__}: {exc}"
+        trace = "".join(traceback.format_exception(exc))
+        self.get_logger().error(f"internal error in {self.last_internal_error}\n{trace}")
 
     def _run(self, goal_handle, call: QueuedCall, request) -> CallOutcome:
         def feedback(phase: str, elapsed_ms: float) -> None:
@@ -529,14 +559,12 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         """A plan's memory writes (memory_write) leave the plan for reflective memory; a plan of nothing but
         writes is a planner error (nothing to execute), its notes kept."""
         steps, notes = split_memory_writes(outcome.steps)
-        for text in notes:
-            self.counts["memory_writes"] += memory.on_note(request.agent_id, request.step, text)
-        if len(steps) == len(outcome.steps):
-            return
-        outcome.steps = steps
-        if not steps:
+        outcome.steps = steps  # before the notes are written: a failing store never sends a store_memory step on
+        if notes and not steps:
             outcome.status = CallStatus.PLANNER_ERROR
             outcome.error = "only_memory_writes: the plan holds no step to execute besides store_memory"
+        for text in notes:
+            self.counts["memory_writes"] += memory.on_note(request.agent_id, request.step, text)
 
     def publish_diagnostics(self) -> None:
         """Lifecycle state, call counts by status, the queue, prefix reuse and malformed input on /diagnostics."""
@@ -551,6 +579,9 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
                   "queue.waiting": len(self.queue), **{f"queue.{k}": v for k, v in self.queue.counts.items()}}
         path = self.call_path
         errors = [f"configure failed: {self.last_error}"] if self.last_error and self.call_path is None else []
+        if self.counts["internal_errors"]:
+            errors.append(f"{self.counts['internal_errors']} internal error(s), the latest in "
+                          f"{self.last_internal_error} (each call was answered with a record saying so)")
         if isinstance(path, ServerCallPath):
             values.update({"backend": "openai", "server_url": path.client.base_url, "server_model": path.server_model,
                            "server.answers": self.server.answered, **dict(sorted(path.counts.items()))})

@@ -7,16 +7,20 @@ server killed mid-call, a deadline shorter than the call, a cancel.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
 import pytest
+from action_msgs.msg import GoalStatus
 from brace_msgs.msg import ReplanCall
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from openai_fault_server import FaultServer
 from test_context import buffer
 from test_plan_parser import SCHEMA
 from test_planner_node import Client, planner, start
 
+from brace_common import qos
 from brace_common.testing import wait_for
 from brace_common.vocabulary import CallStatus
 from brace_memory.episodic import record_line
@@ -175,10 +179,79 @@ def test_node_serves_only_once_the_server_answers(ros):
     assert server.requests[0]["body"]["model"] == "scripted-model"
 
 
+RESPELLED_PLAN = '{"plan": [{"action": "move_to", "parameters": {"target": "Shelf-3"}}]}'
+
+
+def respelling_planner(ros, server: FaultServer, tmp_path):
+    """A planner on `server` whose schema lists shelf_3 (the server's plan names it 'Shelf-3')."""
+    schema = tmp_path / "schema.yaml"
+    schema.write_text("max_steps: 2\nactions:\n  move_to:\n    target: {choices: [dock_1, shelf_3]}\n")
+    node = planner(SMOLLM2, backend="openai", server_url=server.base_url, compressor="recency",
+                   action_schema_file=str(schema), diagnostics_period_s=0.1)
+    return node, start(ros, node)
+
+
+def result_of(client, **goal):
+    future = client.send(**goal).get_result_async()
+    wait_for(future.done, timeout=60, what="result")
+    return future.result()
+
+
+def test_a_plan_naming_an_id_spelled_another_way_is_respelled_counted_and_recorded(ros, tmp_path):
+    with FaultServer(text=RESPELLED_PLAN) as server:
+        node, client = respelling_planner(ros, server, tmp_path)
+        answer = result_of(client)
+    assert answer.status == GoalStatus.STATUS_SUCCEEDED
+    call, plan = answer.result.call, answer.result.plan
+    assert call.status == ReplanCall.STATUS_OK and not call.error, call.error
+    assert [(s.action, json.loads(s.parameters_json)) for s in plan.steps] == [("move_to", {"target": "shelf_3"})]
+    wait_for(lambda: len(client.calls) == 1, what="the call's record on replan_calls")
+    assert node.counts["respelled_values"] == 1 and node.counts["status.ok"] == 1 and node.counts["calls"] == 1
+
+
+def test_a_failure_in_the_bookkeeping_keeps_the_plan_and_says_so_in_the_record(ros, tmp_path):
+    with FaultServer(text=RESPELLED_PLAN) as server:
+        node, client = respelling_planner(ros, server, tmp_path)
+        del node.counts["respelled_values"]  # the defect this guards against: a counter nobody declared
+        answer = result_of(client)
+    assert answer.status == GoalStatus.STATUS_SUCCEEDED
+    call, plan = answer.result.call, answer.result.plan
+    assert call.status == ReplanCall.STATUS_OK and [s.action for s in plan.steps] == ["move_to"]
+    assert call.error.startswith("internal_error after the plan was validated: KeyError"), call.error
+    wait_for(lambda: len(client.calls) == 1, what="the call's record on replan_calls")
+    assert node.counts["internal_errors"] == 1 and "KeyError" in node.last_internal_error
+
+
+def test_an_exception_in_a_call_ends_the_goal_with_a_record_saying_why(ros, tmp_path, monkeypatch):
+    with FaultServer(text=RESPELLED_PLAN) as server:
+        node, client = respelling_planner(ros, server, tmp_path)
+        errors: list[str] = []
+
+        def on_diagnostics(array) -> None:
+            errors.extend(s.message for s in array.status
+                          if s.name.startswith("erecap_planner") and s.level == DiagnosticStatus.ERROR)
+
+        client.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, qos.DIAGNOSTICS)
+
+        def broken_run(*args, **kwargs):
+            raise RuntimeError("the call path broke")
+
+        monkeypatch.setattr(node.call_path, "run", broken_run)
+        answer = result_of(client)
+        call = answer.result.call
+        assert answer.status == GoalStatus.STATUS_SUCCEEDED and not answer.result.plan.steps
+        assert call.status == ReplanCall.STATUS_PLANNER_ERROR, call.status
+        assert call.error == "internal_error: RuntimeError: the call path broke", call.error
+        wait_for(lambda: len(client.calls) == 1, what="the call's record on replan_calls")
+        assert node.counts["internal_errors"] == 1 and node.counts["status.planner_error"] == 1
+        wait_for(lambda: any("internal error" in e for e in errors), what="diagnostics ERROR naming it")
+        monkeypatch.undo()  # the queue was released: the next call runs
+        again = result_of(client, decision_id="d2")
+    assert again.result.call.status == ReplanCall.STATUS_OK, again.result.call.error
+
+
 def test_node_publishes_the_servers_load_with_its_own_requests(ros):
     from brace_msgs.msg import ServerLoad
-
-    from brace_common import qos
 
     with FaultServer(chunk_delay_s=0.2) as server:  # a call streams for about 2 s
         server.metrics = "llamacpp:requests_processing 2\nllamacpp:requests_deferred 1\n"
@@ -201,8 +274,6 @@ def test_node_publishes_the_servers_load_with_its_own_requests(ros):
 
 def test_a_server_without_load_gauges_is_asked_once(ros):
     from brace_msgs.msg import ServerLoad
-
-    from brace_common import qos
 
     with FaultServer() as server:  # GET /metrics: 404
         node = planner(SMOLLM2, backend="openai", server_url=server.base_url, compressor="recency",
