@@ -43,11 +43,23 @@ from typing import Any, Optional
 
 import yaml
 
-from .validation import MAX_ID_CHARS, InvalidInput, check_id, parse_json_object, shorten
+from .validation import MAX_ID_CHARS, MAX_TEXT_CHARS, InvalidInput, check_id, parse_json_object, shorten
 
 TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "number": (int, float), "integer": (int,),
                                       "boolean": (bool,)}
 """The JSON types a parameter may have, and the Python types that carry them."""
+MAX_SCHEMA_STEPS = 64
+"""The longest plan a schema may allow (`max_steps`): what a Plan message carries at most."""
+MAX_SCHEMA_ACTIONS = 256
+"""Actions in one schema."""
+MAX_ACTION_PARAMETERS = 32
+"""Parameters of one action."""
+MAX_CHOICES = 4096
+"""Enumerated values of one parameter (or ids of one entity kind)."""
+MAX_SCHEMA_JSON_CHARS = 262_144
+"""A schema as JSON (WorldInfo.action_schema_json); the largest a shipped world publishes is a few KB."""
+MAX_SCHEMA_JSON_DEPTH = 8
+"""Nesting of a schema as JSON: schema, actions, action, parameter, choices are five levels."""
 
 
 class Fault(str, Enum):
@@ -184,6 +196,47 @@ def merged(base: Mapping, override: Mapping) -> dict:
     return out
 
 
+def _mapping(where: str, value: Any) -> Mapping:
+    """`value` as a mapping (None: empty); ValueError when it is something else."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where} is a mapping, not {type(value).__name__}")
+    return value
+
+
+def _list(where: str, value: Any, limit: int = MAX_CHOICES) -> tuple:
+    """`value` as a tuple (None: empty) of at most `limit` items; ValueError when it is not a list."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ValueError(f"{where} must be a list")
+    if len(value) > limit:
+        raise ValueError(f"{where} has {len(value)} items (at most {limit})")
+    return tuple(value)
+
+
+def _name(where: str, value: Any) -> str:
+    """An action, parameter or entity-kind name: an id (validation.check_id); ValueError otherwise."""
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: name {shorten(repr(value))} is not a string")
+    try:
+        return check_id("name", value)
+    except InvalidInput as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _choice(where: str, kind: str, value: Any) -> Any:
+    """One enumerated value: of the parameter's JSON type, finite, a string no longer than a text."""
+    if isinstance(value, bool) and kind != "boolean" or not isinstance(value, TYPES[kind]):
+        raise ValueError(f"{where}: choice {shorten(repr(value))} is not a {kind}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where}: choice {value} is not finite")
+    if isinstance(value, str) and not 0 < len(value) <= MAX_TEXT_CHARS:
+        raise ValueError(f"{where}: a choice has {len(value)} characters (1 to {MAX_TEXT_CHARS})")
+    return value
+
+
 def _number(where: str, raw: Mapping, *names: str) -> Optional[float]:
     for name in names:
         if raw.get(name) is not None:
@@ -195,27 +248,30 @@ def _number(where: str, raw: Mapping, *names: str) -> Optional[float]:
 
 
 def _parameter(where: str, raw: Any, entities: Mapping[str, tuple]) -> ParameterSpec:
-    raw = raw or {}
-    if not isinstance(raw, Mapping):
+    if raw is not None and not isinstance(raw, Mapping):
         raise ValueError(f"{where}: a parameter is a mapping (type, required, choices, entity, min, max)")
+    raw = raw or {}
     unknown = set(raw) - {"type", "required", "choices", "enum", "entity", "min", "max", "low", "high",
                           "exclusive_min", "exclusive_max", "not_self"}
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {sorted(map(str, unknown))}")
     kind = raw.get("type", "string")
-    if kind not in TYPES:
-        raise ValueError(f"{where}: type '{kind}' is not one of {', '.join(TYPES)}")
+    if not isinstance(kind, str) or kind not in TYPES:
+        raise ValueError(f"{where}: type {shorten(repr(kind))} is not one of {', '.join(TYPES)}")
     values = raw.get("choices", raw.get("enum"))
-    if values is not None and (isinstance(values, (str, bytes)) or not isinstance(values, Sequence)):
-        raise ValueError(f"{where}: choices must be a list")
+    if values is not None:
+        values = tuple(_choice(where, kind, v) for v in _list(f"{where}: choices", values))
     entity = raw.get("entity")
+    for flag in ("required", "exclusive_min", "exclusive_max"):
+        if not isinstance(raw.get(flag, False), bool):
+            raise ValueError(f"{where}: {flag} is true or false")
     if entity is not None:
         if values is not None:
             raise ValueError(f"{where}: give choices or entity, not both")
-        if entity not in entities:
-            raise ValueError(f"{where}: entity '{entity}' is not a kind of the schema's entities "
+        if not isinstance(entity, str) or entity not in entities:
+            raise ValueError(f"{where}: entity {shorten(repr(entity))} is not a kind of the schema's entities "
                              f"({', '.join(entities) or 'none'})")
-        values = entities[entity] or None
+        values = tuple(_choice(where, kind, v) for v in entities[entity]) or None
     low, high = _number(where, raw, "min", "low"), _number(where, raw, "max", "high")
     if (low is not None or high is not None) and kind not in ("number", "integer"):
         raise ValueError(f"{where}: a range needs type number or integer, not {kind}")
@@ -252,32 +308,49 @@ class ActionSchema:
             raise ValueError(f"unknown key(s) {sorted(map(str, unknown))} (max_steps, min_steps, entities, kinds, "
                              "actions)")
         entities: dict[str, tuple] = {}
-        for kind, ids in (raw.get("entities") or {}).items():
-            if ids is not None and (isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence)):
-                raise ValueError(f"entities.{kind} must be a list of ids")
-            entities[str(kind)] = tuple(ids or ())
-        actions_raw = raw.get("actions") or {}
-        if not isinstance(actions_raw, Mapping) or not actions_raw:
+        for kind, ids in _mapping("entities", raw.get("entities")).items():
+            where = f"entities.{_name('entities', kind)}"
+            entities[kind] = _list(where, ids)
+            if not all(isinstance(i, str) and 0 < len(i) <= MAX_TEXT_CHARS for i in entities[kind]):
+                raise ValueError(f"{where} must be a list of ids (non-empty strings)")
+        actions_raw = _mapping("actions", raw.get("actions"))
+        if not actions_raw:
             raise ValueError("an action schema needs an 'actions' mapping with at least one action")
+        if len(actions_raw) > MAX_SCHEMA_ACTIONS:
+            raise ValueError(f"actions has {len(actions_raw)} actions (at most {MAX_SCHEMA_ACTIONS})")
         actions = {}
         for name, params in actions_raw.items():
-            if params is not None and not isinstance(params, Mapping):
-                raise ValueError(f"actions.{name}: parameters are a mapping")
-            actions[str(name)] = ActionSpec(str(name), {str(p): _parameter(f"actions.{name}.{p}", spec, entities)
-                                                        for p, spec in (params or {}).items()})
+            where = f"actions.{_name('actions', name)}"
+            params = _mapping(f"{where}: parameters", params)
+            if len(params) > MAX_ACTION_PARAMETERS:
+                raise ValueError(f"{where} has {len(params)} parameters (at most {MAX_ACTION_PARAMETERS})")
+            actions[name] = ActionSpec(name, {_name(where, p): _parameter(f"{where}.{p}", spec, entities)
+                                              for p, spec in params.items()})
         kinds: dict[str, tuple[str, ...]] = {}
-        for kind, allowed in (raw.get("kinds") or {}).items():
-            allowed = tuple(allowed or ())
-            missing = [a for a in allowed if a not in actions]
+        for kind, allowed in _mapping("kinds", raw.get("kinds")).items():
+            where = f"kinds.{_name('kinds', kind)}"
+            allowed = _list(where, allowed, MAX_SCHEMA_ACTIONS)
+            missing = [shorten(repr(a)) for a in allowed if not isinstance(a, str) or a not in actions]
             if missing:
-                raise ValueError(f"kinds.{kind}: {missing} are not actions of the schema")
-            kinds[str(kind)] = allowed
+                raise ValueError(f"{where}: {missing} are not actions of the schema")
+            kinds[kind] = allowed
         max_steps, min_steps = raw.get("max_steps", 16), raw.get("min_steps", 1)
-        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-            raise ValueError(f"max_steps {max_steps!r} is not a positive integer")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or not 1 <= max_steps <= MAX_SCHEMA_STEPS:
+            raise ValueError(f"max_steps {shorten(repr(max_steps))} is not an integer in [1, {MAX_SCHEMA_STEPS}]")
         if isinstance(min_steps, bool) or not isinstance(min_steps, int) or not 1 <= min_steps <= max_steps:
-            raise ValueError(f"min_steps {min_steps!r} must be an integer in [1, max_steps = {max_steps}]")
+            raise ValueError(f"min_steps {shorten(repr(min_steps))} must be an integer in [1, max_steps = {max_steps}]")
         return cls(actions, max_steps, min_steps, entities, kinds, copy.deepcopy(dict(raw)))
+
+    @classmethod
+    def from_json(cls, text: str) -> ActionSchema:
+        """A schema from its JSON form as a message carries it (WorldInfo.action_schema_json), bounded in length
+        (MAX_SCHEMA_JSON_CHARS) and nesting (MAX_SCHEMA_JSON_DEPTH) before it is parsed; InvalidInput (a
+        ValueError) naming what is wrong."""
+        raw = parse_json_object("action_schema_json", text, MAX_SCHEMA_JSON_CHARS, MAX_SCHEMA_JSON_DEPTH)
+        try:
+            return cls.from_dict(raw)
+        except ValueError as exc:
+            raise InvalidInput("malformed_schema", str(exc)) from None
 
     @classmethod
     def load(cls, path: str | Path) -> ActionSchema:

@@ -89,7 +89,7 @@ def test_merged_merges_mappings_replaces_values_and_removes_none():
     ({}, "actions"),
     ({"actions": {"a": {"p": {"type": "vector"}}}}, "vector"),
     ({"actions": {"a": {"p": {"entity": "room"}}}}, "room"),
-    ({"actions": {"a": {"p": {"choices": [1], "entity": "x"}}}, "entities": {"x": []}}, "not both"),
+    ({"actions": {"a": {"p": {"choices": ["1"], "entity": "x"}}}, "entities": {"x": []}}, "not both"),
     ({"actions": {"a": {"p": {"type": "string", "min": 1}}}}, "range"),
     ({"actions": {"a": {"p": {"type": "number", "min": 2, "max": 1}}}}, "min"),
     ({"actions": {"a": {"p": {"colour": "red"}}}}, "colour"),
@@ -103,6 +103,49 @@ def test_merged_merges_mappings_replaces_values_and_removes_none():
 def test_a_bad_schema_is_refused_with_what_is_wrong(raw, words):
     with pytest.raises(ValueError, match=words):
         ActionSchema.from_dict(raw)
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"actions":{"go":{}},"entities":5}', "entities is a mapping"),
+    ('{"actions":{"go":{}},"kinds":["go"]}', "kinds is a mapping"),
+    ('{"actions":{"go":{}},"kinds":{"arm":"go"}}', "kinds.arm must be a list"),
+    ('{"actions":{"go":{}},"kinds":{"arm":[["go"]]}}', "not actions"),
+    ('{"actions":["go"]}', "actions is a mapping"),
+    ('{"actions":{"go":[]}}', "parameters is a mapping"),
+    ('{"actions":{"go":{"p":{"type":["string"]}}}}', "is not one of"),
+    ('{"actions":{"go":{"p":{"choices":[{"a":1}]}}}}', "not a string"),
+    ('{"actions":{"go":{"p":{"type":"number","choices":[1e999]}}}}', "not finite"),
+    ('{"actions":{"go":{"p":{"entity":["x"]}}},"entities":{"x":["a"]}}', "not a kind"),
+    ('{"actions":{"go":{}},"entities":{"x":[1]}}', "list of ids"),
+    ('{"actions":{"go":{"p":{"required":"no"}}}}', "required"),
+    ('{"actions":{"go\\n":{}}}', "name"),
+    ('{"actions":{"go":{}},"max_steps":1000000}', "max_steps"),
+    ('[' * 100_000, "nests deeper"),
+    ('{"actions":{"go":{}}} ' + ' ' * 300_000, "characters"),
+    ('{"actions":{"go":{"p":{"choices":' + str(list(range(5000))) + '}}}}', "items"),
+])
+def test_a_hostile_schema_on_the_graph_is_refused_never_raised_past(text, words):
+    with pytest.raises(InvalidInput, match=words):
+        ActionSchema.from_json(text)
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+                               st.sampled_from(["actions", "entities", "kinds", "max_steps", "min_steps", "go", "p",
+                                                "type", "choices", "entity", "required", "min", "max", "not_self",
+                                                "x"]) | st.text(max_size=4), inner, max_size=4),
+                           max_leaves=24)
+
+
+@settings(max_examples=400, deadline=None)
+@given(JSON_VALUES)
+def test_any_json_value_makes_a_schema_or_a_value_error(raw):
+    try:
+        schema = ActionSchema.from_dict(raw)
+    except ValueError:
+        return
+    schema.json_schema()
+    schema.describe()
 
 
 def test_a_schema_loads_from_yaml(tmp_path):

@@ -228,17 +228,18 @@ class PlannerCallPath:
         self.eos_ids = tuple(sorted({int(e) for e in [tokenizer.eos_token_id, *configured] if e is not None}))
 
     def set_schema(self, schema: ActionSchema) -> None:
-        """Plan with `schema` from the next call on (the running one keeps its own); ValueError when the decoding
-        cannot use it (candidates and constrained decoding need every parameter enumerated)."""
-        candidates = enumerate_steps(schema) if self.decoding is not Decoding.JSON else []
+        """Plan with `schema` from the next call on (the running one keeps its own); ValueError, the schema
+        unchanged, when the decoding cannot use it (candidates and constrained decoding need every parameter
+        enumerated, in at most scoring.MAX_CANDIDATES skill calls: CandidateLimit)."""
+        candidates = enumerate_steps(schema) if self.decoding is not Decoding.JSON or self.memory is not None else []
         if self.decoding is not Decoding.JSON and not candidates:
             raise ValueError(f"{self.decoding.value} decoding needs actions whose parameters all have enumerated "
                              "choices")
         constrained = (ConstrainedPlanDecoder(self.tokenizer, candidates, schema.max_steps, schema.min_steps)
                        if self.decoding is Decoding.CONSTRAINED else None)
-        self.use = SchemaUse(schema, candidates, constrained)
+        self.use = SchemaUse(schema, candidates if self.decoding is not Decoding.JSON else [], constrained)
         if self.memory is not None:
-            self.memory.system.on_schema(candidates or enumerate_steps(schema))
+            self.memory.system.on_schema(candidates)
 
     @staticmethod
     def use_for(use: SchemaUse, agent: str) -> SchemaUse:

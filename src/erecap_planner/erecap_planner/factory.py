@@ -23,6 +23,7 @@ from .memory_summariser import ChatSummariser
 from .openai_client import OpenAIClient
 from .predictor import PredictorBank, PredictorMismatchError
 from .pruning import PruneSchedule, table8_layers
+from .scoring import CandidateLimit
 from .server_call_path import Backoff, ServerCallPath
 
 CallPath = Union[PlannerCallPath, ServerCallPath]
@@ -200,6 +201,9 @@ def build_local(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None)
                                plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n},
                                layout=cfg.context_layout, prefix_reuse=cfg.prefix_reuse,
                                max_context_tokens=cfg.max_context_tokens, memory=memory)
+    except CandidateLimit as exc:
+        memory.system.close()
+        raise ConfigError("action_schema_file", str(exc)) from None
     except ValueError as exc:
         memory.system.close()
         raise ConfigError("decoding" if "decoding" in str(exc) else "compressor", str(exc)) from None
@@ -227,11 +231,16 @@ def build_server(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None
         tokenizer = load_tokenizer(cfg)
         compressor = make_compressor(cfg.compressor, PruneSchedule((), 1.0, cfg.head_tokens, cfg.tail_min,
                                                                    cfg.tail_frac))
-    return ServerCallPath(client, cfg.server_model, tokenizer, schema, compressor, cfg.compressor, cfg.endpoint,
-                          cfg.structured_output, cfg.max_new_tokens, cfg.system_prompt,
-                          plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n},
-                          layout=cfg.context_layout, max_context_tokens=cfg.max_context_tokens,
-                          backoff=Backoff(cfg.retry_backoff_s, cfg.retry_backoff_max_s), memory=build_memory(cfg, logger))
+    memory = build_memory(cfg, logger)
+    try:
+        return ServerCallPath(client, cfg.server_model, tokenizer, schema, compressor, cfg.compressor, cfg.endpoint,
+                              cfg.structured_output, cfg.max_new_tokens, cfg.system_prompt,
+                              plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n},
+                              layout=cfg.context_layout, max_context_tokens=cfg.max_context_tokens,
+                              backoff=Backoff(cfg.retry_backoff_s, cfg.retry_backoff_max_s), memory=memory)
+    except CandidateLimit as exc:
+        memory.system.close()
+        raise ConfigError("action_schema_file", str(exc)) from None
 
 
 def build_call_path(cfg: PlannerConfig, logger=None, schema: Optional[ActionSchema] = None) -> CallPath:

@@ -50,7 +50,6 @@ configures and activates itself (brace_common.spin). Stamps are ROS time
 from __future__ import annotations
 
 import itertools
-import json
 import sys
 import threading
 import time
@@ -378,22 +377,30 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             memory.start_episode()
 
     def on_world_info(self, msg: WorldInfo) -> None:
-        """The world's action schema: used from the next call on when it changed; a malformed one (or none, when
-        the world has none of its own) is counted and the current one kept."""
+        """The world's action schema: used from the next call on when it changed. Untrusted input: a malformed,
+        oversized or combinatorial one (or none, when the world has none of its own) is counted and the current
+        one kept; being latched, it comes once per subscription and never again until the world changes it."""
         if msg.action_schema_json == self.world_schema_json:
             return
         try:
             if not msg.action_schema_json:
                 raise InvalidInput("no_action_schema", f"world '{msg.world}' publishes no action schema: set "
                                    "action_schema_file")
-            schema = ActionSchema.from_dict(json.loads(msg.action_schema_json))
+            schema = ActionSchema.from_json(msg.action_schema_json)  # bounded before it is parsed
             path = self.call_path
             if path is None:
                 return
-            path.set_schema(self.config.planner_schema(schema))  # ValueError: the world has a store_memory skill
-        except ValueError as exc:  # json.JSONDecodeError and PlanError are ValueErrors
+            path.set_schema(self.config.planner_schema(schema))  # ValueError: a store_memory skill, too many calls
+        except ValueError as exc:  # InvalidInput, PlanError, CandidateLimit are ValueErrors
             self.rejections.reject("world_info", exc if isinstance(exc, InvalidInput) else
                                    InvalidInput("malformed_schema", str(exc)), f"{msg.world}/{msg.episode}")
+            return
+        except Exception as exc:  # noqa: BLE001 - a schema no check foresaw must not kill the planner (latched:
+            # every restart would meet it again); counted apart and logged with its trace, so the gap is seen
+            self.rejections.reject("world_info", InvalidInput("unexpected_error", f"{type(exc).__name__}: {exc}"),
+                                   f"{msg.world}/{msg.episode}")
+            self.get_logger().error("world_info: schema refused by an unexpected error\n"
+                                    + "".join(traceback.format_exception(exc)))
             return
         self.world_schema_json, self.world_schema_from = msg.action_schema_json, f"{msg.world} episode {msg.episode}"
         self.counts["schema_updates"] += 1

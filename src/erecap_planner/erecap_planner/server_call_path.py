@@ -159,10 +159,12 @@ class ServerCallPath:
 
     def set_schema(self, schema: ActionSchema) -> None:
         """Plan with `schema` (its JSON Schema as response_format) from the next call on; the running one keeps
-        its own."""
+        its own. CandidateLimit (a ValueError), the schema unchanged, when memory needs its skill calls and they are
+        more than scoring.MAX_CANDIDATES."""
+        steps = enumerate_steps(schema) if self.memory is not None else None
         self.schema = schema
-        if self.memory is not None:
-            self.memory.system.on_schema(enumerate_steps(schema))
+        if steps is not None:
+            self.memory.system.on_schema(steps)
 
     # ------------------------------------------------------------------ request body
 

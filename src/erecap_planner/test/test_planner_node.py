@@ -330,8 +330,41 @@ def test_with_no_schema_file_the_planner_plans_with_the_schema_the_world_publish
     announce(1, {"max_steps": 2, "actions": {"hover": {"seconds": {"type": "number", "choices": [2.0]}}}})
     assert plan() == [("hover", {"seconds": 2.0})]  # the next call uses the changed schema
     info.publish(WorldInfo(world="tiny", episode=2, agents=["a"], action_schema_json="{not json"))
-    wait_for(lambda: node.rejections.counts["world_info.malformed_schema"] == 1, what="a malformed schema counted")
+    wait_for(lambda: node.rejections.counts["world_info.bad_action_schema_json"] == 1, what="a malformed schema "
+             "counted")
     assert plan() == [("hover", {"seconds": 2.0})]  # and the last good one kept
+
+
+HOSTILE_SCHEMAS = [
+    ('{"actions":{"go":{}},"entities":5}', "malformed_schema"),
+    ('{"actions":{"go":{}},"kinds":["go"]}', "malformed_schema"),
+    ('{"actions":{"go":{"p":{"choices":[{"x":1}]}}}}', "malformed_schema"),
+    ("[" * 100_000, "deep_action_schema_json"),
+    ('{"actions": {}}' + " " * 300_000, "long_action_schema_json"),
+    (json.dumps({"actions": {"go": {p: {"choices": [f"{p}{i}" for i in range(40)]} for p in "abc"}}}),
+     "too_many_candidates"),  # 64,000 skill calls: the constrained decoder's cross product
+]
+
+
+def test_a_hostile_world_info_is_refused_counted_and_the_planner_plans_on(ros, model_dir):
+    node = planner(model_dir, action_schema_file="", decoding="constrained")
+    client = start(ros, node)
+    world = ros.add(Node("world"))
+    info = world.create_publisher(WorldInfo, "/brace/world_info", qos.WORLD_INFO)
+    good = json.dumps({"max_steps": 1, "actions": {"go_to": {"target": {"choices": ["dock_1", "dock_2"]}}}})
+    info.publish(WorldInfo(world="tiny", episode=0, agents=["a"], action_schema_json=good))
+    wait_for(lambda: node.counts["schema_updates"] == 1, what="the world's schema")
+    before = node.rejections.total  # start()'s malformed context entry
+    for episode, (text, reason) in enumerate(HOSTILE_SCHEMAS, start=1):
+        info.publish(WorldInfo(world="tiny", episode=episode, agents=["a"], action_schema_json=text))
+        wait_for(lambda episode=episode: node.rejections.total == before + episode, what=f"schema {episode} refused")
+        assert node.rejections.counts[f"world_info.{reason}"] >= 1, node.rejections.counts
+    assert node.counts["schema_updates"] == 1
+    result_future = client.send().get_result_async()
+    wait_for(result_future.done, timeout=60, what="result")
+    result = result_future.result().result
+    assert result.call.status == ReplanCall.STATUS_OK, result.call.error  # the last good schema still plans
+    assert [s.action for s in result.plan.steps] == ["go_to"]
 
 
 def call_and_retrieve(client: Client, **goal):
