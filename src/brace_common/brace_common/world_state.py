@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Optional
@@ -20,7 +21,19 @@ from brace_msgs import msg as m
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import Pose as PoseMsg
 
+from .validation import InvalidInput, shorten
 from .vocabulary import Activity, Observability
+
+MAX_ENTITIES = 4096
+"""Entities of one received state (the largest a shipped world publishes has a few hundred); more: refused."""
+MAX_RELATIONS = 16_384
+"""Relations of one received state."""
+MAX_ACTIVITIES = 1024
+"""Agent activities of one received state."""
+MAX_ATTRIBUTES = 64
+"""Attributes of one entity."""
+MAX_STATE_CHARS = 1_048_576
+"""The characters of one received state's strings together (ids, types, states, attributes, parameters)."""
 
 
 @dataclass(frozen=True)
@@ -108,15 +121,18 @@ class WorldState:
         object.__setattr__(self, "relations", tuple(self.relations))
         object.__setattr__(self, "agents", tuple(self.agents))
         ids = [e.id for e in self.entities]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"entity ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
         known = set(ids)
+        if len(known) != len(ids):  # linear: a state of 40,000 entities is refused in milliseconds
+            repeated = sorted(i for i, n in Counter(ids).items() if n > 1)
+            raise ValueError(f"entity ids repeat: {[shorten(i) for i in repeated[:5]]}"
+                             f"{f' and {len(repeated) - 5} more' if len(repeated) > 5 else ''}")
         dangling = [r for r in self.relations if r.subject not in known or r.object not in known]
         if dangling:
-            raise ValueError(f"relations name entities the state does not hold: {dangling[:3]}")
+            raise ValueError(f"relations name entities the state does not hold: "
+                             f"{[(shorten(r.subject), r.predicate, shorten(r.object)) for r in dangling[:3]]}")
         strangers = [a.agent_id for a in self.agents if a.agent_id not in known]
         if strangers:
-            raise ValueError(f"activities of agents without an entity: {strangers}")
+            raise ValueError(f"activities of agents without an entity: {[shorten(a) for a in strangers[:5]]}")
 
     def entity(self, entity_id: str) -> Entity:
         """The entity with this id; KeyError when the state has none."""
@@ -284,8 +300,30 @@ def received_world_state(msg: m.WorldState, counts: dict, rejections) -> Optiona
         return None
 
 
+def check_world_state_size(msg: m.WorldState) -> None:
+    """InvalidInput when `msg` holds more than a state may (MAX_ENTITIES, MAX_RELATIONS, MAX_ACTIVITIES,
+    MAX_ATTRIBUTES, MAX_STATE_CHARS); the counts are checked before any item is read, the rest in one pass."""
+    for name, items, limit in (("entities", msg.entities, MAX_ENTITIES), ("relations", msg.relations, MAX_RELATIONS),
+                               ("agents", msg.agents, MAX_ACTIVITIES)):
+        if len(items) > limit:
+            raise InvalidInput(f"many_{name}", f"the state has {len(items)} {name} (at most {limit})")
+    chars = len(msg.world)
+    for e in msg.entities:
+        if len(e.attributes) > MAX_ATTRIBUTES:
+            raise InvalidInput("many_attributes", f"entity '{shorten(e.id)}' has {len(e.attributes)} attributes "
+                               f"(at most {MAX_ATTRIBUTES})")
+        chars += len(e.id) + len(e.type) + len(e.state) + sum(len(kv.key) + len(kv.value) for kv in e.attributes)
+    chars += sum(len(r.subject) + len(r.predicate) + len(r.object) for r in msg.relations)
+    chars += sum(len(a.agent_id) + len(a.action) + len(a.parameters_json) for a in msg.agents)
+    if chars > MAX_STATE_CHARS:
+        raise InvalidInput("long_world_state", f"the state's strings hold {chars} characters (at most "
+                           f"{MAX_STATE_CHARS})")
+
+
 def world_state_from_msg(msg: m.WorldState) -> WorldState:
-    """The state a WorldState message carries (ValueError when it is inconsistent: see WorldState)."""
+    """The state a WorldState message carries (InvalidInput when it is larger than a state may be; ValueError when
+    it is inconsistent: see WorldState). Linear in the message's size."""
+    check_world_state_size(msg)
     entities = []
     for e in msg.entities:
         pose = None

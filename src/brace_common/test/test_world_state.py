@@ -5,13 +5,20 @@ from __future__ import annotations
 import math
 
 import pytest
+from brace_msgs.msg import Entity as EntityMsg
+from brace_msgs.msg import KeyValue
 from brace_msgs.msg import Relation as RelationMsg
 from brace_msgs.msg import WorldState as WorldStateMsg
 from builtin_interfaces.msg import Time
 from rclpy.serialization import deserialize_message, serialize_message
 
+from brace_common.validation import InvalidInput
 from brace_common.vocabulary import Activity, Observability, Predicate
 from brace_common.world_state import (
+    MAX_ATTRIBUTES,
+    MAX_ENTITIES,
+    MAX_RELATIONS,
+    MAX_STATE_CHARS,
     AgentActivity,
     Entity,
     PlanProgress,
@@ -74,6 +81,45 @@ def test_inconsistent_states_are_refused():
     for bad in (-0.1, math.inf):
         with pytest.raises(ValueError, match="tracking_error"):
             AgentActivity("a", tracking_error=bad)
+
+
+class CountedId(str):
+    """An id that counts how often it is compared for equality (how much work a check does)."""
+
+    comparisons = 0
+
+    def __eq__(self, other) -> bool:
+        CountedId.comparisons += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_a_repeated_id_is_found_in_linear_time_and_named_briefly():
+    n = 4000
+    entities = [Entity(CountedId(f"e{i}"), "object") for i in range(n)] + [Entity(CountedId("e7"), "object")]
+    CountedId.comparisons = 0
+    with pytest.raises(ValueError, match="repeat") as refused:
+        WorldState("w", 0, 0, tuple(entities))
+    assert CountedId.comparisons < 10 * n  # ids.count() per id compared n^2 = 16 million times
+    assert "e7" in str(refused.value) and len(str(refused.value)) < 200
+
+
+@pytest.mark.parametrize("grow, reason", [
+    (lambda m: m.entities.extend(EntityMsg(id=f"e{i}", type="object") for i in range(MAX_ENTITIES + 1)),
+     "many_entities"),
+    (lambda m: m.relations.extend(RelationMsg(subject="agent_0", predicate="near", object="cup_3")
+                                  for _ in range(MAX_RELATIONS + 1)), "many_relations"),
+    (lambda m: m.entities[0].attributes.extend(KeyValue(key=f"k{i}", value="v") for i in range(MAX_ATTRIBUTES + 1)),
+     "many_attributes"),
+    (lambda m: setattr(m.entities[1], "state", "x" * MAX_STATE_CHARS), "long_world_state"),
+])
+def test_a_state_larger_than_a_state_may_be_is_refused_by_its_reason(grow, reason):
+    msg = world_state_msg(scene(), Time(), "map")
+    grow(msg)
+    with pytest.raises(InvalidInput) as refused:
+        world_state_from_msg(msg)
+    assert refused.value.reason == reason
 
 
 def test_diff_names_what_changed():

@@ -12,6 +12,7 @@ import pytest
 from ament_index_python.packages import get_package_share_directory
 from brace_msgs.msg import AgentActivity as AgentActivityMsg
 from brace_msgs.msg import AgentState, Episode, ExecutionOutcome, ReplanDecision, TriggerEvent, VerifierVerdict
+from brace_msgs.msg import Entity as EntityMsg
 from brace_msgs.msg import WorldState as WorldStateMsg
 from geometry_msgs.msg import Point
 from rclpy.node import Node
@@ -271,3 +272,21 @@ def test_a_revisited_world_state_raises_a_loop_trigger_and_a_malformed_one_is_co
     assert loop.agent_id == "a" and "state of step 0 again after 2 actions" in loop.detail
     assert loop.consecutive_failures == 1
     wait_for(lambda: node.counts["malformed_world_states"] == 1, what="malformed state counted")
+
+
+def test_oversized_and_duplicate_id_world_states_are_counted_and_failures_still_trigger(ros):
+    node = monitor(loop_detection=True, failure_threshold=1)
+    world = connect(ros, node)
+    pub = world.create_publisher(WorldStateMsg, "/brace/world_state", qos.WORLD_STATE)
+    wait_for(lambda: pub.get_subscription_count() > 0, what="world_state subscription")
+    huge = WorldStateMsg(world="w", entities=[EntityMsg(id=f"e{i}", type="object") for i in range(40_000)])
+    repeated = WorldStateMsg(world="w", entities=[EntityMsg(id=f"e{i}", type="object") for i in range(4000)])
+    repeated.entities.append(EntityMsg(id="e7", type="object"))
+    pub.publish(huge)
+    wait_for(lambda: node.rejections.counts["world_state.many_entities"] == 1, what="the 40,000-entity state refused")
+    pub.publish(repeated)
+    wait_for(lambda: node.counts["malformed_world_states"] == 2, what="the repeated id counted")
+    world.outcomes.publish(ExecutionOutcome(agent_id="a", step=1, action="pick", success=False,
+                                            failure=ExecutionOutcome.FAILURE_GRASP))
+    wait_for(lambda: world.of_kind(TriggerEvent.KIND_FAILURE), what="a failure trigger after them")
+
