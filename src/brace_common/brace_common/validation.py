@@ -34,11 +34,11 @@ MAX_COUNT = 1_000_000
 """Counters carried in messages (consecutive failures, tokens)."""
 MAX_LOG_ID_CHARS = 48
 """Ids are shortened to this in logs."""
-ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:/@-]+$")
-"""What an id may contain."""
+ID_PATTERN = re.compile(r"[A-Za-z0-9_.:/@-]+")
+"""What an id may contain (matched whole: `fullmatch`, so no trailing newline slips through `$`)."""
 MAX_AGENT_ID_CHARS = 64
 """An agent id's length (it names ROS namespaces and files)."""
-AGENT_ID_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+AGENT_ID_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 """What an agent id may contain: a ROS name token, so it can name a namespace or a file (no '/', '.', '..')."""
 
 
@@ -64,7 +64,7 @@ def check_id(field: str, value: str, allow_empty: bool = False) -> str:
         raise InvalidInput(f"empty_{field}", f"{field} is empty")
     if len(value) > MAX_ID_CHARS:
         raise InvalidInput(f"long_{field}", f"{field} has {len(value)} characters (at most {MAX_ID_CHARS})")
-    if not ID_PATTERN.match(value):
+    if not ID_PATTERN.fullmatch(value):
         raise InvalidInput(f"bad_{field}", f"{field} '{shorten(value)}' has characters outside [A-Za-z0-9_.:/@-]")
     return value
 
@@ -75,7 +75,7 @@ def check_agent_id(field: str, value: str) -> str:
         raise InvalidInput(f"empty_{field}", f"{field} is empty")
     if len(value) > MAX_AGENT_ID_CHARS:
         raise InvalidInput(f"long_{field}", f"{field} has {len(value)} characters (at most {MAX_AGENT_ID_CHARS})")
-    if not AGENT_ID_PATTERN.match(value):
+    if not AGENT_ID_PATTERN.fullmatch(value):
         raise InvalidInput(f"bad_{field}", f"{field} '{shorten(value)}' is not a letter followed by letters, digits "
                                            "and '_' (an agent id names namespaces and files)")
     return value

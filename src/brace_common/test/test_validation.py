@@ -24,7 +24,8 @@ from brace_common.validation import (
 
 
 @pytest.mark.parametrize("value,reason", [("", "empty_agent_id"), ("a" * 129, "long_agent_id"),
-                                           ("agent 0", "bad_agent_id"), ("agent\n0", "bad_agent_id")])
+                                           ("agent 0", "bad_agent_id"), ("agent\n0", "bad_agent_id"),
+                                           ("a\n", "bad_agent_id"), ("agent_0\n", "bad_agent_id")])
 def test_ids_are_short_and_plain(value, reason):
     with pytest.raises(InvalidInput) as err:
         check_id("agent_id", value)
@@ -32,7 +33,8 @@ def test_ids_are_short_and_plain(value, reason):
     assert check_id("agent_id", "agent_0/brace:1") == "agent_0/brace:1"
 
 
-@pytest.mark.parametrize("value", ["agent_0/../../x", "../x", "a.b", "a/b", "0agent", "a-b", "a\x00", "a" * 65, ""])
+@pytest.mark.parametrize("value", ["agent_0/../../x", "../x", "a.b", "a/b", "0agent", "a-b", "a\x00", "a" * 65, "",
+                                   "arm_0\n"])
 def test_agent_ids_are_ros_name_tokens(value):
     with pytest.raises(InvalidInput) as err:
         check_agent_id("agent_id", value)

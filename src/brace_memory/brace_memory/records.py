@@ -58,7 +58,7 @@ class MemoryRecord:
 
 def check_agent(agent_id: str) -> str:
     """`agent_id` when it is an agent id (a ROS name token: never a path); ValueError otherwise."""
-    if not isinstance(agent_id, str) or len(agent_id) > MAX_AGENT_ID_CHARS or not AGENT_ID_PATTERN.match(agent_id):
+    if not isinstance(agent_id, str) or len(agent_id) > MAX_AGENT_ID_CHARS or not AGENT_ID_PATTERN.fullmatch(agent_id):
         raise ValueError(f"'{str(agent_id)[:80]}' is not an agent id (a letter, then letters, digits and '_')")
     return agent_id
 

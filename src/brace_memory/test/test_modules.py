@@ -68,6 +68,8 @@ def test_an_agent_id_never_becomes_a_path():
         ContextTree().on_task("agent_0/../../x", "escape")
     with pytest.raises(ValueError, match="not an agent id"):
         MemoryRecord("../x", RecordKind.NOTE, "k")
+    with pytest.raises(ValueError, match="not an agent id"):
+        MemoryRecord("agent_0\n", RecordKind.NOTE, "k")  # matched whole: no trailing newline
 
 
 def test_episodic_memory_folds_a_segment_at_each_boundary_into_one_record():

@@ -122,7 +122,7 @@ def case_id(split: str, kind: str, index: int) -> str:
 
 def parse_case_id(case: str) -> tuple[str, str, int]:
     """(split, kind, index) of a case id; ValueError when it is not one."""
-    match = CASE_ID.match(case)
+    match = CASE_ID.fullmatch(case)
     if match is None:
         raise ValueError(f"'{case}' is not a case id (<{'|'.join(SPLITS)}>-<{'|'.join(CONSTRAINT_KINDS)}>-<NNNN>)")
     return match.group(1), match.group(2), int(match.group(3))

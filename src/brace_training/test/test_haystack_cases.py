@@ -91,7 +91,7 @@ def test_case_ids_name_their_split_and_a_malformed_one_is_refused():
     assert case_ids("train", 2, ["relocation"]) == ["train-relocation-0000", "train-relocation-0001"]
     assert parse_case_id("test-handling-0012") == ("test", "handling", 12)
     assert make_case("train-handling-0002", 1000, count).split == "train"
-    for bad in ("dev-handling-0001", "test-fragile-0001", "test-handling-1"):
+    for bad in ("dev-handling-0001", "test-fragile-0001", "test-handling-1", "test-handling-0001\n"):
         with pytest.raises(ValueError, match="is not a case id"):
             parse_case_id(bad)
     with pytest.raises(ValueError, match="budget_tokens"):

@@ -264,10 +264,12 @@ def test_hot_plug_reconnects_and_publishes_again(ros):
     ({"source": "video"}, "video_path"),
     ({"source": "video", "video_path": "/nonexistent/clip.mp4"}, "video_path"),
     ({"camera_name": "front camera"}, "camera_name"),
+    ({"camera_name": "front\n"}, "camera_name"),
     ({"color_format": "NV12"}, "color_format"),
     ({"color_fps": -1}, "color_fps"),
     ({"reconnect_period_s": 0.0}, "reconnect_period_s"),
     ({"serial_number": "AB CD"}, "serial_number"),
+    ({"serial_number": "AB\n"}, "serial_number"),
     ({"sdk_log_level": "loud"}, "sdk_log_level"),
     ({"colour_fps": 15}, "colour_fps"),
 ])

@@ -139,7 +139,7 @@ def test_a_slip_is_a_step_whose_result_the_frames_do_not_show(setup):
 
 @pytest.mark.parametrize("name, value", [("object_colors", ["apple=1,2"]), ("object_colors", []),
                                          ("regions", ["bowl=0.1,0.1,-1"]), ("backend", "clip"),
-                                         ("camera_calibration", ""), ("camera_name", "bad name"),
+                                         ("camera_calibration", ""), ("camera_name", "bad name"), ("camera_name", "front\n"),
                                          ("object_colors", ["coal=10,10,10"]), ("object_colors", ["mug=120,120,110"])])
 def test_bad_parameters_fail_naming_them(name, value):
     with pytest.raises(ConfigError) as err:

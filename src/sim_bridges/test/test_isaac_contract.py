@@ -100,11 +100,13 @@ def test_the_shipped_parameter_file_builds_the_default_scene():
     ("agents", ["1st_robot", "franka_1"]),
     ("agents", ["fleet/carter_1"]),  # a robot's namespace is its agent id: one name token, never a path
     ("agents", ["carter_1", ".."]),
+    ("agents", ["carter_1\n", "franka_1"]),  # ids and names are matched whole: no trailing newline
     ("agent_kinds", ["mobile"]),
     ("agent_kinds", ["mobile", "flying"]),
     ("origins", [0.0, 0.0]),
     ("camera_agents", ["franka_2"]),
     ("odom_topic", "odom topic"),
+    ("odom_topic", "odom\n"),
     ("frame_id", " "),
     ("named_poses", ["home: 0 0 0"]),
     ("named_poses", ["home 0 0 0 0 0 0 0"]),

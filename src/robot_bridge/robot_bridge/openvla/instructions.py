@@ -29,7 +29,7 @@ from brace_common.validation import InvalidInput
 
 MAX_VALUE_CHARS = 64
 """A parameter value put into an instruction."""
-_VALUE_PATTERN = re.compile(r"^[A-Za-z0-9 _.:/@-]+$")
+_VALUE_PATTERN = re.compile(r"[A-Za-z0-9 _.:/@-]+")
 
 
 class InstructionError(InvalidInput):
@@ -96,7 +96,7 @@ class InstructionTemplates:
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise InstructionError("bad_parameter", f"parameter '{name}' is a {type(value).__name__}, not a name")
         text = str(value).strip()
-        if not text or len(text) > MAX_VALUE_CHARS or not _VALUE_PATTERN.match(text):
+        if not text or len(text) > MAX_VALUE_CHARS or not _VALUE_PATTERN.fullmatch(text):
             raise InstructionError("bad_parameter", f"parameter '{name}' value {text[:MAX_VALUE_CHARS]!r} is empty, "
                                    f"longer than {MAX_VALUE_CHARS} characters or not a plain name")
         return self.aliases.get(text, text.replace("_", " "))

@@ -18,9 +18,9 @@ from .frame_convert import COLOR_FORMATS, normalize_format
 from .orbbec_device import ANY, SDK_LOG_LEVELS
 
 SOURCES = ("device", "video")
-NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
+NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*")
 """A relative ROS name (tokens of letters, digits and '_' joined by '/'): camera names and frame ids."""
-SERIAL_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")
+SERIAL_PATTERN = re.compile(r"[A-Za-z0-9_.-]{0,64}")
 
 
 @dataclass
@@ -67,14 +67,14 @@ class CameraConfig:
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid parameter."""
         check_fields(self)
-        if self.camera_name and not NAME_PATTERN.match(self.camera_name):
+        if self.camera_name and not NAME_PATTERN.fullmatch(self.camera_name):
             raise ConfigError("camera_name", f"'{self.camera_name}' is not a relative ROS name "
                               "(letters, digits, '_', tokens joined by '/')")
         for name in ("color_frame_id", "depth_frame_id"):
             value = getattr(self, name)
-            if value and not NAME_PATTERN.match(value):
+            if value and not NAME_PATTERN.fullmatch(value):
                 raise ConfigError(name, f"'{value}' is not a valid frame id (letters, digits, '_', '/')")
-        if not SERIAL_PATTERN.match(self.serial_number):
+        if not SERIAL_PATTERN.fullmatch(self.serial_number):
             raise ConfigError("serial_number", f"'{self.serial_number}' is not a serial number "
                               "(at most 64 letters, digits, '_', '.', '-')")
         if self.source not in SOURCES:

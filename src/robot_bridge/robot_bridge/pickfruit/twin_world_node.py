@@ -120,7 +120,7 @@ class TwinWorldConfig(ReadinessConfig):
         check_agent_ids("agent_id", self.agent_id)
         if self.task not in TASKS:
             raise ConfigError("task", f"'{self.task}' is not one of {', '.join(TASKS)}")
-        if self.camera_name and not NAME_PATTERN.match(self.camera_name):
+        if self.camera_name and not NAME_PATTERN.fullmatch(self.camera_name):
             raise ConfigError("camera_name", f"'{self.camera_name}' is not a relative ROS name")
 
 

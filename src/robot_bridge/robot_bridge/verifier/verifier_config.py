@@ -101,7 +101,7 @@ class VerifierConfig:
                               "pose_in_base_link; docs/robot.md)")
         if self.backend not in BACKENDS:
             raise ConfigError("backend", f"'{self.backend}' is not one of {', '.join(BACKENDS)}")
-        if not NAME_PATTERN.match(self.camera_name):
+        if not NAME_PATTERN.fullmatch(self.camera_name):
             raise ConfigError("camera_name", f"'{self.camera_name}' is not a relative ROS name")
         colors = self.colors()
         if not colors:

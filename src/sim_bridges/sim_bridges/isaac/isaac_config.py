@@ -20,7 +20,7 @@ from brace_common.planar import Pose2D
 from .isaac_contract import DEFAULT_TOPICS, RobotKind, RobotSpec
 from .isaac_skills import ExecLimits
 
-NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$")
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*")
 """A ROS namespace or relative topic name (tokens of letters, digits and underscores, not starting with a digit)."""
 FRANKA_JOINTS = [f"panda_joint{i}" for i in range(1, 8)]
 
@@ -149,7 +149,7 @@ class IsaacBridgeConfig:
             raise ConfigError("camera_agents", f"'{unknown[0]}' is not one of agents")
         for name in ("odom_topic", "joint_states_topic", "rgb_topic", "camera_info_topic", "cmd_vel_topic",
                      "joint_command_topic"):
-            if not NAME.match(getattr(self, name)):
+            if not NAME.fullmatch(getattr(self, name)):
                 raise ConfigError(name, f"'{getattr(self, name)}' is not a relative topic name")
         if not self.frame_id.strip():
             raise ConfigError("frame_id", "must not be empty")
@@ -180,7 +180,7 @@ class IsaacBridgeConfig:
         poses: dict[str, tuple[float, ...]] = {}
         for entry in self.named_poses:
             name, values = split_entry("named_poses", entry)
-            if not NAME.match(name) or "/" in name:
+            if not NAME.fullmatch(name) or "/" in name:
                 raise ConfigError("named_poses", f"'{name}' is not a pose name (letters, digits, underscores)")
             if name in poses:
                 raise ConfigError("named_poses", f"'{name}' is defined twice")
