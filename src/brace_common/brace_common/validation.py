@@ -65,7 +65,7 @@ def check_id(field: str, value: str, allow_empty: bool = False) -> str:
     if len(value) > MAX_ID_CHARS:
         raise InvalidInput(f"long_{field}", f"{field} has {len(value)} characters (at most {MAX_ID_CHARS})")
     if not ID_PATTERN.fullmatch(value):
-        raise InvalidInput(f"bad_{field}", f"{field} '{shorten(value)}' has characters outside [A-Za-z0-9_.:/@-]")
+        raise InvalidInput(f"bad_{field}", f"{field} {shorten(value)!r} has characters outside [A-Za-z0-9_.:/@-]")
     return value
 
 
@@ -76,7 +76,7 @@ def check_agent_id(field: str, value: str) -> str:
     if len(value) > MAX_AGENT_ID_CHARS:
         raise InvalidInput(f"long_{field}", f"{field} has {len(value)} characters (at most {MAX_AGENT_ID_CHARS})")
     if not AGENT_ID_PATTERN.fullmatch(value):
-        raise InvalidInput(f"bad_{field}", f"{field} '{shorten(value)}' is not a letter followed by letters, digits "
+        raise InvalidInput(f"bad_{field}", f"{field} {shorten(value)!r} is not a letter followed by letters, digits "
                                            "and '_' (an agent id names namespaces and files)")
     return value
 
