@@ -82,11 +82,22 @@ def check(port: int, timeout: float = 5.0) -> int:
         return 1
 
 
+def mode(argv: list[str]) -> str:
+    """'serve' (no argument) or 'check' (--check); ValueError for any other argument (a typo must not start a server)."""
+    if argv[1:] in ([], ["--check"]):
+        return "check" if argv[1:] else "serve"
+    raise ValueError(f"usage: serve.py [--check], not {' '.join(argv[1:])!r}")
+
+
 def main(argv: list[str]) -> int:
     """Serve (or, with --check, probe) the OpenVLA deploy server; 2 when the model or a setting is wrong."""
     port = int(os.environ.get("OPENVLA_PORT", "8000"))
-    if argv[1:] == ["--check"]:
-        return check(port)
+    try:
+        if mode(argv) == "check":
+            return check(port)
+    except ValueError as exc:
+        print(f"openvla: {exc}", file=sys.stderr)
+        return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         model = resolve_model(os.environ.get("OPENVLA_MODEL", "openvla/openvla-7b"))
