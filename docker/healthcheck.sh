@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Health check of the robot image (docker/Dockerfile HEALTHCHECK): robot_preflight on the parameter files named
-# by BRACE_PREFLIGHT (CAN link up at 1 Mbit/s, cameras attached, VLA and planner servers answering); without
-# BRACE_PREFLIGHT, the workspace's environment and rclpy import. Exit 0 healthy, 1 unhealthy.
+# by BRACE_PREFLIGHT (CAN link up at 1 Mbit/s, cameras attached, VLA and planner servers answering); with
+# BRACE_PREFLIGHT empty, the workspace's environment and rclpy import. Exit 0 healthy, 1 unhealthy.
 set -eo pipefail
 cd /opt/brace
 # shellcheck source=/dev/null
