@@ -542,10 +542,10 @@ def free_udp_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_arm(env: dict, tmp_path: Path, *params: str) -> tuple[subprocess.Popen, Path]:
-    """`ros2 run robot_bridge piper_arm` with the package's parameter file and `params` (name:=value)."""
+def run_arm(env: dict, tmp_path: Path, *params: str, files: tuple[Path, ...] = ()) -> tuple[subprocess.Popen, Path]:
+    """`ros2 run robot_bridge piper_arm` with the package's parameter file, then `files`, then `params` (name:=value)."""
     log_path = tmp_path / "piper_arm.log"
-    args = [a for p in params for a in ("-p", p)]
+    args = [a for f in files for a in ("--params-file", str(f))] + [a for p in params for a in ("-p", p)]
     proc = subprocess.Popen([str(installed_executable("robot_bridge", "piper_arm")), "--ros-args", "--params-file",
                              str(CONFIG), *args], env=env, stdout=log_path.open("w"), stderr=subprocess.STDOUT)
     return proc, log_path
@@ -659,3 +659,21 @@ def test_the_executable_exits_2_naming_an_invalid_parameter(tmp_path):
     assert "'speed_percent'" in log_path.read_text()
 
 
+@pytest.mark.parametrize("line, parameter", [("max_joint_step_rad: '0.05'", "max_joint_step_rad"),
+                                             ("workspace_max_m: '[0.3, 0.3, 0.3]'", "workspace_max_m"),
+                                             ("max_translation_step_m: 0.01abc", "max_translation_step_m"),
+                                             ("speed_percent: 9223372036854775808", "speed_percent")])
+def test_a_site_file_that_changes_a_safety_limits_type_stops_the_arm_naming_it_and_the_file(tmp_path, line,
+                                                                                              parameter):
+    """rcl drops a later value of another type and keeps the earlier, looser one (0.2 rad, the 0.6 / 0.7 m box):
+    the arm refuses to start instead, naming the parameter and the site file."""
+    site = tmp_path / "site_limits.yaml"
+    site.write_text(f"/**/piper_arm:\n  ros__parameters:\n    {line}\n")
+    proc, log_path = run_arm(dict(os.environ), tmp_path, "autostart:=true", files=(site,))
+    try:
+        code = proc.wait(timeout=60)
+    finally:
+        terminate(proc)
+    log = log_path.read_text()
+    assert code == 2, log[-2000:]
+    assert f"'{parameter}'" in log and str(site) in log, log[-2000:]
