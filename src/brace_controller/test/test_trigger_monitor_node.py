@@ -193,6 +193,22 @@ def test_a_bad_agent_list_after_the_shipped_file_stops_the_process(tmp_path, ove
     assert proc.returncode == 2 and "'agents'" in proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize("line, parameter", [('agents: ["arm_0\\n"]', "agents"), ("loop_cell_m: abc", "loop_cell_m"),
+                                             ("periodic_interval_steps: 2^70", "periodic_interval_steps")])
+def test_a_newline_id_or_a_value_of_another_type_after_the_shipped_file_stops_the_process(tmp_path, line, parameter):
+    """An id is matched whole (no trailing newline); a value of another type is refused naming its file (rcl would
+    keep the shipped file's value)."""
+    site = tmp_path / "site.yaml"
+    site.write_text(f"/**/trigger_monitor:\n  ros__parameters:\n    {line}\n")
+    shipped = Path(get_package_share_directory("brace_bringup")) / "params" / "trigger_monitor.yaml"
+    proc = subprocess.run([sys.executable, "-m", "brace_controller.trigger_monitor_node", "--ros-args", "-r",
+                           f"__ns:={NS}", "--params-file", str(shipped), "--params-file", str(site)],
+                          capture_output=True, text=True, timeout=90, env=os.environ.copy())
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and f"'{parameter}'" in output, output[-2000:]
+    assert parameter == "agents" or str(site) in output, output[-2000:]
+
+
 @pytest.mark.parametrize("agent_id", ["agent_0/../../x", "..", "a.b"])
 def test_a_path_like_agent_id_is_refused_and_counted(ros, agent_id):
     node = monitor()
