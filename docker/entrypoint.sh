@@ -5,7 +5,8 @@
 # packages' executables (install/<pkg>/lib/<pkg>/: robot_preflight, piper_arm, brace-run ...) go on PATH, as
 # `ros2 run` would find them, so a command names them directly.
 # With BRACE_PREFLIGHT set to parameter files (a glob is expanded, e.g. "src/brace_bringup/params/robot/*.yaml"), the command
-# starts only when robot_preflight passes on them: no arm is driven without its CAN link, cameras and servers.
+# starts only when robot_preflight passes on them: no arm is driven without its CAN link, cameras and servers. A
+# shell (bash, sh) or robot_preflight itself starts without the gate.
 set -eo pipefail
 cd /opt/brace
 # shellcheck source=/dev/null
@@ -14,6 +15,9 @@ for folder in /opt/brace/install/*/lib/*/; do
   case "${folder}" in */lib/python3*) ;; *) PATH="${PATH}:${folder%/}" ;; esac
 done
 export PATH
+case "${1:-}" in
+  bash|sh|robot_preflight) BRACE_PREFLIGHT="" ;;  # a shell or the checks themselves: nothing is driven by them
+esac
 if [ -n "${BRACE_PREFLIGHT:-}" ]; then
   # shellcheck disable=SC2086  # word splitting and globbing of the file list are wanted
   robot_preflight ${BRACE_PREFLIGHT} || {
