@@ -278,6 +278,40 @@ def test_bad_parameters_fail_configure_naming_the_parameter(ros):
             node.destroy_node()
 
 
+def test_a_failure_while_creating_the_topics_fails_configure_saying_why_and_releases(ros, monkeypatch):
+    """rclpy turns an exception in a transition into a failure without a word: configure says why itself."""
+    node = IsaacBridgeNode(namespace=NS)
+    try:
+        def refuse(*args, **kwargs):
+            raise RuntimeError("topic refused")
+
+        monkeypatch.setattr(node, "create_subscription", refuse)
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert node.last_error == "configure failed: RuntimeError: topic refused"
+        assert node.state_label == "unconfigured" and not node.robots and node.config is None
+        monkeypatch.undo()
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.last_error
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize("line, parameter, file_named", [
+    ('agents: ["carter_1", "franka_1\\n"]', "agents", False),  # an id is matched whole: no trailing newline
+    ("goal_tolerance_m: '0.05'", "goal_tolerance_m", True),  # rcl would keep the shipped 0.15
+    ("agents: '[carter_1]'", "agents", True),
+])
+def test_the_executable_exits_2_naming_a_bad_parameter_of_a_later_file(tmp_path, line, parameter, file_named):
+    site = tmp_path / "site.yaml"
+    site.write_text(f"/**/isaac_bridge:\n  ros__parameters:\n    tasks: ['carter_1: go']\n"
+                    f"    task_goals: ['carter_1: 3.0 1.0']\n    autostart: true\n    {line}\n")
+    proc = subprocess.run([str(installed_executable("sim_bridges", "isaac_bridge")), "--ros-args", "-r", f"__ns:={NS}",
+                           "--params-file", str(PARAMS / "isaac_bridge.yaml"), "--params-file", str(site)],
+                          env=dict(os.environ), capture_output=True, text=True, timeout=60)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and f"parameter '{parameter}'" in output, output[-2000:]
+    assert not file_named or str(site) in output, output[-2000:]
+
+
 def test_stamps_follow_isaacs_clock(ros):
     node, sim, stack = started(ros, {"carter_1": "mobile"}, start_time_s=5000.0)
     wait_for(lambda: stack.states, what="agent states")

@@ -117,7 +117,7 @@ class IsaacBridgeNode(WorldNode, ReleasingLifecycleNode):
         self._entities: list = []  # what configure created (subscriptions, publishers, timers)
         self.group = MutuallyExclusiveCallbackGroup()  # every callback of the node, one at a time
         self.init_world(("diagnostics",), episodes=1, seed=None)  # one episode a configuration, unseeded
-        declare_parameters(self, IsaacBridgeConfig, enforce_ranges=False)  # after the state: a bad type raises here
+        declare_parameters(self, IsaacBridgeConfig, enforce_ranges=False)  # checked at configure (read_config)
         period = self.get_parameter("diagnostics_period_s").value
         steady_timer(self, period if isinstance(period, float) and 0.05 <= period <= 60.0 else 1.0,
                      self.publish_diagnostics, self.group)
@@ -132,10 +132,45 @@ class IsaacBridgeNode(WorldNode, ReleasingLifecycleNode):
             reject_undeclared(self)
             self.schema = load_schema(cfg)
         except ConfigError as exc:
-            self.last_error = f"configure failed: {exc}"
-            self.get_logger().error(self.last_error)
-            return TransitionCallbackReturn.FAILURE
+            return self._configure_failed(str(exc))
         self.config, self.last_error = cfg, ""
+        try:
+            self._create(cfg)
+        except Exception as exc:  # noqa: BLE001 - rclpy fails the transition without a word; say why, release
+            self._release()
+            return self._configure_failed(f"{type(exc).__name__}: {exc}")
+        self.state_label = "inactive"
+        self.get_logger().info(f"configured for {', '.join(f'{s.name} ({s.kind.value})' for s in self.robots.values())}"
+                               f"; waiting for {len(self.liveness.last)} contract topics")
+        return TransitionCallbackReturn.SUCCESS
+
+    @serialized
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Start executing plans (the episode starts once the contract topics are live)."""
+        self.active, self.activated_at, self.state_label = True, time.monotonic(), "active"
+        return super().on_activate(state)
+
+    @serialized
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Hold every robot and stop executing."""
+        self.safe_stop("deactivate")
+        self.active, self.state_label = False, "inactive"
+        return super().on_deactivate(state)
+
+    @serialized
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Hold every robot, then release."""
+        self.safe_stop("shutdown")
+        return super().on_shutdown(state)
+
+    def _configure_failed(self, why: str) -> TransitionCallbackReturn:
+        """FAILURE with `last_error` saying why (spin.autostart prints it; diagnostics show it)."""
+        self.last_error = f"configure failed: {why}"
+        self.get_logger().error(self.last_error)
+        return TransitionCallbackReturn.FAILURE
+
+    def _create(self, cfg: IsaacBridgeConfig) -> None:
+        """The robots' executors and topics, the stack's topics and the timers of a configured bridge."""
         self.book.rearm()  # a new episode once the contract is live again
         self.ticks = 0
         poses, limits, topics = cfg.poses(), cfg.limits(), cfg.topics()
@@ -162,29 +197,6 @@ class IsaacBridgeNode(WorldNode, ReleasingLifecycleNode):
                                                                         self.publish_agent_states),
                                  (cfg.observe_period_s, self.publish_observations)):
             self._entities.append(steady_timer(self, period, callback, self.group))
-        self.state_label = "inactive"
-        self.get_logger().info(f"configured for {', '.join(f'{s.name} ({s.kind.value})' for s in self.robots.values())}"
-                               f"; waiting for {len(inputs)} contract topics")
-        return TransitionCallbackReturn.SUCCESS
-
-    @serialized
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Start executing plans (the episode starts once the contract topics are live)."""
-        self.active, self.activated_at, self.state_label = True, time.monotonic(), "active"
-        return super().on_activate(state)
-
-    @serialized
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Hold every robot and stop executing."""
-        self.safe_stop("deactivate")
-        self.active, self.state_label = False, "inactive"
-        return super().on_deactivate(state)
-
-    @serialized
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Hold every robot, then release."""
-        self.safe_stop("shutdown")
-        return super().on_shutdown(state)
 
     def _release(self) -> None:
         """Cleanup and shutdown: hold the robots, then drop the topics and timers configure created."""
