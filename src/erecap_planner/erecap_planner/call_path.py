@@ -359,7 +359,7 @@ class PlannerCallPath:
             # decode (free JSON generation, or scoring every valid candidate), then parse
             t0 = begin(Phase.DECODE)
             if self.decoding is Decoding.CANDIDATES:
-                step, _ = best_step(self.plain, pre, self.tokenizer, use.candidates)
+                step, _ = best_step(self.plain, pre, self.tokenizer, use.candidates, should_abort=abort)
                 text = json.dumps({"plan": [{"action": step.action, "parameters": step.parameters}]})
                 produced = len(use.candidates)
             elif self.decoding is Decoding.CONSTRAINED:

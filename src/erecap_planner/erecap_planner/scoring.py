@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections.abc import Callable
 from typing import Optional
 
 import torch
@@ -29,6 +30,10 @@ MAX_CANDIDATES = 4096
 """The most skill calls a schema may enumerate (the cross product of its enumerated parameters): each is tokenised
 into the constrained decoder and scored. The largest shipped schema (the warehouse at K = 8) has 106; above the cap a
 schema is refused (docs/hardening.md measures the planner's cost at it)."""
+
+
+CANDIDATE_BATCH = 8
+"""Candidates scored in one forward: bounds its memory (logits of batch x tokens x vocabulary) whatever their number."""
 
 
 class CandidateLimit(InvalidInput):
@@ -73,44 +78,53 @@ def candidate_text(step: Step) -> str:
 
 
 def _extend(runner: ErecapModel, cache: KVCache, ids: torch.Tensor, start_pos: int,
-            valid: Optional[torch.Tensor] = None, last_only: bool = False, store: bool = True) -> torch.Tensor:
+            valid: Optional[torch.Tensor] = None, last_only: bool = False, store: bool = True,
+            should_abort: Optional[Callable[[], bool]] = None) -> torch.Tensor:
     """Run [B, q] new tokens over `cache` (appending to it unless `store` is false); logits [B, q | 1, vocab]."""
     with torch.inference_mode():
-        return runner.stack.extend(cache, ids, start_pos, valid=valid, last_only=last_only, store=store)
+        return runner.stack.extend(cache, ids, start_pos, valid=valid, last_only=last_only, store=store,
+                                   should_abort=should_abort)
 
 
 @torch.inference_mode()
 def score_candidates(runner: ErecapModel, prefill: PrefillResult, tokenizer, steps: list[Step],
-                     normalise: bool = True) -> torch.Tensor:
+                     normalise: bool = True, should_abort: Optional[Callable[[], bool]] = None) -> torch.Tensor:
     """Log-likelihood of each candidate step after the prompt, per token (or summed), shape [len(steps)].
 
-    Extends `prefill.cache` with the shared JSON prefix: the prefill cannot be decoded from afterwards.
+    Candidates are scored CANDIDATE_BATCH at a time; `should_abort()` is checked before every layer of each batch
+    (true raises CallAborted: a call stops at its deadline). Extends `prefill.cache` with the shared JSON prefix: the
+    prefill cannot be decoded from afterwards.
     """
     device = runner.device
     prefix = tokenizer(JSON_PREFIX, add_special_tokens=False)["input_ids"]
     cache = prefill.cache
     logits = _extend(runner, cache, torch.tensor([prefix], device=device), prefill.next_position,
                      last_only=True)[0, -1]
-    texts = [tokenizer(candidate_text(s), add_special_tokens=False)["input_ids"] for s in steps]
-    width = max(len(t) for t in texts)
+    first_logp = torch.log_softmax(logits.float(), -1)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    ids = torch.full((len(texts), width), pad_id, dtype=torch.long, device=device)
-    valid = torch.zeros((len(texts), width), dtype=torch.bool, device=device)
-    for i, t in enumerate(texts):
-        ids[i, : len(t)] = torch.tensor(t)
-        valid[i, : len(t)] = True
-    # Every candidate attends to the shared cache; their own keys are not kept (store=False).
-    out = _extend(runner, cache, ids, prefill.next_position + len(prefix), valid, store=False)
-    first = torch.log_softmax(logits.float(), -1)[ids[:, 0]]
-    rest = torch.log_softmax(out[:, :-1].float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
-    rest = rest.masked_fill(~valid[:, 1:], 0.0)
-    total = first + rest.sum(-1)
-    # Mean log-likelihood per token: summed scores would favour the shortest call (wait) whatever the context.
-    return total / valid.sum(-1) if normalise else total
+    scores = []
+    for start in range(0, len(steps), CANDIDATE_BATCH):
+        texts = [tokenizer(candidate_text(s), add_special_tokens=False)["input_ids"]
+                 for s in steps[start:start + CANDIDATE_BATCH]]
+        width = max(len(t) for t in texts)
+        ids = torch.full((len(texts), width), pad_id, dtype=torch.long, device=device)
+        valid = torch.zeros((len(texts), width), dtype=torch.bool, device=device)
+        for i, t in enumerate(texts):
+            ids[i, : len(t)] = torch.tensor(t)
+            valid[i, : len(t)] = True
+        # Every candidate attends to the shared cache; their own keys are not kept (store=False).
+        out = _extend(runner, cache, ids, prefill.next_position + len(prefix), valid, store=False,
+                      should_abort=should_abort)
+        rest = torch.log_softmax(out[:, :-1].float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
+        total = first_logp[ids[:, 0]] + rest.masked_fill(~valid[:, 1:], 0.0).sum(-1)
+        # Mean log-likelihood per token: summed scores would favour the shortest call (wait) whatever the context.
+        scores.append(total / valid.sum(-1) if normalise else total)
+    return torch.cat(scores)
 
 
-def best_step(runner: ErecapModel, prefill: PrefillResult, tokenizer, steps: list[Step]) -> tuple[Step, float]:
-    """The highest-scoring candidate and its mean log-likelihood per token."""
-    scores = score_candidates(runner, prefill, tokenizer, steps)
+def best_step(runner: ErecapModel, prefill: PrefillResult, tokenizer, steps: list[Step],
+              should_abort: Optional[Callable[[], bool]] = None) -> tuple[Step, float]:
+    """The highest-scoring candidate and its mean log-likelihood per token (`should_abort`: see score_candidates)."""
+    scores = score_candidates(runner, prefill, tokenizer, steps, should_abort=should_abort)
     i = int(torch.argmax(scores))
     return steps[i], float(scores[i])

@@ -594,14 +594,17 @@ class DecoderStack:
             self._decode = use
 
     def extend(self, cache: KVCache, ids: torch.Tensor, start_pos: int, valid: Optional[torch.Tensor] = None,
-               last_only: bool = False, token_ids: Optional[torch.Tensor] = None, store: bool = True) -> torch.Tensor:
+               last_only: bool = False, token_ids: Optional[torch.Tensor] = None, store: bool = True,
+               should_abort: Optional[Callable[[], bool]] = None) -> torch.Tensor:
         """Run [batch, q] new tokens after everything in `cache`; logits [batch, q | 1, vocab | len(token_ids)].
 
-        `valid` [batch, q] marks padding keys of the new tokens that no query may attend to.
+        `valid` [batch, q] marks padding keys of the new tokens that no query may attend to; `should_abort()` is
+        checked before every layer (true raises CallAborted).
         """
         q = ids.shape[1]
         positions = torch.arange(start_pos, start_pos + q, device=self.device)
-        hidden = self.forward(self.embed(ids), positions, cache, store=store, valid=valid).hidden
+        hidden = self.forward(self.embed(ids), positions, cache, store=store, valid=valid,
+                              should_abort=should_abort).hidden
         if last_only:  # the vocabulary projection is a fifth of a token's cost: skip it where no one reads it
             hidden = hidden[:, -1:]
         return self.logits(hidden, token_ids)

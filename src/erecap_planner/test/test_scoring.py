@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from brace_common.action_schema import ActionSchema, Step
@@ -60,3 +61,38 @@ def test_best_step_on_a_pruned_cache():
     steps = enumerate_steps(warehouse_schema())
     step, score = best_step(runner, runner.prefill(prompt, token_budget=64), TOK, steps)
     assert step in steps and score < 0
+
+
+def test_candidates_are_scored_in_batches_that_match_one_forward_and_stop_at_an_abort(monkeypatch):
+    from erecap_planner import scoring
+    from erecap_planner.pruned_forward import CallAborted
+
+    model = tiny("llama")
+    runner = ErecapModel(model)
+    prompt = torch.randint(0, 256, (200,), generator=torch.Generator().manual_seed(1))
+    steps = enumerate_steps(warehouse_schema())  # 50 candidates: 7 batches of 8
+    batched = score_candidates(runner, runner.prefill(prompt), TOK, steps)
+    monkeypatch.setattr(scoring, "CANDIDATE_BATCH", len(steps))
+    whole = score_candidates(runner, runner.prefill(prompt), TOK, steps)
+    assert torch.allclose(batched, whole, atol=1e-4)
+    checks = []
+
+    def abort_after_three_layers() -> bool:
+        checks.append(1)
+        return len(checks) > 3
+
+    monkeypatch.setattr(scoring, "CANDIDATE_BATCH", 8)
+    with pytest.raises(CallAborted):
+        best_step(runner, runner.prefill(prompt), TOK, steps, should_abort=abort_after_three_layers)
+    assert len(checks) == 4  # checked before every layer: nothing ran after the abort
+
+
+def test_a_schema_of_more_skill_calls_than_the_cap_is_refused_before_any_is_listed():
+    from erecap_planner.scoring import MAX_CANDIDATES, CandidateLimit, candidate_count
+
+    three_by_forty = ActionSchema.from_dict({"actions": {"go": {p: {"choices": [f"{p}{i}" for i in range(40)]}
+                                                                for p in "abc"}}})
+    assert candidate_count(three_by_forty) == 64_000 > MAX_CANDIDATES
+    with pytest.raises(CandidateLimit, match="64000 skill calls"):
+        enumerate_steps(three_by_forty)
+    assert candidate_count(warehouse_schema()) == len(enumerate_steps(warehouse_schema())) == 50
