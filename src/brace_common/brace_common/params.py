@@ -150,6 +150,7 @@ class Given:
     value: Any
     text: str
     source: str
+    section: str = "/**"
 
     @property
     def shown(self) -> str:
@@ -161,8 +162,9 @@ class Given:
 class Setting:
     """One parameter as the files and `-p` leave it for a node.
 
-    `last` was set last; `effective` is what rclpy gets: rcl keeps one value per type in a section and rclpy takes
-    the first in RCL_TYPE_ORDER, so an earlier value of another type can hide `last` (None: only empty lists).
+    `last` was set last, in argument order; `effective` is what rclpy gets (None: only empty lists): rcl keeps one
+    value per type in a section and rclpy takes the first in RCL_TYPE_ORDER, so an earlier value of another type
+    can hide `last`, and it applies sections in the order they first appeared, so an earlier file's section can.
     """
 
     last: Given
@@ -230,7 +232,7 @@ def _replay(argv: Sequence[str]) -> Iterator[tuple[str, str, Given]]:
                 for name, node in _parameters(mapping):
                     given = _rcl_value(node, f"file '{path}'")
                     if given is not None:
-                        yield section, name, given
+                        yield section, name, dataclasses.replace(given, section=section)
         elif ros and arg in ("-p", "--param"):
             rule = next(args, "")
             target, _, text = rule.partition(":=")
@@ -240,7 +242,7 @@ def _replay(argv: Sequence[str]) -> Iterator[tuple[str, str, Given]]:
             except yaml.YAMLError:
                 continue
             if given is not None:
-                yield section or "/**", name, given
+                yield section or "/**", name, dataclasses.replace(given, section=section or "/**")
 
 
 def section_applies(section: str, fqn: str) -> bool:
@@ -257,16 +259,18 @@ def given_parameters(argv: Sequence[str], fqn: str) -> dict[str, Setting]:
     applies the sections that match the node in the order they first appeared, a later one replacing a parameter.
     """
     sections: dict[str, dict[str, list[Given]]] = {}
+    last: dict[str, Given] = {}
     for section, name, given in _replay(argv):
         sections.setdefault(section, {}).setdefault(name, []).append(given)
-    settings: dict[str, Setting] = {}
+        if section_applies(section, fqn):
+            last[name] = given
+    effective: dict[str, Optional[Given]] = {}
     for section, parameters in sections.items():
         if section_applies(section, fqn):
             for name, values in parameters.items():
                 typed = {v.type: v for v in values if v.type != Parameter.Type.NOT_SET}  # the last of each type
-                effective = next((typed[t] for t in RCL_TYPE_ORDER if t in typed), None)
-                settings[name] = Setting(values[-1], effective)
-    return settings
+                effective[name] = next((typed[t] for t in RCL_TYPE_ORDER if t in typed), None)
+    return {name: Setting(given, effective[name]) for name, given in last.items()}
 
 
 def _fits(kind: Parameter.Type, declared: Parameter.Type) -> bool:
@@ -296,6 +300,11 @@ def check_given(name: str, declared: Parameter.Type, setting: Optional[Setting],
                 why += f"; rcl would drop it and keep {kept.shown} from {kept.source}"
             raise ConfigError(name, f"{given.source} sets {given.shown} ({_TYPE_WORDS[given.type]}) where {expected} "
                                     f"is declared{why}")
+        last, kept = setting.last, setting.effective
+        if kept is not None and last.type != Parameter.Type.NOT_SET and repr(kept.value) != repr(last.value):
+            raise ConfigError(name, f"{last.source} sets {last.shown} but rcl keeps {kept.shown} from {kept.source}: "
+                                    f"its section '{kept.section}' applies after '{last.section}', which appeared "
+                                    "first (set the parameter in one section)")
     if override is not None and not _fits(override.type_, declared):
         raise ConfigError(name, f"is given {shorten(repr(override.value), 60)} "
                                 f"({_TYPE_WORDS.get(override.type_, override.type_.name)}) where {expected} is declared")

@@ -98,6 +98,20 @@ def test_the_earlier_value_rcl_would_keep_is_named(ros, tmp_path):
         read_config(node, ArmConfig, argv)
 
 
+@pytest.mark.parametrize("later", [["--params-file", "SITE"], ["-p", "max_joint_step_rad:=0.05"]])
+def test_a_later_value_rcl_would_lose_to_an_earlier_section_stops_the_node(ros, tmp_path, later):
+    """rclpy applies sections in the order they first appeared: the base's node section, seen after its `/**`,
+    beats a later `/**` value (a site file's, or `-p`'s)."""
+    base = _write(tmp_path / "base.yaml", _section("/**", "agents: [a, b]") +
+                  _section("/**/monitor", "max_joint_step_rad: 0.2"))
+    site = _write(tmp_path / "site.yaml", _section("/**", "max_joint_step_rad: 0.05"))
+    node, argv = _start(ros, ["--params-file", base, *[site if a == "SITE" else a for a in later]])
+    with pytest.raises(ConfigError, match=r"sets 0\.05 but rcl keeps 0\.2 from file '.*base\.yaml': its section "
+                                          r"'/\*\*/monitor' applies after '/\*\*'") as error:
+        read_config(node, ArmConfig, argv)
+    assert error.value.parameter == "max_joint_step_rad"
+
+
 def test_values_of_the_declared_type_and_empty_lists_set_last_win(ros, tmp_path):
     site = _write(tmp_path / "site.yaml", _section("/**/monitor", "max_joint_step_rad: 0.05\nworkspace_max_m: "
                                                                     "[0.3, 0.3, 0.3]\nagents: []\n"
