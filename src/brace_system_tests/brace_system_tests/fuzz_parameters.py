@@ -3,9 +3,10 @@
 `ros2 launch` users stack parameter files (a site file after the package's) and add `-p` on the command line; the
 value in force is the merge. For every node of the sim and twin stacks this starts the node's executable with its
 stack's files plus an overlay file that sets one parameter to a value the node must refuse (out of its declared
-range, an empty agent list, a path-like agent id; a lifecycle node also gets `autostart: true`, so it configures at
-once) and checks that the process stops with exit code 2 naming that parameter. `bench/fuzz_graph.py` runs every
-case; `test_fuzz_graph.py` a few."""
+range, a path-like agent id, an id ending in a newline, a value of another type than the one its files give: a
+quoted number, a quoted list, `abc` for a double, an integer beyond int64, which rcl's merge would drop in favour of
+the files' value; a lifecycle node also gets `autostart: true`, so it configures at once) and checks that the process
+stops with exit code 2 naming that parameter. `bench/fuzz_graph.py` runs every case; `test_fuzz_graph.py` a few."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from brace_bringup.graph import PIPER_TWIN, SIM, NodeSpec
 from brace_bringup.param_docs import NODE_CONFIGS
 from brace_bringup.run_config import params_dir
 from brace_common import names
-from brace_common.config import field_default
+from brace_common.config import field_default, load_ros_parameters
 from brace_common.testing import installed_executable
 
 AGENT_ID_CASES: dict[str, tuple[str, Any]] = {
@@ -34,6 +35,20 @@ AGENT_ID_CASES: dict[str, tuple[str, Any]] = {
     "twin_world": ("agent_id", "arm.0"),
 }
 """Per node, an agent-list or agent-id value it must refuse (agent ids are ROS name tokens)."""
+NEWLINE_ID_CASES: dict[str, tuple[str, Any]] = {
+    "trigger_monitor": ("agents", ["arm_0\n"]),
+    "piper_arm": ("agent_id", "arm_0\n"),
+    "openvla_executor": ("agent_id", "arm_0\n"),
+    "twin_world": ("agent_id", "arm_0\n"),
+}
+"""Per node, an id that ends in a newline (ids are matched whole)."""
+TYPE_CASES: dict[str, tuple[tuple[str, Any], ...]] = {
+    "piper_arm": (("max_joint_step_rad", "0.05"), ("workspace_max_m", "[0.3, 0.3, 0.3]")),  # tighter, but unreadable
+    "trigger_monitor": (("loop_cell_m", "abc"), ("periodic_interval_steps", "2^70")),
+}
+"""Per node, values of another type than the parameter's, beyond the generated ones (`type_changes`)."""
+BEYOND_INT64 = 2**70
+"""An integer rcl cannot hold: it reads it as a double."""
 START_LIMIT_S = 60.0
 """How long a node may take to refuse its parameters (model loading never comes first)."""
 
@@ -79,23 +94,48 @@ def out_of_range(f: dataclasses.Field) -> Any:
     return None
 
 
-def overlay_cases(nodes: Iterable[NodeSpec], per_node: int = 2) -> list[OverlayCase]:
-    """Per node: its agent case (if any) and up to `per_node` out-of-range numeric parameters."""
+def type_changes(spec: NodeSpec) -> list[tuple[str, Any]]:
+    """(parameter, value of another type) for `spec`: a quoted number for a double, a quoted list, `abc` for a
+    double, an integer beyond int64 for an integer; parameters the node's files set first (rcl keeps their value)."""
+    files: dict[str, Any] = {}
+    for name in spec.parameter_files:
+        files.update(load_ros_parameters(params_dir() / name, spec.name))
+    fields = sorted((f for cls in NODE_CONFIGS[spec.name] for f in dataclasses.fields(cls)),
+                    key=lambda f: f.name not in files)
+    value = {f.name: files.get(f.name, field_default(f)) for f in fields}
+    doubles = [f.name for f in fields if type(field_default(f)) is float]
+    lists = [f.name for f in fields if isinstance(field_default(f), list) and value[f.name]]
+    ints = [f.name for f in fields if type(field_default(f)) is int]
+    changes = [(doubles[0], str(value[doubles[0]]))] if doubles else []
+    changes += [(lists[0], str(value[lists[0]]))] if lists else []
+    changes += [(doubles[1], "abc")] if len(doubles) > 1 else []
+    changes += [(ints[0], BEYOND_INT64)] if ints else []
+    return changes
+
+
+def overlay_cases(nodes: Iterable[NodeSpec], per_node: int = 2, types_per_node: int = 4) -> list[OverlayCase]:
+    """Per node: its agent and newline-id cases and its TYPE_CASES (if any), up to `per_node` out-of-range numeric
+    parameters and up to `types_per_node` generated type changes."""
     cases, seen = [], set()
     for spec in nodes:
         if spec.name in seen or spec.name not in NODE_CONFIGS:
             continue
         seen.add(spec.name)
-        if spec.name in AGENT_ID_CASES:
-            cases.append(OverlayCase(spec, *AGENT_ID_CASES[spec.name]))
+        for table in (AGENT_ID_CASES, NEWLINE_ID_CASES):
+            if spec.name in table:
+                cases.append(OverlayCase(spec, *table[spec.name]))
         numeric = [(f.name, out_of_range(f)) for cls in NODE_CONFIGS[spec.name] for f in dataclasses.fields(cls)]
         cases += [OverlayCase(spec, name, value) for name, value in numeric if value is not None][:per_node]
+        named = TYPE_CASES.get(spec.name, ())
+        cases += [OverlayCase(spec, name, value) for name, value in named]
+        generated = [c for c in type_changes(spec) if c[0] not in {name for name, _ in named}]
+        cases += [OverlayCase(spec, name, value) for name, value in generated[:types_per_node]]
     return cases
 
 
 def default_cases(per_node: int = 2) -> list[OverlayCase]:
-    """The cases for every node of the sim and twin stacks."""
-    return overlay_cases((*SIM.nodes, *PIPER_TWIN.nodes), per_node)
+    """The cases for every node of the sim and twin stacks (with `per_node` 1, one generated type change a node)."""
+    return overlay_cases((*SIM.nodes, *PIPER_TWIN.nodes), per_node, types_per_node=1 if per_node <= 1 else 4)
 
 
 def _start(case: OverlayCase, folder: Path, env: dict[str, str]) -> OverlayOutcome:
