@@ -10,8 +10,6 @@ prompt, beside the projections of its candidate steps through the world's lookah
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 from brace_msgs.msg import ReplanDecision, TriggerEvent
 from rclpy.node import Node
@@ -22,12 +20,10 @@ from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import wait_for
 from brace_controller.controller_node import BraceControllerNode
 from brace_controller.trigger_monitor_node import TriggerMonitorNode
+from erecap_planner.openai_fault_server import FaultServer
 from erecap_planner.planner_node import ErecapPlannerNode
 from erecap_planner.testing import saved_tiny_llama
 from sim_bridges.warehouse.embedded_sim_node import EmbeddedSimNode
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "erecap_planner" / "test"))
-from openai_fault_server import FaultServer  # noqa: E402 - the planner tests' scripted server
 
 LOOPING_PLAN = {"plan": [{"action": "move_to", "parameters": {"target": "shelf_3"}},
                          {"action": "move_to", "parameters": {"target": "park_0"}}]}

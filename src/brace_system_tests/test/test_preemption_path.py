@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import threading
-from pathlib import Path
 
 from brace_msgs.msg import EndEffectorDelta, ExecutionOutcome, Plan, PlanStep, ReplanDecision, TriggerEvent, VerifierVerdict
 from geometry_msgs.msg import PoseStamped
@@ -32,6 +30,7 @@ from brace_common.testing import wait_for
 from brace_controller.controller_node import BraceControllerNode
 from brace_controller.trigger_monitor_node import TriggerMonitorNode
 from brace_memory.records import RecordKind
+from erecap_planner.openai_fault_server import FaultServer
 from erecap_planner.planner_node import ErecapPlannerNode
 from erecap_planner.testing import saved_tiny_llama
 from robot_bridge.openvla.act_server import ActServer
@@ -42,9 +41,6 @@ from robot_bridge.pickfruit.pickfruit_rollout import HOME_TOOL
 from robot_bridge.pickfruit.pickfruit_world import PickFruitConfig, PickFruitWorld, PolicyConfig, TwinPolicy
 from robot_bridge.pickfruit.twin_camera import pickfruit_scene
 from robot_bridge.verifier.visual_verifier_node import VisualVerifierNode
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "erecap_planner" / "test"))
-from openai_fault_server import FaultServer  # noqa: E402 - the planner tests' scripted server
 
 CALIBRATION = "package://robot_bridge/config/twin_front_camera.yaml"
 

@@ -1,4 +1,5 @@
-"""An OpenAI-protocol server on 127.0.0.1 that answers with scripted faults (tests of the client's failure handling).
+"""An OpenAI-protocol server on 127.0.0.1 that answers with scripted faults (tests, the fuzz harness: a test double of a
+serving engine at the protocol level).
 
 The happy path is tested against a real server (`transformers serve`); this
 one produces what a real server does only under failure: 429 with

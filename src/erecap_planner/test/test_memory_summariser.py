@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from openai_fault_server import FaultServer
 
 from brace_common.config import ConfigError
 from brace_memory.episodic import RECORD_KEYS
@@ -15,6 +14,7 @@ from erecap_planner.config import PlannerConfig
 from erecap_planner.factory import build_memory, build_summariser
 from erecap_planner.memory_summariser import SUMMARY_MAX_TOKENS, ChatSummariser, summary_written
 from erecap_planner.openai_client import OpenAIClient
+from erecap_planner.openai_fault_server import FaultServer
 
 WAIT_S = 15.0  # bound of every wait on the summary worker
 SUMMARY = {"topic": "box_7 delivery blocked", "request": "deliver box_7 to dock_2",

@@ -10,7 +10,6 @@ from brace_msgs.action import Replan
 from brace_msgs.msg import AgentActivity as AgentActivityMsg
 from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, ReplanCall, WorldInfo, WorldState
 from diagnostic_msgs.msg import DiagnosticArray
-from openai_fault_server import FaultServer
 from rclpy.action import ActionClient
 from rclpy.duration import Duration
 from rclpy.node import Node
@@ -26,6 +25,7 @@ from brace_common.world_state import WorldState as WorldStateCore
 from brace_memory.store import MemoryStore
 from erecap_planner.call_path import NO_SCHEMA
 from erecap_planner.memory_phase import call_blocks
+from erecap_planner.openai_fault_server import FaultServer
 from erecap_planner.planner_node import ErecapPlannerNode
 from erecap_planner.testing import saved_tiny_llama, tiny
 

@@ -15,7 +15,6 @@ import pytest
 from action_msgs.msg import GoalStatus
 from brace_msgs.msg import ReplanCall
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from openai_fault_server import FaultServer
 from test_context import buffer
 from test_plan_parser import SCHEMA
 from test_planner_node import Client, planner, start
@@ -32,6 +31,7 @@ from erecap_planner.local_server import LocalServer, free_port
 from erecap_planner.memory_summariser import ChatSummariser
 from erecap_planner.models import SMOLLM2, resolve_model_path
 from erecap_planner.openai_client import OpenAIClient
+from erecap_planner.openai_fault_server import FaultServer
 from erecap_planner.pruning import table8_layers
 from erecap_planner.server_call_path import Backoff, ServerCallPath
 

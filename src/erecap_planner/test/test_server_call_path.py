@@ -9,7 +9,6 @@ import time
 
 import jsonschema
 import pytest
-from openai_fault_server import PLAN, FaultServer
 from test_context import buffer
 from test_plan_parser import SCHEMA
 
@@ -18,6 +17,7 @@ from brace_common.vocabulary import CallStatus
 from erecap_planner.call_path import CallRequest
 from erecap_planner.compressors import make_compressor
 from erecap_planner.openai_client import OpenAIClient, ServerError, parse_retry_after
+from erecap_planner.openai_fault_server import PLAN, FaultServer
 from erecap_planner.plan_parser import parse_plan
 from erecap_planner.server_call_path import Backoff, ServerCallPath
 from erecap_planner.testing import byte_tokenizer
