@@ -9,17 +9,21 @@ configuration: the planner's `server_url` points at it) and the
 protocol-level AirSim (`airsim_peer`: brace-airsim-peer with the settings.json
 of the variant's intersection; the bridge's `host` / `port` point at it).
 Every process starts at once with the nodes: the planner waits for its
-server, the AirSim bridge for its simulator.
+server, the AirSim bridge for its simulator. A run ends when one of its
+processes exits (`RunPlan.end_on_exit`): the world when its episodes are done,
+any other process only on a fault.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from ament_index_python.packages import get_package_prefix
 
@@ -48,6 +52,32 @@ class Process:
         return [str(Path(get_package_prefix(self.package)) / "lib" / self.package / self.executable), *self.arguments]
 
 
+CONFIG_ERROR = 2
+"""The exit code of a node whose configuration is invalid (brace_common.spin)."""
+
+
+def exit_status(returncode: int) -> int:
+    """A process's return code as a shell's exit status: killed by signal N (a negative code) is 128 + N."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ends: its exit code and why (the first exit of one of its processes)."""
+
+    code: int
+    reason: str
+    process: str
+
+
+class RunEnded(RuntimeError):
+    """A run that ended on a process's failure (its `end`; the message adds what the caller knows, a log's tail)."""
+
+    def __init__(self, end: RunEnd, detail: str = "") -> None:
+        super().__init__(f"{end.reason}: the run ends" + (f"\n{detail}" if detail else ""))
+        self.end = end
+
+
 @dataclass(frozen=True)
 class RunPlan:
     """One variant of a run: the stack's nodes, the processes beside them and the parameter file every node reads."""
@@ -69,6 +99,29 @@ class RunPlan:
     def composed(self) -> tuple[NodeSpec, ...]:
         """The nodes brace-run composes in its own process (all but `own_process`)."""
         return tuple(spec for spec in self.stack.nodes if spec.name not in self.own_process)
+
+    def end_on_exit(self, name: str, returncode: int) -> RunEnd:
+        """The end of the run when its process (or node) `name` exits with `returncode`.
+
+        Every process of a run is needed by the others, so the first exit ends it: the world's with the world's
+        code (0: its episodes are done), another process's with its own code (2: its configuration is invalid) or,
+        when it exited 0 while the run needed it, with 1. The exits that follow, of the processes the end stops, do
+        not change it.
+        """
+        code = exit_status(returncode)
+        if name == self.stack.world and code == 0:
+            return RunEnd(0, f"{name} finished its episodes", name)
+        if code == 0:
+            return RunEnd(1, f"{name} exited (0) while the run needed it", name)
+        why = ": invalid configuration (its log names the parameter)" if code == CONFIG_ERROR else ""
+        return RunEnd(code, f"{name} exited with {code}{why}", name)
+
+    def first_end(self, running: Mapping[str, subprocess.Popen]) -> Optional[RunEnd]:
+        """The end of the run if one of the `running` processes (name -> process) has exited, else None."""
+        for name, process in running.items():
+            if process.poll() is not None:
+                return self.end_on_exit(name, process.returncode)
+        return None
 
     def node_processes(self) -> tuple[Process, ...]:
         """The `own_process` nodes as processes: each its installed executable under its name, in the namespace,
