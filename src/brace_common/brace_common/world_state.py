@@ -105,7 +105,8 @@ class AgentActivity:
 class WorldState:
     """A world at one step: its scene graph and its agents' activities (brace_msgs/WorldState).
 
-    ValueError when an id repeats or a relation or an activity names an entity the state does not hold.
+    InvalidInput (a ValueError; reason repeated_ids, dangling_relations, unknown_agents) when an id repeats or a
+    relation or an activity names an entity the state does not hold.
     """
 
     world: str
@@ -124,15 +125,16 @@ class WorldState:
         known = set(ids)
         if len(known) != len(ids):  # linear: a state of 40,000 entities is refused in milliseconds
             repeated = sorted(i for i, n in Counter(ids).items() if n > 1)
-            raise ValueError(f"entity ids repeat: {[shorten(i) for i in repeated[:5]]}"
+            raise InvalidInput("repeated_ids", f"entity ids repeat: {[shorten(i) for i in repeated[:5]]}"
                              f"{f' and {len(repeated) - 5} more' if len(repeated) > 5 else ''}")
         dangling = [r for r in self.relations if r.subject not in known or r.object not in known]
         if dangling:
-            raise ValueError(f"relations name entities the state does not hold: "
+            raise InvalidInput("dangling_relations", f"relations name entities the state does not hold: "
                              f"{[(shorten(r.subject), r.predicate, shorten(r.object)) for r in dangling[:3]]}")
         strangers = [a.agent_id for a in self.agents if a.agent_id not in known]
         if strangers:
-            raise ValueError(f"activities of agents without an entity: {[shorten(a) for a in strangers[:5]]}")
+            raise InvalidInput("unknown_agents", f"activities of agents without an entity: "
+                               f"{[shorten(a) for a in strangers[:5]]}")
 
     def entity(self, entity_id: str) -> Entity:
         """The entity with this id; KeyError when the state has none."""
