@@ -589,11 +589,14 @@ SCENARIOS: dict[str, tuple[str, Callable[[Path, int, bool], ScenarioResult]]] = 
 
 
 def run_scenarios(folder: Path, quick: bool = False, seed: int = 0, log=print) -> list[ScenarioResult]:
-    """Every attack of SCENARIOS in turn, each in a subfolder of `folder` on a DDS domain of its own."""
+    """Every attack of SCENARIOS and of fuzz_untrusted.ATTACKS in turn, each in a subfolder of `folder` on a DDS
+    domain of its own."""
     # rcl reads the discovery range when the harness's node is created: this host only, as for the processes
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    from .fuzz_untrusted import ATTACKS  # it builds on this module's Graph
+
     results = []
-    for k, (name, (node, attack)) in enumerate(SCENARIOS.items()):
+    for k, (name, (node, attack)) in enumerate({**SCENARIOS, **ATTACKS}.items()):
         domain = 1 + (os.getpid() + seed + 120 + 7 * k) % 200
         started = time.monotonic()
         try:
