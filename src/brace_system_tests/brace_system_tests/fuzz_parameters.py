@@ -138,8 +138,8 @@ def default_cases(per_node: int = 2) -> list[OverlayCase]:
     return overlay_cases((*SIM.nodes, *PIPER_TWIN.nodes), per_node, types_per_node=1 if per_node <= 1 else 4)
 
 
-def _start(case: OverlayCase, folder: Path, env: dict[str, str]) -> OverlayOutcome:
-    overlay = folder / f"overlay_{case.node.name}_{case.parameter}.yaml"
+def _start(index: int, case: OverlayCase, folder: Path, env: dict[str, str]) -> OverlayOutcome:
+    overlay = folder / f"overlay_{index:03d}_{case.node.name}_{case.parameter}.yaml"  # two cases may share a parameter
     values = {case.parameter: case.value, **({"autostart": True} if case.node.lifecycle else {})}  # configure now
     overlay.write_text(yaml.safe_dump({f"/**/{case.node.name}": {"ros__parameters": values}}))
     files = [arg for name in case.node.parameter_files
@@ -163,4 +163,4 @@ def run_overlays(cases: list[OverlayCase], folder: Path, domain: int,
     folder.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "ROS_DOMAIN_ID": str(domain)}
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        return list(pool.map(lambda c: _start(c, folder, env), cases))
+        return list(pool.map(lambda i: _start(i, cases[i], folder, env), range(len(cases))))
