@@ -35,6 +35,7 @@ import yaml
 from brace_msgs.msg import Episode, Plan, ReplanCall, ReplanDecision
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
 
 from brace_audit.audit import RecordCollector, write_csvs
 from brace_audit.audit_report import summary
@@ -42,11 +43,11 @@ from brace_audit.run_tables import run_tables
 from brace_common import names, qos
 from brace_common.config import ConfigError
 from brace_common.names import DEFAULT_NAMESPACE
-from brace_common.spin import autostart, spin_once
+from brace_common.spin import ShutdownSignals, autostart, retire, spin_once
 
 from .graph import NodeSpec
 from .run_config import RunConfig
-from .run_plan import AIRSIM_PEER, PLANNER_SERVER, Process, RunPlan, absolute_namespace, plan
+from .run_plan import AIRSIM_PEER, PLANNER_SERVER, Process, RunEnded, RunPlan, absolute_namespace, plan
 
 
 class LiveCollector(Node):
@@ -157,12 +158,13 @@ class Children:
                                      stderr=subprocess.STDOUT, start_new_session=True)
             self.running[process.name] = (process, child, log)
 
-    def check(self) -> None:
-        """RuntimeError naming a child that exited (with its log's tail)."""
-        for name, (_, child, _) in self.running.items():
-            if child.poll() is not None:
-                tail = (self.folder / f"{name}.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"{name} exited with {child.returncode}:\n{tail}")
+    def check(self, run_plan: RunPlan) -> None:
+        """RunEnded when a child exited (the plan's end, with the child's log's tail): every child is needed by the
+        run, so its exit ends the run with the child's code (1 when that was 0)."""
+        end = run_plan.first_end({name: child for name, (_, child, _) in self.running.items()})
+        if end is not None:
+            tail = (self.folder / f"{end.process}.log").read_text(errors="replace")[-2000:]
+            raise RunEnded(end, tail)
 
     def stop(self, name: str) -> None:
         """SIGTERM a child (its process group), SIGKILL after STOP_TIMEOUT_S."""
@@ -194,16 +196,24 @@ def free_ports() -> dict[str, int]:
     return ports
 
 
-def run_variant(run_plan: RunPlan, quiet: bool = False, children: Children | None = None):
+def run_variant(run_plan: RunPlan, quiet: bool = False, children: Children | None = None,
+                signals: ShutdownSignals | None = None):
     """Run one variant's plan to completion (its processes in `children`, else started and stopped here); return its
-    live RunRecords and bag path."""
+    live RunRecords and bag path. RunEnded when one of its processes exits first; KeyboardInterrupt after SIGINT /
+    SIGTERM (in `signals`, else handled here) once the nodes are down, unless the stack has no world (then the
+    signal is its end)."""
+    if signals is None:
+        with ShutdownSignals() as own_signals:
+            return run_variant(run_plan, quiet, children, own_signals)
     if children is None:
         with Children(run_plan.folder, quiet) as own:
-            return run_variant(run_plan, quiet, own)
+            return run_variant(run_plan, quiet, own, signals)
+    signals.starting()
     children.start(run_plan.processes + run_plan.node_processes())
     variant = run_plan.variant
     context = rclpy.Context()
-    rclpy.init(args=["--ros-args", "--params-file", str(run_plan.parameters)], context=context)
+    rclpy.init(args=["--ros-args", "--params-file", str(run_plan.parameters)], context=context,
+               signal_handler_options=SignalHandlerOptions.NO)  # `signals` stop the loop; the nodes go down in order
     nodes: dict[str, Node] = {}
     executor = MultiThreadedExecutor(num_threads=4, context=context)
     ns = {"context": context, "namespace": run_plan.namespace}
@@ -220,19 +230,19 @@ def run_variant(run_plan: RunPlan, quiet: bool = False, children: Children | Non
             executor.add_node(n)
         world, recorder = nodes.get(run_plan.stack.world), nodes["audit_recorder"]
         started, last_print = time.monotonic(), 0.0
-        try:
-            while (world is None or not world.done) and context.ok():  # a stack without a world: until Ctrl-C
-                spin_once(executor, 0.05)
-                children.check()
-                if world is not None and not quiet and \
-                        time.monotonic() - last_print > (1.0 if sys.stdout.isatty() else 15.0):  # logs: sparse
-                    line = _progress(variant, world, collector, started)
-                    print("\r" + line if sys.stdout.isatty() else line, end="" if sys.stdout.isatty() else "\n",
-                          flush=True)
-                    last_print = time.monotonic()
-        except KeyboardInterrupt:
-            if world is not None:
-                raise
+        signals.spinning(executor.wake)
+        # a stack without a world: until Ctrl-C
+        while (world is None or not world.done) and context.ok() and signals.received is None:
+            spin_once(executor, 0.05)
+            children.check(run_plan)
+            if world is not None and not quiet and \
+                    time.monotonic() - last_print > (1.0 if sys.stdout.isatty() else 15.0):  # logs: sparse
+                line = _progress(variant, world, collector, started)
+                print("\r" + line if sys.stdout.isatty() else line, end="" if sys.stdout.isatty() else "\n",
+                      flush=True)
+                last_print = time.monotonic()
+        if signals.received is not None and world is not None:
+            raise KeyboardInterrupt
         # the episodes the world started (its lifecycle; every number comes from the messages)
         _drain(executor, recorder, collector, world.episode + 1 if world is not None else 0)
         if world is not None and not quiet:
@@ -241,7 +251,9 @@ def run_variant(run_plan: RunPlan, quiet: bool = False, children: Children | Non
         recorder.close()
         return collector.collector.records, recorder.path
     finally:
+        signals.stopping()
         executor.shutdown()
+        retire(executor)
         for n in nodes.values():
             n.destroy_node()
         context.try_shutdown()
@@ -296,10 +308,10 @@ def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict
     folder = output / time.strftime("%Y%m%d_%H%M%S")
     runs = []
     ports = free_ports()
-    with Children(folder, quiet) as children:
+    with ShutdownSignals() as signals, Children(folder, quiet) as children:
         for variant in variants:
             records, _bag = run_variant(plan(cfg, variant, folder / variant, extra, ports, namespace=namespace), quiet,
-                                        children)
+                                        children, signals)
             runs.append(records)
     write_csvs(runs, folder)
     plots(runs, folder)
@@ -348,9 +360,9 @@ def main(argv=None) -> int:
     except ConfigError as exc:
         print(f"brace-run: invalid configuration: {exc}", file=sys.stderr)
         return 2
-    except RuntimeError as exc:  # a process of the run (a planner server, the AirSim peer) exited
+    except RunEnded as exc:  # a process of the run (a planner server, the AirSim peer, a node of its own) exited
         print(f"brace-run: {exc}", file=sys.stderr)
-        return 1
+        return exc.end.code
     except KeyboardInterrupt:
         return 130
     print(run_tables(runs))

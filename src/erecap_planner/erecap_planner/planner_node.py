@@ -75,7 +75,7 @@ from brace_common.diagnostics import diagnostic_array, nonzero
 from brace_common.episode_boundary import before_episode
 from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.params import declare_parameters, read_config, reject_undeclared
-from brace_common.spin import spin_node
+from brace_common.spin import spin_node, stopping
 from brace_common.validation import InvalidInput, Rejections
 from brace_common.vocabulary import CallState, CallStatus, EpisodeEvent
 from brace_common.world_state import received_world_state
@@ -557,7 +557,8 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         with self.buffer_lock:
             snapshot = self.buffer.snapshot()  # the newest context: a call that waited plans from what is known now
         return self.call_path.run(snapshot, request,
-                                  cancelled=lambda: goal_handle.is_cancel_requested or not self.context.ok(),
+                                  cancelled=lambda: goal_handle.is_cancel_requested or stopping()
+                                  or not self.context.ok(),
                                   on_phase=feedback, queued_at=call.accepted_at)
 
     # ------------------------------------------------------------------ monitoring
