@@ -103,6 +103,7 @@ class AuditRecorderNode(Node):
         super().__init__("audit_recorder", **kwargs)
         self.writer: Optional[BagWriter] = None  # none when configuration fails: shutdown must still work
         self.flushed = 0  # messages in the file as of the last write_metadata()
+        self._metadata_written = False
         self.config = declare_config(self, RecorderConfig)
         reject_undeclared(self)
         # Receive times are system time, as rosbag2 records them, whether or not the stack runs on /clock
@@ -132,10 +133,14 @@ class AuditRecorderNode(Node):
             self.writer.write(topic, data, self._receive_clock.now().nanoseconds)
 
     def write_metadata(self) -> None:
-        """Write out the chunk in progress and rewrite metadata.yaml (what a killed recorder keeps)."""
+        """Write out the chunk in progress and rewrite metadata.yaml (what a killed recorder keeps), unless nothing
+        arrived since the last time (an idle graph costs the recorder nothing)."""
         if self.writer is not None and not self.writer.closed:
+            total = sum(t.count for t in self.writer.topics.values())
+            if total == self.flushed and self._metadata_written:
+                return
             self.writer.write_metadata()
-            self.flushed = sum(t.count for t in self.writer.topics.values())
+            self.flushed, self._metadata_written = total, True
 
     def close(self) -> None:
         """Finish the bag (idempotent)."""

@@ -118,7 +118,9 @@ class BraceControllerNode(Node):
                                           goal_service_qos_profile=qos.ACTION_SERVICES,
                                           result_service_qos_profile=qos.ACTION_SERVICES,
                                           cancel_service_qos_profile=qos.ACTION_SERVICES)
-        steady_timer(self, self.node_config.deadline_check_period_s, self.check_deadlines)
+        # Runs only while something is due (a call in flight, held triggers, a shared server's load): idle, the
+        # controller wakes only for its state and diagnostics.
+        self.deadline_timer = steady_timer(self, self.node_config.deadline_check_period_s, self.check_deadlines)
         steady_timer(self, self.node_config.state_period_s, self.publish_state)
         steady_timer(self, self.node_config.diagnostics_period_s, self.publish_diagnostics)
         self.get_logger().info(
@@ -173,6 +175,7 @@ class BraceControllerNode(Node):
         started = time.monotonic()
         call = PendingCall(decision, started + decision.hard_deadline_ms / 1000.0, started=started)
         self.pending[decision.decision_id] = call
+        self.watch_deadlines()
         if self.replan_client.server_is_ready():
             self.send(call)
         else:
@@ -270,6 +273,7 @@ class BraceControllerNode(Node):
             self.decide_held()
         elif self.core.held and not self.release_at:
             self.release_at = time.monotonic() + random.uniform(0.0, self.node_config.server_release_jitter_s)
+            self.watch_deadlines()
 
     def decide_held(self) -> None:
         """Decide the core's held triggers again."""
@@ -293,6 +297,8 @@ class BraceControllerNode(Node):
         """The server's other requests now; once they fall, held triggers are decided again after a jitter."""
         if self.core.set_server_calls(calls):
             self.decide_held_soon()
+        if self.core.server_calls:
+            self.watch_deadlines()  # its load goes stale without news
 
     @_serialized
     def check_deadlines(self) -> None:
@@ -327,6 +333,13 @@ class BraceControllerNode(Node):
                 f"{call.decision.hard_deadline_ms:.0f} ms; cancelled"
             )
             self.finish(call.decision, CallStatus.DEADLINE, (now - call.started) * 1000.0)
+        if not (self.pending or self.release_at or self.core.server_calls):
+            self.deadline_timer.cancel()  # nothing due: watch_deadlines restarts it
+
+    def watch_deadlines(self) -> None:
+        """Run check_deadlines every deadline_check_period_s again (something is due)."""
+        if self.deadline_timer.is_canceled():
+            self.deadline_timer.reset()
 
     # ------------------------------------------------------------------ call records
 

@@ -191,6 +191,7 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
             self._topic_subs.append(self.create_subscription(
                 WorldInfo, names.WORLD_INFO, self.on_world_info, qos.WORLD_INFO,
                 callback_group=MutuallyExclusiveCallbackGroup()))
+        # Runs only while calls wait (on_accepted restarts it): idle, the planner wakes only for its diagnostics.
         self._queue_timer = steady_timer(self, QUEUE_CHECK_PERIOD_S, self.expire_waiting, self._timers_group)
         if isinstance(self.call_path, ServerCallPath) and self.config.server_load_period_s > 0:
             self.load_probe = ServerLoadProbe(self.call_path.client, self.config.connect_timeout_s + 1.0)
@@ -447,6 +448,9 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         if older is not None:
             older.handle[0].execute()  # answered at once: superseded
         self._dispatch()
+        timer = self._queue_timer
+        if len(self.queue) and timer is not None and timer.is_canceled():
+            timer.reset()
 
     def on_cancel(self, goal_handle) -> CancelResponse:
         """Accept every cancel: a waiting call is answered at once, the running one stops at its next check."""
@@ -459,6 +463,11 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         """Answer every waiting call whose hard deadline has passed (it would only be cancelled later)."""
         for call in self.queue.expired(time.monotonic()):
             call.handle[0].execute()
+        timer = self._queue_timer
+        if timer is not None and not len(self.queue):
+            timer.cancel()
+            if len(self.queue):  # a call queued meanwhile (on_accepted saw the timer still running)
+                timer.reset()
 
     def _dispatch(self) -> None:
         call = self.queue.start_next()
