@@ -43,6 +43,7 @@ Parameters: see TwinWorldConfig (config/twin_world.yaml, docs/parameters.md).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import Counter
@@ -128,6 +129,7 @@ class TwinWorldNode(WorldNode, Node):
     """Thin rclpy shell around the CAN twin, the task's world and the /act stand-in."""
 
     world_name = "pickfruit"   # the instance's: its task's
+    ends_with_process = False  # the twin and the /act stand-in stay up until the process ends (end_with_process)
 
     def __init__(self, **kwargs) -> None:
         super().__init__("twin_world", **kwargs)
@@ -301,15 +303,44 @@ class TwinWorldNode(WorldNode, Node):
                 part.stop()
 
     def destroy_node(self) -> None:
-        """Stop the /act server and the twin, then the node."""
-        self.close()
+        """Stop the /act server and the twin (unless they end with the process: `end_with_process`), then the
+        node."""
+        if not self.ends_with_process:
+            self.close()
         super().destroy_node()
+
+    def end_with_process(self) -> None:
+        """Leave the twin and the /act stand-in up until the process ends (their threads are daemons)."""
+        self.ends_with_process = True
 
 
 def main(args=None) -> int:
-    """`ros2 run robot_bridge twin_world`; with `shutdown_when_done` it exits after the last episode."""
-    return spin_node(TwinWorldNode, "twin_world", args, on_exit=TwinWorldNode.close,
+    """`ros2 run robot_bridge twin_world`; with `shutdown_when_done` it exits after the last episode.
+
+    Then the twin and the /act stand-in end with the process, and the process ends at once (os._exit) once the node
+    is destroyed and its context shut down: Python and rclpy take ~0.3 s more to tear a process down, and the arm
+    node and the executor would see the twin vanish in that time (can_silent, /act unreachable) before the launch,
+    told by this exit, stops them. On a signal every node stops at the same time: the twin is stopped here.
+    """
+    nodes: list[TwinWorldNode] = []
+
+    def build() -> TwinWorldNode:
+        nodes.append(TwinWorldNode())
+        return nodes[-1]
+
+    def finish(node: TwinWorldNode) -> None:
+        if node.done and node.config.shutdown_when_done:
+            node.end_with_process()
+        else:
+            node.close()
+
+    code = spin_node(build, "twin_world", args, on_exit=finish,
                      until=lambda node: node.done and node.config.shutdown_when_done)
+    if nodes and nodes[0].ends_with_process:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":
