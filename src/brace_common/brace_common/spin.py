@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Optional
 
 import rclpy
+from rclpy._rclpy_pybind11 import RCLError
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.exceptions import InvalidHandle
 from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
@@ -248,3 +249,8 @@ def spin_node(factory: Callable[[], Node], name: str, args=None,
                         _finish(node, executor, on_exit)
         except KeyboardInterrupt:  # a signal while the node was being built or configured
             return 0
+        except RCLError as exc:  # rcl refused the command line itself: a parameter file it cannot parse
+            if "failed to initialize rcl" not in str(exc):
+                raise
+            rclpy.logging.get_logger(name).fatal(f"invalid configuration: {str(exc).split(', at /')[0]}")
+            return 2

@@ -209,6 +209,17 @@ def test_a_newline_id_or_a_value_of_another_type_after_the_shipped_file_stops_th
     assert parameter == "agents" or str(site) in output, output[-2000:]
 
 
+def test_a_parameter_file_rcl_cannot_parse_stops_the_process_with_one_line_naming_it(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text("/**/trigger_monitor:\n  ros__parameters:\n    agents: [agent_0, 3]\n")  # mixed types
+    proc = subprocess.run([sys.executable, "-m", "brace_controller.trigger_monitor_node", "--ros-args",
+                           "--params-file", str(site)], capture_output=True, text=True, timeout=90,
+                          env=os.environ.copy())
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and f"Couldn't parse params file: '--params-file {site}'" in output, output[-2000:]
+    assert "Traceback" not in output, output[-2000:]
+
+
 @pytest.mark.parametrize("agent_id", ["agent_0/../../x", "..", "a.b"])
 def test_a_path_like_agent_id_is_refused_and_counted(ros, agent_id):
     node = monitor()
