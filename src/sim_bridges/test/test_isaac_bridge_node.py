@@ -279,15 +279,15 @@ def test_bad_parameters_fail_configure_naming_the_parameter(ros):
 
 
 def test_a_failure_while_creating_the_topics_fails_configure_saying_why_and_releases(ros, monkeypatch):
-    """rclpy turns an exception in a transition into a failure without a word: configure says why itself."""
+    """rclpy turns an exception in a transition into a failure without a word: the lifecycle base says why."""
     node = IsaacBridgeNode(namespace=NS)
     try:
         def refuse(*args, **kwargs):
             raise RuntimeError("topic refused")
 
         monkeypatch.setattr(node, "create_subscription", refuse)
-        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
-        assert node.last_error == "configure failed: RuntimeError: topic refused"
+        assert node.trigger_configure() != TransitionCallbackReturn.SUCCESS
+        assert node.last_error == "on_configure raised RuntimeError: topic refused"
         assert node.state_label == "unconfigured" and not node.robots and node.config is None
         monkeypatch.undo()
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.last_error

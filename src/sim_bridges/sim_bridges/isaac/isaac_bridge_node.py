@@ -134,11 +134,7 @@ class IsaacBridgeNode(WorldNode, ReleasingLifecycleNode):
         except ConfigError as exc:
             return self._configure_failed(str(exc))
         self.config, self.last_error = cfg, ""
-        try:
-            self._create(cfg)
-        except Exception as exc:  # noqa: BLE001 - rclpy fails the transition without a word; say why, release
-            self._release()
-            return self._configure_failed(f"{type(exc).__name__}: {exc}")
+        self._create(cfg)  # an exception: ReleasingLifecycleNode says why and releases (on_error)
         self.state_label = "inactive"
         self.get_logger().info(f"configured for {', '.join(f'{s.name} ({s.kind.value})' for s in self.robots.values())}"
                                f"; waiting for {len(self.liveness.last)} contract topics")
