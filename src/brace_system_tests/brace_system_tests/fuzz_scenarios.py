@@ -589,14 +589,15 @@ SCENARIOS: dict[str, tuple[str, Callable[[Path, int, bool], ScenarioResult]]] = 
 
 
 def run_scenarios(folder: Path, quick: bool = False, seed: int = 0, log=print) -> list[ScenarioResult]:
-    """Every attack of SCENARIOS and of fuzz_untrusted.ATTACKS in turn, each in a subfolder of `folder` on a DDS
-    domain of its own."""
+    """Every attack of SCENARIOS, fuzz_untrusted.ATTACKS and fuzz_launch.ATTACKS in turn, each in a subfolder of
+    `folder` on a DDS domain of its own."""
     # rcl reads the discovery range when the harness's node is created: this host only, as for the processes
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    from .fuzz_untrusted import ATTACKS  # it builds on this module's Graph
+    from .fuzz_launch import ATTACKS as LAUNCH  # these modules build on this one's Graph and ScenarioResult
+    from .fuzz_untrusted import ATTACKS as UNTRUSTED
 
     results = []
-    for k, (name, (node, attack)) in enumerate({**SCENARIOS, **ATTACKS}.items()):
+    for k, (name, (node, attack)) in enumerate({**SCENARIOS, **UNTRUSTED, **LAUNCH}.items()):
         domain = 1 + (os.getpid() + seed + 120 + 7 * k) % 200
         started = time.monotonic()
         try:

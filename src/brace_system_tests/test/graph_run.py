@@ -7,33 +7,13 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-import yaml
-
 from brace_audit.audit import records_from_bag
-from brace_bringup.run_config import RunConfig
 from brace_common.names import DEFAULT_NAMESPACE
 from brace_common.testing import installed_executable, stop_processes
 from brace_common.vocabulary import CallStatus
-from erecap_planner.testing import saved_tiny_llama
+from brace_system_tests.process_graph import EPISODES, tiny_run_config  # noqa: F401 - the tests import them here
 
 VARIANT = "brace_erecap"
-EPISODES = 2
-
-
-def tiny_run_config(folder: Path) -> Path:
-    """A run configuration extending the demo's: the tiny model, K = 2, two episodes of 10 steps; its path."""
-    model = saved_tiny_llama(folder / "tiny_llama")
-    path = folder / "tiny_run.yaml"
-    path.write_text(yaml.safe_dump({"run": {
-        "extends": "demo.yaml",  # the installed run configuration
-        "overrides": {
-            "embedded_sim": {"episodes": EPISODES, "num_agents": 2, "max_steps": 10, "step_period_s": 0.01,
-                             "hold_while_planning": True,  # lockstep: every episode gets its plans on any CPU
-                             "shutdown_when_done": True, "wait_timeout_s": 240.0},
-            "erecap_planner": {"model_path": model, "pruning_layers": [1, 3], "predictor_path": "",
-                               "adapter_path": ""}}}}))
-    RunConfig.load(path)  # fails here, not in a process, when the configuration is wrong
-    return path
 
 
 def check_bag(bag: Path) -> None:

@@ -13,99 +13,41 @@ log line, with generous limits for a slow, busy machine.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import rclpy
-import yaml
 from brace_msgs.action import Replan
 from brace_msgs.msg import ContextEntry, ReplanCall
-from graph_run import VARIANT, tiny_run_config
+from graph_run import VARIANT
 from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
 
 from brace_bringup.run_config import RunConfig
-from brace_bringup.run_plan import RunEnd, RunPlan, plan
+from brace_bringup.run_plan import plan
 from brace_common import names, qos
 from brace_common.spin import spin_once
 from brace_common.testing import installed_executable, wait_for
 from brace_common.vocabulary import CallStatus
+from brace_system_tests.process_graph import (
+    NOISE,
+    RUN_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    ctrl_c,
+    noise,
+    run_end,
+    small_run,
+    start_every_node,
+)
 from erecap_planner.testing import saved_tiny_llama
 
-RUN_TIMEOUT_S = 300.0
 UP_TIMEOUT_S = 120.0
-STOP_TIMEOUT_S = 30.0
-NOISE = ("never retrieved", "Failed to publish log message", "was never awaited", "Traceback", "it/s]")
-"""What a node's output must not hold: an rclpy task's unretrieved exception, a log line sent to /rosout after its
-context went down, a never started coroutine, any trace (when it is stopped), a progress bar (loading a model, in a
-log that is not a terminal)."""
 
 
 def domain(offset: int) -> str:
     return str(1 + (os.getpid() + offset) % 200)
-
-
-def small_run(folder: Path, overrides: dict | None = None, own_process: list[str] | None = None) -> Path:
-    """graph_run's tiny run configuration with one episode, and `overrides` (node -> parameters) and `own_process`."""
-    path = folder / "small_run.yaml"
-    run: dict = {"extends": str(tiny_run_config(folder)),
-                 "overrides": {"embedded_sim": {"episodes": 1}, **(overrides or {})}}
-    if own_process is not None:
-        run["own_process"] = own_process
-    path.write_text(yaml.safe_dump({"run": run}))
-    return path
-
-
-def start_every_node(run_plan: RunPlan, env: dict, logs: Path) -> dict[str, subprocess.Popen]:
-    """Every node of the plan its own process, back to back, as launch_ros's Node starts it."""
-    procs = {}
-    for spec in run_plan.nodes:
-        with (logs / f"{spec.name}.log").open("w") as log:
-            procs[spec.name] = subprocess.Popen(
-                [str(installed_executable(spec.package, spec.executable)), "--ros-args",
-                 "-r", f"__ns:={run_plan.namespace}", "-r", f"__node:={spec.name}",
-                 "--params-file", str(run_plan.parameters)], env=env, stdout=log, stderr=subprocess.STDOUT)
-    return procs
-
-
-def run_end(run_plan: RunPlan, procs: dict[str, subprocess.Popen]) -> RunEnd:
-    """Wait for the first exit among `procs`: the run's end by the plan's rule."""
-    ended: list[RunEnd] = []
-
-    def over() -> bool:
-        end = run_plan.first_end(procs)
-        ended[:] = [end] if end is not None else []
-        return end is not None
-
-    wait_for(over, RUN_TIMEOUT_S, "a process of the run to exit")
-    return ended[0]
-
-
-def ctrl_c(procs: dict[str, subprocess.Popen]) -> dict[str, int]:
-    """SIGINT twice to every running process, as Ctrl-C under `ros2 launch` (the process group's, then launch's);
-    their exit codes."""
-    running = [p for p in procs.values() if p.poll() is None]
-    for sig in (signal.SIGINT, signal.SIGINT):
-        for proc in running:
-            if proc.poll() is None:
-                proc.send_signal(sig)
-    codes = {}
-    for name, proc in procs.items():
-        try:
-            codes[name] = proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            codes[name] = f"killed: still running {STOP_TIMEOUT_S:.0f} s after SIGINT"
-    return codes
-
-
-def noise(logs: Path, procs) -> dict[str, list[str]]:
-    """Per process, what of NOISE its output holds."""
-    found = {name: [n for n in NOISE if n in (logs / f"{name}.log").read_text()] for name in procs}
-    return {name: words for name, words in found.items() if words}
 
 
 def logged(path: Path, text: str) -> bool:
@@ -134,10 +76,7 @@ def test_a_node_with_an_invalid_parameter_ends_the_run_with_2(tmp_path):
         end = run_end(run_plan, procs)
         assert (end.code, end.process) == (2, "brace_controller"), end
         assert "cooldown_steps" in (tmp_path / "brace_controller.log").read_text()
-        # the others stop once up (a Ctrl-C while Python still imports is Python's own KeyboardInterrupt)
-        wait_for(lambda: logged(tmp_path / "erecap_planner.log", "serving Replan")
-                 and logged(tmp_path / "embedded_sim.log", "waiting for")
-                 and logged(tmp_path / "audit_recorder.log", "recording"), UP_TIMEOUT_S, "the other nodes up")
+        # the others are stopped at once, as launch stops them: some still import (brace_common.startup)
     finally:
         codes = ctrl_c(procs)
     assert codes.pop("brace_controller") == 2 and all(code == 0 for code in codes.values()), codes
