@@ -9,8 +9,9 @@ Prints the table of attacks (sent, malformed by the nodes' own checks, counted o
 the overlay-parameter attack (every node of the sim and twin stacks started with its files plus one that breaks a
 parameter: refused = exit 2 naming it), then the scenario attacks (brace_system_tests.fuzz_scenarios: a protected context
 flood against the planner's deadline, an /act server that drips against the executor, a recorder killed mid-episode
-against brace-audit, the CAN twin killed under the arm node); writes bench/out/fuzz_graph.csv; exits 1 when a target is
-missed.
+against brace-audit, the CAN twin killed under the arm node; fuzz_untrusted: a server's respelled plan, 40,000-entity
+world states with a repeated id, hostile and combinatorial world info; fuzz_launch: a run whose world exits and one
+a node cannot start); writes bench/out/fuzz_graph.csv; exits 1 when a target is missed.
 `source scripts/env.sh` first.
 """
 
