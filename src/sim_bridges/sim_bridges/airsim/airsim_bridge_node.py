@@ -35,7 +35,7 @@ from typing import Optional
 from builtin_interfaces.msg import Time
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 
-from brace_common.clock import stamp_of, steady_timer
+from brace_common.clock import spaced_timer, stamp_of, steady_timer
 from brace_common.config import ConfigError
 from brace_common.diagnostics import nonzero
 from brace_common.episode import EpisodeResult
@@ -96,7 +96,7 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
     @serialized
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start stepping."""
-        self.timer = steady_timer(self, self.config.step_period_s, self.tick)
+        self.timer = spaced_timer(self, self.config.step_period_s, self.tick, lock=self.transition_lock)
         self.state_label = "active"
         self.get_logger().info(f"AirSim bridge for {self.config.num_agents} drones at {self.config.host}:"
                                f"{self.config.port} ({'lockstep' if self.config.lockstep else 'real time'})")

@@ -27,7 +27,7 @@ from brace_msgs.srv import Lookahead
 from rclpy.node import Node
 
 from brace_common import names
-from brace_common.clock import steady_timer
+from brace_common.clock import spaced_timer, steady_timer
 from brace_common.diagnostics import nonzero
 from brace_common.episode import EpisodeResult
 from brace_common.params import declare_config, reject_undeclared
@@ -61,7 +61,7 @@ class TextWorldWorldNode(WorldInputs, Node):
         self.wait_for_peers(self.config)
         self.create_service(Lookahead, names.LOOKAHEAD, self.on_lookahead)
         self.games.request(self.config.game(0))  # made while the peers come up
-        self.timer = steady_timer(self, self.config.step_period_s, self.tick)
+        self.timer = spaced_timer(self, self.config.step_period_s, self.tick)
         steady_timer(self, 1.0, self.publish_diagnostics)
 
     # ------------------------------------------------------------------ inputs

@@ -37,7 +37,7 @@ from builtin_interfaces.msg import Time
 from rclpy.node import Node
 
 from brace_common import names
-from brace_common.clock import stamp_of, steady_timer
+from brace_common.clock import spaced_timer, stamp_of, steady_timer
 from brace_common.diagnostics import nonzero
 from brace_common.episode import EpisodeResult
 from brace_common.params import declare_config, reject_undeclared
@@ -64,7 +64,7 @@ class EmbeddedSimNode(WorldInputs, Node):
         self.init_stepped_world(self.config.episodes, self.config.seed, self.config.hold_timeout_s)
         self.wait_for_peers(self.config)
         self.create_service(Lookahead, names.LOOKAHEAD, self.on_lookahead)
-        self.timer = steady_timer(self, self.config.step_period_s, self.tick)
+        self.timer = spaced_timer(self, self.config.step_period_s, self.tick)
         steady_timer(self, 1.0, self.publish_diagnostics)
 
     # ------------------------------------------------------------------ inputs
