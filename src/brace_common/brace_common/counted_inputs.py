@@ -18,6 +18,7 @@ from rclpy.qos import QoSProfile
 from rclpy.subscription import MessageInfo, Subscription
 
 from . import qos
+from .counters import Health
 from .reception import SequenceGaps
 
 
@@ -59,3 +60,9 @@ class CountedInputs:
         """Samples lost on every input."""
         with self._lock:
             return sum(self.counts.values())
+
+    def health(self) -> Health:
+        """The lost samples per input as values; any loss is a warning."""
+        with self._lock:
+            counts = dict(self.counts)
+        return Health(counts, tuple(k for k, v in counts.items() if v))

@@ -7,6 +7,8 @@ from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
+from .counters import Health
+
 HARDWARE_ID = "brace"
 
 
@@ -33,3 +35,8 @@ def diagnostic_array(name: str, values: Mapping[str, Any], stamp, warnings: Iter
 def nonzero(counts: Mapping[str, int], keys: Iterable[str]) -> list[str]:
     """The `keys` whose count is not zero (what a diagnostics message names)."""
     return [k for k in keys if counts.get(k)]
+
+
+def health_array(name: str, health: Health, stamp, message: str = "") -> DiagnosticArray:
+    """A DiagnosticArray of one status `name` from the owners' merged `health` (see `diagnostic_array`)."""
+    return diagnostic_array(name, health.values, stamp, health.warnings, health.errors, message)

@@ -1,10 +1,10 @@
-"""The lifecycle shape the stack's managed nodes share (planner, arm, twin, cameras, executor).
+"""The lifecycle shape the stack's managed nodes share (planner, arm, twin, cameras, executor, bridges).
 
-Configure acquires (a model, a bus, a device), cleanup and shutdown both
-release it through the node's `_release`, and `state_label` names the state
-for diagnostics in every state. Activate and deactivate stay each node's own.
-A transition may come from any thread (the lifecycle services, or a caller of
-`trigger_*`); callbacks marked `serialized` never run while one is under way.
+One rule: configure creates (topics, timers, services, a model, a bus) and
+keeps each ROS entity through `configured`; cleanup, shutdown and error run
+the node's `_release` and then destroy those entities. `state_label` names
+the state for diagnostics. Callbacks marked `serialized` never run while a
+transition is under way.
 """
 
 from __future__ import annotations
@@ -15,9 +15,17 @@ import traceback
 from collections.abc import Callable
 from typing import TypeVar
 
+from rclpy.action import ActionClient, ActionServer
+from rclpy.client import Client
+from rclpy.guard_condition import GuardCondition
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.publisher import Publisher
+from rclpy.service import Service
+from rclpy.subscription import Subscription
+from rclpy.timer import Timer
 
 F = TypeVar("F", bound=Callable)
+E = TypeVar("E")
 
 
 def serialized(method: F) -> F:
@@ -40,6 +48,7 @@ class ReleasingLifecycleNode(LifecycleNode):
 
     def __init__(self, *args, **kwargs) -> None:
         self.transition_lock = threading.RLock()
+        self._configured: list = []
         super().__init__(*args, **kwargs)
         # rclpy turns an exception in a transition callback into ERROR without a word (its callbacks table is the
         # one place every transition passes): each is wrapped once here so the cause is logged and kept.
@@ -57,27 +66,60 @@ class ReleasingLifecycleNode(LifecycleNode):
 
         return transition
 
+    def configured(self, entity: E) -> E:
+        """Keep a ROS entity configure created (publisher, subscription, timer, service, client, guard condition,
+        action server or client); cleanup, shutdown and error destroy it. Returns it."""
+        self._configured.append(entity)
+        return entity
+
+    def _destroy_configured(self) -> None:
+        # Newest first; a timer is cancelled before it is destroyed so no tick starts on a half-released node. rclpy
+        # defers freeing a handle another executor thread is waiting on, and wakes the executor after each destroy.
+        while self._configured:
+            entity = self._configured.pop()
+            if isinstance(entity, Timer):
+                entity.cancel()
+                self.destroy_timer(entity)
+            elif isinstance(entity, Publisher):
+                self.destroy_lifecycle_publisher(entity)
+            elif isinstance(entity, Subscription):
+                self.destroy_subscription(entity)
+            elif isinstance(entity, Service):
+                self.destroy_service(entity)
+            elif isinstance(entity, Client):
+                self.destroy_client(entity)
+            elif isinstance(entity, GuardCondition):
+                self.destroy_guard_condition(entity)
+            elif isinstance(entity, (ActionServer, ActionClient)):
+                entity.destroy()
+            else:
+                raise TypeError(f"configured() does not know how to destroy a {type(entity).__name__}")
+
     def _release(self) -> None:
-        """Free what configure acquired; safe to call twice and on a half-configured node."""
+        """Free what configure acquired besides its ROS entities; safe to call twice and on a half-configured node."""
         raise NotImplementedError
+
+    def _release_all(self) -> None:
+        with self.transition_lock:
+            try:
+                self._release()
+            finally:
+                self._destroy_configured()
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Release what configure acquired (see `_release`)."""
-        with self.transition_lock:
-            self._release()
+        self._release_all()
         self.state_label = "unconfigured"
         return TransitionCallbackReturn.SUCCESS
 
     def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
         """A transition raised: release what it may have acquired and go back to unconfigured."""
-        with self.transition_lock:
-            self._release()
+        self._release_all()
         self.state_label = "unconfigured"
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Release everything, from any state."""
-        with self.transition_lock:
-            self._release()
+        self._release_all()
         self.state_label = "finalized"
         return TransitionCallbackReturn.SUCCESS

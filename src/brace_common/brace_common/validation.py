@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any, Optional
 
+from .counters import Health
+
 MAX_ID_CHARS = 128
 """Agent, trigger, decision, call and plan ids."""
 MAX_TEXT_CHARS = 8192
@@ -185,3 +187,8 @@ class Rejections:
     def total(self) -> int:
         """Inputs rejected so far."""
         return sum(self.counts.values())
+
+    def health(self, prefix: str = "rejected.") -> Health:
+        """The rejections per kind and reason as values (after `prefix`); any rejection is a warning."""
+        counts = dict(self.counts)
+        return Health({prefix + k: v for k, v in sorted(counts.items())}, tuple(prefix + k for k, v in counts.items() if v))
