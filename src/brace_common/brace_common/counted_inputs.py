@@ -18,7 +18,7 @@ from rclpy.qos import QoSProfile
 from rclpy.subscription import MessageInfo, Subscription
 
 from . import qos
-from .counters import Health
+from .counters import Counters, Health
 from .reception import SequenceGaps
 
 
@@ -26,7 +26,7 @@ class CountedInputs:
     """The lost-sample counters of a node's event inputs (`counts`: 'lost.<input>.<reason>' -> samples)."""
 
     def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
+        self.counts = Counters([])
         self._gaps: dict[str, SequenceGaps] = {}
         self._lock = threading.Lock()
 
@@ -35,8 +35,7 @@ class CountedInputs:
         """`node.create_subscription` for input `name` whose callback first counts the samples missing before each
         one taken (`raw=True` and callback groups pass through)."""
         gaps = self._gaps.setdefault(name, SequenceGaps())
-        for reason in ("sequence_gap", "message_lost"):
-            self.counts.setdefault(f"lost.{name}.{reason}", 0)
+        self.counts.declare(f"lost.{name}.sequence_gap", f"lost.{name}.message_lost", warn=True)
 
         def take(msg: Any, info: MessageInfo) -> None:
             with self._lock:
@@ -63,6 +62,4 @@ class CountedInputs:
 
     def health(self) -> Health:
         """The lost samples per input as values; any loss is a warning."""
-        with self._lock:
-            counts = dict(self.counts)
-        return Health(counts, tuple(k for k, v in counts.items() if v))
+        return self.counts.health()
