@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from brace_common.action_schema import Step
+from brace_common.counters import Counters, Health
 from brace_common.vocabulary import Mode
 
 from .records import check_agent
@@ -72,7 +73,11 @@ class ContextTree:
             raise ValueError(f"depth {depth} must be at least 1")
         self.depth = depth
         self.trees: dict[str, AgentTree] = {}
-        self.counts = {"plans": 0, "backtracks": 0, "repairs_done": 0, "outcomes_unmatched": 0}
+        self.counts = Counters(("plans", "backtracks", "repairs_done", "outcomes_unmatched"))
+
+    def health(self, prefix: str = "") -> Health:
+        """Plans taken, backtracks, repairs done and outcomes no step matched (each name after `prefix`)."""
+        return self.counts.health(prefix)
 
     def _tree(self, agent_id: str) -> AgentTree:
         return self.trees.setdefault(check_agent(agent_id), AgentTree())

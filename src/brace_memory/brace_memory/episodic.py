@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Optional
 
+from brace_common.counters import Counters, Health
+
 from .records import MemoryRecord, RecordKind, cached_line, check_agent
 from .store import MemoryStore
 
@@ -99,7 +101,11 @@ class EpisodicMemory:
         self._folded_through: dict[str, int] = {}
         self._next_key: dict[str, int] = {}
         self._episode_from: dict[str, int] = {}  # per agent: the key number of its first record this episode
-        self.counts = {"records": 0, "entries_folded": 0}
+        self.counts = Counters(("records", "entries_folded"))
+
+    def health(self, prefix: str = "") -> Health:
+        """Records written and the entries they folded (each name after `prefix`)."""
+        return self.counts.health(prefix)
 
     def on_entry(self, agent_id: str, step: int, kind: str, text: str, teammates: frozenset[str] = frozenset(),
                  stamp: float = 0.0) -> Optional[MemoryRecord]:

@@ -13,6 +13,8 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import Any, Optional, Union
 
+from brace_common.counters import Health
+
 from .records import MemoryRecord, RecordKind, check_agent
 from .store import MemoryStore
 
@@ -80,6 +82,10 @@ class RecordIndex:
     def counts(self) -> dict[str, int]:
         """The store's counts (written, evicted, corrupt)."""
         return self.store.counts
+
+    def health(self, prefix: str = "") -> Health:
+        """The store's health (its counts after `prefix`)."""
+        return self.store.health(prefix)
 
     def close(self) -> None:
         """Close the store."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from brace_common.action_schema import LOCATION_PARAMETERS, OBJECT_PARAMETERS, named_parameter
+from brace_common.counters import Counters, Health
 from brace_common.vocabulary import Failure
 
 from .records import MemoryRecord, RecordKind, cached_line, check_agent
@@ -104,9 +105,13 @@ class ReflectiveMemory:
     def __init__(self, store: MemoryStore, priors: tuple[Prior, ...] = ()) -> None:
         self.store = store
         self.priors = priors
-        self.counts = {"failures": 0, "notes": 0, "constraints": 0}
+        self.counts = Counters(("failures", "notes", "constraints"))
         # Who gave the constraints in the store (a store kept across runs already holds some).
         self.constraint_sources = {a for a in store.agents() if store.records(a, RecordKind.CONSTRAINT)}
+
+    def health(self, prefix: str = "") -> Health:
+        """Failure records, notes and constraints written (each name after `prefix`)."""
+        return self.counts.health(prefix)
 
     def on_failure(self, agent_id: str, step: int, skill: str, parameters: Optional[dict[str, Any]],
                    kind: str, detail: str, location: str = "", stamp: float = 0.0) -> MemoryRecord:

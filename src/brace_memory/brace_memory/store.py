@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from brace_common.counters import Health
 from brace_memory.records import MemoryRecord, RecordKind, check_agent
 
 STORE_VERSION = 1
@@ -352,6 +353,10 @@ class MemoryStore:
         `corrupt` rows skipped (each distinct row once)."""
         with self._lock:
             return {"written": self._written, "evicted": self._evicted, "corrupt": len(self._corrupt_rows)}
+
+    def health(self, prefix: str = "") -> Health:
+        """`counts` as values (each name after `prefix`)."""
+        return Health({prefix + k: v for k, v in self.counts.items()})
 
     def close(self) -> None:
         """Close the file (further calls raise StoreError); closing twice is harmless."""

@@ -14,10 +14,12 @@ does waits for a summary.
 from __future__ import annotations
 
 import threading
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
+
+from brace_common.counters import Counters, Health
 
 from .episodic import LIST_LIMITS, MAX_FIELD_CHARS, RECORD_KEYS, TEXT_LIMITS, Segment, cut
 from .records import MemoryRecord
@@ -164,7 +166,7 @@ class SummaryWorker:
         self._cond = threading.Condition()
         self._busy = False
         self._stop = threading.Event()
-        self._counts: Counter[str] = Counter({key: 0 for key in ("requested", *OUTCOMES)})
+        self._counts = Counters(("requested", *OUTCOMES))  # and `<outcome>.<reason>`, declared as they come
         self._thread = threading.Thread(target=self._run, name="episodic-summariser", daemon=True)
         self._thread.start()
 
@@ -192,6 +194,10 @@ class SummaryWorker:
         """requested, applied, invalid, failed, late, dropped, `pending`, and `invalid.<reason>` / `failed.<reason>`."""
         with self._cond:
             return {**self._counts, "pending": len(self._queue)}
+
+    def health(self, prefix: str = "") -> Health:
+        """`counts` as values (each name after `prefix`)."""
+        return Health({prefix + k: v for k, v in self.counts.items()})
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no summary is queued or running, at most `timeout_s`; whether it is so."""
@@ -222,9 +228,10 @@ class SummaryWorker:
                 self._busy = True
             outcome = self._summarise(request)
             with self._cond:
-                self._counts[outcome] += 1
-                if "." in outcome:
+                if "." in outcome:  # `<outcome>.<reason>`: a reason the summariser gave, counted with its outcome
+                    self._counts.declare(outcome)
                     self._counts[outcome.split(".", 1)[0]] += 1
+                self._counts[outcome] += 1
                 self._busy = False
                 self._cond.notify_all()
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from brace_common.action_schema import Step
+from brace_common.counters import Counters, Health
 from brace_common.scene_graph import SceneGraph, agent_goal
 from brace_common.session_graph import Embedder, SessionGraphs, doing_step
 from brace_common.vocabulary import Block, Failure, Mode
@@ -102,9 +103,9 @@ class MemorySystem:
         self.calls: list[Step] = []      # the valid skill calls of the current schema (lookahead's candidates)
         self.views: dict[str, dict[str, SceneGraph]] = {}   # per agent: each state's scene graph this episode
         self.closed: Optional[tuple] = None   # the last closed episode's (world, episode), graphs, views, goals
-        self.counts = {"retrievals": 0, "lines_retrieved": 0, "lines_left_out": 0, "notes_dropped": 0,
-                       "loop_warnings": 0, "experiences_kept": 0, "experiences_matched": 0,
-                       "lookahead_projected": 0, "lookahead_unanswered": 0}
+        self.counts = Counters(("retrievals", "lines_retrieved", "lines_left_out", "notes_dropped", "loop_warnings",
+                                "experiences_kept", "experiences_matched", "lookahead_projected",
+                                "lookahead_unanswered"))
         self._closed = False
         self.summaries: Optional[SummaryWorker] = None
         if summariser is not None and self.folding:
@@ -131,6 +132,12 @@ class MemorySystem:
         with self.lock:
             self._closed = True
             self.store.close()
+
+    def health(self, prefix: str = "memory.") -> Health:
+        """What a planner reports of its memory (each name after `prefix`): these counts, the context tree's
+        (`tree.`), the store's (`store.`) and the summary worker's (`summaries.`, with one)."""
+        health = self.counts.health(prefix) + self.tree.health(prefix + "tree.") + self.store.health(prefix + "store.")
+        return health + self.summaries.health(prefix + "summaries.") if self.summaries is not None else health
 
     def on(self, module: str) -> bool:
         """Whether `module` is composed."""

@@ -310,3 +310,18 @@ def test_a_state_snapshot_is_no_episodic_observation():
     system.on_entry("a", 4, "task_done", "delivered box_7")
     record = system.episodic.records("a")[0]
     assert record.fields["observations"][0] == "shelf_3 audit: 12 items" and "park_1" not in system.line(record)
+
+
+def test_health_reports_what_a_planner_publishes_and_a_misspelt_counter_fails():
+    system = MemorySystem(["episodic", "reflective"])
+    system.on_entry("agent_0", 1, "task", "agent_0 must deliver box_7 to dock_2.")
+    system.tree.on_task("agent_0", "agent_0 must deliver box_7 to dock_2.")
+    system.tree.on_plan("agent_0", 1, Mode.FULL_REPLAN, [GOTO, PICK])
+    system.on_entry("agent_0", 2, "failure_trace", "move_to(target=shelf_3) failed: blocked")
+    values = system.health().values
+    assert values["memory.retrievals"] == 0 and values["memory.tree.plans"] == 1
+    assert values["memory.store.written"] >= 1 and not any(k.startswith("memory.summaries.") for k in values)
+    assert system.episodic.health("episodic.").values == {"episodic.records": 1, "episodic.entries_folded": 1}
+    assert set(system.reflective.health().values) == {"failures", "notes", "constraints"}
+    with pytest.raises(KeyError):
+        system.counts["retrieval"] += 1

@@ -228,3 +228,13 @@ def test_the_prompt_is_omniact_s_episodic_prompt_with_the_segment_in_order():
     assert "episodic interaction log writer" in system_prompt and all(key in system_prompt for key in RECORD_KEYS)
     assert "Agent: a\nTrigger: failure" in user and "t=1-1" in user and "deliver box_7" in user
     assert user.endswith("Source text:\nt=1 observation: at shelf_3")
+
+
+def test_health_names_each_outcome_and_reason_after_the_prefix():
+    system = MemorySystem(["episodic"], summariser=Scripted(summary(outcome="  ")))
+    fold(system, "a", 1)
+    assert system.summaries.wait_idle(WAIT_S)
+    values = system.health().values
+    assert values["memory.summaries.invalid"] == 1 and values["memory.summaries.invalid.empty"] == 1
+    assert values["memory.summaries.requested"] == 1 and values["memory.summaries.pending"] == 0
+    system.close()
