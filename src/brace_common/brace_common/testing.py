@@ -9,7 +9,6 @@ plan or holds the goal until it is cancelled.
 from __future__ import annotations
 
 import gc
-import itertools
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 
 from . import names
+from .domain_leases import fresh_domain, leases
 from .spin import spin_once
 
 UNREACHED_STEPS = 100_000
@@ -94,15 +94,12 @@ def call_service(client, request, what: str, available_s: float = 15.0, answer_s
 class RosHarness:
     """An rclpy context on its own DDS domain with a MultiThreadedExecutor spun in a thread.
 
-    Each harness takes the next domain id, so no test ever discovers the
-    endpoints of an earlier test's (destroyed) nodes.
+    Each harness leases a fresh domain (`domain_leases`), so no test ever discovers the endpoints of an earlier
+    test's (destroyed) nodes, nor those of a test running beside it in another process.
     """
 
-    _count = itertools.count()
-
     def __init__(self) -> None:
-        base = int(os.environ.get("ROS_DOMAIN_ID", "100"))
-        self.domain_id = 1 + (base + next(self._count)) % 200
+        self.domain_id = fresh_domain()
         rclpy.init(domain_id=self.domain_id)
         self.executor = MultiThreadedExecutor(num_threads=4)
         self.nodes: list[Node] = []
@@ -135,6 +132,7 @@ class RosHarness:
         # now, inside the test, rather than at interpreter exit after pytest's summary.
         del self.executor
         gc.collect()
+        leases().release(self.domain_id)
 
 
 class PlannerDouble(Node):
