@@ -1,13 +1,6 @@
-"""How a stepped world node (the embedded warehouse, the AirSim bridge) takes the control stack's messages.
-
-A WorldNode for worlds that step in lockstep with the planner: an admitted decision for one of the world's agents
-holds the world, a call record releases it when the call produced no plan and is drawn as a replanning event, a
-plan of this episode is checked by the world's own parser and applied (malformed or foreign: counted and dropped,
-nothing moves); and one step of the world publishes its outcomes, context entries and states. The node calls
-`init_stepped_world` and supplies `world` (None between episodes; its `metrics()` make the episode's record),
-`timer` (its stepping timer, or None), `_publish_states()`, `config.hold_while_planning`, `start_episode()` and the
-world-specific hooks below.
-"""
+"""How a stepped world node (the warehouse, the drones, TextWorld) takes the control stack's messages: decisions hold
+it, call records release it, plans are parsed and applied, and a step publishes what happened (docs/nodes.md,
+"World nodes", says what the node supplies)."""
 
 from __future__ import annotations
 
@@ -17,6 +10,7 @@ from typing import Optional
 from brace_msgs.msg import Plan, ReplanCall, ReplanDecision
 
 from . import names
+from .counters import Counters, Health
 from .episode import PLANS_AGREEING, EpisodeResult
 from .holds import CallHolds
 from .vocabulary import CallStatus, TriggerKind
@@ -27,19 +21,21 @@ from .world_node import WorldNode
 STEPPED_COUNTS = ("steps", "held_ticks", "hold_timeouts", "malformed_plans", "plans_applied", "stale_plans",
                   "ticks_waiting_for_peers")
 """The counters (diagnostics keys) of every stepped world."""
+STEPPED_WARNINGS = ("hold_timeouts", "malformed_plans")
+"""The stepped world's counters that make its diagnostics WARN when non-zero."""
 
 
 class WorldInputs(WorldNode):
     """on_decision / on_call / on_plan, the lockstep hold and the step, shared by the stepped world nodes."""
 
     def init_stepped_world(self, episodes: Optional[int], seed: int, hold_timeout_s: float,
-                           counts: Iterable[str] = ()) -> None:
-        """The world's publishers, episode book, holds, counters (STEPPED_COUNTS and `counts`) and its inputs:
-        plan, decisions, replan_calls."""
+                           counts: Iterable[str] = (), warn: Iterable[str] = ()) -> None:
+        """The world's publishers, episode book, holds, counters (STEPPED_COUNTS and `counts`; those of
+        STEPPED_WARNINGS and `warn` WARN when non-zero) and its inputs: plan, decisions, replan_calls."""
         self.init_world(STEPPED, episodes, seed)
         self.holds = CallHolds(hold_timeout_s)
         self.calls = CallEvents()
-        self.counts = dict.fromkeys((*STEPPED_COUNTS, *counts), 0)
+        self.counts = Counters((*STEPPED_COUNTS, *counts), warn=(*STEPPED_WARNINGS, *warn))
         self.sim_steps = 0  # steps (and episode starts) so far: /clock = sim_steps x sim_step_s
         self.subscribe_plans(self.on_plan)
         self.inputs.subscribe(self, ReplanDecision, names.DECISIONS, self.on_decision, "decision")
@@ -158,10 +154,20 @@ class WorldInputs(WorldNode):
             self.get_logger().warning(f"no answer to call {decision_id} within hold_timeout_s; stepping on")
         return self.holds.held()
 
-    def stepped_values(self) -> dict:
-        """The diagnostics values every stepped world reports: episode, step, done, readiness, holds, counters,
-        rejected and lost inputs."""
-        return {"episode": self.episode, "step": self.world.t if self.world is not None else 0, "done": self.done,
-                "waiting_for_peers": self.peers is not None and not self.peers.done,
-                "calls_waited_on": len(self.holds.waiting), **self.counts, **self.rejected_values(),
-                **self.inputs.counts}
+    def waiting_for_peers(self) -> bool:
+        """The first episode still waits for its peers."""
+        return self.peers is not None and not self.peers.done
+
+    def stepped_health(self) -> Health:
+        """What every stepped world reports: episode, step, done, readiness, holds, its counters (WARN on the marked
+        ones), rejected and lost inputs (WARN on a loss), and an overdue peer wait (ERROR)."""
+        state = Health({"episode": self.episode, "step": self.world.t if self.world is not None else 0,
+                        "done": self.done, "waiting_for_peers": self.waiting_for_peers(),
+                        "calls_waited_on": len(self.holds.waiting)})
+        return (state + self.counts.health() + self.rejected_health() + self.inputs.health()
+                + Health(errors=tuple(self.peer_errors())))
+
+    def publish_stepped_health(self, title: str, health: Health) -> None:
+        """Publish `health` as the world's status, 'waiting for peers' while it waits and nothing is in error."""
+        waiting = self.waiting_for_peers() and not health.errors
+        self.publish_world_health(title, health, message="waiting for peers" if waiting else "")

@@ -3,7 +3,8 @@ outcomes, episodes, world states, world info, /clock, markers, /diagnostics): on
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from brace_msgs.msg import AgentState, ContextEntry, Episode, ExecutionOutcome, WorldInfo, WorldState
 from builtin_interfaces.msg import Time
@@ -45,20 +46,19 @@ class WorldPublishers:
         self.state_publication = StatePublication()
         self.open(topics)
 
-    def open(self, topics: Iterable[str]) -> None:
-        """Create the publishers of `topics` (attributes of TOPICS) that are not open yet."""
+    def open(self, topics: Iterable[str], keep: Callable[[Any], Any] = lambda publisher: publisher) -> None:
+        """Create the publishers of `topics` (attributes of TOPICS) that are not open yet; `keep` is given each one
+        (a lifecycle world's `configured`: its cleanup destroys them)."""
         for attribute in topics:
             if getattr(self, attribute) is None:
                 msg_type, name, profile = TOPICS[attribute]
-                setattr(self, attribute, self.node.create_publisher(msg_type, name, profile))
+                setattr(self, attribute, keep(self.node.create_publisher(msg_type, name, profile)))
 
-    def close(self, topics: Iterable[str]) -> None:
-        """Destroy the publishers of `topics` (a lifecycle world's cleanup); a later world state is new again."""
+    def forget(self, topics: Iterable[str]) -> None:
+        """Let go of the publishers of `topics` (a lifecycle world's cleanup, whose base destroys what configure
+        kept); a later world state is new again."""
         for attribute in topics:
-            pub = getattr(self, attribute)
-            if pub is not None:
-                self.node.destroy_publisher(pub)
-                setattr(self, attribute, None)
+            setattr(self, attribute, None)
         self.state_publication = StatePublication()
 
     def world_state(self, state: State, stamp: Time, frame_id: str) -> None:

@@ -1,11 +1,5 @@
-"""The base of every world node (the embedded warehouse, the AirSim and Isaac bridges, the PickFruit twin, the
-operator's episodes): its publishers, readiness, plan intake, episode lifecycle, world state and diagnostics.
-
-A mixin for an rclpy `Node` or a `ReleasingLifecycleNode` (it has no constructor of its own: the node calls
-`init_world` in its constructor). What every world repeats lives here; the node keeps what is its world's own:
-the world itself, its parameters, how a plan is parsed and applied, how an episode's record is filled, and its
-topic-specific inputs. A stepped world in lockstep with the planner adds brace_common.world_inputs.WorldInputs.
-"""
+"""The base of every world node (a mixin for a Node or a ReleasingLifecycleNode): its publishers, readiness, plan
+intake, episode lifecycle, world state and diagnostics. What stays in the node: docs/nodes.md, "World nodes"."""
 
 from __future__ import annotations
 
@@ -20,7 +14,8 @@ from rclpy.action import ActionClient
 
 from . import names, qos
 from .counted_inputs import CountedInputs
-from .diagnostics import diagnostic_array
+from .counters import Health
+from .diagnostics import diagnostic_array, health_array
 from .episode import EpisodeResult, episode_msg
 from .readiness import PeerWait
 from .validation import InvalidInput, Rejections, check_agent_id
@@ -173,13 +168,18 @@ class WorldNode:
             response.state = world_state_msg(prediction.state, self.stamp(), frame_id)
         return response
 
-    def rejected_values(self) -> dict[str, int]:
-        """Rejected inputs by reason ('rejected.<what>.<reason>'), for diagnostics."""
-        return {f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}
+    def rejected_health(self) -> Health:
+        """Rejected inputs by reason ('rejected.<what>.<reason>') as values; a world warns on its own counters."""
+        return Health(self.rejections.health().values)
 
     def peer_errors(self) -> list[str]:
         """The diagnostics ERROR line of an overdue peer wait; [] while waiting is not overdue (or none)."""
         return self.peers.errors(PEERS_MISSING) if self.peers is not None else []
+
+    def publish_world_health(self, title: str, health: Health, message: str = "") -> None:
+        """One status '<node>: <title>' on /diagnostics from the owners' merged `health`."""
+        self.out.diagnostics.publish(health_array(f"{self.get_name()}: {title}", health,
+                                                  self.get_clock().now().to_msg(), message))
 
     def publish_world_diagnostics(self, title: str, values: Mapping[str, Any], warnings: Iterable[str] = (),
                                   errors: Iterable[str] = (), message: str = "") -> None:

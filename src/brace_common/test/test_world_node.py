@@ -10,6 +10,7 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 
 from brace_common import names, qos
+from brace_common.counters import Counters
 from brace_common.episode import EpisodeResult
 from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.testing import wait_for
@@ -33,7 +34,7 @@ class World(WorldNode, Node):
     def __init__(self) -> None:
         super().__init__("tiny_world")
         self.config = Config()
-        self.counts = {"malformed_plans": 0, "stale_plans": 0}
+        self.counts = Counters(("malformed_plans", "stale_plans"))
         self.init_world(TOPICS, episodes=2, seed=5)
         self.steps: list = []
         self.subscribe_plans(self.on_plan)
@@ -70,11 +71,11 @@ class ManagedWorld(WorldNode, ReleasingLifecycleNode):
         self.init_world(("diagnostics",))
 
     def on_configure(self, state) -> TransitionCallbackReturn:
-        self.out.open(("episode", "context"))
+        self.out.open(("episode", "context"), keep=self.configured)
         return TransitionCallbackReturn.SUCCESS
 
     def _release(self) -> None:
-        self.out.close(("episode", "context"))
+        self.out.forget(("episode", "context"))
 
 
 def result(episode: int) -> EpisodeResult:
@@ -105,7 +106,7 @@ def test_a_world_announces_its_episodes_and_takes_only_valid_plans_of_a_running_
     plans.publish(Plan(plan_id="p3", agent_id="a0", steps=[]))
     wait_for(lambda: world.counts["malformed_plans"] == 2, what="a plan the world's parser refuses rejected")
     assert world.steps == [["go"]] and world.counts["malformed_plans"] == 2
-    assert world.rejected_values() == {"rejected.plan.empty_plan": 1, "rejected.plan.unknown_agent": 1}
+    assert world.rejected_health().values == {"rejected.plan.empty_plan": 1, "rejected.plan.unknown_agent": 1}
 
     assert not world.announce_end(result(0))
     world.announce_start()

@@ -30,6 +30,7 @@ from brace_common.testing import installed_executable, wait_for
 from brace_common.vocabulary import EpisodeEvent, Failure, Observability
 from brace_common.world_state import world_state_from_msg
 from sim_bridges.isaac.isaac_bridge_node import IsaacBridgeNode
+from sim_bridges.isaac.isaac_fleet import Tick
 from sim_bridges.isaac.isaac_skills import Outcome
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the stand-in beside this file
@@ -141,7 +142,7 @@ def test_the_episode_starts_only_once_isaac_sims_topics_are_live_whatever_starte
     wait_for(lambda: node.counts["ticks_waiting_for_contract"] > 20, what="the bridge waits")
     wait_for(lambda: any("waiting for Isaac Sim's topics" in d.message and "/carter_1/odom" in d.message
                          for d in stack.diagnostics), what="diagnostics say what is missing")
-    assert not stack.episodes and node.judge is None
+    assert not stack.episodes and node.fleet.judge is None
     ros.add(standin())
     wait_for(stack.started, 20.0, "EVENT_START once the stand-in publishes")
     start = stack.episodes[0]
@@ -200,7 +201,7 @@ def test_a_base_that_cannot_reach_its_goal_fails_as_a_timeout(ros):
     assert [(o.action, o.success, o.failure) for o in stack.outcomes] == [("move_to", False, Failure.TIMEOUT)]
     wait_for(lambda: any(c.kind == "failure_trace" and "FAILED (timeout)" in c.text for c in stack.entries),
              what="the failure trace")
-    assert not node.executors["carter_1"].has_goal  # the rest of the plan is abandoned
+    assert not node.fleet.executors["carter_1"].has_goal  # the rest of the plan is abandoned
     wait_for(lambda: sim.cmd_vel["carter_1"][-1] == (0.0, 0.0), what="zero velocity after the timeout")
 
 
@@ -239,7 +240,7 @@ def test_stale_odometry_holds_the_base_with_an_error_until_it_returns(ros):
     wait_for(lambda: sim.cmd_vel["carter_1"] and sim.cmd_vel["carter_1"][-1][0] > 0.5, what="the base drives")
     sim.frozen.add("/carter_1/odom")
     frozen_at = len(sim.cmd_vel["carter_1"])
-    wait_for(lambda: node.holding["carter_1"], 10.0, "the hold")
+    wait_for(lambda: node.fleet.holding["carter_1"], 10.0, "the hold")
     wait_for(lambda: any(d.level == DiagnosticStatus.ERROR and "/carter_1/odom" in d.message
                          for d in stack.diagnostics), what="diagnostics ERROR naming the stale topic")
     # odometry already on its way when it froze may lift the hold for a moment; then it holds for good
@@ -247,16 +248,19 @@ def test_stale_odometry_holds_the_base_with_an_error_until_it_returns(ros):
              and all(c == (0.0, 0.0) for c in sim.cmd_vel["carter_1"][-10:]), what="zero commands while held")
     assert stack.plan_pub.get_subscription_count() > 0 and not stack.outcomes  # no crash, no outcome
     sim.frozen.clear()
-    wait_for(lambda: not node.holding["carter_1"] and sim.cmd_vel["carter_1"][-1][0] > 0.5, what="it drives again")
+    wait_for(lambda: not node.fleet.holding["carter_1"] and sim.cmd_vel["carter_1"][-1][0] > 0.5, what="it drives again")
 
 
 def test_holds_and_outcomes_log_at_both_severities_from_one_node(ros):
     # rclpy refuses a call site that logs at two severities; a tick that raised would stop the control loop
     node = ros.add(bridge())
-    spec, state = node.robots["carter_1"], node.states["carter_1"]
+    spec = node.fleet.robots["carter_1"]
     for why in ("episode over", "/carter_1/odom stale"):
-        node.holding["carter_1"] = False
-        node._hold(spec, state, why)
+        node.fleet.holding["carter_1"] = False
+        tick = Tick()
+        node.fleet._hold(spec, why, tick)
+        for robot, said in tick.held:
+            node._log_hold(robot, said)
     call = Step("stop", {})
     for success in (True, False):
         node._publish_outcome(Outcome("carter_1", "p", 0, call, success, Failure.NONE if success else Failure.TIMEOUT,
@@ -273,7 +277,7 @@ def test_bad_parameters_fail_configure_naming_the_parameter(ros):
         try:
             assert node.trigger_configure() == TransitionCallbackReturn.FAILURE, name
             assert f"parameter '{name}'" in node.last_error
-            assert node.state_label == "unconfigured" and not node.robots
+            assert node.state_label == "unconfigured" and node.fleet is None
         finally:
             node.destroy_node()
 
@@ -288,7 +292,7 @@ def test_a_failure_while_creating_the_topics_fails_configure_saying_why_and_rele
         monkeypatch.setattr(node, "create_subscription", refuse)
         assert node.trigger_configure() != TransitionCallbackReturn.SUCCESS
         assert node.last_error == "on_configure raised RuntimeError: topic refused"
-        assert node.state_label == "unconfigured" and not node.robots and node.config is None
+        assert node.state_label == "unconfigured" and node.fleet is None and node.config is None
         monkeypatch.undo()
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.last_error
     finally:
@@ -317,7 +321,7 @@ def test_stamps_follow_isaacs_clock(ros):
     wait_for(lambda: stack.states, what="agent states")
     for msg in (stack.episodes[0], stack.states[-1], *stack.entries[:1]):
         assert 5000.0 <= seconds_of(msg.header.stamp) <= sim.sim_time + 1.0
-    assert 5000.0 <= node.episode_start_s < 5060.0
+    assert 5000.0 <= node.fleet.episode_start_s < 5060.0
     stack.send("carter_1", ("move_to", {"x": 0.5, "y": 0.0}))
     wait_for(lambda: stack.outcomes, what="the outcome")
     assert 5000.0 <= seconds_of(stack.outcomes[0].header.stamp) <= sim.sim_time + 1.0

@@ -37,7 +37,7 @@ from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 
 from brace_common.clock import spaced_timer, stamp_of, steady_timer
 from brace_common.config import ConfigError
-from brace_common.diagnostics import nonzero
+from brace_common.counters import Health
 from brace_common.episode import EpisodeResult
 from brace_common.holds import CallHolds
 from brace_common.lifecycle import ReleasingLifecycleNode, serialized
@@ -66,7 +66,7 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         self.origins: dict = {}
         self.clock_speed = 1.0
         self.world: Optional[DroneWorld] = None
-        self.init_stepped_world(None, 0, 60.0, ("link_losses", "reconnects"))
+        self.init_stepped_world(None, 0, 60.0, ("link_losses", "reconnects"), warn=("link_losses",))
         self.last_error = ""
         self.next_connect = 0.0
         self.sim_time = self.get_parameter("use_sim_time").value
@@ -294,21 +294,17 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
     def publish_diagnostics(self) -> None:
         """Link, readiness, episode progress, holds and dropped plans on /diagnostics."""
         if self.config is None:
-            self.publish_world_diagnostics("AirSim bridge", {"state": self.state_label}, [],
-                                           [self.last_error] if self.last_error else [], message=self.state_label)
+            self.publish_world_health("AirSim bridge", Health({"state": self.state_label},
+                                                              errors=(self.last_error,) if self.last_error else ()),
+                                      message=self.state_label)
             return
         link_up = self.link is not None and self.link.up
-        values = {"state": self.state_label, "simulator": f"{self.config.host}:{self.config.port}",
-                  "connected": link_up, "rpc_calls": self.link.calls if self.link else 0, **self.stepped_values()}
-        if self.world is not None and math.isfinite(self.world.min_distance):
-            values["min_distance_m"] = round(self.world.min_distance, 2)
-        errors = [] if link_up or self.state_label != "active" else [self.last_error or "not connected to AirSim"]
-        errors += self.peer_errors()
-        self.publish_world_diagnostics(
-            "AirSim bridge", values,
-            nonzero({**self.counts, **self.inputs.counts},
-                    ("hold_timeouts", "malformed_plans", "link_losses", *self.inputs.counts)), errors,
-            message="waiting for peers" if values["waiting_for_peers"] and not errors else "")
+        errors = () if link_up or self.state_label != "active" else (self.last_error or "not connected to AirSim",)
+        link = Health({"state": self.state_label, "simulator": f"{self.config.host}:{self.config.port}",
+                       "connected": link_up, "rpc_calls": self.link.calls if self.link else 0}, errors=errors)
+        distance = (Health({"min_distance_m": round(self.world.min_distance, 2)})
+                    if self.world is not None and math.isfinite(self.world.min_distance) else Health())
+        self.publish_stepped_health("AirSim bridge", link + self.stepped_health() + distance)
 
 
 def main(args=None) -> int:

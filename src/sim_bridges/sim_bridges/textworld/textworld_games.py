@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Optional
 
 from brace_common.config import ConfigError
+from brace_common.counters import Health
 
 CHALLENGE = "tw-cooking"
 """The textworld challenge the games come from."""
@@ -134,6 +135,10 @@ class GameSupply:
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder).expanduser()
         self.children: dict[GameSpec, tuple[subprocess.Popen, Path]] = {}
+
+    def health(self) -> Health:
+        """The games being made now (`games_being_made`)."""
+        return Health({"games_being_made": len(self.children)})
 
     def request(self, spec: GameSpec) -> None:
         """Start making the game of `spec` unless it is made or being made."""

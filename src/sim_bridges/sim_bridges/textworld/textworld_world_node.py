@@ -28,7 +28,7 @@ from rclpy.node import Node
 
 from brace_common import names
 from brace_common.clock import spaced_timer, steady_timer
-from brace_common.diagnostics import nonzero
+from brace_common.counters import Health
 from brace_common.episode import EpisodeResult
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
@@ -165,15 +165,9 @@ class TextWorldWorldNode(WorldInputs, Node):
 
     def publish_diagnostics(self) -> None:
         """Readiness, episode progress, the game, holds and dropped plans on /diagnostics."""
-        values = self.stepped_values()
-        if self.world is not None:
-            values.update(game=self.world.path.stem, score=self.world.score, max_score=self.world.max_score)
-        values["games_being_made"] = len(self.games.children)
-        errors = self.peer_errors()
-        self.publish_world_diagnostics(
-            "textworld game", values,
-            nonzero({**self.counts, **self.inputs.counts}, ("hold_timeouts", "malformed_plans", *self.inputs.counts)),
-            errors, message="waiting for peers" if values["waiting_for_peers"] and not errors else "")
+        game = (Health({"game": self.world.path.stem, "score": self.world.score, "max_score": self.world.max_score})
+                if self.world is not None else Health())
+        self.publish_stepped_health("textworld game", self.stepped_health() + game + self.games.health())
 
     def close_games(self) -> None:
         """Stop the game being played and the children still making games."""

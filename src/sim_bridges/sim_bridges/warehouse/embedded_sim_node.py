@@ -38,7 +38,6 @@ from rclpy.node import Node
 
 from brace_common import names
 from brace_common.clock import spaced_timer, stamp_of, steady_timer
-from brace_common.diagnostics import nonzero
 from brace_common.episode import EpisodeResult
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
@@ -164,12 +163,7 @@ class EmbeddedSimNode(WorldInputs, Node):
 
     def publish_diagnostics(self) -> None:
         """Readiness, episode progress, holds and dropped plans on /diagnostics."""
-        values = self.stepped_values()
-        errors = self.peer_errors()
-        self.publish_world_diagnostics(
-            "embedded warehouse", values,
-            nonzero({**self.counts, **self.inputs.counts}, ("hold_timeouts", "malformed_plans", *self.inputs.counts)),
-            errors, message="waiting for peers" if values["waiting_for_peers"] and not errors else "")
+        self.publish_stepped_health("embedded warehouse", self.stepped_health())
 
 
 def main(args=None) -> int:
