@@ -266,24 +266,6 @@ def test_watchdog_fires_once_per_lapse():
         s.CommandWatchdog(0.0)
 
 
-def test_backoff_doubles_up_to_its_cap_and_resets():
-    backoff = s.Backoff(0.5, 3.0)
-    assert backoff.due(0.0)
-    waits = []
-    now = 0.0
-    for _ in range(6):
-        assert backoff.due(now)
-        wait = backoff.failed(now)
-        waits.append(wait)
-        assert not backoff.due(now + wait - 1e-6)
-        now += wait
-    assert waits == [0.5, 1.0, 2.0, 3.0, 3.0, 3.0] and backoff.attempts == 6
-    backoff.reset()
-    assert backoff.due(now) and backoff.failed(now) == 0.5
-    with pytest.raises(ValueError):
-        s.Backoff(2.0, 1.0)
-
-
 # ---------------------------------------------------------------------------------------------- gate
 
 

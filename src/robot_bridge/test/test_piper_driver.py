@@ -11,7 +11,7 @@ import pytest
 from brace_common.testing import ManualClock, wait_for
 from robot_bridge.piper import piper_driver as pd
 from robot_bridge.piper import piper_frames as pf
-from robot_bridge.piper.piper_driver import DriverError, PiperDriver, wait_feedback
+from robot_bridge.piper.piper_driver import DriverConfig, DriverError, PiperDriver, wait_feedback
 from robot_bridge.piper.piper_twin import PiperTwin, TwinConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared piper_sdk_session helper
@@ -31,7 +31,7 @@ def rig():
     port = port_name()
     twin = PiperTwin(port, "virtual", TwinConfig())
     twin.start()
-    driver = PiperDriver(port, "virtual", speed_percent=100)
+    driver = PiperDriver(DriverConfig(port, "virtual", speed_percent=100))
     try:
         driver.connect()
         assert wait_feedback(driver, 10.0) is not None, "no feedback from the twin"
@@ -130,7 +130,7 @@ def test_connect_reads_the_twin_in_si_units(rig):
 
 def test_a_bus_that_does_not_open_is_a_driver_error():
     port = port_name()
-    driver = PiperDriver(port, "no_such_interface")
+    driver = PiperDriver(DriverConfig(port, "no_such_interface"))
     with pytest.raises(DriverError, match="cannot open CAN port"):
         driver.connect()
     assert not driver.connected
@@ -139,9 +139,9 @@ def test_a_bus_that_does_not_open_is_a_driver_error():
 
 def test_parameters_are_checked():
     with pytest.raises(ValueError):
-        PiperDriver("x", "virtual", speed_percent=0)
+        DriverConfig("x", "virtual", speed_percent=0)
     with pytest.raises(ValueError):
-        PiperDriver("x", "virtual", gripper_effort_nm=6.0)
+        DriverConfig("x", "virtual", gripper_effort_nm=6.0)
 
 
 # ---------------------------------------------------------------------------------------------- enable
@@ -235,7 +235,7 @@ def test_silence_then_reconnect_recovers_without_disabling(rig):
     twin.set_silent(True)
     wait_for(lambda: not driver.read().can_ok, 10.0, "silence noticed (no feedback frame from the arm)")
     driver.reconnect()
-    assert driver.reconnects == 1 and not driver.read().can_ok
+    assert driver.counts["reconnects"] == 1 and not driver.read().can_ok
     twin.set_silent(False)
     wait_for(lambda: driver.read().can_ok, 10.0, "frames again after the reconnection")
     assert twin.state().enabled and driver.read().enabled

@@ -1,31 +1,8 @@
 """Safety checks of the arm's commands, ROS-free: what may reach the PiPER and what is refused, and why.
 
-Every command the arm node receives passes one of the `check_*` functions before the driver sends it.
-A command is either accepted as a whole (the returned target is what is sent) or refused as a whole with
-`Refused`, whose `reason` is the counter key the node reports as rejected.<input>.<reason> on /diagnostics:
-
-- non_finite: NaN or infinity where a number is needed (a NaN gripper in an end-effector delta means
-  "leave the gripper as it is", not a refusal)
-- malformed: a joint command whose names and positions do not pair up, or a name given twice
-- unknown_joint: a joint name other than joint1..joint6 / gripper
-- joint_limit: a joint target outside the configured limits (by default the SDK's documented table)
-- joint_step: a joint target further than `max_joint_step_rad` from the measured joint angle
-- translation_step / rotation_step: an end-effector delta longer than `max_translation_step_m` or turning
-  more than `max_rotation_step_rad`
-- workspace: an end-effector target position outside the configured box (base_link, m)
-- gripper_range: a gripper opening outside the configured stroke
-- no_feedback: no measured state to check a command against (never sent blind)
-- frame: an end-effector delta stamped in a frame other than the arm's base frame
-
-State-dependent refusals (`CommandGate`): inactive (lifecycle), stopped (emergency stop until ~/resume),
-fault (CAN silence, an arm error, disabled motors). `CommandWatchdog`
-tells when commands stop arriving (the node then holds position) and `Backoff` paces reconnection attempts.
-`LatestCommands` runs the newest command of each input and counts every one it never ran: superseded (taken,
-then replaced by a newer one before it ran) or lost (a gap in its publisher's sequence numbers: never taken).
-
-Orientation convention: roll, pitch, yaw about the fixed base axes x, y, z (R = Rz(yaw) Ry(pitch) Rx(roll)),
-the convention of the PiPER's end-pose feedback. An end-effector rotation delta is applied in the base frame:
-R_target = R(delta) R(current).
+Every command passes a `check_*` function before the driver sends it, accepted or `Refused` whole (the reason is
+the rejected.<input>.<reason> counter); `CommandGate`, `CommandWatchdog` and `LatestCommands` hold the state
+around them. The reasons and the orientation convention are in docs/piper_arm.md.
 """
 
 from __future__ import annotations
@@ -37,6 +14,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from brace_common.counters import Counters, Health
 from brace_common.reception import SequenceGaps
 from brace_common.validation import InvalidInput
 
@@ -290,37 +268,6 @@ class CommandWatchdog:
         self.last = None
 
 
-class Backoff:
-    """Exponential backoff between attempts: initial_s, 2 x initial_s, ... capped at max_s; reset on success."""
-
-    def __init__(self, initial_s: float, max_s: float) -> None:
-        if not 0.0 < initial_s <= max_s:
-            raise ValueError(f"need 0 < initial_s ({initial_s}) <= max_s ({max_s})")
-        self.initial_s = initial_s
-        self.max_s = max_s
-        self.delay_s = initial_s
-        self.next_at: Optional[float] = None
-        self.attempts = 0
-
-    def due(self, now: float) -> bool:
-        """Whether an attempt may be made at `now` (the first one at once)."""
-        return self.next_at is None or now >= self.next_at
-
-    def failed(self, now: float) -> float:
-        """An attempt at `now` failed: the next one waits the current delay, which then doubles (capped); returns it."""
-        self.attempts += 1
-        wait = self.delay_s
-        self.next_at = now + wait
-        self.delay_s = min(self.delay_s * 2.0, self.max_s)
-        return wait
-
-    def reset(self) -> None:
-        """Success: the next trouble starts again from the initial delay."""
-        self.delay_s = self.initial_s
-        self.next_at = None
-        self.attempts = 0
-
-
 @dataclass
 class CommandGate:
     """Whether commands may reach the arm now: active, not stopped by an operator, no fault.
@@ -364,9 +311,8 @@ class LatestCommands:
 
     def __init__(self, inputs: Sequence[str]) -> None:
         self.inputs = tuple(inputs)
-        self.counts: dict[str, int] = {}
-        for name in self.inputs:
-            self.counts.update({f"taken.{name}": 0, f"dropped.{name}.superseded": 0, f"lost.{name}.sequence_gap": 0})
+        self.counts = Counters(n for name in self.inputs
+                               for n in (f"taken.{name}", f"dropped.{name}.superseded", f"lost.{name}.sequence_gap"))
         self._waiting: OrderedDict[str, Any] = OrderedDict()
         self._gaps = {name: SequenceGaps(self.MAX_PUBLISHERS) for name in self.inputs}
         self._lock = threading.Lock()
@@ -396,3 +342,12 @@ class LatestCommands:
         """Commands never run: superseded and lost, every input."""
         with self._lock:
             return sum(v for k, v in self.counts.items() if k.startswith(("dropped.", "lost.")))
+
+    def lost(self) -> int:
+        """Commands never taken (sequence gaps), every input."""
+        return sum(self.counts[f"lost.{name}.sequence_gap"] for name in self.inputs)
+
+    def health(self) -> Health:
+        """Taken, superseded and lost commands per input (the node reports new losses as a warning)."""
+        with self._lock:
+            return self.counts.health()

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from brace_common.config import ConfigError, autostart_param, check_agent_ids, check_fields, diagnostics_period_param, param
 
 from .arm_safety import SafetyLimits
+from .piper_driver import DriverConfig
 from .piper_units import GRIPPER_EFFORT_MAX_NM, GRIPPER_RANGE_M, JOINT_COUNT, JOINT_LIMITS_RAD
 
 
@@ -119,3 +120,8 @@ class PiperArmConfig:
             gripper_range_m=(self.gripper_min_m, self.gripper_max_m), speed_percent=self.speed_percent)
         limits.validate()
         return limits
+
+    def driver(self) -> DriverConfig:
+        """The driver's share of these parameters."""
+        return DriverConfig(self.can_port, self.can_interface, self.speed_percent, self.gripper_effort_nm,
+                            self.silence_timeout_s)

@@ -1,28 +1,8 @@
 """ROS-free driver of one AgileX PiPER arm over piper_sdk 0.6.2 (`C_PiperInterface_V2`), in SI units.
 
-The driver only translates: SI values to the SDK's integer units (piper_units) and the SDK's feedback into a
-`Feedback` snapshot with status and error codes by name (the tables below are the one place they are named).
-It checks nothing: every command the arm node sends has passed arm_safety first.
-
-What it never does: disable the motors (DisablePiper / DisableArm) or reset the arm (ResetPiper). The SDK
-documents that a reset makes the arm lose power and fall, and a disabled arm drops the same way; both are an
-operator's decisions with the arm supported (docs/piper_arm.md). `resume()` sends the SDK's resume frame
-(MotionCtrl_1 emergency_stop = 0x02), the frame ResetPiper sends too: it exists for the operator's ~/resume
-after an emergency stop and is never sent by the driver on its own.
-
-SDK behaviour the driver works with:
-- one `C_PiperInterface_V2` per CAN name (the SDK keeps a singleton per name); `can_auto_init=False`, then
-  `CreateCanBus(can_port, bustype=can_interface)` and `ConnectPort()`, which starts the SDK's reader thread
-- the SDK swallows a bus that fails to open (CreateCanBus only logs it), and its reader spins without pause on
-  an unopened bus, so the driver checks the bus opened (`Init()` answers "exists") before ConnectPort
-- `EnablePiper()` sends an enable frame and answers whether all six motors reported enabled before it
-- `isOk()` turns False after about 0.3-0.5 s without *any* decoded frame (the SDK's frame-rate monitor), and the
-  SDK decodes the host's own command frames too: its send and receive buses are two buses on one channel, so on a
-  virtual or udp_multicast bus (and behind a CAN adapter that echoes) every frame the node sends comes back to its
-  reader. `isOk()` therefore says nothing about the arm; the driver judges the arm alive only from the frames the
-  arm itself sends (`ARM_FEEDBACK_IDS`), timed by a `FrameMonitor` that sees every frame before the SDK parses it
-- the SDK's reader waits at most 1 s per receive and checks its stop flag in between: a reconnection waits that
-  long between DisconnectPort and ConnectPort so the old reader has ended and ConnectPort starts a fresh one
+It only translates (SI values to the SDK's units, the SDK's feedback into a `Feedback` snapshot with codes by
+name) and checks nothing: arm_safety does. It never disables or resets the arm. The SDK behaviour it works with
+(one instance per CAN name, the unopened bus, `isOk()` and echoed frames) is in docs/piper_arm.md.
 """
 
 from __future__ import annotations
@@ -34,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Optional
+
+from brace_common.counters import Counters, Health
 
 from . import piper_frames as pf
 from . import piper_units as units
@@ -247,7 +229,7 @@ class FrameMonitor:
             raise ValueError(f"silence_s {silence_s} must be positive")
         self.silence_s = silence_s
         self.clock = clock
-        self.counts = {"feedback": 0, "own": 0, "other": 0}
+        self.counts = Counters(("feedback", "own", "other"))
         self._last_feedback: Optional[float] = None
         self._last_joints: Optional[float] = None
         self._alive_since: Optional[float] = None
@@ -289,24 +271,40 @@ class FrameMonitor:
             alive = 0.0 if age > self.silence_s or self._alive_since is None else now - self._alive_since
             return Liveness(age, joints, alive, self._joint_frames)
 
+    def health(self) -> Health:
+        """The frames seen, by sender, as frames.<feedback | own | other>."""
+        return self.counts.health("frames.")
+
+
+@dataclass(frozen=True)
+class DriverConfig:
+    """Where the arm is and how commands move it (PiperArmConfig.driver() builds it from the node's parameters)."""
+
+    can_port: str
+    can_interface: str = "socketcan"
+    speed_percent: int = 50
+    gripper_effort_nm: float = 1.0
+    silence_s: float = SILENCE_S
+
+    def __post_init__(self) -> None:
+        if not 1 <= int(self.speed_percent) <= 100:
+            raise ValueError(f"speed_percent {self.speed_percent} is outside 1..100")
+        if not 0.0 <= self.gripper_effort_nm <= units.GRIPPER_EFFORT_MAX_NM:
+            raise ValueError(f"gripper effort {self.gripper_effort_nm} N·m is outside [0, {units.GRIPPER_EFFORT_MAX_NM}]")
+
 
 class PiperDriver:
     """One PiPER arm on one CAN port through the real piper_sdk; thread-safe (one lock around the SDK)."""
 
-    def __init__(self, can_port: str, can_interface: str = "socketcan", speed_percent: int = 50,
-                 gripper_effort_nm: float = 1.0, silence_s: float = SILENCE_S) -> None:
-        if not 1 <= int(speed_percent) <= 100:
-            raise ValueError(f"speed_percent {speed_percent} is outside 1..100")
-        self.can_port = can_port
-        self.can_interface = can_interface
-        self.speed_percent = int(speed_percent)
-        self.gripper_effort = units.gripper_effort_to_sdk(gripper_effort_nm)
-        if self.gripper_effort > round(units.GRIPPER_EFFORT_MAX_NM * units.MILLI):
-            raise ValueError(f"gripper effort {gripper_effort_nm} N·m is above {units.GRIPPER_EFFORT_MAX_NM}")
+    def __init__(self, config: DriverConfig) -> None:
+        self.can_port = config.can_port
+        self.can_interface = config.can_interface
+        self.speed_percent = int(config.speed_percent)
+        self.gripper_effort = units.gripper_effort_to_sdk(config.gripper_effort_nm)
         self.sdk = None
         self.connected = False
-        self.reconnects = 0
-        self.frames = FrameMonitor(silence_s)
+        self.counts = Counters(("reconnects",))
+        self.frames = FrameMonitor(config.silence_s)
         self._lock = threading.RLock()
         self._stop = threading.Event()  # interrupts a running enable retry (shutdown)
 
@@ -346,7 +344,7 @@ class PiperDriver:
         with self._lock:
             if self.sdk is None:
                 raise DriverError("not connected")
-            self.reconnects += 1
+            self.counts.add("reconnects")
             self.sdk.DisconnectPort()
             self.connected = False
             if self._stop.wait(READER_EXIT_S):
@@ -362,6 +360,10 @@ class PiperDriver:
             if self.sdk is not None and self.connected:
                 self.sdk.DisconnectPort()
             self.connected = False
+
+    def health(self) -> Health:
+        """Reconnections (driver_reconnects) and the frames seen by sender."""
+        return self.counts.health("driver_") + self.frames.health()
 
     # ------------------------------------------------------------------ state
 
