@@ -141,7 +141,8 @@ def start(ros, node: OpenVlaExecutorNode, encoding: str = "rgb8") -> FakeArm:
     ros.add(node)
     wait_for(lambda: arm.plan_pub.get_subscription_count() > 0 and node.ee_pub.get_subscription_count() > 0
              and node.outcome_pub.get_subscription_count() > 0 and node.context_pub.get_subscription_count() > 0
-             and node.image is not None and node.gripper_m is not None and node.ee_xyz is not None, what="discovery")
+             and node.runner.image is not None and node.runner.gripper_m is not None and node.runner.ee_xyz is not None,
+             what="discovery")
     return arm
 
 
@@ -170,9 +171,9 @@ def test_pick_closes_on_the_object_and_succeeds(ros, act):
     assert policy.instructions[0] == "pick up the red cup"
     assert policy.images[0].shape == (6, 8, 3) and policy.images[0][0, 0].tolist() == [200, 0, 0]
     # the plan is done: the agent is idle, no more commands
-    assert node.current is None and not node.monitor.active and node.counts["steps_succeeded"] == 1
-    wait_for(lambda: len(arm.commands) == node.counts["actions"], what="every command delivered")
-    assert node.counts["actions"] <= len(policy.instructions)
+    assert node.runner.current is None and not node.runner.monitor.active and node.runner.counts["steps_succeeded"] == 1
+    wait_for(lambda: len(arm.commands) == node.runner.counts["actions"], what="every command delivered")
+    assert node.runner.counts["actions"] <= len(policy.instructions)
 
 
 def test_pick_then_place_in_the_bowl(ros, act):
@@ -184,7 +185,7 @@ def test_pick_then_place_in_the_bowl(ros, act):
         arm.ee = [0.25, 0.13, 0.18]                              # above the bowl (0.06 m higher, 0.01 m beside)
     arm.plan("p1", ("pick", '{"object": "apple"}'), ("place", '{"object": "apple", "target": "bowl"}'))
     wait_for(lambda: len(arm.outcomes) == 1, what="the pick's outcome")
-    assert arm.outcomes[0].success and node.current.action == "place"
+    assert arm.outcomes[0].success and node.runner.current.action == "place"
     policy.action = OPEN_ACTION                                   # the VLA opens the gripper over the bowl
     wait_for(lambda: len(arm.outcomes) == 2, what="the place's outcome")
     assert arm.outcomes[1].success and arm.outcomes[1].action == "place" and "at bowl" in arm.outcomes[1].detail
@@ -196,7 +197,7 @@ def test_slip_after_the_grasp_is_drop_slip(ros, act):
     node = executor(server.url, hold_confirm_s=30.0)
     arm = start(ros, node)
     arm.plan("p1", ("pick", '{"object": "banana"}'), ("place", '{"object": "banana", "target": "bowl"}'))
-    wait_for(lambda: node.monitor.gripper.holding, what="the grasp")
+    wait_for(lambda: node.runner.monitor.gripper.holding, what="the grasp")
     with arm.lock:
         arm.object_width, arm.opening = None, 0.0                 # the object slips out: the gripper closes fully
     wait_for(lambda: len(arm.outcomes) == 1, what="the slip's outcome")
@@ -205,7 +206,7 @@ def test_slip_after_the_grasp_is_drop_slip(ros, act):
     assert "slipped" in outcome.detail
     wait_for(lambda: len(arm.entries) == 1, what="the failure trace")
     assert arm.entries[0].kind == EntryKind.FAILURE_TRACE.value and "failed (drop_slip)" in arm.entries[0].text
-    assert node.current is None                                   # on_failure abandon: the place is not attempted
+    assert node.runner.current is None                                   # on_failure abandon: the place is not attempted
 
 
 def test_closing_on_nothing_is_a_grasp_failure(ros, act):
@@ -230,14 +231,14 @@ def test_server_errors_fail_the_step_and_the_node_lives_on(ros, act):
     outcome = arm.outcomes[0]
     assert outcome.failure == ExecutionOutcome.FAILURE_EXECUTOR and not outcome.success
     assert "3 times in a row" in outcome.detail and '"error"' in outcome.detail
-    assert node.counts["vla_errors.server_error"] == 3 and server.errors == 3 and not arm.commands
+    assert node.runner.counts["vla_errors.server_error"] == 3 and server.errors == 3 and not arm.commands
     wait_for(lambda: any(s.level == DiagnosticStatus.ERROR and "VLA failing" in s.message for s in arm.diagnostics),
              what="diagnostics ERROR")
     # the server recovers: the next plan runs
     policy.fail = False
     arm.plan("p2", ("pick", '{"object": "cup"}'))
     wait_for(lambda: len(arm.outcomes) == 2, what="the next plan's outcome")
-    assert arm.outcomes[1].success and node.consecutive_vla_errors == 0
+    assert arm.outcomes[1].success and node.runner.consecutive_vla_errors == 0
 
 
 def test_unreachable_server_fails_the_step(ros, act):
@@ -248,7 +249,7 @@ def test_unreachable_server_fails_the_step(ros, act):
     arm = start(ros, node)
     arm.plan("p1", ("move_to", '{"target": "bowl"}'))
     wait_for(lambda: len(arm.outcomes) == 1, what="the executor failure")
-    assert arm.outcomes[0].failure == ExecutionOutcome.FAILURE_EXECUTOR and node.counts["vla_errors.unreachable"] == 2
+    assert arm.outcomes[0].failure == ExecutionOutcome.FAILURE_EXECUTOR and node.runner.counts["vla_errors.unreachable"] == 2
 
 
 def diagnostic_value(status: DiagnosticStatus, key: str) -> str:
@@ -267,7 +268,7 @@ def test_a_dripping_server_fails_the_step_within_the_deadline_and_the_executor_r
         outcome = arm.outcomes[0]
         assert outcome.failure == Failure.EXECUTOR and not outcome.success, outcome.detail
         assert "2 times in a row" in outcome.detail and "slow_body" in outcome.detail
-        assert node.counts["vla_errors.slow_body"] == 2 and node.counts["vla_errors"] == 2 and not arm.commands
+        assert node.runner.counts["vla_errors.slow_body"] == 2 and node.runner.counts["vla_errors"] == 2 and not arm.commands
         assert server.answered == 0
         wait_for(lambda: any(s.level == DiagnosticStatus.ERROR and diagnostic_value(s, "vla_errors.slow_body") == "2"
                              and "VLA failing" in s.message for s in list(arm.diagnostics)), what="diagnostics ERROR")
@@ -275,7 +276,7 @@ def test_a_dripping_server_fails_the_step_within_the_deadline_and_the_executor_r
         server.mode = "normal"
         arm.plan("p2", ("pick", '{"object": "cup"}'))
         wait_for(lambda: len(arm.outcomes) == 2, what="the next plan's outcome")
-        assert arm.outcomes[1].success and node.consecutive_vla_errors == 0 and arm.commands
+        assert arm.outcomes[1].success and node.runner.consecutive_vla_errors == 0 and arm.commands
 
 
 def test_a_new_plan_does_not_wait_behind_a_stuck_request(ros):
@@ -285,7 +286,7 @@ def test_a_new_plan_does_not_wait_behind_a_stuck_request(ros):
         node = executor(server.url, server_timeout_s=60.0)
         arm = start(ros, node)
         arm.plan("p1", ("pick", '{"object": "cup"}'))
-        wait_for(lambda: server.requests == 1 and node.in_flight is not None, what="a request dripping")
+        wait_for(lambda: server.requests == 1 and node.runner.in_flight is not None, what="a request dripping")
         server.mode = "normal"
         arm.plan("p2", ("pick", '{"object": "mug"}'))
         wait_for(lambda: len(arm.commands) >= 1, what="the new plan's commands")
@@ -293,7 +294,7 @@ def test_a_new_plan_does_not_wait_behind_a_stuck_request(ros):
         assert arm.outcomes[0].success and "mug" in arm.outcomes[0].detail
         # the stuck request was cancelled; when the new step succeeds, a request for its next action may be in
         # flight too (a busy machine) and is abandoned with the step, so it can count a second time
-        assert 1 <= node.counts["vla_requests_cancelled"] <= 2 and node.counts["steps_replaced"] == 1
+        assert 1 <= node.runner.counts["vla_requests_cancelled"] <= 2 and node.runner.counts["steps_replaced"] == 1
 
 
 @pytest.mark.parametrize("answer, reason, text", [
@@ -310,7 +311,7 @@ def test_non_real_actions_are_refused_and_counted(ros, answer, reason, text):
         arm.plan("p1", ("pick", '{"object": "cup"}'))
         wait_for(lambda: len(arm.outcomes) == 1, what="the step's EXECUTOR failure")
     assert arm.outcomes[0].failure == Failure.EXECUTOR and text in arm.outcomes[0].detail
-    assert node.counts[f"vla_errors.{reason}"] == 2 and node.counts["actions"] == 0 and not arm.commands
+    assert node.runner.counts[f"vla_errors.{reason}"] == 2 and node.runner.counts["actions"] == 0 and not arm.commands
 
 
 @pytest.mark.parametrize("anchor", [True, False])
@@ -336,7 +337,7 @@ def test_each_step_is_applied_from_the_pose_the_vla_saw(ros, act, anchor):
         last = [(c.translation.x, c.translation.z) for c in arm.commands[-10:]]
     settled = all(abs(x) < 1e-3 and abs(z) < 1e-3 for x, z in last)
     assert settled == anchor, [(round(x, 4), round(z, 4)) for x, z in last]
-    assert (node.counts["actions_anchored"] >= 40) == anchor
+    assert (node.runner.counts["actions_anchored"] >= 40) == anchor
 
 
 def test_malformed_plans_are_counted_and_the_step_goes_on(ros, act):
@@ -355,9 +356,9 @@ def test_malformed_plans_are_counted_and_the_step_goes_on(ros, act):
     arm.plan("p1", ("place", '{"object": "cup", "target": "bowl"}'))  # the latched plan again: ignored
     rejected = {"plan.bad_parameters_json": 2, "plan.unknown_skill": 1, "plan.unknown_location": 1,
                 "plan.missing_parameter": 1}
-    wait_for(lambda: dict(node.rejections.counts) == rejected and node.counts["plans_other_agents"] == 1
-             and node.counts["plans_repeated"] == 1, what="rejections counted")
-    assert node.plan_id == "p1" and node.current.action == "pick" and node.monitor.active
+    wait_for(lambda: dict(node.runner.rejections.counts) == rejected and node.runner.counts["plans_other_agents"] == 1
+             and node.runner.counts["plans_repeated"] == 1, what="rejections counted")
+    assert node.runner.plan_id == "p1" and node.runner.current.action == "pick" and node.runner.monitor.active
     sent = len(arm.commands)
     wait_for(lambda: len(arm.commands) > sent + 2, what="commands after the malformed plans")
     assert not arm.outcomes
@@ -366,7 +367,7 @@ def test_malformed_plans_are_counted_and_the_step_goes_on(ros, act):
     policy.action = CLOSE_ACTION
     arm.plan("p2", ("pick", '{"object": "mug"}'))
     wait_for(lambda: len(arm.outcomes) == 1, what="the new plan's outcome")
-    assert arm.outcomes[0].success and "mug" in arm.outcomes[0].detail and node.counts["steps_replaced"] == 1
+    assert arm.outcomes[0].success and "mug" in arm.outcomes[0].detail and node.runner.counts["steps_replaced"] == 1
 
 
 def test_a_replan_that_confirms_the_rest_of_the_plan_lets_the_running_step_go_on(ros, act):
@@ -377,23 +378,25 @@ def test_a_replan_that_confirms_the_rest_of_the_plan_lets_the_running_step_go_on
     arm.plan("p1", ("pick", '{"object": "cup"}'), ("place", '{"object": "cup", "target": "bowl"}'))
     wait_for(lambda: len(arm.commands) >= 10, what="the pick under way")
     arm.plan("p2", ("pick", '{"object": "cup"}'), ("place", '{"object": "cup", "target": "bowl"}'))  # the same
-    wait_for(lambda: node.counts["plans_unchanged"] == 1, what="the confirming plan taken")
-    assert node.plan_id == "p2" and node.counts["steps_replaced"] == 0
-    assert node.monitor.actions >= 10                               # the running step's count went on
+    wait_for(lambda: node.runner.counts["plans_unchanged"] == 1, what="the confirming plan taken")
+    assert node.runner.plan_id == "p2" and node.runner.counts["steps_replaced"] == 0
+    assert node.runner.monitor.actions >= 10                               # the running step's count went on
     # the same plan repairing a drift gives the VLA the instruction anew; the step's budget still counts
-    generation = node.generation
+    generation = node.runner.generation
     arm.plan("p2d", ("pick", '{"object": "cup"}'), ("place", '{"object": "cup", "target": "bowl"}'),
              trigger_kind=TriggerKind.DRIFT)
-    wait_for(lambda: node.counts["steps_restarted"] == 1, what="the repairing plan taken")
-    assert node.plan_id == "p2d" and node.counts["plans_unchanged"] == 2 and node.counts["steps_replaced"] == 0
-    assert node.generation > generation and node.monitor.actions >= 10
+    wait_for(lambda: node.runner.counts["steps_restarted"] == 1, what="the repairing plan taken")
+    assert node.runner.plan_id == "p2d" and node.runner.counts["plans_unchanged"] == 2
+    assert node.runner.counts["steps_replaced"] == 0
+    assert node.runner.generation > generation and node.runner.monitor.actions >= 10
     # so the stuck step still reaches its action budget
     wait_for(lambda: len(arm.outcomes) == 1, 30.0, what="the step's timeout")
-    assert node.counts["steps_restarted"] == 1
+    assert node.runner.counts["steps_restarted"] == 1
     assert not arm.outcomes[0].success and arm.outcomes[0].failure == Failure.TIMEOUT
     # a plan that differs from what is left replaces it and starts at its first step
     arm.plan("p3", ("pick", '{"object": "mug"}'))
-    wait_for(lambda: node.plan_id == "p3" and node.current is not None and node.current.parameters["object"] == "mug",
+    wait_for(lambda: node.runner.plan_id == "p3" and node.runner.current is not None
+             and node.runner.current.parameters["object"] == "mug",
              what="the new plan")
 
 
@@ -406,13 +409,14 @@ def test_a_new_episode_ends_the_plan_without_an_outcome_and_the_arm_holds(ros, a
     wait_for(lambda: len(arm.commands) >= 3, what="the pick under way")
     arm.episode_pub.publish(Episode(event=Episode.EVENT_START, episode=1))
     # the node ends the plan on its executor thread: wait for all of it, not only the counter
-    wait_for(lambda: node.counts["plans_ended_by_episode"] == 1 and node.current is None and not node.monitor.active,
+    wait_for(lambda: node.runner.counts["plans_ended_by_episode"] == 1 and node.runner.current is None
+             and not node.runner.monitor.active,
              what="the plan ended by the new episode")
     assert not arm.outcomes
     sent = len(arm.commands)
     arm.plan("p2", ("pick", '{"object": "cup"}'))                  # the new episode's first plan begins anew
-    wait_for(lambda: len(arm.commands) > sent + 2 and node.plan_id == "p2", what="the new plan's commands")
-    assert node.counts["plans_unchanged"] == 0 and node.monitor.actions < 40
+    wait_for(lambda: len(arm.commands) > sent + 2 and node.runner.plan_id == "p2", what="the new plan's commands")
+    assert node.runner.counts["plans_unchanged"] == 0 and node.runner.monitor.actions < 40
 
 
 def test_deactivate_stops_commands(ros, act):
@@ -422,11 +426,11 @@ def test_deactivate_stops_commands(ros, act):
     arm.plan("p1", ("pick", '{"object": "cup"}'))
     wait_for(lambda: len(arm.commands) >= 2, what="commands")
     assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
-    sent = node.counts["actions"]
+    sent = node.runner.counts["actions"]
     wait_for(lambda: len(arm.commands) == sent, what="the commands sent before deactivate")
     frames = arm.frames
     wait_for(lambda: arm.frames >= frames + 10, what="half a second of arm state")
-    assert node.counts["actions"] == sent and len(arm.commands) == sent and node.in_flight is None
+    assert node.runner.counts["actions"] == sent and len(arm.commands) == sent and node.runner.in_flight is None
     assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
     wait_for(lambda: len(arm.commands) > sent + 2, what="commands after activate")
 
@@ -507,7 +511,7 @@ def test_a_confident_violation_halts_the_step_and_holds_the_arm(ros, act):
     wait_for(lambda: len(arm.commands) >= 2, what="the pick's first actions")
     verdicts.publish(VerifierVerdict(agent_id="arm_1", violation=True, confidence=0.9, detail="not ours"))
     verdicts.publish(VerifierVerdict(agent_id="arm_0", violation=True, confidence=0.2, detail="unsure"))
-    wait_for(lambda: node.counts["verdicts_not_halting"] == 1, what="the unconfident verdict counted")
+    wait_for(lambda: node.runner.counts["verdicts_not_halting"] == 1, what="the unconfident verdict counted")
     assert not arm.outcomes
     verdicts.publish(VerifierVerdict(agent_id="arm_0", violation=True, confidence=0.9,
                                      detail="apple removed: not on the table, not in the gripper"))
@@ -518,9 +522,9 @@ def test_a_confident_violation_halts_the_step_and_holds_the_arm(ros, act):
     assert entry.kind == EntryKind.FAILURE_TRACE.value and "apple removed" in entry.text
     wait_for(lambda: any(c.translation.x == c.translation.y == c.translation.z == 0.0 and math.isnan(c.gripper)
                          for c in arm.commands), what="the hold command")
-    sent, ticks = len(arm.commands), node.ticks
-    wait_for(lambda: node.ticks >= ticks + 5, what="five more control ticks")
-    assert len(arm.commands) == sent and node.current is None, "a preempted plan is abandoned, even with 'continue'"
-    assert node.counts["halts"] == 1 and len(arm.outcomes) == 1
+    sent, ticks = len(arm.commands), node.runner.ticks
+    wait_for(lambda: node.runner.ticks >= ticks + 5, what="five more control ticks")
+    assert len(arm.commands) == sent and node.runner.current is None, "a preempted plan is abandoned, even with 'continue'"
+    assert node.runner.counts["halts"] == 1 and len(arm.outcomes) == 1
     verdicts.publish(VerifierVerdict(agent_id="arm_0", violation=True, confidence=0.9, detail="again"))
-    wait_for(lambda: node.counts["verdicts_idle"] == 1, what="a verdict while idle counted")
+    wait_for(lambda: node.runner.counts["verdicts_idle"] == 1, what="a verdict while idle counted")
