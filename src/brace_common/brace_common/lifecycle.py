@@ -29,7 +29,9 @@ E = TypeVar("E")
 
 
 def serialized(method: F) -> F:
-    """Run a node method under the node's `transition_lock` (a timer tick never sees a half-released node)."""
+    """Run a node method under the node's `transition_lock`: a lifecycle node's timer tick never sees a half-released
+    node; a plain node with a lock of that name (the controller, whose action futures call back outside its callback
+    group) handles one callback at a time."""
 
     @functools.wraps(method)
     def run(self, *args, **kwargs):

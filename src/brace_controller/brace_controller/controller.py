@@ -58,6 +58,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from brace_common.counters import Health
 from brace_common.replanning import CallRecord, Decision, Trigger
 from brace_common.vocabulary import TEAM_AGENT, CallStatus, Mode, Reason, TriggerKind
 
@@ -119,6 +120,22 @@ class BraceController:
         self.held = {}
 
     # ------------------------------------------------------------------ queries
+
+    def health(self) -> Health:
+        """Triggers, admissions and suppressions (by reason) of every agent, the latency model's and the quality
+        floor's state and the shared server's other calls, as diagnostics values."""
+        tallies = list(self.tally.values())
+        reasons: dict[str, int] = {}
+        for tally in tallies:
+            for reason, n in tally.by_reason.items():
+                reasons[reason] = reasons.get(reason, 0) + n
+        model = self.latency_model
+        return Health({"triggers": sum(t.triggers for t in tallies), "admitted": sum(t.admitted for t in tallies),
+                       "suppressed": sum(t.suppressed for t in tallies), "latency_model_samples": model.samples,
+                       "latency_model_ready": model.ready, "quality_floor_tokens": self.quality.floor,
+                       "quality_floor_raised": self.quality.raised, "server_calls": self.server_calls,
+                       **{f"latency_model_{k}": v for k, v in model.describe().items()},
+                       **{f"reason.{k}": v for k, v in sorted(reasons.items())}})
 
     def counters(self, agent_id: str) -> AgentCounters:
         """The agent's counters, created on first use (the team's for agent 'team')."""

@@ -1,32 +1,13 @@
-"""brace_controller node: gates every trigger, budgets admitted ones, runs the Replan calls.
-
-Names are relative (the stack's namespace, /brace by default, comes from launch).
-
-Subscribes  triggers (TriggerEvent), replan_calls (ReplanCall),
-            episode (Episode: counters restart at EVENT_START, calls in flight are cancelled),
-            server_load (ServerLoad, qos.STATE: a shared planner server's requests that are not
-            this robot's count in the backlog; none newer than server_load_stale_after_s: none)
-Publishes   decisions (ReplanDecision, one per trigger), plan (Plan),
-            controller_state (ControllerState), /diagnostics,
-            replan_calls (ReplanCall) for admitted calls no planner answered
-Action client  Replan on `replan_action`. An admitted call waits for the
-            server when none is up yet (the graph starts in no order) and is
-            sent as soon as one is; a call that has no server by its hard
-            deadline, or whose goal still runs at it, is closed there
-            (unavailable / cancelled as a deadline miss). Deadlines and the
-            watchdog run on the steady clock, stamps on the node's clock.
-"""
+"""brace_controller node: gates every trigger, budgets admitted ones, runs the Replan calls (topics, the action
+client and its deadlines: docs/nodes.md, "brace_controller")."""
 
 from __future__ import annotations
 
-import functools
 import random
 import secrets
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from typing import Optional
 
 from action_msgs.msg import GoalStatus
 from brace_msgs.action import Replan
@@ -39,7 +20,9 @@ from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.convert import plan_signature, trigger_from_msg
 from brace_common.counted_inputs import CountedInputs
-from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.counters import Counters, Health
+from brace_common.diagnostics import health_array
+from brace_common.lifecycle import serialized
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.replanning import CallRecord, Decision
 from brace_common.spin import spin_node
@@ -49,36 +32,20 @@ from brace_common.vocabulary import TEAM_AGENT, CallStatus, EpisodeEvent
 from . import convert
 from .config import ControllerConfig, ControllerNodeConfig
 from .controller import BraceController
+from .pending_calls import PendingCall, PendingCalls
 from .quality_floor import fault_of
 
 ABORTED_BY_PLANNER = "aborted_by_planner"
 """The reason of a call record the controller writes for a goal the planner aborted (it wrote none itself)."""
 
 
-def _serialized(method):
-    """Run `method` under the node's lock.
-
-    Action futures run their done-callbacks as executor tasks outside the
-    node's callback group, so on a multi-threaded executor a call's result can
-    arrive while the deadline watchdog or a trigger is being handled; the core
-    and the pending calls are touched by one callback at a time.
-    """
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        with self._lock:
-            return method(self, *args, **kwargs)
-    return wrapper
-
-
-@dataclass
-class PendingCall:
-    """An admitted call whose Replan goal has not finished yet."""
-
-    decision: Decision
-    deadline: float  # time.monotonic() past which the call is cancelled
-    goal_handle: Optional[object] = None
-    started: float = 0.0
-    sent: bool = False  # the goal went to a server (false: waiting for one)
+COUNTS = ("malformed_triggers", "malformed_calls", "planner_unavailable", "goals_rejected", "deadline_cancellations",
+          "calls_finished", "calls_waited_for_planner", "held_decided_again", "calls_cancelled_by_episode",
+          "server_load_samples", "server_load_stale", "calls_aborted_by_planner")
+"""The node's counters (diagnostics keys)."""
+WARNINGS = ("malformed_triggers", "malformed_calls", "planner_unavailable", "goals_rejected", "deadline_cancellations",
+            "calls_aborted_by_planner")
+"""The counters that make the node's diagnostics WARN when non-zero."""
 
 
 class BraceControllerNode(Node):
@@ -94,12 +61,11 @@ class BraceControllerNode(Node):
                                     id_prefix=f"{self.get_name()}/{secrets.token_hex(3)}")
         self.rejections = Rejections(self.get_logger())
         self.inputs = CountedInputs()
-        self.pending: dict[str, PendingCall] = {}
-        self._lock = threading.RLock()
-        self.counts = {"malformed_triggers": 0, "malformed_calls": 0, "planner_unavailable": 0,
-                       "goals_rejected": 0, "deadline_cancellations": 0, "calls_finished": 0,
-                       "calls_waited_for_planner": 0, "held_decided_again": 0, "calls_cancelled_by_episode": 0,
-                       "server_load_samples": 0, "server_load_stale": 0, "calls_aborted_by_planner": 0}
+        self.pending = PendingCalls()
+        # Action futures run their done-callbacks outside the node's callback group: on a multi-threaded executor a
+        # call's result can arrive while the watchdog or a trigger is handled; `serialized` takes this lock.
+        self.transition_lock = threading.RLock()
+        self.counts = Counters(COUNTS, warn=WARNINGS)
         self.held_msgs: dict[str, TriggerEvent] = {}  # the messages of the core's held triggers
         self.server_load_at = 0.0  # time.monotonic() of the latest server_load that reported a load (0: none yet)
         self.release_at = 0.0  # time.monotonic() at which held triggers are decided again (0: not due)
@@ -131,7 +97,7 @@ class BraceControllerNode(Node):
 
     # ------------------------------------------------------------------ triggers
 
-    @_serialized
+    @serialized
     def on_trigger(self, msg: TriggerEvent) -> None:
         """Decide on one trigger; publish the decision; start the call if admitted."""
         try:
@@ -152,7 +118,7 @@ class BraceControllerNode(Node):
         if decision.admitted:
             self.start_call(decision)
 
-    @_serialized
+    @serialized
     def on_episode(self, msg: Episode) -> None:
         """A new episode restarts the per-agent gate counters (steps restart at 0) and cancels the calls still in
         flight: their plans are for the world that ended (published in the new episode, such a plan was also dated
@@ -161,20 +127,17 @@ class BraceControllerNode(Node):
             return
         self.core.reset()
         self.held_msgs = {}
-        for decision_id, call in list(self.pending.items()):
-            del self.pending[decision_id]       # a result that still comes is not used
+        for call in self.pending.drain():  # a result that still comes is not used
             self.counts["calls_cancelled_by_episode"] += 1
             if call.goal_handle is not None:
                 call.goal_handle.cancel_goal_async()
             # a call no planner took (not sent yet) gets its audit record here; a sent one gets the planner's
-            self.finish(call.decision, CallStatus.CANCELLED, (time.monotonic() - call.started) * 1000.0,
+            self.finish(call.decision, CallStatus.CANCELLED, call.elapsed_ms(time.monotonic()),
                         error="" if call.sent else "a new episode began before a planner took the call")
 
     def start_call(self, decision: Decision) -> None:
         """Send the Replan goal of an admitted decision, or keep it until a server is up (at most its deadline)."""
-        started = time.monotonic()
-        call = PendingCall(decision, started + decision.hard_deadline_ms / 1000.0, started=started)
-        self.pending[decision.decision_id] = call
+        call = self.pending.add(decision, time.monotonic())
         self.watch_deadlines()
         if self.replan_client.server_is_ready():
             self.send(call)
@@ -191,7 +154,7 @@ class BraceControllerNode(Node):
         future = self.replan_client.send_goal_async(goal)
         future.add_done_callback(lambda f, d=call.decision.decision_id: self.on_goal_response(d, f))
 
-    @_serialized
+    @serialized
     def on_goal_response(self, decision_id: str, future) -> None:
         """Keep the goal handle, or close the call when the planner rejected it."""
         call = self.pending.get(decision_id)
@@ -203,17 +166,17 @@ class BraceControllerNode(Node):
         if handle is None or not handle.accepted:
             self.counts["goals_rejected"] += 1
             self.get_logger().warning(f"planner rejected goal {decision_id}")
-            self.pending.pop(decision_id, None)
-            self.finish(call.decision, CallStatus.UNAVAILABLE, (time.monotonic() - call.started) * 1000.0,
+            self.pending.pop(decision_id)
+            self.finish(call.decision, CallStatus.UNAVAILABLE, call.elapsed_ms(time.monotonic()),
                         error="planner rejected the goal")
             return
         call.goal_handle = handle
         handle.get_result_async().add_done_callback(lambda f, d=decision_id: self.on_result(d, f))
 
-    @_serialized
+    @serialized
     def on_result(self, decision_id: str, future) -> None:
         """Close a finished call: publish its plan, update the gate's counters."""
-        call = self.pending.pop(decision_id, None)
+        call = self.pending.pop(decision_id)
         if call is None:  # cancelled at the deadline; its late result is not used
             return
         wrapped = future.result()
@@ -224,12 +187,12 @@ class BraceControllerNode(Node):
             self.counts["calls_aborted_by_planner"] += 1
             self.get_logger().error(f"call {decision_id} for {call.decision.trigger.agent_id}: the planner aborted "
                                     "the goal (no result); recorded as a planner error")
-            self.finish(call.decision, CallStatus.PLANNER_ERROR, (time.monotonic() - call.started) * 1000.0,
+            self.finish(call.decision, CallStatus.PLANNER_ERROR, call.elapsed_ms(time.monotonic()),
                         error=f"{ABORTED_BY_PLANNER}: the planner ended the goal without a result (status ABORTED)",
                         fault=ABORTED_BY_PLANNER)
             return
         if wrapped.status != GoalStatus.STATUS_SUCCEEDED:
-            self.finish(call.decision, CallStatus.CANCELLED, (time.monotonic() - call.started) * 1000.0)
+            self.finish(call.decision, CallStatus.CANCELLED, call.elapsed_ms(time.monotonic()))
             return
         try:
             status = CallStatus(result.call.status)
@@ -282,7 +245,7 @@ class BraceControllerNode(Node):
             self.counts["held_decided_again"] += 1
             self.decide(trigger, self.held_msgs.pop(trigger.agent_id))
 
-    @_serialized
+    @serialized
     def on_server_load(self, msg: ServerLoad) -> None:
         """Count the shared planner server's requests that are not this robot's as calls ahead of its own."""
         self.counts["server_load_samples"] += 1
@@ -300,7 +263,7 @@ class BraceControllerNode(Node):
         if self.core.server_calls:
             self.watch_deadlines()  # its load goes stale without news
 
-    @_serialized
+    @serialized
     def check_deadlines(self) -> None:
         """Send calls that waited for a server now up; close every call past its hard deadline."""
         now = time.monotonic()
@@ -309,30 +272,22 @@ class BraceControllerNode(Node):
             self.set_server_calls(0)  # no news from the server: its load is unknown, not assumed
         if self.release_at and now >= self.release_at:
             self.decide_held()
-        server_ready = None
-        for decision_id, call in list(self.pending.items()):
-            if not call.sent and now < call.deadline:
-                server_ready = self.replan_client.server_is_ready() if server_ready is None else server_ready
-                if server_ready:
-                    self.send(call)
-                continue
-            if now < call.deadline or self.pending.pop(decision_id, None) is None:
-                continue  # not due, or closed meanwhile by its result
-            if not call.sent:
-                self.counts["planner_unavailable"] += 1
-                self.get_logger().warning(f"call {decision_id} for {call.decision.trigger.agent_id}: no Replan server "
-                                          "by its hard deadline", throttle_duration_sec=5.0)
-                self.finish(call.decision, CallStatus.UNAVAILABLE, (now - call.started) * 1000.0,
-                            error="no planner server by the hard deadline")
-                continue
+        due = self.pending.due(now, self.replan_client.server_is_ready)
+        for call in due.send:
+            self.send(call)
+        for call in due.unavailable:
+            self.counts["planner_unavailable"] += 1
+            self.get_logger().warning(f"call {call.decision.decision_id} for {call.decision.trigger.agent_id}: no "
+                                      "Replan server by its hard deadline", throttle_duration_sec=5.0)
+            self.finish(call.decision, CallStatus.UNAVAILABLE, call.elapsed_ms(now),
+                        error="no planner server by the hard deadline")
+        for call in due.missed:
             if call.goal_handle is not None:
                 call.goal_handle.cancel_goal_async()
             self.counts["deadline_cancellations"] += 1
-            self.get_logger().warning(
-                f"call {decision_id} for {call.decision.trigger.agent_id} passed its hard deadline "
-                f"{call.decision.hard_deadline_ms:.0f} ms; cancelled"
-            )
-            self.finish(call.decision, CallStatus.DEADLINE, (now - call.started) * 1000.0)
+            self.get_logger().warning(f"call {call.decision.decision_id} for {call.decision.trigger.agent_id} passed its "
+                                      f"hard deadline {call.decision.hard_deadline_ms:.0f} ms; cancelled")
+            self.finish(call.decision, CallStatus.DEADLINE, call.elapsed_ms(now))
         if not (self.pending or self.release_at or self.core.server_calls):
             self.deadline_timer.cancel()  # nothing due: watch_deadlines restarts it
 
@@ -343,7 +298,7 @@ class BraceControllerNode(Node):
 
     # ------------------------------------------------------------------ call records
 
-    @_serialized
+    @serialized
     def on_call_record(self, msg: ReplanCall) -> None:
         """Feed the latency model with every audited call (from any controller)."""
         try:
@@ -358,7 +313,7 @@ class BraceControllerNode(Node):
 
     # ------------------------------------------------------------------ monitoring
 
-    @_serialized
+    @serialized
     def publish_state(self) -> None:
         """ControllerState for every agent and the team."""
         stamp = self.get_clock().now().to_msg()
@@ -366,41 +321,17 @@ class BraceControllerNode(Node):
             self.state_pub.publish(convert.state_to_msg(agent_id, counters, self.core.tally.get(agent_id), stamp))
         self.state_pub.publish(convert.state_to_msg(TEAM_AGENT, self.core.team, self.core.tally.get(TEAM_AGENT), stamp))
 
-    @_serialized
+    @serialized
     def publish_diagnostics(self) -> None:
-        """Gate counts, errors, the planner's presence and the latency model's state on /diagnostics."""
-        totals: dict[str, int] = {}
-        for tally in self.core.tally.values():
-            for reason, n in tally.by_reason.items():
-                totals[reason] = totals.get(reason, 0) + n
-        model = self.core.latency_model
-        server = self.replan_client.server_is_ready()
-        waiting = sum(not c.sent for c in self.pending.values())
-        values = {
-            "triggers": sum(t.triggers for t in self.core.tally.values()),
-            "admitted": sum(t.admitted for t in self.core.tally.values()),
-            "suppressed": sum(t.suppressed for t in self.core.tally.values()),
-            "calls_in_flight": len(self.pending) - waiting,
-            "calls_waiting_for_planner": waiting,
-            "planner_server": server,
-            "latency_model_samples": model.samples,
-            "latency_model_ready": model.ready,
-            "quality_floor_tokens": self.core.quality.floor,
-            "quality_floor_raised": self.core.quality.raised,
-            "server_calls": self.core.server_calls,
-            **{f"latency_model_{k}": v for k, v in model.describe().items()},
-            **{f"reason.{k}": v for k, v in sorted(totals.items())},
-            **self.counts,
-            **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())},
-            **self.inputs.counts,
-        }
-        warnings = nonzero({**self.counts, **self.inputs.counts},
-                           ("malformed_triggers", "malformed_calls", "planner_unavailable", "goals_rejected",
-                            "deadline_cancellations", "calls_aborted_by_planner", *self.inputs.counts))
-        if not server:
-            warnings.append(f"no Replan server on '{self.node_config.replan_action}'")
-        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: replanning gate", values,
-                                               self.get_clock().now().to_msg(), warnings))
+        """The core's gate counts and latency model, the calls and the planner's presence on /diagnostics."""
+        server, waiting = self.replan_client.server_is_ready(), self.pending.waiting()
+        calls = Health({"calls_in_flight": len(self.pending) - waiting, "calls_waiting_for_planner": waiting,
+                        "planner_server": server},
+                       warnings=() if server else (f"no Replan server on '{self.node_config.replan_action}'",))
+        health = (self.core.health() + self.counts.health() + Health(self.rejections.health().values)
+                  + self.inputs.health() + calls)
+        self.diag_pub.publish(health_array(f"{self.get_name()}: replanning gate", health,
+                                           self.get_clock().now().to_msg()))
 
 
 def main(args=None) -> int:

@@ -26,7 +26,8 @@ from rclpy.node import Node
 from brace_common import names, qos
 from brace_common.clock import seconds_of, steady_timer
 from brace_common.counted_inputs import CountedInputs
-from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.counters import Counters, Health
+from brace_common.diagnostics import health_array
 from brace_common.episode_boundary import before_episode
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.replanning import Trigger
@@ -39,6 +40,9 @@ from . import convert
 from .config import MonitorConfig, MonitorNodeConfig
 from .triggers import TriggerMonitor
 
+COUNTS = ("malformed_states", "malformed_outcomes", "malformed_verdicts", "stale_states", "malformed_world_states")
+"""The node's counters (diagnostics keys); all but stale_states WARN."""
+
 
 class TriggerMonitorNode(Node):
     """Thin rclpy shell around TriggerMonitor."""
@@ -50,10 +54,10 @@ class TriggerMonitorNode(Node):
         reject_undeclared(self)
         self.monitor = TriggerMonitor(self.config)
         self.sequence = 0
-        self.counts = {"malformed_states": 0, "malformed_outcomes": 0, "malformed_verdicts": 0, "stale_states": 0,
-                       "malformed_world_states": 0}
+        # a stale state at an episode boundary is expected (topics are not ordered): counted, not a warning
+        self.counts = Counters(COUNTS, warn=(c for c in COUNTS if c != "stale_states"))
         self.episode_start_s = 0.0  # the world's stamp of the latest episode start (0: none, or unstamped)
-        self.raised: dict[str, int] = {}
+        self.raised = Counters(())  # per TriggerKind label, from the first trigger of that kind
         self.rejections = Rejections(self.get_logger())
         self.inputs = CountedInputs()
 
@@ -76,7 +80,8 @@ class TriggerMonitorNode(Node):
         stamp = self.get_clock().now().to_msg()
         for trigger in triggers:
             self.sequence += 1
-            self.raised[trigger.kind.label] = self.raised.get(trigger.kind.label, 0) + 1
+            self.raised.declare(trigger.kind.label)
+            self.raised.add(trigger.kind.label)
             self.trigger_pub.publish(convert.trigger_to_msg(trigger, stamp, f"{self.get_name()}/{self.sequence}"))
 
     def on_episode(self, msg: Episode) -> None:
@@ -144,14 +149,11 @@ class TriggerMonitorNode(Node):
 
     def publish_diagnostics(self) -> None:
         """Raised triggers per kind and malformed inputs on /diagnostics."""
-        values = {"step": self.monitor.step, "num_agents": len(self.monitor.agents()),
-                  **{f"raised.{k}": v for k, v in sorted(self.raised.items())}, **self.counts,
-                  **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}, **self.inputs.counts}
-        # a stale state at an episode boundary is expected (topics are not ordered): counted, not a warning
-        warned = [k for k in self.counts if k != "stale_states"]
-        warnings = nonzero({**self.counts, **self.inputs.counts}, (*warned, *self.inputs.counts))
-        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: trigger detection", values,
-                                               self.get_clock().now().to_msg(), warnings))
+        health = (Health({"step": self.monitor.step, "num_agents": len(self.monitor.agents())})
+                  + self.raised.health("raised.") + self.counts.health() + Health(self.rejections.health().values)
+                  + self.inputs.health())
+        self.diag_pub.publish(health_array(f"{self.get_name()}: trigger detection", health,
+                                           self.get_clock().now().to_msg()))
 
 
 def main(args=None) -> int:

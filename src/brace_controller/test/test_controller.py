@@ -294,3 +294,14 @@ def test_a_call_admitted_beyond_its_slo_runs_without_memory():
     kept = controller(adaptive_budget=True, defer_when_infeasible=True, memory_off_when_infeasible=False)
     warm(kept, 1.0, base=5000.0)
     assert not kept.decide(trig(1, kind=TriggerKind.HAZARD)).memory_off
+
+
+def test_health_sums_every_agents_tally_by_reason():
+    c = controller(cooldown_steps=0, commit_steps=0)
+    assert c.decide(trig(1)).admitted
+    assert c.decide(trig(2)).reason == Reason.IN_FLIGHT
+    assert c.decide(trig(2, agent="b")).admitted
+    values = c.health().values
+    assert (values["triggers"], values["admitted"], values["suppressed"]) == (3, 2, 1)
+    assert values["reason.in_flight"] == 1 and values["server_calls"] == 0 and not values["latency_model_ready"]
+    assert "latency_model_prefill_ms" in values

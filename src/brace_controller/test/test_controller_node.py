@@ -76,7 +76,7 @@ def warm(node: BraceControllerNode) -> None:
     from brace_controller.latency_model import CallSample
 
     rng = random.Random(0)
-    with node._lock:
+    with node.transition_lock:
         for _ in range(node.config.adaptive_window):
             tokens, kept = rng.randint(500, 3000), rng.randint(64, 500)
             cost = 20.0 + 2.0 * kept
@@ -284,7 +284,7 @@ def test_a_call_closed_by_its_result_while_the_watchdog_scans_is_skipped(ros):
     # watchdog's snapshot of the pending calls and its pop (seen as a KeyError that stopped a K = 8 run).
     from brace_common.replanning import Trigger
     from brace_common.vocabulary import TriggerKind
-    from brace_controller.controller_node import PendingCall
+    from brace_controller.pending_calls import PendingCall
 
     node = ros.add(controller())
     decision = node.core.decide(Trigger(TriggerKind.PERIODIC, "a", 0))
@@ -295,7 +295,7 @@ def test_a_call_closed_by_its_result_while_the_watchdog_scans_is_skipped(ros):
             self.clear()  # the result arrives right after the snapshot
             return snapshot
 
-    node.pending = ClosedDuringScan({decision.decision_id: PendingCall(decision, deadline=0.0)})
+    node.pending.calls = ClosedDuringScan({decision.decision_id: PendingCall(decision, deadline=0.0)})
     node.check_deadlines()
     assert node.counts["deadline_cancellations"] == 0
 
