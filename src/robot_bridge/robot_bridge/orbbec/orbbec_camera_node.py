@@ -51,7 +51,8 @@ from std_msgs.msg import Header
 from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, resolve_path
-from brace_common.diagnostics import diagnostic_array
+from brace_common.counters import Counters, Health
+from brace_common.diagnostics import health_array
 from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
@@ -95,8 +96,9 @@ class OrbbecCameraNode(ReleasingLifecycleNode):
         self.last_disconnect = ""  # why the source was last lost while streaming
         self.connected = False
         self.finished = False
-        self.counts = {"frames_published": 0, "depth_frames_published": 0, "open_attempts": 0, "open_failures": 0,
-                       "connects": 0, "disconnects": 0, "bad_frames": 0, "publish_errors": 0}
+        self.counts = Counters(("frames_published", "depth_frames_published", "open_attempts", "open_failures",
+                                "connects", "disconnects", "bad_frames", "publish_errors"),
+                               warn=("bad_frames", "publish_errors"))
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._pubs: dict[str, object] = {}
@@ -189,7 +191,7 @@ class OrbbecCameraNode(ReleasingLifecycleNode):
                 try:
                     frames = source.read(READ_TIMEOUT_S)
                 except FrameError as exc:
-                    self.counts["bad_frames"] += 1
+                    self.counts.add("bad_frames")
                     last_frame = time.monotonic()  # the camera is there, this frame was bad
                     self.get_logger().warning(f"bad frame skipped: {exc}", throttle_duration_sec=5.0)
                     continue
@@ -211,11 +213,11 @@ class OrbbecCameraNode(ReleasingLifecycleNode):
             self._close(source)
 
     def _open(self, source: FrameSource, cfg: CameraConfig) -> bool:
-        self.counts["open_attempts"] += 1
+        self.counts.add("open_attempts")
         try:
             source.open()
         except Exception as exc:  # noqa: BLE001 - NoDeviceError, ProfileError, SDK errors: all mean "retry later"
-            self.counts["open_failures"] += 1
+            self.counts.add("open_failures")
             reason = f"{exc}" if str(exc) else type(exc).__name__
             if reason != self.source_error:
                 self.get_logger().error(f"cannot open the {cfg.source} source: {reason}; retrying every "
@@ -224,12 +226,12 @@ class OrbbecCameraNode(ReleasingLifecycleNode):
             self._close(source)
             return False
         self.connected, self.source_error = True, ""
-        self.counts["connects"] += 1
+        self.counts.add("connects")
         self.get_logger().info(f"streaming from {source.description or cfg.source}")
         return True
 
     def _lose(self, source: FrameSource, cfg: CameraConfig, reason: str) -> None:
-        self.counts["disconnects"] += 1
+        self.counts.add("disconnects")
         self.connected = False
         self.source_error = self.last_disconnect = f"lost {source.description or cfg.source}: {reason}"
         self.get_logger().error(f"{self.source_error}; reconnecting every {cfg.reconnect_period_s:g} s")
@@ -255,17 +257,17 @@ class OrbbecCameraNode(ReleasingLifecycleNode):
                 self._pubs["color"].publish(image_msg(frames.color, "rgb8", header))
                 if frames.color_intrinsics is not None:
                     self._pubs["color_info"].publish(camera_info_msg(frames.color_intrinsics, header))
-                self.counts["frames_published"] += 1
+                self.counts.add("frames_published")
             if frames.depth is not None and "depth" in self._pubs:
                 header = Header(stamp=stamp, frame_id=cfg.depth_frame_id)
                 self._pubs["depth"].publish(image_msg(frames.depth, "16UC1", header))
                 if frames.depth_intrinsics is not None:
                     self._pubs["depth_info"].publish(camera_info_msg(frames.depth_intrinsics, header))
-                self.counts["depth_frames_published"] += 1
+                self.counts.add("depth_frames_published")
         except Exception as exc:  # noqa: BLE001 - counted and logged; the camera keeps streaming
             if not self.context.ok():
                 return False
-            self.counts["publish_errors"] += 1
+            self.counts.add("publish_errors")
             self.get_logger().error(f"publishing failed: {type(exc).__name__}: {exc}", throttle_duration_sec=5.0)
         return True
 
@@ -281,22 +283,21 @@ class OrbbecCameraNode(ReleasingLifecycleNode):
         self._rate_mark = (now, frames)
         cfg = self.config
         camera = cfg.camera_name if cfg else (self.get_parameter("camera_name").value or self.get_name())
-        errors = sum(self.counts[k] for k in ("open_failures", "disconnects", "bad_frames", "publish_errors"))
+        errors = self.counts.total(("open_failures", "disconnects", "bad_frames", "publish_errors"))
         values = {"state": self.state_label, "source": cfg.source if cfg else "", "camera_name": camera,
                   "device": self.source.description if self.source is not None else "",
-                  "connected": self.connected, "finished": self.finished, "frame_rate_hz": round(self.frame_rate_hz, 2),
-                  **self.counts, "errors": errors, "source_error": self.source_error,
-                  "last_disconnect": self.last_disconnect}
+                  "connected": self.connected, "finished": self.finished, "frame_rate_hz": round(self.frame_rate_hz, 2)}
         problems: list[str] = []
         if self.last_error and cfg is None:
             problems.append(f"configure failed: {self.last_error}")
         elif self.state_label == "active" and not self.connected and not self.finished and self.source_error:
             problems.append(f"{self.source_error} (open attempts: {self.counts['open_attempts']})")
-        warnings = [k for k in ("bad_frames", "publish_errors") if self.counts[k]]
+        health = Health(values) + self.counts.health() + Health(
+            {"errors": errors, "source_error": self.source_error, "last_disconnect": self.last_disconnect},
+            errors=tuple(problems))
         message = "finished: the video's last frame was published" if self.finished and not problems else ""
-        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: camera {camera}", values,
-                                               self.get_clock().now().to_msg(), warnings, problems, message))
-
+        self.diag_pub.publish(health_array(f"{self.get_name()}: camera {camera}", health,
+                                           self.get_clock().now().to_msg(), message))
 
 def main(args=None) -> int:
     """`ros2 run robot_bridge orbbec_camera --ros-args -r __node:=<camera_name> ...` (autostart by default)."""

@@ -34,6 +34,7 @@ from std_srvs.srv import Trigger
 from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, ReadinessConfig, check_agent_ids, param
+from brace_common.counters import Counters, Health
 from brace_common.episode import EpisodeResult, episode_msg
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
@@ -90,8 +91,8 @@ class OperatorTaskNode(WorldNode, Node):
         self.world_name = cfg.world
         self.init_world(("context", "episode", "diagnostics", "world_states", "world_info"), seed=None)
         self.episodes = OperatorEpisodes(cfg.max_episode_s)
-        self.counts = {"episodes_started": 0, "episodes_ended": 0, "episodes_timed_out": 0, "requests_refused": 0,
-                       "plans": 0, "unknown_failures": 0}
+        self.counts = Counters(("episodes_started", "episodes_ended", "episodes_timed_out", "requests_refused", "plans",
+                                "unknown_failures"))
         self.create_subscription(String, TASK_TOPIC, self.on_task, qos.INPUTS)
         self.subscribe_plans(self.on_plan)
         self.plan_progress = PlanProgress(cfg.agent_id)
@@ -231,8 +232,9 @@ class OperatorTaskNode(WorldNode, Node):
         """Episode, elapsed time, counts and missing peers on /diagnostics."""
         now = time.monotonic()
         values = {"episode": self.episodes.episode, "running": self.episodes.running,
-                  "elapsed_s": round(self.episodes.elapsed(now), 1) if self.episodes.running else "", **self.counts}
-        self.publish_world_diagnostics("operator episodes", values, errors=self.peer_errors())
+                  "elapsed_s": round(self.episodes.elapsed(now), 1) if self.episodes.running else ""}
+        self.publish_world_health("operator episodes", Health(values) + self.counts.health()
+                                  + Health(errors=tuple(self.peer_errors())))
 
 
 def main(args=None) -> int:

@@ -46,7 +46,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
@@ -56,7 +55,7 @@ from rclpy.node import Node
 from brace_common import names
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, ReadinessConfig, check_agent_ids, param
-from brace_common.diagnostics import nonzero
+from brace_common.counters import Counters, Health
 from brace_common.episode import EpisodeResult
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.plan_start import PlanStart, plan_start
@@ -159,10 +158,9 @@ class TwinWorldNode(WorldNode, Node):
 
         self.init_world(("context", "episode", "diagnostics", "world_states", "world_info"), cfg.episodes, cfg.seed)
         self.started_at: Optional[float] = None
-        self.failures: Counter = Counter()
+        self.failures = failure_counts()
         self.scene: list[str] = []
-        self.counts = {"plans": 0, "instructions_anew": 0, "outcomes": 0, "failed_outcomes": 0,
-                       "ticks_waiting_for_peers": 0}
+        self.counts = Counters(("plans", "instructions_anew", "outcomes", "failed_outcomes", "ticks_waiting_for_peers"))
 
         self.plan_progress, self.state_step = PlanProgress(cfg.agent_id), 0
         self.subscribe_plans(self.on_plan)
@@ -229,7 +227,7 @@ class TwinWorldNode(WorldNode, Node):
         self.announce_start()
         task = self.world.reset(self.book.seed)
         self.twin.place(HOME_JOINTS, HOME_GRIPPER_M)   # the arm too: it would start where the last episode left it
-        self.failures, self.scene = Counter(), []
+        self.failures, self.scene = failure_counts(), []
         self.state_step = -1
         self.plan_progress.clear()
         self.started_at = time.monotonic()
@@ -249,7 +247,7 @@ class TwinWorldNode(WorldNode, Node):
         result = self.episode_result(elapsed)
         last = self.announce_end(result)
         self.get_logger().info(f"episode {self.episode}: success={result.success} {elapsed:.1f} s plans={self.plans} "
-                               f"{vars(self.world.counts)} failures={dict(self.failures)}")
+                               f"{vars(self.world.counts)} failures={dict((k, v) for k, v in self.failures.items() if v)}")
         self.started_at = None
         if last:
             self.timer.cancel()
@@ -289,12 +287,10 @@ class TwinWorldNode(WorldNode, Node):
         may have stopped already)."""
         state = self.twin.state()
         values = {"episode": self.episode, "act_url": self.act.url if self.act.running else "stopped",
-                  "twin.enabled": state.enabled,
-                  "twin.gripper_m": round(state.gripper_m, 4), **self.counts,
-                  **(self.camera.counts if self.camera is not None else {}),
-                  **{f"world.{k}": v for k, v in vars(self.world.counts).items()}, **self.inputs.counts}
-        self.publish_world_diagnostics(f"{self.task.name} on the PiPER twin", values,
-                                       nonzero(self.inputs.counts, self.inputs.counts), self.peer_errors())
+                  "twin.enabled": state.enabled, "twin.gripper_m": round(state.gripper_m, 4)}
+        health = Health(values) + self.counts.health() + (self.camera.health() if self.camera is not None else Health())
+        health += Health({f"world.{k}": v for k, v in vars(self.world.counts).items()}) + self.inputs.health()
+        self.publish_world_health(f"{self.task.name} on the PiPER twin", health + Health(errors=tuple(self.peer_errors())))
 
     def close(self) -> None:
         """Stop the /act server and the twin (idempotent; also after a constructor that failed half way)."""
@@ -345,3 +341,8 @@ def main(args=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def failure_counts() -> Counters:
+    """One episode's failed steps by category (Failure label), every category declared."""
+    return Counters(f.label for f in Failure)

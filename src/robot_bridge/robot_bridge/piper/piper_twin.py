@@ -39,6 +39,7 @@ import can
 import numpy as np
 
 from brace_common.config import ConfigError, check_fields, param
+from brace_common.counters import Counters, Health
 
 from . import piper_frames as pf
 from . import piper_units as units
@@ -155,8 +156,8 @@ class PiperArmModel:
         self.gripper_effort = 0.0
         self.gripper_blocked = False
         self.rng = random.Random(config.seed)
-        self.counts = {"commands": 0, "malformed": 0, "refused_enable": 0, "refused_limit": 0, "no_solution": 0,
-                       "ignored": 0}
+        self.counts = Counters(("commands", "malformed", "refused_enable", "refused_limit", "no_solution", "ignored"),
+                               warn=("malformed",))
         self._lo = np.array([lo for lo, _ in units.JOINT_LIMITS_RAD])
         self._hi = np.array([hi for _, hi in units.JOINT_LIMITS_RAD])
 
@@ -451,8 +452,8 @@ class PiperTwin:
         self._thread: Optional[threading.Thread] = None
         self._bus: Optional[can.BusABC] = None
         self._silent = False
-        self.stats = {"frames_sent": 0, "frames_received": 0, "frames_lost_silent": 0, "send_errors": 0,
-                      "receive_errors": 0, "grasp_errors": 0, "late_cycles": 0, "cycles": 0}
+        self.stats = Counters(("frames_sent", "frames_received", "frames_lost_silent", "send_errors", "receive_errors",
+                               "grasp_errors", "late_cycles", "cycles"), warn=("send_errors", "receive_errors", "grasp_errors"))
         self.last_error = ""
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
@@ -498,6 +499,17 @@ class PiperTwin:
         """Bus and command counters (frames sent/received, malformed, refused, ...)."""
         with self._lock:
             return {**self.stats, **self.model.counts}
+
+    def health(self) -> Health:
+        """The arm's state and the counters; malformed frames and bus or grasp errors are warnings."""
+        state = self.state()
+        values = {"joints_rad": [round(v, 4) for v in state.joints_rad], "gripper_m": round(state.gripper_m, 5),
+                  "gripper_effort_nm": round(state.gripper_effort, 3), "enabled": state.enabled,
+                  "motor_enabled": list(state.motor_enabled), "ctrl_mode": state.ctrl_mode,
+                  "move_mode": state.move_mode, "speed_pct": state.speed_pct, "arm_status": state.arm_status,
+                  "emergency_stop": state.emergency_stop, "end_pose": [round(v, 4) for v in state.end_pose]}
+        with self._lock:
+            return Health(values) + self.model.counts.health() + self.stats.health()
 
     def place(self, joints: Sequence[float], gripper_m: float) -> None:
         """Put the arm at `joints` (rad), the gripper at `gripper_m` (m), holding: the scene's reset between

@@ -34,7 +34,8 @@ from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, autostart_param, check_fields, diagnostics_period_param, param
-from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.counters import Health
+from brace_common.diagnostics import health_array
 from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
@@ -199,32 +200,19 @@ class PiperTwinNode(ReleasingLifecycleNode):
     # ------------------------------------------------------------------ diagnostics
 
     def publish_diagnostics(self) -> None:
-        """The arm's state, the frame counters and the injected faults on /diagnostics."""
+        """The node's state and injected faults, and the twin's health (PiperTwin.health)."""
+        cfg, twin = self.node_config, self.twin
         values: dict[str, Any] = {"state": self.state_label}
-        cfg = self.node_config
         if cfg is not None:
             values.update({"can_interface": cfg.can_interface, "can_port": cfg.can_port})
         errors = [f"configure failed: {self.last_error}"] if self.last_error else []
-        warnings: list[str] = []
-        twin = self.twin
-        if twin is not None:
-            state, counts = twin.state(), twin.counts()
-            values.update({
-                "joints_rad": [round(v, 4) for v in state.joints_rad], "gripper_m": round(state.gripper_m, 5),
-                "gripper_effort_nm": round(state.gripper_effort, 3), "enabled": state.enabled,
-                "motor_enabled": list(state.motor_enabled), "ctrl_mode": state.ctrl_mode,
-                "move_mode": state.move_mode, "speed_pct": state.speed_pct, "arm_status": state.arm_status,
-                "emergency_stop": state.emergency_stop, "end_pose": [round(v, 4) for v in state.end_pose],
-                **counts})
-            warnings = nonzero(counts, ("malformed", "send_errors", "receive_errors", "grasp_errors"))
-            if self.state_label == "active" and not twin.running:
-                errors.append(f"twin thread stopped ({twin.last_error or 'no error recorded'})")
+        if twin is not None and self.state_label == "active" and not twin.running:
+            errors.append(f"twin thread stopped ({twin.last_error or 'no error recorded'})")
         faults = self.active_faults()
-        values["faults"] = ",".join(faults) or "none"
         errors += [f"fault injected: {f}" for f in faults]
-        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: PiPER CAN twin", values,
-                                               self.get_clock().now().to_msg(), warnings, errors))
-
+        health = Health(values) + (twin.health() if twin is not None else Health()) + \
+            Health({"faults": ",".join(faults) or "none"}, errors=tuple(errors))
+        self.diag_pub.publish(health_array(f"{self.get_name()}: PiPER CAN twin", health, self.get_clock().now().to_msg()))
 
 def main(args=None) -> int:
     """`ros2 run robot_bridge piper_twin` (configures and activates itself with `autostart`)."""

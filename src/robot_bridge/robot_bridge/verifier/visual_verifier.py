@@ -20,6 +20,7 @@ from typing import Optional
 import numpy as np
 
 from brace_common.action_schema import Step
+from brace_common.counters import Counters, Health
 
 from .scene_diff import BACKEND_GEOMETRIC, Perceiver, Perception, SceneDiff
 from .step_check import Contradiction, StepCheck
@@ -55,7 +56,11 @@ class VisualVerifier:
         self.starting = False          # the current step starts at the next frame
         self.last: Optional[Perception] = None
         self.frames = 0
-        self.counts = {"frames": 0, "steps_checked": 0, "violations": 0, "contradicted_successes": 0}
+        self.counts = Counters(("frames", "steps_checked", "violations", "contradicted_successes"))
+
+    def health(self) -> Health:
+        """Frames perceived, steps checked, violations and successes the frames contradict (verifier.<name>)."""
+        return self.counts.health("verifier.")
 
     @property
     def current(self) -> Optional[Step]:

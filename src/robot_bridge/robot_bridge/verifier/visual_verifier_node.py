@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional
@@ -47,7 +46,8 @@ from brace_common import names, qos
 from brace_common.action_schema import step_from_message
 from brace_common.clock import seconds_of, steady_timer
 from brace_common.counted_inputs import CountedInputs
-from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.counters import Counters, Health
+from brace_common.diagnostics import health_array
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
 from brace_common.validation import InvalidInput, Rejections
@@ -72,7 +72,8 @@ class VisualVerifierNode(Node):
         self.verifier = VisualVerifier(cfg.perceiver(self.camera), cfg.confirm_frames)
         self.rejections = Rejections(self.get_logger())
         self.inputs = CountedInputs()
-        self.counts: Counter[str] = Counter()
+        self.counts = Counters(("plans", "outcomes", "unpaired_frames", "verdicts", "verdicts_dry_run", "violations"),
+                               warn=("unpaired_frames",))
         # the latest frames as received: converted only when a pair is compared (a camera runs faster than sampling)
         self.color: Optional[Image] = None
         self.depth: Optional[Image] = None
@@ -89,7 +90,7 @@ class VisualVerifierNode(Node):
         self.errors_reported = 0           # perceiver_errors at the last diagnostics
         self.perceived = self.create_guard_condition(self.on_perceived)
         if self.worker is not None:
-            self.counts.update(skipped_frames=0, perceiver_errors=0)
+            self.counts.declare("skipped_frames", "perceiver_errors")
             self.context.on_shutdown(self.verifier.perceiver.close)   # Ctrl-C: the request in flight ends at once
 
         self.verdict_pub = self.create_publisher(VerifierVerdict, names.VERDICTS, qos.EVENTS)
@@ -206,6 +207,7 @@ class VisualVerifierNode(Node):
             self.judge(future.result())
         except PerceiverError as exc:
             self.counts["perceiver_errors"] += 1
+            self.counts.declare(f"perceiver_error.{exc.reason}")  # the reason comes from the error
             self.counts[f"perceiver_error.{exc.reason}"] += 1
             self.perceiver_error = str(exc)
             self.get_logger().warning(f"perceiver failed: {exc}", throttle_duration_sec=10.0)
@@ -270,21 +272,20 @@ class VisualVerifierNode(Node):
         values = {"agent_id": cfg.agent_id, "camera": cfg.camera_name, "backend": cfg.backend,
                   "step": self.verifier.current.text() if self.verifier.current else "idle",
                   "compare_ms_p50": round(costs[len(costs) // 2], 2) if costs else "",
-                  "compare_ms_max": round(costs[-1], 2) if costs else "", "frames_stale": stale,
-                  **dict(sorted(self.counts.items())), **{f"verifier.{k}": v for k, v in self.verifier.counts.items()},
-                  **{f"rejected.{k}": v for k, v in sorted(self.rejections.counts.items())}, **self.inputs.counts}
+                  "compare_ms_max": round(costs[-1], 2) if costs else "", "frames_stale": stale}
         if self.worker is not None:
             values.update(perceiving=self.in_flight is not None, perceiver_error=self.perceiver_error)
-        warnings = nonzero(self.counts, ("unpaired_frames",)) + [f"rejected.{k}" for k in sorted(self.rejections.counts)]
+        warnings = []
         if stale:
             warnings.append(f"no frame pair from {cfg.camera_name} for {cfg.stale_after_s:g} s")
-        errors = self.counts["perceiver_errors"]
+        errors = self.counts.get("perceiver_errors", 0)
         if errors > self.errors_reported or self.perceiver_error:
             warnings.append(f"perceiver failed ({errors} in all): {self.perceiver_error or 'since recovered'}")
         self.errors_reported = errors
-        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: visual verifier", values,
-                                               self.get_clock().now().to_msg(), warnings))
-
+        health = Health(values) + self.counts.health() + self.verifier.health() + self.rejections.health() + \
+            Health(self.inputs.health().values, tuple(warnings))  # lost inputs are values here, not warnings
+        self.diag_pub.publish(health_array(f"{self.get_name()}: visual verifier", health,
+                                           self.get_clock().now().to_msg()))
 
 def main(args=None) -> int:
     """`ros2 run robot_bridge visual_verifier`."""
