@@ -54,6 +54,12 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
         period = period if isinstance(period, float) and 0.05 <= period <= 60.0 else 1.0
         steady_timer(self, period, self.publish_diagnostics, MutuallyExclusiveCallbackGroup())
 
+    # What graph tests watch, read-only: it lives in the runner.
+    image = property(lambda self: self.runner.image, doc="The latest camera image (RGB), None before one.")
+    ee_xyz = property(lambda self: self.runner.ee_xyz, doc="The end effector's latest position, None before one.")
+    plan_id = property(lambda self: self.runner.plan_id, doc="The current plan's id ('' when idle).")
+    steps = property(lambda self: self.runner.steps, doc="The current plan's steps.")
+
     # ------------------------------------------------------------------ lifecycle
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
