@@ -1,22 +1,5 @@
-"""audit_recorder node: records every /brace/* topic into a rosbag2 directory in MCAP storage.
-
-Subscribes  the topics in `topics` (default: every topic of the stack, relative to the node's
-            namespace, and /clock), as serialized messages with each topic's QoS
-            (best-effort topics best-effort, plans latched); the bag names them resolved
-            (/brace/triggers, ...)
-Writes      `output_dir`: metadata.yaml + <name>_0.mcap, readable by `ros2 bag info/play`,
-            Foxglove and the rosbags / mcap readers
-Publishes   /diagnostics
-
-The bag is finished (MCAP summary written, metadata.yaml written) on shutdown,
-SIGINT or SIGTERM, so nothing received is lost. Every `metadata_period_s` the
-chunk in progress is written out (handed to the OS) and metadata.yaml
-rewritten, and a chunk is written as soon as it holds `chunk_kb`: a recorder
-killed with SIGKILL loses at most the messages it received in the last
-`metadata_period_s` (and at most `chunk_kb` of them), plus what DDS had not yet
-delivered to it. Its file then lacks the MCAP footer: `brace-audit report`
-reports it as damaged and `brace-audit recover` rewrites it into a finished bag.
-"""
+"""audit_recorder node: records every /brace/* topic into a rosbag2 directory in MCAP storage (what a killed
+recorder keeps: docs/nodes.md, "audit_recorder")."""
 
 from __future__ import annotations
 
@@ -36,7 +19,8 @@ from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, check_fields, param
 from brace_common.counted_inputs import CountedInputs
-from brace_common.diagnostics import diagnostic_array, nonzero
+from brace_common.counters import Health
+from brace_common.diagnostics import health_array
 from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
 
@@ -136,7 +120,7 @@ class AuditRecorderNode(Node):
         """Write out the chunk in progress and rewrite metadata.yaml (what a killed recorder keeps), unless nothing
         arrived since the last time (an idle graph costs the recorder nothing)."""
         if self.writer is not None and not self.writer.closed:
-            total = sum(t.count for t in self.writer.topics.values())
+            total = self.writer.total
             if total == self.flushed and self._metadata_written:
                 return
             self.writer.write_metadata()
@@ -146,8 +130,7 @@ class AuditRecorderNode(Node):
         """Finish the bag (idempotent)."""
         if self.writer is not None and not self.writer.closed:
             self.writer.close()
-            total = sum(t.count for t in self.writer.topics.values())
-            self.get_logger().info(f"bag {self.path} closed: {total} messages")
+            self.get_logger().info(f"bag {self.path} closed: {self.writer.total} messages")
 
     def destroy_node(self) -> None:
         """Close the bag, then destroy the node."""
@@ -156,12 +139,10 @@ class AuditRecorderNode(Node):
 
     def publish_diagnostics(self) -> None:
         """Messages recorded per topic, and how many of them are written out, on /diagnostics."""
-        counts = {t: i.count for t, i in self.writer.topics.items()} if self.writer is not None else {}
-        counts["written_out"] = self.flushed
-        lost = self.inputs.counts
-        self.diag_pub.publish(diagnostic_array(f"{self.get_name()}: audit bag", {**counts, **lost},
-                                               self.get_clock().now().to_msg(), nonzero(lost, lost),
-                                               message=str(self.path)))
+        recorded = self.writer.health() if self.writer is not None else Health()
+        health = recorded + Health({"written_out": self.flushed}) + self.inputs.health()
+        self.diag_pub.publish(health_array(f"{self.get_name()}: audit bag", health, self.get_clock().now().to_msg(),
+                                           message=str(self.path)))
 
 
 def main(args=None) -> int:

@@ -35,6 +35,8 @@ from typing import Optional
 import yaml
 from mcap.writer import CompressionType, Writer
 
+from brace_common.counters import Health
+
 PRIMITIVES = {"bool", "byte", "char", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
               "int64", "uint64", "string", "wstring"}
 SEPARATOR = "=" * 80
@@ -136,6 +138,15 @@ class BagWriter:
         self.last_ns = 0
         self.closed = False
         self._lock = threading.RLock()
+
+    @property
+    def total(self) -> int:
+        """Messages written so far, every topic."""
+        return sum(t.count for t in self.topics.values())
+
+    def health(self) -> Health:
+        """Messages written per topic (the bag's names), as diagnostics values."""
+        return Health({name: info.count for name, info in self.topics.items()})
 
     def add_topic(self, name: str, type_name: str, qos: Optional[list] = None,
                   definition: Optional[bytes] = None) -> None:

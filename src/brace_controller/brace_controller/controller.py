@@ -1,53 +1,6 @@
 """The BRACE controller core: one `decide` per trigger, one `record_call` per finished call.
 
-Order of checks for a well-formed trigger of agent a at step t:
-
-  1. a call for a is still in flight             -> suppressed (in_flight)
-  2. failure-aware override (failures >= k)      -> admitted (override), gates bypassed
-  3. Eq. 1 on a's counters (cooldown, commit)    -> suppressed (cooldown | commit)
-  4. defer guard (a deferred N times in a row,   -> admitted (defer_guard), skips 5 and 6
-     no call in flight)
-  5. Eq. 1 on the team counters                  -> suppressed (team_cooldown | team_commit)
-  6. SLO admission: backlog + call predicted to  -> suppressed (slo_infeasible) for periodic/drift
-     miss SLO even at B_min (B_t without adaptive)     of agents still executing a plan; for those
-                                                       of idle agents while calls are in flight
-                                                       (its own, or other clients' at a shared
-                                                       server): suppressed and held, decided again
-                                                       when a call finishes or the server's other
-                                                       requests fall (`release_held`); before the
-                                                       latency model is ready or a call of the
-                                                       episode has read its context (no backlog
-                                                       can be predicted) the same for every such
-                                                       trigger while a call is in flight
-  7. otherwise                                   -> admitted (gate_open)
-
-Admitted triggers get (m_t, B_t, SLO_t) from the BudgetPolicy; with the
-adaptive budget (beyond the paper; off = paper-faithful) B_t is then the
-largest budget up to the policy's whose predicted tail latency, after the
-planner's backlog, fits SLO_t x guard, and never below the quality floor
-(quality_floor.py: raised where calls near it lose the entities a plan must
-name); a call the floor makes miss SLO_t is infeasible (rule 6). The LatencyModel predicts a call from
-what sets its cost: the context N the agent's last call read (contexts only
-grow within an episode), the budget, the mode. Both rule 6 and the adaptive
-budget count the backlog: one planner serves calls in turn, so a call admitted
-while others are in flight waits for them, and that wait is part of its
-latency. An agent that has no unfinished plan (its plan ran out, or it never
-had one) is never deferred for good: a late plan beats an idle agent. When
-the planner's backlog is what makes its call miss, the trigger is held and
-decided again each time a call finishes, so its call is made once the backlog
-allows it, at the latest when no call is in flight (no deadline runs while it
-waits: the call is not made yet; the agent's wait shows in the decision
-stream as the held decision and the later admitted one). Failure, hazard,
-deadlock and preempt triggers are never held: the planner's earliest-
-deadline-first queue serves them before waiting calls with later deadlines.
-A planner server shared by a fleet (`set_server_calls`: the requests other
-clients hold there, from the server's own load report) adds to the backlog
-one call of this controller's predicted mean cost per request: a call waits
-behind them, or shares the server's compute with them, either way about as
-long; triggers held for them are decided again once they fall.
-The defer guard
-never bypasses an agent's own cooldown or commit window, so without overrides
-the anti-churn property of Appendix B holds per agent whatever the team does.
+The order of checks, the held triggers, the adaptive budget and the quality floor: docs/nodes.md, "brace_controller".
 """
 
 from __future__ import annotations

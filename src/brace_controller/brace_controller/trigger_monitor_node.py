@@ -1,19 +1,5 @@
-"""trigger_monitor node: turns agent states, execution outcomes and verifier verdicts into triggers.
-
-Names are relative (the stack's namespace, /brace by default, comes from launch).
-
-Subscribes  agent_states (AgentState), outcomes (ExecutionOutcome),
-            verdicts (VerifierVerdict), episode (Episode: detectors restart
-            at EVENT_START and the episode's first step asks for initial plans),
-            world_state (WorldState, with loop_detection: each agent's scene graph
-            is a node of its session graph; a revisit raises a loop trigger; with
-            drift_steps: an agent's tracking error where its AgentState has none)
-Publishes   triggers (TriggerEvent), /diagnostics
-
-The controller step advances on a timer (`step_source: timer`) or follows the
-steps in AgentState (`step_source: agent_state`: step s is evaluated once the
-first state of a later step arrives, so all of step s's states are in).
-"""
+"""trigger_monitor node: turns agent states, execution outcomes, verifier verdicts and world states into triggers
+(topics, step source, drift and loops: docs/nodes.md, "trigger_monitor")."""
 
 from __future__ import annotations
 

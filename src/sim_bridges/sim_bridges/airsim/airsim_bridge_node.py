@@ -1,29 +1,5 @@
-"""airsim_bridge lifecycle node: K drones of the intersection scenario flown in AirSim through its RPC API.
-
-Names are relative (the stack's namespace, /brace by default, comes from launch).
-
-Subscribes  plan (Plan), decisions (ReplanDecision), replan_calls (ReplanCall)
-Publishes   context (ContextEntry), agent_states (AgentState, ENU in `frame_id`), outcomes (ExecutionOutcome),
-            episode (Episode), world_state (WorldState, ENU in `frame_id`: each step and on a plan change),
-            /clock (rosgraph_msgs/Clock), markers (visualization_msgs/MarkerArray), /diagnostics
-
-The simulator is AirSim (or Cosys-AirSim) at host:port — a real one, with the vehicles of the scenario in its
-settings.json (`brace-airsim-peer --write-settings` writes them), or `brace-airsim-peer`, the protocol-level
-peer that answers the same RPC without Unreal. Vehicle origins come from the simulator's own settings
-(getSettingsString). Every episode resets the simulator, gives each drone API control, arms it and takes it off;
-then each step (lockstep: the simulator is paused and advanced `sim_step_s` with simContinueForTime; otherwise
-it runs in real time and a step reads it every `step_period_s`) reads every drone's state and collision info,
-executes the drones' plans (drone_world.py), and publishes what happened.
-
-Lifecycle: configure validates the parameters (ConfigError naming the parameter) and starts the link to the
-simulator (it need not be up yet); activate starts stepping, deactivate commands every drone to hover and stops;
-cleanup closes the link. With `autostart` the node configures and activates itself.
-
-Readiness: the first episode starts once the simulator answers, the nodes in `wait_for_nodes` are in the graph
-and the `replan_action` server answers. A lost simulator turns diagnostics ERROR and the node keeps trying to
-reconnect every `reconnect_period_s`; when it is back every drone is commanded to hover, and its plan's current
-skill is commanded again when stepping resumes. Malformed plans are counted and dropped; nothing moves on them.
-"""
+"""airsim_bridge lifecycle node: K drones of the intersection scenario flown in AirSim through its RPC API (topics:
+docs/nodes.md, "airsim_bridge"; connection, readiness and faults: docs/airsim.md)."""
 
 from __future__ import annotations
 

@@ -1,21 +1,5 @@
-"""textworld_world node: TextWorld cooking games on ROS 2, one agent (the player) per game (docs/textworld.md).
-
-Names are relative (the stack's namespace, /brace by default, comes from launch).
-
-Subscribes  plan (Plan), decisions (ReplanDecision), replan_calls (ReplanCall)
-Publishes   context (ContextEntry), agent_states (AgentState), outcomes (ExecutionOutcome), episode (Episode),
-            world_state (WorldState: each step and on a plan change), world_info (WorldInfo: at each episode's
-            start, and again after every step that changed the admissible commands), /diagnostics
-Services    lookahead (Lookahead: one command on a copy of the live game)
-
-Runs `episodes` games one after another, episode e the tw-cooking game of seed `seed + e`, made into `game_dir`
-once (in a child process, while the node waits for its peers or plays the episode before) and reused by later
-runs. Every step the player executes the next command of its plan; with `hold_while_planning` the game does not
-step while a call the controller admitted has not returned. The planner's action schema is `command(text)` with the
-admissible commands of the latest state as the text's choices; it changes with the state, so the world publishes it
-again on world_info whenever the admissible commands changed, before the step's states (which raise the triggers
-of the next call). Readiness as the embedded warehouse's: `wait_for_nodes` and `replan_action`.
-"""
+"""textworld_world node: TextWorld cooking games on ROS 2, one agent (the player) per game (topics, games and the
+schema that changes with the state: docs/textworld.md)."""
 
 from __future__ import annotations
 

@@ -1,31 +1,5 @@
-"""embedded_sim node: the embedded multi-agent warehouse on ROS 2.
-
-Names are relative (the stack's namespace, /brace by default, comes from launch).
-
-Subscribes  plan (Plan), decisions (ReplanDecision), replan_calls (ReplanCall)
-Publishes   context (ContextEntry), agent_states (AgentState), outcomes (ExecutionOutcome),
-            episode (Episode), world_state (WorldState: each step and on a plan change), /clock
-            (rosgraph_msgs/Clock), markers (visualization_msgs/MarkerArray), /diagnostics
-Services    lookahead (Lookahead: one step of the warehouse's transition model on a copy of the live world)
-
-Readiness: the first episode starts only once the nodes in `wait_for_nodes`
-are in the graph and the `replan_action` server answers (they may start in
-any order, the planner takes seconds to load its model); past
-`wait_timeout_s` diagnostics say ERROR and it keeps waiting.
-
-Time: the simulator is the clock. It publishes /clock (simulated time, one
-`sim_step_s` per step, monotonic over the run) and stamps everything it
-publishes with it when `use_sim_time` is set (the node's clock otherwise);
-it paces its own steps on the steady clock.
-
-Runs `episodes` seeded episodes one after another. Every step each agent
-executes one step of its plan; the step's context entries, execution outcomes
-and agent states are published. With `hold_while_planning` the world does not
-step while a call admitted by the controller has not returned (a plan, or a
-call record saying it failed): the closed loop is in lockstep and an episode's
-course depends on the plans, not on how fast the machine is. Plans are applied
-when they arrive; a malformed plan is counted and dropped.
-"""
+"""embedded_sim node: the embedded multi-agent warehouse on ROS 2 (topics, readiness, time and lockstep:
+docs/nodes.md, "embedded_sim")."""
 
 from __future__ import annotations
 
