@@ -157,7 +157,7 @@ def test_two_cameras_side_by_side(ros, tmp_path):
     for node in (front, wrist):
         assert node.trigger_deactivate() == SUCCESS
         published = node.counts["frames_published"]
-        assert node._thread is None and node.counts["frames_published"] == published  # nothing after deactivate
+        assert not node.reader.running and node.counts["frames_published"] == published  # nothing after deactivate
         assert node.trigger_cleanup() == SUCCESS
 
 
@@ -179,7 +179,7 @@ def test_device_mode_without_a_camera_reports_error_and_keeps_retrying(ros, tmp_
     assert values(status)["connected"] == "False" and values(status)["state"] == "active"
     seen = int(values(status)["open_attempts"])
     wait_for(lambda: erroring(seen + 3), what="the attempts go on")
-    assert node._thread is not None and node._thread.is_alive() and node.counts["connects"] == 0
+    assert node.reader.running and node.counts["connects"] == 0
     assert not viewer.msgs["orbbec_camera/color/image_raw"]
     assert node.trigger_deactivate() == SUCCESS and node.trigger_cleanup() == SUCCESS
     assert not (tmp_path / "Log").exists()  # the SDK's file log is off

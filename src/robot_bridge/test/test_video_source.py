@@ -11,7 +11,7 @@ from PIL import Image
 
 from robot_bridge.orbbec.frame_convert import FrameError
 from robot_bridge.orbbec.orbbec_device import FrameSource
-from robot_bridge.orbbec.video_source import VideoSource, VideoSourceError
+from robot_bridge.orbbec.video_source import VideoConfig, VideoSource, VideoSourceError
 
 W, H = 64, 48
 COLORS = [(200, 40, 40), (40, 200, 40), (40, 40, 200), (220, 220, 60), (128, 128, 128)]
@@ -34,7 +34,8 @@ class FakeClock:
 
 def source(path, clock: FakeClock | None = None, **kwargs) -> VideoSource:
     clock = clock or FakeClock()
-    return VideoSource(str(path), kwargs.pop("fps", 10.0), clock=clock.monotonic, sleep=clock.sleep, **kwargs)
+    return VideoSource(VideoConfig(str(path), kwargs.pop("fps", 10.0), **kwargs), clock=clock.monotonic,
+                       sleep=clock.sleep)
 
 
 def encode_video(path: Path, codec: str = "mpeg4") -> None:
@@ -152,7 +153,7 @@ def test_errors_name_what_is_wrong(tmp_path):
     with pytest.raises(VideoSourceError, match="1 PNGs for 2 colour images"):
         source(tmp_path / "rgb", depth_path=str(tmp_path / "depth")).open()
     with pytest.raises(ValueError, match="fps"):
-        VideoSource(str(tmp_path / "rgb"), 0.0)
+        VideoSource(VideoConfig(str(tmp_path / "rgb"), 0.0))
 
 
 def test_a_bad_frame_is_skipped(tmp_path):

@@ -15,7 +15,8 @@ from pathlib import Path
 from brace_common.config import ConfigError, autostart_param, check_fields, diagnostics_period_param, param, resolve_path
 
 from .frame_convert import COLOR_FORMATS, normalize_format
-from .orbbec_device import ANY, SDK_LOG_LEVELS
+from .orbbec_device import ANY, SDK_LOG_LEVELS, FrameSource, OrbbecSource, StreamRequest
+from .video_source import VideoConfig, VideoSource
 
 SOURCES = ("device", "video")
 NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*")
@@ -119,6 +120,17 @@ class CameraConfig:
     def intrinsics_override(self) -> tuple[float, float, float, float]:
         """(fx, fy, cx, cy) for a video source (zeros: defaults)."""
         return (self.fx, self.fy, self.cx, self.cy)
+
+    def frame_source(self) -> FrameSource:
+        """The FrameSource these parameters ask for (not opened): an OrbbecSource, or a VideoSource for 'video'."""
+        if self.source == "video":
+            depth = resolve_path(self.depth_path) if self.publishes_depth else ""
+            return VideoSource(VideoConfig(resolve_path(self.video_path), float(self.color_fps), self.loop, depth,
+                                           self.intrinsics_override(), self.hfov_deg))
+        color = StreamRequest(self.color_width, self.color_height, self.color_fps, self.color_format.upper())
+        depth_request = StreamRequest(self.depth_width, self.depth_height, self.depth_fps) if self.enable_depth \
+            else None
+        return OrbbecSource(self.serial_number, color, depth_request, self.sdk_log_level, self.align_depth)
 
 
 def topic(camera_name: str, name: str) -> str:

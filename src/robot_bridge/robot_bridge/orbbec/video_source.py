@@ -1,24 +1,14 @@
 """A recorded video or an image folder as a camera: the FrameSource of the camera node's `source: video` mode.
 
-`path` is a video file (any container and codec the PyAV wheel's FFmpeg decodes:
-mp4, mkv, avi, ...) or a folder of PNG / JPG images, played in file-name order.
-Frames come at `fps` (paced on the steady clock; a slow decode delays the next
-frame instead of bursting to catch up), from the start again after the last one
-when `loop`, else the source is `finished`.
-
-Depth, optional: a folder of 16-bit single-channel PNGs in millimetres, paired
-with the colour frames by order (an image folder needs as many depth images as
-colour images; video frames beyond the last depth image come without depth).
-
-Intrinsics: fx, fy, cx, cy when given (fx > 0; fy 0 = fx, cx / cy 0 = the image
-centre), else an undistorted pinhole of horizontal field of view `hfov_deg`
-for the first frame's size; depth gets the same camera scaled to its size.
+`VideoConfig` says what is played and how (rate, loop, depth folder, intrinsics); the rules for each (pacing,
+pairing depth with frames, the default pinhole) are in docs/orbbec_camera.md, "Video mode".
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -72,20 +62,31 @@ def read_depth_png(path: Path) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
+@dataclass(frozen=True)
+class VideoConfig:
+    """What a VideoSource plays and how."""
+
+    path: str              # a video file (any container and codec PyAV's FFmpeg decodes) or a folder of PNG / JPG
+    fps: float             # frames per second, paced on the steady clock (> 0)
+    loop: bool = True      # start again after the last frame; False: the source is `finished` after it
+    depth_path: str = ""   # a folder of 16-bit single-channel PNGs in mm, paired with the frames by order
+    intrinsics: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # fx, fy, cx, cy (px; zeros: defaults)
+    hfov_deg: float = 60.0  # fx 0: an undistorted pinhole of this horizontal field of view for the first frame
+
+
 class VideoSource:
     """A FrameSource playing a video file or an image folder (with optional depth PNGs) at a fixed rate."""
 
-    def __init__(self, path: str, fps: float, loop: bool = True, depth_path: str = "",
-                 intrinsics: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0), hfov_deg: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
-        if not fps > 0:
-            raise ValueError(f"fps {fps} is not positive")
-        self.path = Path(path)
-        self.fps = float(fps)
-        self.loop = loop
-        self.depth_path = Path(depth_path) if depth_path else None
-        self.intrinsics_override = tuple(float(x) for x in intrinsics)
-        self.hfov_deg = hfov_deg
+    def __init__(self, config: VideoConfig, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if not config.fps > 0:
+            raise ValueError(f"fps {config.fps} is not positive")
+        self.path = Path(config.path)
+        self.fps = float(config.fps)
+        self.loop = config.loop
+        self.depth_path = Path(config.depth_path) if config.depth_path else None
+        self.intrinsics_override = tuple(float(x) for x in config.intrinsics)
+        self.hfov_deg = config.hfov_deg
         self.clock, self.sleep = clock, sleep
         self.description = ""
         self.finished = False
