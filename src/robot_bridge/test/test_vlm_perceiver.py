@@ -40,7 +40,7 @@ from robot_bridge.verifier.scene_diff import GONE, GRIPPER, HIDDEN, TABLE, Catal
 from robot_bridge.verifier.verifier_config import VerifierConfig
 from robot_bridge.verifier.visual_verifier import VisualVerifier
 from robot_bridge.verifier.visual_verifier_node import VisualVerifierNode
-from robot_bridge.verifier.vlm_perceiver import VLMPerceiver, png_bytes
+from robot_bridge.verifier.vlm_perceiver import VLMPerceiver, VLMSettings, png_bytes
 
 MODEL = "Qwen/Qwen2.5-VL-7B-Instruct"
 CATALOGUE = Catalogue({"apple": (190, 30, 35), "banana": (235, 205, 45), "orange": (245, 135, 25)}, 0.095,
@@ -129,7 +129,7 @@ def frame(height: int = 37, width: int = 53, seed: int = 0) -> tuple[np.ndarray,
 
 
 def perceiver(server: ChatServer, **kwargs) -> VLMPerceiver:
-    return VLMPerceiver(CATALOGUE, server.base_url, MODEL, **{"timeout_s": 60.0, **kwargs})
+    return VLMPerceiver(CATALOGUE, VLMSettings(server.base_url, MODEL, **{"timeout_s": 60.0, **kwargs}))
 
 
 def png_of(url: str) -> bytes:
@@ -259,7 +259,7 @@ def test_no_server_is_unreachable():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with pytest.raises(PerceiverError) as err:
-        VLMPerceiver(CATALOGUE, f"http://127.0.0.1:{port}/v1", MODEL, timeout_s=30.0).perceive(*frame())
+        VLMPerceiver(CATALOGUE, VLMSettings(f"http://127.0.0.1:{port}/v1", MODEL, timeout_s=30.0)).perceive(*frame())
     assert err.value.reason == "unreachable"
 
 

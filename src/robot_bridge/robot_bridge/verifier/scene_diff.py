@@ -232,22 +232,34 @@ def _moved_evidence(then: Sighting, now: Sighting) -> str:
             f"({now.position[0]:.2f}, {now.position[1]:.2f}, {now.position[2]:.2f})")
 
 
+@dataclass(frozen=True)
+class GeometricTuning:
+    """The geometric perceiver's thresholds (VerifierConfig's parameters of the same names, and two fixed ones)."""
+
+    chroma_tolerance: float = 0.05   # an object's pixels are within this of its colour's chromaticity
+    min_pixels: int = 10             # fewer pixels of an object's colour: not seen
+    held_above_m: float = 0.06       # an object this far above the table top is in the gripper
+    move_distance_m: float = 0.025   # an object on the table that moved this far moved
+    occlusion_margin_m: float = 0.015  # an unseen object whose spot reads this much nearer than it was is hidden
+    min_brightness: int = 60         # pixels whose r + g + b is below this are too dark to tell a colour
+    hidden_share: float = 0.5        # the share of an unseen object's spot that must read nearer for it to be hidden
+
+
 class GeometricPerceiver(Perceiver):
     """Colour + depth frames -> Perception, for one calibrated camera and catalogue."""
 
     backend = BACKEND_GEOMETRIC
 
-    def __init__(self, camera: CameraModel, catalogue: Catalogue, chroma_tolerance: float = 0.05, min_pixels: int = 10,
-                 held_above_m: float = 0.06, move_distance_m: float = 0.025, occlusion_margin_m: float = 0.015,
-                 min_brightness: int = 60, hidden_share: float = 0.5) -> None:
-        super().__init__(catalogue, move_distance_m)
+    def __init__(self, camera: CameraModel, catalogue: Catalogue, tuning: Optional[GeometricTuning] = None) -> None:
+        tuning = tuning or GeometricTuning()
+        super().__init__(catalogue, tuning.move_distance_m)
         self.camera = camera
-        self.chroma_tolerance = chroma_tolerance
-        self.min_pixels = min_pixels
-        self.held_above_m = held_above_m
-        self.occlusion_margin_m = occlusion_margin_m
-        self.min_brightness = min_brightness
-        self.hidden_share = hidden_share
+        self.chroma_tolerance = tuning.chroma_tolerance
+        self.min_pixels = tuning.min_pixels
+        self.held_above_m = tuning.held_above_m
+        self.occlusion_margin_m = tuning.occlusion_margin_m
+        self.min_brightness = tuning.min_brightness
+        self.hidden_share = tuning.hidden_share
         self.references = {name: _chroma(np.asarray(color, dtype=np.float32)) for name, color in catalogue.colors.items()}
         # a pixel whose channels spread less than the least coloured object's (with margin) is grey: skipped
         self.min_spread = max(1, int(0.5 * min(max(c) - min(c) for c in catalogue.colors.values()))) \

@@ -28,8 +28,8 @@ from ..orbbec.calibration import CameraModel
 from ..orbbec.camera_config import NAME_PATTERN
 from ..pickfruit.scene_render import OBJECT_COLORS
 from ..pickfruit.twin_camera import TABLE_TOP_M
-from .scene_diff import BACKEND_GEOMETRIC, Catalogue, GeometricPerceiver, Perceiver, Region
-from .vlm_perceiver import BACKEND_VLM, DEFAULT_BASE_URL, VLMPerceiver
+from .scene_diff import BACKEND_GEOMETRIC, Catalogue, GeometricPerceiver, GeometricTuning, Perceiver, Region
+from .vlm_perceiver import BACKEND_VLM, DEFAULT_BASE_URL, VLMPerceiver, VLMSettings
 
 BACKENDS = (BACKEND_GEOMETRIC, BACKEND_VLM)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -149,7 +149,8 @@ class VerifierConfig:
         self.validate()
         catalogue = Catalogue(self.colors(), self.table_height_m, self.region_list())
         if self.backend == BACKEND_VLM:
-            return VLMPerceiver(catalogue, self.vlm_base_url, self.vlm_model, self.vlm_timeout_s, self.vlm_max_tokens,
-                                self.api_key(), self.vlm_json_mode)
-        return GeometricPerceiver(camera, catalogue, self.chroma_tolerance, self.min_pixels, self.held_above_m,
-                                  self.move_distance_m, self.occlusion_margin_m)
+            return VLMPerceiver(catalogue, VLMSettings(self.vlm_base_url, self.vlm_model, self.vlm_timeout_s,
+                                                       self.vlm_max_tokens, self.api_key(), self.vlm_json_mode))
+        return GeometricPerceiver(camera, catalogue, GeometricTuning(self.chroma_tolerance, self.min_pixels,
+                                                                     self.held_above_m, self.move_distance_m,
+                                                                     self.occlusion_margin_m))

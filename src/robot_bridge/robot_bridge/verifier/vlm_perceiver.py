@@ -35,6 +35,7 @@ import threading
 import time
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -167,24 +168,34 @@ def _short(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+@dataclass(frozen=True)
+class VLMSettings:
+    """Where and how the VLM perceiver asks (VerifierConfig's vlm_* parameters, the key read from the environment)."""
+
+    base_url: str              # the OpenAI-compatible server; requests go to <base_url>/chat/completions
+    model: str                 # the model name every request carries
+    timeout_s: float = 10.0    # a request's whole deadline, connect to last byte (> 0)
+    max_tokens: int = 512      # the answer's token limit
+    api_key: str = ""          # sent as 'Authorization: Bearer <key>'; '' = no Authorization header
+    json_mode: bool = True     # ask for a JSON object (response_format json_object)
+
+
 class VLMPerceiver(Perceiver):
     """Colour frames -> Perception, asked of a vision-language model on an OpenAI-compatible server."""
 
     backend = BACKEND_VLM
 
-    def __init__(self, catalogue: Catalogue, base_url: str, model: str, timeout_s: float = 10.0,
-                 max_tokens: int = 512, api_key: str = "", json_mode: bool = True,
-                 gripper: str = GRIPPER_TEXT) -> None:
+    def __init__(self, catalogue: Catalogue, settings: VLMSettings, gripper: str = GRIPPER_TEXT) -> None:
         super().__init__(catalogue)
-        url = base_url.rstrip("/") + "/chat/completions"
+        url = settings.base_url.rstrip("/") + "/chat/completions"
         endpoint = Endpoint.parse(url, "base_url")
-        if not timeout_s > 0:
-            raise ValueError(f"timeout_s {timeout_s} must be positive")
+        if not settings.timeout_s > 0:
+            raise ValueError(f"timeout_s {settings.timeout_s} must be positive")
         self.url = url
         self.host, self.port, self.tls = endpoint.host, endpoint.port, endpoint.tls
         self.netloc, self.target = endpoint.netloc, endpoint.target
-        self.model, self.timeout_s, self.max_tokens = model, timeout_s, max_tokens
-        self.api_key, self.json_mode = api_key, json_mode
+        self.model, self.timeout_s, self.max_tokens = settings.model, settings.timeout_s, settings.max_tokens
+        self.api_key, self.json_mode = settings.api_key, settings.json_mode
         self.prompt = system_prompt(catalogue, gripper)
         self.places = {p.lower(): p for p in (TABLE, GRIPPER, HIDDEN, GONE, *(r.name for r in catalogue.regions))}
         self.names = {name.lower(): name for name in catalogue.colors}
