@@ -1,15 +1,8 @@
 """The AgileX PiPER arm's CAN frames (protocol V2, as piper_sdk 0.6.2 sends and parses them): IDs, pack and unpack.
 
-Pure functions over (arbitration id, 8 data bytes); every multi-byte field is big-endian. Values are in the
-SDK's integer units (see piper_units). A frame is packed from a frozen dataclass and unpacked back into one;
-`unpack_command` dispatches a frame the arm receives, `unpack_feedback` one the arm sends.
-
-Commands (host -> arm): 0x150 motion control 1 (emergency stop / resume), 0x151 motion control 2 (control
-mode, move mode, speed %), 0x152-0x154 end-pose target, 0x155-0x157 joint target, 0x159 gripper, 0x471 motor
-enable/disable, 0x472 motor limit query, 0x4AF firmware query.
-Feedback (arm -> host): 0x2A1 arm status, 0x2A2-0x2A4 end pose, 0x2A5-0x2A7 joints, 0x2A8 gripper, 0x251-0x256
-high-speed motor info, 0x261-0x266 low-speed driver info, 0x473 motor angle limits / max speed, 0x47C motor
-max acceleration, 0x4AF firmware text.
+Pure functions over (arbitration id, 8 data bytes), big-endian, values in the SDK's integer units (piper_units); a
+frame packs from a frozen dataclass and unpacks into one (`unpack_command`, `unpack_feedback`). The frame table:
+docs/piper_twin.md, "Frames".
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """A CAN-level twin of the AgileX PiPER arm: a peer on a python-can bus that answers the frames piper_sdk 0.6.2
 sends the way the arm does, so the real SDK (and the arm node) runs against it unmodified.
 
-`PiperArmModel` is the arm itself, pure and single-threaded: it takes command frames (`handle`), moves
-(`advance`) and reports feedback frames (`feedback`). `PiperTwin` puts a model on a bus: one thread receives
-commands and sends feedback every `feedback_period_s` (the real arm's 200 Hz).
-
-What is modelled (docs/piper_twin.md has the frame table):
-- control mode / move mode / speed % (0x151); joint targets (0x155-0x157) move the joints in MOVE J, end-pose
-  targets (0x152-0x154) in MOVE P and MOVE L through numerical IK (damped least squares over our FK); joints move
-  on a straight joint-space line, each at most max_joint_speed x speed % (no acceleration phase).
-- motor enable/disable per motor (0x471; 7 and 0xFF = every motor, gripper included): a disabled joint does not
-  move; the arm is enabled when all six joint motors are.
-- emergency stop (0x150 byte 0 = 0x01): stop and hold, commands ignored; resume (0x02) clears it and holds.
-- a joint target outside the SDK's joint limit table is refused (arm status 0x04, the arm holds); an unreachable
-  end pose is refused (arm status 0x02 "no solution", the arm holds).
-- gripper (0x159): moves toward its target width at gripper_speed while enabled (code 0x01/0x03); closing stops at
-  the width `grasp(state)` returns (an object between the fingers), the effort rising toward the commanded one.
-- faults: silence (no frames out, frames in are lost: a cut cable), collision (arm status 0x07, motion stops,
-  driver collision bits), a joint over its angle limit (error-code bit), refused enable (enable frames ignored).
-- answers to the SDK's start-up queries: motor angle limits / max speed (0x472 -> 0x473), max acceleration
-  (0x472 -> 0x47C), firmware text (0x4AF).
-Not modelled: dynamics beyond a speed limit (no gravity, inertia, torque control), MOVE C / MOVE M (MIT) /
-MOVE CPV, teaching, trajectories, master/slave linkage, parameter writes (0x474-0x47A, 0x47D), CAN timing.
+`PiperArmModel` is the arm, pure and single-threaded (`handle` command frames, `advance`, `feedback` frames);
+`PiperTwin` puts a model on a bus, one thread. What is and is not modelled, the frames and the faults:
+docs/piper_twin.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
 """piper_twin lifecycle node: the PiPER arm's CAN twin (piper_twin.PiperTwin) as its own ROS process.
 
-The twin speaks the arm's CAN protocol on python-can interface `can_interface`, channel `can_port`, so a piper_arm
-node (the real piper_sdk) reaches it as it would reach the arm. Across processes use `can_interface`
-"udp_multicast" with `can_port` an IPv6 interface-local multicast group (ff01::/16, e.g. "ff01::74:1"): its
-datagrams never leave the host; other groups (IPv4 239.x included) would go out on the network and are refused.
-python-can's udp_multicast needs the `msgpack` package and delivers every group on one UDP port to every bus on
-that port: give each twin/arm pair its own port through python-can's environment, CAN_CONFIG='{"port": N}', in
-both processes (default port 43113). "virtual" reaches only nodes in the same process (brace-run, tests).
-
-Publishes   /diagnostics (the arm's state, frame counters, injected faults: ERROR while a fault is on)
-Parameters  can_interface, can_port, autostart, diagnostics_period_s, every TwinConfig field (read-only; see
-            config/piper_twin.yaml), and the run-time faults (set_parameters):
-            fault_silent (bool: no frames out, frames in lost), fault_collision (bool: arm status 0x07, motion
-            stops), fault_over_limit_joint (int: 1-6 sets that joint's over-limit bit, -1 none),
-            fault_refuse_enable (bool: enable commands ignored). An invalid fault value is rejected with a reason.
-
-Lifecycle: configure validates the parameters (ConfigError naming the parameter) and builds the twin; activate
-opens the bus and starts the twin's thread (failing, with the reason, if the bus cannot be opened); deactivate
-stops it (the arm falls silent); cleanup drops it. With `autostart` the node configures and activates itself.
+Publishes /diagnostics (ERROR while a fault is on); the faults are run-time parameters (fault_silent,
+fault_collision, fault_over_limit_joint, fault_refuse_enable). The bus across processes (udp_multicast, CAN_CONFIG),
+parameters and lifecycle: docs/piper_twin.md.
 """
 
 from __future__ import annotations

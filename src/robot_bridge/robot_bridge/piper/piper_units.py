@@ -1,22 +1,8 @@
 """Unit conversions between SI values and the integer units piper_sdk 0.6.2 puts on the CAN bus.
 
-The SDK's integer units (V2 protocol, all big-endian on the wire):
-
-- joint angles: 0.001 degree, int32 (JointCtrl, GetArmJointMsgs)
-- end-pose position X/Y/Z: 0.001 mm, int32 (EndPoseCtrl, GetArmEndPoseMsgs)
-- end-pose angles RX/RY/RZ: 0.001 degree, int32
-- gripper stroke: 0.001 mm, int32 (GripperCtrl, GetArmGripperMsgs)
-- gripper effort: 0.001 N·m; uint16 in the command frame (the SDK documents 0..5000), int16 in the feedback frame
-- motor speed (high-speed feedback): 0.001 rad/s, int16; motor current: 0.001 A, int16
-
-Conversions to the SDK round to the nearest integer with Python's `round()` (as the SDK's own limit
-code does) and use the exact `math.pi` through `math.degrees`/`math.radians`.
-
-Out-of-range policy: a value that does not fit its wire field (or is not finite) raises
-`UnitRangeError` (a ValueError), naming the quantity. Nothing is clamped silently here: the SDK
-itself raises OverflowError when asked to pack such a value, and clamping to the arm's joint limits
-or the gripper's stroke is a decision the caller makes explicitly (see `clamp`, `JOINT_LIMITS_RAD`).
-Conversions from the SDK accept any integer (the wire already bounds them).
+Conversions round with `round()` and use exact `math.pi`; a value that does not fit its wire field raises
+UnitRangeError, naming the quantity (nothing is clamped here: `clamp` is the caller's decision). The units and the
+out-of-range rule: docs/piper_twin.md, "Units".
 """
 
 from __future__ import annotations
