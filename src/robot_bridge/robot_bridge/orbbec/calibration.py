@@ -1,17 +1,8 @@
 """A calibrated camera in the arm's frame, ROS-free: intrinsics from a calibration file, its pose in base_link.
 
-The file is ROS's camera calibration YAML (what camera_calibration writes and
-camera_info_manager reads: image_width, image_height, camera_name,
-camera_matrix, distortion_model, distortion_coefficients, rectification_matrix,
-projection_matrix) with one more mapping, `pose_in_base_link`: `position`
-(x, y, z in m) and `look_at` (the base_link point on the optical axis). A
-real camera's pose comes from a hand-eye calibration; the twin's file states
-where its virtual camera hangs.
-
-`CameraModel` projects base_link points to pixels and back-projects pixels with
-depth (the optical frame: z forward, x right, y down). Distortion is not
-undone: the twin renders undistorted images (coefficients 0), and the
-verifier's regions are tens of pixels wide.
+`load_calibration` reads ROS's camera calibration YAML plus a `pose_in_base_link` mapping; `CameraModel` projects
+base_link points to pixels and back-projects pixels with depth (no distortion). The file's format and why
+distortion is left alone: docs/orbbec_camera.md, "Calibration files".
 """
 
 from __future__ import annotations

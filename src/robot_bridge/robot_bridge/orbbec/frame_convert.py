@@ -1,19 +1,7 @@
 """Camera frame conversions, ROS-free: colour buffers to rgb8, raw depth to millimetres, intrinsics to CameraInfo fields.
 
-Colour: a camera delivers RGB, BGR, MJPG (JPEG per frame, decoded with Pillow) or
-YUYV (4:2:2, two pixels share one U and one V sample); every one becomes an
-(H, W, 3) uint8 array in RGB order (ROS encoding rgb8). YUYV uses ITU-R BT.601
-with video (limited) range, the range a UVC camera sends: Y in 16..235, U and V
-in 16..240.
-
-Depth: a Y16 buffer holds one little-endian uint16 per pixel in device units; the
-device's depth scale says how many millimetres one unit is (1.0 or 0.1 on Orbbec
-cameras). The result is uint16 millimetres (ROS encoding 16UC1), rounded half up
-and clipped to 0..65535; 0 stays "no depth".
-
-Intrinsics: focal lengths, principal point and Brown-Conrady distortion (k1..k6,
-p1, p2) become the K, R, P, D and distortion_model of sensor_msgs/CameraInfo
-as plain tuples, so the node only copies them into a message.
+Pure functions, so the node only copies their results into messages. The colour formats (YUYV's BT.601 range), the
+depth scale and rounding: docs/orbbec_camera.md, "Conversions".
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
 """Orbbec RGB-D cameras over pyorbbecsdk (module of the pyorbbecsdk2 wheel), ROS-free, behind the FrameSource seam.
 
-The camera node reads frames from a `FrameSource` (open / read / close), so it
-runs the same with a real camera (`OrbbecSource`), a recorded video or image
-folder (`video_source.VideoSource`), or a test double:
-
-    source.open()                 # SourceError (NoDeviceError, ProfileError, ...) when it cannot start
-    frames = source.read(0.1)     # Frames, or None when nothing came within the timeout;
-                                  # FrameError: one bad frame (skip it); SourceError: the source is gone
-    source.close()                # always safe, also after a failed open; open() may follow (reconnect)
-
-`OrbbecSource.open` finds the camera by serial number (or takes the first),
-picks the colour and depth stream profiles that match the requested
-width / height / fps / format (`choose_profile`: a clear error lists what the
-camera offers), starts the pipeline and registers for hot-plug events, so an
-unplugged camera is reported at once (`DeviceLostError`) instead of only as
-missing frames. Frames come back as an rgb8 array, a uint16 millimetre depth
-array and both streams' intrinsics (frame_convert). With `align_depth` (the
-default) every frame set goes through the SDK's depth-to-colour AlignFilter
-first: depth then has the colour image's size and pixels, so a colour pixel's
-depth is the depth at the same pixel, and its intrinsics are the colour
-camera's (what the visual verifier back-projects with).
-
-`python -m robot_bridge.orbbec.orbbec_device` lists the connected cameras with their
-serial numbers and stream profiles.
+`FrameSource` (open / read / close) is what the camera node reads; `OrbbecSource` is a real camera (profile choice,
+hot-plug, depth aligned to colour). The seam's contract and the camera's behaviour: docs/orbbec_camera.md, "The
+FrameSource seam". `python -m robot_bridge.orbbec.orbbec_device` lists the connected cameras.
 """
 
 from __future__ import annotations

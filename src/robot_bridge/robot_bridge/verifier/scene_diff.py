@@ -1,23 +1,8 @@
 """The geometric perceiver: where each catalogued object is in a colour + depth frame, and what changed, ROS-free.
 
-It is told the camera (calibration), the table height, named regions (the
-bowl) and a catalogue of object colours, never the plan (OmniAct's isolation:
-the perceiver cannot be talked into seeing what was asked). An object is the
-pixels whose chromaticity (r, g over r + g + b; shading scales all three alike)
-is within `chroma_tolerance` of its colour's; their depth back-projects them into
-base_link, and the median point says where it is: in the gripper (above the
-table by more than `held_above_m`), in a region, or on the table. An object
-with too few pixels is hidden when most of its last known spot (`hidden_share`)
-now reads nearer than the object was (something in front of it: a hand, the
-wrist), else gone: fingers beside an empty spot leave the table visible
-between them.
-
-`Perceiver` is what the verifier needs of any backend (this one, and the VLM
-perceiver of vlm_perceiver.py): `perceive` frames into a Perception, and
-`diff`, shared by both, which compares two perceptions in OmniAct's
-differencing schema (observed changes, objects moved or removed with evidence,
-objects remaining, the gripper's state, notes on occlusion). A perceiver that
-could not say where the objects are raises PerceiverError.
+`Perceiver` is what the verifier needs of any backend (`perceive` frames into a Perception without the plan, and the
+shared `diff` in OmniAct's differencing schema); `GeometricPerceiver` finds objects by chromaticity and depth. How
+it decides table, gripper, region, hidden or gone: docs/visual_verifier.md, "What it does".
 """
 
 from __future__ import annotations

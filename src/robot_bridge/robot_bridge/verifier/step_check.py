@@ -1,18 +1,8 @@
 """Whether what the frames show contradicts the requested step (OmniAct's contradicts_requested_action), ROS-free.
 
-The perceiver's diff is made without the step; this is the separate
-comparison with it. A step is a skill call: `pick(object=X)` expects X to end
-in the gripper, `place(object=X, target=T)` expects X to end in T (or on the
-table where T is not a region the perceiver knows), `push(object=X, target=T)`
-expects X to end in T (or on the table where T is not a region). During any step, an object that is gone
-(neither seen nor hidden) for `confirm_frames` frames in a row contradicts it
-(nothing asked for an object to leave the scene), and so does the step's object
-lying on the table after it was seen in the gripper during the step (a slip).
-When the executor reports the step succeeded, the frames after it must show the
-expected end; otherwise the success is contradicted. Confidence is how much of
-the object the evidence saw: its pixels over `evidence_pixels`, or the share
-the perceiver gives itself (`Sighting.support`: the VLM's 1 for an object it
-names a place for).
+The perceiver's diff is made without the step; `StepCheck` is the separate comparison with it, during the step and
+at its end, with the evidence's confidence. What each skill expects and what contradicts it:
+docs/visual_verifier.md, "What it does".
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
 """The VLM perceiver: where each catalogued object is, asked of a vision-language model, ROS-free.
 
-OmniAct's verifier perceives with Qwen-VL; here any model behind an OpenAI-compatible vision chat API does (vLLM
-serving Qwen2.5-VL on a GPU host, for one). One frame is one request: POST <base_url>/chat/completions with the
-colour frame as a PNG data URL (numpy and zlib: no imaging library) and a system prompt that states the catalogue
-(the object names and colours, the region names, what the gripper is) and asks for strict JSON:
-
-    {"objects": {"<name>": {"place": "table|gripper|<region>|hidden|gone", "evidence": "..."}},
-     "gripper": "empty|holding|unknown", "notes": ["..."]}
-
-Isolation (OmniAct's): a request is built from the frame and the catalogue only. The perceiver is never given the
-plan or the step, so it cannot be talked into seeing what was asked. Depth is not sent and `last` is not used: each
-frame is judged on its own.
-
-The answer is read leniently where that cannot change its meaning: prose or a ``` fence around the JSON, names and
-places in another case, names the catalogue does not hold (ignored). A catalogued object the answer leaves out, or
-puts in a place that is none of the above, is hidden (neither evidence for nor against a step), its evidence saying
-why. Anything else is a PerceiverError whose reason is one of REASONS: no connection, no complete answer within
-`timeout_s` (the whole exchange, brace_common.http_deadline), an HTTP error status, a body that is not a chat
-completion, or a reply without the JSON object.
-
-A sighting has no position and no pixel count: `evidence` holds the model's words and `support` its confidence in
-the place, 0..1 as it states it (1 when it states none or no number; clamped), 0 when hidden. A verdict's confidence
-comes from `support`, so the executor's `halt_min_confidence` and the monitor's `preempt_min_confidence` leave a
-contradiction the model itself doubts without a halt and a PREEMPT trigger.
+One frame is one request to an OpenAI-compatible vision chat API (the frame as a PNG data URL, the catalogue in
+the system prompt, strict JSON back), built without the plan or the step. The protocol, how answers are read, the
+failures (REASONS) and the confidence a sighting carries: docs/visual_verifier.md, "The VLM backend".
 """
 
 from __future__ import annotations
