@@ -1,20 +1,8 @@
 """From a plan step (skill + JSON parameters) to the language instruction the VLA is given (no ROS).
 
-A template table maps each skill to an instruction with placeholders, e.g.
-
-    pick=pick up the {object}
-    place=put the {object} in the {target}
-    push=push the {0} to the {1}
-
-Named placeholders take the parameter of that name; positional ones ({0}, {1}) take the
-parameters in the order the step's JSON object lists them. A template uses one kind or the other.
-Parameter values are ids such as `cup_3`; an alias table gives the words the VLA reads for an id
-(`cup_3=red cup`); without an alias, underscores become spaces.
-
-Every problem is an `InstructionError` with a `reason` (the counter key): `unknown_skill`,
-`missing_parameter`, `bad_parameter`. The executor checks every step of a plan when the plan
-arrives; a plan with one bad step is rejected as a whole (rejected.plan.<reason>) and the step
-being executed goes on.
+A template per skill (`pick=pick up the {object}`; named or positional placeholders) and an alias per id
+(`cup_3=red cup`; default: underscores become spaces). Every problem is an `InstructionError` whose `reason` is
+the counter key (rejected.plan.<reason>). The rules: docs/openvla_executor.md, "Parameters" and "Malformed plans".
 """
 
 from __future__ import annotations

@@ -1,38 +1,9 @@
 """When the executor's current plan step ends, and how: success, or a failure of BRACE Table 32 (no ROS).
 
-Each skill has a success condition (`Condition`), from the `skill_conditions` table:
-
-- grasp (pick): the gripper was commanded closed, its measured opening settled, and the opening
-  stays at least `min_object_width_m` for `hold_confirm_s`: it holds an object.
-- place: the gripper held an object during the step (or from the step before) and was commanded
-  open again over the target (horizontal distance from the target location within
-  `place_tolerance_m`, when the target is a known location); success once the opening grew
-  `release_margin_m` past the held width.
-- push: the end effector arrived at the target location (within `position_tolerance_m`): it was
-  farther than that during the step first (a push that starts at its target must push before it
-  ends there: PushT's stand-in ends every push over the goal, so a repeated push, or the next
-  episode's first, would otherwise end before it began).
-- reach (move_to): the same, for a move without contact.
-
-Failures (brace_common.vocabulary.Failure):
-
-- GRASP: the gripper closed (commanded closed, opening settled) on nothing: opening below
-  `min_object_width_m` (grasp and place).
-- DROP_SLIP: the gripper held an object and its opening collapsed below `min_object_width_m`
-  while still commanded closed (any skill); or a place opened the gripper away from its target.
-- TIMEOUT: the step ran `step_timeout_s` or used `max_step_actions` actions without succeeding
-  (EXECUTOR when the VLA never answered during the step: the skill never ran, the executor failed it).
-- CONTACT_LOSS: a push whose object has a known location: once the end effector came within
-  `push_contact_m` of the object's path (the segment from the object's location to the target),
-  it moved more than `push_loss_m` away from that path.
-- EXECUTOR: `max_vla_errors` VLA errors in a row; no VLA answer within `step_timeout_s`; the arm's state or
-  the camera image older than
-  `stale_after_s`; the gripper not closing when commanded (settled opening above
-  `max_object_width_m`).
-
-Locations come from the `locations` table (name -> x, y, z in the arm's base frame, m). Times are
-seconds of a monotonic clock given by the caller. The gripper's state (closed, holding) lives
-across steps: an object picked by one step is still in the hand when the next begins.
+Each skill has a success condition (`Condition`: grasp, place, push, reach) from `skill_conditions`; failures are
+brace_common.vocabulary.Failure categories. Times are seconds of a monotonic clock the caller gives; the gripper's
+state (closed, holding) lives across steps. The conditions and failures: docs/openvla_executor.md, "When a step
+ends".
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """OpenVLA's 7-D action, from generated tokens to an end-effector step of the arm (pure functions, no ROS).
 
-OpenVLA's action space (the models trained on Open X-Embodiment / BridgeData V2):
-
-    [dx, dy, dz, droll, dpitch, dyaw, gripper]
-
-Decoding, as the model's `predict_action` does it:
-
-1. Token ids -> normalized values in [-1, 1]. Each action dimension is one of the last
-   `n_bins` (256) tokens of the language model's vocabulary (the Llama-2 vocabulary of 32,000
-   tokens; the embedding matrix is padded to 32,064 but the pad is not part of it). The id
-   `vocab_size - k` stands for bin index `k - 1`; the 256 uniform bin edges over [-1, 1] have 255
-   bin centers, and the last index is folded onto the last center.
-2. Un-normalisation with the dataset statistics of `unnorm_key`: a dimension whose mask is true
-   maps [-1, 1] linearly onto [q01, q99]; a masked-out dimension (the gripper in most datasets)
-   passes through unchanged.
-
-The OpenVLA server (vla-scripts/deploy.py) and a locally loaded model both return the
-un-normalized action; steps 1 and 2 are here for a decoder of raw tokens and for tests.
-
-3. Scaling to the arm (`to_arm`): the translation (m) and rotation (rad) are multiplied by their
-   scale factors and clipped per axis to the limits; the gripper value becomes a target opening in
-   metres for EndEffectorDelta.gripper through a `GripperMapping` (which action value means open,
-   thresholded or continuous).
+`[dx, dy, dz, droll, dpitch, dyaw, gripper]`: tokens to normalized values, un-normalisation with a dataset's
+statistics (both done by the server and `predict_action`; here for a raw-token decoder and tests), scaling and
+clipping to the arm (`to_arm`, `GripperMapping`) and anchoring. The numbers: docs/openvla_executor.md, "The action
+pipeline (units)".
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """Where the executor's actions come from: an OpenVLA REST server, or the model loaded in this process.
 
-Both backends answer `predict(image, instruction, cancelled) -> np.ndarray (7,)`, the un-normalized
-action of the dataset statistics `unnorm_key` (see vla_action.py). Every failure is a `VlaError`
-whose `reason` says why (a counter key): SERVER_REASONS for the server's, `bad_image`, `model_path`,
-`model`, `unnorm_key`, and vla_action's `bad_shape`, `non_finite`, `not_real`, `not_numeric`.
-
-ServerBackend speaks the protocol of OpenVLA's vla-scripts/deploy.py: POST <server_url> with a
-json_numpy body {"image": uint8 (H, W, 3), "instruction": str, "unnorm_key": str}; the answer is
-the action as json_numpy. The upstream server answers the JSON string "error" with HTTP 200 when
-anything goes wrong on its side (a bad key, a model exception), so that body is an error here.
-Each request is one HTTP/1.1 exchange (brace_common.http_deadline) bounded as a whole by
-`timeout_s` — connect, send, status line, headers and body — not by a per-read timeout that a
-server dripping a byte a second never trips; `cancelled()` true ends it within a poll (50 ms).
-
-LocalBackend loads an OpenVLA checkpoint from a local directory only (never downloads): the
-processor and the model through their remote code (trust_remote_code), bfloat16 on CUDA, float32
-on CPU, and calls the model's `predict_action(..., unnorm_key=..., do_sample=False)`. The remote
-code of OpenVLA-7B was written for transformers 4.40; another version may fail to load it, which
-is reported as a `model` error when the node is configured.
+Both backends answer `predict(image, instruction, cancelled) -> np.ndarray (7,)`, the un-normalized action of
+`unnorm_key`; every failure is a `VlaError` whose `reason` is a counter key. `ServerBackend` speaks
+vla-scripts/deploy.py's protocol, each request bounded as a whole by `timeout_s`; `LocalBackend` loads a local
+checkpoint only. Protocol, reasons and versions: docs/openvla_executor.md, "Backends".
 """
 
 from __future__ import annotations
