@@ -1,23 +1,8 @@
 """operator_task: the task and the episodes of a real robot, given and judged by its operator.
 
-On the CAN twin, twin_world announces episodes, publishes the task and judges
-success; on a real arm nothing does, so the planner would plan for no task and
-the audit bag would hold no episode. This node is that part for a real robot:
-
-Subscribes  task (std_msgs/String: start an episode with this task, one line per task; refused while one runs),
-            plan (Plan: counted per episode for the Episode record), outcomes (ExecutionOutcome: the arm's step)
-Publishes   episode (Episode: start; end with the operator's verdict or a timeout), context (ContextEntry: the
-            task lines in block TASK and the `constraints` lines in block CONSTRAINTS at each start),
-            world_state (WorldState, PARTIAL: the arm, the operator's `objects` without pose or state, the task
-            lines; at every start, plan, outcome and end; its step counts the episode's plans), /diagnostics
-            (episode, elapsed, counts, peers missing)
-Services    ~/start (std_srvs/Trigger: start an episode with the `tasks` parameter), ~/succeed and ~/fail
-            (std_srvs/Trigger: end the running episode with that verdict)
-
-With `start_on_ready` the first episode starts once every peer of
-`wait_for_nodes` and the Replan server are up. An episode that runs past
-`max_episode_s` (0 = no limit) ends as a failure. Parameters: see
-OperatorTaskConfig (config/operator_task.yaml, docs/parameters.md).
+What twin_world does on the twin (episodes, the task, a verdict), done by the operator on a real arm: takes task,
+plan and outcomes; publishes episode, context, world_state and /diagnostics; serves ~/start, ~/succeed and ~/fail.
+Topics and services: docs/nodes.md, "Robot nodes"; parameters: OperatorTaskConfig (docs/parameters.md).
 """
 
 from __future__ import annotations

@@ -1,27 +1,8 @@
 """PickFruit (BRACE Table 32), as a world beside the CAN twin: fruits on a table, a bowl, grasps that slip.
 
-ROS-free. The world follows the twin's tool point and gripper: a gripper that
-closes within `grasp_radius_m` of a free fruit closes on it (the twin's
-gripper stops at the fruit's width) — fingers that come onto it already
-narrower than the fruit hold nothing; a held fruit moves with the tool; a
-gripper that opens releases it (into the bowl when the tool is over the bowl);
-a grasp slips with probability `slip_probability` at a seeded point of the
-carry, and the fruit falls where the tool is. The episode succeeds when every
-fruit of the task is in the bowl.
-
-Two more faults exist for the visual verifier (OmniAct App. F): with
-`hand_probability` an operator's hand takes the episode's first task fruit
-away as the tool comes within `hand_reach_m` of it (the hand stays in view for
-`hand_visible_s` on the world's clock), and with `phantom_probability` a grasp
-closes on nothing the gripper can tell from a fruit: the gripper stops at the
-fruit's width, but the fruit stays on the table (the executor believes the pick
-succeeded; only the camera sees the source unchanged).
-
-`TwinPolicy` answers what OpenVLA's `/act` would for the instructions of the
-executor's template table ("pick up the banana", "put the banana in the
-bowl"): a bounded step of the tool toward the next waypoint and the gripper
-(OpenVLA's convention: 1 open, 0 close). It reads the world, not the image: it
-is the protocol-level stand-in for the 7B model, not a vision policy.
+ROS-free. `PickFruitWorld` follows the twin's tool point and gripper (grasps, carries, releases, slips, and the
+verifier's hand and phantom faults); `TwinPolicy` is the /act stand-in for the executor's instructions. The rules:
+docs/piper_twin.md, "twin_world: episodes on the twin".
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """The twin's camera: the tabletop scene rendered as colour and aligned depth from a calibrated camera, ROS-free.
 
-Ray casting in numpy, one ray per pixel: the table top, the floor below it,
-objects as spheres (fruits) or boxes (turned about the vertical: the T
-block), the bowl as a solid cylinder, the gripper as fingers, palm and wrist
-boxes around the tool point (pointing down, its fingers apart by the
-opening), and, when a fault injects one, an operator's hand. Colour is flat
-per surface with a Lambert term toward an overhead light; depth is the
-optical z in millimetres (16UC1), with seeded Gaussian noise on both, so two
-frames of a still scene differ as a real camera's do. What the images show
-follows the scene: the gripper hides what is behind it, a slipped fruit lies
-where it fell, a removed fruit is gone, a pushed block turns as it moves.
+Ray casting in numpy, one ray per pixel, flat colour with a Lambert term and seeded noise on colour and depth, so
+two frames of a still scene differ as a real camera's do. What it draws: docs/piper_twin.md, "twin_world".
 """
 
 from __future__ import annotations

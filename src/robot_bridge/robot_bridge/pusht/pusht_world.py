@@ -1,49 +1,8 @@
 """PushT (BRACE Table 32), as a world beside the CAN twin: a T block pushed by the closed gripper to a goal pose.
 
-ROS-free. The world follows the twin's tool point: when the fingertips are
-below the block's top, they are a disc pusher of `pusher_radius_m` and move the
-block by planar quasi-static pushing (`t_block`, friction `friction` at the
-contact). A pusher that comes down onto the block from above rests on it and
-pushes nothing until it leaves the block's outline. The episode succeeds when
-the block's centroid is within `goal_tolerance_m` of the goal and its yaw within
-`goal_tolerance_deg` of the goal's (the verdict: goal error above threshold,
-Table 32's PushT failure A, otherwise).
-
-Contact loss (Table 32's failure B): with `contact_loss_probability` a contact
-the pusher makes is lost after `loss_after_m` of pushing: the fingertips ride
-up over the block's edge and push nothing more until they leave it. The world
-counts pushes (contacts made) and contact losses.
-
-The contact offset (the paper's drift / contact-offset events; the arm's
-tracking error in the world state): while the fingertips are below the
-block's top, how far they have slid along the table since they last pushed
-the block or came down; NaN while they are above it (between contacts). A
-pusher comes down beside a contact and pushes at once; one that goes on
-along the table after losing the block pushes nothing, and the offset grows
-with every centimetre, however near the block lies.
-
-`PushPolicy` answers what OpenVLA's `/act` would for "push the T block by its
-bar to the goal": it picks a contact on the block's outline (on the part the
-instruction names, the bar or the stem; anywhere when it names none) whose push
-brings the block closest to the goal pose (a 2 cm look-ahead through the same
-mechanics),
-approaches it from above at `transit_z_m`, pushes along the contact normal at
-`push_z_m`, and repeats; when the block lies within half the tolerances it
-rises over the goal at `hover_z_m` (the executor's `goal` location: its push
-condition ends the step there). It rises there too when no push on the named
-part brings the block nearer the goal any more, after at least one push on it:
-a wrong part costs a push and a replan (`oracle_part`: the part of the contact
-it would choose freely, the planner's label). A contact whose waypoints the arm does not
-reach (the tool stays put for `stall_calls` calls: the twin's inverse
-kinematics refuses some targets from some joint configurations) is given up
-for another, until the episode ends. Like a VLA that lost the block, after a contact
-loss it goes on along the table to the goal, pushing nothing, and rises over
-it believing it is done: the executor reports success,
-the block is not there, and only the scene (the camera, the world state, the
-contact offset) says so. Given its instruction anew (`start_over`: a new step,
-or a plan repairing the drift of the running one) it chooses a contact again.
-It reads the world, not the image: the protocol-level stand-in for the 7B
-model.
+ROS-free. `PushTWorld` follows the twin's tool point (quasi-static pushing through `t_block`, contact loss, the
+contact offset); `PushPolicy` is the /act stand-in that pushes the block by the part its instruction names. The
+mechanics, success, contact loss, the offset and the stand-in's rules: docs/robot.md, "PushT on the twin".
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """The T block of PushT and how a round pusher moves it on the table: planar quasi-static pushing, ROS-free.
 
-The block is a T (a bar and a stem) lying flat; its pose is its centroid and
-yaw in base_link. A pusher (the closed fingertips, a disc of `radius`) moves it
-only when it presses into the block's outline; the block then moves
-quasi-statically (no inertia, no tipping) as the ellipsoidal limit-surface model
-of planar pushing gives it (Lynch, Lee and Lynch 1992; Hogan and Rodriguez
-2016): a force f at contact point r (from the centroid) moves the block with
-twist (f_x, f_y, (r x f) / c^2), where c is the block's characteristic length
-(the mean distance of its area from the centroid, uniform support pressure).
-The pusher's force lies in the friction cone of `mu` around the contact normal:
-a push inside the motion cone sticks (the contact point goes with the pusher),
-one outside slides along the edge and the block moves along the cone's nearer
-boundary. Motion is integrated in substeps of at most 2 mm.
+The block's pose is its centroid and yaw in base_link; a disc pusher moves it only when it presses into the outline,
+through the ellipsoidal limit-surface model with a friction cone (sticking or sliding), in substeps of at most 2 mm.
+The model and its constants: docs/robot.md, "PushT on the twin".
 """
 
 from __future__ import annotations
