@@ -100,10 +100,10 @@ def prompt_compressor(stack, layers: int):
 
 def paths(stack, schema, url: dict[str, str], max_new_tokens: int, decoding: str = "json") -> dict:
     """backend -> {'full': call path without compression, 'budget': with E-RECAP (in-model or prompt-level)}."""
-    from erecap_planner.call_path import PlannerCallPath
+    from erecap_planner.call_path import CallOptions, CallPath, PlannerCallPath
     from erecap_planner.compressors import make_compressor
     from erecap_planner.openai_client import OpenAIClient
-    from erecap_planner.server_call_path import ServerCallPath
+    from erecap_planner.server_backend import ServerBackend
 
     model, tok, schedule, predictors = stack["model"], stack["tokenizer"], stack["schedule"], stack["predictors"]
     local = {"full": PlannerCallPath(model, tok, schema, "none", schedule, None, max_new_tokens, decoding=decoding,
@@ -114,10 +114,11 @@ def paths(stack, schema, url: dict[str, str], max_new_tokens: int, decoding: str
     prompt_level = prompt_compressor(stack, 1)
     for backend, base_url in url.items():
         endpoint, structured = (("completions", "none") if backend == "transformers_serve" else ("chat", "json_object"))
-        out[backend] = {name: ServerCallPath(OpenAIClient(base_url), "", tok, schema, compressor, label, endpoint,
-                                             structured, max_new_tokens)
-                        for name, compressor, label in (("full", make_compressor("none"), "none"),
-                                                        ("budget", prompt_level, "erecap"))}
+        out[backend] = {}
+        for name, compressor, label in (("full", make_compressor("none"), "none"), ("budget", prompt_level, "erecap")):
+            options = CallOptions(label, max_new_tokens)
+            server = ServerBackend(OpenAIClient(base_url), tok, options, endpoint=endpoint, structured_output=structured)
+            out[backend][name] = CallPath(server, options, compressor, schema)
     return out
 
 

@@ -1,48 +1,35 @@
-"""One replanning call with phase accounting (paper Sec. 3.4, Alg. 1 lines 8-10).
+"""One replanning call, its phases written once: [queue ->] context_compress -> retrieve -> the backend's -> parse.
 
-[queue ->] context_compress -> retrieve -> prefill -> decode -> parse. Every phase records
-its wall time and tokens in / out. With in-model E-RECAP the pruning happens
-inside the prefill; its scoring and selection time is moved from the prefill
-phase to context_compress so the overhead is not hidden in the planner. A call
-checks its hard deadline (and a cancel request) before every decoder layer
-and every generated token, so nothing runs past it. A call that waited for the
-model (another call was running) starts its clock when it was queued: the wait
-is its `queue` phase, counts in its latency and uses up its deadline, since the
-agent waits for it too. A call past its deadline,
-cancelled, or with output that is not a valid plan returns no steps (the agent
-keeps its current plan) and a status saying why.
-
-The action schema may change between calls (a world publishes its own at each
-episode start): `set_schema` replaces it and what is derived from it at once,
-and a call keeps the one it started with.
+The backend that turns the prompt into text (the in-process model: prefill, decode; an OpenAI-compatible server:
+request, first_token, decode) is a small strategy behind `Backend`; rendering, memory's reserve, compression,
+retrieval, splicing, parsing and the outcome are here, once, for both. Torch-free. docs/planner.md has the why.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Optional
-
-import torch
+from typing import Any, Optional, Protocol
 
 from brace_common.action_schema import ActionSchema, PlanError, Step
+from brace_common.config import ConfigError
+from brace_common.counters import Health
 from brace_common.validation import json_depths
 from brace_common.vocabulary import CallState, CallStatus, Decoding, Mode, Phase, meets_slo
 
-from .compressors import Compressor, make_compressor
-from .constrained import ConstrainedPlanDecoder
+from .call_aborted import CallAborted, checkpoint_of
+from .candidates import enumerate_steps
+from .compressors import Compressed, Compressor
 from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextBuffer, RenderedContext, TokenCounts
 from .memory_phase import MemoryUse, call_blocks, goal_stack, memory_ids, retrieve, splice_memory
 from .phase_clock import PhaseClock, PhaseRecord
 from .plan_parser import parse_plan
-from .predictor import PredictorBank
-from .prefix_cache import PrefixCache
-from .pruned_forward import CallAborted, ErecapModel
-from .pruning import PruneSchedule
-from .scoring import best_step, enumerate_steps
-from .transformer import DecoderStack
+
+__all__ = ["DECODINGS", "INTERNAL_ERROR", "NO_SCHEMA", "Backend", "BackendUnavailable", "CallAborted", "CallOptions",
+           "CallOutcome", "CallPath", "CallRequest", "Generated", "Prompt", "SchemaUse",
+           "checkpoint_of", "internal_error_outcome", "json_object_closed", "parse_into", "request_text",
+           "unserved_outcome"]
 
 # json: free generation, parsed afterwards; candidates: the best single skill call by likelihood;
 # constrained: a whole plan generated greedily within the schema's valid skill calls.
@@ -55,20 +42,21 @@ MODE_REQUESTS = {
 OUTPUT_FORMAT = ('Allowed actions: {actions}. Reply with one JSON object: '
                  '{{"plan": [{{"action": "<name>", "parameters": {{...}}}}]}}')
 
-
 NO_SCHEMA = "no action schema yet (the world publishes it on world_info at its episode start)"
 """Why a call cannot run before a schema is known."""
+INTERNAL_ERROR = "internal_error"
+"""The reason at the head of a call record's error when the planner itself failed (a bug, not the model's output)."""
 
 
 @dataclass(frozen=True)
 class SchemaUse:
-    """An action schema and what a local call path derives from it: the valid skill calls (candidates and
-    constrained decoding) and the constrained decoder. Replaced whole, so a running call keeps its own. Where the
-    schema refuses an agent's own id (`not_self`), each agent's calls use their own, derived once (`per_agent`)."""
+    """An action schema and what a call path derives from it: the valid skill calls (candidates and constrained
+    decoding) and the constrained decoder. Replaced whole, so a running call keeps its own. Where the schema refuses
+    an agent's own id (`not_self`), each agent's calls use their own, derived once (`per_agent`)."""
 
     schema: ActionSchema
     candidates: list[Step]
-    constrained: Optional[ConstrainedPlanDecoder]
+    constrained: Optional[Any]  # constrained.ConstrainedPlanDecoder (in-process decoding only)
     per_agent: dict[str, SchemaUse] = field(default_factory=dict, repr=False, compare=False)
 
 
@@ -113,6 +101,69 @@ class CallOutcome:
         return meets_slo(self.status, self.latency_ms, self.slo_ms)
 
 
+@dataclass
+class CallOptions:
+    """How every call of one call path is made (one PlannerConfig parameter each, `factory.call_options`)."""
+
+    compressor: str = "erecap"     # its name, for the records ("erecap" with no Compressor: the backend prunes)
+    max_new_tokens: int = 64
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    layout: str = "focus"
+    max_context_tokens: Optional[int] = None  # entries yield (yield_order) from longer prompts
+    plan_steps: dict[int, int] = field(default_factory=dict)  # mode -> most steps of its plans (0: the schema's)
+    decoding: str = "json"
+    protect_blocks: bool = True    # in-model pruning never drops a protected block's tokens
+
+    def __post_init__(self) -> None:
+        if self.decoding not in DECODINGS:
+            raise ConfigError("decoding", f"'{self.decoding}' is not one of {', '.join(DECODINGS)}")
+        if self.layout not in LAYOUTS:
+            raise ConfigError("context_layout", f"'{self.layout}' is not one of {LAYOUTS}")
+
+
+@dataclass
+class Prompt:
+    """What a call hands its backend: the rendered context, the kept tokens with the MEMORY block spliced in, their
+    positions in the context (-1: memory), the protected ones (in-model pruning) and the compression phase's record
+    (in-model pruning books its selection there)."""
+
+    ctx: RenderedContext
+    ids: list[int]
+    kept_index: list[int]
+    protect: Optional[list[bool]]
+    compress_phase: PhaseRecord
+
+
+@dataclass
+class Generated:
+    """What the backend produced: the text and how many tokens (or scored candidates) it took."""
+
+    text: str
+    produced: int
+
+
+class BackendUnavailable(Exception):
+    """The backend could not answer (a planner server down, busy or failing): the call ends UNAVAILABLE."""
+
+
+class Backend(Protocol):
+    """Turns a call's prompt into text: its phases are booked on the call's clock; CallAborted stops it."""
+
+    name: str         # the ReplanCall's backend: local | openai
+    tokenizer: Any    # counts, renders and splices the prompt (the model's own)
+
+    @property
+    def model_name(self) -> str:
+        """The model the calls name (the ReplanCall's `model`)."""
+
+    def generate(self, prompt: Prompt, request: CallRequest, use: SchemaUse, clock: PhaseClock,
+                 outcome: CallOutcome) -> Generated:
+        """The plan text for `prompt` (sets `outcome.tokens_after`, and what else the backend measures)."""
+
+    def health(self) -> Health:
+        """What the backend reports on /diagnostics (`backend` and its own values)."""
+
+
 def unserved_outcome(call, compressor: str) -> CallOutcome:
     """The outcome of a queued call answered without running: superseded, cancelled or expired while waiting."""
     waited_ms = (time.monotonic() - call.accepted_at) * 1000.0
@@ -124,10 +175,6 @@ def unserved_outcome(call, compressor: str) -> CallOutcome:
     phase = PhaseRecord(Phase.QUEUE.value, waited_ms, 0, 0)
     return CallOutcome(status=status, phases=[phase], latency_ms=waited_ms, slo_ms=call.slo_ms, error=error,
                        compressor=compressor)
-
-
-INTERNAL_ERROR = "internal_error"
-"""The reason at the head of a call record's error when the planner itself failed (a bug, not the model's output)."""
 
 
 def internal_error_outcome(call, compressor: str, exc: BaseException) -> CallOutcome:
@@ -158,23 +205,6 @@ def parse_into(outcome: CallOutcome, text: str, schema: ActionSchema, agent: Opt
         outcome.error = str(exc)
 
 
-def no_schema_outcome(outcome: CallOutcome, clock: PhaseClock) -> CallOutcome:
-    """`outcome` of a call that could not run because no schema is known: a planner error saying so."""
-    outcome.status = CallStatus.PLANNER_ERROR
-    outcome.error = NO_SCHEMA
-    outcome.phases = clock.phases
-    outcome.latency_ms = clock.elapsed_ms()
-    return outcome
-
-
-def checkpoint_of(abort: Callable[[], bool], where: str) -> Callable[[], None]:
-    """A checkpoint for long work in phase `where`: raises CallAborted once `abort()` is true."""
-    def checkpoint() -> None:
-        if abort():
-            raise CallAborted(f"during {where}")
-    return checkpoint
-
-
 def end_aborted(outcome: CallOutcome, clock: PhaseClock, why: str) -> None:
     """A call stopped by its cancel or hard deadline: no steps, the status saying which."""
     outcome.steps = []
@@ -182,61 +212,81 @@ def end_aborted(outcome: CallOutcome, clock: PhaseClock, why: str) -> None:
     outcome.error = f"{'cancelled' if outcome.status == CallStatus.CANCELLED else 'hard deadline passed'} ({why})"
 
 
-class PlannerCallPath:
-    """Runs replanning calls on one local transformers model with one compressor."""
+class CallPath:
+    """Runs replanning calls: the phases every backend shares, with `backend` producing the text.
 
-    def __init__(self, model, tokenizer, schema: Optional[ActionSchema], compressor: str = "erecap",
-                 schedule: Optional[PruneSchedule] = None, predictors: Optional[PredictorBank] = None,
-                 max_new_tokens: int = 64, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-                 memory: Optional[MemoryUse] = None, protect_blocks: bool = True, model_name: str = "",
-                 decoding: str = "json", decode_weights: str = "model",
-                 plan_steps: Optional[dict[int, int]] = None, layout: str = "focus", prefix_reuse: bool = False,
-                 max_context_tokens: Optional[int] = None):
-        self.tokenizer = tokenizer
-        self.compressor_name = compressor
-        self.max_new_tokens = max_new_tokens
-        self.system_prompt = system_prompt
+    `compressor` None: the context goes whole (protected blocks marked) to a backend that prunes inside its model
+    (in-model E-RECAP); otherwise it is compressed to B_t minus memory's reserve before the backend sees it.
+    """
+
+    def __init__(self, backend: Backend, options: CallOptions, compressor: Optional[Compressor],
+                 schema: Optional[ActionSchema] = None, memory: Optional[MemoryUse] = None) -> None:
+        self.backend = backend
+        self.options = options
+        self.compressor = compressor
         self.memory = memory
-        if decoding not in DECODINGS:
-            raise ValueError(f"decoding '{decoding}' is not one of {', '.join(DECODINGS)}")
-        self.decoding = Decoding(decoding)
+        self.decoding = Decoding(options.decoding)
+        self.token_counts = TokenCounts(backend.tokenizer)  # each entry's tokens, counted once
         self.use: Optional[SchemaUse] = None  # None until a schema is known (a world's, from world_info)
         if schema is not None:
             self.set_schema(schema)
-        self.protect_blocks = protect_blocks
-        self.plan_steps = dict(plan_steps or {})  # mode -> most steps of its plans (constrained decoding)
+
+    # ------------------------------------------------------------------ what the calls use
+
+    @property
+    def tokenizer(self):
+        """The backend's tokenizer (the model's own)."""
+        return self.backend.tokenizer
+
+    @property
+    def model_name(self) -> str:
+        """The model the calls name (the ReplanCall's `model`)."""
+        return self.backend.model_name
+
+    @property
+    def compressor_name(self) -> str:
+        """The compressor the records name."""
+        return self.options.compressor
+
+    @property
+    def layout(self) -> str:
+        """The context layout calls render."""
+        return self.options.layout
+
+    @layout.setter
+    def layout(self, layout: str) -> None:
         if layout not in LAYOUTS:
             raise ValueError(f"layout '{layout}' is not one of {LAYOUTS}")
-        self.layout = layout
-        self.prefix = PrefixCache() if prefix_reuse else None
-        self.max_context_tokens = max_context_tokens  # entries yield (yield_order) from longer prompts
-        self.token_counts = TokenCounts(tokenizer)  # each entry's tokens, counted once
-        self.model_name = model_name or getattr(model.config, "_name_or_path", "") or model.config.model_type
-        self.stack = DecoderStack(model, packed=True, decode_weights=decode_weights)
-        self.plain = ErecapModel(model, stack=self.stack)
-        self.in_model = compressor == "erecap"
-        if self.in_model:
-            if schedule is None or predictors is None:
-                raise ValueError("in-model E-RECAP needs a pruning schedule and a predictor bank")
-            self.pruned = ErecapModel(model, schedule, predictors, stack=self.stack)
-            self.compressor: Optional[Compressor] = None
-        else:
-            self.pruned = None
-            self.compressor = make_compressor(compressor, schedule)
-        configured = getattr(model.generation_config, "eos_token_id", None)
-        configured = configured if isinstance(configured, (list, tuple)) else [configured]
-        self.eos_ids = tuple(sorted({int(e) for e in [tokenizer.eos_token_id, *configured] if e is not None}))
+        self.options.layout = layout
+
+    @property
+    def system_prompt(self) -> str:
+        """The system prompt calls render."""
+        return self.options.system_prompt
+
+    @property
+    def schema(self) -> Optional[ActionSchema]:
+        """The schema the next call plans with (None: none known yet)."""
+        return self.use.schema if self.use is not None else None
+
+    @property
+    def candidates(self) -> list[Step]:
+        """The valid skill calls of the current schema (decoding candidates / constrained), else []."""
+        return self.use.candidates if self.use is not None else []
 
     def set_schema(self, schema: ActionSchema) -> None:
         """Plan with `schema` from the next call on (the running one keeps its own); ValueError, the schema
         unchanged, when the decoding cannot use it (candidates and constrained decoding need every parameter
-        enumerated, in at most scoring.MAX_CANDIDATES skill calls: CandidateLimit)."""
+        enumerated, in at most candidates.MAX_CANDIDATES skill calls: CandidateLimit)."""
         candidates = enumerate_steps(schema) if self.decoding is not Decoding.JSON or self.memory is not None else []
         if self.decoding is not Decoding.JSON and not candidates:
             raise ValueError(f"{self.decoding.value} decoding needs actions whose parameters all have enumerated "
                              "choices")
-        constrained = (ConstrainedPlanDecoder(self.tokenizer, candidates, schema.max_steps, schema.min_steps)
-                       if self.decoding is Decoding.CONSTRAINED else None)
+        constrained = None
+        if self.decoding is Decoding.CONSTRAINED:
+            from .constrained import ConstrainedPlanDecoder  # heavy: in-process decoding only (torch)
+
+            constrained = ConstrainedPlanDecoder(self.tokenizer, candidates, schema.max_steps, schema.min_steps)
         self.use = SchemaUse(schema, candidates if self.decoding is not Decoding.JSON else [], constrained)
         if self.memory is not None:
             self.memory.system.on_schema(candidates)
@@ -255,133 +305,118 @@ class PlannerCallPath:
                                              else None) if own else use
         return use.per_agent[agent]
 
-    @property
-    def schema(self) -> Optional[ActionSchema]:
-        """The schema the next call plans with (None: none known yet)."""
-        return self.use.schema if self.use is not None else None
-
-    @property
-    def candidates(self) -> list[Step]:
-        """The valid skill calls of the current schema (decoding candidates / constrained), else []."""
-        return self.use.candidates if self.use is not None else []
-
     def request_text(self, agent_id: str, mode: int) -> str:
         """The REQUEST line for a mode (the current schema's actions)."""
         return request_text(self.schema, agent_id, mode)
 
+    # ------------------------------------------------------------------ the phases
+
     def render(self, buffer: ContextBuffer, request: CallRequest, schema: ActionSchema,
                checkpoint: Callable[[], None] = lambda: None) -> RenderedContext:
         """A call's uncompressed prompt: the context in this path's layout (with the goal stack in `recap`)."""
+        o = self.options
         return buffer.render(self.tokenizer, request.agent_id, request_text(schema, request.agent_id, request.mode),
-                             self.system_prompt, call_blocks(buffer, self.layout, self.memory), self.layout,
-                             self.max_context_tokens, checkpoint, self.token_counts,
-                             goal_stack(self.memory, self.layout, request.agent_id))
+                             o.system_prompt, call_blocks(buffer, o.layout, self.memory), o.layout,
+                             o.max_context_tokens, checkpoint, self.token_counts,
+                             goal_stack(self.memory, o.layout, request.agent_id))
+
+    def reserve(self, request: CallRequest) -> int:
+        """Memory's share of the call's B_t (0 without memory, or with memory off for this call)."""
+        return self.memory.reserve(request.token_budget, request.memory) if self.memory else 0
+
+    def compress(self, ctx: RenderedContext, request: CallRequest, reserve: int,
+                 abort: Callable[[], bool] = lambda: False) -> tuple[Compressed, Optional[list[bool]]]:
+        """The kept tokens of `ctx` and which of them are protected (None: nothing to protect downstream)."""
+        if self.compressor is None:  # in-model pruning: everything goes, the backend prunes to B_t
+            n = len(ctx)
+            kept = Compressed(list(range(n)), list(ctx.token_ids), n)
+            return kept, list(ctx.protected) if self.options.protect_blocks else None
+        return self.compressor.compress(ctx, request.token_budget - reserve, should_abort=abort), None
+
+    def splice(self, buffer: ContextBuffer, ctx: RenderedContext, kept: Compressed, protect: Optional[list[bool]],
+               request: CallRequest, reserve: int) -> tuple[list[int], list[int], Optional[list[bool]], int]:
+        """The retrieve phase's work: (ids, their context positions, protect mask, memory's retrieved tokens) with
+        the MEMORY block spliced in before the request."""
+        got = retrieve(self.memory, self.tokenizer, buffer, request.agent_id, request.step, reserve,
+                       self.options.layout)
+        block = memory_ids(self.tokenizer, got.lines, reserve)
+        request_at = kept.position_of(ctx.request_start)
+        ids, protect = splice_memory(block, list(kept.token_ids), request_at, protect)
+        index = kept.kept_index[:request_at] + [-1] * len(block) + kept.kept_index[request_at:]
+        return ids, index, protect, got.tokens
 
     def prompt(self, buffer: ContextBuffer, request: CallRequest) -> tuple[list[int], list[bool]]:
-        """The tokens a call with in-model pruning (or none) reads before its prefill, and which are protected: the
-        rendered context with the retrieved MEMORY block spliced before the request (what fine-tuning trains on)."""
+        """The tokens a call without compression reads before its prefill, and which are protected: the rendered
+        context with the retrieved MEMORY block spliced before the request (what fine-tuning trains on)."""
         if self.use is None:
             raise ValueError(NO_SCHEMA)
         ctx = self.render(buffer, request, self.use.schema)
-        reserve = self.memory.reserve(request.token_budget, request.memory) if self.memory else 0
-        got = retrieve(self.memory, self.tokenizer, buffer, request.agent_id, request.step, reserve,
-                       self.layout)
-        return splice_memory(memory_ids(self.tokenizer, got.lines, reserve), list(ctx.token_ids), ctx.request_start,
-                             list(ctx.protected))
+        n = len(ctx)
+        ids, _, protect, _ = self.splice(buffer, ctx, Compressed(list(range(n)), list(ctx.token_ids), n),
+                                         list(ctx.protected), request, self.reserve(request))
+        return ids, protect
 
     def run(self, buffer: ContextBuffer, request: CallRequest, cancelled: Callable[[], bool] = lambda: False,
             on_phase: Callable[[str, float], None] = lambda phase, elapsed_ms: None,
             queued_at: Optional[float] = None) -> CallOutcome:
-        """One call; never raises for planner output, deadline or cancellation.
+        """One call; never raises for planner output, server failures, deadline or cancellation.
 
-        `queued_at` (time.monotonic()) is when the call was accepted, if it then
-        waited for the model; latency and deadline run from there.
+        `queued_at` (time.monotonic()) is when the call was accepted, if it then waited for the model; latency and
+        deadline run from there.
         """
         clock = PhaseClock(request.hard_deadline_ms, cancelled, on_phase, queued_at)
-        abort, begin, end = clock.abort, clock.begin, clock.end
-        deadline = clock.deadline
-        outcome = CallOutcome(status=CallStatus.OK, slo_ms=request.slo_ms, compressor=self.compressor_name)
+        outcome = CallOutcome(status=CallStatus.OK, slo_ms=request.slo_ms, compressor=self.options.compressor,
+                              backend=self.backend.name)
         use = self.use  # this call's schema, whatever replaces it meanwhile
         if use is None:
-            return no_schema_outcome(outcome, clock)
+            outcome.status, outcome.error = CallStatus.PLANNER_ERROR, NO_SCHEMA
+            return self._finish(outcome, clock)
         use = self.use_for(use, request.agent_id)
-
         try:
-            # context_compress
-            t0 = begin(Phase.CONTEXT_COMPRESS)
-            try:
-                checkpoint = checkpoint_of(abort, "context_compress")
-                checkpoint()
-                ctx = self.render(buffer, request, use.schema, checkpoint)
-                outcome.tokens_before = len(ctx)
-                reserve = self.memory.reserve(request.token_budget, request.memory) if self.memory else 0
-                checkpoint()
-                if self.in_model:
-                    kept_ids, protect = list(ctx.token_ids), list(ctx.protected) if self.protect_blocks else None
-                    request_at = ctx.request_start
-                else:
-                    compressed = self.compressor.compress(ctx, request.token_budget - reserve, should_abort=abort)
-                    kept_ids = compressed.token_ids
-                    request_at = compressed.position_of(ctx.request_start)
-                    protect = None
-            except CallAborted:
-                end(Phase.CONTEXT_COMPRESS, t0, outcome.tokens_before, 0)
-                raise
-            compress_phase = end(Phase.CONTEXT_COMPRESS, t0, len(ctx), len(kept_ids))
-
-            # retrieve
-            t0 = begin(Phase.RETRIEVE)
-            got = retrieve(self.memory, self.tokenizer, buffer, request.agent_id, request.step, reserve,
-                           self.layout)
-            block = memory_ids(self.tokenizer, got.lines, reserve)
-            kept_ids, protect = splice_memory(block, kept_ids, request_at, protect)
-            end(Phase.RETRIEVE, t0, got.tokens, len(block))
-            if abort():
-                raise CallAborted("before prefill")
-
-            # prefill (in-model E-RECAP prunes here; its overhead is booked to context_compress)
-            t0 = begin(Phase.PREFILL)
-            ids = torch.tensor(kept_ids)
-            if self.in_model:
-                mask = torch.tensor(protect) if protect is not None else None
-                pre = self.pruned.prefill(ids, token_budget=request.token_budget, protect=mask, should_abort=abort,
-                                          prefix=self.prefix)
-                compress_phase.duration_ms += pre.prune_ms
-                compress_phase.tokens_out = pre.tokens_after
-                tokens_after = pre.tokens_after
-            else:
-                pre = self.plain.prefill(ids, should_abort=abort, prefix=self.prefix)
-                tokens_after = len(kept_ids)
-            end(Phase.PREFILL, t0, len(kept_ids), tokens_after, minus_ms=pre.prune_ms)
-            outcome.tokens_after = tokens_after
-            outcome.tokens_reused = pre.tokens_reused
-
-            # decode (free JSON generation, or scoring every valid candidate), then parse
-            t0 = begin(Phase.DECODE)
-            if self.decoding is Decoding.CANDIDATES:
-                step, _ = best_step(self.plain, pre, self.tokenizer, use.candidates, should_abort=abort)
-                text = json.dumps({"plan": [{"action": step.action, "parameters": step.parameters}]})
-                produced = len(use.candidates)
-            elif self.decoding is Decoding.CONSTRAINED:
-                constrained = use.constrained.decode(self.plain, pre, should_abort=abort,
-                                                      max_steps=self.plan_steps.get(request.mode))
-                text, produced = constrained.text, constrained.tokens
-            else:
-                dec = self.plain.decode(pre, self.max_new_tokens, self.eos_ids, deadline=deadline,
-                                        should_stop=lambda toks: cancelled() or json_object_closed(
-                                            self.tokenizer.decode(toks, skip_special_tokens=True)))
-                text = self.tokenizer.decode(dec.token_ids, skip_special_tokens=True)
-                produced = len(dec.token_ids)
-            outcome.output_text = text
-            end(Phase.DECODE, t0, tokens_after, produced)
-            if abort():
-                raise CallAborted("deadline or cancel during decode")
-
-            t0 = begin(Phase.PARSE)
-            parse_into(outcome, text, use.schema, request.agent_id)
-            end(Phase.PARSE, t0, produced, len(outcome.steps))
+            prompt = self._prompt(buffer, request, use.schema, clock, outcome)
+            generated = self.backend.generate(prompt, request, use, clock, outcome)
+            t0 = clock.begin(Phase.PARSE)
+            parse_into(outcome, generated.text, use.schema, request.agent_id)
+            clock.end(Phase.PARSE, t0, generated.produced, len(outcome.steps))
         except CallAborted as exc:
             end_aborted(outcome, clock, str(exc))
+        except BackendUnavailable as exc:
+            outcome.status, outcome.error = CallStatus.UNAVAILABLE, str(exc)
+        return self._finish(outcome, clock)
+
+    def _prompt(self, buffer: ContextBuffer, request: CallRequest, schema: ActionSchema, clock: PhaseClock,
+                outcome: CallOutcome) -> Prompt:
+        """context_compress, then retrieve: the prompt the backend reads."""
+        t0 = clock.begin(Phase.CONTEXT_COMPRESS)
+        try:
+            checkpoint = checkpoint_of(clock.abort, "context_compress")
+            checkpoint()
+            ctx = self.render(buffer, request, schema, checkpoint)
+            outcome.tokens_before = len(ctx)
+            reserve = self.reserve(request)
+            checkpoint()
+            kept, protect = self.compress(ctx, request, reserve, clock.abort)
+        except CallAborted:
+            clock.end(Phase.CONTEXT_COMPRESS, t0, outcome.tokens_before, 0)
+            raise
+        compress_phase = clock.end(Phase.CONTEXT_COMPRESS, t0, len(ctx), kept.tokens_after)
+
+        t0 = clock.begin(Phase.RETRIEVE)
+        ids, index, protect, retrieved = self.splice(buffer, ctx, kept, protect, request, reserve)
+        clock.end(Phase.RETRIEVE, t0, retrieved, len(ids) - kept.tokens_after)
+        return Prompt(ctx, ids, index, protect, compress_phase)
+
+    @staticmethod
+    def _finish(outcome: CallOutcome, clock: PhaseClock) -> CallOutcome:
         outcome.phases = clock.phases
         outcome.latency_ms = clock.elapsed_ms()
         return outcome
+
+
+def __getattr__(name: str):
+    """`PlannerCallPath`, the in-process call path from its parts, is imported on first use: it needs torch."""
+    if name == "PlannerCallPath":
+        from .local_backend import PlannerCallPath
+
+        return PlannerCallPath
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,12 +1,7 @@
-"""Calls waiting for the planner model, served earliest deadline first.
+"""Calls waiting for the planner model, served earliest deadline first (SLO deadline = accepted + SLO_t).
 
-One model serves one call at a time; the calls that wait for it are ordered by
-their SLO deadline (accepted time + SLO_t), so a short-deadline call from a
-hazard is not stuck behind a long periodic one. A newer call for an agent
-supersedes its older call that is still waiting (the older one would plan from
-an older context, and the agent waits for the newer plan anyway). A waiting
-call whose hard deadline has passed leaves the queue unserved. Thread-safe:
-goals arrive on executor threads while a call runs on another.
+A newer call for an agent supersedes its waiting older one; a waiting call past its hard deadline leaves unserved.
+Thread-safe. docs/planner.md says why.
 """
 
 from __future__ import annotations
@@ -14,10 +9,18 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from brace_common.counters import Counters, Health
 from brace_common.vocabulary import CallState
+
+from .call_path import CallRequest
+
+
+def _unanswerable() -> None:
+    raise RuntimeError("this call has no way to be answered")
 
 
 @dataclass
@@ -29,7 +32,9 @@ class QueuedCall:
     accepted_at: float            # time.monotonic() at acceptance
     slo_ms: float
     hard_deadline_ms: float
-    handle: Any = None            # what the node needs to answer it (the action goal handle)
+    request: Optional[CallRequest] = None  # what the goal asked
+    answer: Callable[[], None] = _unanswerable  # runs the goal's execute callback, which answers the call
+    stamp: Any = None             # the ROS time the call counts from (builtin_interfaces Time: its record's stamp)
     outcome: CallState = CallState.WAITING
     superseded_by: str = ""
     seq: int = field(default=0, compare=False)
@@ -54,7 +59,7 @@ class CallQueue:
         self._waiting: dict[str, QueuedCall] = {}   # agent -> its waiting call
         self._seq = itertools.count()
         self.running: Optional[QueuedCall] = None
-        self.counts = {"superseded": 0, "expired_waiting": 0, "cancelled_waiting": 0}
+        self.counts = Counters(("superseded", "expired_waiting", "cancelled_waiting"))
 
     def __len__(self) -> int:
         with self._lock:
@@ -66,7 +71,7 @@ class CallQueue:
             older = self._waiting.pop(call.agent_id, None)
             if older is not None:
                 older.outcome, older.superseded_by = CallState.SUPERSEDED, call.call_id
-                self.counts["superseded"] += 1
+                self.counts.add("superseded")
             call.seq = next(self._seq)
             call.outcome = CallState.WAITING
             self._waiting[call.agent_id] = call
@@ -101,7 +106,7 @@ class CallQueue:
                 if call.call_id == call_id:
                     del self._waiting[agent]
                     call.outcome = CallState(outcome)
-                    self.counts[f"{call.outcome.value}_waiting"] += 1
+                    self.counts.add(f"{call.outcome.value}_waiting")
                     return call
             return None
 
@@ -112,10 +117,14 @@ class CallQueue:
             for call in gone:
                 del self._waiting[call.agent_id]
                 call.outcome = CallState.EXPIRED
-                self.counts["expired_waiting"] += 1
+                self.counts.add("expired_waiting")
             return gone
 
     def waiting(self) -> list[QueuedCall]:
         """The waiting calls in service order."""
         with self._lock:
             return sorted(self._waiting.values(), key=lambda c: (c.slo_deadline, c.seq))
+
+    def health(self, prefix: str = "queue.") -> Health:
+        """The calls waiting now and those that left the queue unserved, by why (values only)."""
+        return Health({f"{prefix}waiting": len(self), **self.counts.health(prefix).values})

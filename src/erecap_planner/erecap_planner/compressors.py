@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Optional
 
-import torch
+from brace_common.config import ConfigError
 
 from .context import RenderedContext
-from .pruning import PruneSchedule, select_kept
+from .prune_schedule import PruneSchedule, kept_positions
 
 _PROTECTED_SCORE = 1e9
 _KIND_PRIORITY = {"failure_trace": 3, "action_outcome": 2, "message": 1}
@@ -54,12 +53,6 @@ class Compressed:
         return bisect.bisect_left(self.kept_index, index)
 
 
-def _protected_scores(ctx: RenderedContext) -> torch.Tensor:
-    # Protected tokens outrank everything; among them later ones win when the budget is short.
-    n = len(ctx)
-    index = torch.arange(n, dtype=torch.float64)
-    protected = torch.tensor(ctx.protected, dtype=torch.bool)
-    return torch.where(protected, _PROTECTED_SCORE + index, torch.full((n,), -math.inf, dtype=torch.float64))
 
 
 class Compressor:
@@ -70,7 +63,7 @@ class Compressor:
     def __init__(self, schedule: Optional[PruneSchedule] = None):
         self.schedule = schedule or PruneSchedule(layers=(), keep_ratio=1.0)
 
-    def prunable_scores(self, ctx: RenderedContext) -> torch.Tensor:
+    def prunable_scores(self, ctx: RenderedContext) -> list[float]:
         """Score of every token (only prunable tokens' scores matter)."""
         raise NotImplementedError
 
@@ -81,9 +74,10 @@ class Compressor:
         n = len(ctx)
         if budget >= n:
             return Compressed(list(range(n)), list(ctx.token_ids), n)
-        scores = self.prunable_scores(ctx).to(torch.float64)
-        scores = torch.where(torch.tensor(ctx.protected), _protected_scores(ctx), scores)
-        kept = select_kept(scores, budget, self.schedule.head_tokens, self.schedule.tail_size(n)).tolist()
+        # Protected tokens outrank everything; among them later ones win when the budget is short.
+        scores = [_PROTECTED_SCORE + i if protected else float(score)
+                  for i, (protected, score) in enumerate(zip(ctx.protected, self.prunable_scores(ctx), strict=True))]
+        kept = kept_positions(scores, budget, self.schedule.head_tokens, self.schedule.tail_size(n))
         return Compressed(kept, [ctx.token_ids[i] for i in kept], n)
 
 
@@ -107,11 +101,13 @@ class RandomTruncation(Compressor):
         super().__init__(schedule)
         self.seed = seed
 
-    def prunable_scores(self, ctx: RenderedContext) -> torch.Tensor:
-        """Uniform random scores seeded by the context's content."""
+    def prunable_scores(self, ctx: RenderedContext) -> list[float]:
+        """Uniform random scores seeded by the context's content (torch's generator: the same draws as ever)."""
+        import torch  # heavy: only this baseline draws with it
+
         digest = hashlib.sha256(f"{self.seed}:{ctx.text}".encode()).digest()
         generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
-        return torch.rand(len(ctx), generator=generator, dtype=torch.float64)
+        return torch.rand(len(ctx), generator=generator, dtype=torch.float64).tolist()
 
 
 class RecencyTruncation(Compressor):
@@ -119,9 +115,9 @@ class RecencyTruncation(Compressor):
 
     name = "recency"
 
-    def prunable_scores(self, ctx: RenderedContext) -> torch.Tensor:
+    def prunable_scores(self, ctx: RenderedContext) -> list[float]:
         """Later tokens score higher."""
-        return torch.arange(len(ctx), dtype=torch.float64)
+        return [float(i) for i in range(len(ctx))]
 
 
 class StructuredSummary(Compressor):
@@ -157,8 +153,9 @@ class StructuredSummary(Compressor):
 class _ForcedOnly(Compressor):
     """Scores that keep only the forced set (prunable tokens never win)."""
 
-    def prunable_scores(self, ctx: RenderedContext) -> torch.Tensor:
-        return torch.full((len(ctx),), -1e18, dtype=torch.float64)
+    def prunable_scores(self, ctx: RenderedContext) -> list[float]:
+        """Below every protected token's score."""
+        return [-1e18] * len(ctx)
 
     def compress(self, ctx: RenderedContext, budget: int,
                  should_abort: Optional[Callable[[], bool]] = None) -> Compressed:
@@ -181,6 +178,8 @@ class ErecapPromptCompressor(Compressor):
                  should_abort: Optional[Callable[[], bool]] = None) -> Compressed:
         """Run the scorer model up to its last pruning layer with budget B and protected tokens (CallAborted
         once `should_abort()` is true, checked before every layer)."""
+        import torch  # heavy: the scorer is a local model
+
         n = len(ctx)
         if budget >= n:
             return Compressed(list(range(n)), list(ctx.token_ids), n)
@@ -198,8 +197,8 @@ def make_compressor(name: str, schedule: Optional[PruneSchedule] = None, scorer=
     """A compressor by name: none, random, recency, summary, erecap (needs `scorer`)."""
     if name == "erecap":
         if scorer is None:
-            raise ValueError("the erecap compressor needs a scorer model")
+            raise ConfigError("compressor", "the erecap compressor needs a scorer model")
         return ErecapPromptCompressor(scorer, schedule)
     if name not in BASELINES:
-        raise ValueError(f"unknown compressor '{name}' (known: erecap, {', '.join(BASELINES)})")
+        raise ConfigError("compressor", f"unknown compressor '{name}' (known: erecap, {', '.join(BASELINES)})")
     return BASELINES[name](schedule)

@@ -24,7 +24,7 @@ from brace_memory.system import check_modules
 from .compressors import BASELINES
 from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextLimits
 from .precision import DECODE_WEIGHTS, DTYPES
-from .server_call_path import ENDPOINTS, STRUCTURED_OUTPUTS
+from .server_backend import ENDPOINTS, STRUCTURED_OUTPUTS
 
 BACKENDS = ("local", "openai")
 """local: the model runs in the planner process; openai: an OpenAI-compatible server runs it."""

@@ -1,33 +1,37 @@
 """Build the call path a PlannerConfig names: the in-process model, or a planner server with local compression.
 
-Every failure is a ConfigError naming the parameter to fix (the node reports it at configure).
+Every failure is a ConfigError naming the parameter to fix (the node reports it at configure). Only the in-process
+branch (and prompt-level E-RECAP, whose scorer is a local model) imports torch.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional
 
 from brace_common.action_schema import ActionSchema
+from brace_common.backoff import Backoff
 from brace_common.config import ConfigError, resolve_path
 from brace_common.session_graph import Embedder
 from brace_memory.rag import load_passages
 from brace_memory.store import MemoryStore, StoreError
 from brace_memory.system import MemorySystem
 
-from .call_path import PlannerCallPath
+from .call_path import CallOptions, CallPath
+from .candidates import CandidateLimit
+from .compressors import make_compressor
 from .config import PlannerConfig
 from .memory_phase import MemoryUse
 from .memory_summariser import ChatSummariser
+from .models import resolve_model_path
 from .openai_client import OpenAIClient
-from .predictor import PredictorBank, PredictorMismatchError
-from .pruning import PruneSchedule, table8_layers
-from .scoring import CandidateLimit
-from .server_call_path import Backoff, ServerCallPath
+from .prune_schedule import PruneSchedule, table8_layers
+from .server_backend import ServerBackend
+from .tokenizer_file import TokenizerFile
 
-CallPath = Union[PlannerCallPath, ServerCallPath]
-
+if TYPE_CHECKING:
+    from .predictor import PredictorBank
 
 def load_schema(cfg: PlannerConfig) -> Optional[ActionSchema]:
     """The action schema `cfg` names; None when it comes from the world (WorldInfo)."""
@@ -42,18 +46,14 @@ def load_schema(cfg: PlannerConfig) -> Optional[ActionSchema]:
 
 def load_local_model(cfg: PlannerConfig, logger=None):
     """(model, tokenizer, precision) of `cfg.model_path` with the adapter merged."""
-    # heavy: these modules import torch; a server-backed planner never loads them
+    import torch  # heavy: only a planner that runs a model here loads torch
+
     from .models import load_model
     from .precision import resolve
 
     if cfg.torch_threads:
-        import torch  # heavy, as above
-
         torch.set_num_threads(cfg.torch_threads)   # process-wide: the planner is the process's model
-    try:
-        precision = resolve(cfg.device, cfg.dtype, cfg.decode_weights)
-    except ValueError as exc:
-        raise ConfigError("device" if "device" in str(exc) else "decode_weights", str(exc)) from None
+    precision = resolve(cfg.device, cfg.dtype, cfg.decode_weights)  # ConfigError naming the parameter
     if logger is not None:
         threads = f", {cfg.torch_threads} intra-op thread(s)" if cfg.torch_threads else ""
         logger.info(f"precision: {precision.device}, {precision.reason}{threads}")
@@ -62,7 +62,6 @@ def load_local_model(cfg: PlannerConfig, logger=None):
     except (FileNotFoundError, OSError, ValueError) as exc:
         raise ConfigError("model_path", str(exc)) from None
     if cfg.adapter_path:
-        # heavy: these modules import torch; a server-backed planner never loads them
         from .adapter import AdapterMismatchError, merge_adapter
 
         try:
@@ -73,16 +72,17 @@ def load_local_model(cfg: PlannerConfig, logger=None):
 
 
 def load_tokenizer(cfg: PlannerConfig):
-    """The tokenizer of `cfg.model_path` alone (a server backend that compresses without a scorer model)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    # heavy: torch / transformers load only when a model is built or run
-    from transformers import AutoTokenizer
-
-    # heavy: these modules import torch; a server-backed planner never loads them
-    from .models import resolve_model_path
-
+    """The tokenizer of `cfg.model_path` alone (a server backend that compresses without a scorer model): read with
+    `tokenizers` where the folder allows (no transformers, no torch), else with transformers."""
     try:
-        return AutoTokenizer.from_pretrained(resolve_model_path(cfg.model_path))
+        folder = resolve_model_path(cfg.model_path)
+        tokenizer = TokenizerFile.load(folder)
+        if tokenizer is not None:
+            return tokenizer
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from transformers import AutoTokenizer  # a tokenizer only transformers reads
+
+        return AutoTokenizer.from_pretrained(folder)
     except (FileNotFoundError, OSError, ValueError) as exc:
         raise ConfigError("model_path", str(exc)) from None
 
@@ -110,6 +110,8 @@ def prompt_scoring_schedule(schedule: PruneSchedule, layers: int) -> PruneSchedu
 
 def load_predictors(cfg: PlannerConfig, model_config, layers: tuple[int, ...], logger=None) -> PredictorBank:
     """The trained predictor `cfg` names, or an untrained one (warned)."""
+    from .predictor import PredictorBank, PredictorMismatchError  # heavy: torch
+
     if cfg.predictor_path:
         try:
             predictors = PredictorBank.load(resolve_path(cfg.predictor_path), model_config)
@@ -187,40 +189,57 @@ def build_memory(cfg: PlannerConfig, logger=None) -> MemoryUse:
     return MemoryUse(system, cfg.memory_share, cfg.recap_window)
 
 
-def build_local(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None) -> PlannerCallPath:
+def call_options(cfg: PlannerConfig) -> CallOptions:
+    """What every call of `cfg`'s call path shares."""
+    return CallOptions(compressor=cfg.compressor, max_new_tokens=cfg.max_new_tokens, system_prompt=cfg.system_prompt,
+                       layout=cfg.context_layout, max_context_tokens=cfg.max_context_tokens,
+                       plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n}, decoding=cfg.decoding,
+                       protect_blocks=cfg.protect_blocks)
+
+
+def with_schema(path: CallPath, schema: Optional[ActionSchema]) -> CallPath:
+    """`path` planning with `schema` (none yet: the world's comes later); ConfigError naming the parameter, the
+    memory system closed, when the schema does not fit the decoding."""
+    if schema is None:
+        return path
+    try:
+        path.set_schema(schema)
+    except CandidateLimit as exc:
+        path.memory.system.close()
+        raise ConfigError("action_schema_file", str(exc)) from None
+    except ValueError as exc:  # set_schema's other refusal: the decoding needs enumerated parameters
+        path.memory.system.close()
+        raise ConfigError("decoding", str(exc)) from None
+    return path
+
+
+def build_local(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None) -> CallPath:
     """The in-process call path: model, schedule, predictor (E-RECAP) and decoding of `cfg`."""
+    from .local_backend import InModelPruning, LocalBackend  # heavy: torch
+
     model, tokenizer, precision = load_local_model(cfg, logger)
     schedule = pruning_schedule(cfg, model.config.num_hidden_layers)
-    predictors = (load_predictors(cfg, model.config, schedule.layers, logger) if cfg.compressor == "erecap"
-                  else None)
-    memory = build_memory(cfg, logger)
-    try:
-        return PlannerCallPath(model, tokenizer, schema, cfg.compressor, schedule, predictors, cfg.max_new_tokens,
-                               cfg.system_prompt, protect_blocks=cfg.protect_blocks, model_name=cfg.model_path,
-                               decoding=cfg.decoding, decode_weights=precision.decode_weights,
-                               plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n},
-                               layout=cfg.context_layout, prefix_reuse=cfg.prefix_reuse,
-                               max_context_tokens=cfg.max_context_tokens, memory=memory)
-    except CandidateLimit as exc:
-        memory.system.close()
-        raise ConfigError("action_schema_file", str(exc)) from None
-    except ValueError as exc:
-        memory.system.close()
-        raise ConfigError("decoding" if "decoding" in str(exc) else "compressor", str(exc)) from None
+    options = call_options(cfg)
+    if cfg.compressor == "erecap":
+        pruning, compressor = InModelPruning(schedule, load_predictors(cfg, model.config, schedule.layers, logger)), None
+    else:
+        pruning, compressor = None, make_compressor(cfg.compressor, schedule)
+    backend = LocalBackend(model, tokenizer, options, pruning, decode_weights=precision.decode_weights,
+                           prefix_reuse=cfg.prefix_reuse)
+    backend.model_name = cfg.model_path
+    return with_schema(CallPath(backend, options, compressor, memory=build_memory(cfg, logger)), schema)
 
 
-def build_server(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None) -> ServerCallPath:
+def build_server(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None) -> CallPath:
     """The server call path: local tokenizer and compressor (E-RECAP: the local model scores), remote decoding."""
-    # heavy: these modules import torch; a server-backed planner never loads them
-    from .compressors import make_compressor
-    from .pruned_forward import ErecapModel
-
     try:
         client = OpenAIClient(cfg.server_url, os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else "",
                               cfg.connect_timeout_s)
     except ValueError as exc:
         raise ConfigError("server_url", str(exc)) from None
     if cfg.compressor == "erecap":
+        from .pruned_forward import ErecapModel  # heavy: the scorer is a local model (torch)
+
         model, tokenizer, _ = load_local_model(cfg, logger)
         full = pruning_schedule(cfg, model.config.num_hidden_layers)
         predictors = load_predictors(cfg, model.config, full.layers, logger)  # trained for the whole schedule
@@ -231,16 +250,11 @@ def build_server(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None
         tokenizer = load_tokenizer(cfg)
         compressor = make_compressor(cfg.compressor, PruneSchedule((), 1.0, cfg.head_tokens, cfg.tail_min,
                                                                    cfg.tail_frac))
-    memory = build_memory(cfg, logger)
-    try:
-        return ServerCallPath(client, cfg.server_model, tokenizer, schema, compressor, cfg.compressor, cfg.endpoint,
-                              cfg.structured_output, cfg.max_new_tokens, cfg.system_prompt,
-                              plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n},
-                              layout=cfg.context_layout, max_context_tokens=cfg.max_context_tokens,
-                              backoff=Backoff(cfg.retry_backoff_s, cfg.retry_backoff_max_s), memory=memory)
-    except CandidateLimit as exc:
-        memory.system.close()
-        raise ConfigError("action_schema_file", str(exc)) from None
+    options = call_options(cfg)
+    backend = ServerBackend(client, tokenizer, options, cfg.server_model, endpoint=cfg.endpoint,
+                            structured_output=cfg.structured_output,
+                            backoff=Backoff(cfg.retry_backoff_s, cfg.retry_backoff_max_s))
+    return with_schema(CallPath(backend, options, compressor, memory=build_memory(cfg, logger)), schema)
 
 
 def build_call_path(cfg: PlannerConfig, logger=None, schema: Optional[ActionSchema] = None) -> CallPath:
@@ -248,3 +262,13 @@ def build_call_path(cfg: PlannerConfig, logger=None, schema: Optional[ActionSche
     ConfigError naming the parameter on failure."""
     schema = schema if schema is not None else load_schema(cfg)
     return build_server(cfg, schema, logger) if cfg.backend == "openai" else build_local(cfg, schema, logger)
+
+
+def describe(cfg: PlannerConfig, path: CallPath) -> str:
+    """What `build_call_path` built, in a line (the node logs it at configure)."""
+    if cfg.backend == "openai":
+        return (f"planner server {path.backend.client.base_url} ({cfg.endpoint}, structured output "
+                f"{cfg.structured_output}), compressor '{cfg.compressor}' here (tokenizer of '{cfg.model_path}')")
+    pruned = path.backend.pruned
+    return (f"model '{cfg.model_path}' on {path.backend.device}, compressor '{cfg.compressor}', keep ratio "
+            f"{cfg.keep_ratio}, pruning layers {list(pruned.schedule.layers) if pruned else []}")

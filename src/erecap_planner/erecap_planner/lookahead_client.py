@@ -1,9 +1,6 @@
 """The planner's client of a world's Lookahead service: GiG's transition model T(s, a) for the lookahead module.
 
-A call's retrieve phase asks the world to project each candidate step from the state the agent's session graph
-holds (its episode and step); an answer later than `timeout_s`, a world without the service and a refused request
-(the state is no longer the live one) all leave the candidate out. Runs on the call's thread; the answer arrives on
-an executor thread of the node.
+A late answer, a world without the service and a refused request leave the candidate out, each counted.
 """
 
 from __future__ import annotations
@@ -18,6 +15,7 @@ from rclpy.node import Node
 
 from brace_common import names
 from brace_common.action_schema import Step
+from brace_common.counters import Counters, Health
 from brace_common.world_state import world_state_from_msg
 from brace_memory.lookahead import Projection
 
@@ -31,12 +29,14 @@ class LookaheadClient:
         self.client = node.create_client(Lookahead, names.LOOKAHEAD, callback_group=ReentrantCallbackGroup())
         self.timeout_s = timeout_s
         self.where = where
-        self.counts = {"answered": 0, "refused": 0, "late": 0, "no_service": 0, "malformed": 0}
-        self._lock = threading.Lock()
+        self.counts = Counters(("answered", "refused", "late", "no_service", "malformed"))
 
     def _count(self, outcome: str) -> None:
-        with self._lock:
-            self.counts[outcome] += 1
+        self.counts.add(outcome)
+
+    def health(self, prefix: str = "lookahead.") -> Health:
+        """The projections asked for, by outcome (values only)."""
+        return Health(self.counts.health(prefix).values)
 
     def __call__(self, agent_id: str, step: Step) -> Optional[Projection]:
         """The world's projection of `step` for the agent, or None (see the module docstring)."""

@@ -1,23 +1,7 @@
 """Which device, dtype and int8 path the planner model runs with on this machine, and why.
 
-`dtype: auto` chooses by what the hardware computes natively, never by what
-was fastest on one machine: bfloat16 on a CPU only where it has bf16
-arithmetic (AVX512-BF16 or AMX on x86, the BF16 extension with SVE on Arm) and
-PyTorch dispatches to it; on CUDA where the GPU supports bf16; float32
-otherwise. On an AVX2-only CPU a bf16 GEMM is emulated and ~50x slower than
-float32, so a bf16 setting tuned on a newer CPU made every call miss its
-deadline there.
-
-`decode_weights: auto` gives a float32 model on the CPU a float16 copy of its
-weights for decode-sized forwards (a decode step is bound by reading every
-weight once; float16 halves the bytes, with float32 accumulation and logits
-within ~1e-3); a bf16 model or a GPU decodes with the model's own weights.
-'int8' (a quarter of the bytes, dynamically quantised activations) is
-available where PyTorch's quantized engine runs, but it is lossy.
-
-PyTorch's and oneDNN's own dispatch limits (`ATEN_CPU_CAPABILITY`,
-`ONEDNN_MAX_CPU_ISA`) are respected, so an AVX2-only CPU can be approximated
-on a newer one for a measurement.
+`auto` chooses by what the hardware computes natively (bfloat16 only with native bf16 arithmetic), never by what was
+fastest on one machine; docs/planner.md says why and how to approximate an AVX2-only CPU on a newer one.
 """
 
 from __future__ import annotations
@@ -26,6 +10,8 @@ import os
 import platform
 from dataclasses import dataclass
 from typing import Optional
+
+from brace_common.config import ConfigError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DECODE_WEIGHTS = ("auto", "model", "float16", "int8")
@@ -98,12 +84,12 @@ def resolve(device: str = "auto", dtype: str = "auto", decode_weights: str = "au
 
     The keyword arguments replace what is read from the machine (tests). An
     explicit dtype is kept, with a warning in the reason when it is emulated.
-    ValueError for an unknown value, or int8 where it cannot run.
+    ConfigError (a ValueError) naming the parameter for an unknown value, or int8 where it cannot run.
     """
     if dtype not in DTYPES:
-        raise ValueError(f"dtype '{dtype}' is not one of {', '.join(DTYPES)}")
+        raise ConfigError("dtype", f"dtype '{dtype}' is not one of {', '.join(DTYPES)}")
     if decode_weights not in DECODE_WEIGHTS:
-        raise ValueError(f"decode_weights '{decode_weights}' is not one of {', '.join(DECODE_WEIGHTS)}")
+        raise ConfigError("decode_weights", f"decode_weights '{decode_weights}' is not one of {', '.join(DECODE_WEIGHTS)}")
     if cuda_available is None or (cuda_bf16 is None and device != "cpu"):
         # heavy: torch / transformers load only when a model is built or run
         import torch
@@ -114,7 +100,7 @@ def resolve(device: str = "auto", dtype: str = "auto", decode_weights: str = "au
     if device == "auto":
         device = "cuda" if cuda_available else "cpu"
     elif device.startswith("cuda") and not cuda_available:
-        raise ValueError(f"device '{device}' asked for, but this PyTorch sees no CUDA GPU "
+        raise ConfigError("device", f"device '{device}' asked for, but this PyTorch sees no CUDA GPU "
                          f"(torch.cuda.is_available() is false; use 'auto' or 'cpu')")
     on_cpu = device == "cpu"
     reasons = []
@@ -144,12 +130,12 @@ def resolve(device: str = "auto", dtype: str = "auto", decode_weights: str = "au
         reasons.append(f"decode_weights {decode_weights} as configured")
     if decode_weights == "int8":
         if not on_cpu:
-            raise ValueError(f"decode_weights 'int8' runs on the CPU only (device is {device})")
+            raise ConfigError("decode_weights", f"decode_weights 'int8' runs on the CPU only (device is {device})")
         if int8_runs is None:
             # heavy: transformer imports torch
             from .transformer import int8_available
 
             int8_runs = int8_available()
         if not int8_runs[0]:
-            raise ValueError(f"decode_weights 'int8' cannot run here: {int8_runs[1]}")
+            raise ConfigError("decode_weights", f"decode_weights 'int8' cannot run here: {int8_runs[1]}")
     return Precision(device, dtype, decode_weights, "; ".join(reasons))

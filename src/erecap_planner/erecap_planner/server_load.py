@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
-from .openai_client import OpenAIClient, ServerError
+from brace_common.counters import Counters, Health
+
+from .openai_client import REASONS, OpenAIClient, ServerError
 
 LOAD_GAUGES: dict[str, tuple[str, str]] = {
     "llama.cpp": ("llamacpp:requests_processing", "llamacpp:requests_deferred"),
@@ -90,7 +91,7 @@ class ServerLoadProbe:
         self.client = client
         self.timeout_s = timeout_s
         self.reports: Optional[bool] = None  # None: not asked yet; False: the server publishes no load gauges
-        self.counts: Counter[str] = Counter()  # server_load.<reason> failures, server_load.readings
+        self.counts = Counters([f"server_load.{r}" for r in REASONS] + ["server_load.readings", "server_load.no_gauges"])
         self._lock = threading.Lock()
 
     def read(self) -> Optional[ServerLoad]:
@@ -99,7 +100,7 @@ class ServerLoadProbe:
             text = self.client.get_text(METRICS_PATH, time.monotonic() + self.timeout_s)
         except ServerError as exc:
             with self._lock:
-                self.counts[f"server_load.{exc.reason}"] += 1
+                self.counts[f"server_load.{exc.reason}"] += 1  # under the probe's lock
                 if exc.status in (404, 501):  # the server answered: it has no metrics endpoint
                     self.reports = False
             return None
@@ -109,7 +110,8 @@ class ServerLoadProbe:
             self.counts["server_load.readings" if load is not None else "server_load.no_gauges"] += 1
         return load
 
-    def snapshot(self) -> dict[str, int]:
-        """The counts now (a copy: the probe's thread may add to them meanwhile)."""
+    def health(self, prefix: str = "server_load.") -> Health:
+        """Whether the server reports its load, the readings and the failures by reason (those counted, as values)."""
         with self._lock:
-            return dict(self.counts)
+            counts = {k: v for k, v in sorted(self.counts.items()) if v}
+        return Health({f"{prefix}reported": self.reports, **counts})

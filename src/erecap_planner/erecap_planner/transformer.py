@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from .architecture import SUPPORTED_MODEL_TYPES, Architecture, architecture
+from .call_aborted import CallAborted
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "Architecture", "CallAborted", "DecoderStack", "ForwardOut", "KVCache",
            "int8_available"]
@@ -54,10 +55,6 @@ INT8_MAX_TOKENS = 32
 """Forwards of at most this many new tokens read int8 weights."""
 CHUNK_TOKENS = 512
 """A forward that may be aborted runs a layer over a longer prompt in chunks of this many tokens, checking between."""
-
-
-class CallAborted(RuntimeError):
-    """A forward was stopped between layers (deadline passed or call cancelled)."""
 
 
 class KVCache:

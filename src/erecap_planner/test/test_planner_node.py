@@ -75,7 +75,7 @@ def start(ros, node: ErecapPlannerNode) -> Client:
                                             kind="observation", text=f"shelf {t} checked, aisle clear"))
     client.context_pub.publish(ContextEntry(agent_id="a", step=0, block=ContextEntry.BLOCK_TASK, text="fetch cup_3"))
     client.context_pub.publish(ContextEntry(agent_id="", step=0, block=ContextEntry.BLOCK_HISTORY, text="bad"))
-    wait_for(lambda: node.counts["context_entries"] == 41 and node.counts["malformed_context"] == 1,
+    wait_for(lambda: node.intake.counts["context_entries"] == 41 and node.intake.counts["malformed_context"] == 1,
              what="context entries")
     return client
 
@@ -171,7 +171,7 @@ def test_waiting_calls_are_served_earliest_deadline_first(ros, model_dir):
     node = planner(model_dir, max_new_tokens=4000, compressor="none")
     client = start(ros, node)
     running = client.send(agent_id="a", decision_id="long")
-    wait_for(lambda: node.queue.running is not None, what="the long call to start")
+    wait_for(lambda: node.service.queue.running is not None, what="the long call to start")
     handles = {
         "b_old": client.send(agent_id="b", decision_id="b_old", slo_ms=50_000.0),
         "c": client.send(agent_id="c", decision_id="c", slo_ms=2_000.0, hard_deadline_ms=5_000.0),
@@ -181,7 +181,7 @@ def test_waiting_calls_are_served_earliest_deadline_first(ros, model_dir):
     assert all(h.accepted for h in handles.values())
     results = {name: h.get_result_async() for name, h in handles.items()}
     wait_for(lambda: results["b_old"].done() and results["d"].done(), timeout=30, what="unserved answers")
-    assert node.queue.running is not None and node.queue.running.agent_id == "a"  # answered while a still runs
+    assert node.service.queue.running is not None and node.service.queue.running.agent_id == "a"  # answered while a still runs
     b_old, d = results["b_old"].result().result.call, results["d"].result().result.call
     assert b_old.status == ReplanCall.STATUS_CANCELLED and "superseded" in b_old.error
     assert d.status == ReplanCall.STATUS_DEADLINE and "waiting" in d.error and d.latency_ms >= 300.0
@@ -193,7 +193,7 @@ def test_waiting_calls_are_served_earliest_deadline_first(ros, model_dir):
     assert all(c.latency_ms <= c.hard_deadline_ms + 1000.0 for c in client.calls)  # none outlived its deadline
     c_call = results["c"].result().result.call
     assert c_call.phases[0].phase == "queue" and c_call.phases[0].duration_ms > 0.0
-    assert node.queue.counts == {"superseded": 1, "expired_waiting": 1, "cancelled_waiting": 0}
+    assert node.service.queue.counts == {"superseded": 1, "expired_waiting": 1, "cancelled_waiting": 0}
 
 
 def test_latency_runs_from_when_the_goal_was_sent(ros, model_dir):
@@ -234,14 +234,14 @@ def test_a_protected_flood_is_bounded_as_it_arrives_and_no_call_outlives_its_dea
     for i in range(300):
         client.context_pub.publish(ContextEntry(agent_id="a", step=100 + i, block=ContextEntry.BLOCK_TASK,
                                                 kind="task", text=f"task {i:03d} " + "x" * 7_991))
-    wait_for(lambda: node.counts["context_entries"] + _lost(node) >= 341, timeout=60, what="the flood taken")
+    wait_for(lambda: node.intake.counts["context_entries"] + _lost(node) >= 341, timeout=60, what="the flood taken")
     limits = node.config.context_limits()
-    with node.buffer_lock:
-        tasks = [e for e in node.buffer.task if e.agent_id == "a"]
-        held_chars, dropped = node.buffer.chars, dict(node.buffer.dropped_by)
+    with node.intake.lock:
+        tasks = [e for e in node.intake.buffer.task if e.agent_id == "a"]
+        held_chars, dropped = node.intake.buffer.chars, dict(node.intake.buffer.dropped_by)
     assert sum(len(e.text) for e in tasks) <= limits.block_chars and held_chars <= limits.total_chars
     assert tasks[-1].text.startswith("task 299")  # the newest stay, the oldest yielded and were counted
-    assert dropped["block_chars"] == node.counts["context_entries"] - 41 - len(tasks) + 1  # + the small task
+    assert dropped["block_chars"] == node.intake.counts["context_entries"] - 41 - len(tasks) + 1  # + the small task
     handle = client.send(hard_deadline_ms=1_500.0, slo_ms=1_000.0, token_budget=384)
     result_future = handle.get_result_async()
     wait_for(result_future.done, timeout=60, what="result")
@@ -260,12 +260,12 @@ def test_a_context_burst_is_taken_or_counted_entry_by_entry(ros, model_dir):
     for i in range(burst):
         client.context_pub.publish(ContextEntry(agent_id="b", step=1_000 + i, block=ContextEntry.BLOCK_HISTORY,
                                                 kind="observation", text=f"burst {i}"))
-    taken = lambda: node.counts["context_entries"] + node.counts["malformed_context"]  # noqa: E731
+    taken = lambda: node.intake.counts["context_entries"] + node.intake.counts["malformed_context"]  # noqa: E731
     wait_for(lambda: taken() + _lost(node) >= 42 + burst, timeout=60, what="every burst entry taken or counted")
     assert taken() + node.inputs.counts["lost.context.sequence_gap"] == 42 + burst
     client.context_pub.publish(ContextEntry(agent_id="b", step=99_999, block=ContextEntry.BLOCK_HISTORY,
                                             kind="observation", text="after the burst"))
-    wait_for(lambda: node.buffer.history[-1].text == "after the burst", what="the writer's next entry")
+    wait_for(lambda: node.intake.buffer.history[-1].text == "after the burst", what="the writer's next entry")
 
 
 def test_context_of_the_previous_episode_arriving_after_the_start_is_dropped_and_counted(ros, model_dir):
@@ -279,7 +279,7 @@ def test_context_of_the_previous_episode_arriving_after_the_start_is_dropped_and
     episode = Episode(episode=1, event=EpisodeEvent.START.value)
     episode.header.stamp = start_stamp.to_msg()
     episodes.publish(episode)
-    wait_for(lambda: node.episode_start_s > 0, what="the episode start")
+    wait_for(lambda: node.intake.episode_start_s > 0, what="the episode start")
     late = [(start_stamp - Duration(seconds=0.5), 41, "late: before the start"),
             (start_stamp, 42, "late: at the start instant, step 42"),
             (start_stamp, 0, "new: the first step"),
@@ -288,10 +288,11 @@ def test_context_of_the_previous_episode_arriving_after_the_start_is_dropped_and
         entry = ContextEntry(agent_id="a", step=step, block=Block.HISTORY.value, kind="observation", text=text)
         entry.header.stamp = stamp.to_msg()
         client.context_pub.publish(entry)
-    wait_for(lambda: node.counts["stale_context"] + node.counts["context_entries"] >= 41 + len(late), what="entries")
-    assert node.counts["stale_context"] == 2
-    with node.buffer_lock:  # start()'s entries are unstamped: taken as they come
-        held = [e.text for e in node.buffer.history if e.text.startswith(("late", "new"))]
+    wait_for(lambda: node.intake.counts["stale_context"] + node.intake.counts["context_entries"] >= 41 + len(late),
+             what="entries")
+    assert node.intake.counts["stale_context"] == 2
+    with node.intake.lock:  # start()'s entries are unstamped: taken as they come
+        held = [e.text for e in node.intake.buffer.history if e.text.startswith(("late", "new"))]
     assert held == ["new: the first step", "new: after the start"]
 
 def test_with_no_schema_file_the_planner_plans_with_the_schema_the_world_publishes(ros, model_dir):
@@ -300,7 +301,7 @@ def test_with_no_schema_file_the_planner_plans_with_the_schema_the_world_publish
     unanswered = client.send(hard_deadline_ms=300.0)  # no world has said what its agents may call
     result_future = unanswered.get_result_async()
     wait_for(result_future.done, timeout=60, what="a call without a schema answered at its deadline")
-    assert result_future.result().result.call.error == NO_SCHEMA and node.counts["calls_waited_for_schema"] == 1
+    assert result_future.result().result.call.error == NO_SCHEMA and node.service.counts["calls_waited_for_schema"] == 1
     early = client.send()  # waits for the schema the world is about to publish
 
     world = ros.add(Node("world"))
@@ -309,7 +310,7 @@ def test_with_no_schema_file_the_planner_plans_with_the_schema_the_world_publish
     def announce(episode: int, schema: dict) -> None:
         info.publish(WorldInfo(world="tiny", episode=episode, agents=["a", "b"],
                                action_schema_json=json.dumps(schema)))
-        wait_for(lambda: node.counts["schema_updates"] == episode + 1, what=f"the schema of episode {episode}")
+        wait_for(lambda: node.world.counts["schema_updates"] == episode + 1, what=f"the schema of episode {episode}")
 
     def plan() -> list[tuple[str, dict]]:
         handle = client.send()
@@ -324,7 +325,7 @@ def test_with_no_schema_file_the_planner_plans_with_the_schema_the_world_publish
     result_future = early.get_result_async()
     wait_for(result_future.done, timeout=60, what="the waiting call served")
     assert result_future.result().result.call.status == ReplanCall.STATUS_OK
-    assert node.counts["calls_waited_for_schema"] == 2
+    assert node.service.counts["calls_waited_for_schema"] == 2
     [(action, parameters)] = plan()  # validated against the world's schema: one of its calls
     assert action == "go_to" and parameters["target"] in ("dock_1", "dock_2")
     announce(1, {"max_steps": 2, "actions": {"hover": {"seconds": {"type": "number", "choices": [2.0]}}}})
@@ -353,13 +354,13 @@ def test_a_hostile_world_info_is_refused_counted_and_the_planner_plans_on(ros, m
     info = world.create_publisher(WorldInfo, "/brace/world_info", qos.WORLD_INFO)
     good = json.dumps({"max_steps": 1, "actions": {"go_to": {"target": {"choices": ["dock_1", "dock_2"]}}}})
     info.publish(WorldInfo(world="tiny", episode=0, agents=["a"], action_schema_json=good))
-    wait_for(lambda: node.counts["schema_updates"] == 1, what="the world's schema")
+    wait_for(lambda: node.world.counts["schema_updates"] == 1, what="the world's schema")
     before = node.rejections.total  # start()'s malformed context entry
     for episode, (text, reason) in enumerate(HOSTILE_SCHEMAS, start=1):
         info.publish(WorldInfo(world="tiny", episode=episode, agents=["a"], action_schema_json=text))
         wait_for(lambda episode=episode: node.rejections.total == before + episode, what=f"schema {episode} refused")
         assert node.rejections.counts[f"world_info.{reason}"] >= 1, node.rejections.counts
-    assert node.counts["schema_updates"] == 1
+    assert node.world.counts["schema_updates"] == 1
     result_future = client.send().get_result_async()
     wait_for(result_future.done, timeout=60, what="result")
     result = result_future.result().result
@@ -395,8 +396,8 @@ def test_memory_modules_learn_from_outcomes_and_their_lines_fit_inside_the_budge
     assert 0 < retrieve.tokens_out <= 300 and call.tokens_after <= 600
     _, retrieve = call_and_retrieve(client, token_budget=600, memory_off=True)  # the controller switched it off
     assert retrieve.tokens_out == 0
-    with node.buffer_lock:  # a's history up to step 40 is folded into its record; the window keeps 4 of b's
-        history = dict(call_blocks(node.buffer, "recap", node.call_path.memory))[Block.HISTORY]
+    with node.intake.lock:  # a's history up to step 40 is folded into its record; the window keeps 4 of b's
+        history = dict(call_blocks(node.intake.buffer, "recap", node.call_path.memory))[Block.HISTORY]
     assert [e.agent_id for e in history] == ["b"] * 4
     # The store is a file: a new planner process reads what this one learned.
     node.trigger_cleanup()
@@ -469,15 +470,15 @@ def test_a_plans_memory_writes_leave_the_plan_for_reflective_memory(ros, model_d
         steps = server.requests[0]["body"]["response_format"]["json_schema"]["schema"]["properties"]["plan"]
         assert "store_memory" in [s["properties"]["action"]["const"] for s in steps["items"]["anyOf"]]
         (record,) = node.memory().store.records("a", "note")
-        assert record.fields["text"] == note and node.counts["memory_writes"] == 1
+        assert record.fields["text"] == note and node.service.counts["memory_writes"] == 1
         server.text = json.dumps({"plan": [{"action": "store_memory", "parameters": {"text": "cup_3 is wet"}}]})
         result_future = client.send(token_budget=600).get_result_async()
         wait_for(result_future.done, timeout=60, what="result")
         result = result_future.result().result
     assert note in server.requests[1]["body"]["prompt"]  # retrieved into the next call, inside its budget
     assert result.call.status == ReplanCall.STATUS_PLANNER_ERROR and "only_memory_writes" in result.call.error
-    assert list(result.plan.steps) == [] and node.counts["memory_writes"] == 2
-    assert node.counts["status.planner_error"] == 1
+    assert list(result.plan.steps) == [] and node.service.counts["memory_writes"] == 2
+    assert node.service.counts["status.planner_error"] == 1
 
 
 def test_a_world_schema_gains_store_memory_only_with_memory_write_and_a_clash_is_refused():
@@ -513,7 +514,7 @@ def test_gig_memory_reads_world_states_loop_warnings_reach_the_prompt_and_succes
         for step, x in enumerate([0, 1, 0]):
             states.publish(robot_state(step, x))
         system = node.memory()
-        wait_for(lambda: system.graphs.loop_now("a") is not None and node.counts["malformed_world_states"] == 1,
+        wait_for(lambda: system.graphs.loop_now("a") is not None and node.intake.counts["malformed_world_states"] == 1,
                  what="the loop in a's session graph, the malformed state counted")
         result_future = client.send(token_budget=600).get_result_async()
         wait_for(result_future.done, timeout=60, what="result")

@@ -20,12 +20,14 @@ from test_plan_parser import SCHEMA
 from test_planner_node import Client, planner, start
 
 from brace_common import qos
+from brace_common.backoff import Backoff
+from brace_common.counters import Counters
 from brace_common.testing import wait_for
 from brace_common.vocabulary import CallStatus
 from brace_memory.episodic import record_line
 from brace_memory.summary import summary_fields
 from brace_memory.system import MemorySystem
-from erecap_planner.call_path import CallRequest
+from erecap_planner.call_path import CallOptions, CallPath, CallRequest
 from erecap_planner.compressors import make_compressor
 from erecap_planner.local_server import LocalServer, free_port
 from erecap_planner.memory_summariser import ChatSummariser
@@ -33,7 +35,7 @@ from erecap_planner.models import SMOLLM2, resolve_model_path
 from erecap_planner.openai_client import OpenAIClient
 from erecap_planner.openai_fault_server import FaultServer
 from erecap_planner.pruning import table8_layers
-from erecap_planner.server_call_path import Backoff, ServerCallPath
+from erecap_planner.server_backend import ServerBackend
 
 SERVER_START_S = 240.0  # model load on a busy 2-core machine; the fixture fails past it, with the server's log
 
@@ -57,12 +59,14 @@ def tokenizer(folder):
     return AutoTokenizer.from_pretrained(folder)
 
 
-def call_path(url: str, tokenizer, endpoint: str = "completions", **kw) -> ServerCallPath:
-    return ServerCallPath(OpenAIClient(url), "", tokenizer, SCHEMA, make_compressor("recency"), "recency", endpoint,
-                          max_new_tokens=kw.pop("max_new_tokens", 24), backoff=Backoff(0.05, 0.5), **kw)
+def call_path(url: str, tokenizer, endpoint: str = "completions", max_new_tokens: int = 24, memory=None,
+              **options) -> CallPath:
+    opts = CallOptions("recency", max_new_tokens, **options)
+    backend = ServerBackend(OpenAIClient(url), tokenizer, opts, endpoint=endpoint, backoff=Backoff(0.05, 0.5))
+    return CallPath(backend, opts, make_compressor("recency"), SCHEMA, memory)
 
 
-def call(path: ServerCallPath, budget: int = 100_000, deadline_ms: float = 60_000.0, **kw):
+def call(path: CallPath, budget: int = 100_000, deadline_ms: float = 60_000.0, **kw):
     return path.run(buffer(20), CallRequest("a", budget, deadline_ms / 2, deadline_ms), **kw)
 
 
@@ -128,10 +132,10 @@ def test_the_server_killed_mid_call(folder, tokenizer, tmp_path):
         out = call(path, on_phase=lambda phase, ms: answered.set() if phase == "decode" else None)
         killer.join()
         assert out.status == CallStatus.UNAVAILABLE and not out.steps, out.error
-        assert any(path.counts[f"server.{r}"] for r in ("connection_lost", "truncated")), dict(path.counts)
+        assert any(path.backend.counts[f"server.{r}"] for r in ("connection_lost", "truncated")), dict(path.backend.counts)
         down = call(path, deadline_ms=1500.0)
         assert down.status in (CallStatus.UNAVAILABLE, CallStatus.DEADLINE)
-        assert path.counts["server.connection_refused"] >= 1
+        assert path.backend.counts["server.connection_refused"] >= 1
     finally:
         server.stop()
 
@@ -150,7 +154,7 @@ def test_node_serves_replan_goals_through_the_server(ros, served):
     assert [p.phase for p in call.phases] == ["queue", "context_compress", "retrieve", "request", "first_token",
                                               "decode", "parse"]
     assert call.tokens_after <= 256 and call.server_prompt_tokens > 0 and call.server_completion_tokens > 0
-    assert call.model == node.call_path.server_model == ""  # transformers serve is pinned to its model
+    assert call.model == node.call_path.backend.server_model == ""  # transformers serve is pinned to its model
     wait_for(lambda: len(client.calls) == 1, what="record on /brace/replan_calls")
     assert "first_token" in client.feedback and "decode" in client.feedback
 
@@ -166,10 +170,10 @@ def test_node_serves_only_once_the_server_answers(ros):
     client = ros.add(Client())
     time.sleep(1.0)
     assert not client.action.server_is_ready() and node.action_server is None
-    assert not node.server.answered and "connection_refused" in node.server.error
+    assert not node.watch.probe.answered and "connection_refused" in node.watch.probe.error
     with FaultServer(port=port) as server:
         wait_for(client.action.server_is_ready, what="Replan server once the planner server answers")
-        assert node.call_path.server_model == "scripted-model"  # the first model the server lists
+        assert node.call_path.backend.server_model == "scripted-model"  # the first model the server lists
         handle = client.send()
         result_future = handle.get_result_async()
         wait_for(result_future.done, timeout=30, what="result")
@@ -206,20 +210,23 @@ def test_a_plan_naming_an_id_spelled_another_way_is_respelled_counted_and_record
     assert call.status == ReplanCall.STATUS_OK and not call.error, call.error
     assert [(s.action, json.loads(s.parameters_json)) for s in plan.steps] == [("move_to", {"target": "shelf_3"})]
     wait_for(lambda: len(client.calls) == 1, what="the call's record on replan_calls")
-    assert node.counts["respelled_values"] == 1 and node.counts["status.ok"] == 1 and node.counts["calls"] == 1
+    counts = node.service.counts
+    assert counts["respelled_values"] == 1 and counts["status.ok"] == 1 and counts["calls"] == 1
 
 
 def test_a_failure_in_the_bookkeeping_keeps_the_plan_and_says_so_in_the_record(ros, tmp_path):
     with FaultServer(text=RESPELLED_PLAN) as server:
         node, client = respelling_planner(ros, server, tmp_path)
-        del node.counts["respelled_values"]  # the defect this guards against: a counter nobody declared
+        # the defect this guards against: a counter nobody declared (Counters raises KeyError, as a dict did)
+        declared = node.service.counts
+        node.service.counts = Counters([k for k in declared if k != "respelled_values"])
         answer = result_of(client)
     assert answer.status == GoalStatus.STATUS_SUCCEEDED
     call, plan = answer.result.call, answer.result.plan
     assert call.status == ReplanCall.STATUS_OK and [s.action for s in plan.steps] == ["move_to"]
     assert call.error.startswith("internal_error after the plan was validated: KeyError"), call.error
     wait_for(lambda: len(client.calls) == 1, what="the call's record on replan_calls")
-    assert node.counts["internal_errors"] == 1 and "KeyError" in node.last_internal_error
+    assert node.service.counts["internal_errors"] == 1 and "KeyError" in node.service.last_internal_error
 
 
 def test_an_exception_in_a_call_ends_the_goal_with_a_record_saying_why(ros, tmp_path, monkeypatch):
@@ -243,7 +250,7 @@ def test_an_exception_in_a_call_ends_the_goal_with_a_record_saying_why(ros, tmp_
         assert call.status == ReplanCall.STATUS_PLANNER_ERROR, call.status
         assert call.error == "internal_error: RuntimeError: the call path broke", call.error
         wait_for(lambda: len(client.calls) == 1, what="the call's record on replan_calls")
-        assert node.counts["internal_errors"] == 1 and node.counts["status.planner_error"] == 1
+        assert node.service.counts["internal_errors"] == 1 and node.service.counts["status.planner_error"] == 1
         wait_for(lambda: any("internal error" in e for e in errors), what="diagnostics ERROR naming it")
         monkeypatch.undo()  # the queue was released: the next call runs
         again = result_of(client, decision_id="d2")
@@ -269,7 +276,7 @@ def test_node_publishes_the_servers_load_with_its_own_requests(ros):
                  "the server")
         wait_for(result_future.done, timeout=30, what="result")
         wait_for(lambda: loads[-1].own_requests == 0, what="our request no longer at the server")
-        assert node.load_probe.counts["server_load.readings"] >= 3
+        assert node.watch.load_probe.counts["server_load.readings"] >= 3
 
 
 def test_a_server_without_load_gauges_is_asked_once(ros):
@@ -281,10 +288,10 @@ def test_a_server_without_load_gauges_is_asked_once(ros):
         client = start(ros, node)
         loads: list[ServerLoad] = []
         client.create_subscription(ServerLoad, "/brace/server_load", loads.append, qos.STATE)
-        wait_for(lambda: node.load_probe.reports is False, what="the probe's verdict")
+        wait_for(lambda: node.watch.load_probe.reports is False, what="the probe's verdict")
         result_future = client.send().get_result_async()  # calls go on regardless
         wait_for(result_future.done, timeout=30, what="result")
-        assert node.load_probe.counts["server_load.http_error"] == 1
+        assert node.watch.load_probe.counts["server_load.http_error"] == 1
         assert all(not m.reported for m in loads)
 
 

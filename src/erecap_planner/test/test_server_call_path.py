@@ -13,22 +13,26 @@ from test_context import buffer
 from test_plan_parser import SCHEMA
 
 from brace_common.action_schema import ActionSchema
+from brace_common.backoff import Backoff
 from brace_common.vocabulary import CallStatus
-from erecap_planner.call_path import CallRequest
+from erecap_planner.call_path import CallOptions, CallPath, CallRequest
 from erecap_planner.compressors import make_compressor
 from erecap_planner.openai_client import OpenAIClient, ServerError, parse_retry_after
 from erecap_planner.openai_fault_server import PLAN, FaultServer
 from erecap_planner.plan_parser import parse_plan
-from erecap_planner.server_call_path import Backoff, ServerCallPath
+from erecap_planner.server_backend import ServerBackend
 from erecap_planner.testing import byte_tokenizer
 
 SERVER_PHASES = ["context_compress", "retrieve", "request", "first_token", "decode", "parse"]
 
 
-def server_path(url: str, compressor: str = "recency", **kw) -> ServerCallPath:
-    kw.setdefault("backoff", Backoff(0.05, 0.2))
-    return ServerCallPath(OpenAIClient(url, kw.pop("api_key", "")), kw.pop("server_model", ""), byte_tokenizer(),
-                          SCHEMA, make_compressor(compressor), compressor, **kw)
+def server_path(url: str, compressor: str = "recency", api_key: str = "", server_model: str = "",
+                endpoint: str = "chat", structured_output: str = "none", backoff: Backoff | None = None,
+                memory=None, **options) -> CallPath:
+    opts = CallOptions(compressor, **options)
+    backend = ServerBackend(OpenAIClient(url, api_key), byte_tokenizer(), opts, server_model, endpoint=endpoint,
+                            structured_output=structured_output, backoff=backoff or Backoff(0.05, 0.2))
+    return CallPath(backend, opts, make_compressor(compressor), SCHEMA, memory)
 
 
 def request(budget: int = 400, deadline_ms: float = 10_000.0) -> CallRequest:
@@ -96,7 +100,7 @@ def test_the_api_key_is_a_bearer_token_and_never_shown():
         out = path.run(buffer(5), request())
     assert server.requests[0]["headers"]["Authorization"] == "Bearer sk-secret-123"
     assert out.status == CallStatus.UNAVAILABLE and "HTTP 400" in out.error
-    assert "sk-secret" not in out.error and "sk-secret" not in repr(path.client)
+    assert "sk-secret" not in out.error and "sk-secret" not in repr(path.backend.client)
 
 
 @pytest.mark.parametrize("fault, reason", [("garbage", "not_json"), ("not_json", "not_json"),
@@ -107,7 +111,7 @@ def test_broken_replies_end_unavailable_and_counted(fault, reason):
         path = server_path(server.base_url)
         out = path.run(buffer(5), request(deadline_ms=30_000))   # every fault ends its reply at once
     assert out.status == CallStatus.UNAVAILABLE and out.steps == [] and reason in out.error
-    assert path.counts[f"server.{reason}"] >= 1
+    assert path.backend.counts[f"server.{reason}"] >= 1
     assert [p.phase for p in out.phases][-1] == "request"
 
 
@@ -133,8 +137,8 @@ def test_rate_limiting_honours_retry_after_then_succeeds():
         took = time.monotonic() - started
     assert out.status == CallStatus.OK, out.error
     assert len(server.requests) == 3 and took >= 0.3
-    assert path.counts["server.rate_limited"] == 1 and path.counts["server.server_error"] == 1
-    assert path.counts["server.retries"] == 2
+    assert path.backend.counts["server.rate_limited"] == 1 and path.backend.counts["server.server_error"] == 1
+    assert path.backend.counts["server.retries"] == 2
     assert out.phases[2].phase == "request" and out.phases[2].duration_ms >= 300
 
 
@@ -153,9 +157,9 @@ def test_connection_refused_backs_off_until_the_deadline_then_unavailable():
     path = server_path(url)  # nothing listens there any more
     out = path.run(buffer(5), request(deadline_ms=600))
     assert out.status in (CallStatus.UNAVAILABLE, CallStatus.DEADLINE) and out.steps == []
-    assert path.counts["server.connection_refused"] >= 2  # retried with backoff
+    assert path.backend.counts["server.connection_refused"] >= 2  # retried with backoff
     # the next call waits for the shared backoff instead of hammering a dead server
-    assert path.backoff.not_before > 0
+    assert path.backend.backoff.not_before > 0
 
 
 def test_a_slow_server_is_cut_at_the_hard_deadline():

@@ -1,0 +1,149 @@
+"""The in-process backend: the model's prefill (in-model E-RECAP prunes there) and decode, behind call_path.Backend.
+
+Imports torch: only an in-process planner loads this module. `PlannerCallPath` builds a CallPath on it from the
+model and its parts (the form training and bench scripts use).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from brace_common.action_schema import ActionSchema
+from brace_common.counters import Health
+from brace_common.vocabulary import Decoding, Phase
+
+from .call_aborted import CallAborted
+from .call_path import CallOptions, CallOutcome, CallPath, CallRequest, Generated, Prompt, SchemaUse, json_object_closed
+from .compressors import make_compressor
+from .context import DEFAULT_SYSTEM_PROMPT
+from .memory_phase import MemoryUse
+from .phase_clock import PhaseClock
+from .predictor import PredictorBank
+from .prefix_cache import PrefixCache
+from .pruned_forward import ErecapModel
+from .pruning import PruneSchedule
+from .scoring import best_step
+from .transformer import DecoderStack
+
+
+@dataclass(frozen=True)
+class InModelPruning:
+    """In-model E-RECAP: where the prefill prunes and the predictors that score the tokens there."""
+
+    schedule: PruneSchedule
+    predictors: PredictorBank
+
+
+class LocalBackend:
+    """One transformers model in this process: prefill (pruned with `pruning` when given) and decode."""
+
+    name = "local"
+
+    def __init__(self, model, tokenizer, options: CallOptions, pruning: Optional[InModelPruning] = None, *,
+                 decode_weights: str = "model", prefix_reuse: bool = False) -> None:
+        self.tokenizer = tokenizer
+        self.options = options
+        self.decoding = Decoding(options.decoding)
+        self.model_name = getattr(model.config, "_name_or_path", "") or model.config.model_type  # the ReplanCall's
+        self.stack = DecoderStack(model, packed=True, decode_weights=decode_weights)
+        self.plain = ErecapModel(model, stack=self.stack)
+        self.pruned = (ErecapModel(model, pruning.schedule, pruning.predictors, stack=self.stack)
+                       if pruning is not None else None)
+        self.prefix = PrefixCache() if prefix_reuse else None
+        configured = getattr(model.generation_config, "eos_token_id", None)
+        configured = configured if isinstance(configured, (list, tuple)) else [configured]
+        self.eos_ids = tuple(sorted({int(e) for e in [tokenizer.eos_token_id, *configured] if e is not None}))
+
+    def health(self) -> Health:
+        """The model's dtypes, the context layout and, with prefix reuse, how much of the prompts it reused."""
+        values = {"backend": self.name, "dtype": str(self.stack.dtype).replace("torch.", ""),
+                  "decode_weights": self.stack.decode_weights, "context_layout": self.options.layout}
+        if self.prefix is not None:
+            stats = self.prefix.stats
+            values.update({"prefix.hit_rate": round(stats.hit_rate, 3), "prefix.reused_share":
+                           round(stats.reuse_share, 3), "prefix.tokens_reused": stats.tokens_reused})
+        return Health(values)
+
+    @property
+    def device(self):
+        """Where the model runs."""
+        return self.plain.device
+
+    def generate(self, prompt: Prompt, request: CallRequest, use: SchemaUse, clock: PhaseClock,
+                 outcome: CallOutcome) -> Generated:
+        """prefill (in-model E-RECAP prunes here; its selection is booked to context_compress), then decode."""
+        abort = clock.abort
+        if abort():
+            raise CallAborted("before prefill")
+        t0 = clock.begin(Phase.PREFILL)
+        ids = torch.tensor(prompt.ids)
+        if self.pruned is not None:
+            mask = torch.tensor(prompt.protect) if prompt.protect is not None else None
+            pre = self.pruned.prefill(ids, token_budget=request.token_budget, protect=mask, should_abort=abort,
+                                      prefix=self.prefix)
+            prompt.compress_phase.duration_ms += pre.prune_ms
+            prompt.compress_phase.tokens_out = pre.tokens_after
+            tokens_after = pre.tokens_after
+        else:
+            pre = self.plain.prefill(ids, should_abort=abort, prefix=self.prefix)
+            tokens_after = len(prompt.ids)
+        clock.end(Phase.PREFILL, t0, len(prompt.ids), tokens_after, minus_ms=pre.prune_ms)
+        outcome.tokens_after = tokens_after
+        outcome.tokens_reused = pre.tokens_reused
+
+        t0 = clock.begin(Phase.DECODE)
+        if self.decoding is Decoding.CANDIDATES:
+            step, _ = best_step(self.plain, pre, self.tokenizer, use.candidates, should_abort=abort)
+            text = json.dumps({"plan": [{"action": step.action, "parameters": step.parameters}]})
+            produced = len(use.candidates)
+        elif self.decoding is Decoding.CONSTRAINED:
+            constrained = use.constrained.decode(self.plain, pre, should_abort=abort,
+                                                 max_steps=self.options.plan_steps.get(request.mode))
+            text, produced = constrained.text, constrained.tokens
+        else:
+            dec = self.plain.decode(pre, self.options.max_new_tokens, self.eos_ids, deadline=clock.deadline,
+                                    should_stop=lambda toks: clock.cancelled() or json_object_closed(
+                                        self.tokenizer.decode(toks, skip_special_tokens=True)))
+            text = self.tokenizer.decode(dec.token_ids, skip_special_tokens=True)
+            produced = len(dec.token_ids)
+        outcome.output_text = text
+        clock.end(Phase.DECODE, t0, tokens_after, produced)
+        if abort():
+            raise CallAborted("deadline or cancel during decode")
+        return Generated(text, produced)
+
+
+def PlannerCallPath(model, tokenizer, schema: Optional[ActionSchema], compressor: str = "erecap",  # noqa: N802
+                    schedule: Optional[PruneSchedule] = None, predictors: Optional[PredictorBank] = None,
+                    max_new_tokens: int = 64, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+                    memory: Optional[MemoryUse] = None, protect_blocks: bool = True, model_name: str = "",
+                    decoding: str = "json", decode_weights: str = "model",
+                    plan_steps: Optional[dict[int, int]] = None, layout: str = "focus", prefix_reuse: bool = False,
+                    max_context_tokens: Optional[int] = None) -> CallPath:
+    """A CallPath on `model` in this process with `compressor` (erecap: pruned inside the model by `schedule` and
+    `predictors`; a baseline: before it). The keyword form of `local_call_path` the training and bench scripts use."""
+    options = CallOptions(compressor, max_new_tokens, system_prompt, layout, max_context_tokens, dict(plan_steps or {}),
+                          decoding, protect_blocks)
+    return local_call_path(model, tokenizer, options, schedule, predictors, schema=schema, memory=memory,
+                           model_name=model_name, decode_weights=decode_weights, prefix_reuse=prefix_reuse)
+
+
+def local_call_path(model, tokenizer, options: CallOptions, schedule: Optional[PruneSchedule],
+                    predictors: Optional[PredictorBank], *, schema: Optional[ActionSchema] = None,
+                    memory: Optional[MemoryUse] = None, model_name: str = "", decode_weights: str = "model",
+                    prefix_reuse: bool = False) -> CallPath:
+    """The in-process CallPath of `options` (ValueError naming what is wrong)."""
+    pruning, compressor = None, None
+    if options.compressor == "erecap":
+        if schedule is None or predictors is None:
+            raise ValueError("in-model E-RECAP needs a pruning schedule and a predictor bank")
+        pruning = InModelPruning(schedule, predictors)
+    else:
+        compressor = make_compressor(options.compressor, schedule)
+    backend = LocalBackend(model, tokenizer, options, pruning, decode_weights=decode_weights, prefix_reuse=prefix_reuse)
+    backend.model_name = model_name or backend.model_name
+    return CallPath(backend, options, compressor, schema, memory)
