@@ -3,13 +3,12 @@ client and its deadlines: docs/nodes.md, "brace_controller")."""
 
 from __future__ import annotations
 
-import random
 import secrets
 import sys
 import threading
 import time
+from dataclasses import replace
 
-from action_msgs.msg import GoalStatus
 from brace_msgs.action import Replan
 from brace_msgs.msg import ControllerState, Episode, Plan, ReplanCall, ReplanDecision, ServerLoad, TriggerEvent
 from diagnostic_msgs.msg import DiagnosticArray
@@ -24,28 +23,20 @@ from brace_common.counters import Counters, Health
 from brace_common.diagnostics import health_array
 from brace_common.lifecycle import serialized
 from brace_common.params import declare_config, reject_undeclared
-from brace_common.replanning import CallRecord, Decision
+from brace_common.replanning import Decision
 from brace_common.spin import spin_node
 from brace_common.validation import Rejections
-from brace_common.vocabulary import TEAM_AGENT, CallStatus, EpisodeEvent
+from brace_common.vocabulary import CallStatus, EpisodeEvent
 
-from . import convert
+from . import convert, held_release, pending_calls
 from .config import ControllerConfig, ControllerNodeConfig
 from .controller import BraceController
-from .pending_calls import PendingCall, PendingCalls
-from .quality_floor import fault_of
+from .convert import ABORTED_BY_PLANNER
+from .held_release import HeldRelease
+from .pending_calls import CallEnd, PendingCall, PendingCalls
 
-ABORTED_BY_PLANNER = "aborted_by_planner"
-"""The reason of a call record the controller writes for a goal the planner aborted (it wrote none itself)."""
-
-
-COUNTS = ("malformed_triggers", "malformed_calls", "planner_unavailable", "goals_rejected", "deadline_cancellations",
-          "calls_finished", "calls_waited_for_planner", "held_decided_again", "calls_cancelled_by_episode",
-          "server_load_samples", "server_load_stale", "calls_aborted_by_planner")
-"""The node's counters (diagnostics keys)."""
-WARNINGS = ("malformed_triggers", "malformed_calls", "planner_unavailable", "goals_rejected", "deadline_cancellations",
-            "calls_aborted_by_planner")
-"""The counters that make the node's diagnostics WARN when non-zero."""
+COUNTS = ("malformed_triggers", *pending_calls.COUNTS, *held_release.COUNTS)
+"""The node's counters (diagnostics keys): malformed triggers, how calls end, the held triggers' release."""
 
 
 class BraceControllerNode(Node):
@@ -65,10 +56,9 @@ class BraceControllerNode(Node):
         # Action futures run their done-callbacks outside the node's callback group: on a multi-threaded executor a
         # call's result can arrive while the watchdog or a trigger is handled; `serialized` takes this lock.
         self.transition_lock = threading.RLock()
-        self.counts = Counters(COUNTS, warn=WARNINGS)
+        self.counts = Counters(COUNTS, warn=("malformed_triggers", *pending_calls.WARNINGS))
         self.held_msgs: dict[str, TriggerEvent] = {}  # the messages of the core's held triggers
-        self.server_load_at = 0.0  # time.monotonic() of the latest server_load that reported a load (0: none yet)
-        self.release_at = 0.0  # time.monotonic() at which held triggers are decided again (0: not due)
+        self.release = HeldRelease(self.core, self.node_config, self.counts)
 
         self.decisions_pub = self.create_publisher(ReplanDecision, names.DECISIONS, qos.EVENTS)
         self.plan_pub = self.create_publisher(Plan, names.PLAN, qos.PLANS)
@@ -89,13 +79,9 @@ class BraceControllerNode(Node):
         self.deadline_timer = steady_timer(self, self.node_config.deadline_check_period_s, self.check_deadlines)
         steady_timer(self, self.node_config.state_period_s, self.publish_state)
         steady_timer(self, self.node_config.diagnostics_period_s, self.publish_diagnostics)
-        self.get_logger().info(
-            f"profile '{self.core.profile.name}', delta={self.config.cooldown_steps}, "
-            f"omega={self.config.commit_steps}, k={self.config.override_after_failures}, "
-            f"adaptive_budget={self.config.adaptive_budget}"
-        )
-
-    # ------------------------------------------------------------------ triggers
+        self.get_logger().info(f"profile '{self.core.profile.name}', delta={self.config.cooldown_steps}, omega="
+                               f"{self.config.commit_steps}, k={self.config.override_after_failures}, "
+                               f"adaptive_budget={self.config.adaptive_budget}")
 
     @serialized
     def on_trigger(self, msg: TriggerEvent) -> None:
@@ -128,12 +114,7 @@ class BraceControllerNode(Node):
         self.core.reset()
         self.held_msgs = {}
         for call in self.pending.drain():  # a result that still comes is not used
-            self.counts["calls_cancelled_by_episode"] += 1
-            if call.goal_handle is not None:
-                call.goal_handle.cancel_goal_async()
-            # a call no planner took (not sent yet) gets its audit record here; a sent one gets the planner's
-            self.finish(call.decision, CallStatus.CANCELLED, call.elapsed_ms(time.monotonic()),
-                        error="" if call.sent else "a new episode began before a planner took the call")
+            self.finish(call, call.cancelled_by_episode(time.monotonic()))
 
     def start_call(self, decision: Decision) -> None:
         """Send the Replan goal of an admitted decision, or keep it until a server is up (at most its deadline)."""
@@ -164,11 +145,9 @@ class BraceControllerNode(Node):
                 handle.cancel_goal_async()
             return
         if handle is None or not handle.accepted:
-            self.counts["goals_rejected"] += 1
             self.get_logger().warning(f"planner rejected goal {decision_id}")
             self.pending.pop(decision_id)
-            self.finish(call.decision, CallStatus.UNAVAILABLE, call.elapsed_ms(time.monotonic()),
-                        error="planner rejected the goal")
+            self.finish(call, call.rejected(time.monotonic()))
             return
         call.goal_handle = handle
         handle.get_result_async().add_done_callback(lambda f, d=decision_id: self.on_result(d, f))
@@ -180,123 +159,70 @@ class BraceControllerNode(Node):
         if call is None:  # cancelled at the deadline; its late result is not used
             return
         wrapped = future.result()
-        result = wrapped.result
-        if wrapped.status == GoalStatus.STATUS_ABORTED:
-            # The planner ended the goal without answering it (an exception in its execute callback): no record of
-            # its own exists, so this one says what happened.
-            self.counts["calls_aborted_by_planner"] += 1
+        end = convert.call_end(wrapped.status, wrapped.result, call.elapsed_ms(time.monotonic()))
+        if end.fault == ABORTED_BY_PLANNER:
             self.get_logger().error(f"call {decision_id} for {call.decision.trigger.agent_id}: the planner aborted "
                                     "the goal (no result); recorded as a planner error")
-            self.finish(call.decision, CallStatus.PLANNER_ERROR, call.elapsed_ms(time.monotonic()),
-                        error=f"{ABORTED_BY_PLANNER}: the planner ended the goal without a result (status ABORTED)",
-                        fault=ABORTED_BY_PLANNER)
-            return
-        if wrapped.status != GoalStatus.STATUS_SUCCEEDED:
-            self.finish(call.decision, CallStatus.CANCELLED, call.elapsed_ms(time.monotonic()))
-            return
-        try:
-            status = CallStatus(result.call.status)
-        except ValueError:
-            self.counts["malformed_calls"] += 1
-            status = CallStatus.PLANNER_ERROR
-        plan_changed = False
-        if status == CallStatus.OK and result.plan.steps:
-            plan = result.plan
-            plan.agent_id = plan.agent_id or call.decision.trigger.agent_id
-            plan.decision_id = plan.decision_id or decision_id
-            plan_changed = self.core.accept_plan(plan.agent_id, plan_signature(plan))
+        plan = convert.answered_plan(wrapped.result, call.decision) if end.status == CallStatus.OK else None
+        if plan is not None:
+            end = replace(end, plan_changed=self.core.accept_plan(plan.agent_id, plan_signature(plan)))
             self.plan_pub.publish(plan)
-        fault = fault_of(result.call.error) if status == CallStatus.PLANNER_ERROR else ""
-        self.finish(call.decision, status, float(result.call.latency_ms), plan_changed, int(result.call.tokens_after),
-                    tokens_before=int(result.call.tokens_before), fault=fault)
+        self.finish(call, end)
 
-    def finish(self, decision: Decision, status: CallStatus, latency_ms: float, plan_changed: bool = False,
-               tokens_after: int = 0, error: str = "", tokens_before: int = 0, fault: str = "") -> None:
-        """Tell the core a call is over (`fault`: a planner error's reason); audit a call no planner answered."""
-        self.counts["calls_finished"] += 1
-        if error:
+    def finish(self, call: PendingCall, end: CallEnd) -> None:
+        """Tell the core a closed call is over (its goal cancelled if it runs); count how it ended; audit a call no
+        planner answered (`end.error`); held triggers may go."""
+        if end.cancels and call.goal_handle is not None:
+            call.goal_handle.cancel_goal_async()
+        self.counts.add("calls_finished")
+        if end.counter:
+            self.counts.add(end.counter)
+        if end.error:
             self.calls_pub.publish(convert.unanswered_call_to_msg(
-                decision, status, latency_ms, self.get_clock().now().to_msg(), error))
+                call.decision, end.status, end.latency_ms, self.get_clock().now().to_msg(), end.error))
         floor = self.core.quality.floor
-        self.core.record_call(CallRecord(
-            agent_id=decision.trigger.agent_id, step=decision.trigger.step, status=status,
-            plan_changed=plan_changed, latency_ms=latency_ms, tokens_after=tokens_after,
-            slo_ms=decision.slo_ms, decision_id=decision.decision_id, mode=decision.mode, tokens_before=tokens_before,
-            fault=fault,
-        ))
+        self.core.record_call(end.record(call.decision))
         if self.core.quality.floor != floor:
             self.get_logger().warning(f"quality floor raised to {self.core.quality.floor} tokens: calls near "
                                       f"{floor} named entities the schema does not hold")
-        self.decide_held_soon()  # the backlog shrank
+        self.release_held(self.release.call_finished(time.monotonic()))  # the backlog shrank
 
-    def decide_held_soon(self) -> None:
-        """Decide the held triggers again: at once, or, with a planner server shared by other robots, after a
-        random delay up to `server_release_jitter_s` (as they do when its load falls: none is always first)."""
-        if not self.server_load_at:
-            self.decide_held()
-        elif self.core.held and not self.release_at:
-            self.release_at = time.monotonic() + random.uniform(0.0, self.node_config.server_release_jitter_s)
-            self.watch_deadlines()
-
-    def decide_held(self) -> None:
-        """Decide the core's held triggers again."""
-        self.release_at = 0.0
-        for trigger in self.core.release_held():
-            self.counts["held_decided_again"] += 1
+    def release_held(self, due: bool) -> None:
+        """Decide the held triggers again when `due`; the watchdog ticks while a release or a server's load waits."""
+        for trigger in self.release.take() if due else ():
             self.decide(trigger, self.held_msgs.pop(trigger.agent_id))
+        if self.release.watching:
+            self.watch_deadlines()
 
     @serialized
     def on_server_load(self, msg: ServerLoad) -> None:
         """Count the shared planner server's requests that are not this robot's as calls ahead of its own."""
-        self.counts["server_load_samples"] += 1
-        if not msg.reported:
-            self.set_server_calls(0)
-            return
         others = int(msg.requests_running) + int(msg.requests_waiting) - int(msg.own_requests)
-        self.server_load_at = time.monotonic()
-        self.set_server_calls(max(0, others))
-
-    def set_server_calls(self, calls: int) -> None:
-        """The server's other requests now; once they fall, held triggers are decided again after a jitter."""
-        if self.core.set_server_calls(calls):
-            self.decide_held_soon()
-        if self.core.server_calls:
-            self.watch_deadlines()  # its load goes stale without news
+        self.release_held(self.release.server_load(msg.reported, others, time.monotonic()))
 
     @serialized
     def check_deadlines(self) -> None:
         """Send calls that waited for a server now up; close every call past its hard deadline."""
         now = time.monotonic()
-        if self.core.server_calls and now - self.server_load_at > self.node_config.server_load_stale_after_s:
-            self.counts["server_load_stale"] += 1
-            self.set_server_calls(0)  # no news from the server: its load is unknown, not assumed
-        if self.release_at and now >= self.release_at:
-            self.decide_held()
+        self.release_held(self.release.due(now))
         due = self.pending.due(now, self.replan_client.server_is_ready)
         for call in due.send:
             self.send(call)
         for call in due.unavailable:
-            self.counts["planner_unavailable"] += 1
             self.get_logger().warning(f"call {call.decision.decision_id} for {call.decision.trigger.agent_id}: no "
                                       "Replan server by its hard deadline", throttle_duration_sec=5.0)
-            self.finish(call.decision, CallStatus.UNAVAILABLE, call.elapsed_ms(now),
-                        error="no planner server by the hard deadline")
+            self.finish(call, call.overdue(now))
         for call in due.missed:
-            if call.goal_handle is not None:
-                call.goal_handle.cancel_goal_async()
-            self.counts["deadline_cancellations"] += 1
             self.get_logger().warning(f"call {call.decision.decision_id} for {call.decision.trigger.agent_id} passed its "
                                       f"hard deadline {call.decision.hard_deadline_ms:.0f} ms; cancelled")
-            self.finish(call.decision, CallStatus.DEADLINE, call.elapsed_ms(now))
-        if not (self.pending or self.release_at or self.core.server_calls):
+            self.finish(call, call.overdue(now))
+        if not (self.pending or self.release.watching):
             self.deadline_timer.cancel()  # nothing due: watch_deadlines restarts it
 
     def watch_deadlines(self) -> None:
         """Run check_deadlines every deadline_check_period_s again (something is due)."""
         if self.deadline_timer.is_canceled():
             self.deadline_timer.reset()
-
-    # ------------------------------------------------------------------ call records
 
     @serialized
     def on_call_record(self, msg: ReplanCall) -> None:
@@ -311,23 +237,16 @@ class BraceControllerNode(Node):
             # The model fits the call path's cost; the wait for the planner is predicted from the backlog.
             self.core.observe_latency(convert.latency_sample(record))
 
-    # ------------------------------------------------------------------ monitoring
-
     @serialized
     def publish_state(self) -> None:
         """ControllerState for every agent and the team."""
-        stamp = self.get_clock().now().to_msg()
-        for agent_id, counters in sorted(self.core.agents.items()):
-            self.state_pub.publish(convert.state_to_msg(agent_id, counters, self.core.tally.get(agent_id), stamp))
-        self.state_pub.publish(convert.state_to_msg(TEAM_AGENT, self.core.team, self.core.tally.get(TEAM_AGENT), stamp))
+        for msg in convert.controller_states(self.core, self.get_clock().now().to_msg()):
+            self.state_pub.publish(msg)
 
     @serialized
     def publish_diagnostics(self) -> None:
         """The core's gate counts and latency model, the calls and the planner's presence on /diagnostics."""
-        server, waiting = self.replan_client.server_is_ready(), self.pending.waiting()
-        calls = Health({"calls_in_flight": len(self.pending) - waiting, "calls_waiting_for_planner": waiting,
-                        "planner_server": server},
-                       warnings=() if server else (f"no Replan server on '{self.node_config.replan_action}'",))
+        calls = self.pending.health(self.replan_client.server_is_ready(), self.node_config.replan_action)
         health = (self.core.health() + self.counts.health() + Health(self.rejections.health().values)
                   + self.inputs.health() + calls)
         self.diag_pub.publish(health_array(f"{self.get_name()}: replanning gate", health,

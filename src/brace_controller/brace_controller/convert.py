@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from action_msgs.msg import GoalStatus
 from brace_msgs.action import Replan
 from brace_msgs.msg import (
     AgentState,
     ControllerState,
     ExecutionOutcome,
+    Plan,
     ReplanCall,
     ReplanDecision,
     TriggerEvent,
@@ -32,12 +34,16 @@ from brace_common.validation import (
     check_text,
     shorten,
 )
-from brace_common.vocabulary import CallStatus, Mode, Phase
+from brace_common.vocabulary import TEAM_AGENT, CallStatus, Mode, Phase
 
 from .gate import AgentCounters
 from .latency_model import CallSample
+from .pending_calls import CallEnd
+from .quality_floor import fault_of
 from .triggers import AgentObservation
 
+ABORTED_BY_PLANNER = "aborted_by_planner"
+"""The fault (and error prefix) of a call whose goal the planner aborted: the controller writes its record."""
 PHASE_NAMES = frozenset(p.value for p in Phase)
 MAX_LATENCY_MS = 86_400_000.0
 """A day: the longest latency, SLO or phase a record may carry."""
@@ -159,6 +165,37 @@ def call_record_from_msg(msg: ReplanCall) -> CallRecord:
     )
 
 
+def call_end(goal_status: int, result: Replan.Result, elapsed_ms: float) -> CallEnd:
+    """How a Replan goal ended, from its GoalStatus and result (whether its plan changed is the core's to say): aborted
+    by the planner (no result: an exception in its execute callback) -> a planner error the controller records;
+    cancelled or otherwise unfinished -> cancelled; else the planner's own record (a status that is no CallStatus:
+    a planner error counted as malformed)."""
+    if goal_status == GoalStatus.STATUS_ABORTED:
+        return CallEnd(CallStatus.PLANNER_ERROR, elapsed_ms, fault=ABORTED_BY_PLANNER, counter="calls_aborted_by_planner",
+                       error=f"{ABORTED_BY_PLANNER}: the planner ended the goal without a result (status ABORTED)")
+    if goal_status != GoalStatus.STATUS_SUCCEEDED:
+        return CallEnd(CallStatus.CANCELLED, elapsed_ms)
+    call = result.call
+    try:
+        status, counter = CallStatus(call.status), ""
+    except ValueError:
+        status, counter = CallStatus.PLANNER_ERROR, "malformed_calls"
+    return CallEnd(status, float(call.latency_ms), tokens_after=int(call.tokens_after),
+                   tokens_before=int(call.tokens_before), counter=counter,
+                   fault=fault_of(call.error) if status == CallStatus.PLANNER_ERROR else "")
+
+
+def answered_plan(result: Replan.Result, decision: Decision) -> Optional[Plan]:
+    """The plan of a call's result, its agent and decision filled in where the planner left them empty; None when
+    it has no steps."""
+    plan = result.plan
+    if not plan.steps:
+        return None
+    plan.agent_id = plan.agent_id or decision.trigger.agent_id
+    plan.decision_id = plan.decision_id or decision.decision_id
+    return plan
+
+
 def unanswered_call_to_msg(decision: Decision, status: CallStatus, latency_ms: float, stamp: Time,
                            error: str) -> ReplanCall:
     """The audit record of an admitted call no planner answered (so every admitted call has one)."""
@@ -169,6 +206,12 @@ def unanswered_call_to_msg(decision: Decision, status: CallStatus, latency_ms: f
         latency_ms=float(latency_ms), slo_met=False, status=int(status), error=error,
     )
 
+
+
+def controller_states(core, stamp: Time) -> list[ControllerState]:
+    """ControllerState of every agent of `core` (a BraceController), sorted, then of the team."""
+    agents = [*sorted(core.agents.items()), (TEAM_AGENT, core.team)]
+    return [state_to_msg(agent_id, counters, core.tally.get(agent_id), stamp) for agent_id, counters in agents]
 
 
 def state_to_msg(agent_id: str, counters: AgentCounters, tally, stamp: Time) -> ControllerState:
