@@ -1,11 +1,13 @@
 """The robots one isaac_bridge configuration drives, ROS-free: their latest inputs, liveness, executors, holds, the
-episode's judge and the bridge's counters. The node turns messages into calls here and reports into messages."""
+episode's judge, the bridge's counters and its health. The node turns messages into calls here and reports into
+messages."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
+from brace_common import names
 from brace_common.action_schema import Step
 from brace_common.config import ConfigError, resolve_path
 from brace_common.counters import Counters, Health
@@ -24,6 +26,8 @@ COUNTS = ("plans_applied", "malformed_plans", "stale_plans", "outcomes_succeeded
 """The bridge's counters (diagnostics keys); malformed_plans WARN."""
 EPISODE_OVER = "episode over"
 """Why every robot is held once the episode ended."""
+WAITING = "waiting for Isaac Sim"
+"""The episode's state (and the progress line) until every contract topic delivered."""
 
 
 def load_schema(cfg: IsaacBridgeConfig) -> SkillSchema:
@@ -110,6 +114,19 @@ class IsaacFleet:
     def validate(self, robot: str, raw: list[tuple[str, str]]) -> list[Step]:
         """A plan's calls, checked whole against the schema of the robot's kind (InvalidInput naming what is wrong)."""
         return self.schema.validate(self.robots[robot].kind, raw, self.executors[robot].poses)
+
+    def missing(self, clock_missing: bool) -> list[str]:
+        """Contract topics that have not delivered yet, and /clock while ROS time has not started (`clock_missing`:
+        use_sim_time and ROS time 0)."""
+        return self.liveness.missing() + ([names.CLOCK] if clock_missing else [])
+
+    def waiting(self, clock_missing: bool) -> list[str]:
+        """Before the episode, at a control tick: what it still waits for ([]: it may start); a tick that waits is
+        counted."""
+        missing = self.missing(clock_missing)
+        if missing:
+            self.counts["ticks_waiting_for_contract"] += 1
+        return missing
 
     def plan_current(self, stamp_s: float, done: bool) -> bool:
         """A plan stamped `stamp_s` is of the running episode (not of an earlier run, latched, nor after it ended)."""
@@ -204,8 +221,23 @@ class IsaacFleet:
     def progress(self, now: float) -> str:
         """Where the episode is (brace-run's progress line)."""
         if self.judge is None:
-            return "waiting for Isaac Sim"
+            return WAITING
         return f"episode {now - self.episode_start_s:6.1f} s, goals {len(self.judge.reached)}/{len(self.judge.goals)}"
+
+    def outcome_entry(self, outcome: Outcome) -> FeedEntry:
+        """A skill's outcome, counted, as its context entry."""
+        self.counts["outcomes_succeeded" if outcome.success else "outcomes_failed"] += 1
+        return feed.outcome_entry(outcome, self.ticks)
+
+    def report(self, mono: float, done: bool, waited_s: Optional[float], clock_missing: bool) -> tuple[Health, str]:
+        """The episode's state, health(mono), and while the active bridge waits for the contract (`waited_s` since it
+        was activated; None: inactive) what it waits for: ERROR past wait_timeout_s, else the status message."""
+        episode = "ended" if done else "running" if self.judge is not None else WAITING
+        health = Health({"episode": episode}) + self.health(mono)
+        missing = self.missing(clock_missing) if self.judge is None and waited_s is not None else []
+        if missing and waited_s > self.cfg.wait_timeout_s:
+            return health + Health(errors=(f"contract topics missing after {waited_s:.0f} s: {', '.join(missing)}",)), ""
+        return health, f"waiting for Isaac Sim's topics: {', '.join(missing)}" if missing else ""
 
     def health(self, mono: float) -> Health:
         """Each robot's skill and each contract topic's age; ERROR naming the stale topics (and whether robots are
