@@ -173,6 +173,16 @@ class TokenCounts:
             self._counts[entry] = len(tokens)
 
 
+def _unique(blocks: list[tuple[Block, list[Entry]]]) -> list[Entry]:
+    """The entries of `blocks`, each once (an entry may be in two blocks' lists), in order of first appearance."""
+    return list({id(e): e for _, block_entries in blocks for e in block_entries}.values())
+
+
+def _without(blocks: list[tuple[Block, list[Entry]]], evict: set[int]) -> list[tuple[Block, list[Entry]]]:
+    """`blocks` without the entries whose id is in `evict`."""
+    return [(block, [e for e in block_entries if id(e) not in evict]) for block, block_entries in blocks]
+
+
 class ContextBuffer:
     """Accumulates ContextEntries within `ContextLimits`; renders the planner prompt for one agent.
 
@@ -407,22 +417,16 @@ class ContextBuffer:
             return ctx
         # What rendering adds (titles, the FOR section's copies, merges across lines) overshot: fit to the
         # rendered tokens.
-        sizes: dict[int, int] = {}
+        rendered: dict[int, int] = {}
         for e in ctx.entry_of_token:
             if e >= 0:
                 key = id(ctx.entries[e])
-                sizes[key] = sizes.get(key, 0) + 1
-        unique = list({id(e): e for _, block_entries in blocks for e in block_entries}.values())
-        excess = len(ctx) - max_tokens
-        evict: set[int] = set()
-        for index in self.yield_order(agent_id, unique):
-            if excess <= 0:
-                break
-            evict.add(id(unique[index]))
-            excess -= sizes.get(id(unique[index]), 0)
-        kept = [(block, [e for e in block_entries if id(e) not in evict]) for block, block_entries in blocks]
+                rendered[key] = rendered.get(key, 0) + 1
+        unique = _unique(blocks)
+        evict = self._evict(agent_id, unique, [rendered.get(id(e), 0) for e in unique], len(ctx) - max_tokens)
         checkpoint()
-        trimmed = self._render(tokenizer, agent_id, request, system_prompt, kept, layout, checkpoint, goal_stack)
+        trimmed = self._render(tokenizer, agent_id, request, system_prompt, _without(blocks, evict), layout,
+                               checkpoint, goal_stack)
         trimmed.evicted = evicted + len(evict)
         return trimmed
 
@@ -431,23 +435,28 @@ class ContextBuffer:
              counts: TokenCounts) -> tuple[list[tuple[Block, list[Entry]]], int]:
         """`blocks` without the entries that yield until their lines' tokens fit `max_tokens` less the prompt's
         fixed part; how many yielded."""
-        unique = list({id(e): e for _, block_entries in blocks for e in block_entries}.values())
+        unique = _unique(blocks)
         fixed = len(tokenizer(system_prompt + request, add_special_tokens=False)["input_ids"]) \
             + FIXED_TOKENS_PER_BLOCK * (len(blocks) + 2)
         room = max_tokens - fixed
         if MAX_TOKENS_PER_CHAR * sum(len(e.text) + len(e.agent_id) + 16 for e in unique) <= room:
             return blocks, 0  # certainly within the cap: nothing to count
         sizes = counts.count(unique, checkpoint)
-        total = sum(sizes)
-        if total <= room:
-            return blocks, 0
+        evict = self._evict(agent_id, unique, sizes, sum(sizes) - room)
+        return (_without(blocks, evict), len(evict)) if evict else (blocks, 0)
+
+    def _evict(self, agent_id: str, unique: list[Entry], sizes: Sequence[int], excess: int) -> set[int]:
+        """Ids of the entries of `unique` that yield, in `yield_order`, until their `sizes` (tokens, one per entry)
+        cover `excess` tokens (none when `excess` <= 0)."""
         evict: set[int] = set()
+        if excess <= 0:
+            return evict
         for index in self.yield_order(agent_id, unique):
-            if total <= room:
+            if excess <= 0:
                 break
             evict.add(id(unique[index]))
-            total -= sizes[index]
-        return [(b, [e for e in es if id(e) not in evict]) for b, es in blocks], len(evict)
+            excess -= sizes[index]
+        return evict
 
     def _render(self, tokenizer, agent_id: str, request: str, system_prompt: str,
                 entries: Optional[list[tuple[Block, list[Entry]]]], layout: str,

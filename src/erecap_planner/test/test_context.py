@@ -201,3 +201,22 @@ def test_a_token_cap_makes_the_protected_blocks_yield_oldest_first_after_the_his
 
 def _stop() -> None:
     raise RuntimeError("stop")
+
+
+@pytest.mark.parametrize("layout", ["focus", "stable_first"])
+@pytest.mark.parametrize("cap", [1_200, 2_000])
+def test_what_a_token_cap_leaves_out_is_the_head_of_the_yield_order(layout, cap):
+    """Fitting counted lines and trimming the rendered prompt make entries yield by the one rule: what leaves a
+    prompt is exactly the first `evicted` entries of `yield_order`, whichever of the two cut them."""
+    tok = byte_tokenizer()
+    c = buffer(history=0)
+    for t in range(60):
+        c.add(Entry("b", t, Block.HISTORY, f"event {t}: shelf {t % 9} checked"))
+        c.add(Entry("c", t, Block.COORDINATION, f"c -> b: message {t}", "message"))
+    c.add(Entry("c", 60, Block.STATE, "c at dock"))
+    blocks = c.blocks(layout)
+    unique = list({id(e): e for _, block_entries in blocks for e in block_entries}.values())
+    ctx = c.render(tok, "a", "next step for a?", layout=layout, max_tokens=cap)
+    assert len(ctx) <= cap and ctx.evicted > 0
+    left_out = {id(unique[i]) for i in c.yield_order("a", unique)[:ctx.evicted]}
+    assert {id(e) for e in ctx.entries} == {id(e) for e in unique} - left_out
