@@ -4,8 +4,8 @@ it, call records release it, plans are parsed and applied, and a step publishes 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Optional
+from collections.abc import Callable, Iterable
+from typing import Any, Optional
 
 from brace_msgs.msg import Plan, ReplanCall, ReplanDecision
 
@@ -23,23 +23,38 @@ STEPPED_COUNTS = ("steps", "held_ticks", "hold_timeouts", "malformed_plans", "pl
 """The counters (diagnostics keys) of every stepped world."""
 STEPPED_WARNINGS = ("hold_timeouts", "malformed_plans")
 """The stepped world's counters that make its diagnostics WARN when non-zero."""
+STACK_TOPICS = tuple(t for t in STEPPED if t != "diagnostics")
+"""A stepped world's topics but /diagnostics: those a lifecycle world opens at configure (open_stepped_world)."""
 
 
 class WorldInputs(WorldNode):
     """on_decision / on_call / on_plan, the lockstep hold and the step, shared by the stepped world nodes."""
 
     def init_stepped_world(self, episodes: Optional[int], seed: int, hold_timeout_s: float,
-                           counts: Iterable[str] = (), warn: Iterable[str] = ()) -> None:
-        """The world's publishers, episode book, holds, counters (STEPPED_COUNTS and `counts`; those of
-        STEPPED_WARNINGS and `warn` WARN when non-zero) and its inputs: plan, decisions, replan_calls."""
-        self.init_world(STEPPED, episodes, seed)
+                           counts: Iterable[str] = (), warn: Iterable[str] = (), open_now: bool = True) -> None:
+        """The world's /diagnostics, episode book, holds, counters (STEPPED_COUNTS and `counts`; those of
+        STEPPED_WARNINGS and `warn` WARN when non-zero) and, `open_now` (a plain node), its other topics and inputs;
+        a lifecycle world opens those at configure (open_stepped_world)."""
+        self.init_world(("diagnostics",), episodes, seed)
         self.holds = CallHolds(hold_timeout_s)
         self.calls = CallEvents()
         self.counts = Counters((*STEPPED_COUNTS, *counts), warn=(*STEPPED_WARNINGS, *warn))
         self.sim_steps = 0  # steps (and episode starts) so far: /clock = sim_steps x sim_step_s
-        self.subscribe_plans(self.on_plan)
-        self.inputs.subscribe(self, ReplanDecision, names.DECISIONS, self.on_decision, "decision")
-        self.inputs.subscribe(self, ReplanCall, names.REPLAN_CALLS, self.on_call, "call_record")
+        if open_now:
+            self.open_stepped_world()
+
+    def open_stepped_world(self, keep: Callable[[Any], Any] = lambda entity: entity) -> None:
+        """The world's publishers (STACK_TOPICS) and inputs (plan, decisions, replan_calls), each given to `keep` (a
+        lifecycle world's `configured`: its cleanup destroys them, then close_stepped_world forgets them)."""
+        self.out.open(STACK_TOPICS, keep=keep)
+        keep(self.subscribe_plans(self.on_plan))
+        keep(self.inputs.subscribe(self, ReplanDecision, names.DECISIONS, self.on_decision, "decision"))
+        keep(self.inputs.subscribe(self, ReplanCall, names.REPLAN_CALLS, self.on_call, "call_record"))
+
+    def close_stepped_world(self) -> None:
+        """Forget what open_stepped_world created (a lifecycle world's cleanup; its base destroys the entities)."""
+        self.out.forget(STACK_TOPICS)
+        self.inputs.forget()  # subscriptions made again number their publishers' samples afresh
 
     def has_agent(self, agent: str) -> bool:
         """The agent is in the current episode's world."""

@@ -17,6 +17,7 @@ from brace_msgs.msg import (
     WorldState,
 )
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
@@ -209,3 +210,32 @@ def test_without_lockstep_the_simulator_runs_in_real_time_and_holds_are_refused(
         stack.plan("drone_0", "d1", *goal_plan(scenario, "drone_0"), bridge=node)
         wait_for(lambda: any(e.event == Episode.EVENT_END for e in stack.episodes), timeout=60.0, what="episode end")
         assert stack.episodes[-1].success
+
+
+def test_configure_creates_the_topics_activate_steps_deactivate_stops_and_cleanup_destroys(ros):
+    port = free_port()
+    node = ros.add(bridge(port, max_steps=UNREACHED_STEPS, hold_while_planning=False))
+
+    def graph() -> set[str]:
+        return {name for kind in ("publisher", "subscriber")
+                for name, _ in getattr(node, f"get_{kind}_names_and_types_by_node")("airsim_bridge", NS)}
+
+    stack_topics = {f"{NS}/{names.PLAN}", f"{NS}/{names.DECISIONS}", f"{NS}/{names.CONTEXT}", f"{NS}/{names.EPISODE}"}
+    wait_for(lambda: "/diagnostics" in graph(), what="/diagnostics from the start")
+    assert not stack_topics & graph() and node.timer is None
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.last_error
+    wait_for(lambda: stack_topics <= graph(), what="the stack's topics at configure")
+    assert node.timer.is_canceled()  # inactive: nothing steps
+    with AirSimPeer(settings(IntersectionConfig(num_agents=1)), port=port):
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        wait_for(lambda: node.world is not None and node.counts["steps"] > 2, what="stepping once active")
+        assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+        steps = node.counts["steps"]
+        assert node.timer.is_canceled()
+        node.tick()  # a tick dispatched before deactivate took the lock does nothing
+        assert node.counts["steps"] == steps
+        assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+    wait_for(lambda: not stack_topics & graph(), what="the stack's topics destroyed at cleanup")
+    assert "/diagnostics" in graph() and node.session is None and node.out.context is None
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.last_error
+    wait_for(lambda: stack_topics <= graph(), what="the topics again at the next configure")

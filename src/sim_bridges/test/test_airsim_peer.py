@@ -506,3 +506,13 @@ def test_cli_serves_until_sigterm(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_counters_are_declared_a_misspelt_method_is_a_key_error():
+    server = MsgpackRpcServer({"echo": lambda x: x})
+    assert server.counts["echo"] == 0 and server.counts["errors"] == 0 and server.counts["connections"] == 0
+    with pytest.raises(KeyError, match="undeclared counter 'ehco'"):
+        server.counts["ehco"]
+    with pytest.raises(KeyError):
+        server.count("eros")
+    assert AirSimPeer(SETTINGS).counts["moveToPosition"] == 0  # every served method is declared up front

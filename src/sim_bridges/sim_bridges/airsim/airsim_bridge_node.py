@@ -23,14 +23,16 @@ from brace_common.world_inputs import WorldInputs
 
 from ..warehouse.warehouse_config import AirSimBridgeConfig
 from . import drone_feed, intersection
-from .airsim_link import AirSimLink, LinkDown, continue_for
+from .airsim_link import LinkDown
+from .airsim_session import COUNTS as SESSION_COUNTS
+from .airsim_session import AirSimSession, Connection
 from .drone_feed import ned_to_enu
 from .drone_markers import drone_markers
-from .drone_world import DroneWorld, read_settings, world_state
+from .drone_world import DroneWorld, world_state
 
 
 class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
-    """Thin lifecycle shell around DroneWorld over an AirSimLink: parameters, episodes, holds, topics."""
+    """Thin lifecycle shell around DroneWorld over an AirSimSession: parameters, episodes, holds, topics."""
 
     world_name = "airsim"
 
@@ -38,22 +40,17 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         super().__init__("airsim_bridge", **kwargs)
         declare_parameters(self, AirSimBridgeConfig, enforce_ranges=False)
         self.config: Optional[AirSimBridgeConfig] = None
-        self.link: Optional[AirSimLink] = None
-        self.origins: dict = {}
-        self.clock_speed = 1.0
+        self.session: Optional[AirSimSession] = None
         self.world: Optional[DroneWorld] = None
-        self.init_stepped_world(None, 0, 60.0, ("link_losses", "reconnects"), warn=("link_losses",))
-        self.last_error = ""
-        self.next_connect = 0.0
+        self.timer = None  # the step timer: configure creates it stopped, activate starts it, deactivate stops it
+        self.init_stepped_world(None, 0, 60.0, SESSION_COUNTS, warn=("link_losses",), open_now=False)
         self.sim_time = self.get_parameter("use_sim_time").value
-        self.timer = None
         steady_timer(self, 1.0, self.publish_diagnostics)
-
-    # ------------------------------------------------------------------ lifecycle
 
     @serialized
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Validate the parameters and open the link (the simulator may come up later)."""
+        """Validate the parameters, open the link (the simulator may come up later) and create the topics, inputs
+        and the (stopped) step timer."""
         try:
             self.config = read_config(self, AirSimBridgeConfig)
             reject_undeclared(self)
@@ -64,7 +61,10 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         self.holds = CallHolds(self.config.hold_timeout_s)
         self.book.episodes, self.book.base_seed = self.config.episodes, self.config.seed
         self.wait_for_peers(self.config)
-        self.link = AirSimLink(self.config.host, self.config.port, self.config.timeout_s)
+        self.session = AirSimSession(self.config, self.counts)
+        self.open_stepped_world(keep=self.configured)
+        self.timer = self.configured(spaced_timer(self, self.config.step_period_s, self.tick, lock=self.transition_lock))
+        self.timer.cancel()
         self.last_error = ""
         self.state_label = "inactive"
         return TransitionCallbackReturn.SUCCESS
@@ -72,32 +72,29 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
     @serialized
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Start stepping."""
-        self.timer = spaced_timer(self, self.config.step_period_s, self.tick, lock=self.transition_lock)
+        self.timer.reset()
         self.state_label = "active"
-        self.get_logger().info(f"AirSim bridge for {self.config.num_agents} drones at {self.config.host}:"
-                               f"{self.config.port} ({'lockstep' if self.config.lockstep else 'real time'})")
+        self.get_logger().info(f"AirSim bridge for {self.config.num_agents} drones at {self.session.where} "
+                               f"({'lockstep' if self.config.lockstep else 'real time'})")
         return TransitionCallbackReturn.SUCCESS
 
     @serialized
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Stop stepping; every drone hovers."""
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        self._hover_all()
+        self.timer.cancel()
+        if self.session is not None:
+            self.session.hover(self.world)
         self.state_label = "inactive"
         return TransitionCallbackReturn.SUCCESS
 
     def _release(self) -> None:
-        """Stop stepping and close the link (drones are told to hover first)."""
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        if self.link is not None:
-            self._hover_all()
-            self.link.close()
-            self.link = None
+        """Close the link (drones are told to hover first) and forget the topics (the base destroys them)."""
+        self.timer = None
+        if self.session is not None:
+            self.session.close(self.world)
+            self.session = None
         self.release_peers()
+        self.close_stepped_world()
         self.world = None
 
     # ------------------------------------------------------------------ inputs
@@ -130,9 +127,9 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
     @serialized
     def tick(self) -> None:
         """Connect, wait for the peers, start an episode, step the world, or close the episode."""
-        if self.done or self.timer is None:  # a tick dispatched before deactivate or cleanup took the lock
+        if self.done or self.timer is None or self.timer.is_canceled():  # dispatched before deactivate or cleanup
             return
-        if not self.link.up and not self._connect():
+        if not self.session.up and not self._connect():
             return
         if self.peers.waiting(self.counts, self.get_logger()):
             self.out.sim_clock(self.sim_steps * self.config.sim_step_s)
@@ -140,80 +137,25 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         try:
             self.advance()
         except LinkDown as exc:
-            self._lost(str(exc))
+            self.session.lost(str(exc), time.monotonic())
+            self.get_logger().error(self.session.last_error)
 
     def _connect(self) -> bool:
-        """Try to (re)connect at most every reconnect_period_s; on success read the vehicles and hover them."""
-        now = time.monotonic()
-        if now < self.next_connect:
-            return False
-        self.next_connect = now + self.config.reconnect_period_s
-        try:
-            version = self.link.connect()
-            client = self.link.client()
-            self.origins, self.clock_speed = read_settings(client.getSettingsString())
-            if self.config.lockstep:
-                client.simPause(True)
-        except (LinkDown, ValueError) as exc:
-            self.last_error = f"AirSim at {self.config.host}:{self.config.port}: {exc}"
-            self.get_logger().warning(self.last_error, throttle_duration_sec=10.0)
-            return False
-        missing = [n for n in self.config.names() if n not in self.origins]
-        if missing:
-            self.last_error = f"the simulator's settings have no vehicles {missing} (it has {sorted(self.origins)})"
-            self.get_logger().error(self.last_error, throttle_duration_sec=10.0)
-            self.link.up = False
-            return False
-        if self.world is not None:
-            self.counts["reconnects"] += 1
-            self._hover_all(reclaim=True)
-            for d in self.world.drones.values():
-                d.commanded = False  # the current skill is commanded again when stepping resumes
-        self.last_error = ""
-        self.get_logger().info(f"connected to AirSim {version} at {self.config.host}:{self.config.port}, "
-                               f"vehicles {sorted(self.origins)}")
-        return True
-
-    def _lost(self, reason: str) -> None:
-        self.counts["link_losses"] += 1
-        self.last_error = f"lost AirSim at {self.config.host}:{self.config.port}: {reason}"
-        self.get_logger().error(self.last_error)
-        self.next_connect = time.monotonic() + self.config.reconnect_period_s
-
-    def _hover_all(self, reclaim: bool = False) -> None:
-        """Command every flying drone of the episode to hover (best effort: the link may be down); with `reclaim`
-        take API control and arm every drone first."""
-        if self.world is None or self.link is None or not self.link.up:
-            return
-        client = self.link.client()
-        try:
-            for name, d in self.world.drones.items():
-                if reclaim:  # a simulator that restarted gave API control back
-                    client.enableApiControl(True, name)
-                    client.armDisarm(True, name)
-                if d.landed_state != 0:
-                    client.hoverAsync(vehicle_name=name)
-            self.link.flush()
-        except LinkDown as exc:
-            self.last_error = f"could not command hover: {exc}"
-
-    def _advance(self, seconds: float) -> None:
-        """Lockstep: run the paused simulator for `seconds` and wait until it has paused again."""
-        if not self.config.lockstep:
-            return
-        continue_for(self.link.client(), seconds, self.config.timeout_s + seconds / self.clock_speed)
+        """Try to (re)connect (AirSimSession.connect) and say how it went."""
+        connection = self.session.connect(time.monotonic(), self.world)
+        if connection is Connection.UNREACHABLE:  # one call site per severity (rclpy)
+            self.get_logger().warning(self.session.last_error, throttle_duration_sec=10.0)
+        elif connection is Connection.WRONG_VEHICLES:
+            self.get_logger().error(self.session.last_error, throttle_duration_sec=10.0)
+        elif connection is Connection.CONNECTED:
+            self.get_logger().info(f"connected to AirSim {self.session.version} at {self.session.where}, "
+                                   f"vehicles {sorted(self.session.origins)}")
+        return connection is Connection.CONNECTED
 
     def start_episode(self) -> None:
         """Reset the simulator, take off every drone, announce the episode, publish its task and states."""
         episode = self.episode + 1
-        # In real time a step is what the simulator ran between two ticks.
-        step_s = self.config.sim_step_s if self.config.lockstep else self.config.step_period_s * self.clock_speed
-        world = DroneWorld(self.config.scenario(episode), self.link.client(), self.origins, step_s, self._advance,
-                           self.link.vector)
-        world.start()
-        if self.config.lockstep:
-            self.link.client().simPause(True)
-        self.world = world
+        self.world = world = self.session.new_world(episode)
         self.begin_episode()
         self.publish_entries(drone_feed.episode_entries(world, episode))
         self.publish_entries(drone_feed.step_entries(world, [], 0))
@@ -231,7 +173,7 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
 
     def close_world(self) -> None:
         """Every drone hovers between episodes."""
-        self._hover_all()
+        self.session.hover(self.world)
 
     # ------------------------------------------------------------------ outputs
 
@@ -269,15 +211,12 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
 
     def publish_diagnostics(self) -> None:
         """Link, readiness, episode progress, holds and dropped plans on /diagnostics."""
-        if self.config is None:
+        if self.config is None or self.session is None:
             self.publish_world_health("AirSim bridge", Health({"state": self.state_label},
                                                               errors=(self.last_error,) if self.last_error else ()),
                                       message=self.state_label)
             return
-        link_up = self.link is not None and self.link.up
-        errors = () if link_up or self.state_label != "active" else (self.last_error or "not connected to AirSim",)
-        link = Health({"state": self.state_label, "simulator": f"{self.config.host}:{self.config.port}",
-                       "connected": link_up, "rpc_calls": self.link.calls if self.link else 0}, errors=errors)
+        link = Health({"state": self.state_label}) + self.session.health(self.state_label == "active")
         distance = (Health({"min_distance_m": round(self.world.min_distance, 2)})
                     if self.world is not None and math.isfinite(self.world.min_distance) else Health())
         self.publish_stepped_health("AirSim bridge", link + self.stepped_health() + distance)

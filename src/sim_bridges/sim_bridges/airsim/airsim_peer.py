@@ -22,12 +22,12 @@ import signal
 import sys
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from brace_common.counters import Counters
 from sim_bridges.airsim.intersection import IntersectionConfig, settings
 from sim_bridges.airsim.msgpack_rpc import Deferred, MsgpackRpcServer, RpcError
 from sim_bridges.airsim.multirotor_model import Collision, Mode, MultirotorConfig, MultirotorModel, Vec3, VehicleState
@@ -242,8 +242,9 @@ class AirSimPeer:
         return sorted(name[len("_rpc_"):] for name in dir(self) if name.startswith("_rpc_"))
 
     @property
-    def counts(self) -> Counter:
-        """Calls per RPC method, plus 'errors' (error replies), 'malformed' (bad frames) and 'connections'."""
+    def counts(self) -> Counters:
+        """Calls per RPC method, plus 'errors' (error replies), 'malformed' (bad frames) and 'connections' (declared
+        counters: a misspelt method name is a KeyError)."""
         return self._server.counts
 
     @property

@@ -16,14 +16,19 @@ import inspect
 import logging
 import socket
 import threading
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 import msgpack
 
+from brace_common.counters import Counters
+
 REQUEST, RESPONSE, NOTIFY = 0, 1, 2
 """Message types of the msgpack-rpc specification."""
+COUNTS = ("errors", "malformed", "connections")
+"""The server's own counters besides one per method (a served method is declared when registered, a method no handler
+serves when it is first called)."""
 
 _READ_CHUNK = 65536
 _MAX_BUFFER = 64 * 1024 * 1024
@@ -176,10 +181,10 @@ class MsgpackRpcServer:
         self.name = name
         self._requested_port = port
         self._handlers: dict[str, tuple[Callable[..., Any], Optional[inspect.Signature]]] = {}
+        self._counts = Counters(COUNTS)
         for method, handler in handlers.items():
             self.register(method, handler)
         self._lock = threading.Lock()
-        self._counts: Counter = Counter()
         self._received: deque = deque(maxlen=log_size)
         self._connections: set[_Connection] = set()
         self._listener: Optional[socket.socket] = None
@@ -195,6 +200,7 @@ class MsgpackRpcServer:
         except (TypeError, ValueError):
             signature = None
         self._handlers[method] = (handler, signature)
+        self._counts.declare(method)
 
     def start(self) -> None:
         """Bind and start accepting connections (port 0 binds a free port)."""
@@ -253,15 +259,13 @@ class MsgpackRpcServer:
     # ------------------------------------------------------------------ bookkeeping
 
     def count(self, key: str, n: int = 1) -> None:
-        """Add to a counter (method names, 'errors', 'malformed', 'connections')."""
-        with self._lock:
-            self._counts[key] += n
+        """Add to a declared counter (COUNTS, or a method's)."""
+        self._counts.add(key, n)
 
     @property
-    def counts(self) -> Counter:
-        """A copy of the counters: calls per method, 'errors' (error replies), 'malformed', 'connections'."""
-        with self._lock:
-            return Counter(self._counts)
+    def counts(self) -> Counters:
+        """The counters: calls per method, 'errors' (error replies), 'malformed', 'connections'."""
+        return self._counts
 
     @property
     def received(self) -> list[tuple[str, list]]:
@@ -297,7 +301,7 @@ class MsgpackRpcServer:
                     sock.close()
                     return
                 self._connections.add(conn)
-                self._counts["connections"] += 1
+            self._counts.add("connections")
             conn.thread.start()
 
     def dispatch(self, conn: _Connection, frame: Any) -> bool:
@@ -345,10 +349,12 @@ class MsgpackRpcServer:
         if not isinstance(params, (list, tuple)):
             self.count("malformed")
             raise RpcError(f"params of '{method}' must be an array, got {type(params).__name__}")
-        with self._lock:
-            self._counts[method] += 1
-            self._received.append((method, list(params)))
         entry = self._handlers.get(method)
+        if entry is None:
+            self._counts.declare(method)  # a client's unknown method: counted by its name, as a served one
+        self._counts.add(method)
+        with self._lock:
+            self._received.append((method, list(params)))
         if entry is None:
             raise RpcError(f"unknown method '{method}' (with {len(params)} arguments)")
         handler, signature = entry
