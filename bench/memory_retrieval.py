@@ -33,7 +33,7 @@ from brace_memory.rag import load_passages
 from brace_memory.records import MemoryRecord, RecordKind
 from brace_memory.reflective import Prior
 from brace_memory.store import MemoryStore
-from brace_memory.system import MODULES, MemorySystem
+from brace_memory.system import MODULES, MemorySystem, MemorySystemConfig
 from erecap_planner.context import ContextBuffer, Entry
 from erecap_planner.memory_phase import MemoryUse, memory_ids, retrieve
 
@@ -78,7 +78,7 @@ def corpus_of(size: int) -> list[Prior]:
 def run_row(tokenizer, folder: Path, records: int, corpus: int, calls: int) -> dict:
     """One configuration: `calls` retrieve phases, timed."""
     store = filled_store(folder / f"memory_{records}.sqlite", records, seed=records)
-    system = MemorySystem(list(MODULES), store, corpus=corpus_of(corpus))
+    system = MemorySystem(MemorySystemConfig(MODULES), store, corpus=corpus_of(corpus))
     use = MemoryUse(system, SHARE)
     system.on_entry("agent_0", 0, "task", "agent_0 must deliver box_7 to dock_2. box_7 is on shelf_3.")
     system.on_plan("agent_0", 1, Mode.FULL_REPLAN, [Step("move_to", {"target": "shelf_3"}),

@@ -68,37 +68,57 @@ def check_modules(modules: Sequence[str]) -> tuple[str, ...]:
     return tuple(modules)
 
 
+@dataclass(frozen=True)
+class MemorySystemConfig:
+    """What a MemorySystem composes and its bounds (a planner builds it from PlannerConfig, factory.memory_config).
+
+    `modules`: a subset of MODULES (ValueError naming the first that is not); `tree_depth`: the context tree's goal
+    levels; `max_lines`: lines a call retrieves at most; `summary_queue`: the summary worker's queue; `scene_hops`
+    and `scene_cell_m` cut an agent's scene graph from a world state (brace_common.scene_graph.agent_view); `tau`:
+    the experience bank's embedding match; `lookahead_candidates`: the steps a call projects at most.
+    """
+
+    modules: tuple[str, ...] = ()
+    tree_depth: int = 3
+    max_lines: int = 8
+    summary_queue: int = SUMMARY_QUEUE
+    scene_hops: int = 2
+    scene_cell_m: float = 1.0
+    tau: float = TAU
+    lookahead_candidates: int = 3
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "modules", check_modules(self.modules))
+
+
 class MemorySystem:
     """The composed modules of one planner, fed by what the graph publishes, read by each call (thread-safe).
 
-    `summariser` (None: templates only) summarises each episodic record on a background worker with a queue of
-    `summary_queue`; `log` hears why a summary was not applied. `scene_hops` and `scene_cell_m` cut an agent's
-    scene graph from a world state (brace_common.scene_graph.agent_view); `embed` (None: keys only) embeds scene
-    graphs for the experience bank, which matches embeddings within `tau`. `lookahead_candidates` bounds the steps a
-    call projects; `predict` (set by whoever holds the world's transition model) projects them.
+    `config` names the modules and their bounds; `store` (None: held in the process) keeps the records; `corpus`
+    (rag_static) and `priors` (reflective) are the loaded passages. `summariser` (None: templates only) summarises
+    each episodic record on a background worker; `log` hears why a summary was not applied. `embed` (None: keys
+    only) embeds scene graphs for the experience bank. `predict` (set by whoever holds the world's transition model)
+    projects lookahead's steps.
     """
 
-    def __init__(self, modules: Sequence[str], store: Optional[MemoryStore] = None, tree_depth: int = 3,
-                 corpus: Sequence[Prior] = (), priors: Sequence[Prior] = (), max_lines: int = 8,
-                 summariser: Optional[Summariser] = None, summary_queue: int = SUMMARY_QUEUE,
-                 log: Optional[Callable[[str], None]] = None, scene_hops: int = 2, scene_cell_m: float = 1.0,
-                 tau: float = TAU, embed: Optional[Embedder] = None, lookahead_candidates: int = 3) -> None:
-        self.modules = check_modules(modules)
+    def __init__(self, config: MemorySystemConfig, store: Optional[MemoryStore] = None, *,
+                 corpus: Sequence[Prior] = (), priors: Sequence[Prior] = (), summariser: Optional[Summariser] = None,
+                 log: Optional[Callable[[str], None]] = None, embed: Optional[Embedder] = None) -> None:
+        self.config = config
+        self.modules = config.modules
         self.store = RecordIndex(store if store is not None else MemoryStore(None))
-        self.tree = ContextTree(tree_depth)
+        self.tree = ContextTree(config.tree_depth)
         self.episodic = EpisodicMemory(self.store)
         self.reflective = ReflectiveMemory(self.store, tuple(priors))
         self.corpus = tuple(corpus)
-        self.max_lines = max_lines
         # Records are written only for a module that reads them (rag_memory reads both kinds).
         self.folding = self.on("episodic") or self.on("rag_memory")
         self.reflecting = self.on("reflective") or self.on("rag_memory")
         self.lock = threading.Lock()
-        self.graphs = SessionGraphs(scene_hops, scene_cell_m)
+        self.graphs = SessionGraphs(config.scene_hops, config.scene_cell_m)
         self.embed = embed
-        self.bank = ExperienceBank(self.store, tau)
+        self.bank = ExperienceBank(self.store, config.tau)
         self.goals: dict[str, str] = {}
-        self.lookahead_candidates = lookahead_candidates
         self.predict: Optional[Predict] = None
         self.calls: list[Step] = []      # the valid skill calls of the current schema (lookahead's candidates)
         self.views: dict[str, dict[str, SceneGraph]] = {}   # per agent: each state's scene graph this episode
@@ -109,7 +129,7 @@ class MemorySystem:
         self._closed = False
         self.summaries: Optional[SummaryWorker] = None
         if summariser is not None and self.folding:
-            worker = SummaryWorker(summariser, self._apply_summary, summary_queue, log)
+            worker = SummaryWorker(summariser, self._apply_summary, config.summary_queue, log)
             self.summaries = worker
             self.episodic.on_fold = lambda record, segment: worker.submit(SummaryRequest(record, segment))
 
@@ -345,7 +365,7 @@ class MemorySystem:
             first = [doing_step(now.action)] if now is not None else []
             match = self._match(agent_id) if self.on("experience") else None
             first += [doing_step(a) for a in match.actions] if match is not None else []
-            steps = candidates(self.calls, query, [s for s in first if s is not None], self.lookahead_candidates)
+            steps = candidates(self.calls, query, [s for s in first if s is not None], self.config.lookahead_candidates)
         lines = lookahead_lines(predict, agent_id, steps, view, self.graphs.hops, self.graphs.cell_m)
         with self.lock:
             self.counts["lookahead_projected"] += len(lines)
@@ -375,10 +395,10 @@ class MemorySystem:
                 lines = [line for line in found if line not in out.lines]
                 if not lines:
                     continue
-                lines = lines[:self.max_lines * 2]  # more than can fit is never counted
+                lines = lines[:self.config.max_lines * 2]  # more than can fit is never counted
                 chosen = []
                 for line, tokens in zip(lines, count_tokens(lines), strict=True):
-                    if len(out.lines) + len(chosen) >= self.max_lines or out.tokens + tokens > cap_tokens:
+                    if len(out.lines) + len(chosen) >= self.config.max_lines or out.tokens + tokens > cap_tokens:
                         out.left_out += 1
                         continue
                     chosen.append(line)

@@ -11,7 +11,7 @@ from brace_memory.experience import ExperienceBank
 from brace_memory.record_index import RecordIndex
 from brace_memory.records import RecordKind
 from brace_memory.store import MemoryStore
-from brace_memory.system import MemorySystem
+from brace_memory.system import MemorySystem, MemorySystemConfig
 
 
 def chars(lines: list[str]) -> list[int]:
@@ -32,7 +32,7 @@ def state(step: int, x: int, episode: int = 0, holding: bool = False, action: st
 
 
 def test_a_revisited_state_retrieves_a_loop_warning_first():
-    system = MemorySystem(["state_graph", "reflective"])
+    system = MemorySystem(MemorySystemConfig(["state_graph", "reflective"]))
     for step, x in enumerate([0, 1, 0]):
         system.on_world_state(state(step, x))
     got = system.retrieve("agent_0", "", 2, 10_000, chars)
@@ -52,14 +52,14 @@ def run_episode(system: MemorySystem, episode: int, success: bool) -> None:
 
 def test_a_successful_episode_is_kept_and_a_later_one_retrieves_its_next_actions(tmp_path):
     path = tmp_path / "memory.sqlite"
-    system = MemorySystem(["experience"], MemoryStore(path))
+    system = MemorySystem(MemorySystemConfig(["experience"]), MemoryStore(path))
     run_episode(system, 0, success=False)
     assert system.counts["experiences_kept"] == 0
     run_episode(system, 1, success=True)
     assert system.counts["experiences_kept"] == 1
     system.close()
 
-    again = MemorySystem(["experience"], MemoryStore(path))   # the bank survives the process
+    again = MemorySystem(MemorySystemConfig(["experience"]), MemoryStore(path))   # the bank survives the process
     again.on_world_state(state(0, 1, episode=2))                # the state before the pick
     got = again.retrieve("agent_0", "", 0, 10_000, chars)
     assert got.lines == ['past experience (goal: deliver box_1 to dock_0): from a state like this one, the next '
@@ -72,7 +72,7 @@ def test_a_successful_episode_is_kept_and_a_later_one_retrieves_its_next_actions
 
 
 def test_rag_memory_does_not_read_experience_records():
-    system = MemorySystem(["experience", "rag_memory"])
+    system = MemorySystem(MemorySystemConfig(["experience", "rag_memory"]))
     run_episode(system, 0, success=True)
     assert system.store.records("agent_0", RecordKind.EXPERIENCE)
     system.on_world_state(state(9, 9, episode=1))
@@ -119,7 +119,7 @@ def test_lookahead_projects_the_current_step_and_relevant_calls_through_predict(
             return Projection(False, "agent_0 holds nothing", None)
         return None  # the world did not answer in time
 
-    system = MemorySystem(["lookahead"], lookahead_candidates=3)
+    system = MemorySystem(MemorySystemConfig(["lookahead"], lookahead_candidates=3))
     calls = [Step("move_to", {"target": t}) for t in ("shelf_1", "dock_0", "park_0")] + [
         Step("pick", {"object": "box_1"}), Step("place", {"object": "box_1", "target": "dock_0"})]
     system.on_schema(calls)
@@ -139,7 +139,7 @@ def test_lookahead_projects_the_current_step_and_relevant_calls_through_predict(
 
 
 def test_an_end_that_comes_after_the_next_episodes_first_state_keeps_the_finished_episode():
-    system = MemorySystem(["experience"])
+    system = MemorySystem(MemorySystemConfig(["experience"]))
     for step, x in enumerate([0, 1, 2]):
         system.on_world_state(state(step, x, episode=0))
     system.on_world_state(state(0, 7, episode=1))   # topics are not ordered: the next episode's state came first

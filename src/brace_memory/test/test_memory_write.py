@@ -7,7 +7,7 @@ import pytest
 from brace_common.action_schema import ActionSchema, PlanError, Step
 from brace_memory.memory_write import MEMORY_WRITE_ACTION, split_memory_writes, with_memory_write
 from brace_memory.reflective import MAX_NOTE_CHARS
-from brace_memory.system import MemorySystem
+from brace_memory.system import MemorySystem, MemorySystemConfig
 
 WORLD = {"kinds": {"arm": ["pick"], "base": ["move_to"]},
          "actions": {"pick": {"object": {"choices": ["cup_3"]}}, "move_to": {"target": {"type": "string"}}}}
@@ -48,7 +48,7 @@ def test_the_split_keeps_the_steps_in_order_and_drops_empty_notes():
 
 
 def test_a_note_is_kept_for_the_agent_and_retrieved_by_its_next_calls():
-    system = MemorySystem(["reflective"])
+    system = MemorySystem(MemorySystemConfig(["reflective"]))
     assert system.on_note("agent_0", 5, "dock_2 jams when two agents queue; use dock_1 " + "x" * 400)
     (note,) = system.store.records("agent_0", "note")
     assert len(note.fields["text"]) == MAX_NOTE_CHARS and note.first_step == 5
@@ -58,6 +58,6 @@ def test_a_note_is_kept_for_the_agent_and_retrieved_by_its_next_calls():
 
 
 def test_a_note_without_a_module_that_reads_it_is_dropped_and_counted():
-    system = MemorySystem(["episodic"])
+    system = MemorySystem(MemorySystemConfig(["episodic"]))
     assert not system.on_note("agent_0", 5, "dock_2 jams")
     assert system.counts["notes_dropped"] == 1 and system.store.records("agent_0", "note") == []

@@ -13,7 +13,7 @@ from brace_memory.records import MemoryRecord, RecordKind
 from brace_memory.reflective import PREEMPTION, Prior, ReflectiveMemory, constraint_keys
 from brace_memory.relevance import bm25, words
 from brace_memory.store import MemoryStore
-from brace_memory.system import MemorySystem, check_modules
+from brace_memory.system import MemorySystem, MemorySystemConfig, check_modules
 
 GOTO, PICK, PLACE = Step("move_to", {"target": "shelf_3"}), Step("pick", {"object": "box_7"}), \
     Step("place", {"object": "box_7", "target": "dock_2"})
@@ -89,7 +89,7 @@ def test_episodic_memory_folds_a_segment_at_each_boundary_into_one_record():
 
 
 def test_a_handoff_message_and_a_plan_change_are_boundaries():
-    system = MemorySystem(["episodic"])
+    system = MemorySystem(MemorySystemConfig(["episodic"]))
     system.on_entry("agent_1", 2, "observation", "at dock_1")
     system.on_entry("agent_1", 3, "message", "agent_1 hands box_7 to agent_2", frozenset({"agent_1", "agent_2"}))
     system.on_entry("agent_1", 4, "observation", "at dock_1, empty-handed")
@@ -134,7 +134,7 @@ def test_priors_are_retrieved_by_key_before_scored_records():
 
 
 def test_a_constraint_entry_becomes_one_team_wide_record_that_a_repeat_updates():
-    system = MemorySystem(["episodic", "reflective"])
+    system = MemorySystem(MemorySystemConfig(["episodic", "reflective"]))
     rule = "dock_2 closes at step 30: from then on deliver to dock_5."
     system.on_entry("supervisor", 4, "constraint", rule)
     system.on_entry("supervisor", 9, "constraint", "  dock_2 closes at step 30:\n from then on deliver to dock_5. ")
@@ -161,14 +161,14 @@ def test_constraints_naming_the_call_s_ids_come_first_and_one_in_the_prompt_is_n
 
 
 def test_constraints_outlive_the_run_and_are_kept_only_where_a_module_reads_them(tmp_path):
-    episodic = MemorySystem(["episodic"])
+    episodic = MemorySystem(MemorySystemConfig(["episodic"]))
     episodic.on_entry("supervisor", 1, "constraint", "dock_2 closes at step 30.")
     assert episodic.store.records("supervisor", RecordKind.CONSTRAINT) == []
-    system = MemorySystem(["reflective"], MemoryStore(tmp_path / "m.sqlite"))
+    system = MemorySystem(MemorySystemConfig(["reflective"]), MemoryStore(tmp_path / "m.sqlite"))
     system.on_entry("supervisor", 1, "constraint", "dock_2 closes at step 30.")
     system.start_episode()
     system.store.close()
-    again = MemorySystem(["rag_memory"], MemoryStore(tmp_path / "m.sqlite"))  # the next run
+    again = MemorySystem(MemorySystemConfig(["rag_memory"]), MemoryStore(tmp_path / "m.sqlite"))  # the next run
     assert again.retrieve("agent_0", "deliver to dock_2", 50, 1000, chars).lines == [
         "constraint (t=1, from supervisor): dock_2 closes at step 30."]
 
@@ -192,7 +192,8 @@ def test_a_corpus_file_loads_and_a_malformed_one_names_the_passage(tmp_path):
 
 def test_retrieval_fills_the_cap_in_module_priority_and_never_exceeds_it():
     corpus = [Prior("dock_2 is on the east wall", frozenset()), Prior("pallets block shelf_9", frozenset())]
-    system = MemorySystem(["episodic", "reflective", "rag_static", "rag_memory"], corpus=corpus, max_lines=4)
+    system = MemorySystem(MemorySystemConfig(["episodic", "reflective", "rag_static", "rag_memory"], max_lines=4),
+                          corpus=corpus)
     system.on_entry("agent_0", 0, "task", "agent_0 must deliver box_7 to dock_2.")
     system.on_plan("agent_0", 1, Mode.FULL_REPLAN, [GOTO, PICK, PLACE])
     system.on_entry("agent_0", 2, "action_outcome", "move_to(target=shelf_3) succeeded")
@@ -218,18 +219,18 @@ def test_unknown_or_repeated_modules_are_rejected():
 
 
 def test_an_episode_start_keeps_stored_records_and_drops_goal_stacks(tmp_path):
-    system = MemorySystem(["reflective"], MemoryStore(tmp_path / "m.sqlite"))
+    system = MemorySystem(MemorySystemConfig(["reflective"]), MemoryStore(tmp_path / "m.sqlite"))
     system.on_plan("a", 1, Mode.FULL_REPLAN, [PICK])
     system.on_outcome("a", 2, "pick", False, "slipped", Failure.DROP_SLIP.value)
     system.start_episode()
     assert system.goal_stack("a") == []
     system.store.close()
-    again = MemorySystem(["reflective"], MemoryStore(tmp_path / "m.sqlite"))  # the next run
+    again = MemorySystem(MemorySystemConfig(["reflective"]), MemoryStore(tmp_path / "m.sqlite"))  # the next run
     assert "pick(object=box_7)" in again.retrieve("a", "pick box_7", 3, 1000, chars).lines[0]
 
 
 def test_episodic_retrieval_reads_the_current_episode_and_rag_memory_every_episode(tmp_path):
-    system = MemorySystem(["episodic", "rag_memory"], MemoryStore(tmp_path / "m.sqlite"))
+    system = MemorySystem(MemorySystemConfig(["episodic", "rag_memory"]), MemoryStore(tmp_path / "m.sqlite"))
     system.on_entry("a", 3, "action_outcome", "picked box_7 at shelf_2")
     system.on_entry("a", 4, "task_done", "delivered box_7")
     assert system.retrieve("a", "box_7", 5, 1000, chars).by_module == {"episodic": 1}
@@ -240,12 +241,12 @@ def test_episodic_retrieval_reads_the_current_episode_and_rag_memory_every_episo
     got = system.retrieve("a", "cup_1", 5, 1000, chars)
     assert got.by_module["episodic"] == 1 and "cup_1" in got.lines[0]
     system.store.close()
-    again = MemorySystem(["episodic"], MemoryStore(tmp_path / "m.sqlite"))  # the next run: a new episode
+    again = MemorySystem(MemorySystemConfig(["episodic"]), MemoryStore(tmp_path / "m.sqlite"))  # the next run: a new episode
     assert again.retrieve("a", "cup_1", 5, 1000, chars).lines == []
 
 
 def test_without_modules_only_the_goal_stack_is_kept_and_nothing_is_written():
-    system = MemorySystem([])
+    system = MemorySystem(MemorySystemConfig([]))
     system.on_entry("a", 1, "failure_trace", "pick failed")
     system.on_plan("a", 2, Mode.FULL_REPLAN, [PICK])
     system.on_outcome("a", 3, "pick", False, "slipped", Failure.DROP_SLIP.value)
@@ -275,7 +276,7 @@ def test_goal_stack_shows_the_newest_done_steps_and_keeps_the_task_across_a_part
 def test_a_constraint_stated_for_an_agent_stays_with_its_task_in_the_goal_stack():
     from brace_memory.context_tree import MAX_CONSTRAINTS
 
-    system = MemorySystem([])
+    system = MemorySystem(MemorySystemConfig([]))
     system.on_entry("player", 0, "task", "cook a meal")
     system.on_entry("player", 3, "constraint", "recipe: ingredients: carrot;\n directions: slice the carrot")
     system.on_plan("player", 4, Mode.FULL_REPLAN, [PICK])
@@ -294,7 +295,7 @@ def test_a_constraint_stated_for_an_agent_stays_with_its_task_in_the_goal_stack(
 
 
 def test_a_constraint_the_goal_stack_shows_is_not_retrieved_again():
-    system = MemorySystem(["reflective"])
+    system = MemorySystem(MemorySystemConfig(["reflective"]))
     rule = "recipe: ingredients: carrot; directions: slice the carrot, roast the carrot, prepare meal"
     system.on_entry("player", 3, "constraint", rule)
     assert system.goal_constraints("player") == [rule]
@@ -303,7 +304,7 @@ def test_a_constraint_the_goal_stack_shows_is_not_retrieved_again():
 
 
 def test_a_state_snapshot_is_no_episodic_observation():
-    system = MemorySystem(["episodic"])
+    system = MemorySystem(MemorySystemConfig(["episodic"]))
     system.on_entry("a", 1, "observation", "at park_1, empty-handed", block=Block.STATE)
     system.on_entry("a", 2, "observation", "shelf_3 audit: 12 items", block=Block.HISTORY)
     system.on_entry("a", 3, "action_outcome", "picked box_7")
@@ -313,7 +314,7 @@ def test_a_state_snapshot_is_no_episodic_observation():
 
 
 def test_health_reports_what_a_planner_publishes_and_a_misspelt_counter_fails():
-    system = MemorySystem(["episodic", "reflective"])
+    system = MemorySystem(MemorySystemConfig(["episodic", "reflective"]))
     system.on_entry("agent_0", 1, "task", "agent_0 must deliver box_7 to dock_2.")
     system.tree.on_task("agent_0", "agent_0 must deliver box_7 to dock_2.")
     system.tree.on_plan("agent_0", 1, Mode.FULL_REPLAN, [GOTO, PICK])

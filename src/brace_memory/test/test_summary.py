@@ -19,7 +19,7 @@ from brace_memory.summary import (
     summary_fields,
     summary_prompt,
 )
-from brace_memory.system import MemorySystem
+from brace_memory.system import MemorySystem, MemorySystemConfig
 
 WAIT_S = 10.0  # bound of every wait on the worker (never reached when it works)
 
@@ -61,7 +61,7 @@ def fold(system: MemorySystem, agent: str, step: int) -> None:
 
 def test_a_valid_summary_replaces_the_template_fields_in_place():
     summariser = Scripted(summary())
-    system = MemorySystem(["episodic"], summariser=summariser)
+    system = MemorySystem(MemorySystemConfig(["episodic"]), summariser=summariser)
     fold(system, "a", 1)
     fold(system, "a", 2)
     assert system.summaries.wait_idle(WAIT_S)
@@ -78,7 +78,7 @@ def test_a_valid_summary_replaces_the_template_fields_in_place():
 
 
 def test_the_store_keeps_the_summary_and_its_update_order(tmp_path):
-    system = MemorySystem(["episodic"], MemoryStore(tmp_path / "m.sqlite"), summariser=Scripted(summary()))
+    system = MemorySystem(MemorySystemConfig(["episodic"]), MemoryStore(tmp_path / "m.sqlite"), summariser=Scripted(summary()))
     fold(system, "a", 1)
     assert system.summaries.wait_idle(WAIT_S)
     fold(system, "a", 2)
@@ -102,7 +102,7 @@ def test_the_store_keeps_the_summary_and_its_update_order(tmp_path):
 ])
 def test_an_invalid_or_failed_summary_keeps_the_template_and_is_counted(answer, counted):
     said: list[str] = []
-    system = MemorySystem(["episodic"], summariser=Scripted(answer), log=said.append)
+    system = MemorySystem(MemorySystemConfig(["episodic"]), summariser=Scripted(answer), log=said.append)
     fold(system, "a", 1)
     assert system.summaries.wait_idle(WAIT_S)
     (record,) = system.episodic.records("a")
@@ -120,7 +120,7 @@ def test_an_invalid_or_failed_summary_keeps_the_template_and_is_counted(answer, 
 def test_folding_is_immediate_while_a_summary_runs_and_a_full_queue_drops_the_oldest():
     gate = threading.Event()
     summariser = Scripted(gate=gate)
-    system = MemorySystem(["episodic"], summariser=summariser, summary_queue=2)
+    system = MemorySystem(MemorySystemConfig(["episodic"], summary_queue=2), summariser=summariser)
     fold(system, "a", 1)
     assert summariser.entered.wait(WAIT_S)  # the worker holds record 1
     for step in (2, 3, 4, 5):
@@ -141,7 +141,7 @@ def test_folding_is_immediate_while_a_summary_runs_and_a_full_queue_drops_the_ol
 def test_a_summary_of_a_record_gone_or_rewritten_meanwhile_is_late():
     gate = threading.Event()
     store = MemoryStore(None, max_records=1)
-    system = MemorySystem(["episodic"], store, summariser=Scripted(gate=gate))
+    system = MemorySystem(MemorySystemConfig(["episodic"]), store, summariser=Scripted(gate=gate))
     fold(system, "a", 1)
     fold(system, "a", 2)  # max_records 1: record 1 is evicted while its summary runs
     gate.set()
@@ -156,7 +156,7 @@ def test_a_summary_of_a_record_gone_or_rewritten_meanwhile_is_late():
 def test_close_cancels_the_running_summary_drops_the_pending_and_stops_the_worker():
     gate = threading.Event()  # never set: the summariser runs until it is cancelled
     summariser = Scripted(gate=gate)
-    system = MemorySystem(["episodic"], summariser=summariser)
+    system = MemorySystem(MemorySystemConfig(["episodic"]), summariser=summariser)
     fold(system, "a", 1)
     assert summariser.entered.wait(WAIT_S)
     fold(system, "a", 2)
@@ -179,7 +179,7 @@ def test_a_summary_that_ignores_the_cancel_is_late_after_close():
         answered.set()
         return summary()
 
-    system = MemorySystem(["episodic"], summariser=stubborn)
+    system = MemorySystem(MemorySystemConfig(["episodic"]), summariser=stubborn)
     fold(system, "a", 1)
     assert entered.wait(WAIT_S)
     assert not system.summaries.close(timeout_s=0.0)  # still running: it ignores the cancel
@@ -190,9 +190,9 @@ def test_a_summary_that_ignores_the_cancel_is_late_after_close():
 
 
 def test_without_a_summariser_or_a_folding_module_no_worker_runs():
-    assert MemorySystem(["episodic"]).summaries is None
-    assert MemorySystem(["reflective"], summariser=Scripted()).summaries is None
-    system = MemorySystem(["rag_memory"], summariser=Scripted())
+    assert MemorySystem(MemorySystemConfig(["episodic"])).summaries is None
+    assert MemorySystem(MemorySystemConfig(["reflective"]), summariser=Scripted()).summaries is None
+    system = MemorySystem(MemorySystemConfig(["rag_memory"]), summariser=Scripted())
     assert system.summaries is not None
     system.close()
     with pytest.raises(ValueError, match="queue_size"):
@@ -215,7 +215,7 @@ def test_summary_fields_cut_to_the_template_limits_and_keep_the_boundary():
 
 
 def test_the_prompt_is_omniact_s_episodic_prompt_with_the_segment_in_order():
-    system = MemorySystem(["episodic"])
+    system = MemorySystem(MemorySystemConfig(["episodic"]))
     system.on_entry("a", 0, "task", "agent a must deliver box_7 to dock_2.")
     segment = Segment()
     for step in range(60):
@@ -231,7 +231,7 @@ def test_the_prompt_is_omniact_s_episodic_prompt_with_the_segment_in_order():
 
 
 def test_health_names_each_outcome_and_reason_after_the_prefix():
-    system = MemorySystem(["episodic"], summariser=Scripted(summary(outcome="  ")))
+    system = MemorySystem(MemorySystemConfig(["episodic"]), summariser=Scripted(summary(outcome="  ")))
     fold(system, "a", 1)
     assert system.summaries.wait_idle(WAIT_S)
     values = system.health().values

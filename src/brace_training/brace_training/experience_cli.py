@@ -18,7 +18,7 @@ from typing import Optional
 
 from brace_common.session_graph import Embedder
 from brace_memory.store import MemoryStore
-from brace_memory.system import MemorySystem
+from brace_memory.system import MemorySystem, MemorySystemConfig
 
 from .textworld_data import TEXTWORLD_CELL_M, TEXTWORLD_HOPS
 
@@ -95,10 +95,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     args.out.expanduser().parent.mkdir(parents=True, exist_ok=True)
     seeds = range(TRAIN_SEEDS, TRAIN_SEEDS + args.seeds)
     textworld = args.world == "textworld"
-    system = MemorySystem(["experience"], MemoryStore(args.out.expanduser()),
-                          scene_hops=TEXTWORLD_HOPS if textworld else WAREHOUSE_HOPS,
-                          scene_cell_m=TEXTWORLD_CELL_M if textworld else WAREHOUSE_CELL_M,
-                          embed=load_embedder(args.encoder))
+    settings = MemorySystemConfig(("experience",), scene_hops=TEXTWORLD_HOPS if textworld else WAREHOUSE_HOPS,
+                                  scene_cell_m=TEXTWORLD_CELL_M if textworld else WAREHOUSE_CELL_M)
+    system = MemorySystem(settings, MemoryStore(args.out.expanduser()), embed=load_embedder(args.encoder))
     try:
         if textworld:
             kept = textworld_bank(system, seeds, args.game_dir)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from brace_common.vocabulary import Block, Mode
-from brace_memory.system import MemorySystem
+from brace_memory.system import MemorySystem, MemorySystemConfig
 from erecap_planner.call_path import CallRequest, request_text
 from erecap_planner.config import PlannerConfig
 from erecap_planner.context import ContextBuffer
@@ -82,8 +82,8 @@ def stream(case: HaystackCase, row: HaystackRow, planner: PlannerConfig = PLANNE
     buffer = ContextBuffer(max_history=row.window) if row.window is not None else ContextBuffer()
     memory = None
     if row.modules:
-        memory = MemoryUse(MemorySystem(row.modules, max_lines=planner.memory_max_lines), planner.memory_share,
-                           planner.recap_window)
+        settings = MemorySystemConfig(row.modules, max_lines=planner.memory_max_lines)
+        memory = MemoryUse(MemorySystem(settings), planner.memory_share, planner.recap_window)
     for entry in case.entries:
         if row.summarised and entry.block == Block.HISTORY:
             entry = replace(entry, text=turn_summary(entry.text))

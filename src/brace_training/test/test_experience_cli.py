@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from brace_memory.records import RecordKind
 from brace_memory.store import MemoryStore
-from brace_memory.system import MemorySystem
+from brace_memory.system import MemorySystem, MemorySystemConfig
 from brace_training.experience_cli import TRAIN_SEEDS, main
 
 
@@ -18,7 +18,7 @@ def test_successful_oracle_episodes_fill_a_bank_a_planner_reads_back(tmp_path, c
     assert all(len(r.fields["keys"]) == len(r.fields["actions"]) >= 2 for r in records)
     assert all(r.first_step == 0 for r in records) and TRAIN_SEEDS >= 100_000
 
-    planner = MemorySystem(["experience"], MemoryStore(store))  # a later process: its bank holds them
+    planner = MemorySystem(MemorySystemConfig(["experience"]), MemoryStore(store))  # a later process: its bank holds them
     assert len(planner.bank) == 4
     first = records[0]
     match = planner.bank.search(first.fields["keys"][0])

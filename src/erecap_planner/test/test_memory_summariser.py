@@ -9,7 +9,7 @@ import pytest
 
 from brace_common.config import ConfigError
 from brace_memory.episodic import RECORD_KEYS
-from brace_memory.system import MemorySystem
+from brace_memory.system import MemorySystem, MemorySystemConfig
 from erecap_planner.config import PlannerConfig
 from erecap_planner.factory import build_memory, build_summariser
 from erecap_planner.memory_summariser import SUMMARY_MAX_TOKENS, ChatSummariser, summary_written
@@ -32,7 +32,8 @@ def fold(system: MemorySystem, agent: str = "agent_0", step: int = 7) -> None:
 def summarised(server: FaultServer, timeout_s: float = 10.0, model: str = "") -> MemorySystem:
     """A memory system whose summariser is the chat model at `server`, after one segment folded and its summary
     settled."""
-    system = MemorySystem(["episodic"], summariser=ChatSummariser(OpenAIClient(server.base_url), model, timeout_s))
+    summariser = ChatSummariser(OpenAIClient(server.base_url), model, timeout_s)
+    system = MemorySystem(MemorySystemConfig(["episodic"]), summariser=summariser)
     fold(system)
     assert system.summaries.wait_idle(WAIT_S)
     return system
@@ -86,7 +87,7 @@ def test_garbage_errors_and_timeouts_keep_the_template_and_are_counted(server_kw
 def test_a_refused_connection_fails_the_summary_not_the_fold():
     with FaultServer() as server:
         url = server.base_url  # closed when the block ends: nothing listens there any more
-    system = MemorySystem(["episodic"], summariser=ChatSummariser(OpenAIClient(url), timeout_s=2.0))
+    system = MemorySystem(MemorySystemConfig(["episodic"]), summariser=ChatSummariser(OpenAIClient(url), timeout_s=2.0))
     fold(system)
     assert system.folded_through("agent_0") == 7  # the template record is there at once
     assert system.summaries.wait_idle(WAIT_S)

@@ -26,7 +26,7 @@ from brace_common.testing import wait_for
 from brace_common.vocabulary import CallStatus
 from brace_memory.episodic import record_line
 from brace_memory.summary import summary_fields
-from brace_memory.system import MemorySystem
+from brace_memory.system import MemorySystem, MemorySystemConfig
 from erecap_planner.call_path import CallOptions, CallPath, CallRequest
 from erecap_planner.compressors import make_compressor
 from erecap_planner.local_server import LocalServer, free_port
@@ -102,8 +102,8 @@ def test_a_deadline_shorter_than_the_call_and_a_cancel(served, tokenizer):
 def test_the_episodic_summariser_on_the_real_server_keeps_the_record_valid(served):
     # SmolLM2-135M echoes the segment instead of writing the JSON (docs/memory.md): whatever it writes, the record
     # stays one that summary_fields accepts, the template's or the summary's, and the server answered.
-    system = MemorySystem(["episodic"], summariser=ChatSummariser(OpenAIClient(served.base_url), timeout_s=120.0,
-                                                                  max_tokens=48))
+    summariser = ChatSummariser(OpenAIClient(served.base_url), timeout_s=120.0, max_tokens=48)
+    system = MemorySystem(MemorySystemConfig(["episodic"]), summariser=summariser)
     system.on_entry("agent_0", 0, "task", "agent_0 must deliver box_7 to dock_2.")
     system.on_entry("agent_0", 1, "action_outcome", "pick(object=box_7) succeeded")
     system.on_entry("agent_0", 2, "failure_trace", "place(object=box_7, location=dock_2) failed: dock_2 closed")
