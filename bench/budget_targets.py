@@ -169,7 +169,7 @@ def growth(model, tokenizer, calls: int, grow: int, sizes=SIZES, only=None) -> t
     from brace_common.config import resolve_path
     from brace_common.vocabulary import Mode
     from brace_training.plan_data import context_buffer
-    from erecap_planner.call_path import CallRequest, PlannerCallPath
+    from erecap_planner.call_path import CallOptions, CallRequest, LocalModel, PlannerCallPath
     from erecap_planner.plan_parser import ActionSchema
     from erecap_planner.predictor import PredictorBank
     from erecap_planner.pruning import PruneSchedule, table8_layers
@@ -183,8 +183,9 @@ def growth(model, tokenizer, calls: int, grow: int, sizes=SIZES, only=None) -> t
     two_stage = replace(table8, first_cut=1.5)
 
     def path(compressor, schedule, layout="focus", reuse=False):
-        return PlannerCallPath(model, tokenizer, schema, compressor, schedule, bank if compressor == "erecap" else None,
-                               decoding="constrained", decode_weights="float16", layout=layout, prefix_reuse=reuse)
+        local = LocalModel(model, tokenizer, schedule, bank if compressor == "erecap" else None,
+                           decode_weights="float16", prefix_reuse=reuse)
+        return PlannerCallPath(local, CallOptions(compressor=compressor, decoding="constrained", layout=layout), schema)
 
     made = {"No BRACE (unpruned)": lambda: path("none", table8),
             "No BRACE + reuse": lambda: path("none", table8, "stable_first", True),

@@ -34,7 +34,7 @@ from brace_controller.config import ControllerConfig, ControllerNodeConfig, Moni
 from brace_controller.policy import BudgetPolicy, select_mode
 from brace_controller.triggers import AgentObservation, TriggerMonitor
 from brace_training.plan_data import context_buffer
-from erecap_planner.call_path import CallRequest, PlannerCallPath
+from erecap_planner.call_path import CallOptions, CallRequest, LocalModel, PlannerCallPath
 from erecap_planner.precision import resolve
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
@@ -117,11 +117,12 @@ def sim_planner(model, tok, compressor: str, predictors, dtype: str, agents: int
     cut = planner["first_cut"] if first_cut is None else first_cut
     layout = layout or planner["context_layout"]
     reuse = planner["prefix_reuse"] and reuse
-    path = PlannerCallPath(model, tok, schema, compressor,
-                           PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7, first_cut=cut),
-                           predictors, decoding="constrained", decode_weights=resolve("cpu", dtype).decode_weights,
-                           plan_steps={m: n for m, n in enumerate(planner["plan_steps"]) if n}, layout=layout,
-                           prefix_reuse=reuse)
+    local = LocalModel(model, tok, PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7,
+                                                 first_cut=cut),
+                       predictors, decode_weights=resolve("cpu", dtype).decode_weights, prefix_reuse=reuse)
+    options = CallOptions(compressor=compressor, decoding="constrained", layout=layout,
+                          plan_steps={m: n for m, n in enumerate(planner["plan_steps"]) if n})
+    path = PlannerCallPath(local, options, schema)
     controller = config_from_file(ControllerConfig, params_dir() / "brace_controller.yaml", "brace_controller",
                                   ControllerNodeConfig, budget_profile="embedded")
     policy = BudgetPolicy(controller.load_profile(), controller)

@@ -189,7 +189,7 @@ def main() -> int:
 
     from brace_training.haystack_cases import CONSTRAINT_KINDS, make_cases
     from brace_training.haystack_memory import BLIND_ROW, ROWS, row_named
-    from erecap_planner.call_path import PlannerCallPath
+    from erecap_planner.call_path import CallOptions, LocalModel, PlannerCallPath
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -209,8 +209,9 @@ def main() -> int:
     model, tokenizer = load_planner_model(args.adapter or sim_planner_checkpoint(ADAPTER_PARAMETER), "cpu", args.dtype)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     window = int(model.config.max_position_embeddings)
-    path = PlannerCallPath(model, tokenizer, None, "none", decoding="candidates", layout="focus",
-                           max_context_tokens=window - CONTINUATION_TOKENS)
+    options = CallOptions(compressor="none", decoding="candidates", layout="focus",
+                          max_context_tokens=window - CONTINUATION_TOKENS)
+    path = PlannerCallPath(LocalModel(model, tokenizer), options)
 
     def count(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])

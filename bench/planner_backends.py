@@ -100,16 +100,16 @@ def prompt_compressor(stack, layers: int):
 
 def paths(stack, schema, url: dict[str, str], max_new_tokens: int, decoding: str = "json") -> dict:
     """backend -> {'full': call path without compression, 'budget': with E-RECAP (in-model or prompt-level)}."""
-    from erecap_planner.call_path import CallOptions, CallPath, PlannerCallPath
+    from erecap_planner.call_path import CallOptions, CallPath, LocalModel, PlannerCallPath
     from erecap_planner.compressors import make_compressor
     from erecap_planner.openai_client import OpenAIClient
     from erecap_planner.server_backend import ServerBackend
 
     model, tok, schedule, predictors = stack["model"], stack["tokenizer"], stack["schedule"], stack["predictors"]
-    local = {"full": PlannerCallPath(model, tok, schema, "none", schedule, None, max_new_tokens, decoding=decoding,
-                                     decode_weights="float16"),
-             "budget": PlannerCallPath(model, tok, schema, "erecap", schedule, predictors, max_new_tokens,
-                                       decoding=decoding, decode_weights="float16")}
+    local = {name: PlannerCallPath(LocalModel(model, tok, schedule, bank, decode_weights="float16"),
+                                   CallOptions(compressor=compressor, max_new_tokens=max_new_tokens, decoding=decoding),
+                                   schema)
+             for name, compressor, bank in (("full", "none", None), ("budget", "erecap", predictors))}
     out = {"in_process": local}
     prompt_level = prompt_compressor(stack, 1)
     for backend, base_url in url.items():
@@ -173,19 +173,19 @@ def quality(stack, url: dict[str, str], args) -> list[dict]:
     """Oracle agreement of each (backend, compression, B_t) on K = 4 decision points."""
     from brace_common.action_schema import Step
     from brace_training.plan_data import context_buffer, decision_points
-    from erecap_planner.call_path import CallRequest, PlannerCallPath
+    from erecap_planner.call_path import CallOptions, CallPath, CallRequest, LocalModel, PlannerCallPath
     from sim_bridges.warehouse.warehouse_feed import same_first_step
 
     model, tok, schedule, predictors = stack["model"], stack["tokenizer"], stack["schedule"], stack["predictors"]
     schema = stack["schemas"][4]
-    local = {"in_model": PlannerCallPath(model, tok, schema, "erecap", schedule, predictors, 64,
-                                         decoding="constrained", decode_weights="float16"),
-             "none": PlannerCallPath(model, tok, schema, "none", schedule, None, 64, decoding="constrained",
-                                     decode_weights="float16")}
+    def local_path(compressor: str, bank) -> CallPath:
+        return PlannerCallPath(LocalModel(model, tok, schedule, bank, decode_weights="float16"),
+                               CallOptions(compressor=compressor, max_new_tokens=64, decoding="constrained"), schema)
+
+    local = {"in_model": local_path("erecap", predictors), "none": local_path("none", None)}
     prompts = {}
     for layers, label in ((1, "prompt_level_first_layer"), (0, "prompt_level_all_layers")):
-        prompts[label] = PlannerCallPath(model, tok, schema, "recency", schedule, None, 64, decoding="constrained",
-                                         decode_weights="float16")
+        prompts[label] = local_path("recency", None)
         prompts[label].compressor = prompt_compressor(stack, layers)  # kept tokens re-prefilled from scratch
     servers = paths(stack, schema, url, args.max_new_tokens)
     budgets = args.quality_budgets

@@ -34,7 +34,7 @@ from brace_common.config import resolve_path
 from brace_training.finetune_cli import MEMORY_CONFIGS, memory_use
 from brace_training.plan_data import decision_points
 from brace_training.planner_policy import PlannerPolicy
-from erecap_planner.call_path import PlannerCallPath
+from erecap_planner.call_path import CallOptions, LocalModel, PlannerCallPath
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
@@ -104,9 +104,10 @@ def main() -> None:
         for cut in (args.first_cut if compressor == "erecap" else [0.0]):
             label = (name + (f"+cut{cut:g}" if cut else "") + ("" if weights == "model" else f"@{weights}")
                      + ("" if layout == "focus" else f"[{layout}]") + ("" if memory == "flat" else f"+{memory}"))
-            configs[label] = (memory, PlannerCallPath(model, tok, schema, compressor, replace(schedule, first_cut=cut),
-                                                      trained if compressor == "erecap" else None, decoding=decoding,
-                                                      decode_weights=weights, layout=layout))
+            local = LocalModel(model, tok, replace(schedule, first_cut=cut),
+                               trained if compressor == "erecap" else None, decode_weights=weights)
+            options = CallOptions(compressor=compressor, decoding=decoding, layout=layout)
+            configs[label] = (memory, PlannerCallPath(local, options, schema))
     rows = []
     for name, (memory, path) in configs.items():
         path.memory = None if memory == "flat" else memory_use(next(c for c in MEMORY_CONFIGS if c.name == memory))

@@ -258,7 +258,7 @@ def main() -> int:
     # heavy: torch and the planner load after the dispatch caps are set
     from brace_common.config import resolve_path
     from brace_training.textworld_data import CONFIGS, GIG_CONFIGS
-    from erecap_planner.call_path import PlannerCallPath
+    from erecap_planner.call_path import CallOptions, LocalModel, PlannerCallPath
     from erecap_planner.predictor import PredictorBank
     from erecap_planner.pruning import PruneSchedule, table8_layers
 
@@ -290,8 +290,9 @@ def main() -> int:
     print(f"# TextWorld cooking, held-out seeds {args.first_seed}..{args.first_seed + args.games - 1}, B_t "
           f"{args.budget}, SLO {args.slo_ms:.0f} ms, {dtype} on {describe_cpu(cpu)}", flush=True)
     done = done_games(games_csv)
-    paths = {name: PlannerCallPath(model, tok, None, comp, schedule, bank if comp == "erecap" else None,
-                                   decoding="candidates", layout=config.layout) for name, config, comp in rows}
+    paths = {name: PlannerCallPath(LocalModel(model, tok, schedule, bank if comp == "erecap" else None),
+                                   CallOptions(compressor=comp, decoding="candidates", layout=config.layout))
+             for name, config, comp in rows}
     # Seed by seed, every row: an interrupted run leaves the rows equally far.
     for seed in range(args.first_seed, args.first_seed + args.games):
         for name, config, _ in rows:

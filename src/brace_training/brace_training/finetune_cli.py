@@ -32,9 +32,9 @@ from typing import Optional
 from brace_common.action_schema import ActionSchema, Step
 from brace_common.config import resolve_path
 from brace_memory.rag import load_passages
-from brace_memory.system import MemorySystem
+from brace_memory.system import MemorySystem, MemorySystemConfig
 from brace_training.adapter_training import PlanExample, fit_and_save, prune_share
-from erecap_planner.call_path import CallRequest, PlannerCallPath, request_text
+from erecap_planner.call_path import CallOptions, CallPath, CallRequest, LocalModel, PlannerCallPath, request_text
 from erecap_planner.config import PlannerConfig
 from erecap_planner.constrained import ConstrainedPlanDecoder
 from erecap_planner.context import RenderedContext
@@ -94,11 +94,11 @@ def render(point: DecisionPoint, tokenizer, schema: ActionSchema, mode: int) -> 
 def memory_use(config: MemoryConfig, planner: PlannerConfig = PlannerConfig()) -> MemoryUse:
     """A fresh in-process memory of `config` with the planner's defaults (share, lines, window) and the corpus."""
     corpus = load_passages(resolve_path(CORPUS)) if "rag_static" in config.modules else []
-    return MemoryUse(MemorySystem(config.modules, corpus=corpus, max_lines=planner.memory_max_lines),
+    return MemoryUse(MemorySystem(MemorySystemConfig(config.modules, max_lines=planner.memory_max_lines), corpus=corpus),
                      planner.memory_share, planner.recap_window)
 
 
-def memory_prompt(path: PlannerCallPath, point: DecisionPoint) -> tuple[list[int], list[bool]]:
+def memory_prompt(path: CallPath, point: DecisionPoint) -> tuple[list[int], list[bool]]:
     """The prompt a call with `path`'s memory reads at `point` (ids, protected), the memory as it is now."""
     return path.prompt(context_buffer(point.entries), CallRequest(point.agent_id, MEMORY_BUDGET, 0.0, 0.0,
                                                                   int(point.mode), point.step))
@@ -118,7 +118,7 @@ def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int
         schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=k))))
         decoder = ConstrainedPlanDecoder(tokenizer, enumerate_steps(schema), schema.max_steps)
         uses: dict[str, MemoryUse] = {}
-        path: Optional[PlannerCallPath] = None
+        path: Optional[CallPath] = None
         observe_every = rng.choice([4, 6, 8])
         policy = policy_for(schema) if policy_for is not None and on_policy > 0 else None
         for n, seed in enumerate(range(seed0, seed0 + episodes)):
@@ -128,8 +128,9 @@ def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int
                 if n % RUN_EPISODES == 0 or config.name not in uses:
                     uses[config.name] = memory_use(config)
                 if path is None:
-                    path = PlannerCallPath(model, tokenizer, schema, "none", PruneSchedule((), 1.0),
-                                           decoding="constrained", layout=MEMORY_LAYOUT)
+                    path = PlannerCallPath(LocalModel(model, tokenizer, PruneSchedule((), 1.0)),
+                                           CallOptions(compressor="none", decoding="constrained",
+                                                       layout=MEMORY_LAYOUT), schema)
                 path.memory = memory = uses[config.name]
             for point in decision_points(range(seed, seed + 1), k, observe_every=observe_every, detour=detour,
                                          memory=memory.system if memory else None, floor_plan=floor_plan,

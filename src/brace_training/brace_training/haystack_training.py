@@ -15,7 +15,7 @@ import random
 from collections.abc import Iterator, Sequence
 
 from brace_training.adapter_training import PlanExample
-from erecap_planner.call_path import PlannerCallPath
+from erecap_planner.call_path import CallOptions, LocalModel, PlannerCallPath
 from erecap_planner.pruning import PruneSchedule
 from erecap_planner.scoring import JSON_PREFIX, candidate_text
 
@@ -39,8 +39,9 @@ def haystack_points(model, tokenizer, count: int, max_tokens: int, rng: random.R
                                                                                               PlanExample]]:
     """`count` (case, row name, example) from `train` cases (ids from `first` on, kinds in turn), each rendered through
     a row drawn by `rng`, at most `max_tokens` tokens, kept only when the prompt holds the queried constraint."""
-    path = PlannerCallPath(model, tokenizer, None, "none", PruneSchedule((), 1.0), decoding="candidates",
-                           layout=LAYOUT, max_context_tokens=max_tokens)
+    path = PlannerCallPath(LocalModel(model, tokenizer, PruneSchedule((), 1.0)),
+                           CallOptions(compressor="none", decoding="candidates", layout=LAYOUT,
+                                       max_context_tokens=max_tokens))
 
     def count_tokens(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])

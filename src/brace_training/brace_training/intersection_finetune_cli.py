@@ -25,7 +25,7 @@ import yaml
 from brace_common.action_schema import ActionSchema, Step
 from brace_common.config import resolve_path
 from brace_training.adapter_training import evaluation_model, fit_and_save, prune_share
-from erecap_planner.call_path import CallRequest, PlannerCallPath
+from erecap_planner.call_path import CallOptions, CallRequest, LocalModel, PlannerCallPath
 from erecap_planner.models import cache_root, load_model
 from sim_bridges.airsim.intersection import IntersectionConfig, action_schema, same_step
 
@@ -63,9 +63,9 @@ def evaluate(model_name: str, adapter: str, points: dict[int, list[IntersectionP
         plans = firsts = n = tokens_before = tokens_after = 0
         started = time.monotonic()
         for k, pts in points.items():
-            path = PlannerCallPath(model, tok, schema_for(k), "erecap" if budget else "none",
-                                   schedule if budget else None, bank if budget else None, decoding="constrained",
-                                   layout=LAYOUT)
+            local = LocalModel(model, tok, schedule if budget else None, bank if budget else None)
+            options = CallOptions(compressor="erecap" if budget else "none", decoding="constrained", layout=LAYOUT)
+            path = PlannerCallPath(local, options, schema_for(k))
             for point in pts:
                 out = path.run(buffer_of(point), CallRequest(point.agent_id, budget or 8192, 60_000, 120_000))
                 tokens_before += out.tokens_before

@@ -15,7 +15,7 @@ from brace_common.action_schema import ActionSchema, Step
 from brace_common.config import resolve_path
 from brace_common.vocabulary import CallStatus
 from erecap_planner.adapter import merge_adapter
-from erecap_planner.call_path import CallRequest, PlannerCallPath
+from erecap_planner.call_path import CallOptions, CallPath, CallRequest, LocalModel, PlannerCallPath
 from erecap_planner.models import SMOLLM2, load_model
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
@@ -31,7 +31,7 @@ class PlannerPolicy:
     """Plans from `path` at B_t = `token_budget`, counting as it goes: `calls`, `errors`, `first_step_agreement`,
     and per call its latency and tokens before / after compression (`scores`)."""
 
-    def __init__(self, path: PlannerCallPath, token_budget: int) -> None:
+    def __init__(self, path: CallPath, token_budget: int) -> None:
         if token_budget <= 0:
             raise ValueError(f"token_budget must be positive, got {token_budget}")
         self.path = path
@@ -89,8 +89,8 @@ def load_policy(adapter: str, predictor: str, token_budget: int, dtype: str = "b
     bank = PredictorBank.load(resolve_path(predictor), model.config) if predictor else None
 
     def policy(schema: ActionSchema) -> PlannerPolicy:
-        path = PlannerCallPath(model, tokenizer, schema, "erecap" if bank else "none",
-                               PruneSchedule(tuple(layers), 0.7), bank, decoding="constrained")
+        path = PlannerCallPath(LocalModel(model, tokenizer, PruneSchedule(tuple(layers), 0.7), bank),
+                               CallOptions(compressor="erecap" if bank else "none", decoding="constrained"), schema)
         return PlannerPolicy(path, token_budget)
 
     return policy

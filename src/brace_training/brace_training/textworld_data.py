@@ -18,8 +18,8 @@ from typing import Optional
 
 from brace_common.session_graph import Embedder
 from brace_memory.store import MemoryStore
-from brace_memory.system import MemorySystem
-from erecap_planner.call_path import CallRequest, PlannerCallPath
+from brace_memory.system import MemorySystem, MemorySystemConfig
+from erecap_planner.call_path import CallPath, CallRequest
 from erecap_planner.config import PlannerConfig
 from erecap_planner.memory_phase import MemoryUse
 from sim_bridges.textworld.textworld_game import PLAYER, TextWorldGame
@@ -75,13 +75,14 @@ def memory_use(config: MemoryConfig, store: Optional[MemoryStore] = None,
                embed: Optional[Embedder] = None) -> MemoryUse:
     """A fresh in-process memory system of `config` (the planner's default share and window), on `store` (None:
     held in the process), with GiG's encoder `embed` for the experience bank (None: keys only)."""
-    system = MemorySystem(config.modules, store, max_lines=PLANNER.memory_max_lines, scene_hops=TEXTWORLD_HOPS,
-                          scene_cell_m=TEXTWORLD_CELL_M, tau=PLANNER.experience_tau,
-                          lookahead_candidates=PLANNER.lookahead_candidates, embed=embed)
+    settings = MemorySystemConfig(config.modules, max_lines=PLANNER.memory_max_lines, scene_hops=TEXTWORLD_HOPS,
+                                  scene_cell_m=TEXTWORLD_CELL_M, tau=PLANNER.experience_tau,
+                                  lookahead_candidates=PLANNER.lookahead_candidates)
+    system = MemorySystem(settings, store, embed=embed)
     return MemoryUse(system, PLANNER.memory_share, PLANNER.recap_window)
 
 
-def configured(path: PlannerCallPath, config: MemoryConfig, memory: MemoryUse) -> PlannerCallPath:
+def configured(path: CallPath, config: MemoryConfig, memory: MemoryUse) -> CallPath:
     """`path` with `config`'s layout and `memory` (the model, tokenizer and compressor stay)."""
     path.layout, path.memory = config.layout, memory
     return path
@@ -93,7 +94,7 @@ def detour(game: TextWorldGame, oracle: str, rng: random.Random) -> str:
     return rng.choice(options) if options else oracle
 
 
-def decision_points(path: PlannerCallPath, seeds: Sequence[int], folder: Path, spec: GameSpec,
+def decision_points(path: CallPath, seeds: Sequence[int], folder: Path, spec: GameSpec,
                     detour_rate: float = 0.2, per_game: int = 12, budget: int = TOKEN_BUDGET,
                     configs: Sequence[MemoryConfig] = CONFIGS) -> Iterator[TextWorldPoint]:
     """Up to `per_game` decision points of each seed's game (drawn over the game), rendered by `path` in a

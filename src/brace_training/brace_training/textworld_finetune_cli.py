@@ -27,7 +27,7 @@ import yaml
 from brace_common.config import resolve_path
 from brace_training.adapter_training import PlanExample, evaluation_model, fit_and_save
 from brace_training.predictor_training import train_bank
-from erecap_planner.call_path import PlannerCallPath
+from erecap_planner.call_path import CallOptions, LocalModel, PlannerCallPath
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruned_forward import ErecapModel
 from erecap_planner.pruning import PruneSchedule
@@ -72,8 +72,8 @@ def render_points(model_name: str, seeds: range, folder: Path, spec: GameSpec, d
                   max_tokens: int = MAX_PROMPT_TOKENS):
     """Decision points of `seeds` rendered with the base tokenizer (the prompt does not depend on the weights)."""
     model, tok, _, _ = evaluation_model(model_name, "", "", [0], 0.0)
-    path = PlannerCallPath(model, tok, None, "none", PruneSchedule((), 1.0), decoding="candidates",
-                           max_context_tokens=max_tokens)
+    path = PlannerCallPath(LocalModel(model, tok, PruneSchedule((), 1.0)),
+                           CallOptions(compressor="none", decoding="candidates", max_context_tokens=max_tokens))
     return tok, list(decision_points(path, seeds, folder, spec, detour, per_game))
 
 

@@ -31,7 +31,7 @@ from brace_common.action_schema import ActionSchema
 from brace_common.config import resolve_path
 from brace_common.vocabulary import Mode
 from brace_training.adapter_training import PlanExample, evaluation_model, fit_and_save
-from erecap_planner.call_path import CallRequest, PlannerCallPath, request_text
+from erecap_planner.call_path import CallOptions, CallRequest, LocalModel, PlannerCallPath, request_text
 from erecap_planner.constrained import ConstrainedPlanDecoder
 from erecap_planner.context import ContextBuffer
 from erecap_planner.models import cache_root, load_model
@@ -103,8 +103,9 @@ def evaluate(model_name: str, adapter: str, schema: ActionSchema, points: list[T
     model, tok, bank, schedule = evaluation_model(model_name, adapter, predictor, budgets, FIRST_CUT)
     rows = []
     for budget in budgets:
-        path = PlannerCallPath(model, tok, schema, "erecap" if budget else "none", schedule if budget else None,
-                               bank if budget else None, decoding="constrained", layout=LAYOUT)
+        local = LocalModel(model, tok, schedule if budget else None, bank if budget else None)
+        options = CallOptions(compressor="erecap" if budget else "none", decoding="constrained", layout=LAYOUT)
+        path = PlannerCallPath(local, options, schema)
         plans = keys = tokens_after = 0
         started = time.monotonic()
         for point in points:

@@ -16,7 +16,7 @@ from brace_training.haystack_cases import (
     turn_summary,
 )
 from brace_training.haystack_memory import BLIND_ROW, ROWS, call_request, constraint_form, raw_tokens, row_named, stream
-from erecap_planner.call_path import PlannerCallPath
+from erecap_planner.call_path import CallOptions, LocalModel, PlannerCallPath
 from erecap_planner.context import DEFAULT_SYSTEM_PROMPT
 from erecap_planner.scoring import enumerate_steps
 from erecap_planner.testing import byte_tokenizer, tiny
@@ -114,7 +114,8 @@ def test_turn_summary_keeps_a_turn_s_first_sentence_within_its_word_cap():
 def test_rows_stream_the_case_and_only_full_memory_keeps_the_constraint_past_the_window():
     case = make_case("test-dock_closing-0002", 12_000, count)
     model = tiny("llama")
-    path = PlannerCallPath(model, TOKENIZER, case.schema, "none", decoding="candidates", max_context_tokens=4000)
+    path = PlannerCallPath(LocalModel(model, TOKENIZER),
+                           CallOptions(compressor="none", decoding="candidates", max_context_tokens=4000), case.schema)
     request = call_request(case, 2048, 60_000.0, 120_000.0)
     kept = {}
     for row in (*ROWS, BLIND_ROW):

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from brace_memory.system import MemorySystem
+from brace_memory.system import MemorySystem, MemorySystemConfig
 from brace_training.textworld_data import CONFIGS, decision_points, detour
 from brace_training.textworld_play import TextWorldSession
-from erecap_planner.call_path import PlannerCallPath
+from erecap_planner.call_path import CallOptions, LocalModel, PlannerCallPath
 from erecap_planner.pruning import PruneSchedule
 from erecap_planner.testing import byte_tokenizer, tiny
 from sim_bridges.textworld.textworld_game import TextWorldGame
@@ -27,7 +27,7 @@ def folder(tmp_path_factory) -> Path:
 
 def test_the_policy_wins_through_a_session_and_memory_folds_at_each_point(folder):
     game = TextWorldGame(generate_game(SPEC, folder), max_steps=100)
-    memory = MemorySystem(("episodic", "reflective"))
+    memory = MemorySystem(MemorySystemConfig(("episodic", "reflective")))
     session = TextWorldSession(game, 0, SPEC.seed, memory)
     while not game.finished:
         session.play(game.oracle_commands()[0])
@@ -40,7 +40,8 @@ def test_the_policy_wins_through_a_session_and_memory_folds_at_each_point(folder
 
 
 def test_decision_points_render_each_configuration_and_label_with_the_policy(folder):
-    path = PlannerCallPath(tiny(), byte_tokenizer(), None, "none", PruneSchedule((), 1.0), decoding="candidates")
+    path = PlannerCallPath(LocalModel(tiny(), byte_tokenizer(), PruneSchedule((), 1.0)),
+                           CallOptions(compressor="none", decoding="candidates"))
     points = list(decision_points(path, [SPEC.seed], folder, SPEC, detour_rate=0.0, per_game=50,
                                   budget=4096, configs=[CONFIGS[-1]]))  # byte tokens: a record line is ~300
     assert points and all(p.oracle in p.admissible for p in points)

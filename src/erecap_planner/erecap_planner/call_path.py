@@ -414,9 +414,9 @@ class CallPath:
 
 
 def __getattr__(name: str):
-    """`PlannerCallPath`, the in-process call path from its parts, is imported on first use: it needs torch."""
-    if name == "PlannerCallPath":
-        from .local_backend import PlannerCallPath
+    """`PlannerCallPath`, the in-process call path, and its `LocalModel` are imported on first use: they need torch."""
+    if name in ("PlannerCallPath", "LocalModel"):
+        from . import local_backend
 
-        return PlannerCallPath
+        return getattr(local_backend, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,7 +16,7 @@ from brace_common.config import ConfigError, resolve_path
 from brace_common.session_graph import Embedder
 from brace_memory.rag import load_passages
 from brace_memory.store import MemoryStore, StoreError
-from brace_memory.system import MemorySystem
+from brace_memory.system import MemorySystem, MemorySystemConfig
 
 from .call_path import CallOptions, CallPath
 from .candidates import CandidateLimit
@@ -182,11 +182,17 @@ def build_memory(cfg: PlannerConfig, logger=None) -> MemoryUse:
     except ConfigError:
         store.close()
         raise
-    system = MemorySystem(cfg.memory_modules, store, cfg.recap_depth, corpus, priors, cfg.memory_max_lines,
-                          summariser=summariser, log=log, scene_hops=cfg.memory_scene_hops,
-                          scene_cell_m=cfg.memory_scene_cell_m, tau=cfg.experience_tau, embed=embed,
-                          lookahead_candidates=cfg.lookahead_candidates)
+    system = MemorySystem(memory_config(cfg), store, corpus=corpus, priors=priors, summariser=summariser, log=log,
+                          embed=embed)
     return MemoryUse(system, cfg.memory_share, cfg.recap_window)
+
+
+def memory_config(cfg: PlannerConfig) -> MemorySystemConfig:
+    """The memory modules `cfg` composes and their bounds."""
+    return MemorySystemConfig(modules=tuple(cfg.memory_modules), tree_depth=cfg.recap_depth,
+                              max_lines=cfg.memory_max_lines, scene_hops=cfg.memory_scene_hops,
+                              scene_cell_m=cfg.memory_scene_cell_m, tau=cfg.experience_tau,
+                              lookahead_candidates=cfg.lookahead_candidates)
 
 
 def call_options(cfg: PlannerConfig) -> CallOptions:
@@ -215,19 +221,16 @@ def with_schema(path: CallPath, schema: Optional[ActionSchema]) -> CallPath:
 
 def build_local(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None) -> CallPath:
     """The in-process call path: model, schedule, predictor (E-RECAP) and decoding of `cfg`."""
-    from .local_backend import InModelPruning, LocalBackend  # heavy: torch
+    from .local_backend import LocalModel, PlannerCallPath  # heavy: torch
 
     model, tokenizer, precision = load_local_model(cfg, logger)
     schedule = pruning_schedule(cfg, model.config.num_hidden_layers)
-    options = call_options(cfg)
-    if cfg.compressor == "erecap":
-        pruning, compressor = InModelPruning(schedule, load_predictors(cfg, model.config, schedule.layers, logger)), None
-    else:
-        pruning, compressor = None, make_compressor(cfg.compressor, schedule)
-    backend = LocalBackend(model, tokenizer, options, pruning, decode_weights=precision.decode_weights,
-                           prefix_reuse=cfg.prefix_reuse)
-    backend.model_name = cfg.model_path
-    return with_schema(CallPath(backend, options, compressor, memory=build_memory(cfg, logger)), schema)
+    predictors = load_predictors(cfg, model.config, schedule.layers, logger) if cfg.compressor == "erecap" else None
+    local = LocalModel(model, tokenizer, schedule, predictors, name=cfg.model_path,
+                       decode_weights=precision.decode_weights, prefix_reuse=cfg.prefix_reuse)
+    path = PlannerCallPath(local, call_options(cfg))
+    path.memory = build_memory(cfg, logger)
+    return with_schema(path, schema)
 
 
 def build_server(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None) -> CallPath:

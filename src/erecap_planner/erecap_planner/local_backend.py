@@ -1,14 +1,14 @@
 """The in-process backend: the model's prefill (in-model E-RECAP prunes there) and decode, behind call_path.Backend.
 
-Imports torch: only an in-process planner loads this module. `PlannerCallPath` builds a CallPath on it from the
-model and its parts (the form training and bench scripts use).
+Imports torch: only an in-process planner loads this module. `PlannerCallPath` builds a CallPath on it from a
+`LocalModel` and the CallOptions (the planner's factory, training and bench scripts).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -19,7 +19,6 @@ from brace_common.vocabulary import Decoding, Phase
 from .call_aborted import CallAborted
 from .call_path import CallOptions, CallOutcome, CallPath, CallRequest, Generated, Prompt, SchemaUse, json_object_closed
 from .compressors import make_compressor
-from .context import DEFAULT_SYSTEM_PROMPT
 from .memory_phase import MemoryUse
 from .phase_clock import PhaseClock
 from .predictor import PredictorBank
@@ -117,33 +116,34 @@ class LocalBackend:
         return Generated(text, produced)
 
 
-def PlannerCallPath(model, tokenizer, schema: Optional[ActionSchema], compressor: str = "erecap",  # noqa: N802
-                    schedule: Optional[PruneSchedule] = None, predictors: Optional[PredictorBank] = None,
-                    max_new_tokens: int = 64, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-                    memory: Optional[MemoryUse] = None, protect_blocks: bool = True, model_name: str = "",
-                    decoding: str = "json", decode_weights: str = "model",
-                    plan_steps: Optional[dict[int, int]] = None, layout: str = "focus", prefix_reuse: bool = False,
-                    max_context_tokens: Optional[int] = None) -> CallPath:
-    """A CallPath on `model` in this process with `compressor` (erecap: pruned inside the model by `schedule` and
-    `predictors`; a baseline: before it). The keyword form of `local_call_path` the training and bench scripts use."""
-    options = CallOptions(compressor, max_new_tokens, system_prompt, layout, max_context_tokens, dict(plan_steps or {}),
-                          decoding, protect_blocks)
-    return local_call_path(model, tokenizer, options, schedule, predictors, schema=schema, memory=memory,
-                           model_name=model_name, decode_weights=decode_weights, prefix_reuse=prefix_reuse)
+@dataclass(frozen=True)
+class LocalModel:
+    """The model an in-process call path runs, and how: `schedule` prunes inside it with `predictors` (in-model
+    E-RECAP) or sizes a prompt-level compressor's head and tail; `name` is the ReplanCall's `model` ("": the model's
+    own); `decode_weights` and `prefix_reuse` as LocalBackend takes them."""
+
+    model: Any
+    tokenizer: Any
+    schedule: Optional[PruneSchedule] = None
+    predictors: Optional[PredictorBank] = None
+    name: str = ""
+    decode_weights: str = "model"
+    prefix_reuse: bool = False
 
 
-def local_call_path(model, tokenizer, options: CallOptions, schedule: Optional[PruneSchedule],
-                    predictors: Optional[PredictorBank], *, schema: Optional[ActionSchema] = None,
-                    memory: Optional[MemoryUse] = None, model_name: str = "", decode_weights: str = "model",
-                    prefix_reuse: bool = False) -> CallPath:
-    """The in-process CallPath of `options` (ValueError naming what is wrong)."""
+def PlannerCallPath(local: LocalModel, options: Optional[CallOptions] = None,  # noqa: N802
+                    schema: Optional[ActionSchema] = None, memory: Optional[MemoryUse] = None) -> CallPath:
+    """The in-process CallPath of `options` (None: the defaults) on `local` (ValueError naming what is wrong):
+    compressor erecap prunes inside the model by its schedule and predictors; a baseline compresses before it."""
+    options = options if options is not None else CallOptions()
     pruning, compressor = None, None
     if options.compressor == "erecap":
-        if schedule is None or predictors is None:
+        if local.schedule is None or local.predictors is None:
             raise ValueError("in-model E-RECAP needs a pruning schedule and a predictor bank")
-        pruning = InModelPruning(schedule, predictors)
+        pruning = InModelPruning(local.schedule, local.predictors)
     else:
-        compressor = make_compressor(options.compressor, schedule)
-    backend = LocalBackend(model, tokenizer, options, pruning, decode_weights=decode_weights, prefix_reuse=prefix_reuse)
-    backend.model_name = model_name or backend.model_name
+        compressor = make_compressor(options.compressor, local.schedule)
+    backend = LocalBackend(local.model, local.tokenizer, options, pruning, decode_weights=local.decode_weights,
+                           prefix_reuse=local.prefix_reuse)
+    backend.model_name = local.name or backend.model_name
     return CallPath(backend, options, compressor, schema, memory)

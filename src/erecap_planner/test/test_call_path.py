@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Optional
 
 import pytest
 from test_context import buffer
@@ -10,8 +11,8 @@ from test_plan_parser import SCHEMA
 
 from brace_common.action_schema import ActionSchema, Step
 from brace_common.vocabulary import Block, CallStatus, Failure, Mode
-from brace_memory.system import MemorySystem
-from erecap_planner.call_path import CallRequest, PlannerCallPath, json_object_closed
+from brace_memory.system import MemorySystem, MemorySystemConfig
+from erecap_planner.call_path import CallOptions, CallPath, CallRequest, LocalModel, PlannerCallPath, json_object_closed
 from erecap_planner.context import ContextBuffer, ContextLimits, Entry
 from erecap_planner.memory_phase import MemoryUse
 from erecap_planner.predictor import PredictorBank
@@ -21,11 +22,11 @@ from erecap_planner.testing import KINDS, byte_tokenizer, tiny
 PHASES = ["context_compress", "retrieve", "prefill", "decode", "parse"]
 
 
-def path(compressor: str, **kw) -> PlannerCallPath:
+def path(compressor: str, memory: Optional[MemoryUse] = None, **options) -> CallPath:
     model = tiny("llama")
     schedule = PruneSchedule(layers=(1, 3), keep_ratio=0.7)
-    return PlannerCallPath(model, byte_tokenizer(), SCHEMA, compressor, schedule,
-                           PredictorBank.for_model(model.config, [1, 3]), max_new_tokens=12, **kw)
+    local = LocalModel(model, byte_tokenizer(), schedule, PredictorBank.for_model(model.config, [1, 3]))
+    return PlannerCallPath(local, CallOptions(compressor=compressor, max_new_tokens=12, **options), SCHEMA, memory)
 
 
 @pytest.mark.parametrize("compressor", ["erecap", "none", "random", "recency", "summary"])
@@ -70,7 +71,7 @@ def test_cancel_stops_the_call():
 
 
 def memory_use(share: float = 0.25, modules=("reflective",), layout_window: int = 8) -> MemoryUse:
-    system = MemorySystem(modules)
+    system = MemorySystem(MemorySystemConfig(modules))
     system.on_plan("a", 1, Mode.FULL_REPLAN, [Step("move_to", {"target": "shelf_1"})])
     system.on_outcome("a", 2, "move_to", False, "blocked by agent b", Failure.COLLISION.value)
     return MemoryUse(system, share, layout_window)
@@ -200,8 +201,8 @@ def test_every_family_plans_from_a_local_folder_pruned_and_constrained(kind, tmp
 
     model, tok = load_model(saved_tiny(tmp_path / kind, kind), device="cpu", dtype="float32")
     schedule = PruneSchedule(layers=(1, 3), keep_ratio=0.7)
-    planner = PlannerCallPath(model, tok, SCHEMA, "erecap", schedule, PredictorBank.for_model(model.config, [1, 3]),
-                              decoding="constrained", max_new_tokens=40)
+    planner = PlannerCallPath(LocalModel(model, tok, schedule, PredictorBank.for_model(model.config, [1, 3])),
+                              CallOptions(decoding="constrained", max_new_tokens=40), SCHEMA)
     out = planner.run(buffer(30), CallRequest("a", token_budget=300, slo_ms=60_000, hard_deadline_ms=120_000))
     assert out.status == CallStatus.OK and out.steps, out.error
     assert out.tokens_before > 300 >= out.tokens_after

@@ -8,7 +8,7 @@ from test_context import buffer
 from test_plan_parser import SCHEMA
 
 from brace_common.vocabulary import CallStatus
-from erecap_planner.call_path import CallRequest, PlannerCallPath
+from erecap_planner.call_path import CallOptions, CallRequest, LocalModel, PlannerCallPath
 from erecap_planner.constrained import PLAN_OPEN, ConstrainedPlanDecoder, TokenTrie, step_json
 from erecap_planner.plan_parser import parse_plan
 from erecap_planner.predictor import PredictorBank
@@ -29,8 +29,8 @@ def test_trie_rejects_prefix_options():
 def test_constrained_plans_are_valid_and_bounded(compressor):
     model = tiny("llama")
     schedule = PruneSchedule(layers=(1, 3), keep_ratio=0.7)
-    p = PlannerCallPath(model, byte_tokenizer(), SCHEMA, compressor, schedule,
-                        PredictorBank.for_model(model.config, [1, 3]), decoding="constrained")
+    p = PlannerCallPath(LocalModel(model, byte_tokenizer(), schedule, PredictorBank.for_model(model.config, [1, 3])),
+                        CallOptions(compressor=compressor, decoding="constrained"), SCHEMA)
     out = p.run(buffer(30), CallRequest("a", 600, 60_000, 120_000))
     assert out.status == CallStatus.OK, out.error
     assert 1 <= len(out.steps) <= SCHEMA.max_steps
