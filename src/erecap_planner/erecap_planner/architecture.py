@@ -1,21 +1,7 @@
 """What distinguishes one decoder-only family from another inside the planner's layer loop (`transformer.DecoderStack`).
 
-Every supported family is a pre-norm decoder with grouped-query attention,
-rotary position embeddings and a gated MLP; they differ in a few places,
-read here from the Hugging Face config once:
-
-  llama, mistral, qwen2   RMSNorm scaled by its weight; norms before attention and MLP.
-  qwen3                   as qwen2, plus per-head RMSNorm of queries and keys before RoPE (QK-norm).
-  gemma3_text             RMSNorm scaled by (1 + weight), computed in float32; QK-norm; norms after
-                          attention and MLP outputs too ("sandwich"); embeddings scaled by sqrt(hidden)
-                          (inside its embedding module); queries scaled by query_pre_attn_scalar^-0.5;
-                          sliding-window layers with their own RoPE base between full-attention layers.
-
-Sliding-window layers (Gemma 3's local layers, Mistral / Qwen with a window)
-attend only to keys less than `sliding_window` positions back, counted in
-original positions (a pruned context keeps its tokens' positions). Features
-no supported family needs and the loop does not compute are refused by
-name: attention-logit soft-capping, bidirectional attention.
+`architecture(config)` reads it from the Hugging Face config once: norm style, QK-norm, sandwich norms, embedding and
+query scaling, sliding windows; unsupported features are refused by name (docs/planner.md, "The decoder-layer loop").
 """
 
 from __future__ import annotations

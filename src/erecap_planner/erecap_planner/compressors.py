@@ -1,21 +1,7 @@
-"""Context compressors with one interface, all forced to the same token budget B.
+"""Context compressors behind one interface (`make_compressor`): none, random, recency, summary, prompt-level erecap.
 
-Every compressor keeps the same forced set — head tokens, the tail window and
-the tokens of protected blocks / chat template — and differs only in how it
-fills the rest of the budget:
-
-  none     no compression (the "No BRACE" baseline): every token, budget ignored
-  random   uniformly random prunable tokens (seeded per call)
-  recency  the most recent prunable tokens
-  summary  whole history entries, extractively, by priority (failure traces,
-           outcomes, messages, observations; newest first) while they fit;
-           its forced set is the protected tokens (whole entries stand in
-           for the raw tail window)
-  erecap   the E-RECAP predictor's scores (prompt-level mode); in-model E-RECAP
-           prunes inside the planner's prefill instead (see call_path.py)
-
-The selection is Eq. 5 with a method-specific score, so "tokens after" is at
-most B for every method but `none`.
+Each keeps the same forced set (head, tail window, protected tokens) and fills the rest of B by its own score
+(Eq. 5), so every one but `none` keeps at most B tokens. Each method: docs/planner.md, "Compressors".
 """
 
 from __future__ import annotations

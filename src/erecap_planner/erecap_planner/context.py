@@ -1,38 +1,8 @@
 """The replanning context C_t (paper Eq. 3): typed blocks of per-agent entries, rendered for the planner.
 
-Blocks task, state, constraints and coordination are protected from pruning
-in what concerns the requested agent: its own entries, entries no agent
-contributed (an agent contributes a state entry; a supervisor does not), and
-entries that name it (a teammate's handoff task or message to it). Other
-agents' entries in those blocks, and the whole history, are prunable, so the
-protected part of a call's prompt stays small as the team grows. State keeps
-only each agent's latest entry; the other blocks accumulate, so the context
-grows with time and with the number of agents. The requested agent's own
-task, state and the messages that name it are rendered last, in a `FOR
-<agent>` section next to the request, where a small model reads them most
-reliably (the tail of the prompt also survives every compressor). `render`
-produces the planner prompt through the model's chat template and labels every
-token with its block and entry, so compressors can respect protected blocks and
-count tokens exactly with the model's tokenizer.
-
-Two layouts. `focus` (the planner's original): the requested agent's own task,
-messages and state are moved out of their blocks into the FOR section.
-`stable_first`: everything that only grows (task, constraints, coordination,
-history) comes first, in the order it arrived, as runs of consecutive entries
-of one block under that block's title, the same for every agent; what changes
-from call to call (the agents' states, the FOR section, the request) comes
-last, and the FOR section repeats the agent's own task and messages (the
-copies in the log are then prunable). A new entry of any block only appends to
-that log, so consecutive calls share their prompt up to the newest entry,
-whichever agent they plan for, and the prefill of that shared prefix can be
-reused (`prefix_cache.py`). (Whole blocks in a fixed order would not do: a new
-coordination message or finished task would land before the history and
-invalidate all of it; at K = 8 those calls ran cold.)
-
-`recap` (ReCAP's context tree, brace_memory.context_tree): the `focus` layout
-with the agent's goal stack (task, plan levels, the step being executed, the
-remaining steps, the latest rationale) in a protected GOALS section right
-before the request; the call path gives it a window of the newest history.
+`ContextBuffer` holds the entries within `ContextLimits`; `render` makes one agent's chat-templated prompt in a layout
+(`focus`, `stable_first`, `recap`) with a block / entry label per token, entries yielding by `yield_order` to fit a
+token cap. Protection rules and layouts: docs/planner.md, "The context C_t".
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """Write a transformers Llama-family model (e.g. SmolLM2 with a LoRA adapter merged) as a GGUF file for llama.cpp.
 
-The metadata (architecture hyper-parameters, tokenizer, chat template) is
-copied from the GGUF file the model came from, so llama.cpp tokenises and
-templates exactly as before; only the weights are replaced, in float16
-(norms in float32), or with `weights: q8_0` the matrices in llama.cpp's Q8_0
-(8-bit, a scale per 32 values: half the bytes a CPU decode step reads, so
-about half its time where decode is memory-bound). llama.cpp stores the query and key projections with
-each head's rotary halves interleaved (the layout of Meta's checkpoints);
-transformers' GGUF loader undoes that when it reads a file, so it is
-applied here, and a round trip through transformers gives the same logits
-(tested). Tensor names follow gguf-py's name map for the architecture.
+Metadata is copied from the source GGUF; the weights are written in float16 or Q8_0, rotary halves interleaved as
+llama.cpp stores them (docs/planner.md, "GGUF export").
 """
 
 from __future__ import annotations

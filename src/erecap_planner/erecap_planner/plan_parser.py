@@ -1,16 +1,7 @@
 """Parse planner output into skill calls and validate them against the agent's action schema.
 
-Plans are JSON skill calls (OmniAct App. C/G style): one `{"action": ..., "parameters": {...}}`
-object, a list of them, `{"plan": [...]}`, or `{"next_step": {...} | null}`,
-possibly wrapped in prose or a ```json fence. Nothing is ever executed as code.
-Every failure is a `PlanError` with a reason; `parse_plan` never raises
-anything else, whatever the text.
-
-A planner that decodes free JSON (a server without the schema's grammar) may
-spell a known id another way: `agent1` or `Agent-1` for `agent_1`. Asked to
-(`respelled`), `parse_plan` replaces such a value by the one allowed value it
-spells (letters and digits alike, case aside) and lists each replacement; a
-value that spells none, or several, stays a `hallucinated_value`.
+`parse_plan` reads the JSON plan forms (prose and fences around them allowed), respells ids written another way when
+asked, and raises nothing but `PlanError` with a reason (docs/planner.md, "Plan parsing").
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """Reuse of the previous call's prefill where it is exact: the shared prompt prefix, below the first cut.
 
-Between replanning calls the context mostly grows at its end, and with the
-`stable_first` layout calls for different agents share everything but their
-last sections. A decoder layer's keys and values for a token depend only on
-the tokens before it (causality), so for the longest common token prefix of
-two prompts they are identical in every layer that has not pruned yet: the
-layers before the first pruning layer (every layer when nothing is pruned).
-The cache keeps, for the last prompt, those layers' keys / values and the
-hidden states entering the first pruning layer; a new prompt reuses them for
-its common prefix and runs the early layers only on the rest. Beyond the first
-pruning layer nothing is reused: which tokens a layer keeps depends on the
-whole prompt (the budget, the protected set), so a reused pruned state would
-not be exact.
+`PrefixCache` keeps the last prompt's keys / values of the layers before the first pruning layer and the hidden
+states entering it; a new prompt runs those layers only past the common prefix (docs/planner.md, "Prefix reuse").
 """
 
 from __future__ import annotations

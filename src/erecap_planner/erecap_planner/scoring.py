@@ -1,12 +1,7 @@
 """Candidate-action scoring on the (pruned) KV cache: constrained decoding for small planners.
 
-Every valid skill call of the action schema is written as the JSON the planner
-would emit; after the prompt and a shared JSON prefix, each candidate's
-continuation is scored by its mean log-likelihood per token in one batched forward over
-the prefill's cache (each layer attends over the keys it kept). The best
-candidate is the plan. Small models that cannot be trusted to write valid JSON
-still choose among valid actions, and pruning that drops what mattered changes
-the choice.
+`best_step` scores every valid skill call's JSON by mean log-likelihood per token in one batched forward over the
+prefill's cache and returns the best (docs/planner.md, "Candidate scoring").
 """
 
 from __future__ import annotations

@@ -1,35 +1,8 @@
 """The planner's one decoder-layer loop: every forward of the planner LM runs through `DecoderStack`.
 
-A decoder-only transformer (Llama / SmolLM2, Mistral, Qwen2 / 2.5, Qwen3,
-Gemma 3; `architecture` says where they differ) written over the Hugging Face
-model's own weights: RMSNorm, grouped-query attention with rotary position
-embeddings (transformers' own rotary module, so every RoPE variant is
-computed as the model defines it), a gated MLP. The pruned prefill, the
-decode, constrained decoding and candidate scoring (inference), and predictor
-and pruning-aware adapter training (autograd) all call `DecoderStack.forward`;
-what differs between them is passed in: a per-layer token selection
-(E-RECAP pruning), an additive key bias (soft pruning in training), a KV cache
-or none, an abort check.
-
-Inference packs each layer's weights once: q|k|v and gate|up become one matrix
-each (the modules' weights become views into them, so nothing is duplicated).
-A decode step is bound by reading every weight once; `decode_weights` keeps a
-smaller copy of them for decode-sized forwards (a few new tokens: decode
-steps, batched forced tokens), while the prefill keeps the model's weights:
-
-  float16  half the bytes, float32 accumulation (PyTorch's half GEMV, F16C on
-           x86); logits within ~1e-3 of float32. Up to HALF_MAX_TOKENS new
-           tokens: without native half arithmetic a longer GEMM is slower than
-           float32's.
-  int8     a quarter of the bytes: int8 weight x dynamically quantised
-           activation GEMMs (PyTorch's fbgemm / x86 engine; reduce_range, so AVX2
-           and VNNI CPUs compute the same integers), up to INT8_MAX_TOKENS new
-           tokens. Lossy: 7-bit activations move logits by ~10%
-           (bench/planner_choice.py measures what it costs the plans).
-  model    no copy (a bf16 model already reads half of float32's bytes).
-
-A decode step issues ~20 operators per layer. Training keeps the modules
-(`packed=False`) so LoRA wrappers and gradients work.
+Pruned prefill, decode, constrained decoding, candidate scoring and predictor / adapter training all call
+`DecoderStack.forward`, passing in what differs (token selection, key bias, KV cache, abort check); inference packs
+each layer's weights and may decode with smaller `decode_weights`. Why: docs/planner.md, "The decoder-layer loop".
 """
 
 from __future__ import annotations
