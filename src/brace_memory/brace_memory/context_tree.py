@@ -1,17 +1,7 @@
 """ReCAP's context tree (ReCAP Alg. 1, "structured context re-injection"): a goal stack per agent.
 
-The tree is built from the plans the planner returns and the outcomes of their steps:
-- FULL_REPLAN decomposes the task: the plan becomes the root level (T, S);
-- REUSE_SUBPLAN refines: the deepest level's remaining steps S[1:] are replaced by the new ones;
-- PARTIAL_REPLAN after a failed step backtracks to the parent, which keeps the failed step, and the new plan
-  becomes a child level under it (the repair); when the repair's steps are done the parent goes on past the step
-  the repair achieved. Without a failed step (drift) it refines like REUSE_SUBPLAN.
-A successful outcome of the deepest level's current step advances it; a failed one marks it failed.
-
-`goal_stack` renders task -> its constraints -> plan levels -> the step being executed -> the remaining steps -> the
-latest rationale, the lines a `recap` context layout places right before the request (protected under pruning).
-A constraint the world states for the agent (a recipe read, a dock closing) belongs to the task: ReCAP re-injects
-the parent's latest thought, which would carry it; a planner that writes no thought keeps it with the task instead.
+Built from the plans the planner returns (decompose, refine, repair after a failed step) and their steps' outcomes;
+`goal_stack` renders the lines a `recap` layout places before the request (docs/memory.md, "The modules' code").
 """
 
 from __future__ import annotations

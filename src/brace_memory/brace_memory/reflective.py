@@ -1,16 +1,9 @@
 """OmniAct's reflective memory (OmniAct Sec. 3.4): failure reflections, constraints, static priors and notes,
 retrieved per call.
 
-Every failed step and every preemption writes (or updates) a failure record keyed by skill, object, location and
-failure kind: how often it happened, first and last step, and the corrective strategy for that kind of failure.
-Every context entry of kind `constraint` consolidates into a constraint record keyed by its text (a repeat updates
-the record: count, last step), so a long-term rule outlives the history entry that gave it (OmniAct: the reflective
-layer surfaces long-term constraints at planning time). Constraints are the team's: whoever gave one (the
-supervisor, an agent about itself), every agent's call reads it. Static priors (skills, constraints) come from a
-file; notes are what a plan asked to keep. At a call, priors whose keys, failure records whose skill or object, and
-constraints whose ids (`dock_2`, `box_7`) the call's query names come first (key match); the rest are ranked by
-Generative Agents' sum of recency, importance and relevance, each in [0, 1] with equal weights (Park et al., 2023).
-A constraint the call's prompt already holds (its CONSTRAINTS block) is not retrieved again.
+Failures and preemptions update records keyed by skill, object, location and kind; constraint entries consolidate
+into the team's constraint records; a call reads key matches first, then the rest by recency, importance and
+relevance (docs/memory.md).
 """
 
 from __future__ import annotations

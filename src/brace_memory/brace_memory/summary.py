@@ -1,14 +1,8 @@
-"""OmniAct's LLM summariser of episodic records (OmniAct Sec. 3.4, App. H "Episodic Memory Compression Prompt"),
-off the callers' threads.
+"""OmniAct's LLM summariser of episodic records (OmniAct Sec. 3.4, App. H), off the callers' threads.
 
-At a boundary the template record is written as before (episodic.py), so folding, `folded_through` and retrieval
-are immediate. The record and the segment it folded then go to a `SummaryWorker`: one background thread with a
-bounded queue (when full, the oldest pending summary is dropped and counted). The thread asks the summariser (a
-callable the planner injects, e.g. a chat model on an OpenAI-compatible server) for OmniAct's log keys, validates
-the answer (`summary_fields`: types, and every length cut to the template's limits) and only then replaces the
-record's fields in place: same key, same place in update order, and only while the record still holds the template
-(compare and set). An invalid, failed or late summary keeps the template record and is counted; nothing a caller
-does waits for a summary.
+`SummaryWorker` asks the injected summariser for a template record's fields on one background thread with a bounded
+queue, validates the answer (`summary_fields`) and replaces the record's fields only while it still holds the template
+(docs/memory.md, "The LLM summariser").
 """
 
 from __future__ import annotations

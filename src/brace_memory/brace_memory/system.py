@@ -1,18 +1,8 @@
 """The memory modules a planner composes on its call path (DESIGN 3b): what they ingest and what a call retrieves.
 
-Modules (any subset, named in `MODULES`): `episodic` (OmniAct's event-boundary records; the history entries they
-folded leave the prompt), `reflective` (OmniAct's failure reflections, the team's constraints, priors and notes),
-`rag_static` (a fixed corpus), `rag_memory` (this run's records, and the team's constraints, by relevance),
-`state_graph` (GiG's session graph per agent from the world's states: a loop warning when the agent's state revisits
-it), `experience` (GiG's experience bank: a successful episode's trajectories, the nearest state's next actions) and
-`lookahead` (GiG's Bounded Lookahead: the projected next state of a few candidate steps, through `predict`).
-ReCAP's context tree is kept whichever modules are on (a `recap` context layout renders its goal stack; it knows
-each agent's current step, which a failure record names). `retrieve` fills at most `cap_tokens` tokens (counted
-with the planner's tokenizer) and `max_lines` lines, module by module in a fixed priority: reflective, episodic (the
-current episode's records, newest first), rag_static, rag_memory (every stored record, earlier episodes' and runs'
-included), after GiG's loop warning, experience and lookahead, which come first (about the state the agent is in).
-With a `summariser` (OmniAct App. H, summary.py), each episodic record written from a template is summarised on
-one background worker and its fields replaced when a valid summary comes; `close` stops the worker.
+`MemorySystem` composes any subset of `MODULES` (a `MemorySystemConfig`), feeds them what the graph publishes and
+fills a call's memory reserve in `RETRIEVAL_ORDER`; an optional summariser rewrites episodic records on a worker.
+The modules and their order: docs/memory.md.
 """
 
 from __future__ import annotations
