@@ -26,6 +26,13 @@ WARNED = ("goals_rejected", "status.planner_error", "status.deadline")
 """The counters whose non-zero value makes the planner's status WARN."""
 
 
+def waited_ms(sent_ns: int, now_ns: int, hard_deadline_ms: float) -> float:
+    """How long a goal sent at `sent_ns` (0: unstamped) waited before its acceptance at `now_ns`, within [0, its hard
+    deadline]: a clock that disagrees counts nothing."""
+    before_ms = (now_ns - sent_ns) / 1e6 if sent_ns > 0 else 0.0
+    return min(max(0.0, before_ms), hard_deadline_ms)
+
+
 class CallService:
     """The calls of one call path (`name`/<n> their ids); `log` is the node's logger."""
 
@@ -43,13 +50,22 @@ class CallService:
                                 "respelled_values", "internal_errors", *(f"status.{s.label}" for s in CallStatus)),
                                warn=WARNED)
 
+    @property
+    def model_name(self) -> str:
+        """The model the calls name ("" without a call path)."""
+        return self.path.model_name if self.path is not None else ""
+
     def use(self, path: CallPath) -> None:
         """Run calls on `path` (at configure)."""
         self.path = path
 
     def release(self) -> None:
-        """Forget the path and every call (cleanup): waiting goals belonged to the destroyed action server, their
-        callers see no result and cancel at their deadlines."""
+        """Close the path's memory system (its summary worker, then its store), forget the path and every call
+        (cleanup): waiting goals belonged to the destroyed action server, their callers see no result and cancel at
+        their deadlines."""
+        memory = memory_of(self.path)
+        if memory is not None:
+            memory.close()
         self.path, self.queue, self.calls = None, CallQueue(), {}
 
     def rejected(self) -> None:
@@ -74,10 +90,12 @@ class CallService:
         call = self.calls.get(key)
         return call is not None and self.queue.remove(call.call_id, CallState.CANCELLED) is not None
 
-    def expire(self) -> None:
-        """Answer every waiting call whose hard deadline has passed (it would only be cancelled later)."""
+    def expire(self) -> bool:
+        """Answer every waiting call whose hard deadline has passed (it would only be cancelled later); whether calls
+        still wait."""
         for call in self.queue.expired(time.monotonic()):
             call.answer()
+        return len(self.queue) > 0
 
     def dispatch(self) -> None:
         """Start the next waiting call when none runs."""

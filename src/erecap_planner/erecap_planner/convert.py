@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from brace_msgs.msg import ContextEntry, ExecutionOutcome, PhaseTiming, Plan, PlanStep, ReplanCall
+from brace_msgs.action import Replan
+from brace_msgs.msg import ContextEntry, Episode, ExecutionOutcome, PhaseTiming, Plan, PlanStep, ReplanCall, ServerLoad
 from builtin_interfaces.msg import Time
 
 from brace_common.clock import seconds_of, stamp_after
@@ -22,6 +24,10 @@ from brace_common.vocabulary import Block, EntryKind, Mode, TriggerKind
 
 from .call_path import CallOutcome, CallRequest
 from .context import Entry
+
+if TYPE_CHECKING:
+    from .call_queue import QueuedCall
+    from .server_watch import LoadReport
 
 MIN_TOKEN_BUDGET = 8
 """The smallest B_t a call may ask for (the protected head and tail alone take more)."""
@@ -65,6 +71,25 @@ def outcome_from_msg(msg: ExecutionOutcome) -> StepOutcome:
                        check_id("action", msg.action), bool(msg.success),
                        check_text("detail", msg.detail, MAX_TEXT_CHARS, allow_empty=True), int(msg.failure),
                        seconds_of(msg.header.stamp))
+
+
+@dataclass(frozen=True)
+class EpisodeMark:
+    """An episode's boundary as the planner's inputs read it (Episode)."""
+
+    event: int        # EpisodeEvent (another value: not a boundary the planner acts on)
+    stamp_s: float
+    key: str          # <world>/<seed>/<episode>/<stamp>: how the experience bank names an ended episode
+    success: bool
+    steps: int
+    episode: tuple[str, int]  # (world, episode)
+
+
+def episode_from_msg(msg: Episode) -> EpisodeMark:
+    """Episode -> EpisodeMark."""
+    stamp_s = seconds_of(msg.header.stamp)
+    return EpisodeMark(int(msg.event), stamp_s, f"{msg.world}/{msg.seed}/{msg.episode}/{stamp_s:.3f}", bool(msg.success),
+                       int(msg.steps), (msg.world, msg.episode))
 
 
 def request_from_goal(goal) -> CallRequest:
@@ -126,3 +151,27 @@ def plan_to_msg(outcome: CallOutcome, request: CallRequest, plan_id: str, stamp:
         plan_step.header.stamp = stamp
         plan.steps.append(plan_step)
     return plan
+
+
+def replan_result(outcome: CallOutcome, call: QueuedCall, model: str, now: Time) -> Replan.Result:
+    """A finished call's Replan result: its ReplanCall record (`result.call`) and its Plan stamped `now`."""
+    result = Replan.Result(call=call_to_msg(outcome, call.request, call.call_id, model, call.stamp))
+    result.plan = plan_to_msg(outcome, call.request, f"{call.call_id}/plan", now)
+    return result
+
+
+def feedback_msg(phase: str, elapsed_ms: float, now: Time) -> Replan.Feedback:
+    """The feedback of a call entering `phase` `elapsed_ms` after it started."""
+    feedback = Replan.Feedback(phase=phase, elapsed_ms=float(elapsed_ms))
+    feedback.header.stamp = now
+    return feedback
+
+
+def server_load_to_msg(report: LoadReport, now: Time) -> ServerLoad:
+    """A server_load reading as the ServerLoad message the controller reads."""
+    msg = ServerLoad(server_url=report.server_url, reported=report.load is not None, own_requests=report.own_requests)
+    msg.header.stamp = now
+    if report.load is not None:
+        msg.engine, msg.requests_running, msg.requests_waiting = (report.load.engine, report.load.running,
+                                                                  report.load.waiting)
+    return msg

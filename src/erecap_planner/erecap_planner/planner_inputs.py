@@ -1,31 +1,39 @@
 """What the planner hears between calls: context entries, step outcomes, world states and episode boundaries.
 
-ROS-free: the node converts each message and hands it here; entries go to the context buffer (an episode's start
-forgets what came before it), and every input reaches the memory modules. Each refusal is counted.
+ROS-free: the node hands in each message with its conversion (`take`); entries go to the context buffer (an episode's
+start forgets what came before it), and every input reaches the memory modules. Each refusal is counted.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Optional
+from typing import Optional, TypeVar
 
 from brace_common.counters import Counters, Health
 from brace_common.episode_boundary import before_episode
+from brace_common.validation import Rejections
+from brace_common.vocabulary import EpisodeEvent
 from brace_common.world_state import WorldState
 from brace_memory.system import MemorySystem
 
 from .context import ContextBuffer, ContextLimits, Entry
-from .convert import StepOutcome
+from .convert import EpisodeMark, StepOutcome
 
 WARNED = ("malformed_context", "malformed_world_states")
 """The counters whose non-zero value makes the planner's status WARN."""
+MALFORMED = {"context_entry": "context", "world_state": "world_states"}
+"""The refusals (Rejections' `what`) counted here too, as malformed_<value>."""
+T = TypeVar("T")
 
 
 class PlannerInputs:
-    """The context buffer (under `lock`) and the inputs memory learns from; `memory()` is the call path's."""
+    """The context buffer (under `lock`) and the inputs memory learns from; `memory()` is the call path's; refused
+    inputs are counted by reason in `rejections`."""
 
-    def __init__(self, memory: Callable[[], Optional[MemorySystem]] = lambda: None) -> None:
+    def __init__(self, memory: Callable[[], Optional[MemorySystem]] = lambda: None,
+                 rejections: Optional[Rejections] = None) -> None:
+        self.rejections = rejections if rejections is not None else Rejections()
         self.buffer = ContextBuffer()
         self.lock = threading.Lock()
         self.memory = memory
@@ -43,9 +51,17 @@ class PlannerInputs:
         with self.lock:
             return self.buffer.snapshot()
 
-    def malformed(self, what: str) -> None:
-        """A message of `what` (context, world_states) was refused."""
-        self.counts.add(f"malformed_{what}")
+    def take(self, convert: Callable[[], T], use: Callable[[T], None], what: str, where: str) -> None:
+        """`use` the input `convert` makes of a message, or, when `convert` refuses it (ValueError), count it by
+        reason as a refused `what` (e.g. context_entry) from `where` (its agent, its world)."""
+        try:
+            value = convert()
+        except ValueError as exc:
+            if what in MALFORMED:
+                self.counts.add(f"malformed_{MALFORMED[what]}")
+            self.rejections.reject(what, exc, where)
+            return
+        use(value)
 
     def entry(self, entry: Entry) -> None:
         """A context entry: held for the calls (one of the previous episode's arriving late is dropped, counted)."""
@@ -75,6 +91,13 @@ class PlannerInputs:
         memory = self.memory()
         if memory is not None:
             memory.on_world_state(state)
+
+    def episode(self, mark: EpisodeMark) -> None:
+        """An episode's start (`episode_started`) or end (`episode_ended`); another event changes nothing."""
+        if mark.event == EpisodeEvent.END:
+            self.episode_ended(mark.key, mark.success, mark.steps, mark.stamp_s, mark.episode)
+        elif mark.event == EpisodeEvent.START:
+            self.episode_started(mark.stamp_s)
 
     def episode_started(self, stamp_s: float) -> None:
         """A new episode: forget what was said before it began (entries of the new one may already be in)."""

@@ -1,11 +1,12 @@
 """Whether the planner server answers (GET /models) and how loaded it is (GET /metrics), for backend `openai`.
 
-ROS-free: the node's timers call `probe` and `load`; the Replan action is served from the first answer on.
+ROS-free: the node's timers call `check` and `report`; the Replan action is served from the first answer on.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Optional
 
 from brace_common.counters import Health
@@ -39,39 +40,54 @@ class ServerProbe:
         self.answered, self.error = True, ""
 
 
-class ServerWatch:
-    """The probe and the load of one server backend; `period_s` is the probe's while the server has not answered."""
+@dataclass(frozen=True)
+class LoadReport:
+    """One server_load reading: the server's load when it gives one, and this planner's own requests there."""
 
-    def __init__(self, backend: ServerBackend, timeout_s: float, period_s: float, load: bool) -> None:
+    server_url: str
+    own_requests: int
+    load: Optional[ServerLoad] = None  # None: the server gives none (no /metrics, no known gauges, no answer)
+
+
+class ServerWatch:
+    """The probe and the load of one server backend; `period_s` is the probe's while the server has not answered;
+    `log` (the node's logger) hears the first answer, each failed probe (throttled) and a server without load."""
+
+    def __init__(self, backend: ServerBackend, timeout_s: float, period_s: float, load: bool, log) -> None:
         self.backend = backend
+        self.log = log
         self.timeout_s = timeout_s
         self.period_s = period_s
         self.probe = ServerProbe()
         self.load_probe = ServerLoadProbe(backend.client, timeout_s) if load else None
 
-    def check(self) -> Optional[tuple[str, bool]]:
-        """Probe when due (5x less often once serving: calls report failures themselves). Returns (what to log,
-        whether it is the first answer), or None when nothing is new to say."""
+    def check(self) -> bool:
+        """Probe when due (5x less often once serving: calls report failures themselves); whether the server has
+        answered (its first answer names the model the calls use when none is configured)."""
         probe = self.probe
         if probe.answered and time.monotonic() < probe.checked_at + 4 * self.period_s:
-            return None
+            return True
         first = not probe.answered
         probe.probe(self.backend, self.timeout_s)
         url = self.backend.client.base_url
         if probe.answered and first:
             if not self.backend.server_model:
                 self.backend.server_model = probe.models[0] if probe.models else ""
-            return (f"planner server {url} answers, serving model '{self.backend.server_model}' "
-                    f"(listed: {probe.models[:5]})"), True
-        if not probe.answered:
-            return f"planner server {url}: {probe.error}", False
-        return None
+            self.log.info(f"planner server {url} answers, serving model '{self.backend.server_model}' "
+                          f"(listed: {probe.models[:5]})")
+        elif not probe.answered:
+            self.log.warning(f"planner server {url}: {probe.error}", throttle_duration_sec=10.0)
+        return probe.answered
 
-    def load(self) -> tuple[Optional[ServerLoad], bool]:
-        """The server's load now (None: it gives none) and whether this reading found it publishes none at all."""
-        probe = self.load_probe
-        load = probe.read()
-        return load, probe.reports is False
+    def report(self) -> LoadReport:
+        """The load now; a reading that finds the server publishes none at all is said once, and then
+        `reports_load` is False (it is not asked again)."""
+        load = self.load_probe.read()
+        url = self.backend.client.base_url
+        if self.load_probe.reports is False:
+            self.log.info(f"planner server {url} publishes no load (GET /metrics): each controller sees only its "
+                          "own calls there")
+        return LoadReport(url, self.backend.at_server, load)
 
     def reports_load(self) -> bool:
         """Whether the load is still worth asking for (asked once of a server without gauges)."""

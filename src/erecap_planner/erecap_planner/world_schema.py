@@ -7,6 +7,7 @@ in use stays. `known` is set once the call path has a schema, the file's or a wo
 from __future__ import annotations
 
 import threading
+import traceback
 from collections.abc import Callable
 from typing import Optional
 
@@ -18,9 +19,11 @@ from .call_path import CallPath
 
 
 class WorldSchema:
-    """The world's schema in use, where it came from, and whether any schema is known yet."""
+    """The world's schema in use, where it came from, and whether any schema is known yet; `log` is the node's
+    logger (a new schema said at INFO, a schema refused by an unexpected error at ERROR with its trace)."""
 
-    def __init__(self) -> None:
+    def __init__(self, log) -> None:
+        self.log = log
         self.path: Optional[CallPath] = None
         self.planner_schema: Callable[[ActionSchema], ActionSchema] = lambda schema: schema
         self.json = ""    # the world's schema in use (WorldInfo.action_schema_json); "" = none yet
@@ -38,9 +41,23 @@ class WorldSchema:
         else:
             self.known.clear()
 
-    def offer(self, world: str, episode: int, schema_json: str, agents: int) -> Optional[tuple[str, bool]]:
-        """A world's schema: used from the next call on when it changed. Returns (what to log, whether at INFO) for
-        a new one, None for the one in use; InvalidInput when refused."""
+    def offer(self, world: str, episode: int, schema_json: str, agents: int) -> None:
+        """A world's schema: used from the next call on when it changed; InvalidInput when refused (an error no
+        check foresaw is refused as `unexpected_error`: a latched schema must not kill the planner at every
+        restart)."""
+        try:
+            said = self._offer(world, episode, schema_json, agents)
+        except InvalidInput:
+            raise
+        except Exception as exc:  # noqa: BLE001 - counted apart by the caller and logged with its trace here
+            self.log.error("world_info: schema refused by an unexpected error\n"
+                           + "".join(traceback.format_exception(exc)))
+            raise InvalidInput("unexpected_error", f"{type(exc).__name__}: {exc}") from None
+        if said is not None:
+            (self.log.info if said[1] else self.log.debug)(said[0])
+
+    def _offer(self, world: str, episode: int, schema_json: str, agents: int) -> Optional[tuple[str, bool]]:
+        """`offer`'s work: (what to log, whether at INFO) for a new schema, None for the one in use."""
         if schema_json == self.json:
             return None
         if not schema_json:
