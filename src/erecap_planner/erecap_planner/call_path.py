@@ -316,9 +316,9 @@ class CallPath:
         """A call's uncompressed prompt: the context in this path's layout (with the goal stack in `recap`)."""
         o = self.options
         return buffer.render(self.tokenizer, request.agent_id, request_text(schema, request.agent_id, request.mode),
-                             o.system_prompt, call_blocks(buffer, o.layout, self.memory), o.layout,
-                             o.max_context_tokens, checkpoint, self.token_counts,
-                             goal_stack(self.memory, o.layout, request.agent_id))
+                             o.system_prompt, entries=call_blocks(buffer, o.layout, self.memory), layout=o.layout,
+                             max_tokens=o.max_context_tokens, checkpoint=checkpoint, counts=self.token_counts,
+                             goal_stack=goal_stack(self.memory, o.layout, request.agent_id))
 
     def reserve(self, request: CallRequest) -> int:
         """Memory's share of the call's B_t (0 without memory, or with memory off for this call)."""

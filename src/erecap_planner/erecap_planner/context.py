@@ -361,7 +361,7 @@ class ContextBuffer:
 
         return sorted(range(len(entries)), key=lambda i: (tier(entries[i]), entries[i].step, i))
 
-    def render(self, tokenizer, agent_id: str, request: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+    def render(self, tokenizer, agent_id: str, request: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT, *,
                entries: Optional[list[tuple[Block, list[Entry]]]] = None, layout: str = "focus",
                max_tokens: Optional[int] = None, checkpoint: Callable[[], None] = _no_check,
                counts: Optional[TokenCounts] = None, goal_stack: Sequence[str] = ()) -> RenderedContext:
