@@ -1,16 +1,7 @@
 """Long-horizon embodied contexts in the manner of OmniAct App. E (Alg. 1, stage 1).
 
-A case hides one task-relevant seed constraint among many distractor events
-drawn from fixed templates (inventory audits, battery reports, aisle checks,
-display notes), in chronological order, until the context reaches a target
-token length. The correct next action depends on the seed, so a planner that
-loses it while compressing picks the wrong action. All randomness is seeded by
-the SHA-256 of the case id, so every case is reproducible.
-
-Seed kinds:
-  relocated  the object was moved to another shelf     -> move_to(<new shelf>)
-  dock_closed the task's dock is closed                -> place(<object>, <open dock>)
-  handoff    the object is reserved for another agent  -> handoff(<object>, <agent>)
+A case hides one seed constraint (`relocated`, `dock_closed`, `handoff`) among distractor events up to a target token
+length; the correct next action depends on it. Seeded by the case id's SHA-256 (docs/training.md).
 """
 
 from __future__ import annotations

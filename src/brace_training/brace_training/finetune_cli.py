@@ -1,20 +1,7 @@
 """`warehouse-finetune`: fine-tune the planner LM (LoRA) on the embedded warehouse's oracle plans.
 
-Renders every oracle decision point exactly as the planner node would (same
-context layout, chat template, request line and plan JSON as constrained
-decoding writes it), trains a low-rank adapter on the plan tokens, and writes
-it where `config/erecap_planner_sim.yaml` looks for it. With `--pruned F` a
-share F of the examples whose prompt exceeds `--budget` is trained
-pruning-aware: the prompt is pruned inside the forward by E-RECAP with the
-warehouse predictor, as the planner prunes it, so one adapter serves the
-unpruned and the compressed variants. With `--memory F` a share F of the
-episodes is rendered as a call with memory reads it (`MEMORY_CONFIGS`: OmniAct's
-episodic + reflective memory, RAG over the warehouse corpus or over the run's
-records; the history episodic records folded left out, the MEMORY block before
-the request, the layout the sim planner runs), fed as the planner node feeds it,
-so one adapter serves the variants with and without memory. With `--haystack N`
-it adds N examples of the warehouse haystack's training cases (haystack_training:
-act on the constraint the context holds). Progress on stderr.
+Renders every oracle decision point as the planner node would and trains an adapter on the plan tokens, optionally
+pruning-aware (`--pruned`), with memory (`--memory`) and haystack cases (`--haystack`); docs/training.md.
 
     python -m brace_training.finetune_cli --episodes 40 --epochs 1
 """

@@ -1,25 +1,8 @@
 """The warehouse haystack: OmniAct's long-horizon context construction (App. E, Alg. 1) on the warehouse's
 vocabulary, the cases of the constraint benchmark (bench/memory_haystack.py, OmniAct Table 1). ROS-free.
 
-A case is one warehouse shift seen by the planner of one agent. Stage 1 of Alg. 1 assembles its history: first the
-seed episodes, one per constraint kind (`CONSTRAINT_KINDS`), each a few entries around a supervisor's entry of kind
-`constraint` and closed by a boundary (`task_done`); then irrelevant events drawn from fixed warehouse templates
-(shelf audits, inventory counts, battery and charging logs, display notes, aisle sweeps, sensor readings, pallet
-checks), `GAP_STEPS` (Δt) apart, each of ℓ ~ U(0.5, 1.5) · α_c · L0 tokens with α_c ~ U(0.6, 1.6) drawn per case,
-until the history holds B tokens, each entry counted as the prompt line it renders to with the planner's tokenizer.
-A share of the events (`CONFLICT_SHARE`) name the ids of a seed constraint without contradicting it: a temporal
-conflict (a dock that received pallets, a shelf that held the object, before the constraint's step) or a semantic
-one (the fragile box's label reprinted, the helper placing another box). Every event is one agent's (or the
-supervisor's) entries closed by its own `task_done`, so event-boundary memory folds each as it streams in (Stage 2,
-haystack_memory.py). Every history entry is in block HISTORY; its kind is what memory reads.
-
-The query comes last: the agent's task and state, and a narrowed action schema with exactly two skill calls, one
-that keeps the queried constraint (`compliant`) and one that breaks it. The task names both options, so only the
-constraint tells them apart; which option is compliant alternates with the case index (the closed dock is the
-lower-numbered one in even cases; the fragile box must be handed off in even cases, the sealed one placed in odd
-ones), so a planner that ignores the constraint scores about 50 %. All randomness is seeded by the SHA-256 of the
-case id. Case ids are `<split>-<kind>-<index>`: a case belongs to the split its id names (`train` or `test`); the
-benchmark evaluates only `test` ids, and a fine-tuning step may use only `train` ids.
+`make_cases` builds seeded cases: seed constraint episodes hidden among distractor events up to B tokens, then a
+query whose two skill calls only the constraint tells apart. Construction and splits: docs/training.md.
 """
 
 from __future__ import annotations

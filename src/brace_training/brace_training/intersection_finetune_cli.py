@@ -1,12 +1,7 @@
 """`intersection-finetune`: fine-tune the planner LM (LoRA) on the drone intersection's oracle plans, and measure it.
 
-Renders decision points of oracle-driven intersection episodes (brace_training.intersection_data, flown through
-AirSim's client against brace-airsim-peer) exactly as the planner does for the AirSim stack (the run's action
-schema, the `stable_first` layout of config/airsim/control.yaml, constrained decoding's plan tokens), continues
-training from `--init` (the warehouse adapter), with a share of the long prompts pruned by E-RECAP inside the
-forward as the BRACE variant prunes them, and writes the adapter. Then it asks the planner's call path for the
-plan at held-out decision points with the `--init` adapter and with the new one and prints how often each agrees
-with the oracle (whole plan, first step). Progress on stderr.
+Renders oracle intersection episodes' decision points as the AirSim planner does, continues from `--init` (a share
+pruned by E-RECAP in the forward), and compares the old and new adapters with the oracle (docs/training.md).
 
     python -m brace_training.intersection_finetune_cli --seeds 6 --output src/sim_bridges/models/...
     python -m brace_training.intersection_finetune_cli --evaluate-only --adapters A.safetensors B.safetensors

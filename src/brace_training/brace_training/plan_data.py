@@ -1,19 +1,8 @@
 """Oracle-labelled decision points of the embedded warehouse (planner fine-tuning and evaluation data).
 
-ROS-free. Episodes are driven by the oracle (each agent replans when its plan
-ends, a step fails, or every `every` steps), and at every such moment the
-feed's entries so far, the requested agent and the oracle's plan from the true
-state are one decision point: what the planner would have been asked in the
-closed loop, with the answer that is correct. With `detour` > 0 some plans the
-world executes are plausible mistakes instead of the oracle's (the labels stay
-the oracle's), so the data also shows the states a planner's own mistakes lead
-to and how to recover from them (as in DAgger-style data collection). With a
-`policy` (the planner itself, planner_policy.PlannerPolicy) a share `on_policy`
-of the plans the world executes are the policy's own: the states the planner's
-own plans lead to, labelled with the oracle's answer (DAgger). With a
-`memory` system, the episode feeds it as the planner node would (episode start,
-every entry, every outcome, every plan the world executes), so a decision point
-can be rendered with the memory a closed-loop call would retrieve.
+ROS-free. `decision_points` drives episodes by the oracle (with `detour` mistakes, an on-policy share of a planner's
+own plans, and a memory system fed as the node feeds it) and yields what the planner would be asked with the correct
+answer (docs/training.md).
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """Train the E-RECAP predictors (paper Eq. 7, 9, 10) on generated embodied contexts.
 
-For every case the prompt is followed by the correct next action (the target
-plan as JSON); the language-model loss of the target is the training signal.
-
-  saliency  pi_hat_i = |<grad_{h_i} L, h_i>| at the input of each pruning layer (Eq. 7),
-            computed once per case with the model frozen
-  L_M       MSE between the predictor's scores and the standardised log-saliency
-  L_R       pairwise logistic ranking loss of Eq. 10 on sampled token pairs
-  L_L       LM loss of the target when every key is down-weighted in attention by
-            log sigmoid of its (cumulative) predictor scores, a differentiable
-            stand-in for dropping it; head and tail tokens are never down-weighted
-
-L = L_L + lambda1 L_M + lambda2 L_R (Eq. 9). Only predictor weights are trained.
+Saliency targets from the LM loss of the correct next action, then L = L_L + lambda1 L_M + lambda2 L_R with only the
+predictor weights trained (docs/training.md).
 """
 
 from __future__ import annotations

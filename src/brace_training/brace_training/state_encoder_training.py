@@ -1,18 +1,7 @@
 """Training data and training of GiG's state encoder (brace_memory.state_encoder, GiG Sec. 3.1.3, App. A.4). ROS-free.
 
-Trajectories are oracle runs: embedded warehouse episodes (K = 1-6 agents, tasks to any dock or one congested dock,
-grasp slips and drift on, so runs hold failures and replans) give one trajectory per agent, the agent's scene graph
-(hops 2, 1 m cells) at each state change; TextWorld cooking games played by textworld's policy give one trajectory
-of the player's whole scene (hops 0). A trajectory keeps an agent's distinct consecutive states (a state equal to the
-previous one by key is the same node, as in the session graph). Training seeds and held-out seeds never meet:
-warehouse training episodes run seeds WAREHOUSE_TRAIN_SEED on, the benchmark's 0 on; TextWorld trains on the
-planner's training games and holds out the memory benchmark's and the adapter check's games; only games already in
-the game folder are played (making one takes seconds).
-
-Training (Eq. 2): anchor z_t and positive z_{t+1} of one trajectory, negative a state of another trajectory of the
-same world in the batch (one whose graph differs from both: an identical graph cannot be pushed away); triplet
-margin 1.0 on squared distances plus 0.5 x uniformity. A transition seen before (the same anchor and positive graphs,
-common in the warehouse: its objects and agents keep their names across seeds) is trained on once.
+Trajectories of scene graphs from oracle warehouse episodes and TextWorld games (training seeds only), and Eq. 2's
+triplet training on them; docs/training.md has the data and the loss.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """`textworld-finetune`: fine-tune the planner LM (LoRA) on TextWorld cooking games' oracle commands, and measure it.
 
-Plays training seeds' games with textworld's policy as the oracle (brace_training.textworld_data), renders every
-decision point as the planner's call reads it in one of the benchmark's memory configurations (flat history, ReCAP
-tree, OmniAct memory, both), continues training from `--init` (the warehouse adapter) on (prompt, oracle command)
-with the candidates decoding's target, and writes the adapter. Then it scores every admissible command at held-out
-decision points with the `--init` adapter and the new one and prints how often each picks the oracle's command,
-unpruned and (`--budgets`) under in-model E-RECAP. With `--predictor-cases N` it then trains the E-RECAP predictor
-bank for the new adapter on N training decision points (`predictor_training.train_bank`, continued from `--predictor`).
-Progress on stderr.
+Renders training games' decision points in the memory benchmark's configurations, continues from `--init`, compares
+the old and new adapters at held-out points, and optionally trains the predictor bank (docs/training.md).
 
     python -m brace_training.textworld_finetune_cli --seeds 30 --predictor-cases 48
     python -m brace_training.textworld_finetune_cli --evaluate-only --adapters A.safetensors B.safetensors

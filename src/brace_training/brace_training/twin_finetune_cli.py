@@ -1,15 +1,8 @@
 """`twin-finetune`: fine-tune the planner LM (LoRA) on a twin task's oracle plans (PickFruit or PushT), and measure
 what it changed.
 
-Renders every decision point of the task (brace_training.pickfruit_data,
-brace_training.pusht_data) exactly as the robot planner does (the task's action
-schema, the `stable_first` layout of params/robot/control.yaml, constrained
-decoding's plan tokens), continues training from `--init` (the warehouse
-adapter by default), and writes the adapter. Then it asks the planner's call
-path for the plan at held-out decision points with the `--init` adapter and
-with the new one, and prints how often each agrees with the oracle (the whole
-plan, and the task's key parameter of its first step: the fruit of PickFruit,
-the part of PushT). Progress on stderr.
+Renders the task's decision points as the robot planner does, continues from `--init`, and compares the old and new
+adapters' plans with the oracle at held-out points (docs/training.md).
 
     python -m brace_training.twin_finetune_cli --task pickfruit --seeds 120 --output src/robot_bridge/models/...
     python -m brace_training.twin_finetune_cli --task pusht --evaluate-only --adapters A.safetensors B.safetensors
