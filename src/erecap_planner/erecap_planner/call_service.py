@@ -51,9 +51,9 @@ class CallService:
                                warn=WARNED)
 
     @property
-    def model_name(self) -> str:
-        """The model the calls name ("" without a call path)."""
-        return self.path.model_name if self.path is not None else ""
+    def model_name(self) -> Optional[str]:
+        """The model the calls name (None without a call path)."""
+        return self.path.model_name if self.path is not None else None
 
     def use(self, path: CallPath) -> None:
         """Run calls on `path` (at configure)."""

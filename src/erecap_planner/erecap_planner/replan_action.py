@@ -89,7 +89,8 @@ class ReplanActionServer:
         context = self.node.context
         outcome = self.service.outcome(call, lambda: goal_handle.is_cancel_requested or stopping() or not context.ok(),
                                        lambda phase, elapsed_ms: self._feedback(goal_handle, phase, elapsed_ms))
-        result = convert.replan_result(outcome, call, self.service.model_name or self.model,
+        model = self.service.model_name
+        result = convert.replan_result(outcome, call, model if model is not None else self.model,
                                        self.node.get_clock().now().to_msg())
         try:
             self.record(result.call)

@@ -53,7 +53,7 @@ def test_calls_run_one_at_a_time_a_newer_call_supersedes_and_each_is_counted_by_
     answers = Answers()
     with FaultServer(text='{"plan": [{"action": "go_to", "parameters": {"target": "dock_2"}}]}') as server:
         calls = service(server.base_url)
-        assert calls.model_name == ""  # the server's own until its listing names one
+        assert calls.model_name == ""  # the server's own until its listing names one (None: no call path)
         for key, agent in ((b"1", "a"), (b"2", "b"), (b"3", "b")):
             calls.accept(key, request(agent), 0.0, answers.of(key), stamp=None)
         assert answers.called == [b"1", b"2"]  # 1 runs at once; 3 supersedes 2, answered at once
@@ -83,7 +83,9 @@ def test_a_waiting_call_is_cancelled_or_expires_and_expire_says_whether_calls_st
     assert calls.health().values["queue.cancelled_waiting"] == 2
 
 
-def test_a_rejected_goal_is_counted_and_warned():
+def test_a_rejected_goal_is_counted_and_warned_and_release_forgets_the_path():
     calls = service("http://127.0.0.1:9/v1")
     calls.rejected()
     assert calls.health().values["goals_rejected"] == 1 and calls.health().warnings
+    calls.release()
+    assert calls.path is None and calls.model_name is None
