@@ -12,7 +12,7 @@ keeps waiting.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Optional
 
 
@@ -50,12 +50,12 @@ class PeerWait:
         self.done = now - self._all_up_since >= self.settle_s
         return self.done
 
-    def waiting(self, counts: dict, logger) -> bool:
+    def waiting(self, counts: MutableMapping[str, int], logger) -> bool:
         """A tick's check: True (counted in counts['ticks_waiting_for_peers'], logged on the first tick and when
         overdue, at most every 10 s) while the peers are not ready."""
         if self.ready():
             return False
-        counts["ticks_waiting_for_peers"] = counts.get("ticks_waiting_for_peers", 0) + 1
+        counts["ticks_waiting_for_peers"] += 1
         if counts["ticks_waiting_for_peers"] == 1 or self.overdue():
             logger.info(f"waiting for {', '.join(self.missing()) or 'the graph to settle'}", throttle_duration_sec=10.0)
         return True

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -291,7 +291,7 @@ def world_state_msg(state: WorldState, stamp: Time, frame_id: str) -> m.WorldSta
     return msg
 
 
-def received_world_state(msg: m.WorldState, counts: dict, rejections) -> Optional[WorldState]:
+def received_world_state(msg: m.WorldState, counts: MutableMapping[str, int], rejections) -> Optional[WorldState]:
     """The state a received WorldState message carries; None when it is inconsistent, counted in
     `counts["malformed_world_states"]` and logged through `rejections` (brace_common.validation.Rejections)."""
     try:
