@@ -9,7 +9,7 @@ PREDICTOR := $(HOME)/.cache/brace_ros/predictors/smollm2-135m-instruct-erecap.sa
 
 help:
 	@echo "make setup  - create .venv (ROS 2 Kilted wheels, torch CPU, pinned deps) and colcon-build src/"
-	@echo "make test   - setup, ruff, then every package's tests"
+	@echo "make test   - setup, ruff, then every package's tests in one pytest worker per CPU (BRACE_TEST_WORKERS=0: serial)"
 	@echo "make demo   - setup, then the closed loop on the embedded warehouse (runs/<time>/: bags, CSV, plots)"
 	@echo "make bench  - setup, then the benchmarks under bench/ (trains the E-RECAP predictor first if missing)"
 	@echo "make bench-budget - the budget / latency targets as on an AVX2 CPU; about an hour on 2 cores"

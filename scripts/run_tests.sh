@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Run every package's tests with pytest inside the sourced workspace (see Makefile).
+# Run every package's tests with pytest inside the sourced workspace (see Makefile), in parallel: one pytest-xdist
+# worker per CPU (BRACE_TEST_WORKERS overrides; 0 runs them serially in this process), whole files per worker.
+# Each worker leases its own DDS domains (conftest.py, brace_common.domain_leases; docs/testing.md), so graph tests
+# of different workers, or of another run on this host, never see each other.
 # pytest exits 5 when it collects no tests; that is not a failure of the
 # workspace, so it is mapped to 0. pytest's summary line stays the last output.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-# Isolate this run's DDS traffic from anything else on the machine.
-export ROS_DOMAIN_ID="${ROS_DOMAIN_ID:-$(( (RANDOM % 100) + 100 ))}"
 export ROS_AUTOMATIC_DISCOVERY_RANGE="${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}"
-python -m pytest "$@"
+workers="${BRACE_TEST_WORKERS:-$(nproc)}"
+python -m pytest -n "$workers" --dist loadfile "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   exit 0

@@ -38,13 +38,15 @@ class DomainLeases:
     def take(self) -> int:
         """Lease the next domain no process on this host holds (round robin: a fresh one each time); RuntimeError
         when every domain is held."""
-        DOMAIN_LOCKS.mkdir(parents=True, exist_ok=True)
+        if not DOMAIN_LOCKS.is_dir():
+            DOMAIN_LOCKS.mkdir(parents=True, exist_ok=True)
+            DOMAIN_LOCKS.chmod(0o1777)  # like /tmp: every user's runs lease here
         for _ in range(len(self.order)):
             domain = self.order[self._next]
             self._next = (self._next + 1) % len(self.order)
             if domain in self.held:
                 continue
-            fd = os.open(DOMAIN_LOCKS / f"{domain}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            fd = os.open(DOMAIN_LOCKS / f"{domain}.lock", os.O_RDONLY | os.O_CREAT, 0o444)  # flock needs no write
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
