@@ -13,11 +13,14 @@ import os
 import signal
 import socket
 import subprocess
+import threading
+from pathlib import Path
 
 import yaml
 from graph_run import EPISODES, VARIANT, check_bag, run_all_at_once
 
 from brace_bringup.run_config import RunConfig, intersection_of
+from brace_common.domain_leases import fresh_domain
 from brace_common.testing import installed_executable
 from erecap_planner.testing import saved_tiny_llama
 from sim_bridges.airsim.intersection import settings
@@ -29,6 +32,29 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class StartWhenLogged:
+    """Starts `cmd` from a thread as soon as `log` holds `text`."""
+
+    def __init__(self, log: Path, text: str, cmd: list[str], env: dict, out) -> None:
+        self.started: list[subprocess.Popen] = []
+        self._over = threading.Event()
+        self._thread = threading.Thread(target=self._start_when_logged, args=(log, text, cmd, env, out), daemon=True)
+        self._thread.start()
+
+    def _start_when_logged(self, log: Path, text: str, cmd: list[str], env: dict, out) -> None:
+        while not self._over.is_set():
+            if log.is_file() and text in log.read_text():
+                self.started.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
+                return
+            self._over.wait(0.05)  # the next look at the log
+
+    def stop(self) -> list[subprocess.Popen]:
+        """Stop waiting; the process, when it was started."""
+        self._over.set()
+        self._thread.join()
+        return self.started
 
 
 def test_every_process_at_once_flies_the_intersection(tmp_path):
@@ -47,20 +73,22 @@ def test_every_process_at_once_flies_the_intersection(tmp_path):
     settings_file = tmp_path / "settings.json"
     written = yaml.safe_load(params.read_text())
     settings_file.write_text(json.dumps(settings(intersection_of(written["/**/airsim_bridge"]["ros__parameters"]))))
-    env = {**os.environ, "ROS_DOMAIN_ID": str(1 + (os.getpid() + 77) % 200)}
+    env = {**os.environ, "ROS_DOMAIN_ID": str(fresh_domain())}
+    peer_cmd = [str(installed_executable("sim_bridges", "brace-airsim-peer")), "--settings", str(settings_file),
+                "--port", str(port)]
     with (tmp_path / "peer.log").open("w") as log:
-        # The simulator comes up last, while the bridge already waits (started by run_all_at_once below, first).
-        peer = subprocess.Popen(["bash", "-c", f"sleep 5; exec {installed_executable('sim_bridges', 'brace-airsim-peer')}"
-                                 f" --settings {settings_file} --port {port}"], env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
+        # The simulator comes up last: once the bridge (started first by run_all_at_once) found none and waits.
+        simulator = StartWhenLogged(tmp_path / "airsim_bridge.log", "AirSim at", peer_cmd, env, log)
         try:
             order = sorted(cfg.stack.nodes, key=lambda s: (s.name != "airsim_bridge", s.name == "erecap_planner"))
             codes, tails = run_all_at_once(order, params, env, tmp_path, "airsim_bridge", TIMEOUT_S)
         finally:
-            peer.send_signal(signal.SIGTERM)
-            peer.wait(timeout=30)
+            peers = simulator.stop()
+            for peer in peers:
+                peer.send_signal(signal.SIGTERM)
+                peer.wait(timeout=30)
+    assert peers, f"the bridge never said it waits for the simulator: {tails['airsim_bridge']}"
     assert all(code == 0 for code in codes.values()), {n: (c, tails[n]) for n, c in codes.items()}
-    assert "AirSim at" in tails["airsim_bridge"], \
-        "the bridge started before the simulator and did not wait"
+    (peer,) = peers
     assert peer.returncode == 0, (tmp_path / "peer.log").read_text()
     check_bag(folder / "bag")

@@ -14,6 +14,7 @@ import os
 from graph_run import VARIANT, check_bag, run_all_at_once, tiny_run_config
 
 from brace_bringup.run_config import RunConfig
+from brace_common.domain_leases import fresh_domain
 
 SIM_TIMEOUT_S = 300.0
 
@@ -22,7 +23,7 @@ def test_every_process_at_once_closes_the_loop(tmp_path):
     cfg = RunConfig.load(tiny_run_config(tmp_path))
     folder = tmp_path / "run" / VARIANT
     params = cfg.write_parameters(VARIANT, folder)
-    env = {**os.environ, "ROS_DOMAIN_ID": str(1 + (os.getpid() % 200))}
+    env = {**os.environ, "ROS_DOMAIN_ID": str(fresh_domain())}
     # The worst order: the simulator first, the planner last, nobody waiting for anybody.
     order = sorted(cfg.stack.nodes, key=lambda s: (s.name != "embedded_sim", s.name == "erecap_planner"))
     codes, tails = run_all_at_once(order, params, env, tmp_path, "embedded_sim", SIM_TIMEOUT_S)

@@ -28,6 +28,7 @@ from rclpy.executors import SingleThreadedExecutor
 from brace_bringup.run_config import RunConfig
 from brace_bringup.run_plan import plan
 from brace_common import names, qos
+from brace_common.domain_leases import fresh_domain
 from brace_common.spin import spin_once
 from brace_common.testing import installed_executable, wait_for
 from brace_common.vocabulary import CallStatus
@@ -46,8 +47,8 @@ from erecap_planner.testing import saved_tiny_llama
 UP_TIMEOUT_S = 120.0
 
 
-def domain(offset: int) -> str:
-    return str(1 + (os.getpid() + offset) % 200)
+def domain() -> str:
+    return str(fresh_domain())  # this test's own, given back after it
 
 
 def logged(path: Path, text: str) -> bool:
@@ -56,7 +57,7 @@ def logged(path: Path, text: str) -> bool:
 
 def test_the_worlds_exit_ends_the_run_and_every_other_node_stops_quietly(tmp_path):
     run_plan = plan(RunConfig.load(small_run(tmp_path)), VARIANT, tmp_path / "run" / VARIANT)
-    procs = start_every_node(run_plan, {**os.environ, "ROS_DOMAIN_ID": domain(41)}, tmp_path)
+    procs = start_every_node(run_plan, {**os.environ, "ROS_DOMAIN_ID": domain()}, tmp_path)
     try:
         end = run_end(run_plan, procs)
         assert (end.code, end.process) == (0, "embedded_sim"), (end, (tmp_path / f"{end.process}.log").read_text())
@@ -71,7 +72,7 @@ def test_the_worlds_exit_ends_the_run_and_every_other_node_stops_quietly(tmp_pat
 def test_a_node_with_an_invalid_parameter_ends_the_run_with_2(tmp_path):
     run_plan = plan(RunConfig.load(small_run(tmp_path, {"brace_controller": {"cooldown_steps": -3}})), VARIANT,
                     tmp_path / "run" / VARIANT)
-    procs = start_every_node(run_plan, {**os.environ, "ROS_DOMAIN_ID": domain(43)}, tmp_path)
+    procs = start_every_node(run_plan, {**os.environ, "ROS_DOMAIN_ID": domain()}, tmp_path)
     try:
         end = run_end(run_plan, procs)
         assert (end.code, end.process) == (2, "brace_controller"), end
@@ -86,14 +87,15 @@ def test_a_node_with_an_invalid_parameter_ends_the_run_with_2(tmp_path):
 def test_ctrl_c_during_a_call_ends_it_with_its_record_and_the_planner_exits_0_quietly(tmp_path):
     model = saved_tiny_llama(tmp_path / "tiny")
     namespace = f"/ctrl_c_{os.getpid()}"  # a graph beside the tests on this domain has a planner of its own
+    graph_domain = domain()
     with (tmp_path / "erecap_planner.log").open("w") as log:
         proc = subprocess.Popen(
             [str(installed_executable("erecap_planner", "erecap_planner")), "--ros-args", "-r", f"__ns:={namespace}",
              "-p", f"model_path:={model}", "-p", "pruning_layers:=[1, 3]", "-p", "decoding:=json",
              "-p", "max_new_tokens:=8000", "-p", "compressor:=none"],
-            env={**os.environ, "ROS_DOMAIN_ID": domain(47)}, stdout=log, stderr=subprocess.STDOUT)
+            env={**os.environ, "ROS_DOMAIN_ID": graph_domain}, stdout=log, stderr=subprocess.STDOUT)
     context = rclpy.Context()
-    rclpy.init(context=context, domain_id=int(domain(47)))
+    rclpy.init(context=context, domain_id=int(graph_domain))
     try:
         node = rclpy.create_node("client", namespace=namespace, context=context)
         executor = SingleThreadedExecutor(context=context)
@@ -123,16 +125,16 @@ def test_ctrl_c_during_a_call_ends_it_with_its_record_and_the_planner_exits_0_qu
     assert [r.status for r in records] == [CallStatus.CANCELLED], "the call in flight ends with its record"
 
 
-def brace_run(run: Path, output: Path, offset: int) -> subprocess.CompletedProcess:
+def brace_run(run: Path, output: Path) -> subprocess.CompletedProcess:
     """`brace-run <run> --quiet` as a user runs it; its exit code and output."""
     return subprocess.run([sys.executable, "-m", "brace_bringup.runner", str(run), "--variants", VARIANT, "--quiet",
-                           "--output", str(output)], env={**os.environ, "ROS_DOMAIN_ID": domain(offset)},
+                           "--output", str(output)], env={**os.environ, "ROS_DOMAIN_ID": domain()},
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
 
 
 def test_brace_run_returns_2_when_a_node_of_its_own_has_an_invalid_parameter(tmp_path):
     run = small_run(tmp_path, {"brace_controller": {"cooldown_steps": -3}}, own_process=["brace_controller"])
-    done = brace_run(run, tmp_path / "runs", 53)
+    done = brace_run(run, tmp_path / "runs")
     assert done.returncode == 2, (done.stdout[-2000:], done.stderr[-3000:])
     assert "brace_controller exited with 2" in done.stderr and "cooldown_steps" in done.stderr, done.stderr[-3000:]
 
@@ -140,7 +142,7 @@ def test_brace_run_returns_2_when_a_node_of_its_own_has_an_invalid_parameter(tmp
 def test_brace_run_with_nodes_of_their_own_ends_with_its_world_and_returns_0(tmp_path):
     run = small_run(tmp_path, own_process=["trigger_monitor", "brace_controller"])
     started = time.monotonic()
-    done = brace_run(run, tmp_path / "runs", 59)
+    done = brace_run(run, tmp_path / "runs")
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:], time.monotonic() - started)
     assert "run folder:" in done.stdout
     (folder,) = (tmp_path / "runs").iterdir()

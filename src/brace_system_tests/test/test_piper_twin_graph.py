@@ -24,6 +24,7 @@ from graph_run import run_all_at_once
 
 from brace_audit.audit import records_from_bag
 from brace_bringup.run_config import RunConfig
+from brace_common.domain_leases import fresh_domain
 from erecap_planner.testing import saved_tiny_llama
 
 VARIANT = "brace_erecap"
@@ -59,7 +60,7 @@ def test_every_process_of_the_twin_graph_at_once(tmp_path, run):
     cfg = twin_run_config(tmp_path, group, free_port(socket.SOCK_STREAM), run)
     folder = tmp_path / "run" / VARIANT
     params = cfg.write_parameters(VARIANT, folder)
-    env = {**os.environ, "ROS_DOMAIN_ID": str(1 + (os.getpid() + 97) % 200),
+    env = {**os.environ, "ROS_DOMAIN_ID": str(fresh_domain()),
            "CAN_CONFIG": json.dumps({"port": free_port(socket.SOCK_DGRAM)})}  # udp_multicast: one port per bus
     order = sorted(cfg.stack.nodes, key=lambda s: (s.name != "twin_world", s.name == "erecap_planner"))
     codes, tails = run_all_at_once(order, params, env, tmp_path, "twin_world", WORLD_TIMEOUT_S, node_names=True)
