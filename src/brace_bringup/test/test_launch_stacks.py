@@ -33,6 +33,7 @@ from rclpy.executors import SingleThreadedExecutor
 from brace_audit.audit import records_from_bag
 from brace_bringup.run_config import share
 from brace_bringup.run_plan import AIRSIM_LAUNCH_ARGUMENTS, LAUNCH_ARGUMENTS, RunPlan, plan_for_launch
+from brace_common.domain_leases import fresh_domain
 from brace_common.spin import spin_once
 from brace_common.testing import installed_executable, stop_processes, wait_for
 from erecap_planner.testing import saved_tiny_llama
@@ -135,7 +136,7 @@ def running_naming(proc: subprocess.Popen, log: Path, reason: str) -> bool:
 @pytest.mark.parametrize("launch_file", LAUNCH_FILES, ids=lambda p: p.name.removesuffix(".launch.py"))
 def test_every_process_of_the_launch_file_at_once(launch_file, tmp_path):
     run, variant, airsim = launch_file_arguments(launch_file)
-    domain = 1 + (os.getpid() + LAUNCH_FILES.index(launch_file) * 7 + 31) % 200
+    domain = fresh_domain()
     env = {**os.environ, "ROS_DOMAIN_ID": str(domain)}
     arguments = {name: default for name, (default, _) in {**LAUNCH_ARGUMENTS,
                                                            **(AIRSIM_LAUNCH_ARGUMENTS if airsim else {})}.items()}

@@ -12,6 +12,7 @@ from brace_audit.audit_report import summary
 from brace_bringup.run_config import RunConfig, params_dir, run_file, share
 from brace_bringup.run_plan import plan
 from brace_bringup.runner import run
+from brace_common.domain_leases import fresh_domain
 from brace_common.vocabulary import CallStatus
 from erecap_planner.testing import saved_tiny_llama
 
@@ -48,7 +49,7 @@ def test_set_overrides_must_name_a_node_and_parameter(capsys):
 
 
 def test_closed_loop_runs_and_the_bag_reproduces_the_live_numbers(model_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("ROS_DOMAIN_ID", str(180 + (hash(str(tmp_path)) % 19)))
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(fresh_domain()))
     cfg = RunConfig.load("demo")
     extra = {"embedded_sim": {"episodes": 2, "num_agents": 2, "max_steps": 10, "step_period_s": 0.01,
                               "hold_while_planning": True},
@@ -76,7 +77,7 @@ def test_closed_loop_runs_and_the_bag_reproduces_the_live_numbers(model_dir, tmp
 def test_a_run_with_a_planner_server_starts_it_and_plans_through_it(model_dir, tmp_path, monkeypatch):
     # runs/demo_server.yaml on the tiny model: brace-run starts `transformers serve` on it (a real server on
     # 127.0.0.1), points the planner at it, and every call goes through it (a random model: counted planner errors).
-    monkeypatch.setenv("ROS_DOMAIN_ID", str(160 + (hash(str(tmp_path)) % 19)))
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(fresh_domain()))
     cfg = RunConfig.load("demo_server")
     assert cfg.planner_server.get("engine", "transformers") == "transformers" and cfg.planner_server["adapter"]
     assert cfg.parameters("brace_erecap", {})["erecap_planner"]["backend"] == "openai"

@@ -55,6 +55,7 @@ from brace_bringup.graph import SIM
 from brace_bringup.run_config import RunConfig
 from brace_common import convert as common_convert
 from brace_common import names, qos
+from brace_common.domain_leases import fresh_domain
 from brace_common.testing import installed_executable, stop_processes
 from brace_controller import convert as controller_convert
 from erecap_planner import convert as planner_convert
@@ -268,7 +269,7 @@ def run(folder: Path, per_topic: int = 10_000, goals: int = 100, seed: int = 0,
     folder.mkdir(parents=True, exist_ok=True)
     cfg = RunConfig.load(_run_config(folder, saved_tiny_llama(folder / "tiny_llama")))
     params = cfg.write_parameters("brace_erecap", folder / "run")
-    domain = str(1 + (os.getpid() + seed) % 200)
+    domain = str(fresh_domain())  # a tested graph of its own: no other test process on this host holds it
     env = {**os.environ, "ROS_DOMAIN_ID": domain}
     procs: dict[str, subprocess.Popen] = {}
     for spec in cfg.stack.nodes:

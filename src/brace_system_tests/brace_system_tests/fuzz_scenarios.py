@@ -54,6 +54,7 @@ from brace_bringup.run_config import params_dir
 from brace_common import names, qos
 from brace_common.act_drip_server import DripServer
 from brace_common.config import load_ros_parameters
+from brace_common.domain_leases import fresh_domain, leases
 from brace_common.spin import spin_once
 from brace_common.testing import installed_executable, stop_processes
 from brace_common.vocabulary import CallStatus
@@ -597,14 +598,16 @@ def run_scenarios(folder: Path, quick: bool = False, seed: int = 0, log=print) -
     from .fuzz_untrusted import ATTACKS as UNTRUSTED
 
     results = []
-    for k, (name, (node, attack)) in enumerate({**SCENARIOS, **UNTRUSTED, **LAUNCH}.items()):
-        domain = 1 + (os.getpid() + seed + 120 + 7 * k) % 200
+    for name, (node, attack) in {**SCENARIOS, **UNTRUSTED, **LAUNCH}.items():
+        domain = fresh_domain()  # held by this process alone while the attack runs
         started = time.monotonic()
         try:
             result = attack(folder / name, domain, quick)
         except Exception as exc:  # noqa: BLE001 - a harness failure is that attack's failed row, the others still run
             log(traceback.format_exc())
             result = ScenarioResult(name.replace("_", " "), node, outcome=f"harness error: {exc!r}")
+        finally:
+            leases().release(domain)
         log(f"  {result.attack}: {'ok' if result.ok else 'FAILED'} ({time.monotonic() - started:.0f} s): "
             f"{result.outcome}")
         results.append(result)

@@ -19,6 +19,7 @@ import pytest
 from brace_audit.audit import main as audit_main
 from brace_audit.audit import records_from_bag
 from brace_bringup.runner import main as run_main
+from brace_common.domain_leases import fresh_domain
 from erecap_planner.testing import saved_tiny_llama
 
 TINY_PLANNER = ("erecap_planner.pruning_layers=[1, 3]", "erecap_planner.predictor_path=''",
@@ -33,7 +34,7 @@ def model_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(autouse=True)
 def domain(monkeypatch, tmp_path):
-    monkeypatch.setenv("ROS_DOMAIN_ID", str(140 + (hash(str(tmp_path)) % 19)))
+    monkeypatch.setenv("ROS_DOMAIN_ID", str(fresh_domain()))  # this test's own, given back after it
 
 
 def brace_run(capsys, run: str, model_dir: str, output: Path, variants: list[str], sets: list[str]) -> tuple[str, Path]:
