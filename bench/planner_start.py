@@ -1,22 +1,22 @@
 """Planner start-up: peak RSS and seconds from interpreter start to configured, each backend in a fresh process.
 
-  python bench/planner_start.py [--repeats 3]
+  python bench/planner_start.py [--repeats 3] [--quick] [--out bench/out]
 
 Rows: backend openai (the scripted OpenAI-protocol server, compressor recency: no torch), the in-process planner on
 the tests' tiny saved model, and on SmolLM2-135M when it is installed. Prints a table naming the CPU and writes
-bench/out/planner_start.csv.
+<out>/planner_start.csv.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from report import cpu_report, describe_cpu, fill_defaults, print_written, write_csv  # bench/report.py
 
 CHILD = """
 import time
@@ -38,16 +38,6 @@ rclpy.shutdown()
 """
 
 
-def cpu_name() -> str:
-    """The CPU's model name and its widest vector extension."""
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
-                 platform.processor())
-    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
-    isa = "AMX" if "amx_tile" in flags else "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "?"
-    return f"{model} ({isa})"
-
-
 def measure(params: dict) -> dict:
     """One fresh process: configured seconds, peak RSS, whether torch was loaded."""
     run = subprocess.run([sys.executable, "-c", CHILD, json.dumps(params)], capture_output=True, text=True,
@@ -60,8 +50,11 @@ def measure(params: dict) -> dict:
 def main() -> None:
     """Measure every row `--repeats` times and print the medians."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=None, help="fresh processes per row (3; --quick: 1)")
+    parser.add_argument("--quick", action="store_true", help="one process per row, no SmolLM2 row")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out")
     args = parser.parse_args()
+    fill_defaults(args, {"repeats": 1}, {"repeats": 3})
     from erecap_planner.models import SMOLLM2, resolve_model_path
     from erecap_planner.openai_fault_server import FaultServer
     from erecap_planner.testing import saved_tiny_llama
@@ -72,28 +65,24 @@ def main() -> None:
         variants = [("openai (recency)", {"backend": "openai", "server_url": server.base_url, "compressor": "recency",
                                           "model_path": tiny}),
                     ("local tiny (erecap)", {"model_path": tiny, "pruning_layers": [1, 3]})]
-        try:
-            resolve_model_path(SMOLLM2)
-            variants.append(("local SmolLM2-135M (erecap)", {"model_path": SMOLLM2}))
-        except (OSError, ValueError) as exc:
-            print(f"SmolLM2 not installed: {exc}")
+        if not args.quick:
+            try:
+                resolve_model_path(SMOLLM2)
+                variants.append(("local SmolLM2-135M (erecap)", {"model_path": SMOLLM2}))
+            except (OSError, ValueError) as exc:
+                print(f"SmolLM2 not installed: {exc}")
         for label, params in variants:
             runs = sorted((measure(params) for _ in range(args.repeats)), key=lambda r: r["configured_s"])
             mid = runs[len(runs) // 2]
             rows.append({"planner": label, "configured_s": round(mid["configured_s"], 2),
                          "peak_rss_mib": round(max(r["peak_rss_mib"] for r in runs), 1), "torch_loaded": mid["torch"],
                          "repeats": args.repeats})
-    print(f"CPU: {cpu_name()}")
-    print(f"{'planner':32} {'configured (s, median)':>24} {'peak RSS (MiB)':>16} {'torch':>6}")
+    cpu = cpu_report()
+    print(f"CPU: {describe_cpu(cpu)}; float32\n")
+    print("| planner | configured (s, median) | peak RSS (MiB) | torch loaded |\n|---|---|---|---|")
     for r in rows:
-        print(f"{r['planner']:32} {r['configured_s']:>24} {r['peak_rss_mib']:>16} {str(r['torch_loaded']):>6}")
-    out = Path(__file__).resolve().parent / "out" / "planner_start.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as f:
-        writer = csv.DictWriter(f, [*rows[0], "cpu"])
-        writer.writeheader()
-        writer.writerows({**r, "cpu": cpu_name()} for r in rows)
-    print(f"wrote {out}")
+        print(f"| {r['planner']} | {r['configured_s']} | {r['peak_rss_mib']} | {r['torch_loaded']} |")
+    print_written(write_csv([{**r, "cpu": cpu["cpu"]} for r in rows], args.out / "planner_start.csv"))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal as signals
 import subprocess
 import sys
 
@@ -24,8 +25,10 @@ def test_a_stop_while_importing_ends_a_node_executable_quietly(tmp_path, signal,
     folder.mkdir(parents=True)
     path = folder / executable
     path.write_text(SCRIPT.format(signal=signal))
+    # A pytest-xdist worker ignores SIGINT, and its children would inherit that: the script gets Python's default,
+    # as a process started from a shell or by launch has.
     proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120,
-                          env=os.environ.copy())
+                          env=os.environ.copy(), preexec_fn=lambda: signals.signal(signals.SIGINT, signals.SIG_DFL))
     if quiet:
         assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
     else:  # not one of the package's node executables: Python's own answer

@@ -74,6 +74,8 @@ RUNS = {
     "planner_backends": Quick(("--out", "{out}"), "## Call latency by backend",
                               {"planner_backends.csv": ("tokens_n", "p50_ms"),
                                "planner_backends_quality.csv": ("points", "p50_ms")}, ("planner_backends.png",)),
+    "planner_start": Quick(("--out", "{out}"), "| planner | configured (s, median) |",
+                           {"planner_start.csv": ("configured_s", "peak_rss_mib")}),
     "planner_choice": Quick(("--out", "{out}"), "first_step_agreement:",
                             {"planner_choice.csv": ("points", "latency_p50_ms", "tokens_before")}),
     "warehouse_oracle": Quick(("--out", "{out}"), "| floor plan | K | cadence |",

@@ -416,7 +416,7 @@ class CallPath:
 def __getattr__(name: str):
     """`PlannerCallPath`, the in-process call path, and its `LocalModel` are imported on first use: they need torch."""
     if name in ("PlannerCallPath", "LocalModel"):
-        from . import local_backend
+        from . import local_backend  # heavy: torch, which a server-backed planner never loads
 
         return getattr(local_backend, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

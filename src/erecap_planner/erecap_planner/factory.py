@@ -48,7 +48,7 @@ def load_local_model(cfg: PlannerConfig, logger=None):
     """(model, tokenizer, precision) of `cfg.model_path` with the adapter merged."""
     import torch  # heavy: only a planner that runs a model here loads torch
 
-    from .models import load_model
+    from .models import load_model  # heavy, as torch above
     from .precision import resolve
 
     if cfg.torch_threads:
@@ -62,7 +62,7 @@ def load_local_model(cfg: PlannerConfig, logger=None):
     except (FileNotFoundError, OSError, ValueError) as exc:
         raise ConfigError("model_path", str(exc)) from None
     if cfg.adapter_path:
-        from .adapter import AdapterMismatchError, merge_adapter
+        from .adapter import AdapterMismatchError, merge_adapter  # only with an adapter
 
         try:
             merge_adapter(model, resolve_path(cfg.adapter_path))

@@ -11,6 +11,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Optional, Union
 
+import jinja2
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token")
 """The special tokens a chat template sees by name (transformers' `special_tokens_map`)."""
 
@@ -34,8 +39,6 @@ class TokenizerFile:
     def load(cls, folder: Union[str, Path]) -> Optional[TokenizerFile]:
         """The folder's tokenizer, or None when it needs transformers (no tokenizer.json or chat template, or a
         decode clean-up only transformers implements)."""
-        from tokenizers import Tokenizer
-
         folder = Path(folder)
         config_path, template_path = folder / "tokenizer_config.json", folder / "chat_template.jinja"
         config = json.loads(config_path.read_text()) if config_path.is_file() else {}
@@ -43,8 +46,6 @@ class TokenizerFile:
         if not (folder / "tokenizer.json").is_file() or not isinstance(template, str) \
                 or config.get("clean_up_tokenization_spaces"):
             return None
-        import jinja2
-
         try:
             return cls(Tokenizer.from_file(str(folder / "tokenizer.json")), config, template)
         except jinja2.TemplateSyntaxError:  # e.g. {% generation %}, an extension of transformers' own
@@ -90,10 +91,6 @@ class TokenizerFile:
 
 def _compile(template: str):
     """The template in a sandbox set up as transformers sets up its own (same filters and globals)."""
-    import jinja2
-    from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
