@@ -40,7 +40,8 @@ PLANNER = textwrap.dedent("""
     executor = MultiThreadedExecutor(num_threads=4)
     executor.add_node(node)
     executor.add_node(client)
-    threading.Thread(target=executor.spin, daemon=True).start()
+    spinning = threading.Thread(target=executor.spin)
+    spinning.start()
     wait_for(action.server_is_ready, timeout=30, what="Replan served once the planner server answered")
     wait_for(lambda: context.get_subscription_count() > 0, what="context subscription")
     context.publish(ContextEntry(agent_id="a", step=0, block=ContextEntry.BLOCK_TASK, text="fetch cup_3"))
@@ -52,8 +53,10 @@ PLANNER = textwrap.dedent("""
     result = done.result().result
     print(json.dumps({"status": result.call.status, "steps": [s.action for s in result.plan.steps],
                       "backend": result.call.backend, "error": result.call.error,
-                      "torch": "torch" in sys.modules, "transformers": "transformers" in sys.modules}))
-    executor.shutdown(timeout_sec=5.0)
+                      "torch": "torch" in sys.modules, "transformers": "transformers" in sys.modules}), flush=True)
+    # The spin thread ends before the interpreter does: a thread still in rclpy's wait at exit aborts the process.
+    executor.shutdown()
+    spinning.join()
     node.destroy_node()
     client.destroy_node()
     rclpy.shutdown()
