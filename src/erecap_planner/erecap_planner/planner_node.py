@@ -135,16 +135,6 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self.state_label = "inactive"
         return super().on_deactivate(state)
 
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """From any state: stop serving as deactivate does, then release (the base's rule)."""
-        self._stop_serving()
-        return super().on_shutdown(state)
-
-    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """A transition raised: stop serving, then release."""
-        self._stop_serving()
-        return super().on_error(state)
-
     def _serve(self, on: bool) -> None:
         """The one place the Replan action server is created (activate; backend openai: the server's first answer,
         `on` False until then) and destroyed (`on` False after activate: deactivate, shutdown, error), so a client
@@ -164,7 +154,9 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         self._serve(False)
 
     def _release(self) -> None:
-        """Cleanup and shutdown: the memory system (its summary worker, then its store), the model, the calls."""
+        """Cleanup, shutdown and error (the base's rule): stop serving, then the memory system (its summary worker,
+        then its store), the model, the calls."""
+        self._stop_serving()
         self.service.release()
         self.call_path, self.watch, self.lookahead = None, None, None
         self.calls_pub = self.load_pub = self._queue_timer = self._load_timer = None
