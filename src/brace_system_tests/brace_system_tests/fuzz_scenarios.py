@@ -371,19 +371,19 @@ def third_party_counts(bag: Path) -> dict[str, int]:
     # optional: rosbags (a third-party reader) is a test and benchmark dependency
     from rosbags.rosbag2 import Reader
 
-    counts = {}
+    read: dict[str, int] = {}
     try:
         with Reader(bag) as reader:
-            counts["rosbags"] = sum(1 for _ in reader.messages())
+            read["rosbags"] = sum(1 for _ in reader.messages())
     except Exception:  # noqa: BLE001 - any failure of a third-party reader is the outcome being measured
-        counts["rosbags"] = -1
+        read["rosbags"] = -1
     for name, make in (("mcap", make_reader), ("mcap streaming", NonSeekingReader)):
         try:
             with next(bag.glob("*.mcap")).open("rb") as f:
-                counts[name] = sum(1 for _ in make(f).iter_messages())
+                read[name] = sum(1 for _ in make(f).iter_messages())
         except Exception:  # noqa: BLE001
-            counts[name] = -1
-    return counts
+            read[name] = -1
+    return read
 
 
 def recorder_kill(folder: Path, domain: int, quick: bool = False) -> ScenarioResult:

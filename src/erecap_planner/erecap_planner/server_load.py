@@ -113,5 +113,5 @@ class ServerLoadProbe:
     def health(self, prefix: str = "server_load.") -> Health:
         """Whether the server reports its load, the readings and the failures by reason (those counted, as values)."""
         with self._lock:
-            counts = {k: v for k, v in sorted(self.counts.items()) if v}
-        return Health({f"{prefix}reported": self.reports, **counts})
+            nonzero = {k: v for k, v in sorted(self.counts.items()) if v}
+        return Health({f"{prefix}reported": self.reports, **nonzero})
