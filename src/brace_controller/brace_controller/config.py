@@ -253,6 +253,9 @@ class MonitorNodeConfig:
     """Parameters of the trigger monitor node that are about ROS, not about detection."""
 
     diagnostics_period_s: float = diagnostics_period_param()
+    wait_for_episode: bool = param(True, "raise no trigger until a world announces an episode (a START on episode, "
+        "or the latched world_info of a running one): a call before then plans for a world that has not begun "
+        "(false: from the first state on, for a robot with no world announcing episodes)")
 
     def validate(self) -> None:
         """Raise ConfigError naming the first invalid parameter."""

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import sys
+from typing import Optional
 
-from brace_msgs.msg import AgentState, Episode, ExecutionOutcome, TriggerEvent, VerifierVerdict, WorldState
+from brace_msgs.msg import AgentState, Episode, ExecutionOutcome, TriggerEvent, VerifierVerdict, WorldInfo, WorldState
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 
@@ -26,8 +27,10 @@ from . import convert
 from .config import MonitorConfig, MonitorNodeConfig
 from .triggers import TriggerMonitor
 
-COUNTS = ("malformed_states", "malformed_outcomes", "malformed_verdicts", "stale_states", "malformed_world_states")
-"""The node's counters (diagnostics keys); all but stale_states WARN."""
+COUNTS = ("malformed_states", "malformed_outcomes", "malformed_verdicts", "stale_states", "malformed_world_states",
+          "triggers_before_episode")
+QUIET = ("stale_states", "triggers_before_episode")
+"""The node's counters (diagnostics keys); all but QUIET WARN."""
 
 
 class TriggerMonitorNode(Node):
@@ -41,8 +44,10 @@ class TriggerMonitorNode(Node):
         self.monitor = TriggerMonitor(self.config)
         self.sequence = 0
         # a stale state at an episode boundary is expected (topics are not ordered): counted, not a warning
-        self.counts = Counters(COUNTS, warn=(c for c in COUNTS if c != "stale_states"))
+        self.counts = Counters(COUNTS, warn=(c for c in COUNTS if c not in QUIET))
         self.episode_start_s = 0.0  # the world's stamp of the latest episode start (0: none, or unstamped)
+        self.in_episode = not self.node_config.wait_for_episode  # triggers are published (else counted, dropped)
+        self.begun_by_info: Optional[int] = None  # the episode a world_info began, whose START is then no news
         self.raised = Counters(())  # per TriggerKind label, from the first trigger of that kind
         self.rejections = Rejections(self.get_logger())
         self.inputs = CountedInputs()
@@ -53,6 +58,8 @@ class TriggerMonitorNode(Node):
         self.inputs.subscribe(self, ExecutionOutcome, names.OUTCOMES, self.on_outcome, "outcome")
         self.inputs.subscribe(self, VerifierVerdict, names.VERDICTS, self.on_verdict, "verdict")
         self.inputs.subscribe(self, Episode, names.EPISODE, self.on_episode, "episode")
+        if self.node_config.wait_for_episode:
+            self.inputs.subscribe(self, WorldInfo, names.WORLD_INFO, self.on_world_info, "world_info", qos.WORLD_INFO)
         if self.config.loop_detection or self.config.drift_steps:
             self.inputs.subscribe(self, WorldState, names.WORLD_STATE, self.on_world_state, "world_state",
                                   qos.WORLD_STATE)
@@ -62,7 +69,13 @@ class TriggerMonitorNode(Node):
         steady_timer(self, self.node_config.diagnostics_period_s, self.publish_diagnostics)
 
     def publish(self, triggers: list[Trigger]) -> None:
-        """Publish triggers with unique ids."""
+        """Publish triggers with unique ids (before the first episode: count and drop them)."""
+        if not self.in_episode:
+            if triggers and not self.counts["triggers_before_episode"]:
+                self.get_logger().info("no world has announced an episode yet (episode, world_info): its triggers "
+                                       "are counted, not raised (wait_for_episode)")
+            self.counts["triggers_before_episode"] += len(triggers)
+            return
         stamp = self.get_clock().now().to_msg()
         for trigger in triggers:
             self.sequence += 1
@@ -72,9 +85,25 @@ class TriggerMonitorNode(Node):
 
     def on_episode(self, msg: Episode) -> None:
         """EVENT_START: forget the previous episode (steps restart at 0)."""
-        if msg.event == EpisodeEvent.START:
-            self.monitor.reset(episode_start=True)
-            self.episode_start_s = seconds_of(msg.header.stamp)
+        if msg.event != EpisodeEvent.START:
+            return
+        if msg.episode == self.begun_by_info:  # its world_info came first and began it
+            self.begun_by_info = None
+            return
+        self.begin_episode(msg.header.stamp)
+
+    def on_world_info(self, msg: WorldInfo) -> None:
+        """The latched description of a world's running episode: when no START came before it (this node started
+        late, or the topics arrived out of order) the episode begins here."""
+        if not self.in_episode:
+            self.begun_by_info = msg.episode
+            self.begin_episode(msg.header.stamp)
+
+    def begin_episode(self, stamp) -> None:
+        """An episode began at the world's `stamp`: triggers flow, the monitor starts over (initial plans)."""
+        self.in_episode = True
+        self.monitor.reset(episode_start=True)
+        self.episode_start_s = seconds_of(stamp)
 
     def is_stale(self, msg: AgentState) -> bool:
         """A state of the previous episode that arrived after this one's start (brace_common.episode_boundary). Such

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from ament_index_python.packages import get_package_share_directory
 from brace_msgs.msg import AgentActivity as AgentActivityMsg
-from brace_msgs.msg import AgentState, Episode, ExecutionOutcome, ReplanDecision, TriggerEvent, VerifierVerdict
+from brace_msgs.msg import AgentState, Episode, ExecutionOutcome, ReplanDecision, TriggerEvent, VerifierVerdict, WorldInfo
 from brace_msgs.msg import Entity as EntityMsg
 from brace_msgs.msg import WorldState as WorldStateMsg
 from geometry_msgs.msg import Point
@@ -54,6 +54,7 @@ def monitor(**params) -> TriggerMonitorNode:
     params.setdefault("agents", ["a", "b"])
     params.setdefault("step_source", "agent_state")
     params.setdefault("periodic_interval_steps", 0)
+    params.setdefault("wait_for_episode", False)  # these tests' worlds announce no episodes
     return TriggerMonitorNode(namespace=NS, parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
 
 
@@ -151,6 +152,38 @@ def test_an_empty_agent_list_learns_the_agents_from_the_world(ros, tmp_path):
     for step in (1, 2):
         publish_step(world, step, {"agent_0": 0.0, "agent_1": 3.0})
     wait_for(lambda: {t.agent_id for t in world.triggers} >= {"agent_0", "agent_1"}, what="both initial plans")
+
+
+def test_nothing_is_triggered_before_a_world_announces_an_episode(ros):
+    """Started all at once, the robot reports states before the world begins its first episode (it waits for its
+    peers): a call then would plan for a world that has not begun. Those triggers are counted and dropped until
+    the world's latched world_info says an episode runs; then the episode's initial plans go out."""
+    node = monitor(wait_for_episode=True, periodic_interval_steps=1, hazard_distance_m=0.0, deadlock_window=0)
+    world = connect(ros, node)
+    for step in (1, 2, 3):
+        publish_step(world, step, {"a": 0.0, "b": 3.0})
+    wait_for(lambda: node.counts["triggers_before_episode"] >= 2 and node.monitor.step == 3
+             and len(node.monitor.states) == 2, what="the periodic triggers before the episode, and step 3's states")
+    assert world.triggers == [] and not node.in_episode
+    info = world.create_publisher(WorldInfo, "/brace/world_info", qos.WORLD_INFO)
+    info.publish(WorldInfo(world="warehouse", episode=0, agents=["a", "b"]))  # latched: taken once discovered
+    wait_for(lambda: node.in_episode, what="the world's episode")
+    for step in (1, 2):
+        publish_step(world, step, {"a": 0.0, "b": 3.0})
+    wait_for(lambda: {t.agent_id for t in world.triggers} >= {"a", "b"}, what="both initial plans")
+
+
+def test_an_episode_begins_once_whichever_of_its_start_and_world_info_comes_first(ros):
+    node = ros.add(monitor(wait_for_episode=True))
+    begun: list[bool] = []
+    node.monitor.reset = lambda episode_start=True: begun.append(episode_start)
+    node.on_world_info(WorldInfo(world="warehouse", episode=0, agents=["a", "b"]))
+    node.on_episode(Episode(event=Episode.EVENT_START, episode=0, num_agents=2))  # no news: its world_info began it
+    assert begun == [True] and node.in_episode
+    node.on_episode(Episode(event=Episode.EVENT_START, episode=1, num_agents=2))
+    node.on_world_info(WorldInfo(world="warehouse", episode=1, agents=["a", "b"]))  # no news: its START began it
+    node.on_episode(Episode(event=Episode.EVENT_END, episode=1, num_agents=2))
+    assert begun == [True, True]
 
 
 def test_a_state_of_the_previous_episode_after_the_start_is_dropped(ros):

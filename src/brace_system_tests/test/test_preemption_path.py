@@ -135,7 +135,7 @@ def test_a_hand_taking_the_fruit_halts_the_pick_and_a_replan_follows(ros, tmp_pa
             verifier = ros.add(node(VisualVerifierNode))
             ros.add(node(TriggerMonitorNode, agents=["arm_0"], step_source="timer", step_period_s=0.2,
                          periodic_interval_steps=0, plan_done_idle_steps=0, failure_threshold=1, drift_steps=0,
-                         hazard_distance_m=0.0, deadlock_window=0))
+                         hazard_distance_m=0.0, deadlock_window=0, wait_for_episode=False))
             ros.add(node(BraceControllerNode, cooldown_steps=1, commit_steps=0))
             wait_for(lambda: verifier.verifier.counts["frames"] > 0 and executor.image is not None
                      and executor.ee_xyz is not None and watcher.plan_pub.get_subscription_count() >= 2,
