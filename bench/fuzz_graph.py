@@ -18,7 +18,6 @@ a node cannot start); writes bench/out/fuzz_graph.csv; exits 1 when a target is 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from report import cpu_report, describe_cpu, write_csv
 
+from brace_common.domain_leases import fresh_domain
 from brace_system_tests.fuzz import OVERRUN_MS, run
 from brace_system_tests.fuzz_parameters import default_cases, run_overlays
 from brace_system_tests.fuzz_scenarios import run_scenarios
@@ -53,12 +53,12 @@ def main() -> int:
             rows, ok = topic_attacks(Path(tmp), args)
     if "overlays" not in args.skip:
         with tempfile.TemporaryDirectory(prefix="fuzz_overlays_") as tmp:
-            overlays, refused = overlay_attack(Path(tmp), args.seed, per_node=1 if args.quick else 2)
+            overlays, refused = overlay_attack(Path(tmp), per_node=1 if args.quick else 2)
         rows += overlays
         ok = ok and refused
     if "scenarios" not in args.skip:
         with tempfile.TemporaryDirectory(prefix="fuzz_scenarios_") as tmp:
-            scenarios, held = scenario_attacks(Path(tmp), args.seed, args.quick)
+            scenarios, held = scenario_attacks(Path(tmp), args.quick)
         rows += scenarios
         ok = ok and held
     print(f"\nCPU: {describe_cpu(cpu_report())}; {time.monotonic() - started:.0f} s; targets met: {'yes' if ok else 'NO'}")
@@ -66,9 +66,9 @@ def main() -> int:
     return 0 if ok else 1
 
 
-def overlay_attack(folder: Path, seed: int, per_node: int) -> tuple[list[dict], bool]:
+def overlay_attack(folder: Path, per_node: int) -> tuple[list[dict], bool]:
     """Every node started with its files plus an overlay breaking one parameter; rows and whether all refused."""
-    outcomes = run_overlays(default_cases(per_node), folder, domain=1 + (os.getpid() + seed + 50) % 200)
+    outcomes = run_overlays(default_cases(per_node), folder, domain=fresh_domain())
     print(f"\n{'overlay parameter file (node: parameter=value)':<60} {'exit':>5} {'named':>6}  outcome")
     rows = []
     for o in outcomes:
@@ -79,9 +79,9 @@ def overlay_attack(folder: Path, seed: int, per_node: int) -> tuple[list[dict], 
     return rows, all(o.refused for o in outcomes)
 
 
-def scenario_attacks(folder: Path, seed: int, quick: bool) -> tuple[list[dict], bool]:
+def scenario_attacks(folder: Path, quick: bool) -> tuple[list[dict], bool]:
     """The scenario attacks, each against its node's executable; rows and whether every one held."""
-    results = run_scenarios(folder, quick=quick, seed=seed)
+    results = run_scenarios(folder, quick=quick)
     print(f"\n{'scenario attack':<60} {'node':<17} {'sent':>5} {'counted':>8}  ok  outcome")
     for r in results:
         print(f"{r.attack[:60]:<60} {r.node:<17} {r.sent:>5} {f'{r.counted}/{r.expected}':>8}  "

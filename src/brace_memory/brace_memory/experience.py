@@ -34,6 +34,17 @@ MAX_GOAL_CHARS = 240
 
 
 @dataclass(frozen=True)
+class Trajectory:
+    """One agent's successful episode as the bank keeps it: its states in order, its goal and their embeddings."""
+
+    agent_id: str
+    episode_id: str
+    goal: str
+    path: Sequence[Visit]
+    zs: Sequence[Sequence[float]] = ()
+
+
+@dataclass(frozen=True)
 class Match:
     """The experience state nearest a call's state: its goal, the actions taken from there, the distance."""
 
@@ -105,14 +116,15 @@ class ExperienceBank:
         self._load()
         return len(self._kept)
 
-    def add(self, agent_id: str, episode_id: str, goal: str, path: Sequence[Visit], step: int = 0,
-            zs: Sequence[Sequence[float]] = (), stamp: float = 0.0) -> Optional[MemoryRecord]:
-        """Keep one successful trajectory (Alg. 1 line 18); None when it has fewer than two states (no action)."""
+    def add(self, trajectory: Trajectory, step: int = 0, stamp: float = 0.0) -> Optional[MemoryRecord]:
+        """Keep one successful trajectory (Alg. 1 line 18), written at `step`; None when it has fewer than two
+        states (no action)."""
         self._load()
-        if len(path) < 2:
+        t = trajectory
+        if len(t.path) < 2:
             return None
-        record = MemoryRecord(agent_id, RecordKind.EXPERIENCE, experience_key(agent_id, episode_id, path),
-                              experience_fields(goal, path, zs), path[0].step, step, stamp)
+        record = MemoryRecord(t.agent_id, RecordKind.EXPERIENCE, experience_key(t.agent_id, t.episode_id, t.path),
+                              experience_fields(t.goal, t.path, t.zs), t.path[0].step, step, stamp)
         self.store.put(record)
         self._index(record)
         return record

@@ -21,7 +21,7 @@ from brace_common.world_state import WorldState
 
 from .context_tree import ContextTree
 from .episodic import EpisodicMemory, record_line
-from .experience import TAU, ExperienceBank, Match
+from .experience import TAU, ExperienceBank, Match, Trajectory
 from .lookahead import Predict, candidates, lookahead_lines
 from .rag import ranked_by_relevance
 from .record_index import RecordIndex
@@ -46,6 +46,19 @@ class Retrieved:
     tokens: int = 0
     by_module: dict[str, int] = field(default_factory=dict)
     left_out: int = 0
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """A step an agent executed (an ExecutionOutcome), as memory reads it."""
+
+    agent_id: str
+    step: int
+    action: str
+    success: bool
+    detail: str = ""
+    failure: int = 0  # Failure's value; PREEMPTED: the visual verifier stopped the step
+    stamp: float = 0.0
 
 
 def check_modules(modules: Sequence[str]) -> tuple[str, ...]:
@@ -184,19 +197,19 @@ class MemorySystem:
         self.on_entry(entry.agent_id, entry.step, entry.kind, entry.text, teammates, getattr(entry, "stamp", 0.0),
                       entry.block)
 
-    def on_outcome(self, agent_id: str, step: int, action: str, success: bool, detail: str, failure: int,
-                   stamp: float = 0.0) -> None:
-        """A step the agent executed (ExecutionOutcome): the tree advances; a failure writes a reflection; a step the
-        visual verifier preempted (Failure.PREEMPTED) is `on_preemption`."""
-        if failure == Failure.PREEMPTED:
-            self.on_preemption(agent_id, step, action, detail, stamp)
+    def on_outcome(self, outcome: StepOutcome) -> None:
+        """A step the agent executed: the tree advances; a failure writes a reflection; a step the visual verifier
+        preempted (Failure.PREEMPTED) is `on_preemption`."""
+        if outcome.failure == Failure.PREEMPTED:
+            self.on_preemption(outcome)
             return
         with self.lock:
-            if not success and self.reflecting:
-                current = self.tree.current_step(agent_id, action)
-                self.reflective.on_failure(agent_id, step, action, current.parameters if current else None,
-                                           failure_kind(failure), detail, stamp=stamp)
-            self.tree.on_outcome(agent_id, action, success, detail)
+            if not outcome.success and self.reflecting:
+                current = self.tree.current_step(outcome.agent_id, outcome.action)
+                self.reflective.on_failure(outcome.agent_id, outcome.step, outcome.action,
+                                           current.parameters if current else None, failure_kind(outcome.failure),
+                                           outcome.detail, stamp=outcome.stamp)
+            self.tree.on_outcome(outcome.agent_id, outcome.action, outcome.success, outcome.detail)
 
     def on_plan(self, agent_id: str, step: int, mode: Mode, steps: list[Step], rationale: str = "",
                 stamp: float = 0.0) -> None:
@@ -217,16 +230,17 @@ class MemorySystem:
             self.reflective.note(agent_id, step, text, stamp=stamp)
             return True
 
-    def on_preemption(self, agent_id: str, step: int, action: str, detail: str, stamp: float = 0.0) -> None:
+    def on_preemption(self, outcome: StepOutcome) -> None:
         """The verifier preempted the agent's step: a reflection and an episodic boundary."""
+        agent_id, step, action, detail = outcome.agent_id, outcome.step, outcome.action, outcome.detail
         with self.lock:
             current = self.tree.current_step(agent_id, action)
             if self.reflecting:
                 self.reflective.on_failure(agent_id, step, action, current.parameters if current else None,
-                                           PREEMPTION, detail, stamp=stamp)
+                                           PREEMPTION, detail, stamp=outcome.stamp)
             self.tree.on_outcome(agent_id, action, False, f"preempted: {detail}")
             if self.folding:
-                self.episodic.boundary(agent_id, step, "preemption", stamp)
+                self.episodic.boundary(agent_id, step, "preemption", outcome.stamp)
 
     def start_episode(self) -> None:
         """An episode starts: goal stacks, open segments and session graphs are dropped; stored records stay."""
@@ -284,7 +298,8 @@ class MemorySystem:
             for agent, graph in graphs.items():
                 path = graph.trajectory()
                 zs = self.embed([views[agent][v.key] for v in path]) if self.embed is not None and path else ()
-                if self.bank.add(agent, episode_id, goals.get(agent, ""), path, step, zs, stamp) is not None:
+                trajectory = Trajectory(agent, episode_id, goals.get(agent, ""), path, zs)
+                if self.bank.add(trajectory, step, stamp) is not None:
                     kept += 1
             self.counts["experiences_kept"] += kept
         return kept

@@ -7,7 +7,7 @@ import pytest
 from brace_common.session_graph import Visit
 from brace_common.vocabulary import Activity, Predicate
 from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState
-from brace_memory.experience import ExperienceBank
+from brace_memory.experience import ExperienceBank, Trajectory
 from brace_memory.record_index import RecordIndex
 from brace_memory.records import RecordKind
 from brace_memory.store import MemoryStore
@@ -85,8 +85,8 @@ def visits(keys: str, actions: str = "") -> list[Visit]:
 
 def test_embeddings_match_within_tau_and_the_nearest_wins():
     bank = ExperienceBank(RecordIndex(MemoryStore(None)), tau=0.1)
-    bank.add("agent_0", "e0", "goal a", visits("ABC", "xy"), zs=[(0.0, 0.0), (1.0, 0.0), (2.0, 0.0)])
-    bank.add("agent_1", "e1", "goal b", visits("DE", "q"), zs=[(1.04, 0.0), (5.0, 5.0)])
+    bank.add(Trajectory("agent_0", "e0", "goal a", visits("ABC", "xy"), zs=[(0.0, 0.0), (1.0, 0.0), (2.0, 0.0)]))
+    bank.add(Trajectory("agent_1", "e1", "goal b", visits("DE", "q"), zs=[(1.04, 0.0), (5.0, 5.0)]))
     assert len(bank) == 2
     match = bank.search("unseen", (1.03, 0.0))
     assert match is not None and match.goal == "goal b" and match.actions == ("q",)
@@ -94,7 +94,7 @@ def test_embeddings_match_within_tau_and_the_nearest_wins():
     assert bank.search("unseen", (1.5, 0.0)) is None        # beyond tau
     assert bank.search("C") is None                          # a trajectory's last state: nothing was done from it
     assert bank.search("A").actions == ("x", "y")
-    assert bank.add("agent_0", "e2", "too short", visits("A")) is None
+    assert bank.add(Trajectory("agent_0", "e2", "too short", visits("A"))) is None
 
 
 def test_bad_bank_arguments_are_refused():
@@ -102,7 +102,7 @@ def test_bad_bank_arguments_are_refused():
         ExperienceBank(RecordIndex(MemoryStore(None)), tau=float("nan"))
     bank = ExperienceBank(RecordIndex(MemoryStore(None)))
     with pytest.raises(ValueError, match="embeddings"):
-        bank.add("agent_0", "e", "g", visits("AB", "x"), zs=[(0.0,)])
+        bank.add(Trajectory("agent_0", "e", "g", visits("AB", "x"), zs=[(0.0,)]))
 
 
 def test_lookahead_projects_the_current_step_and_relevant_calls_through_predict():

@@ -13,7 +13,7 @@ from brace_memory.records import MemoryRecord, RecordKind
 from brace_memory.reflective import PREEMPTION, Prior, ReflectiveMemory, constraint_keys
 from brace_memory.relevance import bm25, words
 from brace_memory.store import MemoryStore
-from brace_memory.system import MemorySystem, MemorySystemConfig, check_modules
+from brace_memory.system import MemorySystem, MemorySystemConfig, StepOutcome, check_modules
 
 GOTO, PICK, PLACE = Step("move_to", {"target": "shelf_3"}), Step("pick", {"object": "box_7"}), \
     Step("place", {"object": "box_7", "target": "dock_2"})
@@ -197,8 +197,8 @@ def test_retrieval_fills_the_cap_in_module_priority_and_never_exceeds_it():
     system.on_entry("agent_0", 0, "task", "agent_0 must deliver box_7 to dock_2.")
     system.on_plan("agent_0", 1, Mode.FULL_REPLAN, [GOTO, PICK, PLACE])
     system.on_entry("agent_0", 2, "action_outcome", "move_to(target=shelf_3) succeeded")
-    system.on_outcome("agent_0", 2, "move_to", True, "", 0)
-    system.on_outcome("agent_0", 3, "pick", False, "slipped", Failure.DROP_SLIP.value)
+    system.on_outcome(StepOutcome("agent_0", 2, "move_to", True))
+    system.on_outcome(StepOutcome("agent_0", 3, "pick", False, "slipped", Failure.DROP_SLIP.value))
     system.on_entry("agent_0", 3, "failure_trace", "pick(object=box_7) failed: slipped")
     query = system.query("agent_0", "at shelf_3, empty-handed")
     assert "pick(object=box_7)" in query and "deliver box_7" in query
@@ -221,7 +221,7 @@ def test_unknown_or_repeated_modules_are_rejected():
 def test_an_episode_start_keeps_stored_records_and_drops_goal_stacks(tmp_path):
     system = MemorySystem(MemorySystemConfig(["reflective"]), MemoryStore(tmp_path / "m.sqlite"))
     system.on_plan("a", 1, Mode.FULL_REPLAN, [PICK])
-    system.on_outcome("a", 2, "pick", False, "slipped", Failure.DROP_SLIP.value)
+    system.on_outcome(StepOutcome("a", 2, "pick", False, "slipped", Failure.DROP_SLIP.value))
     system.start_episode()
     assert system.goal_stack("a") == []
     system.store.close()
@@ -249,7 +249,7 @@ def test_without_modules_only_the_goal_stack_is_kept_and_nothing_is_written():
     system = MemorySystem(MemorySystemConfig([]))
     system.on_entry("a", 1, "failure_trace", "pick failed")
     system.on_plan("a", 2, Mode.FULL_REPLAN, [PICK])
-    system.on_outcome("a", 3, "pick", False, "slipped", Failure.DROP_SLIP.value)
+    system.on_outcome(StepOutcome("a", 3, "pick", False, "slipped", Failure.DROP_SLIP.value))
     assert system.store.records("a") == [] and not system.retrieving()
     assert "pick(object=box_7) [failed: slipped]" in system.goal_stack("a")[0]
 

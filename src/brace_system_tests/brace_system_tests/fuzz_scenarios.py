@@ -589,7 +589,7 @@ SCENARIOS: dict[str, tuple[str, Callable[[Path, int, bool], ScenarioResult]]] = 
 """Each attack: the node it targets and its function (folder, DDS domain, quick)."""
 
 
-def run_scenarios(folder: Path, quick: bool = False, seed: int = 0, log=print) -> list[ScenarioResult]:
+def run_scenarios(folder: Path, quick: bool = False, log=print) -> list[ScenarioResult]:
     """Every attack of SCENARIOS, fuzz_untrusted.ATTACKS and fuzz_launch.ATTACKS in turn, each in a subfolder of
     `folder` on a DDS domain of its own."""
     # rcl reads the discovery range when the harness's node is created: this host only, as for the processes

@@ -15,10 +15,15 @@ from typing import Optional
 from brace_common.action_schema import Step
 from brace_common.vocabulary import Block, Mode
 from brace_common.world_feed import FeedEntry, outcomes
-from brace_memory.system import MemorySystem
+from brace_memory.system import MemorySystem, StepOutcome
 from erecap_planner.context import ContextBuffer, Entry
 from sim_bridges.warehouse.warehouse_feed import episode_entries, place_near, step_entries
 from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
+
+
+def step_outcome(event) -> StepOutcome:
+    """A world's outcome event (brace_common.world_feed.outcomes) as memory reads it."""
+    return StepOutcome(event.agent, event.step, event.action, event.success, event.text, getattr(event, "failure", 0))
 
 
 @dataclass
@@ -92,7 +97,7 @@ class MemoryFeed:
         """The execution outcomes among a step's events."""
         if self.memory is not None:
             for e in outcomes(events):
-                self.memory.on_outcome(e.agent, e.step, e.action, e.success, e.text, getattr(e, "failure", 0))
+                self.memory.on_outcome(step_outcome(e))
 
     def plan(self, agent: str, step: int, mode: Mode, plan: list[Step]) -> None:
         """A plan the planner returned (what the world executes)."""

@@ -20,6 +20,8 @@ from sim_bridges.textworld import textworld_feed as feed
 from sim_bridges.textworld import textworld_state
 from sim_bridges.textworld.textworld_game import PLAYER, TextWorldGame, command_step
 
+from .plan_data import step_outcome
+
 
 def entry_of(line: FeedEntry) -> Entry:
     """A world's feed entry as the planner's buffer entry."""
@@ -95,8 +97,7 @@ class TextWorldSession:
         self.observe()
         if self.memory is not None:
             for event in outcomes(events):
-                self.memory.on_outcome(event.agent, event.step, event.action, event.success, event.text,
-                                       getattr(event, "failure", 0))
+                self.memory.on_outcome(step_outcome(event))
 
     def idle(self) -> None:
         """A step without a command (the call returned no plan): the player waits."""

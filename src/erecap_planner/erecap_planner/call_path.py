@@ -337,8 +337,7 @@ class CallPath:
                request: CallRequest, reserve: int) -> tuple[list[int], list[int], Optional[list[bool]], int]:
         """The retrieve phase's work: (ids, their context positions, protect mask, memory's retrieved tokens) with
         the MEMORY block spliced in before the request."""
-        got = retrieve(self.memory, self.tokenizer, buffer, request.agent_id, request.step, reserve,
-                       self.options.layout)
+        got = retrieve(self.memory, self.tokenizer, buffer, request, reserve, self.options.layout)
         block = memory_ids(self.tokenizer, got.lines, reserve)
         request_at = kept.position_of(ctx.request_start)
         ids, protect = splice_memory(block, list(kept.token_ids), request_at, protect)

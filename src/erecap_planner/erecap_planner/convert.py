@@ -21,6 +21,7 @@ from brace_common.validation import (
     check_text,
 )
 from brace_common.vocabulary import Block, EntryKind, Mode, TriggerKind
+from brace_memory.system import StepOutcome
 
 from .call_path import CallOutcome, CallRequest
 from .context import Entry
@@ -50,19 +51,6 @@ def entry_from_msg(msg: ContextEntry, max_text_chars: int = MAX_TEXT_CHARS) -> E
                  check_text("text", msg.text, max_text_chars, allow_empty=False),
                  check_id("kind", msg.kind, allow_empty=True) or EntryKind.OBSERVATION.value,
                  seconds_of(msg.header.stamp))
-
-
-@dataclass(frozen=True)
-class StepOutcome:
-    """An executed step as memory reads it (ExecutionOutcome)."""
-
-    agent_id: str
-    step: int
-    action: str
-    success: bool
-    detail: str
-    failure: int
-    stamp: float
 
 
 def outcome_from_msg(msg: ExecutionOutcome) -> StepOutcome:

@@ -13,12 +13,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from brace_common.vocabulary import Block
 from brace_memory.system import MemorySystem, Retrieved
 
 from .context import ContextBuffer, Entry
+
+if TYPE_CHECKING:  # call_path imports this module
+    from .call_path import CallRequest
 
 MEMORY_HEADER = "MEMORY:\n"
 """The title of the retrieved lines in the prompt."""
@@ -77,14 +80,15 @@ def goal_stack(memory: Optional[MemoryUse], layout: str, agent_id: str) -> list[
     return memory.system.goal_stack(agent_id) if memory is not None and layout == "recap" else []
 
 
-def retrieve(memory: Optional[MemoryUse], tokenizer, buffer: ContextBuffer, agent_id: str, step: int,
-             reserve: int, layout: str = "focus") -> Retrieved:
-    """The retrieved lines of a call within `reserve` tokens (header included); the constraints the buffer's
-    CONSTRAINTS block holds (and, in layout recap, the goal stack's) are in the prompt already and not retrieved
-    again."""
+def retrieve(memory: Optional[MemoryUse], tokenizer, buffer: ContextBuffer, request: CallRequest, reserve: int,
+             layout: str = "focus") -> Retrieved:
+    """The retrieved lines of `request`'s call within `reserve` tokens (header included); the constraints the
+    buffer's CONSTRAINTS block holds (and, in layout recap, the goal stack's) are in the prompt already and not
+    retrieved again."""
     if memory is None or reserve <= 0:
         return Retrieved()
     header = len(tokenizer(MEMORY_HEADER, add_special_tokens=False)["input_ids"])
+    agent_id = request.agent_id
     state = buffer.state.get(agent_id)
     query = memory.system.query(agent_id, state.text if state is not None else "")
 
@@ -94,7 +98,7 @@ def retrieve(memory: Optional[MemoryUse], tokenizer, buffer: ContextBuffer, agen
     in_prompt = [entry.text for entry in buffer.constraints]
     if layout == "recap":
         in_prompt += memory.system.goal_constraints(agent_id)
-    return memory.system.retrieve(agent_id, query, step, reserve - header, count, in_prompt)
+    return memory.system.retrieve(agent_id, query, request.step, reserve - header, count, in_prompt)
 
 
 def memory_ids(tokenizer, lines: list[str], reserve: int) -> list[int]:

@@ -15,10 +15,10 @@ from brace_common.episode_boundary import before_episode
 from brace_common.validation import Rejections
 from brace_common.vocabulary import EpisodeEvent
 from brace_common.world_state import WorldState
-from brace_memory.system import MemorySystem
+from brace_memory.system import MemorySystem, StepOutcome
 
 from .context import ContextBuffer, ContextLimits, Entry
-from .convert import EpisodeMark, StepOutcome
+from .convert import EpisodeMark
 
 WARNED = ("malformed_context", "malformed_world_states")
 """The counters whose non-zero value makes the planner's status WARN."""
@@ -83,8 +83,7 @@ class PlannerInputs:
             return
         memory = self.memory()
         if memory is not None:
-            memory.on_outcome(outcome.agent_id, outcome.step, outcome.action, outcome.success, outcome.detail,
-                              outcome.failure, outcome.stamp)
+            memory.on_outcome(outcome)
 
     def world_state(self, state: WorldState) -> None:
         """A world's state: each agent's scene graph joins its session graph."""

@@ -11,7 +11,7 @@ from test_plan_parser import SCHEMA
 
 from brace_common.action_schema import ActionSchema, Step
 from brace_common.vocabulary import Block, CallStatus, Failure, Mode
-from brace_memory.system import MemorySystem, MemorySystemConfig
+from brace_memory.system import MemorySystem, MemorySystemConfig, StepOutcome
 from erecap_planner.call_path import CallOptions, CallPath, CallRequest, LocalModel, PlannerCallPath, json_object_closed
 from erecap_planner.context import ContextBuffer, ContextLimits, Entry
 from erecap_planner.memory_phase import MemoryUse
@@ -73,7 +73,7 @@ def test_cancel_stops_the_call():
 def memory_use(share: float = 0.25, modules=("reflective",), layout_window: int = 8) -> MemoryUse:
     system = MemorySystem(MemorySystemConfig(modules))
     system.on_plan("a", 1, Mode.FULL_REPLAN, [Step("move_to", {"target": "shelf_1"})])
-    system.on_outcome("a", 2, "move_to", False, "blocked by agent b", Failure.COLLISION.value)
+    system.on_outcome(StepOutcome("a", 2, "move_to", False, "blocked by agent b", Failure.COLLISION.value))
     return MemoryUse(system, share, layout_window)
 
 

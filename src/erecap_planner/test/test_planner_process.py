@@ -14,13 +14,14 @@ from rclpy.action import ActionClient
 from rclpy.executors import SingleThreadedExecutor
 
 from brace_common import names, qos
+from brace_common.domain_leases import fresh_domain
 from brace_common.testing import installed_executable
 from erecap_planner.testing import saved_tiny_llama
 
 
 def test_sigterm_in_the_middle_of_a_call_exits_cleanly(tmp_path):
     model = saved_tiny_llama(tmp_path / "tiny")
-    domain = 1 + (os.getpid() + 7) % 200
+    domain = fresh_domain()
     # a namespace of its own as well: a graph on the same domain (a run beside the tests) has a planner too, and its
     # action server must not pass for this one before this process is up
     namespace = f"/sigterm_test_{os.getpid()}"

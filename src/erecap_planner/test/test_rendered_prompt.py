@@ -14,6 +14,7 @@ from pathlib import Path
 
 from brace_common.action_schema import Step
 from brace_common.vocabulary import Block, Failure, Mode
+from brace_memory.system import StepOutcome
 from erecap_planner.call_path import CallRequest
 from erecap_planner.config import PlannerConfig
 from erecap_planner.context import ContextBuffer, Entry
@@ -90,7 +91,7 @@ def pinned(folder: Path) -> tuple[str, dict[str, str]]:
             path = build_call_path(config(model, str(schema), server.base_url, backend, compressor, endpoint))
             memory = path.memory.system
             memory.on_plan("a", 20, Mode.FULL_REPLAN, [Step("move_to", {"target": "shelf_3"})])
-            memory.on_outcome("a", 21, "move_to", False, "blocked by agent b", Failure.COLLISION.value, 0.0)
+            memory.on_outcome(StepOutcome("a", 21, "move_to", False, "blocked by agent b", Failure.COLLISION.value))
             contexts: list[str] = []
             prefilled: list[list[int]] = []
             sent = len(server.requests)

@@ -21,6 +21,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from brace_common import names, qos
+from brace_common.domain_leases import fresh_domain
 from brace_common.testing import installed_executable, terminate, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared piper_sdk_session helper
@@ -135,7 +136,7 @@ def test_sdk_reads_and_drives_the_twin_across_processes(ros, can_env, tmp_path):
 ])
 def test_invalid_parameters_stop_the_node_naming_them(can_env, tmp_path, args, named):
     _, env = can_env
-    env["ROS_DOMAIN_ID"] = str(1 + (os.getpid() + 61) % 200)
+    env["ROS_DOMAIN_ID"] = str(fresh_domain())
     proc, log_path = start_twin(env, tmp_path, *args)
     try:
         code = proc.wait(timeout=60)
