@@ -37,6 +37,8 @@ MARKERS = _keep_last(10)
 ACTION_SERVICES = _keep_last(1000)
 """Replan's goal, cancel and result services: ROS's default keeps 10 requests, so a burst of goals lost the
 oldest ones without an answer (8 of 20); a deep queue answers every goal of a burst."""
+REPLAN_ACTION = {f"{service}_service_qos_profile": ACTION_SERVICES for service in ("goal", "result", "cancel")}
+"""Keyword arguments of a Replan ActionClient or ActionServer: ACTION_SERVICES for its three services."""
 INPUT_DEPTH = 1000
 """Samples an event subscription keeps until its node takes them (a burst beyond it is counted lost)."""
 INPUTS = _keep_last(INPUT_DEPTH)

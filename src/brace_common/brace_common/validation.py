@@ -174,6 +174,7 @@ class Rejections:
         self.logger = logger
         self.throttle_s = throttle_s
         self.counts: Counter[str] = Counter()
+        self._reported = 0  # the total at the last news()
 
     def reject(self, what: str, exc: ValueError, ident: str = "") -> None:
         """Count one rejected `what` (e.g. 'trigger') by the exception's reason; log it."""
@@ -187,6 +188,12 @@ class Rejections:
     def total(self) -> int:
         """Inputs rejected so far."""
         return sum(self.counts.values())
+
+    def news(self) -> Health:
+        """A warning naming the inputs rejected since the last call (a diagnostics tick's news)."""
+        total, reported = self.total, self._reported
+        self._reported = total
+        return Health(warnings=(f"{total - reported} inputs rejected",) if total > reported else ())
 
     def health(self, prefix: str = "rejected.") -> Health:
         """The rejections per kind and reason as values (after `prefix`); any rejection is a warning."""

@@ -88,3 +88,13 @@ def test_text_is_capped_and_rejections_are_counted_by_reason():
     log.reject("trigger", ValueError("other"))
     assert log.counts == {"trigger.long_agent_id": 1, "trigger.malformed": 1} and log.total == 2
     assert len(shorten("a" * 1000)) < 80
+
+
+def test_news_warns_of_the_rejections_since_the_last_report_only():
+    log = Rejections()
+    assert log.news().warnings == ()
+    log.reject("plan", ValueError("bad"))
+    log.reject("plan", ValueError("bad"))
+    assert log.news().warnings == ("2 inputs rejected",)
+    assert log.news().warnings == ()  # reported once; health() keeps the totals
+    assert log.health().values == {"rejected.plan.malformed": 2}

@@ -70,10 +70,7 @@ class BraceControllerNode(Node):
         if self.node_config.server_load_stale_after_s > 0:
             self.create_subscription(ServerLoad, names.SERVER_LOAD, self.on_server_load, qos.STATE)
         self.calls_pub = self.create_publisher(ReplanCall, names.REPLAN_CALLS, qos.EVENTS)
-        self.replan_client = ActionClient(self, Replan, self.node_config.replan_action,
-                                          goal_service_qos_profile=qos.ACTION_SERVICES,
-                                          result_service_qos_profile=qos.ACTION_SERVICES,
-                                          cancel_service_qos_profile=qos.ACTION_SERVICES)
+        self.replan_client = ActionClient(self, Replan, self.node_config.replan_action, **qos.REPLAN_ACTION)
         # Runs only while something is due (a call in flight, held triggers, a shared server's load): idle, the
         # controller wakes only for its state and diagnostics.
         self.deadline_timer = steady_timer(self, self.node_config.deadline_check_period_s, self.check_deadlines)
@@ -209,12 +206,10 @@ class BraceControllerNode(Node):
         for call in due.send:
             self.send(call)
         for call in due.unavailable:
-            self.get_logger().warning(f"call {call.decision.decision_id} for {call.decision.trigger.agent_id}: no "
-                                      "Replan server by its hard deadline", throttle_duration_sec=5.0)
+            self.get_logger().warning(call.overdue_text(), throttle_duration_sec=5.0)
             self.finish(call, call.overdue(now))
         for call in due.missed:
-            self.get_logger().warning(f"call {call.decision.decision_id} for {call.decision.trigger.agent_id} passed its "
-                                      f"hard deadline {call.decision.hard_deadline_ms:.0f} ms; cancelled")
+            self.get_logger().warning(call.overdue_text())
             self.finish(call, call.overdue(now))
         if not (self.pending or self.release.watching):
             self.deadline_timer.cancel()  # nothing due: watch_deadlines restarts it

@@ -65,6 +65,13 @@ class PendingCall:
         return CallEnd(CallStatus.UNAVAILABLE, self.elapsed_ms(now), error="no planner server by the hard deadline",
                        counter="planner_unavailable")
 
+    def overdue_text(self) -> str:
+        """The warning of a call at its hard deadline."""
+        call = f"call {self.decision.decision_id} for {self.decision.trigger.agent_id}"
+        if self.sent:
+            return f"{call} passed its hard deadline {self.decision.hard_deadline_ms:.0f} ms; cancelled"
+        return f"{call}: no Replan server by its hard deadline"
+
     def cancelled_by_episode(self, now: float) -> CallEnd:
         """How the call ends when a new episode begins (one a planner took gets the planner's own record)."""
         return CallEnd(CallStatus.CANCELLED, self.elapsed_ms(now), counter="calls_cancelled_by_episode", cancels=True,

@@ -371,9 +371,7 @@ def run(folder: Path, per_topic: int = 10_000, goals: int = 100, seed: int = 0,
         result.attacks.append(attack)
 
         # Replan goals: bursts of abusive goals, some valid ones cancelled at once.
-        client = ActionClient(node, Replan, names.REPLAN, goal_service_qos_profile=qos.ACTION_SERVICES,
-                              result_service_qos_profile=qos.ACTION_SERVICES,
-                              cancel_service_qos_profile=qos.ACTION_SERVICES)
+        client = ActionClient(node, Replan, names.REPLAN, **qos.REPLAN_ACTION)
         client.wait_for_server(timeout_sec=30.0)
         sent = []
         for i in range(goals):

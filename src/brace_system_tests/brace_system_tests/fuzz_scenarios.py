@@ -212,9 +212,7 @@ def protected_flood(folder: Path, domain: int, quick: bool = False, entries: int
         proc = graph.start("erecap_planner", "erecap_planner", "erecap_planner", [shipped], {
             "model_path": model, "pruning_layers": [1, 3], "predictor_path": "", "max_new_tokens": 8,
             "diagnostics_period_s": 0.5})
-        client = ActionClient(graph.node, Replan, names.REPLAN, goal_service_qos_profile=qos.ACTION_SERVICES,
-                              result_service_qos_profile=qos.ACTION_SERVICES,
-                              cancel_service_qos_profile=qos.ACTION_SERVICES)
+        client = ActionClient(graph.node, Replan, names.REPLAN, **qos.REPLAN_ACTION)
         context = graph.node.create_publisher(ContextEntry, names.CONTEXT, WRITER)
         if not graph.wait(lambda: graph.values("erecap_planner").get("state") == "active" and client.server_is_ready()
                           and context.get_subscription_count() > 0, START_LIMIT_S):

@@ -52,8 +52,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def _replan_client(graph: Graph) -> ActionClient:
-    return ActionClient(graph.node, Replan, names.REPLAN, goal_service_qos_profile=qos.ACTION_SERVICES,
-                        result_service_qos_profile=qos.ACTION_SERVICES, cancel_service_qos_profile=qos.ACTION_SERVICES)
+    return ActionClient(graph.node, Replan, names.REPLAN, **qos.REPLAN_ACTION)
 
 
 def _call(graph: Graph, client: ActionClient, decision_id: str):

@@ -43,9 +43,7 @@ class ReplanActionServer:
         self.model = cfg.model_path  # the model a call names once the call path is gone (cleanup while it ran)
         self.server = ActionServer(
             node, Replan, cfg.replan_action, self.execute, goal_callback=self.on_goal, handle_accepted_callback=self.on_accepted,
-            cancel_callback=self.on_cancel, callback_group=ReentrantCallbackGroup(),
-            goal_service_qos_profile=qos.ACTION_SERVICES, result_service_qos_profile=qos.ACTION_SERVICES,
-            cancel_service_qos_profile=qos.ACTION_SERVICES)
+            cancel_callback=self.on_cancel, callback_group=ReentrantCallbackGroup(), **qos.REPLAN_ACTION)
         self.serving = True
 
     def destroy(self) -> None:

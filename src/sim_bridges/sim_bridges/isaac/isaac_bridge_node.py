@@ -18,6 +18,7 @@ from brace_common.config import ConfigError
 from brace_common.counters import Health
 from brace_common.episode import EpisodeResult
 from brace_common.lifecycle import ReleasingLifecycleNode, serialized
+from brace_common.log_sites import log_either
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.spin import spin_node
 from brace_common.world_node import WorldNode
@@ -46,7 +47,6 @@ class IsaacBridgeNode(WorldNode, ReleasingLifecycleNode):
         self.active = False
         self.activated_at = time.monotonic()
         self.counts = bridge_counters()
-        self._reported_rejections = 0
         self.group = MutuallyExclusiveCallbackGroup()  # every callback of the node, one at a time
         self.init_world(("diagnostics",), episodes=1, seed=None)  # one episode a configuration, unseeded
         declare_parameters(self, IsaacBridgeConfig, enforce_ranges=False)  # checked at configure (read_config)
@@ -163,11 +163,7 @@ class IsaacBridgeNode(WorldNode, ReleasingLifecycleNode):
             self.end_episode(now)
 
     def _log_hold(self, robot: str, why: str) -> None:
-        # one call site per severity: rclpy refuses a site that logs at two
-        if why == EPISODE_OVER:
-            self.get_logger().info(f"{robot}: holding ({why})")
-        else:
-            self.get_logger().error(f"{robot}: holding ({why})")
+        log_either(self.get_logger(), why == EPISODE_OVER, f"{robot}: holding ({why})", "error")
 
     def safe_stop(self, why: str) -> None:
         """Hold every robot (nothing raised: this runs on exit; see RobotTopics.hold)."""
@@ -209,10 +205,7 @@ class IsaacBridgeNode(WorldNode, ReleasingLifecycleNode):
                          outcome.detail[:512], outcome.failure, self.stamp())
         self.publish_entries([self.fleet.outcome_entry(outcome)])
         text = f"{outcome.agent_id}: {outcome.call.text()} {'done' if outcome.success else 'failed'}: {outcome.detail}"
-        if outcome.success:  # one call site per severity (rclpy)
-            self.get_logger().info(text)
-        else:
-            self.get_logger().warning(text)
+        log_either(self.get_logger(), outcome.success, text, "warning")
 
     @serialized
     def publish_agent_states(self) -> None:
@@ -240,14 +233,8 @@ class IsaacBridgeNode(WorldNode, ReleasingLifecycleNode):
             waited_s = mono - self.activated_at if self.active else None
             fleet, message = self.fleet.report(mono, self.done, waited_s, self.clock_missing(now))
         health += fleet + Health({"ros_time_s": round(now, 3)}) + self.counts.health() + self.rejected_health() \
-            + self._new_rejections()
+            + self.rejections.news()
         self.publish_world_health("Isaac Sim bridge", health, message=message if not health.errors else "")
-
-    def _new_rejections(self) -> Health:
-        """A warning naming the inputs rejected since the last report."""
-        total, reported = self.rejections.total, self._reported_rejections
-        self._reported_rejections = total
-        return Health(warnings=(f"{total - reported} inputs rejected",) if total > reported else ())
 
 
 def main(args=None) -> int:
