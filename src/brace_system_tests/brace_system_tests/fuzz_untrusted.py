@@ -130,7 +130,7 @@ def world_state_flood(folder: Path, domain: int, quick: bool = False) -> Scenari
     with Graph(folder, domain) as graph:
         proc = graph.start("brace_controller", "trigger_monitor", "trigger_monitor",
                            [params_dir() / "trigger_monitor.yaml"],
-                           {"agents": [AGENT], "loop_detection": True, "failure_threshold": 1,
+                           {"agents": [AGENT], "loop_detection": True, "failure_threshold": 1, "wait_for_episode": False,
                             "diagnostics_period_s": 0.2})
         states = graph.node.create_publisher(WorldState, names.WORLD_STATE, qos.WORLD_STATE)
         outcomes = graph.node.create_publisher(ExecutionOutcome, names.OUTCOMES, WRITER)
