@@ -86,9 +86,10 @@ def bench_dds(duration_s: float, rate_hz: float) -> tuple[list[float], int, int]
     from rclpy.executors import SingleThreadedExecutor
 
     from brace_common import qos
+    from brace_common.domain_leases import fresh_domain
 
     env = dict(os.environ)
-    env.setdefault("ROS_DOMAIN_ID", str(170 + os.getpid() % 50))
+    env.setdefault("ROS_DOMAIN_ID", str(fresh_domain()))  # leased: no other run on this host shares it
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.update({k: env[k] for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE")})
     proc = subprocess.Popen(

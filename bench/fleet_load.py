@@ -221,9 +221,10 @@ def main() -> int:
     args = ap.parse_args()
     fill_defaults(args, {"fleet_sizes": [2], "engine": "transformers", "max_steps": 4},
                   {"fleet_sizes": [1, 2, 4, 8], "engine": "llama_server", "max_steps": 0})
+    from brace_common.domain_leases import fresh_domain
     from erecap_planner.local_server import served_model
 
-    os.environ.setdefault("ROS_DOMAIN_ID", str(os.getpid() % 100 + 100))  # the robots' DDS domain: this run's own
+    os.environ.setdefault("ROS_DOMAIN_ID", str(fresh_domain()))  # the robots' DDS domain: this run's own
     cpu = cpu_report()
     caption = f"{describe_cpu(cpu)}; server {args.engine}" + (f" ({args.weights})" if args.engine != "transformers" else "")
     print(f"CPU: {caption}", flush=True)
