@@ -34,6 +34,7 @@ from brace_memory.records import MemoryRecord, RecordKind
 from brace_memory.reflective import Prior
 from brace_memory.store import MemoryStore
 from brace_memory.system import MODULES, MemorySystem, MemorySystemConfig
+from erecap_planner.call_path import CallRequest
 from erecap_planner.context import ContextBuffer, Entry
 from erecap_planner.memory_phase import MemoryUse, memory_ids, retrieve
 
@@ -89,7 +90,8 @@ def run_row(tokenizer, folder: Path, records: int, corpus: int, calls: int) -> d
     times, tokens, lines = [], [], []
     for call in range(calls + 3):
         started = time.perf_counter()
-        got = retrieve(use, tokenizer, buffer, "agent_0", 2 + call, reserve)
+        request = CallRequest("agent_0", TOKEN_BUDGET, slo_ms=0.0, hard_deadline_ms=0.0, step=2 + call)
+        got = retrieve(use, tokenizer, buffer, request, reserve)
         block = memory_ids(tokenizer, got.lines, reserve)
         elapsed = (time.perf_counter() - started) * 1000.0
         if call >= 3:  # the first calls warm the tokenizer's caches

@@ -114,7 +114,7 @@ def time_search(states: np.ndarray, queries: int, seed: int) -> tuple[np.ndarray
     """ms per search (Eq. 6) of the planner's experience bank (brace_memory.experience.ExperienceBank) holding
     BANK_TRAJECTORIES trajectories of held-out states, for a state whose key it does not hold; bank size."""
     from brace_common.session_graph import Visit
-    from brace_memory.experience import ExperienceBank
+    from brace_memory.experience import ExperienceBank, Trajectory
     from brace_memory.record_index import RecordIndex
     from brace_memory.store import MemoryStore
 
@@ -124,7 +124,7 @@ def time_search(states: np.ndarray, queries: int, seed: int) -> tuple[np.ndarray
     for j, n in enumerate(lengths):
         zs = states[rng.integers(0, len(states), int(n))]
         path = [Visit(f"t{j}s{i}", step=i, last_step=i, action=f"move_to({{\"step\": {i}}})") for i in range(n)]
-        bank.add(f"agent_{j % 8}", f"bench/{j}", "deliver", path, zs=zs.tolist())
+        bank.add(Trajectory(f"agent_{j % 8}", f"bench/{j}", "deliver", path, zs=zs.tolist()))
     out = []
     for q in states[rng.integers(0, len(states), queries + WARMUP_CALLS)]:
         query = q.tolist()
