@@ -127,10 +127,11 @@ class AuditRecorderNode(Node):
             self.flushed, self._metadata_written = total, True
 
     def close(self) -> None:
-        """Finish the bag (idempotent)."""
-        if self.writer is not None and not self.writer.closed:
-            self.writer.close()
-            self.get_logger().info(f"bag {self.path} closed: {self.writer.total} messages")
+        """Finish the bag (idempotent; also for a node whose constructor stopped half way)."""
+        writer = getattr(self, "writer", None)
+        if writer is not None and not writer.closed:
+            writer.close()
+            self.get_logger().info(f"bag {self.path} closed: {writer.total} messages")
 
     def destroy_node(self) -> None:
         """Close the bag, then destroy the node."""

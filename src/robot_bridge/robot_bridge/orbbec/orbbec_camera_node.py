@@ -98,7 +98,8 @@ class OrbbecCameraNode(ReleasingLifecycleNode):
 
     def destroy_node(self) -> None:
         """Stop the reading thread (closing the camera) before the node's handles go away."""
-        self.reader.stop()
+        if getattr(self, "reader", None) is not None:  # a constructor a signal stopped half way has none
+            self.reader.stop()
         super().destroy_node()
 
     def _release(self) -> None:

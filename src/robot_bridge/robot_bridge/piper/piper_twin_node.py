@@ -134,8 +134,8 @@ class PiperTwinNode(ReleasingLifecycleNode):
         return super().on_deactivate(state)
 
     def _release(self) -> None:
-        """Cleanup and shutdown: drop the twin."""
-        if self.twin is not None:
+        """Cleanup and shutdown: drop the twin (also for a node whose constructor stopped half way)."""
+        if getattr(self, "twin", None) is not None:
             self.twin.stop()
             self.twin = None
 

@@ -75,7 +75,8 @@ class VisualVerifierNode(Node):
 
     def destroy_node(self) -> None:
         """Give up a request in flight (it ends within a poll) and stop the worker before the node goes."""
-        self.judge.close()
+        if getattr(self, "judge", None) is not None:  # a constructor a signal stopped half way has none
+            self.judge.close()
         super().destroy_node()
 
     # ------------------------------------------------------------------ inputs

@@ -166,8 +166,8 @@ class IsaacBridgeNode(WorldNode, ReleasingLifecycleNode):
         log_either(self.get_logger(), why == EPISODE_OVER, f"{robot}: holding ({why})", "error")
 
     def safe_stop(self, why: str) -> None:
-        """Hold every robot (nothing raised: this runs on exit; see RobotTopics.hold)."""
-        if self.robots is not None:
+        """Hold every robot (nothing raised: this runs on exit, also after a constructor stopped half way)."""
+        if getattr(self, "robots", None) is not None:
             self.robots.hold(why)
 
     def start_episode(self, now: float) -> None:

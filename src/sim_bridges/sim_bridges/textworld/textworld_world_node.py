@@ -154,9 +154,11 @@ class TextWorldWorldNode(WorldInputs, Node):
         self.publish_stepped_health("textworld game", self.stepped_health() + game + self.games.health())
 
     def close_games(self) -> None:
-        """Stop the game being played and the children still making games."""
-        self.games.close()
-        if self.world is not None:
+        """Stop the game being played and the children still making games (also for a node whose constructor a
+        signal stopped half way: rclpy's shutdown destroys it too)."""
+        if getattr(self, "games", None) is not None:
+            self.games.close()
+        if getattr(self, "world", None) is not None:
             self.world.close()
             self.world = None
 
