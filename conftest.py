@@ -11,6 +11,12 @@ import pytest
 
 from brace_common.domain_leases import claim_process_domain, leases, worker_start
 
+LONGEST_FIRST = ("test_bench_quick.py", "test_fuzz_graph.py", "test_launch_stacks.py", "test_runner.py",
+                 "test_piper_twin_graph.py", "test_planner_server.py", "test_piper_arm_node.py", "test_gguf_export.py",
+                 "test_launch_shutdown.py", "test_report_from_bags.py")
+"""The test files that take longest (docs/testing.md), collected first: a worker takes whole files in collection order
+(scripts/run_tests.sh), so the short files fill both workers at the end instead of one long file running alone."""
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Choose the run's first domain (the xdist workers inherit it); a process that runs tests leases its own; an
@@ -25,6 +31,12 @@ def pytest_configure(config: pytest.Config) -> None:
         # each other: a benchmark's quick run took 11x its time. Each worker's processes get its share (a user's
         # OMP_NUM_THREADS wins); torch reads it when it first loads, after this.
         os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // workers)))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of LONGEST_FIRST first, in that order; every other file after them, in its collected order."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 @pytest.fixture(autouse=True)
