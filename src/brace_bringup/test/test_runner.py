@@ -51,7 +51,7 @@ def test_set_overrides_must_name_a_node_and_parameter(capsys):
 def test_closed_loop_runs_and_the_bag_reproduces_the_live_numbers(model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("ROS_DOMAIN_ID", str(fresh_domain()))
     cfg = RunConfig.load("demo")
-    extra = {"embedded_sim": {"episodes": 2, "num_agents": 2, "max_steps": 10, "step_period_s": 0.01,
+    extra = {"embedded_sim": {"episodes": 2, "num_agents": 2, "max_steps": 6, "step_period_s": 0.01,
                               "hold_while_planning": True},
              "erecap_planner": {"model_path": model_dir, "pruning_layers": [1, 3], "predictor_path": "",
                                 "adapter_path": ""}}
