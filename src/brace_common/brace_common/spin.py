@@ -84,6 +84,7 @@ class ShutdownSignals:
         self.received: Optional[int] = None
         self._spinning = False
         self._stopping = False
+        self._armed = False  # set up: until then a signal is only recorded (spin_node looks at `received` first)
         self._wake: Optional[Callable[[], None]] = None
         self._previous: dict[int, object] = {}
         self._pipe: Optional[tuple[int, int]] = None
@@ -102,6 +103,7 @@ class ShutdownSignals:
         self._pipe = (read, write)
         self._previous_wakeup_fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
         threading.Thread(target=self._wake_on_signal, args=(read,), name="shutdown_signals", daemon=True).start()
+        self._armed = True
         return self
 
     def __exit__(self, *exc) -> None:
@@ -115,9 +117,12 @@ class ShutdownSignals:
             signal.signal(sig, signal.SIG_IGN if sig == signal.SIGINT and self.received is not None else previous)
 
     def starting(self) -> None:
-        """From now on (the state at entry) the first signal raises KeyboardInterrupt: nodes are being built."""
+        """From now on (the state at entry) the first signal raises KeyboardInterrupt: nodes are being built. A
+        signal that came while the handlers were being set up raises it here."""
         self._spinning = self._stopping = False
         _STOPPING.clear()
+        if self.received is not None:
+            raise KeyboardInterrupt
 
     def spinning(self, wake: Callable[[], None]) -> None:
         """From now on a signal ends the spin: `wake` makes the spinning thread's wait return."""
@@ -134,7 +139,9 @@ class ShutdownSignals:
         if self.received is not None or self._stopping:
             return
         self.received = signum
-        if not self._spinning:
+        # Not while __enter__ runs: a KeyboardInterrupt there, in the wake thread's start, escaped spin_node (a
+        # traceback and exit -2; a half-started thread could abort the interpreter's exit)
+        if self._armed and not self._spinning:
             raise KeyboardInterrupt
 
     def _wake_on_signal(self, read: int) -> None:
@@ -196,6 +203,7 @@ def spin_node(factory: Callable[[], Node], name: str, args=None,
     """
     with ShutdownSignals() as signals:
         try:
+            signals.starting()
             with rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO):
                 node: Optional[Node] = None
                 executor: Optional[Executor] = None

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+
 import pytest
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
@@ -47,3 +51,23 @@ def test_a_node_shut_down_while_it_is_built_exits_0_and_another_fault_still_rais
     assert spin_node(lambda: ShutDownWhileBuilt(True), "shut_down_while_built", args=[]) == 0
     with pytest.raises(RuntimeError, match="own fault"):
         spin_node(lambda: ShutDownWhileBuilt(False), "shut_down_while_built", args=[])
+
+
+def test_a_signal_while_the_handlers_are_set_up_ends_the_start_quietly(monkeypatch):
+    """SIGINT between installing the handlers and starting their wake thread (a busy machine's `ros2 launch` stopping
+    a run): no KeyboardInterrupt out of spin_node, nothing built, exit 0."""
+    start = threading.Thread.start
+
+    def start_after_a_signal(thread: threading.Thread) -> None:
+        if thread.name == "shutdown_signals":
+            os.kill(os.getpid(), signal.SIGINT)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start_after_a_signal)
+    handler = signal.getsignal(signal.SIGINT)
+    built = []
+    try:
+        assert spin_node(lambda: built.append("node"), "never_built", args=[]) == 0
+    finally:
+        signal.signal(signal.SIGINT, handler)  # a stopped node's process ignores SIGINT from then on
+    assert built == []
