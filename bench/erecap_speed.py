@@ -83,10 +83,10 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--predictor", default="", help="predictor checkpoint (speed does not depend on training)")
     parser.add_argument("--out", default=str(OUT / "erecap_speed"), help="output path prefix")
-    parser.add_argument("--quick", action="store_true", help="N in {512, 1024}, r in {1.0, 0.7}, 1 repeat")
+    parser.add_argument("--quick", action="store_true", help="N = 256, r in {1.0, 0.7}, 1 repeat")
     args = parser.parse_args()
     if args.quick:
-        args.lengths, args.ratios, args.repeats = [512, 1024], [1.0, 0.7], 1
+        args.lengths, args.ratios, args.repeats = [256], [1.0, 0.7], 1
     if 1.0 not in args.ratios:
         args.ratios = [1.0, *args.ratios]
 

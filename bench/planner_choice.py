@@ -15,7 +15,7 @@ Each call carries its point's mode and step, as the controller's would. With `--
 runs with a fresh memory of that kind (finetune_cli's MEMORY_CONFIGS) fed while its points are generated, so a
 call reads what a run's memory would hold at that moment.
 
-Quick mode (`--quick`, what `make test` runs): the first 2 decision points of one episode, constrained decoding
+Quick mode (`--quick`, what `make test` runs): the first decision point of one episode, constrained decoding
 unpruned and under E-RECAP; options given explicitly still win.
 """
 
@@ -86,7 +86,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT, help="folder of the CSV")
     ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = ap.parse_args()
-    fill_defaults(args, quick=dict(episodes=1, limit=2, configs=QUICK_CONFIGS),
+    fill_defaults(args, quick=dict(episodes=1, limit=1, configs=QUICK_CONFIGS),
                   full=dict(episodes=2, limit=40, configs=CONFIGS))
 
     model, tok = load_planner_model(args.adapter, dtype=args.dtype, model_path=args.model)

@@ -18,7 +18,7 @@ Targets: consecutive pairs within tau = 0.1 >= 95% (each feature source and worl
 P95 nearest-neighbour search <= 5 ms. Writes <output>/state_encoder.csv (separation), state_encoder_timing.csv and
 state_encoder.png (a heatmap of two trajectories' pairwise distances and the intra / inter densities); exits 1 when
 a target is missed. Run inside the workspace: `source scripts/env.sh && python bench/state_encoder.py` (`--quick`:
-fewer seeds and calls).
+2 warehouse seeds, 30 calls, a bank of 100 trajectories, and where no encoder is saved one trained here for 1 epoch).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ TARGET_WITHIN_TAU = 0.95
 TARGET_EMBED_P95_MS = 20.0
 TARGET_SEARCH_P95_MS = 5.0
 BANK_TRAJECTORIES = 1000
+QUICK_BANK_TRAJECTORIES = 100
 BANK_STEPS = (20, 40)
 WARMUP_CALLS = 3
 
@@ -110,17 +111,18 @@ def time_textworld(encoder, trajectories: list, calls: int) -> np.ndarray:
     return np.array(out[WARMUP_CALLS:])
 
 
-def time_search(states: np.ndarray, queries: int, seed: int) -> tuple[np.ndarray, int]:
+def time_search(states: np.ndarray, queries: int, seed: int,
+                trajectories: int = BANK_TRAJECTORIES) -> tuple[np.ndarray, int]:
     """ms per search (Eq. 6) of the planner's experience bank (brace_memory.experience.ExperienceBank) holding
-    BANK_TRAJECTORIES trajectories of held-out states, for a state whose key it does not hold; bank size."""
+    `trajectories` trajectories of held-out states, for a state whose key it does not hold; bank size."""
     from brace_common.session_graph import Visit
     from brace_memory.experience import ExperienceBank, Trajectory
     from brace_memory.record_index import RecordIndex
     from brace_memory.store import MemoryStore
 
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(BANK_STEPS[0], BANK_STEPS[1] + 1, BANK_TRAJECTORIES)
-    bank = ExperienceBank(RecordIndex(MemoryStore(None, max_records=BANK_TRAJECTORIES)), TAU)
+    lengths = rng.integers(BANK_STEPS[0], BANK_STEPS[1] + 1, trajectories)
+    bank = ExperienceBank(RecordIndex(MemoryStore(None, max_records=trajectories)), TAU)
     for j, n in enumerate(lengths):
         zs = states[rng.integers(0, len(states), int(n))]
         path = [Visit(f"t{j}s{i}", step=i, last_step=i, action=f"move_to({{\"step\": {i}}})") for i in range(n)]
@@ -135,11 +137,11 @@ def time_search(states: np.ndarray, queries: int, seed: int) -> tuple[np.ndarray
 
 
 def quick_encoder(folder: Path) -> Path:
-    """A small encoder trained here for the quick run when none is saved (MiniLM features, 3 epochs, two
+    """A small encoder trained here for the quick run when none is saved (MiniLM features, 1 epoch, two
     warehouse training seeds): the bench measures it like a trained one."""
     from brace_training import state_encoder_cli
 
-    state_encoder_cli.main(["--features", "minilm", "--epochs", "3", "--warehouse-seeds", "2",
+    state_encoder_cli.main(["--features", "minilm", "--epochs", "1", "--warehouse-seeds", "2",
                             "--textworld-games", "0", "--check-seeds", "0", "--output", str(folder)])
     return folder
 
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=None, help="timed embedding calls and searches")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     args = parser.parse_args(argv)
-    fill_defaults(args, {"seeds": 3, "games": 2, "calls": 100}, {"seeds": 20, "games": 6, "calls": 1000})
+    fill_defaults(args, {"seeds": 2, "games": 2, "calls": 30}, {"seeds": 20, "games": 6, "calls": 1000})
     # heavy: torch and the text encoders load after the arguments are read
     import torch
 
@@ -216,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                                "p50_ms": float(np.percentile(tw_ms, 50)), "p95_ms": float(np.percentile(tw_ms, 95)),
                                "max_ms": float(tw_ms.max()), "load_s": round(load_s, 1), **machine})
             if world == "warehouse":
-                search_ms, bank = time_search(np.concatenate(z), args.calls, 0)
+                search_ms, bank = time_search(np.concatenate(z), args.calls, 0,
+                                              QUICK_BANK_TRAJECTORIES if args.quick else BANK_TRAJECTORIES)
                 timing.append({"features": source, "what": f"nearest neighbour, bank {bank} states",
                                "calls": len(search_ms), "p50_ms": float(np.percentile(search_ms, 50)),
                                "p95_ms": float(np.percentile(search_ms, 95)), "max_ms": float(search_ms.max()),
