@@ -19,8 +19,8 @@ backbones.png.
     python bench/backbones.py                                   # SmolLM2-135M and Gemma 3 270M, bfloat16 on AMX
     python bench/backbones.py --models gemma3-270m --episodes 4
 
-Quick mode (`--quick`, what `make test` runs): SmolLM2 and a tiny random-weight Gemma 3 folder, 2 decision points, one
-episode of K = 2 cut off after 4 steps, N = 256; options given explicitly still win.
+Quick mode (`--quick`, what `make test` runs): SmolLM2 and a tiny random-weight Gemma 3 folder, 1 decision point, one
+episode of K = 2 cut off after 4 steps, N = 256 timed once without a warm-up; options given explicitly still win.
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ def backbone_rows(model_path: str, adapter: str, predictor: str, args) -> list[d
                      "plan_agreement": scores["plan_agreement"], "points_tokens_after": scores["tokens_after"],
                      "points_latency_p50_ms": scores["latency_p50_ms"]})
     runners = {r: ErecapModel(model, PruneSchedule(tuple(layers), r), bank) for r in (1.0, KEEP_RATIO)}
-    runners[1.0].decode(runners[1.0].prefill(prompt_ids(tok, 64)), 2)  # warm-up
+    if not args.quick:  # a smoke run times once, cold
+        runners[1.0].decode(runners[1.0].prefill(prompt_ids(tok, 64)), 2)  # warm-up
     for n in args.lengths:
         ids = prompt_ids(tok, n)
         samples = {r: [] for r in runners}
@@ -206,7 +207,7 @@ def main() -> int:
     ap.add_argument("--point-episodes", type=int, default=2, help="oracle episodes (seeds 0 ..) of the decision points")
     ap.add_argument("--budget", type=int, default=384, help="E-RECAP's B at the decision points (the demo's full mode)")
     ap.add_argument("--lengths", type=int, nargs="+", help="prefill context lengths N (default 2048 4096)")
-    ap.add_argument("--repeats", type=int, default=2, help="prefill timings per N and method (median)")
+    ap.add_argument("--repeats", type=int, help="prefill timings per N and method (median; default 2)")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], help="default: what dtype 'auto' picks on this CPU")
     ap.add_argument("--out", type=Path, default=OUT, help="folder of the CSV and PNG")
     ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
@@ -218,9 +219,9 @@ def main() -> int:
 
             tiny = saved_tiny(Path(scratch) / "tiny-gemma3", "gemma3")
         fill_defaults(args, quick=dict(models=[SMOLLM2, tiny], agents=2, episodes=1, max_steps=4, lengths=[256],
-                                       points=2),
+                                       points=1, repeats=1),
                       full=dict(models=[SMOLLM2, GEMMA3], agents=4, episodes=4, max_steps=60, lengths=[2048, 4096],
-                                points=40))
+                                points=40, repeats=2))
         args.dtype = args.dtype or resolve("cpu", "auto").dtype
         adapters = args.adapters or [checkpoint(shipped(m)[0]) for m in args.models]
         predictors = args.predictors or [checkpoint(shipped(m)[1]) for m in args.models]

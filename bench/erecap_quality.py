@@ -20,7 +20,7 @@ recency at every budget and stays within 5 points of no compression.
 Writes <out>/erecap_quality.{csv,png} (--out, default bench/out). Exits 1 when a target is missed, 2 when the
 trained predictor is missing (`erecap-train` writes it). `source scripts/env.sh` first.
 
-Quick mode (`--quick`, what `make test` runs): 2 cases of N ~ 384 tokens at one budget (B = 0.4 N). Without a
+Quick mode (`--quick`, what `make test` runs): 1 case of N ~ 384 tokens at one budget (B = 0.4 N), every method. Without a
 trained predictor it runs the erecap row with an untrained (random) one instead of stopping, says so in the
 table's `predictor` column and on stdout, and checks no target; options given explicitly still win.
 """
@@ -83,7 +83,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=OUT, help="folder of the CSV and PNG")
     parser.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = parser.parse_args()
-    fill_defaults(args, quick=dict(cases=2, tokens=384, budgets=[0.4]),
+    fill_defaults(args, quick=dict(cases=1, tokens=384, budgets=[0.4]),
                   full=dict(cases=24, tokens=768, budgets=[0.5, 0.3]))
     trained_file = Path(args.predictor).expanduser()
     if not trained_file.is_file() and not args.quick:

@@ -22,7 +22,7 @@ bench-setup` (llama-cpp-python[server], built from source); they are skipped, an
 Prints the tables with the CPU, writes <out>/planner_backends{,_quality}.csv, planner_backends.png and the servers'
 logs (--out, default bench/out); always exits 0 (no target). `source scripts/env.sh` first.
 
-Quick mode (`--quick`, what `make test` runs): one call per backend at N ~ 1024 and B_t = 256 with free plans cut
+Quick mode (`--quick`, what `make test` runs): one call per backend at N ~ 512 and B_t = 256 with free plans cut
 at 16 tokens (too few for a whole plan: the latency table's valid_plans is 0), and the quality table on one decision
 point at B_t = 384 only; the llama.cpp rows are skipped (and said so) unless llama-cpp-python[server] is installed.
 Options given explicitly still win.
@@ -260,7 +260,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = ap.parse_args()
     fill_defaults(args,
-                  quick=dict(calls=1, sizes=[1024], budgets=[256], points=1, quality_budgets=[384], episodes=1,
+                  quick=dict(calls=1, sizes=[512], budgets=[256], points=1, quality_budgets=[384], episodes=1,
                              max_new_tokens=16),
                   full=dict(calls=3, sizes=[1024, 2048, 4096], budgets=[256, 384, 0], points=20,
                             quality_budgets=[256, 384], episodes=2, max_new_tokens=160))
