@@ -35,7 +35,7 @@ from brace_bringup.run_config import share
 from brace_bringup.run_plan import AIRSIM_LAUNCH_ARGUMENTS, LAUNCH_ARGUMENTS, RunPlan, plan_for_launch
 from brace_common.domain_leases import fresh_domain
 from brace_common.spin import spin_once
-from brace_common.testing import installed_executable, stop_processes, wait_for
+from brace_common.testing import installed_executable, stop_processes, wait_for, worst_order
 from erecap_planner.testing import saved_tiny_llama
 
 LAUNCH_FILES = sorted((share() / "launch").glob("*.launch.py"))
@@ -87,7 +87,7 @@ def start_all(run_plan: RunPlan, env: dict[str, str], logs: Path, world: str) ->
     """Every process of the plan at once, back to back: its processes, then one per node of the stack in the worst
     order, the world first (it must wait for its peers) and the planner (seconds of imports and loading) last."""
     commands = {p.name: (p.command(), dict(p.environment)) for p in run_plan.processes}
-    for spec in sorted(run_plan.nodes, key=lambda s: (s.name != world, s.name == "erecap_planner")):
+    for spec in worst_order(run_plan.nodes, world):
         commands[spec.name] = ([str(installed_executable(spec.package, spec.executable)), "--ros-args",
                                 "-r", f"__ns:={run_plan.namespace}", "-r", f"__node:={spec.name}",
                                 "--params-file", str(run_plan.parameters)], {})

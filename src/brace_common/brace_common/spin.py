@@ -84,7 +84,7 @@ class ShutdownSignals:
         self.received: Optional[int] = None
         self._spinning = False
         self._stopping = False
-        self._armed = False  # set up: until then a signal is only recorded (spin_node looks at `received` first)
+        self._armed = False  # set up: until then a signal is only recorded (starting() raises it)
         self._wake: Optional[Callable[[], None]] = None
         self._previous: dict[int, object] = {}
         self._pipe: Optional[tuple[int, int]] = None

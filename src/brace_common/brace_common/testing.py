@@ -207,6 +207,12 @@ if pytest is not None:
         harness.close()
 
 
+def worst_order(specs, world: str) -> list:
+    """A stack's node specs in the order graph tests start them: the world first (it must wait for its peers), the
+    planner (seconds of imports and model loading) last, the rest as given."""
+    return sorted(specs, key=lambda s: (s.name != world, s.name == "erecap_planner"))
+
+
 def installed_executable(package: str, name: str):
     """The executable `ros2 run <package> <name>` would start (from AMENT_PREFIX_PATH); FileNotFoundError if none."""
 

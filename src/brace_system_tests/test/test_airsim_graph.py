@@ -21,7 +21,7 @@ from graph_run import EPISODES, VARIANT, check_bag, run_all_at_once
 
 from brace_bringup.run_config import RunConfig, intersection_of
 from brace_common.domain_leases import fresh_domain
-from brace_common.testing import installed_executable
+from brace_common.testing import installed_executable, worst_order
 from erecap_planner.testing import saved_tiny_llama
 from sim_bridges.airsim.intersection import settings
 
@@ -80,7 +80,7 @@ def test_every_process_at_once_flies_the_intersection(tmp_path):
         # The simulator comes up last: once the bridge (started first by run_all_at_once) found none and waits.
         simulator = StartWhenLogged(tmp_path / "airsim_bridge.log", "AirSim at", peer_cmd, env, log)
         try:
-            order = sorted(cfg.stack.nodes, key=lambda s: (s.name != "airsim_bridge", s.name == "erecap_planner"))
+            order = worst_order(cfg.stack.nodes, "airsim_bridge")
             codes, tails = run_all_at_once(order, params, env, tmp_path, "airsim_bridge", TIMEOUT_S)
         finally:
             peers = simulator.stop()

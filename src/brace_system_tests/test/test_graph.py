@@ -15,6 +15,7 @@ from graph_run import VARIANT, check_bag, run_all_at_once, tiny_run_config
 
 from brace_bringup.run_config import RunConfig
 from brace_common.domain_leases import fresh_domain
+from brace_common.testing import worst_order
 
 SIM_TIMEOUT_S = 300.0
 
@@ -25,7 +26,7 @@ def test_every_process_at_once_closes_the_loop(tmp_path):
     params = cfg.write_parameters(VARIANT, folder)
     env = {**os.environ, "ROS_DOMAIN_ID": str(fresh_domain())}
     # The worst order: the simulator first, the planner last, nobody waiting for anybody.
-    order = sorted(cfg.stack.nodes, key=lambda s: (s.name != "embedded_sim", s.name == "erecap_planner"))
+    order = worst_order(cfg.stack.nodes, "embedded_sim")
     codes, tails = run_all_at_once(order, params, env, tmp_path, "embedded_sim", SIM_TIMEOUT_S)
     assert all(code == 0 for code in codes.values()), {n: (c, tails[n]) for n, c in codes.items()}
     assert "waiting for" in tails["embedded_sim"], "the simulator started before its peers and did not wait"

@@ -21,6 +21,7 @@ from graph_run import run_all_at_once
 from brace_audit.audit import records_from_bag
 from brace_bringup.run_config import RunConfig
 from brace_common.domain_leases import fresh_domain
+from brace_common.testing import worst_order
 from erecap_planner.testing import saved_tiny_llama
 
 VARIANT = "brace_erecap"
@@ -58,7 +59,7 @@ def test_every_process_of_the_pusht_twin_graph_at_once(tmp_path):
     params = cfg.write_parameters(VARIANT, folder)
     env = {**os.environ, "ROS_DOMAIN_ID": str(fresh_domain()),
            "CAN_CONFIG": json.dumps({"port": free_port(socket.SOCK_DGRAM)})}  # udp_multicast: one port per bus
-    order = sorted(cfg.stack.nodes, key=lambda s: (s.name != "twin_world", s.name == "erecap_planner"))
+    order = worst_order(cfg.stack.nodes, "twin_world")
     codes, tails = run_all_at_once(order, params, env, tmp_path, "twin_world", WORLD_TIMEOUT_S, node_names=True)
     assert all(code == 0 for code in codes.values()), {n: (c, tails[n]) for n, c in codes.items()}
     assert "waiting for" in tails["twin_world"], "the twin world started its episode before its peers were up"
