@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from brace_training.adapter_training import PlanExample
 from erecap_planner.call_path import CallOptions, LocalModel, PlannerCallPath
 from erecap_planner.pruning import PruneSchedule
-from erecap_planner.scoring import JSON_PREFIX, candidate_text
+from erecap_planner.scoring import candidate_target
 
 from .haystack_cases import CONSTRAINT_KINDS, HaystackCase, case_ids, make_case
 from .haystack_memory import LAYOUT, ROWS, call_request, constraint_form, stream
@@ -26,12 +26,6 @@ TRAIN_BUDGETS = (1024, 2048, 4096)
 """History budgets of the training cases (tokens): the constraint stays within a training prompt more often."""
 TOKEN_BUDGET = 2048
 """B_t of a rendered call (sizes memory's reserve), as the benchmark's default."""
-
-
-def target_ids(tokenizer, case) -> list[int]:
-    """The compliant call's tokens as the candidates decoding scores them (the JSON prefix, then the candidate)."""
-    return (tokenizer(JSON_PREFIX, add_special_tokens=False)["input_ids"]
-            + tokenizer(candidate_text(case.compliant), add_special_tokens=False)["input_ids"])
 
 
 def haystack_points(model, tokenizer, count: int, max_tokens: int, rng: random.Random,
@@ -59,7 +53,8 @@ def haystack_points(model, tokenizer, count: int, max_tokens: int, rng: random.R
             ids, protect = path.prompt(streamed.buffer, call_request(case, TOKEN_BUDGET, 0.0, 0.0))
             if constraint_form(case, row) in tokenizer.decode(ids) and made < count:
                 made += 1
-                yield case, row.name, PlanExample(ids, target_ids(tokenizer, case), protect=protect)
+                target, choice = candidate_target(tokenizer, case.compliant)
+                yield case, row.name, PlanExample(ids, target, protect=protect, choice=choice)
         index += 1
 
 

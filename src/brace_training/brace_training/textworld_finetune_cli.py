@@ -25,11 +25,11 @@ from erecap_planner.call_path import CallOptions, LocalModel, PlannerCallPath
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruned_forward import ErecapModel
 from erecap_planner.pruning import PruneSchedule
-from erecap_planner.scoring import JSON_PREFIX, best_step, candidate_text
+from erecap_planner.scoring import best_step, candidate_target
 from sim_bridges.textworld.textworld_game import command_step
 from sim_bridges.textworld.textworld_games import GameSpec
 
-from .cli_args import add_adapter_arguments
+from .cli_args import add_adapter_arguments, training_options
 from .textworld_data import TextWorldPoint, decision_points
 
 TRAIN_SEEDS = 100_000
@@ -53,13 +53,16 @@ FIRST_CUT = 1.5
 def target_ids(tokenizer, command: str) -> list[int]:
     """The tokens the candidates decoding scores for `command`: the JSON prefix, then the candidate (each tokenised
     on its own, as scoring does)."""
-    return (tokenizer(JSON_PREFIX, add_special_tokens=False)["input_ids"]
-            + tokenizer(candidate_text(command_step(command)), add_special_tokens=False)["input_ids"])
+    return candidate_target(tokenizer, command_step(command))[0]
 
 
 def examples_of(tokenizer, points: list[TextWorldPoint]) -> list[PlanExample]:
     """(prompt, oracle command) training pairs."""
-    return [PlanExample(p.prompt_ids, target_ids(tokenizer, p.oracle), protect=p.protect) for p in points]
+    out = []
+    for p in points:
+        target, choice = candidate_target(tokenizer, command_step(p.oracle))
+        out.append(PlanExample(p.prompt_ids, target, protect=p.protect, choice=choice))
+    return out
 
 
 def render_points(model_name: str, seeds: range, folder: Path, spec: GameSpec, detour: float, per_game: int,
@@ -130,7 +133,8 @@ def main(argv=None) -> int:
               f"{sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} tokens", file=sys.stderr)
         model, _, _, _ = evaluation_model(args.model, "", "", [0], 0.0)
         init = Path(resolve_path(args.init)) if args.init else None
-        fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init)
+        fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init,
+                     options=training_options(ap, args))
         del model
         if args.predictor_cases > 0:
             args.predictor = str(train_predictor(args, spec))

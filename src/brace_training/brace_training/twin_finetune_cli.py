@@ -31,7 +31,7 @@ from erecap_planner.models import cache_root, load_model
 from erecap_planner.scoring import enumerate_steps
 
 from . import pickfruit_data, pusht_data
-from .cli_args import PREDICTOR, add_adapter_arguments
+from .cli_args import PREDICTOR, add_adapter_arguments, training_options
 from .pickfruit_data import TwinPoint
 
 LAYOUT = "stable_first"
@@ -82,7 +82,8 @@ def build_examples(tokenizer, schema: ActionSchema, points: list[TwinPoint], rng
     for point in points:
         ctx = buffer_of(point).render(tokenizer, point.agent_id,
                                       request_text(schema, point.agent_id, int(rng.choice(MODES))), layout=LAYOUT)
-        out.append(PlanExample(list(ctx.token_ids), decoder.token_ids(point.oracle), protect=list(ctx.protected)))
+        out.append(PlanExample(list(ctx.token_ids), decoder.token_ids(point.oracle), protect=list(ctx.protected),
+                               choice=decoder.choice_mask(point.oracle)))
     return out
 
 
@@ -138,7 +139,8 @@ def main(argv=None) -> int:
         print(f"{len(examples)} examples from {len(points)} decision points, mean prompt "
               f"{sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} tokens", file=sys.stderr)
         init = Path(resolve_path(args.init)) if args.init else None
-        fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init)
+        fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init,
+                     options=training_options(ap, args))
         del model
     held_out = list(task.decision_points(range(args.eval_seeds), detour=args.detour))[: args.eval_points]
     adapters = args.adapters if args.adapters is not None else [args.init, str(args.output)]

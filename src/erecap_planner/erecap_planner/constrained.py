@@ -111,6 +111,28 @@ class ConstrainedPlanDecoder:
             ids += self.encode(step_json(step) + (PLAN_CLOSE if i == len(steps) - 1 else STEP_SEPARATOR))
         return ids
 
+    def choice_mask(self, steps: list[Step]) -> list[bool]:
+        """Per token of `token_ids(steps)`: True where this decoder's trie branches (the model's logits choose),
+        False where the token is forced. Training weights its loss on the choices (adapter_training)."""
+        ids = self.token_ids(steps)
+        mask = [False] * len(self.open_ids)
+        position = len(self.open_ids)
+        for i in range(len(steps)):
+            if i == self.max_steps - 1:
+                trie = self.last
+            elif i < self.min_steps - 1:
+                trie = self.cont
+            else:
+                trie = self.more
+            node = trie.root
+            while node.option < 0:
+                mask.append(len(node.children) > 1)
+                if ids[position] not in node.children:
+                    raise ValueError(f"step {i + 1} ({step_json(steps[i])}) is not one of this decoder's steps")
+                node = node.children[ids[position]]
+                position += 1
+        return mask
+
     @torch.inference_mode()
     def decode(self, runner: ErecapModel, prefill: PrefillResult, should_abort=lambda: False,
                max_steps: Optional[int] = None) -> ConstrainedResult:

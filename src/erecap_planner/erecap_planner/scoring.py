@@ -20,7 +20,7 @@ from .transformer import KVCache
 
 JSON_PREFIX = '{"plan": [{"action": "'
 __all__ = ["CANDIDATE_BATCH", "JSON_PREFIX", "MAX_CANDIDATES", "CandidateLimit", "best_step", "candidate_count",
-           "candidate_text", "enumerate_steps", "score_candidates"]
+           "candidate_target", "candidate_text", "enumerate_steps", "score_candidates"]
 CANDIDATE_BATCH = 8
 """Candidates scored in one forward: bounds its memory (logits of batch x tokens x vocabulary) whatever their number."""
 
@@ -28,6 +28,14 @@ CANDIDATE_BATCH = 8
 def candidate_text(step: Step) -> str:
     """The continuation after JSON_PREFIX that writes `step` and closes the plan."""
     return f'{step.action}", "parameters": {json.dumps(step.parameters)}}}]}}'
+
+
+def candidate_target(tokenizer, step: Step) -> tuple[list[int], list[bool]]:
+    """What a fine-tune trains for `step` under candidates decoding: the token ids (JSON_PREFIX, then the candidate,
+    each tokenised on its own as scoring does) and the choice mask (the prefix is forced, the candidate scored)."""
+    prefix = tokenizer(JSON_PREFIX, add_special_tokens=False)["input_ids"]
+    candidate = tokenizer(candidate_text(step), add_special_tokens=False)["input_ids"]
+    return prefix + candidate, [False] * len(prefix) + [True] * len(candidate)
 
 
 def _extend(runner: ErecapModel, cache: KVCache, ids: torch.Tensor, start_pos: int,

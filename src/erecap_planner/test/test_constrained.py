@@ -84,6 +84,24 @@ def test_token_ids_are_what_the_decoder_writes():
         dec.token_ids(plan + [steps[0]])
 
 
+def test_choice_mask_marks_where_the_decoder_branches():
+    """Training weighs the tokens the model chooses: a token is a choice exactly where the trie has several
+    continuations, so a decoder with one candidate step forces every token."""
+    tok = byte_tokenizer()
+    steps = enumerate_steps(SCHEMA)
+    dec = ConstrainedPlanDecoder(tok, steps, max_steps=3)
+    plan = [steps[0], steps[-1]]
+    mask = dec.choice_mask(plan)
+    assert len(mask) == len(dec.token_ids(plan)) and any(mask) and not all(mask)
+    assert not any(mask[:len(dec.open_ids)])
+    # the first token after the open is shared by every option ('{'); the action's name is chosen later
+    assert mask[len(dec.open_ids)] is False
+    single = ConstrainedPlanDecoder(tok, [steps[0]], max_steps=1)
+    assert not any(single.choice_mask([steps[0]]))
+    with pytest.raises(ValueError, match="not one of"):
+        single.choice_mask([steps[1]])
+
+
 def test_abort_is_checked_at_every_model_forward():
     model, tok = tiny("llama"), byte_tokenizer()
     runner = ErecapModel(model)
