@@ -27,9 +27,12 @@ from torch import nn
 from brace_common.config import resolve_path
 from erecap_planner.adapter import AdapterMismatchError, merge_adapter, projections, signature
 from erecap_planner.models import load_model
+from erecap_planner.precision import resolve
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruned_forward import pruned_target_loss
 from erecap_planner.pruning import PruneSchedule, table8_layers
+
+from .plan_batches import bucketed, detached_loss, full_loss, token_weights
 
 
 class LoRALinear(nn.Module):
@@ -56,6 +59,54 @@ class PlanExample:
     target_ids: list[int]
     token_budget: Optional[int] = None     # train under E-RECAP pruning to this B_t (needs `pruning`)
     protect: Optional[list[bool]] = None   # protected prompt tokens (RenderedContext.protected)
+    choice: Optional[list[bool]] = None    # per target token: the decoder chooses it (None: every token weighs 1)
+
+
+PROMPT_GRADIENTS = ("full", "detached")
+
+
+@dataclass(frozen=True)
+class TrainingOptions:
+    """How a round computes on this CPU, and what its loss weighs (docs/training.md, "Training speed").
+
+    `dtype` 'auto' trains under bfloat16 autocast where the CPU computes bf16 natively (AMX, AVX512-BF16; as
+    erecap_planner.precision decides for the planner) and in float32 elsewhere; `batch_size` examples of similar
+    length share one optimizer step; `prompt_gradient` 'detached' runs the prompt without gradient (plan_batches);
+    `forced_weight` is the loss weight of a plan token the constrained decoder forces (a choice weighs 1)."""
+
+    dtype: str = "auto"
+    batch_size: int = 1
+    prompt_gradient: str = "detached"
+    forced_weight: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("auto", "float32", "bfloat16"):
+            raise ValueError(f"dtype '{self.dtype}' is not one of auto, float32, bfloat16")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.prompt_gradient not in PROMPT_GRADIENTS:
+            raise ValueError(f"prompt_gradient '{self.prompt_gradient}' is not one of {', '.join(PROMPT_GRADIENTS)}")
+        if not 0.0 <= self.forced_weight <= 1.0:
+            raise ValueError(f"forced_weight {self.forced_weight} is outside [0, 1]")
+
+    def autocast_dtype(self, device: torch.device) -> Optional[torch.dtype]:
+        """bfloat16 where this round autocasts to it, None for float32."""
+        dtype = self.dtype
+        if dtype == "auto":
+            dtype = resolve(device.type if device.type == "cpu" else "auto", "auto", "model").dtype
+        return torch.bfloat16 if dtype == "bfloat16" else None
+
+
+def describe(options: TrainingOptions, device: torch.device) -> str:
+    """One line naming what a round runs: dtype (as resolved here), batch size, prompt gradient, forced weight."""
+    autocast = options.autocast_dtype(device)
+    return (f"{'bfloat16 autocast' if autocast is not None else 'float32'} on {device.type}, batch "
+            f"{options.batch_size}, prompt gradient {options.prompt_gradient}, forced tokens weigh "
+            f"{options.forced_weight:g}")
+
+
+REFERENCE = TrainingOptions(dtype="float32", batch_size=1, prompt_gradient="full", forced_weight=1.0)
+"""The rounds before the training path was sped up: float32, one example per step, every plan token weighing 1."""
 
 
 def target_loss(model, prompt_ids: list[int], target_ids: list[int], device) -> torch.Tensor:
@@ -72,11 +123,14 @@ def train_adapter(model, examples: list[PlanExample], rank: int = 8, alpha: floa
                   epochs: int = 1, lr: float = 1e-3, seed: int = 0,
                   progress: Optional[Callable[[int, int, float], None]] = None,
                   init: Optional[dict[str, torch.Tensor]] = None,
-                  pruning: Optional[tuple[PruneSchedule, PredictorBank]] = None) -> dict[str, torch.Tensor]:
+                  pruning: Optional[tuple[PruneSchedule, PredictorBank]] = None,
+                  options: TrainingOptions = TrainingOptions()) -> dict[str, torch.Tensor]:
     """Train LoRA on `examples` (loss on target tokens); return the adapter tensors. `model` is left unchanged.
 
     `init` (a saved adapter's tensors, same rank) continues an earlier training instead of starting from B = 0.
-    `pruning` (schedule, predictors) is the E-RECAP that examples with a token budget are trained under.
+    `pruning` (schedule, predictors) is the E-RECAP that examples with a token budget are trained under (one
+    example per forward, the whole prompt with gradient). `options`: dtype, batching, prompt gradient, weights;
+    `progress` is called once per optimizer step with the examples done so far.
     """
     if pruning is None and any(ex.token_budget is not None for ex in examples):
         raise ValueError("examples with a token budget need `pruning` (schedule, predictors)")
@@ -101,22 +155,34 @@ def train_adapter(model, examples: list[PlanExample], rank: int = 8, alpha: floa
         p.requires_grad_(True)
     optim = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     device = next(model.parameters()).device
+    autocast = options.autocast_dtype(device)
+    loss_of = detached_loss if options.prompt_gradient == "detached" else full_loss
+    pruned = [i for i, ex in enumerate(examples) if ex.token_budget is not None]
+    plain = [i for i, ex in enumerate(examples) if ex.token_budget is None]
     model.train()
     try:
-        order = [i for _ in range(epochs) for i in rng.sample(range(len(examples)), len(examples))]
-        for n, i in enumerate(order):
-            ex = examples[i]
-            if ex.token_budget is not None:
-                protect = torch.tensor(ex.protect) if ex.protect is not None else None
-                loss = pruned_target_loss(model, *pruning, torch.tensor(ex.prompt_ids), torch.tensor(ex.target_ids),
-                                          ex.token_budget, protect)
-            else:
-                loss = target_loss(model, ex.prompt_ids, ex.target_ids, device)
+        steps: list[list[int]] = []
+        for _ in range(epochs):
+            epoch = [[i] for i in pruned] + [[plain[j] for j in b] for b in bucketed(
+                [len(examples[i].prompt_ids) + len(examples[i].target_ids) for i in plain], options.batch_size, rng)]
+            steps += rng.sample(epoch, len(epoch))
+        done = 0
+        for batch in steps:
+            with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
+                first = examples[batch[0]]
+                if first.token_budget is not None:
+                    protect = torch.tensor(first.protect) if first.protect is not None else None
+                    weights = torch.tensor(token_weights(first.choice, len(first.target_ids), options.forced_weight))
+                    loss = pruned_target_loss(model, *pruning, torch.tensor(first.prompt_ids),
+                                              torch.tensor(first.target_ids), first.token_budget, protect, weights)
+                else:
+                    loss = loss_of(model, [examples[i] for i in batch], options.forced_weight, device)
             optim.zero_grad()
             loss.backward()
             optim.step()
+            done += len(batch)
             if progress is not None:
-                progress(n + 1, len(order), loss.item())
+                progress(done, len(examples) * epochs, loss.item())
     finally:
         model.eval()
         for name, w in wrapped.items():
@@ -170,20 +236,24 @@ def evaluation_model(model_name: str, adapter: str, predictor: str, budgets, fir
 
 
 def fit_and_save(model, examples: list[PlanExample], output: Path, rank: int = 8, epochs: int = 1, lr: float = 1e-3,
-                 init: Optional[Path] = None, pruning: Optional[tuple[PruneSchedule, PredictorBank]] = None) -> Path:
+                 init: Optional[Path] = None, pruning: Optional[tuple[PruneSchedule, PredictorBank]] = None,
+                 options: TrainingOptions = TrainingOptions()) -> Path:
     """Train an adapter (from `init`'s tensors when given) with progress on stderr, and save it to `output`."""
     started, window = time.monotonic(), []
 
     def progress(i: int, total: int, loss: float) -> None:
         window.append(loss)
-        if i % 10 == 0 or i == total:
-            print(f"\r[{i}/{total}] loss {sum(window) / len(window):.3f}  {time.monotonic() - started:.0f} s",
+        if len(window) >= 10 or i == total:
+            elapsed = time.monotonic() - started
+            print(f"\r[{i}/{total}] loss {sum(window) / len(window):.3f}  {elapsed:.0f} s  {i / elapsed:.2f} examples/s",
                   end="", file=sys.stderr, flush=True)
             window.clear()
 
+    print(f"training: {describe(options, next(model.parameters()).device)}", file=sys.stderr)
     tensors = train_adapter(model, examples, rank=rank, epochs=epochs, lr=lr, progress=progress,
-                            init=load_file(str(init)) if init else None, pruning=pruning)
+                            init=load_file(str(init)) if init else None, pruning=pruning, options=options)
     path = save_adapter(tensors, model, output)
-    print(f"\nadapter: {path} ({path.stat().st_size / 1e6:.1f} MB) in {time.monotonic() - started:.0f} s",
-          file=sys.stderr)
+    elapsed = time.monotonic() - started
+    print(f"\nadapter: {path} ({path.stat().st_size / 1e6:.1f} MB) in {elapsed:.0f} s, "
+          f"{len(examples) * epochs / max(elapsed, 1e-9):.2f} examples/s", file=sys.stderr)
     return path

@@ -24,7 +24,7 @@ from erecap_planner.call_path import CallOptions, CallRequest, LocalModel, Plann
 from erecap_planner.models import cache_root, load_model
 from sim_bridges.airsim.intersection import IntersectionConfig, action_schema, same_step
 
-from .cli_args import PREDICTOR, add_adapter_arguments
+from .cli_args import PREDICTOR, add_adapter_arguments, training_options
 from .intersection_data import IntersectionPoint, decision_points
 from .twin_finetune_cli import FIRST_CUT, LAYOUT, buffer_of, build_examples
 
@@ -104,7 +104,8 @@ def main(argv=None) -> int:
               f"{sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} tokens, "
               f"{sum(e.token_budget is not None for e in examples)} pruned to B = {args.budget}", file=sys.stderr)
         init = Path(resolve_path(args.init)) if args.init else None
-        fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init, pruning)
+        fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init, pruning,
+                     training_options(ap, args))
         del model
     held_out = {k: pts[:: max(1, len(pts) // args.eval_points)][: args.eval_points] for k, pts in
                 points_for(tuple(args.agents), range(args.eval_seeds), args.detour).items()}

@@ -31,7 +31,8 @@ def save_examples(path: str | Path, examples: Iterable[PlanExample]) -> int:
         for ex in examples:
             out.write(json.dumps({"prompt_ids": ex.prompt_ids, "target_ids": ex.target_ids,
                                   "token_budget": ex.token_budget,
-                                  "protect": None if ex.protect is None else [int(p) for p in ex.protect]}) + "\n")
+                                  "protect": None if ex.protect is None else [int(p) for p in ex.protect],
+                                  "choice": None if ex.choice is None else [int(c) for c in ex.choice]}) + "\n")
             count += 1
     partial.replace(path)
     return count
@@ -51,9 +52,10 @@ def load_examples(paths: Iterable[str | Path]) -> list[PlanExample]:
             for n, line in enumerate(lines, 2):
                 row = json.loads(line)
                 try:
-                    protect = row["protect"]
+                    protect, choice = row["protect"], row.get("choice")  # files before the choice mask have none
                     out.append(PlanExample([int(i) for i in row["prompt_ids"]], [int(i) for i in row["target_ids"]],
-                                           row["token_budget"], None if protect is None else [bool(p) for p in protect]))
+                                           row["token_budget"], None if protect is None else [bool(p) for p in protect],
+                                           None if choice is None else [bool(c) for c in choice]))
                 except (KeyError, TypeError, ValueError) as exc:
                     raise ValueError(f"{path}:{n}: malformed example ({exc!r})") from exc
     return out

@@ -20,18 +20,19 @@ from pathlib import Path
 
 from brace_common.config import resolve_path
 from brace_training.adapter_training import fit_and_save, training_pruning
+from brace_training.cli_args import add_training_arguments, training_options
 from brace_training.predictor_training import bank_to_train, train_bank
 from brace_training.saved_examples import load_examples
 from erecap_planner.adapter import merge_adapter
 from erecap_planner.models import SMOLLM2, load_model
 
 
-def _train_adapter(args, examples, model) -> None:
+def _train_adapter(args, examples, model, options) -> None:
     if any(ex.token_budget is not None for ex in examples) and not args.predictor:
         raise SystemExit("train-saved: the examples hold pruning-aware ones (a token budget): --predictor is needed")
     pruning = training_pruning(model, args.predictor) if args.predictor else None
     init = Path(resolve_path(args.init)) if args.init else None
-    fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init, pruning)
+    fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init, pruning, options)
 
 
 def _train_predictor(args, examples, model) -> None:
@@ -51,6 +52,7 @@ def main(argv=None) -> int:
     adapter.add_argument("--init", help="continue training this adapter (same rank; a path or package:// URI)")
     adapter.add_argument("--predictor", default="",
                          help="E-RECAP predictor bank of the pruning-aware examples (needed when there are any)")
+    add_training_arguments(adapter)
     predictor = sub.add_parser("predictor", help="an E-RECAP predictor bank (warehouse-predictor's training)")
     predictor.add_argument("--adapter", default="", help="LoRA adapter merged first ('' = the off-the-shelf model)")
     predictor.add_argument("--init", help="continue from this predictor checkpoint")
@@ -75,7 +77,10 @@ def main(argv=None) -> int:
     model, _ = load_model(args.model, device="auto", dtype="float32")
     print(f"{len(examples)} examples, mean prompt {sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} "
           f"tokens, on {model.device}", file=sys.stderr)
-    (_train_adapter if args.what == "adapter" else _train_predictor)(args, examples, model)
+    if args.what == "adapter":
+        _train_adapter(args, examples, model, training_options(ap, args))
+    else:
+        _train_predictor(args, examples, model)
     return 0
 
 

@@ -282,8 +282,9 @@ class ErecapModel:
 
 def pruned_target_loss(model, schedule: PruneSchedule, predictors: PredictorBank, prompt_ids: torch.Tensor,
                        target_ids: torch.Tensor, token_budget: Optional[int] = None,
-                       protect: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Next-token loss of `target_ids` read from the prompt as the pruned prefill leaves it.
+                       protect: Optional[torch.Tensor] = None, weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Next-token loss of `target_ids` read from the prompt as the pruned prefill leaves it (mean over the target
+    tokens, or weighted by `weights`, one per target token).
 
     The prompt is pruned at every pruning layer exactly as `ErecapModel.prefill`
     prunes it (same PruningPass); the target tokens are never pruned and, like
@@ -309,4 +310,8 @@ def pruned_target_loss(model, schedule: PruneSchedule, predictors: PredictorBank
     with masked_training_attention(device):
         out = stack.forward(stack.embed(ids[None]), torch.arange(ids.numel(), device=device), select=select)
     logits = stack.logits(out.hidden)[0, n_prompt[0] - 1:-1]
-    return torch.nn.functional.cross_entropy(logits.float(), target_ids.reshape(-1).to(device))
+    if weights is None:
+        return torch.nn.functional.cross_entropy(logits.float(), target_ids.reshape(-1).to(device))
+    ce = torch.nn.functional.cross_entropy(logits.float(), target_ids.reshape(-1).to(device), reduction="none")
+    w = weights.reshape(-1).to(device)
+    return (ce * w).sum() / w.sum().clamp(min=1e-8)
