@@ -20,30 +20,23 @@ from brace_common.action_schema import ActionSchema, Step
 from brace_common.config import resolve_path
 from brace_memory.rag import load_passages
 from brace_memory.system import MemorySystem, MemorySystemConfig
-from brace_training.adapter_training import PlanExample, fit_and_save, prune_share
-from erecap_planner.call_path import CallOptions, CallPath, CallRequest, LocalModel, PlannerCallPath, request_text
+from brace_training.adapter_training import PlanExample, fit_and_save, training_pruning
 from erecap_planner.config import PlannerConfig
 from erecap_planner.constrained import ConstrainedPlanDecoder
-from erecap_planner.context import RenderedContext
 from erecap_planner.memory_phase import MemoryUse
 from erecap_planner.models import SMOLLM2, cache_root, load_model
-from erecap_planner.pruning import PruneSchedule
-from erecap_planner.scoring import enumerate_steps
 from sim_bridges.warehouse.warehouse_feed import action_schema
 from sim_bridges.warehouse.warehouse_world import FLOOR_PLANS, Warehouse, WorldConfig
 
-from .cli_args import PREDICTOR, WAREHOUSE_ADAPTER
+from .cli_args import PREDICTOR, WAREHOUSE_ADAPTER, add_training_arguments, training_options
 from .haystack_training import haystack_examples
-from .plan_data import DecisionPoint, Policy, context_buffer, decision_points
+from .plan_data import DecisionPoint, Policy, decision_points
 from .planner_policy import PlannerPolicy, load_policy
+from .prompts import call_budget, call_prompt, mode_budgets, prompt_path, use_memory
 from .saved_examples import save_examples
 
 CORPUS = "package://sim_bridges/config/warehouse_corpus.yaml"
 """The warehouse's static corpus (rag_static)."""
-MEMORY_LAYOUT = "stable_first"
-"""The layout the sim planner runs (params/erecap_planner_sim.yaml), memory examples are rendered in."""
-MEMORY_BUDGET = 384
-"""B_t of a rendered call with memory (the demo profile's full-replan budget): sizes the MEMORY block's reserve."""
 RUN_EPISODES = 3
 """A memory is kept over this many consecutive training episodes, as a run keeps it over its episodes."""
 
@@ -67,15 +60,14 @@ def default_adapter() -> Path:
     return cache_root() / "adapters" / "smollm2-135m-instruct-warehouse-lora.safetensors"
 
 
+def plan_steps(point: DecisionPoint) -> list[Step]:
+    """The oracle's plan at `point` as the decoder's steps."""
+    return [Step(s.action, dict(s.parameters)) for s in point.oracle]
+
+
 def target_ids(point: DecisionPoint, decoder: ConstrainedPlanDecoder) -> list[int]:
     """The oracle plan's token ids exactly as constrained decoding writes them."""
-    return decoder.token_ids([Step(s.action, dict(s.parameters)) for s in point.oracle])
-
-
-def render(point: DecisionPoint, tokenizer, schema: ActionSchema, mode: int) -> RenderedContext:
-    """The prompt the planner would see for this decision point (token ids and protected mask)."""
-    buf = context_buffer(point.entries)
-    return buf.render(tokenizer, point.agent_id, request_text(schema, point.agent_id, mode))
+    return decoder.token_ids(plan_steps(point))
 
 
 def memory_use(config: MemoryConfig, planner: PlannerConfig = PlannerConfig()) -> MemoryUse:
@@ -85,27 +77,23 @@ def memory_use(config: MemoryConfig, planner: PlannerConfig = PlannerConfig()) -
                      planner.memory_share, planner.recap_window)
 
 
-def memory_prompt(path: CallPath, point: DecisionPoint) -> tuple[list[int], list[bool]]:
-    """The prompt a call with `path`'s memory reads at `point` (ids, protected), the memory as it is now."""
-    return path.prompt(context_buffer(point.entries), CallRequest(point.agent_id, MEMORY_BUDGET, 0.0, 0.0,
-                                                                  int(point.mode), point.step))
-
-
 def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int, max_tokens: int,
                    rng: random.Random, detour: float = 0.0, memory_share: float = 0.0,
-                   model=None, floor_plan: str = "compact",
-                   policy_for: Optional[Callable[[ActionSchema], Policy]] = None,
-                   on_policy: float = 0.0) -> list[PlanExample]:
+                   floor_plan: str = "compact", policy_for: Optional[Callable[[ActionSchema], Policy]] = None,
+                   on_policy: float = 0.0, pruned: float = 0.0) -> list[PlanExample]:
     """Examples from oracle episodes for every K in `agents` on the warehouse map `floor_plan` (prompts longer than
-    max_tokens skipped); a share `memory_share` of the episodes rendered with memory (needs `model` for the call
-    path that renders them); with `policy_for` (the K's schema -> a planner) a share `on_policy` of the plans the
-    world executes are that planner's (the labels stay the oracle's)."""
+    max_tokens skipped), every prompt built by the planner's call path (prompts.py) at the B_t the controller would
+    give the point's mode; a share `memory_share` of the episodes read with memory (MEMORY_CONFIGS); a share
+    `pruned` of the examples longer than their B_t trained under E-RECAP pruning to it; with `policy_for` (the K's
+    schema -> a planner) a share `on_policy` of the plans the world executes are that planner's (the labels stay
+    the oracle's)."""
     out = []
+    budgets = mode_budgets()
     for k in agents:
-        schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=k))))
-        decoder = ConstrainedPlanDecoder(tokenizer, enumerate_steps(schema), schema.max_steps)
+        schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=k, floor_plan=floor_plan))))
+        path = prompt_path(tokenizer, schema)
+        decoder = path.use.constrained
         uses: dict[str, MemoryUse] = {}
-        path: Optional[CallPath] = None
         observe_every = rng.choice([4, 6, 8])
         policy = policy_for(schema) if policy_for is not None and on_policy > 0 else None
         for n, seed in enumerate(range(seed0, seed0 + episodes)):
@@ -114,21 +102,17 @@ def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int
                 config = rng.choices(MEMORY_CONFIGS, MEMORY_WEIGHTS)[0]
                 if n % RUN_EPISODES == 0 or config.name not in uses:
                     uses[config.name] = memory_use(config)
-                if path is None:
-                    path = PlannerCallPath(LocalModel(model, tokenizer, PruneSchedule((), 1.0)),
-                                           CallOptions(compressor="none", decoding="constrained",
-                                                       layout=MEMORY_LAYOUT), schema)
-                path.memory = memory = uses[config.name]
+                memory = uses[config.name]
+            use_memory(path, memory)
             for point in decision_points(range(seed, seed + 1), k, observe_every=observe_every, detour=detour,
                                          memory=memory.system if memory else None, floor_plan=floor_plan,
                                          policy=policy, on_policy=on_policy):
-                if memory is not None:
-                    ids, protect = memory_prompt(path, point)
-                else:
-                    ctx = render(point, tokenizer, schema, rng.choice([0, 1, 2]))
-                    ids, protect = list(ctx.token_ids), list(ctx.protected)
+                budget = call_budget(point.mode, budgets, rng)
+                ids, protect = call_prompt(path, point, budget)
                 if len(ids) <= max_tokens:
-                    out.append(PlanExample(ids, target_ids(point, decoder), protect=protect))
+                    prune = len(ids) > budget and pruned > 0 and rng.random() < pruned
+                    out.append(PlanExample(ids, target_ids(point, decoder), budget if prune else None, protect,
+                                           decoder.choice_mask(plan_steps(point))))
         if isinstance(policy, PlannerPolicy):
             print(f"K = {k}: {policy.calls} planner calls on its own states, first step agrees with the oracle's "
                   f"{policy.first_step_agreement:.1%}, {policy.errors} planner errors", file=sys.stderr)
@@ -160,8 +144,8 @@ def main(argv=None) -> int:
     ap.add_argument("--output", type=Path, default=default_adapter())
     ap.add_argument("--init", help="continue training this adapter (same rank; a path or package:// URI)")
     ap.add_argument("--pruned", type=float, default=0.0,
-                    help="share of the examples longer than --budget trained under E-RECAP pruning")
-    ap.add_argument("--budget", type=int, default=384, help="B_t of the pruning-aware examples")
+                    help="share of the examples longer than their B_t (the demo profile's for the point's mode, "
+                         "as the adaptive budget lowers it) trained under E-RECAP pruning to it")
     ap.add_argument("--predictor", default=PREDICTOR, help="E-RECAP predictor bank of the pruning-aware examples")
     ap.add_argument("--memory", type=float, default=0.0,
                     help="share of the episodes rendered as a call with memory reads them (MEMORY_CONFIGS)")
@@ -175,7 +159,9 @@ def main(argv=None) -> int:
     ap.add_argument("--policy-budget", type=int, default=512, help="the on-policy planner's B_t")
     ap.add_argument("--policy-dtype", default="bfloat16", choices=["float32", "bfloat16"],
                     help="the on-policy planner's weights (on the CPU)")
+    add_training_arguments(ap)
     args = ap.parse_args(argv)
+    options = training_options(ap, args)
     if args.policy_budget <= 0:
         ap.error(f"--policy-budget {args.policy_budget} must be positive")
     for name in ("pruned", "memory", "on_policy"):
@@ -187,21 +173,21 @@ def main(argv=None) -> int:
     policy_for = (load_policy(args.policy_adapter, args.policy_predictor, args.policy_budget, args.policy_dtype,
                               args.model) if args.on_policy > 0 else None)
     examples = build_examples(tok, args.episodes, tuple(args.agents), args.seed, args.max_tokens, rng, args.detour,
-                              args.memory, model, args.floor_plan, policy_for, args.on_policy)
+                              args.memory, args.floor_plan, policy_for, args.on_policy, args.pruned)
     if len(examples) > args.examples:
         examples = rng.sample(examples, args.examples)
-    pruning = prune_share(model, examples, args.pruned, args.budget, args.predictor, rng)
+    pruning = training_pruning(model, args.predictor) if any(e.token_budget for e in examples) else None
     if args.haystack > 0:
         examples += haystack_examples(model, tok, args.haystack, args.max_tokens, rng)
         rng.shuffle(examples)
     print(f"{len(examples)} examples ({args.haystack} of the haystack), mean prompt "
           f"{sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} tokens, "
-          f"{sum(e.token_budget is not None for e in examples)} pruned to B = {args.budget}", file=sys.stderr)
+          f"{sum(e.token_budget is not None for e in examples)} pruned to their B_t", file=sys.stderr)
     if args.save_examples:
         print(f"saved {save_examples(args.save_examples, examples)} examples to {args.save_examples}", file=sys.stderr)
         return 0
     init = Path(resolve_path(args.init)) if args.init else None
-    fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init, pruning)
+    fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init, pruning, options)
     return 0
 
 

@@ -20,9 +20,9 @@ def test_pruning_aware_finetune_writes_an_adapter(tmp_path, capsys):
     PredictorBank.for_model(config, table8_layers(config.num_hidden_layers), seed=1).save(predictor)
     out = tmp_path / "lora.safetensors"
     args = ["--model", model, "--episodes", "1", "--agents", "2", "--examples", "3", "--max-tokens", "100000",
-            "--seed", "3", "--pruned", "1.0", "--budget", "64", "--predictor", str(predictor), "--output", str(out)]
+            "--seed", "3", "--pruned", "1.0", "--predictor", str(predictor), "--output", str(out)]
     assert finetune_cli.main(args) == 0
-    assert "3 pruned to B = 64" in capsys.readouterr().err  # every sampled prompt is longer than 64 tokens
+    assert "3 pruned to their B_t" in capsys.readouterr().err  # every sampled prompt is longer than its B_t
     tensors = load_file(str(out))
     assert tensors and any(name.endswith(".lora_b") and t.abs().sum() > 0 for name, t in tensors.items())
 
@@ -36,17 +36,30 @@ def test_pruned_share_outside_0_1_is_refused(tmp_path, capsys):
 def test_memory_examples_read_the_memory_a_call_would_retrieve(tmp_path, monkeypatch):
     import random
 
+    from brace_common.vocabulary import Mode
     from erecap_planner.models import load_model
 
-    monkeypatch.setattr(finetune_cli, "MEMORY_BUDGET", 8192)  # the tiny tokenizer writes a line in many tokens
+    # the tiny tokenizer writes a line in many tokens: a B_t that leaves the MEMORY block room for one
+    monkeypatch.setattr(finetune_cli, "mode_budgets", lambda: ({m: 8192 for m in Mode}, 64))
     model, tok = load_model(saved_tiny_llama(tmp_path / "tiny"), device="cpu", dtype="float32")
     flat = finetune_cli.build_examples(tok, 2, (2,), 5, 100_000, random.Random(0), memory_share=0.0)
-    memory = finetune_cli.build_examples(tok, 2, (2,), 5, 100_000, random.Random(0), memory_share=1.0, model=model)
+    memory = finetune_cli.build_examples(tok, 2, (2,), 5, 100_000, random.Random(0), memory_share=1.0)
     texts = [tok.decode(e.prompt_ids) for e in memory]
     assert len(memory) == len(flat)  # the same decision points, rendered with memory
     assert all("MEMORY:" not in tok.decode(e.prompt_ids) for e in flat)
     assert any("MEMORY:" in t for t in texts)
     assert [e.target_ids for e in memory] == [e.target_ids for e in flat]
+    # every example says which plan tokens the decoder chooses: the action and entity ids, not the JSON around them
+    for e in flat:
+        assert len(e.choice) == len(e.target_ids) and any(e.choice) and not all(e.choice)
+        chosen = tok.decode([t for t, c in zip(e.target_ids, e.choice, strict=True) if c])
+        assert '"plan"' not in chosen and '"action"' not in chosen
+
+
+def test_invalid_training_options_stop_the_command_naming_them(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        finetune_cli.main(["--batch-size", "0", "--output", str(tmp_path / "a.safetensors")])
+    assert "batch_size must be >= 1" in capsys.readouterr().err
 
 
 def test_memory_share_outside_0_1_is_refused(tmp_path, capsys):
@@ -106,3 +119,34 @@ def test_on_policy_share_and_budget_are_checked(tmp_path, capsys):
         with pytest.raises(SystemExit):
             finetune_cli.main([*args, "--output", str(tmp_path / "a.safetensors")])
         assert args[0] in capsys.readouterr().err
+
+
+def test_training_prompts_are_the_sim_planner_s_own(tmp_path):
+    """No second prompt format: a flat example's prompt is what the sim planner's call path (its layout, its mode's
+    request, the B_t the example was built at) reads before compression."""
+    import random
+
+    from brace_bringup.run_config import params_dir
+    from brace_common.action_schema import ActionSchema
+    from brace_common.config import load_ros_parameters
+    from brace_training import prompts
+    from brace_training.plan_data import context_buffer, decision_points
+    from erecap_planner.call_path import CallOptions, CallRequest, LocalModel, PlannerCallPath
+    from erecap_planner.pruning import PruneSchedule
+    from sim_bridges.warehouse.warehouse_feed import action_schema
+    from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
+
+    sim = load_ros_parameters(params_dir() / "erecap_planner_sim.yaml", "erecap_planner")
+    assert prompts.LAYOUT == sim["context_layout"] and sim["decoding"] == "constrained"
+    model, tok = load_model(saved_tiny_llama(tmp_path / "tiny"), device="cpu", dtype="float32")
+    built = finetune_cli.build_examples(tok, 1, (2,), 5, 100_000, random.Random(0))
+    schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=2))))
+    planner = PlannerCallPath(LocalModel(model, tok, PruneSchedule((), 1.0)),
+                              CallOptions(compressor="none", decoding="constrained", layout=sim["context_layout"]),
+                              schema)
+    points = list(decision_points(range(5, 6), 2, observe_every=random.Random(0).choice([4, 6, 8])))
+    assert len(points) == len(built)
+    for point, example in zip(points, built, strict=True):
+        ids, protect = planner.prompt(context_buffer(point.entries), CallRequest(point.agent_id, 384, 0.0, 0.0,
+                                                                                 int(point.mode), point.step))
+        assert (ids, protect) == (example.prompt_ids, example.protect)
