@@ -8,8 +8,8 @@ Two parts, side by side in one run, on seeds no training used (training episodes
   stable_first layout, first_cut 1.5) is asked at the same decision points, with the point's mode and a memory
   fed as a run feeds it. First-step and whole-plan agreement with the oracle. Rows: flat history unpruned (No
   BRACE's context), flat under E-RECAP at B = 384 (the demo profile's full replan), and OmniAct's memory, RAG
-  static and RAG memory under E-RECAP at that B. GiG's loop warnings need a loop, which oracle states never have:
-  GiG is measured in the loop only.
+  static, RAG memory and GiG (state graph + Bounded Lookahead answered by the world's transition model) under
+  E-RECAP at that B. GiG's loop warnings need a loop, which oracle-driven states rarely have: they show in the loop.
 - **closed loop**: each variant of runs/variants.yaml (no_brace, brace_erecap, brace_erecap_memory,
   rag_static_erecap, rag_memory_erecap, brace_erecap_gig) runs the full graph over DDS (`brace-run`'s
   run_variant) in the demo's world: K = 4, aisles, a step a second whatever the planner does (the world does not
@@ -79,7 +79,7 @@ class StateRow:
 STATE_ROWS = (StateRow("flat, unpruned", "none"), StateRow("flat, E-RECAP", "erecap"),
               StateRow("OmniAct memory, E-RECAP", "erecap", "omniact"),
               StateRow("RAG static, E-RECAP", "erecap", "rag_static"),
-              StateRow("RAG memory, E-RECAP", "erecap", "rag_memory"))
+              StateRow("RAG memory, E-RECAP", "erecap", "rag_memory"), StateRow("GiG, E-RECAP", "erecap", "gig"))
 LOOP_ROWS = (("No BRACE", "no_brace"), ("BRACE + E-RECAP", "brace_erecap"),
              ("BRACE + E-RECAP + memory", "brace_erecap_memory"), ("RAG static + E-RECAP", "rag_static_erecap"),
              ("RAG memory + E-RECAP", "rag_memory_erecap"), ("BRACE + E-RECAP + GiG", "brace_erecap_gig"))
@@ -94,6 +94,7 @@ def states_part(rows: list[StateRow], episodes: int, points: int, dtype: str) ->
     from brace_training.finetune_cli import MEMORY_CONFIGS, memory_use
     from brace_training.plan_data import decision_points
     from brace_training.planner_policy import PlannerPolicy
+    from brace_training.prompts import use_memory
     from erecap_planner.call_path import CallOptions, LocalModel, PlannerCallPath
     from erecap_planner.plan_parser import ActionSchema
     from erecap_planner.predictor import PredictorBank
@@ -110,7 +111,7 @@ def states_part(rows: list[StateRow], episodes: int, points: int, dtype: str) ->
         local = LocalModel(model, tok, schedule, bank if row.compressor == "erecap" else None)
         path = PlannerCallPath(local, CallOptions(compressor=row.compressor, decoding="constrained", layout=LAYOUT),
                                schema)
-        path.memory = memory_use(next(c for c in MEMORY_CONFIGS if c.name == row.memory)) if row.memory else None
+        use_memory(path, memory_use(next(c for c in MEMORY_CONFIGS if c.name == row.memory)) if row.memory else None)
         policy = PlannerPolicy(path, TOKEN_BUDGET if row.compressor == "erecap" else 100_000)
         started = time.monotonic()
         # generated lazily: the memory holds what a run's would when each point is consumed

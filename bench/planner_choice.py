@@ -34,6 +34,7 @@ from brace_common.config import resolve_path
 from brace_training.finetune_cli import MEMORY_CONFIGS, memory_use
 from brace_training.plan_data import decision_points
 from brace_training.planner_policy import PlannerPolicy
+from brace_training.prompts import use_memory
 from erecap_planner.call_path import CallOptions, LocalModel, PlannerCallPath
 from erecap_planner.plan_parser import ActionSchema
 from erecap_planner.predictor import PredictorBank
@@ -110,7 +111,7 @@ def main() -> None:
             configs[label] = (memory, PlannerCallPath(local, options, schema))
     rows = []
     for name, (memory, path) in configs.items():
-        path.memory = None if memory == "flat" else memory_use(next(c for c in MEMORY_CONFIGS if c.name == memory))
+        use_memory(path, None if memory == "flat" else memory_use(next(c for c in MEMORY_CONFIGS if c.name == memory)))
         # generated lazily: the memory holds what a run's would when each point is consumed
         points = itertools.islice(decision_points(range(args.episodes), args.agents, args.every, args.observe_every,
                                                   memory=path.memory.system if path.memory else None,

@@ -50,9 +50,10 @@ class MemoryConfig:
 
 
 MEMORY_CONFIGS = (MemoryConfig("omniact", ("episodic", "reflective")), MemoryConfig("rag_static", ("rag_static",)),
-                  MemoryConfig("rag_memory", ("rag_memory",)))
-"""brace_erecap_memory, rag_static_erecap, rag_memory_erecap; OmniAct's memory is drawn twice as often."""
-MEMORY_WEIGHTS = (2, 1, 1)
+                  MemoryConfig("rag_memory", ("rag_memory",)), MemoryConfig("gig", ("state_graph", "lookahead")))
+"""brace_erecap_memory, rag_static_erecap, rag_memory_erecap, brace_erecap_gig (the loop warning and Bounded
+Lookahead's lines); OmniAct's memory is drawn twice as often."""
+MEMORY_WEIGHTS = (2, 1, 1, 1)
 
 
 def default_adapter() -> Path:

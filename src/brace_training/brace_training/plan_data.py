@@ -15,10 +15,11 @@ from typing import Optional
 from brace_common.action_schema import Step
 from brace_common.vocabulary import Block, Mode
 from brace_common.world_feed import FeedEntry, outcomes
+from brace_memory.lookahead import Projection
 from brace_memory.system import MemorySystem, StepOutcome
 from erecap_planner.context import ContextBuffer, Entry
 from sim_bridges.warehouse.warehouse_feed import episode_entries, place_near, step_entries
-from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
+from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig, lookahead, world_state
 
 
 def step_outcome(event) -> StepOutcome:
@@ -77,14 +78,33 @@ class PlanChoice:
         return detour_plan(self.world, agent, self.rng) if self.rng.random() < self.detour else oracle
 
 
-class MemoryFeed:
-    """What the planner node feeds its memory system, for an episode driven here (no-ops without a system)."""
+def projection(world: Warehouse, episode: int, agent: str, step: Step) -> Projection:
+    """GiG's Bounded Lookahead for `agent`'s candidate `step`, answered by the world's transition model as the
+    embedded sim's lookahead service answers it (on a copy: the world does not change)."""
+    predicted = lookahead(world, episode, agent, step)
+    return Projection(predicted.valid, predicted.reason, predicted.state)
 
-    def __init__(self, memory: Optional[MemorySystem], agents: list[str]) -> None:
+
+class MemoryFeed:
+    """What the planner node feeds its memory system, for an episode driven here (no-ops without a system): context
+    entries, outcomes, plans, and (GiG's modules) the world's states and its lookahead answers."""
+
+    def __init__(self, memory: Optional[MemorySystem], agents: list[str], world: Optional[Warehouse] = None,
+                 episode: int = 0) -> None:
         self.memory = memory
         self.teammates = frozenset(agents)
+        self.world = world
+        self.episode = episode
         if memory is not None:
             memory.start_episode()
+            if world is not None:
+                memory.predict = lambda agent, step: projection(world, episode, agent, step)
+                self.state()
+
+    def state(self) -> None:
+        """The world's state as its world_state topic publishes it (read by GiG's modules only)."""
+        if self.memory is not None and self.world is not None:
+            self.memory.on_world_state(world_state(self.world, self.episode))
 
     def entries(self, entries: list[FeedEntry]) -> list[FeedEntry]:
         """Context entries as they reach the planner (returned, for the caller's own list)."""
@@ -98,11 +118,13 @@ class MemoryFeed:
         if self.memory is not None:
             for e in outcomes(events):
                 self.memory.on_outcome(step_outcome(e))
+            self.state()
 
     def plan(self, agent: str, step: int, mode: Mode, plan: list[Step]) -> None:
         """A plan the planner returned (what the world executes)."""
         if self.memory is not None:
             self.memory.on_plan(agent, step, mode, plan)
+            self.state()
 
 
 def decision_points(seeds: range, num_agents: int, every: int = 8, observe_every: int = 4,
@@ -129,7 +151,7 @@ def decision_points(seeds: range, num_agents: int, every: int = 8, observe_every
         world = Warehouse(WorldConfig(num_agents=num_agents, seed=seed, max_steps=max_steps, drift=drift,
                                       grasp_failure=grasp_failure, floor_plan=floor_plan))
         names = sorted(world.agents)
-        feed = MemoryFeed(memory, names)
+        feed = MemoryFeed(memory, names, world, seed)
         entries = feed.entries(list(episode_entries(world, seed)) + step_entries(world, [], 0))
         last: dict[str, list[Step]] = {}  # each agent's last oracle answer
         ran: dict[str, list[Step]] = {}  # and the plan the world executed then

@@ -47,3 +47,28 @@ def test_a_policy_without_a_plan_leaves_the_oracles_plan_running():
     clean = list(decision_points(range(1), num_agents=2, max_steps=30))
     silent = list(decision_points(range(1), num_agents=2, max_steps=30, policy=lambda point: [], on_policy=1.0))
     assert [(p.step, p.agent_id, p.oracle) for p in silent] == [(p.step, p.agent_id, p.oracle) for p in clean]
+
+
+def test_gig_memory_reads_the_world_s_states_and_its_lookahead(tmp_path):
+    """Training with GiG's modules feeds them what the embedded sim gives the planner node: every world state (its
+    scene graphs) and a lookahead answered by the world's transition model, so the prompt has lookahead lines."""
+    import itertools
+
+    from brace_common.action_schema import ActionSchema
+    from brace_training.finetune_cli import MEMORY_CONFIGS, memory_use
+    from brace_training.prompts import call_prompt, prompt_path, use_memory
+    from erecap_planner.models import load_model
+    from erecap_planner.testing import saved_tiny_llama
+    from sim_bridges.warehouse.warehouse_feed import action_schema
+    from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
+
+    _, tok = load_model(saved_tiny_llama(tmp_path / "tiny"), device="cpu", dtype="float32")
+    gig = memory_use(next(c for c in MEMORY_CONFIGS if c.name == "gig"))
+    path = prompt_path(tok, ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=2)))))
+    use_memory(path, gig)
+    texts = []
+    for point in itertools.islice(decision_points(range(1), num_agents=2, max_steps=20, memory=gig.system), 4):
+        ids, _ = call_prompt(path, point, 16_384)  # the byte tokenizer writes a line in many tokens
+        texts.append(tok.decode(ids))
+    assert gig.system.counts["lookahead_projected"] > 0
+    assert any("lookahead: " in t for t in texts)
