@@ -88,7 +88,7 @@ LOOP_COLUMNS = ("label", "variant", "episodes", "success", "delivered", "oracle_
                 "latency_p95_ms", "calls", "tokens_before", "tokens_after", "loop_steps", "retrieved_tokens")
 
 
-def states_part(rows: list[StateRow], episodes: int, points: int, dtype: str) -> list[dict]:
+def states_part(rows: list[StateRow], episodes: int, points: int, dtype: str, adapter: str) -> list[dict]:
     """Each row's agreement at the same oracle decision points (seeds 0..episodes-1)."""
     from brace_common.config import resolve_path
     from brace_training.finetune_cli import MEMORY_CONFIGS, memory_use
@@ -102,7 +102,7 @@ def states_part(rows: list[StateRow], episodes: int, points: int, dtype: str) ->
     from sim_bridges.warehouse.warehouse_feed import action_schema
     from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
-    model, tok = load_planner_model(sim_planner_checkpoint("adapter_path"), dtype=dtype)
+    model, tok = load_planner_model(adapter, dtype=dtype)
     bank = PredictorBank.load(resolve_path(sim_planner_checkpoint("predictor_path")), model.config)
     schedule = PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7, first_cut=FIRST_CUT)
     schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=AGENTS, floor_plan=FLOOR_PLAN))))
@@ -127,8 +127,10 @@ def states_part(rows: list[StateRow], episodes: int, points: int, dtype: str) ->
     return out
 
 
-def loop_part(variants: list[tuple[str, str]], episodes: int, out: Path, world: dict, quiet: bool) -> list[dict]:
-    """Run every variant's graph for `episodes` seeded episodes in `world`; its summary row."""
+def loop_part(variants: list[tuple[str, str]], episodes: int, out: Path, world: dict, quiet: bool,
+              adapter: str) -> list[dict]:
+    """Run every variant's graph for `episodes` seeded episodes in `world` with the planner's `adapter`; its summary
+    row."""
     from brace_audit.audit_report import summary
     from brace_bringup.run_config import RunConfig
     from brace_bringup.run_plan import plan
@@ -140,8 +142,8 @@ def loop_part(variants: list[tuple[str, str]], episodes: int, out: Path, world: 
         folder = out / "loop" / f"{i:02d}_{variant}"
         shutil.rmtree(folder, ignore_errors=True)
         started = time.monotonic()
-        records, _bag = run_variant(plan(cfg, variant, folder, {"embedded_sim": {**world, "episodes": episodes}},
-                                         free_ports()), quiet)
+        extra = {"embedded_sim": {**world, "episodes": episodes}, "erecap_planner": {"adapter_path": adapter}}
+        records, _bag = run_variant(plan(cfg, variant, folder, extra, free_ports()), quiet)
         row = {"label": label, **summary(records), "variant": variant}
         rows.append({k: row.get(k, math.nan) for k in LOOP_COLUMNS})
         print(f"  loop row {i + 1}/{len(variants)} '{label}': {time.monotonic() - started:.0f} s {rows[-1]}",
@@ -234,6 +236,8 @@ def main() -> int:
     ap.add_argument("--state-episodes", type=int, default=4, help="oracle episodes the points come from")
     ap.add_argument("--state-rows", nargs="*", choices=[r.label for r in STATE_ROWS], help="default: all")
     ap.add_argument("--variants", nargs="*", choices=[v for _, v in LOOP_ROWS], help="loop rows (default: all)")
+    ap.add_argument("--adapter", default=sim_planner_checkpoint("adapter_path"),
+                    help="the planner's LoRA adapter in every row (default: the sim planner's shipped one)")
     ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                     help="the oracle-state planner's weights ('auto' as the sim planner picks)")
     ap.add_argument("--out", type=Path, default=OUT)
@@ -249,11 +253,12 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     cpu = cpu_report()
     states = states_part([r for r in STATE_ROWS if r.label in args.state_rows], args.state_episodes, args.points,
-                         args.dtype)
+                         args.dtype, args.adapter)
     world = {**DEMO_WORLD, **(QUICK_WORLD if args.quick else {})}
     loop = loop_part([(label, v) for label, v in LOOP_ROWS if v in args.variants], args.episodes, args.out, world,
-                     args.quiet)
-    print(f"\n## Plan quality ({describe_cpu(cpu)})\n\n### On oracle states (seeds 0-{args.state_episodes - 1}, "
+                     args.quiet, args.adapter)
+    print(f"\n## Plan quality ({describe_cpu(cpu)}; adapter {args.adapter})")
+    print(f"\n### On oracle states (seeds 0-{args.state_episodes - 1}, "
           f"K = {AGENTS}, B = {TOKEN_BUDGET} for E-RECAP)\n\n{table(states, STATE_COLUMNS)}\n\n"
           f"### Closed loop ({args.episodes} episodes per row, seeds 0-{args.episodes - 1}, K = {world['num_agents']})"
           f"\n\n{table(loop, LOOP_COLUMNS)}\n")

@@ -9,6 +9,7 @@ pruning-aware (`--pruned`), with memory (`--memory`) and haystack cases (`--hays
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import sys
 from collections.abc import Callable
@@ -80,9 +81,9 @@ def memory_use(config: MemoryConfig, planner: PlannerConfig = PlannerConfig()) -
 
 def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int, max_tokens: int,
                    rng: random.Random, detour: float = 0.0, memory_share: float = 0.0,
-                   floor_plan: str = "compact", policy_for: Optional[Callable[[ActionSchema], Policy]] = None,
+                   floor_plan: str | tuple[str, ...] = "compact", policy_for: Optional[Callable[[ActionSchema], Policy]] = None,
                    on_policy: float = 0.0, pruned: float = 0.0) -> list[PlanExample]:
-    """Examples from oracle episodes for every K in `agents` on the warehouse map `floor_plan` (prompts longer than
+    """Examples from oracle episodes for every K in `agents` on each warehouse map of `floor_plan` (prompts longer than
     max_tokens skipped), every prompt built by the planner's call path (prompts.py) at the B_t the controller would
     give the point's mode; a share `memory_share` of the episodes read with memory (MEMORY_CONFIGS); a share
     `pruned` of the examples longer than their B_t trained under E-RECAP pruning to it; with `policy_for` (the K's
@@ -90,8 +91,9 @@ def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int
     the oracle's)."""
     out = []
     budgets = mode_budgets()
-    for k in agents:
-        schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=k, floor_plan=floor_plan))))
+    plans = (floor_plan,) if isinstance(floor_plan, str) else tuple(floor_plan)
+    for k, plan in itertools.product(agents, plans):
+        schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=k, floor_plan=plan))))
         path = prompt_path(tokenizer, schema)
         decoder = path.use.constrained
         uses: dict[str, MemoryUse] = {}
@@ -106,7 +108,7 @@ def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int
                 memory = uses[config.name]
             use_memory(path, memory)
             for point in decision_points(range(seed, seed + 1), k, observe_every=observe_every, detour=detour,
-                                         memory=memory.system if memory else None, floor_plan=floor_plan,
+                                         memory=memory.system if memory else None, floor_plan=plan,
                                          policy=policy, on_policy=on_policy):
                 budget = call_budget(point.mode, budgets, rng)
                 ids, protect = call_prompt(path, point, budget)
@@ -115,7 +117,7 @@ def build_examples(tokenizer, episodes: int, agents: tuple[int, ...], seed0: int
                     out.append(PlanExample(ids, target_ids(point, decoder), budget if prune else None, protect,
                                            decoder.choice_mask(plan_steps(point))))
         if isinstance(policy, PlannerPolicy):
-            print(f"K = {k}: {policy.calls} planner calls on its own states, first step agrees with the oracle's "
+            print(f"K = {k} ({plan}): {policy.calls} planner calls on its own states, first step agrees with the oracle's "
                   f"{policy.first_step_agreement:.1%}, {policy.errors} planner errors", file=sys.stderr)
     return out
 
@@ -125,7 +127,8 @@ def add_data_arguments(ap: argparse.ArgumentParser, episodes: int, seed: int, ma
     ap.add_argument("--model", default=SMOLLM2)
     ap.add_argument("--episodes", type=int, default=episodes, help="oracle episodes per K")
     ap.add_argument("--agents", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--floor-plan", default="compact", choices=list(FLOOR_PLANS), help="the warehouse map")
+    ap.add_argument("--floor-plan", nargs="+", default=["compact"], choices=list(FLOOR_PLANS),
+                    help="the warehouse maps (episodes per K on each)")
     ap.add_argument("--seed", type=int, default=seed, help="first training seed (evaluation uses seeds < 1000)")
     ap.add_argument("--max-tokens", type=int, default=max_tokens, help="longer prompts are skipped")
     ap.add_argument("--epochs", type=int, default=epochs)
