@@ -2,11 +2,12 @@
 
 Training wraps the attention projections with trainable low-rank updates
 (W x + s B A x, A random, B zero at start) and minimises the LM loss on the
-plan tokens only. An example with a token budget is trained pruning-aware:
-its prompt is pruned inside the forward exactly as E-RECAP prunes it at
-inference (`pruned_target_loss`), so the adapter learns to plan from what
-E-RECAP keeps. The planner merges the saved adapter at load
-(erecap_planner.adapter.merge_adapter).
+plan tokens only, weighted on the tokens the decoder chooses, with the prompt
+detached by default (TrainingOptions, plan_batches). An example with a token
+budget is trained pruning-aware: its prompt is pruned inside the forward
+exactly as E-RECAP prunes it at inference (`pruned_target_loss`), so the
+adapter learns to plan from what E-RECAP keeps. The planner merges the saved
+adapter at load (erecap_planner.adapter.merge_adapter).
 """
 
 from __future__ import annotations
