@@ -16,7 +16,7 @@ Two parts, side by side in one run, on seeds no training used (training episodes
   wait), seeds 0..N-1, audit bag per row. Success, objects delivered, oracle agreement of the plans in the loop,
   SLO violation, latency P95, loop steps.
 
-Targets (issue 54): in the loop, BRACE + E-RECAP's agreement within 3 points of No BRACE's and its success >= No
+Targets: in the loop, BRACE + E-RECAP's agreement within 3 points of No BRACE's and its success >= No
 BRACE's; every memory row's agreement within 3 points of BRACE + E-RECAP's and success >= it; SLO violation <= 5%
 for every BRACE row; on oracle states every memory row within 3 points of flat (E-RECAP) and flat unpruned >= 95%.
 Writes <out>/plan_quality_states.csv, plan_quality_loop.csv and plan_quality.png (--out, default bench/out/plan_quality);
@@ -152,7 +152,7 @@ def loop_part(variants: list[tuple[str, str]], episodes: int, out: Path, world: 
 
 
 def checks_of(states: list[dict], loop: list[dict]) -> list[tuple[str, bool, str]]:
-    """The issue's targets over the rows that ran."""
+    """The targets over the rows that ran."""
     checks = []
     by = {r["variant"]: r for r in loop}
     base, brace = by.get("no_brace"), by.get("brace_erecap")

@@ -35,7 +35,7 @@ from report import cpu_report, describe_cpu, fill_defaults, print_written, reexe
 OUT = Path(__file__).resolve().parent / "out"
 ROUND_EXAMPLES = 2000
 ROUND_MINUTES = 45.0
-"""A 2,000-example round takes at most this long on 2 cores (issue 54)."""
+"""A 2,000-example round takes at most this long on 2 cores."""
 AGREEMENT_POINTS = 2.0
 """The shipped row's held-out agreement is within this many points of the reference's."""
 SPEEDUP_AMX, SPEEDUP_OTHER = 3.0, 1.5

@@ -3,8 +3,9 @@
 - A peer (every package but the ones named below) imports only brace_msgs, brace_common and its own modules.
   brace_bringup (stacks, launch, brace-run) and brace_system_tests (tests of the whole graph) may import any package.
   brace_training builds the planner's weights offline: it imports erecap_planner (the model, its pruning and
-  predictor, the plan parser and context it trains for) and the worlds whose episodes are its data (sim_bridges'
-  warehouse and AirSim intersection, robot_bridge's PickFruit). No package imports brace_training.
+  predictor, the plan parser and context it trains for), the worlds whose episodes are its data (sim_bridges'
+  warehouse and AirSim intersection, robot_bridge's PickFruit) and brace_controller's budget profiles (the B_t
+  its examples are rendered at). No package imports brace_training.
   erecap_planner uses brace_memory (the memory modules on its call path) as a library.
 - Every workspace package a package imports (its modules or its tests) is one of its package.xml dependencies.
 - An import inside a function says why on its line or on the comment line above its run of imports (a heavy or
@@ -24,7 +25,7 @@ PACKAGES = sorted(p.name for p in SRC.iterdir() if (p / "package.xml").is_file()
 PYTHON_PACKAGES = [name for name in PACKAGES if (SRC / name / "setup.py").is_file()]
 COMMON = {"brace_msgs", "brace_common"}
 MAY_IMPORT_ANY = {"brace_bringup", "brace_system_tests"}
-MAY_IMPORT = {"brace_training": {"erecap_planner", "brace_memory", "sim_bridges", "robot_bridge"},
+MAY_IMPORT = {"brace_training": {"erecap_planner", "brace_memory", "sim_bridges", "robot_bridge", "brace_controller"},
               "erecap_planner": {"brace_memory"}}
 PEERS = [name for name in PYTHON_PACKAGES if name not in MAY_IMPORT_ANY]
 DEPENDENCY_TAGS = ("depend", "exec_depend", "test_depend")

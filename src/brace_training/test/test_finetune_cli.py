@@ -126,9 +126,8 @@ def test_training_prompts_are_the_sim_planner_s_own(tmp_path):
     request, the B_t the example was built at) reads before compression."""
     import random
 
-    from brace_bringup.run_config import params_dir
     from brace_common.action_schema import ActionSchema
-    from brace_common.config import load_ros_parameters
+    from brace_common.config import load_ros_parameters, resolve_path
     from brace_training import prompts
     from brace_training.plan_data import context_buffer, decision_points
     from erecap_planner.call_path import CallOptions, CallRequest, LocalModel, PlannerCallPath
@@ -136,7 +135,7 @@ def test_training_prompts_are_the_sim_planner_s_own(tmp_path):
     from sim_bridges.warehouse.warehouse_feed import action_schema
     from sim_bridges.warehouse.warehouse_world import Warehouse, WorldConfig
 
-    sim = load_ros_parameters(params_dir() / "erecap_planner_sim.yaml", "erecap_planner")
+    sim = load_ros_parameters(resolve_path("package://brace_bringup/params/erecap_planner_sim.yaml"), "erecap_planner")
     assert prompts.LAYOUT == sim["context_layout"] and sim["decoding"] == "constrained"
     model, tok = load_model(saved_tiny_llama(tmp_path / "tiny"), device="cpu", dtype="float32")
     built = finetune_cli.build_examples(tok, 1, (2,), 5, 100_000, random.Random(0))
