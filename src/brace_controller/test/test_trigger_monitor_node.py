@@ -279,8 +279,13 @@ pub = node.create_publisher(ExecutionOutcome, "outcomes", qos.EVENTS)  # keep-la
 end = time.monotonic() + 30
 while pub.get_subscription_count() == 0 and time.monotonic() < end:
     rclpy.spin_once(node, timeout_sec=0.05)
-for i in range(int(sys.argv[1])):
-    pub.publish(ExecutionOutcome(agent_id="", detail="d" * 2000))  # malformed: each one counted when taken
+sample = ExecutionOutcome(agent_id="", detail="d" * 2000)  # malformed: each one counted when taken
+# The first sample must reach the reader too: its sequence number starts the count of gaps, and samples the
+# history overwrote before the reader had taken any would leave no gap to see.
+pub.publish(sample)
+pub.wait_for_all_acked(rclpy.duration.Duration(seconds=100))
+for i in range(int(sys.argv[1]) - 1):
+    pub.publish(sample)
 # The newest samples must reach the reader: a loss after the last sample taken leaves no gap to see.
 pub.wait_for_all_acked(rclpy.duration.Duration(seconds=100))
 """
