@@ -3,13 +3,14 @@
 
 Two parts, side by side in one run, on seeds no training used (training episodes start at seed 1000):
 
-- **on oracle states**: the oracle drives seeded warehouse episodes (K = 4, the demo's aisles floor plan) and each
-  row's planner (the sim planner: SmolLM2-135M with the shipped warehouse adapter, constrained decoding, the
-  stable_first layout, first_cut 1.5) is asked at the same decision points, with the point's mode and a memory
-  fed as a run feeds it. First-step and whole-plan agreement with the oracle. Rows: flat history unpruned (No
-  BRACE's context), flat under E-RECAP at B = 384 (the demo profile's full replan), and OmniAct's memory, RAG
-  static, RAG memory and GiG (state graph + Bounded Lookahead answered by the world's transition model) under
-  E-RECAP at that B. GiG's loop warnings need a loop, which oracle-driven states rarely have: they show in the loop.
+- **on oracle states**: the oracle drives seeded warehouse episodes (K = 4, the demo's aisles floor plan;
+  `--floor-plans compact aisles` adds the compact one) and each row's planner (the sim planner: SmolLM2-135M with the shipped
+  warehouse adapter, constrained decoding, the stable_first layout, first_cut 1.5) is asked at the same decision
+  points, with the point's mode and a memory fed as a run feeds it. First-step and whole-plan agreement with the
+  oracle. Rows: flat history unpruned (No BRACE's context), flat under E-RECAP at B = 384 (the demo profile's full
+  replan), and OmniAct's memory, RAG static, RAG memory and GiG (state graph + Bounded Lookahead answered by the
+  world's transition model) under E-RECAP at that B. GiG's loop warnings need a loop, which oracle-driven states
+  rarely have: they show in the loop.
 - **closed loop**: each variant of runs/variants.yaml (no_brace, brace_erecap, brace_erecap_memory,
   rag_static_erecap, rag_memory_erecap, brace_erecap_gig) runs the full graph over DDS (`brace-run`'s
   run_variant) in the demo's world: K = 4, aisles, a step a second whatever the planner does (the world does not
@@ -51,6 +52,8 @@ from report import (
     write_csv,
 )
 
+from brace_audit.audit_report import markdown
+
 OUT = Path(__file__).resolve().parent / "out" / "plan_quality"
 AGENTS = 4
 FLOOR_PLAN = "aisles"
@@ -88,8 +91,9 @@ LOOP_COLUMNS = ("label", "variant", "episodes", "success", "delivered", "oracle_
                 "latency_p95_ms", "calls", "tokens_before", "tokens_after", "loop_steps", "retrieved_tokens")
 
 
-def states_part(rows: list[StateRow], episodes: int, points: int, dtype: str, adapter: str) -> list[dict]:
-    """Each row's agreement at the same oracle decision points (seeds 0..episodes-1)."""
+def states_part(rows: list[StateRow], floor_plans: list[str], episodes: int, points: int, dtype: str,
+                adapter: str) -> list[dict]:
+    """Each row's agreement on each floor plan at the same oracle decision points (seeds 0..episodes-1)."""
     from brace_common.config import resolve_path
     from brace_training.finetune_cli import MEMORY_CONFIGS, memory_use
     from brace_training.plan_data import decision_points
@@ -105,9 +109,9 @@ def states_part(rows: list[StateRow], episodes: int, points: int, dtype: str, ad
     model, tok = load_planner_model(adapter, dtype=dtype)
     bank = PredictorBank.load(resolve_path(sim_planner_checkpoint("predictor_path")), model.config)
     schedule = PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7, first_cut=FIRST_CUT)
-    schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=AGENTS, floor_plan=FLOOR_PLAN))))
     out = []
-    for row in rows:
+    for floor_plan, row in itertools.product(floor_plans, rows):
+        schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=AGENTS, floor_plan=floor_plan))))
         local = LocalModel(model, tok, schedule, bank if row.compressor == "erecap" else None)
         path = PlannerCallPath(local, CallOptions(compressor=row.compressor, decoding="constrained", layout=LAYOUT),
                                schema)
@@ -115,12 +119,12 @@ def states_part(rows: list[StateRow], episodes: int, points: int, dtype: str, ad
         policy = PlannerPolicy(path, TOKEN_BUDGET if row.compressor == "erecap" else 100_000)
         started = time.monotonic()
         # generated lazily: the memory holds what a run's would when each point is consumed
-        for point in itertools.islice(decision_points(range(episodes), AGENTS, floor_plan=FLOOR_PLAN,
+        for point in itertools.islice(decision_points(range(episodes), AGENTS, floor_plan=floor_plan,
                                                       memory=path.memory.system if path.memory else None), points):
             policy(point)
         if path.memory:
             path.memory.system.close()
-        out.append({"label": row.label, "compressor": row.compressor, "memory": row.memory or "none",
+        out.append({"label": row.label, "floor_plan": floor_plan, "compressor": row.compressor, "memory": row.memory or "none",
                     "token_budget": TOKEN_BUDGET if row.compressor == "erecap" else 0, **policy.scores(),
                     "wall_s": round(time.monotonic() - started, 1)})
         print(out[-1], file=sys.stderr, flush=True)
@@ -174,15 +178,16 @@ def checks_of(states: list[dict], loop: list[dict]) -> list[tuple[str, bool, str
         if row["variant"] != "no_brace":
             checks.append((f"loop: {row['label']} SLO violation <= 5%", row["slo_violation"] <= SLO_VIOLATION_MAX,
                            f"{row['slo_violation']:.1%}"))
-    st = {r["label"]: r for r in states}
-    if "flat, unpruned" in st:
-        value = st["flat, unpruned"]["first_step_agreement"]
-        checks.append(("states: flat unpruned >= 95%", value >= FLAT_FLOOR, f"{value:.1%}"))
-    flat = st.get("flat, E-RECAP")
+    st = {(r["floor_plan"], r["label"]): r for r in states}
     for r in states:
+        where = f"states ({r['floor_plan']})"
+        if r["label"] == "flat, unpruned":
+            value = r["first_step_agreement"]
+            checks.append((f"{where}: flat unpruned >= 95%", value >= FLAT_FLOOR, f"{value:.1%}"))
+        flat = st.get((r["floor_plan"], "flat, E-RECAP"))
         if r["memory"] != "none" and flat:
             gap = (flat["first_step_agreement"] - r["first_step_agreement"]) * 100
-            checks.append((f"states: {r['label']} within 3 points of flat, E-RECAP", gap <= POINTS_GAP,
+            checks.append((f"{where}: {r['label']} within 3 points of flat, E-RECAP", gap <= POINTS_GAP,
                            f"{r['first_step_agreement']:.1%} vs {flat['first_step_agreement']:.1%}"))
     return checks
 
@@ -192,7 +197,7 @@ def draw(states: list[dict], loop: list[dict]):
     def figure(plt):
         fig, axes = plt.subplots(1, 3, figsize=(13, 4))
         if states:
-            axes[0].barh([r["label"] for r in states], [r["first_step_agreement"] * 100 for r in states])
+            axes[0].barh([f"{r['label']} ({r['floor_plan']})" for r in states], [r["first_step_agreement"] * 100 for r in states])
         axes[0].set_xlabel("first-step agreement on oracle states %")
         axes[0].set_xlim(0, 100)
         labels = [r["label"] for r in loop]
@@ -212,19 +217,8 @@ def draw(states: list[dict], loop: list[dict]):
     return figure
 
 
-def table(rows: list[dict], columns: tuple[str, ...]) -> str:
-    """A markdown table of `columns` (shares as percentages)."""
-    def cell(key, value):
-        if isinstance(value, float):
-            return "n/a" if math.isnan(value) else (f"{value:.1%}" if key in PERCENT else f"{value:.1f}")
-        return str(value)
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(c, r.get(c, "")) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 PERCENT = {"success", "oracle_agreement", "slo_violation", "first_step_agreement", "plan_agreement", "valid_plans"}
-STATE_COLUMNS = ("label", "points", "first_step_agreement", "plan_agreement", "valid_plans", "tokens_before",
+STATE_COLUMNS = ("label", "floor_plan", "points", "first_step_agreement", "plan_agreement", "valid_plans", "tokens_before",
                  "tokens_after", "latency_p50_ms")
 
 
@@ -234,6 +228,8 @@ def main() -> int:
     ap.add_argument("--episodes", type=int, help="closed-loop episodes per row, seeds 0..N-1 (default 8)")
     ap.add_argument("--points", type=int, help="oracle decision points per state row (default 80)")
     ap.add_argument("--state-episodes", type=int, default=4, help="oracle episodes the points come from")
+    ap.add_argument("--floor-plans", nargs="+", default=[FLOOR_PLAN], choices=["compact", "aisles"],
+                    help="the oracle states' floor plans (default: the demo's)")
     ap.add_argument("--state-rows", nargs="*", choices=[r.label for r in STATE_ROWS], help="default: all")
     ap.add_argument("--variants", nargs="*", choices=[v for _, v in LOOP_ROWS], help="loop rows (default: all)")
     ap.add_argument("--adapter", default=sim_planner_checkpoint("adapter_path"),
@@ -252,16 +248,16 @@ def main() -> int:
         args.state_episodes = 1
     args.out.mkdir(parents=True, exist_ok=True)
     cpu = cpu_report()
-    states = states_part([r for r in STATE_ROWS if r.label in args.state_rows], args.state_episodes, args.points,
-                         args.dtype, args.adapter)
+    states = states_part([r for r in STATE_ROWS if r.label in args.state_rows], args.floor_plans, args.state_episodes,
+                         args.points, args.dtype, args.adapter)
     world = {**DEMO_WORLD, **(QUICK_WORLD if args.quick else {})}
     loop = loop_part([(label, v) for label, v in LOOP_ROWS if v in args.variants], args.episodes, args.out, world,
                      args.quiet, args.adapter)
     print(f"\n## Plan quality ({describe_cpu(cpu)}; adapter {args.adapter})")
     print(f"\n### On oracle states (seeds 0-{args.state_episodes - 1}, "
-          f"K = {AGENTS}, B = {TOKEN_BUDGET} for E-RECAP)\n\n{table(states, STATE_COLUMNS)}\n\n"
+          f"K = {AGENTS}, B = {TOKEN_BUDGET} for E-RECAP)\n\n{markdown(states, STATE_COLUMNS, PERCENT)}\n"
           f"### Closed loop ({args.episodes} episodes per row, seeds 0-{args.episodes - 1}, K = {world['num_agents']})"
-          f"\n\n{table(loop, LOOP_COLUMNS)}\n")
+          f"\n\n{markdown(loop, LOOP_COLUMNS, PERCENT)}")
     paths = (write_csv(states, args.out / "plan_quality_states.csv"), write_csv(loop, args.out / "plan_quality_loop.csv"),
              save_plot(args.out / "plan_quality.png", draw(states, loop)))
     status = report_checks(checks_of(states, loop))

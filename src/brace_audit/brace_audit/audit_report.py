@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -260,21 +261,23 @@ def trigger_rows(run: RunRecords) -> dict:
             "calls_per_min": audit.calls_per_min}
 
 
-def _fmt(value) -> str:
+def _fmt(value, percent: bool = False) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "–"
+        if percent:
+            return f"{value:.1%}"
         return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
     return str(value)
 
 
-def markdown(rows: list[dict], columns: list[str] | None = None) -> str:
-    """A markdown table of `rows`."""
+def markdown(rows: list[dict], columns: list[str] | None = None, percent: Collection[str] = ()) -> str:
+    """A markdown table of `rows` (the `percent` columns' shares as percentages)."""
     if not rows:
         return "(none)\n"
     columns = columns or list(rows[0])
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
+    lines += ["| " + " | ".join(_fmt(r.get(c, ""), c in percent) for c in columns) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
