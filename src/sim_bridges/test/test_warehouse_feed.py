@@ -117,3 +117,26 @@ def test_hostile_plans_are_refused_before_the_world_sees_them(raw, reason):
         feed.plan_from_steps(raw)
     assert err.value.reason == reason
     assert feed.plan_from_steps([("move_to", '{"target": "shelf_0"}'), ("wait", "")])[0].parameters == {"target": "shelf_0"}
+
+
+def test_a_lookahead_about_a_recent_state_is_answered_as_it_was_in_time_and_an_older_one_refused():
+    """A planner that read the state a step or two late is answered about the state it read."""
+    world = Warehouse(WorldConfig(num_agents=2, seed=3, grasp_failure=0.0, drift=0.0))
+    for name in world.agents:
+        world.set_plan(name, world.oracle_plan(name))
+    recent = feed.RecentWorlds(2)
+    target = world.oracle_plan("agent_0")[0].parameters["target"]
+    step = ("move_to", f'{{"target": "{target}"}}')
+    in_time = []
+    for t in range(3):
+        in_time.append(feed.answer_lookahead(world, 0, 0, t, "agent_0", *step, recent))
+        recent.record(0, world)
+        world.step()
+    assert world.t == 3 and all(p.valid and p.state.step == t + 1 for t, p in enumerate(in_time))
+    assert [feed.answer_lookahead(world, 0, 0, t, "agent_0", *step, recent) for t in (1, 2)] == in_time[1:]
+    gone = feed.answer_lookahead(world, 0, 0, 0, "agent_0", *step, recent)  # three steps back: not kept
+    assert not gone.valid and "nor one of the 2 before it" in gone.reason
+    assert not feed.answer_lookahead(world, 0, 1, 2, "agent_0", *step, recent).valid  # another episode
+    recent.clear()
+    assert not feed.answer_lookahead(world, 0, 0, 2, "agent_0", *step, recent).valid
+    assert feed.answer_lookahead(world, 0, 0, 3, "agent_0", *step, feed.RecentWorlds(0)).valid  # the live state

@@ -33,6 +33,7 @@ class EmbeddedSimNode(WorldInputs, Node):
         self.config = declare_config(self, SimConfig)
         reject_undeclared(self)
         self.world: Optional[Warehouse] = None
+        self.recent = feed.RecentWorlds(self.config.lookahead_states)
         self.sim_time = self.get_parameter("use_sim_time").value
         self.init_stepped_world(self.config.episodes, self.config.seed, self.config.hold_timeout_s)
         self.wait_for_peers(self.config)
@@ -62,9 +63,10 @@ class EmbeddedSimNode(WorldInputs, Node):
         return agrees
 
     def on_lookahead(self, request: Lookahead.Request, response: Lookahead.Response) -> Lookahead.Response:
-        """One step of the transition model for a candidate step, on a copy (the live world does not change)."""
+        """One step of the transition model for a candidate step from the live state or a recent one, on a copy (the
+        live world does not change)."""
         prediction = feed.answer_lookahead(self.world, self.episode, request.episode, request.step, request.agent_id,
-                                           request.action, request.parameters_json)
+                                           request.action, request.parameters_json, self.recent)
         return self.lookahead_response(prediction, response, self.config.frame_id)
 
     # ------------------------------------------------------------------ stepping
@@ -84,11 +86,17 @@ class EmbeddedSimNode(WorldInputs, Node):
 
     def start_episode(self) -> None:
         """Reset the world, announce the episode, publish its task and initial states."""
+        self.recent.clear()
         self.world = Warehouse(self.config.world(self.episode + 1))
         episode = self.begin_episode()
         self.publish_entries(feed.episode_entries(self.world, episode))
         self.publish_entries(feed.step_entries(self.world, [], 0))
         self._publish_states()
+
+    def step(self) -> None:
+        """Keep the state about to pass for late lookahead requests, then step."""
+        self.recent.record(self.episode, self.world)
+        super().step()
 
     def step_entries(self, events: list) -> list:
         """The warehouse's entries of one step."""

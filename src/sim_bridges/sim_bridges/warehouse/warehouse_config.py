@@ -40,6 +40,9 @@ class EpisodeRunConfig(ReadinessConfig):
 class SimConfig(EpisodeRunConfig, WorldConfig):
     """Parameters of embedded_sim: every WorldConfig field, then how the node runs episodes of that world."""
 
+    lookahead_states: int = param(3, "lookahead also answers about this many states before the live one (a planner "
+                                  "that read the state a step or two late); 0 = the live state only", 0, 64)
+
     def validate(self) -> None:
         """ConfigError naming the first invalid parameter."""
         check_fields(self)

@@ -13,7 +13,9 @@ the number of agents, and pruning can remove what mattered.
 
 from __future__ import annotations
 
+import copy
 import math
+from collections import OrderedDict
 from typing import Optional
 
 from brace_common.action_schema import ActionSchema, Fault, PlanError, Step
@@ -194,15 +196,47 @@ def agrees_with_oracle(world: Warehouse, agent: str, plan: list[Step]) -> bool:
     return same_first_step(plan, world.oracle_plan(agent), place_near(world, world.agents[agent].pos))
 
 
+class RecentWorlds:
+    """Copies of the warehouse at its last `keep` steps before the live one, by (episode, step): a planner reads the
+    state it was given, which on a busy machine can be a step or two behind the live world, and its lookahead is
+    answered about that state."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._worlds: OrderedDict[tuple[int, int], Warehouse] = OrderedDict()
+
+    def record(self, episode: int, world: Warehouse) -> None:
+        """Keep a copy of `world` as it is now (call it just before the world steps)."""
+        if self.keep < 1:
+            return
+        self._worlds[(episode, world.t)] = copy.deepcopy(world)
+        while len(self._worlds) > self.keep:
+            self._worlds.popitem(last=False)
+
+    def find(self, episode: int, step: int) -> Optional[Warehouse]:
+        """The kept copy of state `episode`/`step`, or None."""
+        return self._worlds.get((episode, step))
+
+    def clear(self) -> None:
+        """Forget every copy (a new episode)."""
+        self._worlds.clear()
+
+
 def answer_lookahead(world: Optional[Warehouse], episode: int, state_episode: int, state_step: int, agent: str,
-                     action: str, parameters_json: str) -> Prediction:
-    """A Lookahead request against the live world: refused (not valid, no state) when the state it names is not
-    the live one or the step is malformed; else the one-step prediction of `warehouse.lookahead`."""
+                     action: str, parameters_json: str, recent: Optional[RecentWorlds] = None) -> Prediction:
+    """A Lookahead request about the live world, or about one of the `recent` states before it: refused (not valid,
+    no state) when the state it names is neither or the step is malformed; else the one-step prediction of
+    `warehouse.lookahead` from that state."""
     live = f"{episode}/{world.t}" if world is not None else "none (between episodes)"
-    if world is None or (state_episode, state_step) != (episode, world.t):
-        return Prediction(False, f"state {state_episode}/{state_step} is not the live state ({live})", None)
+    if world is not None and (state_episode, state_step) == (episode, world.t):
+        origin: Optional[Warehouse] = world
+    else:
+        origin = recent.find(state_episode, state_step) if recent is not None else None
+    if origin is None:
+        kept = f" nor one of the {recent.keep} before it" if recent is not None and recent.keep else ""
+        return Prediction(False, f"state {state_episode}/{state_step} is not the live state ({live}){kept}", None)
     try:
         step = plan_from_steps([(action, parameters_json)])[0]
     except InvalidInput as exc:
         return Prediction(False, f"malformed step: {exc}", None)
-    return lookahead(world, episode, agent, step)
+    return lookahead(origin, state_episode, agent, step)
