@@ -61,9 +61,10 @@ def test_a_loop_in_the_world_raises_a_loop_trigger_the_controller_admits_and_the
         ros.add(node(TriggerMonitorNode, step_source="agent_state", periodic_interval_steps=0, loop_detection=True,
                      loop_repeat_steps=50, hazard_distance_m=0.0, deadlock_window=0))
         ros.add(node(BraceControllerNode, cooldown_steps=1, commit_steps=0))
-        # Steps of 0.2 s: the world holds from the controller's decision on, and a step it takes before then (a busy
-        # machine delivers the decision late) leaves the planner's newest state behind the live one, which the
-        # world's lookahead service refuses (once seen beside make test: no lookahead line in the prompt).
+        # Steps of 0.2 s: the world holds from the controller's decision on, and steps it takes before then (a busy
+        # machine delivers the decision late) leave the planner's newest state behind the live one; the lookahead
+        # service answers about the last lookahead_states (3) states only (at 20 ms steps, once seen beside make
+        # test: no lookahead line in the prompt).
         ros.add(node(EmbeddedSimNode, episodes=1, num_agents=1, max_steps=40, step_period_s=0.2, grasp_failure=0.0,
                      drift=0.0, markers=False, wait_for_nodes=["trigger_monitor", "brace_controller",
                                                                 "erecap_planner"], replan_action="replan"))
