@@ -34,6 +34,7 @@ class EmbeddedSimNode(WorldInputs, Node):
         reject_undeclared(self)
         self.world: Optional[Warehouse] = None
         self.recent = feed.RecentWorlds(self.config.lookahead_states)
+        self.lookahead_asked = False  # copies cost 1-2 ms a step: only once some planner uses the service
         self.sim_time = self.get_parameter("use_sim_time").value
         self.init_stepped_world(self.config.episodes, self.config.seed, self.config.hold_timeout_s)
         self.wait_for_peers(self.config)
@@ -65,6 +66,7 @@ class EmbeddedSimNode(WorldInputs, Node):
     def on_lookahead(self, request: Lookahead.Request, response: Lookahead.Response) -> Lookahead.Response:
         """One step of the transition model for a candidate step from the live state or a recent one, on a copy (the
         live world does not change)."""
+        self.lookahead_asked = True
         prediction = feed.answer_lookahead(self.world, self.episode, request.episode, request.step, request.agent_id,
                                            request.action, request.parameters_json, self.recent)
         return self.lookahead_response(prediction, response, self.config.frame_id)
@@ -94,8 +96,9 @@ class EmbeddedSimNode(WorldInputs, Node):
         self._publish_states()
 
     def step(self) -> None:
-        """Keep the state about to pass for late lookahead requests, then step."""
-        self.recent.record(self.episode, self.world)
+        """Keep the state about to pass for late lookahead requests (once any came), then step."""
+        if self.lookahead_asked:
+            self.recent.record(self.episode, self.world)
         super().step()
 
     def step_entries(self, events: list) -> list:
