@@ -5,8 +5,9 @@ Mode selection is a first-match rule list, checked top to bottom:
   1. failure-aware override active (k consecutive failures) -> full_replan
   2. hazard, deadlock or preempt trigger (plan unsafe or blocked) -> full_replan
   3. failure, drift or loop trigger (repair from the failing step on) -> partial_replan
-  4. periodic trigger with severity < reuse_severity (plan on track) -> reuse_subplan
-  5. any other periodic trigger -> partial_replan
+  4. periodic trigger of an agent without an unfinished plan (nothing to repair or reuse) -> full_replan
+  5. periodic trigger with severity < reuse_severity (plan on track) -> reuse_subplan
+  6. any other periodic trigger -> partial_replan
 
 defer_replan is never chosen here: it is the mode of every suppressed trigger.
 B_t and SLO_t come from the budget profile: the mode's (B, SLO) scaled by the
@@ -45,6 +46,8 @@ def select_mode(trigger: Trigger, override: bool, reuse_severity: float) -> Mode
         return Mode.FULL_REPLAN
     if trigger.kind in _PARTIAL_REPLAN_KINDS:
         return Mode.PARTIAL_REPLAN
+    if not trigger.has_goal:
+        return Mode.FULL_REPLAN
     if trigger.severity < reuse_severity:
         return Mode.REUSE_SUBPLAN
     return Mode.PARTIAL_REPLAN

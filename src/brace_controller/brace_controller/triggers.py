@@ -31,6 +31,11 @@ class AgentObservation:
     has_goal: bool = False
 
 
+PERIODIC_SEVERITY = 1.0
+"""The severity of every periodic trigger (the interval, an initial or a finished plan): at or above the controller's
+`reuse_severity` the check of a running plan is a partial replan."""
+
+
 def _clip01(x: float) -> float:
     return 0.0 if not math.isfinite(x) else max(0.0, min(1.0, x))
 
@@ -51,7 +56,7 @@ class PeriodicDetector:
         """Triggers for `step` (none when interval is 0 or no agent's phase is due)."""
         if self.interval <= 0:
             return []
-        return [Trigger(TriggerKind.PERIODIC, a, step, severity=1.0, detail=f"every {self.interval} steps")
+        return [Trigger(TriggerKind.PERIODIC, a, step, severity=PERIODIC_SEVERITY, detail=f"every {self.interval} steps")
                 for i, a in enumerate(agents) if step - i * self.stagger > 0 and (step - i * self.stagger) % self.interval == 0]
 
 
@@ -81,7 +86,7 @@ class PlanDoneDetector:
         if self.idle[agent] != self.idle_steps or moved <= self.progress_m:
             return None
         self.anchor[agent] = state.position
-        return Trigger(TriggerKind.PERIODIC, agent, step, severity=1.0,
+        return Trigger(TriggerKind.PERIODIC, agent, step, severity=PERIODIC_SEVERITY,
                        detail=f"plan finished: idle {self.idle_steps} steps after moving {moved:.2f} m")
 
 
@@ -339,7 +344,7 @@ class TriggerMonitor:
         due = {a for i, a in enumerate(agents)
                if a in self.initial_pending and step >= self.first_step + i * self.config.periodic_stagger_steps}
         due -= {t.agent_id for t in raised}  # a periodic trigger at this step asks for the plan already
-        raised += [Trigger(TriggerKind.PERIODIC, a, step, severity=1.0, detail="initial plan") for a in sorted(due)]
+        raised += [Trigger(TriggerKind.PERIODIC, a, step, severity=PERIODIC_SEVERITY, detail="initial plan") for a in sorted(due)]
         self.initial_pending -= due | {t.agent_id for t in raised}
         periodic_now = {t.agent_id for t in raised}
         for agent, state in sorted(self.states.items()):

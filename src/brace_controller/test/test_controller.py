@@ -138,10 +138,10 @@ def test_backlog_of_calls_in_flight_defers_periodic_until_the_planner_is_free():
 
 
 def test_an_idle_agent_behind_a_backlog_is_held_and_called_when_the_planner_frees():
-    c = controller(defer_when_infeasible=True)  # B_t fixed (adaptive off); 20 + N ms per call
-    warm(c, 1.0)
-    assert c.decide(trig(1)).admitted  # a's call: ~532 ms
-    idle = c.decide(trig(1, agent="b", has_goal=False))  # no plan yet; its call would wait ~532 ms for a's
+    c = controller(defer_when_infeasible=True)  # B_t fixed (adaptive off); 20 + 1.5 N ms per call
+    warm(c, 1.5)
+    assert c.decide(trig(1)).admitted  # a's partial replan: ~788 ms
+    idle = c.decide(trig(1, agent="b", has_goal=False))  # no plan yet: a full replan, ~1,556 ms after a's ~788
     assert not idle.admitted and idle.reason == Reason.SLO_INFEASIBLE and c.held["b"].agent_id == "b"
     assert c.decide(trig(1, agent="c", kind=TriggerKind.DEADLOCK, has_goal=False)).admitted  # critical: never held
     done(c, step=1)  # a's call finished; c's still runs: b would still wait behind it
@@ -184,7 +184,7 @@ def test_without_slo_admission_cold_calls_are_not_held():
 
 def test_a_newer_trigger_supersedes_the_held_one_and_an_episode_drops_them():
     c = controller(defer_when_infeasible=True)
-    warm(c, 1.0)
+    warm(c, 1.5)  # b's full replan could not finish in its SLO behind a's call
     c.decide(trig(1))
     assert not c.decide(trig(1, agent="b", has_goal=False)).admitted
     assert not c.decide(trig(2, agent="b", has_goal=False)).admitted

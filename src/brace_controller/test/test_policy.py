@@ -19,6 +19,14 @@ def test_mode_first_match_order():
     assert select_mode(trig(1, severity=0.8), False, 0.5) == Mode.PARTIAL_REPLAN
 
 
+def test_a_periodic_trigger_of_an_agent_without_a_plan_asks_for_a_full_plan():
+    # an initial plan or a finished one: there is nothing to repair or reuse, whatever the severity
+    for severity in (0.2, 1.0):
+        assert select_mode(trig(1, severity=severity, has_goal=False), False, 0.5) == Mode.FULL_REPLAN
+    # a failure of an agent whose plan ended with the failed step is still repaired from it
+    assert select_mode(trig(1, kind=TriggerKind.FAILURE, has_goal=False), False, 0.5) == Mode.PARTIAL_REPLAN
+
+
 def test_budget_per_mode_and_kind_scale():
     policy = BudgetPolicy(profile(), ControllerConfig())
     b = policy.budget(trig(1, kind=TriggerKind.DEADLOCK), False, 0)
