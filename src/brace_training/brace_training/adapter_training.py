@@ -64,6 +64,7 @@ class PlanExample:
 
 
 PROMPT_GRADIENTS = ("full", "detached")
+LOSS_MEANS = ("token", "example")
 
 
 @dataclass(frozen=True)
@@ -73,12 +74,16 @@ class TrainingOptions:
     `dtype` 'auto' trains under bfloat16 autocast where the CPU computes bf16 natively (AMX, AVX512-BF16; as
     erecap_planner.precision decides for the planner) and in float32 elsewhere; `batch_size` examples of similar
     length share one optimizer step; `prompt_gradient` 'detached' runs the prompt without gradient (plan_batches);
-    `forced_weight` is the loss weight of a plan token the constrained decoder forces (a choice weighs 1)."""
+    `forced_weight` is the loss weight of a plan token the constrained decoder forces (a choice weighs 1).
+    `loss_mean` 'token' gives every weighted plan token of the round the same weight, whatever its plan's length;
+    'example' averages within each example first, so a long plan's first choice weighed a fraction of a one-step
+    plan's and a round learned `wait` where the oracle moves (docs/training.md)."""
 
     dtype: str = "auto"
     batch_size: int = 1
     prompt_gradient: str = "detached"
     forced_weight: float = 0.1
+    loss_mean: str = "token"
 
     def __post_init__(self) -> None:
         if self.dtype not in ("auto", "float32", "bfloat16"):
@@ -89,6 +94,8 @@ class TrainingOptions:
             raise ValueError(f"prompt_gradient '{self.prompt_gradient}' is not one of {', '.join(PROMPT_GRADIENTS)}")
         if not 0.0 <= self.forced_weight <= 1.0:
             raise ValueError(f"forced_weight {self.forced_weight} is outside [0, 1]")
+        if self.loss_mean not in LOSS_MEANS:
+            raise ValueError(f"loss_mean '{self.loss_mean}' is not one of {', '.join(LOSS_MEANS)}")
 
     def autocast_dtype(self, device: torch.device) -> Optional[torch.dtype]:
         """bfloat16 where this round autocasts to it, None for float32."""
@@ -103,11 +110,24 @@ def describe(options: TrainingOptions, device: torch.device) -> str:
     autocast = options.autocast_dtype(device)
     return (f"{'bfloat16 autocast' if autocast is not None else 'float32'} on {device.type}, batch "
             f"{options.batch_size}, prompt gradient {options.prompt_gradient}, forced tokens weigh "
-            f"{options.forced_weight:g}")
+            f"{options.forced_weight:g}, loss mean per {options.loss_mean}")
 
 
-REFERENCE = TrainingOptions(dtype="float32", batch_size=1, prompt_gradient="full", forced_weight=1.0)
-"""The rounds before the training path was sped up: float32, one example per step, every plan token weighing 1."""
+REFERENCE = TrainingOptions(dtype="float32", batch_size=1, prompt_gradient="full", forced_weight=1.0,
+                            loss_mean="example")
+"""The rounds before the training path was sped up: float32, one example per step, every plan token weighing 1,
+each example's loss its own mean."""
+
+
+def example_weight(ex: PlanExample, forced_weight: float) -> float:
+    """The summed loss weight of an example's plan tokens."""
+    return sum(token_weights(ex.choice, len(ex.target_ids), forced_weight))
+
+
+def token_scale(batch: list[PlanExample], forced_weight: float, mean_weight: float) -> float:
+    """What turns a batch's weighted mean loss into its share of the round's per-token loss: the batch's summed
+    weight over that of `len(batch)` average examples (`mean_weight` each)."""
+    return sum(example_weight(ex, forced_weight) for ex in batch) / (mean_weight * len(batch))
 
 
 def target_loss(model, prompt_ids: list[int], target_ids: list[int], device) -> torch.Tensor:
@@ -158,6 +178,7 @@ def train_adapter(model, examples: list[PlanExample], rank: int = 8, alpha: floa
     device = next(model.parameters()).device
     autocast = options.autocast_dtype(device)
     loss_of = detached_loss if options.prompt_gradient == "detached" else full_loss
+    mean_weight = sum(example_weight(ex, options.forced_weight) for ex in examples) / max(1, len(examples))
     pruned = [i for i, ex in enumerate(examples) if ex.token_budget is not None]
     plain = [i for i, ex in enumerate(examples) if ex.token_budget is None]
     model.train()
@@ -178,6 +199,8 @@ def train_adapter(model, examples: list[PlanExample], rank: int = 8, alpha: floa
                                               torch.tensor(first.target_ids), first.token_budget, protect, weights)
                 else:
                     loss = loss_of(model, [examples[i] for i in batch], options.forced_weight, device)
+                if options.loss_mean == "token":
+                    loss = loss * token_scale([examples[i] for i in batch], options.forced_weight, mean_weight)
             optim.zero_grad()
             loss.backward()
             optim.step()

@@ -36,7 +36,8 @@ def add_adapter_arguments(ap: argparse.ArgumentParser, output: Optional[Path], e
 
 
 def add_training_arguments(ap: argparse.ArgumentParser) -> None:
-    """--dtype, --batch-size, --prompt-gradient and --forced-weight: how a round computes (TrainingOptions)."""
+    """--dtype, --batch-size, --prompt-gradient, --forced-weight and --loss-mean: how a round computes
+    (TrainingOptions)."""
     ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                     help="auto: bfloat16 autocast where the CPU computes bf16 natively, else float32")
     ap.add_argument("--batch-size", type=int, default=1, help="examples of similar length per optimizer step")
@@ -44,15 +45,17 @@ def add_training_arguments(ap: argparse.ArgumentParser) -> None:
                     help="detached: the prompt runs without gradient, only the plan tokens with it")
     ap.add_argument("--forced-weight", type=float, default=0.1,
                     help="loss weight of a plan token the constrained decoder forces (a chosen one weighs 1)")
+    ap.add_argument("--loss-mean", default="token", choices=["token", "example"],
+                    help="token: every weighted plan token of the round weighs the same; example: each example's mean")
 
 
 def training_options(ap: argparse.ArgumentParser, args: argparse.Namespace):
-    """The TrainingOptions of the parsed --dtype, --batch-size, --prompt-gradient and --forced-weight (an invalid one
-    stops the command naming it)."""
+    """The TrainingOptions of the parsed --dtype, --batch-size, --prompt-gradient, --forced-weight and --loss-mean (an
+    invalid one stops the command naming it)."""
     # heavy: adapter_training imports torch
     from .adapter_training import TrainingOptions
 
     try:
-        return TrainingOptions(args.dtype, args.batch_size, args.prompt_gradient, args.forced_weight)
+        return TrainingOptions(args.dtype, args.batch_size, args.prompt_gradient, args.forced_weight, args.loss_mean)
     except ValueError as exc:
         ap.error(str(exc))

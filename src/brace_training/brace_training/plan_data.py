@@ -13,7 +13,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from brace_common.action_schema import Step
-from brace_common.vocabulary import Block, Mode
+from brace_common.replanning import Trigger
+from brace_common.vocabulary import Block, Mode, TriggerKind
+from brace_controller.config import ControllerConfig
+from brace_controller.policy import select_mode
+from brace_controller.triggers import PERIODIC_SEVERITY
 from brace_common.world_feed import FeedEntry, outcomes
 from brace_memory.lookahead import Projection
 from brace_memory.system import MemorySystem, StepOutcome
@@ -127,6 +131,15 @@ class MemoryFeed:
             self.state()
 
 
+def controller_mode(failed: bool, has_plan: bool) -> Mode:
+    """The mode the controller picks at a decision point (its own rule, `select_mode`, with its default
+    `reuse_severity`): for the failure trigger of an agent whose step failed, else for the periodic trigger of an
+    agent with or without a running plan."""
+    kind = TriggerKind.FAILURE if failed else TriggerKind.PERIODIC
+    trigger = Trigger(kind, "agent", 0, severity=PERIODIC_SEVERITY, has_goal=has_plan)
+    return select_mode(trigger, override=False, reuse_severity=ControllerConfig().reuse_severity)
+
+
 def decision_points(seeds: range, num_agents: int, every: int = 8, observe_every: int = 4,
                     max_steps: int = 60, drift: float = 0.03, grasp_failure: float = 0.1,
                     stagger: int = 1, detour: float = 0.0,
@@ -141,8 +154,9 @@ def decision_points(seeds: range, num_agents: int, every: int = 8, observe_every
     executes `detour_plan` instead of the oracle's plan; with probability
     `on_policy` it executes `policy`'s plan for the point it was just asked
     about (the oracle's where the policy gives none). Each point's mode is the
-    controller's for that moment: the first plan and a finished one full_replan,
-    a failure partial_replan, the periodic check of a running plan reuse_subplan.
+    controller's for that moment (`controller_mode`): the first plan and a
+    finished one full_replan, a failure and the periodic check of a running
+    plan partial_replan.
     `memory` (kept across the seeds, as a run keeps it) is fed while the episode
     runs; it holds what it would at a point while the point is being consumed. `floor_plan`: the warehouse map.
     """
@@ -175,8 +189,7 @@ def decision_points(seeds: range, num_agents: int, every: int = 8, observe_every
                     continue
                 if a.current is None or name in failed or world.t % every == 0:
                     oracle = world.oracle_plan(name)
-                    mode = (Mode.PARTIAL_REPLAN if name in failed else Mode.FULL_REPLAN if a.current is None
-                            else Mode.REUSE_SUBPLAN)
+                    mode = controller_mode(name in failed, a.current is not None)
                     point = None
                     # no repeats of an idle wait, unless what ran was not the oracle's
                     if oracle != last[name] or ran[name] != last[name] or name in failed or world.t % every == 0:

@@ -90,3 +90,19 @@ def test_the_target_loss_is_the_labelled_forward_s_loss(kind):
         with torch.inference_mode():
             loss = float(target_loss(model, example.prompt_ids, example.target_ids, "cpu"))
         assert loss == pytest.approx(plan_loss(model, example), rel=1e-5)
+
+
+def test_a_token_mean_weighs_every_choice_the_same_whatever_its_plans_length():
+    from brace_training.adapter_training import TrainingOptions, token_scale
+
+    long_plan = PlanExample([1, 2], list(range(12)), choice=[i % 3 == 0 for i in range(12)])  # 4 choices, 8 forced
+    wait = PlanExample([1, 2], [5, 6, 7], choice=[True, False, False])  # 1 choice, 2 forced
+    weights = {id(long_plan): 4 + 8 * 0.5, id(wait): 1 + 2 * 0.5}
+    mean = sum(weights.values()) / 2
+    # a batch's weighted mean times its scale is its summed weighted loss over the round's mean example weight:
+    # the long plan's first choice weighs 1 / mean either way, not 1 / 8 against the wait's 1 / 2
+    assert token_scale([long_plan], 0.5, mean) == pytest.approx(weights[id(long_plan)] / mean)
+    assert token_scale([wait], 0.5, mean) == pytest.approx(weights[id(wait)] / mean)
+    assert token_scale([long_plan, wait], 0.5, mean) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="loss_mean"):
+        TrainingOptions(loss_mean="plan")

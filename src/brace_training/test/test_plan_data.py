@@ -72,3 +72,25 @@ def test_gig_memory_reads_the_world_s_states_and_its_lookahead(tmp_path):
         texts.append(tok.decode(ids))
     assert gig.system.counts["lookahead_projected"] > 0
     assert any("lookahead: " in t for t in texts)
+
+
+def test_each_point_reads_the_mode_the_controller_picks_for_the_trigger_the_monitor_raises():
+    from brace_common.vocabulary import Mode
+    from brace_controller.config import ControllerConfig, MonitorConfig
+    from brace_controller.policy import select_mode
+    from brace_controller.triggers import AgentObservation, TriggerMonitor
+    from brace_training.plan_data import controller_mode
+
+    def mode(trigger):
+        return select_mode(trigger, override=False, reuse_severity=ControllerConfig().reuse_severity)
+
+    monitor = TriggerMonitor(MonitorConfig(periodic_interval_steps=2, plan_done_idle_steps=0, failure_threshold=1))
+    for has_plan in (True, False):
+        monitor.on_state("a", AgentObservation((0.0, 0.0, 0.0), has_goal=has_plan))
+        periodic = [t for t in monitor.on_step(2 if has_plan else 4) if t.agent_id == "a"]
+        assert periodic and mode(periodic[0]) == controller_mode(False, has_plan)
+        failure = monitor.on_outcome("a", success=False)
+        assert failure and mode(failure[0]) == controller_mode(True, has_plan)
+    assert controller_mode(False, False) == Mode.FULL_REPLAN  # an initial or finished plan: nothing to repair
+    points = list(decision_points(range(2), num_agents=2, max_steps=30))
+    assert {p.mode for p in points} >= {Mode.FULL_REPLAN, Mode.PARTIAL_REPLAN}
