@@ -15,10 +15,10 @@ from typing import Optional
 from brace_common.action_schema import Step
 from brace_common.replanning import Trigger
 from brace_common.vocabulary import Block, Mode, TriggerKind
+from brace_common.world_feed import FeedEntry, outcomes
 from brace_controller.config import ControllerConfig
 from brace_controller.policy import select_mode
 from brace_controller.triggers import PERIODIC_SEVERITY
-from brace_common.world_feed import FeedEntry, outcomes
 from brace_memory.lookahead import Projection
 from brace_memory.system import MemorySystem, StepOutcome
 from erecap_planner.context import ContextBuffer, Entry
