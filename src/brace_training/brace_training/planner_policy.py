@@ -8,12 +8,13 @@ plans lead to, which oracle-driven evaluation does not see.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 
 from brace_common.action_schema import ActionSchema, Step
 from brace_common.config import resolve_path
-from brace_common.vocabulary import CallStatus
+from brace_common.vocabulary import CallStatus, Mode
 from erecap_planner.adapter import merge_adapter
 from erecap_planner.call_path import CallOptions, CallPath, CallRequest, LocalModel, PlannerCallPath
 from erecap_planner.models import SMOLLM2, load_model
@@ -42,6 +43,7 @@ class PlannerPolicy:
         self.plans_agreed = 0
         self.latencies_ms: list[float] = []
         self.tokens: list[tuple[int, int]] = []
+        self.full_replans = [0, 0]  # [agreed, calls] at full_replan points (no running plan: an initial or finished one)
 
     def __call__(self, point: DecisionPoint) -> list[Step]:
         """The planner's plan at `point` ([] after a planner error: the caller runs the oracle's)."""
@@ -54,7 +56,11 @@ class PlannerPolicy:
             self.errors += 1
             return []
         plan = [Step(s.action, dict(s.parameters)) for s in out.steps]
-        self.agreed += same_first_step(plan, point.oracle, point.here)
+        agreed = same_first_step(plan, point.oracle, point.here)
+        self.agreed += agreed
+        if point.mode == Mode.FULL_REPLAN:
+            self.full_replans[0] += agreed
+            self.full_replans[1] += 1
         self.plans_agreed += plan == list(point.oracle)  # Steps compare by action and parameters
         return plan
 
@@ -65,12 +71,16 @@ class PlannerPolicy:
 
     def scores(self) -> dict:
         """What the calls so far measured: points, the share that returned a valid plan, first-step and whole-plan
-        agreement with the oracle, latency P50 and mean tokens before / after compression (needs a call)."""
+        agreement with the oracle (and first-step agreement at the full_replan points alone, where a planner that
+        waits for a running plan to copy shows; NaN without one), latency P50 and mean tokens before / after
+        compression (needs a call)."""
         if not self.calls:
             raise ValueError("no call to score")
         return {"points": self.calls, "valid_plans": round(1 - self.errors / self.calls, 3),
                 "first_step_agreement": round(self.first_step_agreement, 3),
                 "plan_agreement": round(self.plans_agreed / self.calls, 3),
+                "full_replan_agreement": round(self.full_replans[0] / self.full_replans[1], 3) if self.full_replans[1]
+                else math.nan,
                 "latency_p50_ms": round(statistics.median(self.latencies_ms), 1),
                 "tokens_before": round(statistics.mean(t[0] for t in self.tokens)),
                 "tokens_after": round(statistics.mean(t[1] for t in self.tokens))}

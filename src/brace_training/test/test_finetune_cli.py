@@ -107,6 +107,7 @@ def test_the_planner_policy_plans_at_each_decision_point_and_counts_agreement(tm
     scores = policy.scores()
     assert scores["points"] == policy.calls and scores["valid_plans"] == 1.0
     assert scores["plan_agreement"] <= scores["first_step_agreement"]  # a whole plan agrees only with its first step
+    assert 0.0 <= scores["full_replan_agreement"] <= 1.0  # the first point is an initial plan
     assert scores["tokens_after"] <= scores["tokens_before"]
     other = policy_for(ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=2)))))
     assert other.path.tokenizer is policy.path.tokenizer  # loaded once, a call path per schema
