@@ -9,8 +9,9 @@ Two parts, side by side in one run, on seeds no training used (training episodes
   points, with the point's mode and a memory fed as a run feeds it. First-step and whole-plan agreement with the
   oracle, and first-step agreement at the full_replan points alone (an initial or finished plan: a planner that
   only continues the plan its state line names fails there, and in the loop no plan ever starts). Rows: flat
-  history unpruned (No BRACE's context), flat under E-RECAP at B = 384 (the demo profile's full replan), and OmniAct's memory, RAG static, RAG memory and GiG (state graph + Bounded Lookahead answered by the
-  world's transition model) under E-RECAP at that B. GiG's loop warnings need a loop, which oracle-driven states
+  history unpruned (No BRACE's context), flat under E-RECAP at B = 384 (the demo profile's full replan), and
+  OmniAct's memory, RAG static, RAG memory and GiG (state graph + Bounded Lookahead answered by the world's
+  transition model) under E-RECAP at that B. GiG's loop warnings need a loop, which oracle-driven states
   rarely have: they show in the loop.
 - **closed loop**: each variant of runs/variants.yaml (no_brace, brace_erecap, brace_erecap_memory,
   rag_static_erecap, rag_memory_erecap, brace_erecap_gig) runs the full graph over DDS (`brace-run`'s
