@@ -135,8 +135,8 @@ def controller_mode(failed: bool, has_plan: bool) -> Mode:
     """The mode the controller picks at a decision point (its own rule, `select_mode`, with its default
     `reuse_severity`): for the failure trigger of an agent whose step failed, else for the periodic trigger of an
     agent with or without a running plan."""
-    kind = TriggerKind.FAILURE if failed else TriggerKind.PERIODIC
-    trigger = Trigger(kind, "agent", 0, severity=PERIODIC_SEVERITY, has_goal=has_plan)
+    trigger = (Trigger(TriggerKind.FAILURE, "agent", 0, has_goal=has_plan) if failed
+               else Trigger(TriggerKind.PERIODIC, "agent", 0, severity=PERIODIC_SEVERITY, has_goal=has_plan))
     return select_mode(trigger, override=False, reuse_severity=ControllerConfig().reuse_severity)
 
 
