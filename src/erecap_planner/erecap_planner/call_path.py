@@ -94,6 +94,7 @@ class CallOutcome:
     server_prompt_tokens: int = 0  # the server's usage report (backend openai)
     server_completion_tokens: int = 0
     respelled: list[str] = field(default_factory=list)  # ids of the plan spelled another way ('old -> new')
+    cut_at_slo: bool = False       # the plan ended at a step boundary to keep SLO_t (CallOptions.end_plan_at_slo)
 
     @property
     def slo_met(self) -> bool:
@@ -113,6 +114,8 @@ class CallOptions:
     plan_steps: dict[int, int] = field(default_factory=dict)  # mode -> most steps of its plans (0: the schema's)
     decoding: str = "json"
     protect_blocks: bool = True    # in-model pruning never drops a protected block's tokens
+    end_plan_at_slo: bool = False  # constrained decoding ends a plan at the step boundary where the next step would
+                                   # finish past SLO_t
 
     def __post_init__(self) -> None:
         if self.decoding not in DECODINGS:

@@ -8,11 +8,18 @@ model in one batch with the next ones); where it branches, the model's logits
 over the allowed tokens choose. The output is always a parseable plan, every
 choice is the model's, and pruning that removed what mattered changes the
 choices. Runs over the (pruned) KV cache of the prefill.
+
+With `end_by` a plan also ends at a step boundary when its next step would
+finish after that instant: the steps chosen so far are the plan, each still
+the model's choice, and the agent asks again when it has run them. Decoding is
+the part of a call that B_t does not shrink; this keeps a long plan from
+costing the call its SLO.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -56,12 +63,13 @@ class TokenTrie:
 
 @dataclass
 class ConstrainedResult:
-    """The decoded plan text, its steps, and how many tokens / model forwards it took."""
+    """The decoded plan text, its steps, how many tokens / model forwards it took, and whether `end_by` ended it."""
 
     text: str
     steps: list[Step]
     tokens: int
     forwards: int
+    cut: bool = False
 
 
 class ConstrainedPlanDecoder:
@@ -135,10 +143,12 @@ class ConstrainedPlanDecoder:
 
     @torch.inference_mode()
     def decode(self, runner: ErecapModel, prefill: PrefillResult, should_abort=lambda: False,
-               max_steps: Optional[int] = None) -> ConstrainedResult:
+               max_steps: Optional[int] = None, end_by: Optional[float] = None) -> ConstrainedResult:
         """Decode over `prefill.cache` (extended in place); raises CallAborted via `should_abort` checks.
 
         `max_steps` (<= the decoder's) caps this plan's length: a short plan for a small replanning mode.
+        `end_by` (a time.monotonic() instant): once `min_steps` are chosen, the plan ends at the step boundary
+        where one more step, as long as the longest one so far, would end after it.
         """
         limit = self.max_steps if not max_steps else max(1, min(self.max_steps, max_steps))
         cache, position = prefill.cache, prefill.next_position
@@ -147,7 +157,10 @@ class ConstrainedPlanDecoder:
         chosen: list[Step] = []
         forwards = 0
         n = len(self.steps)
+        longest = 0.0
+        cut = False
         while True:
+            began = time.monotonic()
             if len(chosen) == limit - 1:
                 trie, closes = self.last, (lambda i: True)
             elif len(chosen) < min(self.min_steps, limit) - 1:
@@ -178,6 +191,11 @@ class ConstrainedPlanDecoder:
             chosen.append(self.steps[index % n])
             if closes(index):  # the option closed the plan
                 break
+            now = time.monotonic()
+            longest = max(longest, now - began)
+            if end_by is not None and len(chosen) >= self.min_steps and now + longest > end_by:
+                cut = True
+                break
         produced.extend(pending)
         text = PLAN_OPEN + STEP_SEPARATOR.join(step_json(s) for s in chosen) + PLAN_CLOSE
-        return ConstrainedResult(text, chosen, len(produced), forwards)
+        return ConstrainedResult(text, chosen, len(produced), forwards, cut)

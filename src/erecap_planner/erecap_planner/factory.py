@@ -200,7 +200,7 @@ def call_options(cfg: PlannerConfig) -> CallOptions:
     return CallOptions(compressor=cfg.compressor, max_new_tokens=cfg.max_new_tokens, system_prompt=cfg.system_prompt,
                        layout=cfg.context_layout, max_context_tokens=cfg.max_context_tokens,
                        plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n}, decoding=cfg.decoding,
-                       protect_blocks=cfg.protect_blocks)
+                       protect_blocks=cfg.protect_blocks, end_plan_at_slo=cfg.end_plan_at_slo)
 
 
 def with_schema(path: CallPath, schema: Optional[ActionSchema]) -> CallPath:

@@ -119,11 +119,50 @@ def test_plan_length_follows_the_cap_of_the_call():
     steps = [Step("wait", {}), Step("move_to", {"target": "dock_1"})]
     decoder = ConstrainedPlanDecoder(tok, steps, max_steps=4)
     runner = ErecapModel(model)
-    long_plan = None
+    long_plan = _long_plan_prompt(decoder, runner, tok)
+    assert len(decoder.decode(runner, runner.prefill(long_plan), max_steps=1).steps) == 1
+
+
+def _long_plan_prompt(decoder: ConstrainedPlanDecoder, runner: ErecapModel, tok) -> torch.Tensor:
+    """A prompt on which the tiny random model plans at least two steps."""
     for word in ("plan:", "next:", "go", "steps", "a", "bb", "ccc", "dddd"):
         ids = torch.tensor(tok(word, add_special_tokens=False)["input_ids"])
         if len(decoder.decode(runner, runner.prefill(ids)).steps) >= 2:
-            long_plan = ids
-            break
-    assert long_plan is not None, "no prompt gave the random model a plan of two steps or more"
-    assert len(decoder.decode(runner, runner.prefill(long_plan), max_steps=1).steps) == 1
+            return ids
+    raise AssertionError("no prompt gave the random model a plan of two steps or more")
+
+
+def test_a_plan_past_its_end_by_instant_ends_at_a_step_boundary():
+    """With `end_by` already past, the plan is its first step (min_steps), each step still the model's choice;
+    with `end_by` far ahead it is the plan decoded without one."""
+    import time
+
+    from brace_common.action_schema import Step
+
+    model, tok = tiny("llama"), byte_tokenizer()
+    steps = [Step("wait", {}), Step("move_to", {"target": "dock_1"})]
+    decoder = ConstrainedPlanDecoder(tok, steps, max_steps=4)
+    runner = ErecapModel(model)
+    ids = _long_plan_prompt(decoder, runner, tok)
+    free = decoder.decode(runner, runner.prefill(ids))
+    late = decoder.decode(runner, runner.prefill(ids), end_by=time.monotonic() - 1.0)
+    ahead = decoder.decode(runner, runner.prefill(ids), end_by=time.monotonic() + 3600.0)
+    assert late.cut and late.steps == free.steps[:1]
+    assert late.text == PLAN_OPEN + step_json(free.steps[0]) + "]}"
+    assert not ahead.cut and ahead.steps == free.steps and not free.cut
+    two = ConstrainedPlanDecoder(tok, steps, max_steps=4, min_steps=2)
+    assert len(two.decode(runner, runner.prefill(ids), end_by=time.monotonic() - 1.0).steps) == 2
+
+
+def test_a_call_path_ends_plans_at_the_slo_only_when_asked():
+    """end_plan_at_slo: a call whose SLO has passed before decoding gets a one-step plan and says it was cut."""
+    model = tiny("llama")
+    path = {flag: PlannerCallPath(LocalModel(model, byte_tokenizer()),
+                                  CallOptions(compressor="none", decoding="constrained", end_plan_at_slo=flag), SCHEMA)
+            for flag in (False, True)}
+    # An SLO of a microsecond has passed before the decode starts; the hard deadline is far.
+    request = CallRequest("a", 600, 0.001, 120_000)
+    kept, cut = path[False].run(buffer(30), request), path[True].run(buffer(30), request)
+    assert kept.status == CallStatus.OK and cut.status == CallStatus.OK, (kept.error, cut.error)
+    assert len(kept.steps) > 1 and not kept.cut_at_slo
+    assert cut.cut_at_slo and cut.steps == kept.steps[:1]
