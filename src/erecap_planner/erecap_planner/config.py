@@ -100,7 +100,7 @@ class PlannerConfig:
     plan_steps: list[int] = param([0, 0, 2], "most steps of a plan per mode [full_replan, partial_replan, "
                                   "reuse_subplan] with constrained decoding (0 = the action schema's max_steps): "
                                   "a reuse call confirms a short subplan, so it decodes less")
-    end_plan_at_slo: bool = param(False, "constrained decoding ends a plan at the step boundary where one more step "
+    end_plan_at_slo: bool = param(False, "in-process constrained decoding ends a plan at the step boundary where one more step "
                                   "(as long as its longest so far) would finish past the call's SLO_t: the steps "
                                   "chosen so far are the plan (decoding is what B_t does not shrink)")
     decoding: str = param("json", "'json': generate the plan; 'candidates': score every valid skill call; "
