@@ -366,7 +366,7 @@ class CallPath:
         `queued_at` (time.monotonic()) is when the call was accepted, if it then waited for the model; latency and
         deadline run from there.
         """
-        clock = PhaseClock(request.hard_deadline_ms, cancelled, on_phase, queued_at)
+        clock = PhaseClock(request.hard_deadline_ms, cancelled, on_phase, queued_at, request.slo_ms)
         outcome = CallOutcome(status=CallStatus.OK, slo_ms=request.slo_ms, compressor=self.options.compressor,
                               backend=self.backend.name)
         use = self.use  # this call's schema, whatever replaces it meanwhile

@@ -100,10 +100,9 @@ class LocalBackend:
             text = json.dumps({"plan": [{"action": step.action, "parameters": step.parameters}]})
             produced = len(use.candidates)
         elif self.decoding is Decoding.CONSTRAINED:
-            end_by = (clock.start + request.slo_ms / 1000.0
-                      if self.options.end_plan_at_slo and request.slo_ms > 0.0 else None)
             constrained = use.constrained.decode(self.plain, pre, should_abort=abort,
-                                                 max_steps=self.options.plan_steps.get(request.mode), end_by=end_by)
+                                                 max_steps=self.options.plan_steps.get(request.mode),
+                                                 end_by=clock.slo_at if self.options.end_plan_at_slo else None)
             text, produced = constrained.text, constrained.tokens
             outcome.cut_at_slo = constrained.cut
         else:

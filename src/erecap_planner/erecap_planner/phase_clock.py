@@ -1,4 +1,4 @@
-"""The clock of one replanning call: its start, hard deadline, cancel flag and the phases it went through.
+"""The clock of one replanning call: its start, SLO and hard deadline, cancel flag and the phases it went through.
 
 Shared by the in-process call path and the server call path so both account
 phases the same way (paper Sec. 3.4): a call that waited starts its clock
@@ -27,14 +27,15 @@ class PhaseRecord:
 
 
 class PhaseClock:
-    """Times the phases of one call against its hard deadline."""
+    """Times the phases of one call against its hard deadline (and knows when its SLO_t ends: `slo_at`)."""
 
     def __init__(self, hard_deadline_ms: float, cancelled: Callable[[], bool] = lambda: False,
                  on_phase: Callable[[str, float], None] = lambda phase, elapsed_ms: None,
-                 queued_at: Optional[float] = None):
+                 queued_at: Optional[float] = None, slo_ms: float = 0.0):
         now = time.monotonic()
         self.start = min(queued_at, now) if queued_at is not None else now
         self.deadline = self.start + hard_deadline_ms / 1000.0
+        self.slo_at: Optional[float] = self.start + slo_ms / 1000.0 if slo_ms > 0.0 else None  # None: no SLO
         self.cancelled = cancelled
         self.on_phase = on_phase
         self.phases: list[PhaseRecord] = []
