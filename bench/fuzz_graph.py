@@ -72,10 +72,12 @@ def overlay_attack(folder: Path, per_node: int) -> tuple[list[dict], bool]:
     print(f"\n{'overlay parameter file (node: parameter=value)':<60} {'exit':>5} {'named':>6}  outcome")
     rows = []
     for o in outcomes:
-        outcome = "refused" if o.refused else ("still running" if o.returncode is None else "NOT refused")
-        print(f"{o.case.label[:60]:<60} {str(o.returncode):>5} {str(o.named):>6}  {outcome}")
+        print(f"{o.case.label[:60]:<60} {str(o.returncode):>5} {str(o.named):>6}  {o.note}")
         rows.append({"attack": f"overlay {o.case.parameter}={o.case.value!r}", "node": o.case.node.name, "sent": 1,
-                     "malformed": 1, "counted": int(o.refused), "uncounted": int(not o.refused), "note": outcome})
+                     "malformed": 1, "counted": int(o.refused), "uncounted": int(not o.refused), "note": o.note})
+    for o in outcomes:
+        if not o.refused or o.crashes:
+            print(f"\n--- {o.case.label}: the end of its output\n{o.output}")
     return rows, all(o.refused for o in outcomes)
 
 

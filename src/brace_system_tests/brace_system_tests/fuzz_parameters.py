@@ -51,6 +51,11 @@ BEYOND_INT64 = 2**70
 """An integer rcl cannot hold: it reads it as a double."""
 START_LIMIT_S = 60.0
 """How long a node may take to refuse its parameters (model loading never comes first)."""
+CRASH_RETRIES = 1
+"""Starts again of a case whose process named the parameter, then died by a signal while it exited (a rare crash in
+the DDS middleware's teardown: it is counted in the outcome, and a crash every time still fails the case)."""
+OUTPUT_TAIL = 2000
+"""Characters of a process's output an outcome keeps (where it crashed: Python's fault handler is on)."""
 
 
 @dataclass(frozen=True)
@@ -75,11 +80,21 @@ class OverlayOutcome:
     case: OverlayCase
     returncode: int | None
     named: bool
+    crashes: list[int] = dataclasses.field(default_factory=list)
+    """Exit codes (minus the signal) of earlier starts that named the parameter and then died by a signal."""
+    output: str = ""
+    """The end of the last start's output."""
 
     @property
     def refused(self) -> bool:
         """Stopped with exit code 2 naming the parameter."""
         return self.returncode == 2 and self.named
+
+    @property
+    def note(self) -> str:
+        """'refused', 'still running' or 'NOT refused', and the crashes at exit before it, if any."""
+        outcome = "refused" if self.refused else ("still running" if self.returncode is None else "NOT refused")
+        return outcome + (f" (crashed at exit {self.crashes} before)" if self.crashes else "")
 
 
 def out_of_range(f: dataclasses.Field) -> Any:
@@ -139,6 +154,17 @@ def default_cases(per_node: int = 2) -> list[OverlayCase]:
 
 
 def _start(index: int, case: OverlayCase, folder: Path, env: dict[str, str]) -> OverlayOutcome:
+    crashes = []
+    while True:
+        outcome = _start_once(index, case, folder, env)
+        crashed = outcome.returncode is not None and outcome.returncode < 0 and outcome.named
+        if not crashed or len(crashes) >= CRASH_RETRIES:
+            outcome.crashes = crashes
+            return outcome
+        crashes.append(outcome.returncode)
+
+
+def _start_once(index: int, case: OverlayCase, folder: Path, env: dict[str, str]) -> OverlayOutcome:
     overlay = folder / f"overlay_{index:03d}_{case.node.name}_{case.parameter}.yaml"  # two cases may share a parameter
     values = {case.parameter: case.value, **({"autostart": True} if case.node.lifecycle else {})}  # configure now
     overlay.write_text(yaml.safe_dump({f"/**/{case.node.name}": {"ros__parameters": values}}))
@@ -153,14 +179,14 @@ def _start(index: int, case: OverlayCase, folder: Path, env: dict[str, str]) -> 
     except subprocess.TimeoutExpired:
         proc.kill()
         output, _ = proc.communicate()
-        return OverlayOutcome(case, None, False)
-    return OverlayOutcome(case, proc.returncode, f"'{case.parameter}'" in output)
+        return OverlayOutcome(case, None, False, output=output[-OUTPUT_TAIL:])
+    return OverlayOutcome(case, proc.returncode, f"'{case.parameter}'" in output, output=output[-OUTPUT_TAIL:])
 
 
 def run_overlays(cases: list[OverlayCase], folder: Path, domain: int,
                  parallel: int = 4) -> list[OverlayOutcome]:
     """Start every case's node (`parallel` at a time) on DDS domain `domain`; their outcomes in case order."""
     folder.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "ROS_DOMAIN_ID": str(domain)}
+    env = {**os.environ, "ROS_DOMAIN_ID": str(domain), "PYTHONFAULTHANDLER": "1"}
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         return list(pool.map(lambda i: _start(i, cases[i], folder, env), range(len(cases))))

@@ -42,7 +42,7 @@ def test_every_node_refuses_a_bad_value_in_an_overlay_parameter_file(tmp_path):
     attacks = {(r["node"], r["attack"]) for r in rows}
     assert {("piper_arm", "overlay max_joint_step_rad='0.05'"), ("piper_arm", "overlay workspace_max_m='[0.3, 0.3, 0.3]'"),
             ("piper_arm", "overlay agent_id='arm_0\\n'"), ("trigger_monitor", "overlay loop_cell_m='abc'")} <= attacks
-    assert [r for r in rows if r["note"] != "refused"] == [], proc.stdout[-3000:]
+    assert [r for r in rows if not r["note"].startswith("refused")] == [], proc.stdout[-6000:]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
