@@ -22,18 +22,22 @@ Two parts, side by side in one run, on seeds no training used (training episodes
 Targets: in the loop, BRACE + E-RECAP's agreement within 3 points of No BRACE's and its success >= No
 BRACE's; every memory row's agreement within 3 points of BRACE + E-RECAP's and success >= it; SLO violation <= 5%
 for every BRACE row; on oracle states every memory row within 3 points of flat (E-RECAP) and flat unpruned >= 95%.
-Writes <out>/plan_quality_states.csv, plan_quality_loop.csv and plan_quality.png (--out, default bench/out/plan_quality);
+Writes <out>/plan_quality_states.csv, plan_quality_points.csv (each row's choice and the oracle's at every point;
+the table of where a row loses points against flat, E-RECAP comes from it), plan_quality_loop.csv and
+plan_quality.png (--out, default bench/out/plan_quality);
 exits 1 when a target is missed. Run inside the workspace (~90 min on 2 cores):
 
     source scripts/env.sh && python bench/plan_quality.py --episodes 8 --points 80
 
-Quick mode (`--quick`, what `make test` runs): 2 decision points for two state rows, and the loop's no_brace and
+Quick mode (`--quick`, what `make test` runs): 2 decision points for two state rows (flat and OmniAct memory under
+E-RECAP), and the loop's no_brace and
 brace_erecap_memory rows for one episode of K = 2 cut off after 4 steps.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import math
 import shutil
@@ -94,8 +98,9 @@ LOOP_COLUMNS = ("label", "variant", "episodes", "success", "delivered", "oracle_
 
 
 def states_part(rows: list[StateRow], floor_plans: list[str], episodes: int, points: int, dtype: str,
-                adapter: str) -> list[dict]:
-    """Each row's agreement on each floor plan at the same oracle decision points (seeds 0..episodes-1)."""
+                adapter: str) -> tuple[list[dict], list[dict]]:
+    """Each row's agreement on each floor plan at the same oracle decision points (seeds 0..episodes-1), and a line
+    per row and point (PlannerPolicy.records: what the oracle chose and what the row's planner chose)."""
     from brace_common.config import resolve_path
     from brace_training.finetune_cli import MEMORY_CONFIGS, memory_use
     from brace_training.plan_data import decision_points
@@ -111,7 +116,7 @@ def states_part(rows: list[StateRow], floor_plans: list[str], episodes: int, poi
     model, tok = load_planner_model(adapter, dtype=dtype)
     bank = PredictorBank.load(resolve_path(sim_planner_checkpoint("predictor_path")), model.config)
     schedule = PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7, first_cut=FIRST_CUT)
-    out = []
+    out, lines = [], []
     for floor_plan, row in itertools.product(floor_plans, rows):
         schema = ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=AGENTS, floor_plan=floor_plan))))
         local = LocalModel(model, tok, schedule, bank if row.compressor == "erecap" else None)
@@ -129,8 +134,55 @@ def states_part(rows: list[StateRow], floor_plans: list[str], episodes: int, poi
         out.append({"label": row.label, "floor_plan": floor_plan, "compressor": row.compressor, "memory": row.memory or "none",
                     "token_budget": TOKEN_BUDGET if row.compressor == "erecap" else 0, **policy.scores(),
                     "wall_s": round(time.monotonic() - started, 1)})
+        lines += [{"label": row.label, "floor_plan": floor_plan, **r} for r in policy.records]
         print(out[-1], file=sys.stderr, flush=True)
+    return out, lines
+
+
+BASE_ROW = "flat, E-RECAP"
+"""The row the memory rows' choices are compared with, point by point."""
+
+
+def error_kind(line: dict) -> str:
+    """How a choice differs from the oracle's: 'wait' (the planner waits where the oracle acts), 'acts, oracle
+    waits', 'same action, other parameters' or 'other action' (or 'error': no plan)."""
+    chosen, oracle = line["chosen_first"].split("(")[0], line["oracle_first"].split("(")[0]
+    if chosen == "error":
+        return "error"
+    if chosen in ("", "wait"):
+        return "wait"
+    if oracle in ("", "wait"):
+        return "acts, oracle waits"
+    return "same action, other parameters" if chosen == oracle else "other action"
+
+
+def losses(lines: list[dict]) -> list[dict]:
+    """Per row other than BASE_ROW: the points it shares with BASE_ROW, where BASE_ROW agrees with the oracle and
+    it does not (lost) and the reverse (gained), the lost ones by error_kind and mode, and its commonest lost choice
+    (oracle -> chosen)."""
+    key = ("floor_plan", "seed", "step", "agent_id")
+    base = {tuple(r[k] for k in key): r for r in lines if r["label"] == BASE_ROW}
+    out = []
+    for label in dict.fromkeys(r["label"] for r in lines if r["label"] != BASE_ROW):
+        pairs = [(base[k], r) for r in lines if r["label"] == label and (k := tuple(r[c] for c in key)) in base]
+        if not pairs:
+            continue
+        lost = [r for b, r in pairs if b["agreed"] and not r["agreed"]]
+        kinds = collections.Counter(error_kind(r) for r in lost)
+        modes = collections.Counter(r["mode"] for r in lost)
+        choice = collections.Counter(f"{r['oracle_first']} -> {r['chosen_first'] or '(empty)'}" for r in lost)
+        out.append({"label": label, "points": len(pairs), "lost": len(lost),
+                    "gained": sum(1 for b, r in pairs if r["agreed"] and not b["agreed"]),
+                    **{f"lost_{k.replace(', ', '_').replace(' ', '_')}": kinds.get(k, 0) for k in LOSS_KINDS},
+                    "lost_at_full_replan": modes.get("full_replan", 0),
+                    "commonest_lost_choice": "; ".join(f"{c} ({n})" for c, n in choice.most_common(2))})
     return out
+
+
+LOSS_KINDS = ("wait", "acts, oracle waits", "same action, other parameters", "other action", "error")
+LOSS_COLUMNS = ("label", "points", "lost", "gained", "lost_wait", "lost_acts_oracle_waits",
+                "lost_same_action_other_parameters", "lost_other_action", "lost_error", "lost_at_full_replan",
+                "commonest_lost_choice")
 
 
 def loop_part(variants: list[tuple[str, str]], episodes: int, out: Path, world: dict, quiet: bool,
@@ -243,7 +295,7 @@ def main() -> int:
     ap.add_argument("--quiet", action="store_true", help="no per-step progress line")
     ap.add_argument("--quick", action="store_true", help="smoke run (see the module docstring)")
     args = ap.parse_args()
-    fill_defaults(args, quick=dict(episodes=1, points=2, state_rows=["flat, unpruned", "OmniAct memory, E-RECAP"],
+    fill_defaults(args, quick=dict(episodes=1, points=2, state_rows=[BASE_ROW, "OmniAct memory, E-RECAP"],
                                    variants=["no_brace", "brace_erecap_memory"]),
                   full=dict(episodes=8, points=80, state_rows=[r.label for r in STATE_ROWS],
                             variants=[v for _, v in LOOP_ROWS]))
@@ -251,17 +303,22 @@ def main() -> int:
         args.state_episodes = 1
     args.out.mkdir(parents=True, exist_ok=True)
     cpu = cpu_report()
-    states = states_part([r for r in STATE_ROWS if r.label in args.state_rows], args.floor_plans, args.state_episodes,
-                         args.points, args.dtype, args.adapter)
+    states, lines = states_part([r for r in STATE_ROWS if r.label in args.state_rows], args.floor_plans,
+                                args.state_episodes, args.points, args.dtype, args.adapter)
+    lost = losses(lines)
     world = {**DEMO_WORLD, **(QUICK_WORLD if args.quick else {})}
     loop = loop_part([(label, v) for label, v in LOOP_ROWS if v in args.variants], args.episodes, args.out, world,
                      args.quiet, args.adapter)
     print(f"\n## Plan quality ({describe_cpu(cpu)}; adapter {args.adapter})")
     print(f"\n### On oracle states (seeds 0-{args.state_episodes - 1}, "
           f"K = {AGENTS}, B = {TOKEN_BUDGET} for E-RECAP)\n\n{markdown(states, STATE_COLUMNS, PERCENT)}\n"
+          + (f"\nWhere each row's first step differs from {BASE_ROW}'s, at the same points (lost: {BASE_ROW} agrees "
+             f"with the oracle and the row does not; gained: the reverse)\n\n{markdown(lost, LOSS_COLUMNS, set())}\n"
+             if lost else "") +
           f"### Closed loop ({args.episodes} episodes per row, seeds 0-{args.episodes - 1}, K = {world['num_agents']})"
           f"\n\n{markdown(loop, LOOP_COLUMNS, PERCENT)}")
-    paths = (write_csv(states, args.out / "plan_quality_states.csv"), write_csv(loop, args.out / "plan_quality_loop.csv"),
+    paths = (write_csv(states, args.out / "plan_quality_states.csv"), write_csv(lines, args.out / "plan_quality_points.csv"),
+             write_csv(loop, args.out / "plan_quality_loop.csv"),
              save_plot(args.out / "plan_quality.png", draw(states, loop)))
     status = report_checks(checks_of(states, loop))
     print_written(*paths)

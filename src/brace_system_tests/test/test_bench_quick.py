@@ -74,8 +74,9 @@ RUNS = {
     "planner_backends": Quick(("--out", "{out}"), "## Call latency by backend",
                               {"planner_backends.csv": ("tokens_n", "p50_ms"),
                                "planner_backends_quality.csv": ("points", "p50_ms")}, ("planner_backends.png",)),
-    "plan_quality": Quick(("--out", "{out}", "--quiet"), "| label | floor_plan | points |",
+    "plan_quality": Quick(("--out", "{out}", "--quiet"), "| label | points | lost | gained |",
                           {"plan_quality_states.csv": ("points", "tokens_before", "latency_p50_ms"),
+                           "plan_quality_points.csv": (),  # seed, step and agreed may be 0
                            "plan_quality_loop.csv": ("episodes", "calls", "tokens_before")}, ("plan_quality.png",)),
     "planner_start": Quick(("--out", "{out}"), "| planner | configured (s, median) |",
                            {"planner_start.csv": ("configured_s", "peak_rss_mib")}),

@@ -20,7 +20,7 @@ from erecap_planner.call_path import CallOptions, CallPath, CallRequest, LocalMo
 from erecap_planner.models import SMOLLM2, load_model
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule, table8_layers
-from sim_bridges.warehouse.warehouse_feed import same_first_step
+from sim_bridges.warehouse.warehouse_feed import effective_steps, same_first_step
 
 from .plan_data import DecisionPoint, context_buffer
 
@@ -30,7 +30,8 @@ SLO_MS = 60_000.0
 
 class PlannerPolicy:
     """Plans from `path` at B_t = `token_budget`, counting as it goes: `calls`, `errors`, `first_step_agreement`,
-    and per call its latency and tokens before / after compression (`scores`)."""
+    and per call its latency and tokens before / after compression (`scores`) and what it chose where the oracle
+    chose what (`records`)."""
 
     def __init__(self, path: CallPath, token_budget: int) -> None:
         if token_budget <= 0:
@@ -44,6 +45,7 @@ class PlannerPolicy:
         self.latencies_ms: list[float] = []
         self.tokens: list[tuple[int, int]] = []
         self.full_replans = [0, 0]  # [agreed, calls] at full_replan points (no running plan: an initial or finished one)
+        self.records: list[dict] = []
 
     def __call__(self, point: DecisionPoint) -> list[Step]:
         """The planner's plan at `point` ([] after a planner error: the caller runs the oracle's)."""
@@ -54,9 +56,11 @@ class PlannerPolicy:
         self.tokens.append((out.tokens_before, out.tokens_after))
         if out.status != CallStatus.OK:
             self.errors += 1
+            self.records.append(point_record(point, None, False))
             return []
         plan = [Step(s.action, dict(s.parameters)) for s in out.steps]
         agreed = same_first_step(plan, point.oracle, point.here)
+        self.records.append(point_record(point, plan, agreed))
         self.agreed += agreed
         if point.mode == Mode.FULL_REPLAN:
             self.full_replans[0] += agreed
@@ -84,6 +88,16 @@ class PlannerPolicy:
                 "latency_p50_ms": round(statistics.median(self.latencies_ms), 1),
                 "tokens_before": round(statistics.mean(t[0] for t in self.tokens)),
                 "tokens_after": round(statistics.mean(t[1] for t in self.tokens))}
+
+
+def point_record(point: DecisionPoint, plan: list[Step] | None, agreed: bool) -> dict:
+    """One call's line: the point (seed, step, agent, mode), the oracle's first step, the plan's first effective one
+    (`effective_steps`; `error` when the call failed, '' for an empty plan) and whether they agree."""
+    steps = [] if plan is None else effective_steps(plan, point.here)
+    return {"seed": point.seed, "step": point.step, "agent_id": point.agent_id, "mode": Mode(point.mode).name.lower(),
+            "here": point.here, "oracle_first": point.oracle[0].text() if point.oracle else "",
+            "chosen_first": "error" if plan is None else (steps[0].text() if steps else ""),
+            "chosen_steps": 0 if plan is None else len(plan), "agreed": int(agreed)}
 
 
 def load_policy(adapter: str, predictor: str, token_budget: int, dtype: str = "bfloat16", model_path: str = SMOLLM2,

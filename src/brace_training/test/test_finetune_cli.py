@@ -109,6 +109,13 @@ def test_the_planner_policy_plans_at_each_decision_point_and_counts_agreement(tm
     assert scores["plan_agreement"] <= scores["first_step_agreement"]  # a whole plan agrees only with its first step
     assert 0.0 <= scores["full_replan_agreement"] <= 1.0  # the first point is an initial plan
     assert scores["tokens_after"] <= scores["tokens_before"]
+    # a line per call: the point, the oracle's first step and the plan's, agreeing as the count does
+    assert [(r["seed"], r["step"], r["agent_id"]) for r in policy.records] == [(p.seed, p.step, p.agent_id)
+                                                                               for p in points]
+    assert sum(r["agreed"] for r in policy.records) == policy.agreed
+    assert all(r["oracle_first"] == (p.oracle[0].text() if p.oracle else "") for r, p in zip(policy.records, points, strict=True))
+    assert all(r["agreed"] == (r["chosen_first"] == r["oracle_first"]) for r in policy.records)
+    assert {r["mode"] for r in policy.records} <= {"full_replan", "partial_replan", "reuse_subplan", "defer_replan"}
     other = policy_for(ActionSchema.from_dict(action_schema(Warehouse(WorldConfig(num_agents=2)))))
     assert other.path.tokenizer is policy.path.tokenizer  # loaded once, a call path per schema
     with pytest.raises(ValueError, match="token_budget"):

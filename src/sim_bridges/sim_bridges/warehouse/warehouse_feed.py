@@ -177,15 +177,18 @@ def plan_from_steps(raw: list[tuple[str, str]]) -> list[Step]:
         raise exc.renamed(WAREHOUSE_REASONS) from None
 
 
-def same_first_step(plan: list[Step], oracle: list[Step], here: str) -> bool:
-    """The plan's first effective step is the oracle's first step.
-
-    A leading move_to the place the agent stands at (`here`) is a no-op, and the
-    oracle never writes one: it does not count against the plan.
-    """
+def effective_steps(plan: list[Step], here: str) -> list[Step]:
+    """The plan without its leading move_to the place the agent stands at (`here`): a no-op the oracle never
+    writes."""
     plan = list(plan)
     while plan and here and plan[0].action == "move_to" and plan[0].parameters.get("target") == here:
         plan.pop(0)
+    return plan
+
+
+def same_first_step(plan: list[Step], oracle: list[Step], here: str) -> bool:
+    """The plan's first effective step (`effective_steps`) is the oracle's first step."""
+    plan = effective_steps(plan, here)
     if not plan or not oracle:
         return not plan and not oracle
     return (plan[0].action, plan[0].parameters) == (oracle[0].action, oracle[0].parameters)
