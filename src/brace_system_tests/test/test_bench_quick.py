@@ -74,7 +74,7 @@ RUNS = {
     "planner_backends": Quick(("--out", "{out}"), "## Call latency by backend",
                               {"planner_backends.csv": ("tokens_n", "p50_ms"),
                                "planner_backends_quality.csv": ("points", "p50_ms")}, ("planner_backends.png",)),
-    "plan_quality": Quick(("--out", "{out}", "--quiet"), "| label | points | lost | gained |",
+    "plan_quality": Quick(("--out", "{out}", "--quiet"), "| label | compared_with | points | lost |",
                           {"plan_quality_states.csv": ("points", "tokens_before", "latency_p50_ms"),
                            "plan_quality_points.csv": (),  # seed, step and agreed may be 0
                            "plan_quality_loop.csv": ("episodes", "calls", "tokens_before")}, ("plan_quality.png",)),
