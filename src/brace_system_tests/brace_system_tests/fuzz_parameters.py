@@ -53,7 +53,8 @@ START_LIMIT_S = 60.0
 """How long a node may take to refuse its parameters (model loading never comes first)."""
 CRASH_RETRIES = 1
 """Starts again of a case whose process named the parameter, then died by a signal while it exited (a rare crash in
-the DDS middleware's teardown: it is counted in the outcome, and a crash every time still fails the case)."""
+the process's teardown, after the refusal: it is counted in the outcome, and a crash every time still fails the
+case)."""
 OUTPUT_TAIL = 2000
 """Characters of a process's output an outcome keeps (where it crashed: Python's fault handler is on)."""
 
@@ -81,7 +82,7 @@ class OverlayOutcome:
     returncode: int | None
     named: bool
     crashes: list[int] = dataclasses.field(default_factory=list)
-    """Exit codes (minus the signal) of earlier starts that named the parameter and then died by a signal."""
+    """Exit codes (-signal) of earlier starts that named the parameter and then died by a signal."""
     output: str = ""
     """The end of the last start's output."""
 
