@@ -11,7 +11,8 @@ Two parts, side by side in one run, on seeds no training used (training episodes
   only continues the plan its state line names fails there, and in the loop no plan ever starts). Rows: flat
   history unpruned (No BRACE's context), flat under E-RECAP at B = 384 (the demo profile's full replan), and
   OmniAct's memory, RAG static, RAG memory and GiG (state graph + Bounded Lookahead answered by the world's
-  transition model) under E-RECAP at that B. GiG's loop warnings need a loop, which oracle-driven states
+  transition model) under E-RECAP at that B; on request (`--state-rows`), OmniAct's memory and GiG unpruned, which
+  tell what a memory costs from what the budget costs. GiG's loop warnings need a loop, which oracle-driven states
   rarely have: they show in the loop.
 - **closed loop**: each variant of runs/variants.yaml (no_brace, brace_erecap, brace_erecap_memory,
   rag_static_erecap, rag_memory_erecap, brace_erecap_gig) runs the full graph over DDS (`brace-run`'s
@@ -23,15 +24,14 @@ Targets: in the loop, BRACE + E-RECAP's agreement within 3 points of No BRACE's 
 BRACE's; every memory row's agreement within 3 points of BRACE + E-RECAP's and success >= it; SLO violation <= 5%
 for every BRACE row; on oracle states every memory row within 3 points of flat (E-RECAP) and flat unpruned >= 95%.
 Writes <out>/plan_quality_states.csv, plan_quality_points.csv (each row's choice and the oracle's at every point;
-the table of where a row loses points against flat, E-RECAP comes from it), plan_quality_loop.csv and
+the printed table of where a row loses points against its flat row comes from it), plan_quality_loop.csv and
 plan_quality.png (--out, default bench/out/plan_quality);
 exits 1 when a target is missed. Run inside the workspace (~90 min on 2 cores):
 
     source scripts/env.sh && python bench/plan_quality.py --episodes 8 --points 80
 
 Quick mode (`--quick`, what `make test` runs): 2 decision points for two state rows (flat and OmniAct memory under
-E-RECAP), and the loop's no_brace and
-brace_erecap_memory rows for one episode of K = 2 cut off after 4 steps.
+E-RECAP), and the loop's no_brace and brace_erecap_memory rows for one episode of K = 2 cut off after 4 steps.
 """
 
 from __future__ import annotations
