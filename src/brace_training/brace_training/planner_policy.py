@@ -94,7 +94,7 @@ def point_record(point: DecisionPoint, plan: list[Step] | None, agreed: bool) ->
     """One call's line: the point (seed, step, agent, mode), the oracle's first step, the plan's first effective one
     (`effective_steps`; `error` when the call failed, '' for an empty plan) and whether they agree."""
     steps = [] if plan is None else effective_steps(plan, point.here)
-    return {"seed": point.seed, "step": point.step, "agent_id": point.agent_id, "mode": Mode(point.mode).name.lower(),
+    return {"seed": point.seed, "step": point.step, "agent_id": point.agent_id, "mode": Mode(point.mode).label,
             "here": point.here, "oracle_first": point.oracle[0].text() if point.oracle else "",
             "chosen_first": "error" if plan is None else (steps[0].text() if steps else ""),
             "chosen_steps": 0 if plan is None else len(plan), "agreed": int(agreed)}
