@@ -67,19 +67,6 @@ def test_the_oracle_lands_every_drone_at_its_goal_without_a_near_miss(fly):
         assert abs(d.position[0] - routes(world.cfg)[name].goal[0]) < 2.0 and d.altitude < 0.5
 
 
-def test_a_yield_to_the_drone_ahead_on_the_lane_holds_until_it_has_landed(fly):
-    world = fly(IntersectionConfig(num_agents=5, gust_probability=0.0))
-    world.set_plan("drone_4", [Step("yield_to", {"agent": "drone_0"}), fly_to(world.cfg, routes(world.cfg)["drone_4"].goal),
-                               Step("land")])
-    events = run_oracle(world)
-    freed = [e for e in events if e.to == "drone_4" and "your lane is free" in e.text]
-    crossing = [e for e in events if e.agent == "drone_4" and "drone_0 landed at its goal, crossing" in e.text]
-    landed = [e for e in events if e.kind == EntryKind.TASK_DONE and e.agent == "drone_0"]
-    assert len(freed) == 1 and len(crossing) == 1 and len(landed) == 1
-    assert landed[0].step == freed[0].step <= crossing[0].step
-    assert world.metrics().success and world.collisions == 0
-
-
 def test_positions_are_world_frame_although_the_api_speaks_each_vehicles_local_frame(fly):
     world = fly(IntersectionConfig(num_agents=2, gust_probability=0.0))
     for name, d in world.drones.items():

@@ -13,10 +13,8 @@ from sim_bridges.airsim.intersection import (
     cleared,
     crossing_order,
     in_box,
-    lane_leader,
     must_yield,
     oracle_plan,
-    released,
     routes,
     same_step,
     settings,
@@ -76,25 +74,6 @@ def test_the_oracle_yields_until_the_drone_before_has_cleared_then_flies_and_lan
     assert oracle_plan(cfg, "drone_0", at_goal) == [Step("land")]
     done = {**views, "drone_0": DroneView(rs["drone_0"].goal[0], rs["drone_0"].goal[1], True, True)}
     assert oracle_plan(cfg, "drone_0", done)[0].action == "hover"
-
-
-def test_a_second_row_drone_also_waits_until_the_drone_ahead_on_its_lane_has_landed():
-    cfg = IntersectionConfig(num_agents=8)
-    rs = routes(cfg)
-    assert lane_leader(cfg, "drone_4") == "drone_0" and lane_leader(cfg, "drone_3") is None
-    views = _views(cfg)
-    # Its predecessor in the crossing order (drone_3) has not cleared: that one comes first.
-    assert must_yield(cfg, "drone_4", views) == "drone_3"
-    past = {n: (r.goal[0] / 2, r.goal[1] / 2) for n, r in rs.items() if n in ("drone_0", "drone_3")}
-    crossed = {**views, **{n: DroneView(*xy, False, False) for n, xy in past.items()}}
-    # Both cleared the box; drone_0 has not landed on drone_4's lane yet.
-    assert released(cfg, "drone_4", "drone_3", crossed) and not released(cfg, "drone_4", "drone_0", crossed)
-    assert released(cfg, "drone_1", "drone_0", crossed)   # not drone_1's lane: clearing the box is enough
-    plan = oracle_plan(cfg, "drone_4", crossed)
-    assert [s.action for s in plan] == ["yield_to", "move_to", "land"] and plan[0].parameters == {"agent": "drone_0"}
-    g = rs["drone_0"].goal
-    landed = {**crossed, "drone_0": DroneView(g[0], g[1], True, True)}
-    assert released(cfg, "drone_4", "drone_0", landed) and must_yield(cfg, "drone_4", landed) is None
 
 
 def test_a_drone_already_at_the_box_does_not_yield():

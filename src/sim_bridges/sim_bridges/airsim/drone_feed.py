@@ -17,7 +17,7 @@ from brace_common.world_feed import AgentReport, FeedEntry
 
 from ..warehouse.warehouse_feed import MAX_PLAN_STEPS, event_entries, state_entries
 from .drone_world import DroneWorld, Event
-from .intersection import TOWER, IntersectionConfig, drone_schema, in_box, lane_leader, same_step
+from .intersection import TOWER, IntersectionConfig, drone_schema, in_box, same_step
 
 
 def _p(x: float, y: float, z: float) -> str:
@@ -41,16 +41,12 @@ def episode_entries(world: DroneWorld, episode: int) -> list[FeedEntry]:
                              f"y = {r.hold[1]:.0f} when it yields."))
     out.append(FeedEntry(TOWER, 0, Block.CONSTRAINTS, EntryKind.CONSTRAINT.value,
                          f"Keep {cfg.hazard_distance_m:.0f} m from other drones. Enter the intersection only after the drone "
-                         "before you in the crossing order has cleared it, and after the drone ahead of you on your "
-                         "lane has landed at its goal: yield_to the one not done yet first, then move_to your goal, "
-                         "then land."))
+                         "before you in the crossing order has cleared it: yield_to that drone first, then move_to "
+                         "your goal, then land."))
     order = world.order()
     for i, name in enumerate(order):
         text = (f"tower -> {name}: you cross first" if i == 0 else
                 f"tower -> {name}: you cross after {order[i - 1]}")
-        leader = lane_leader(cfg, name)
-        if leader is not None:
-            text += f"; {leader} lands ahead of you on your lane"
         out.append(FeedEntry(TOWER, 0, Block.COORDINATION, EntryKind.MESSAGE.value, text))
     return out
 

@@ -43,9 +43,7 @@ from .intersection import (
     cleared,
     crossing_order,
     in_box,
-    lane_leader,
     oracle_plan,
-    released,
     routes,
 )
 
@@ -319,12 +317,6 @@ class DroneWorld:
             events.append(Event(name, self.t, EntryKind.MESSAGE, text, to=after))
         return events
 
-    def _lane_free(self, name: str) -> list[Event]:
-        """A drone that has landed at its goal tells the drone behind it on its lane."""
-        behind = [n for n in self.order() if lane_leader(self.cfg, n) == name]
-        return [Event(name, self.t, EntryKind.MESSAGE, f"{name} -> {b}: landed at its goal, your lane is free", to=b)
-                for b in behind]
-
     # ------------------------------------------------------------------ skills
 
     def _finish(self, d: Drone, text: str, success: bool = True, failure: Failure = Failure.NONE) -> Event:
@@ -372,9 +364,8 @@ class DroneWorld:
         elif act == "yield_to":
             d.waited += 1
             other = self.drones[p["agent"]]
-            if released(self.cfg, d.name, other.name, self.views()):
-                why = "landed at its goal" if other.done else "cleared the intersection"
-                events.append(self._finish(d, f"{other.name} {why}, crossing"))
+            if other.done or cleared(self.cfg, other.route, other.position[0], other.position[1]):
+                events.append(self._finish(d, f"{other.name} cleared the intersection, crossing"))
             elif elapsed > YIELD_TIMEOUT_S:
                 events.append(self._finish(d, f"yield_to({other.name}) timed out", False, Failure.TIMEOUT))
         elif act == "land":
@@ -383,7 +374,6 @@ class DroneWorld:
                 if not d.done and arrived(self.cfg, d.route, d.position[0], d.position[1]):
                     d.done = True
                     events.append(Event(d.name, self.t, EntryKind.TASK_DONE, f"task done: {d.name} landed at its goal"))
-                    events += self._lane_free(d.name)
             elif elapsed > LAND_TIMEOUT_S:
                 events.append(self._finish(d, "landing timed out", False, Failure.TIMEOUT))
         if d.current is not None and d.current is not step:

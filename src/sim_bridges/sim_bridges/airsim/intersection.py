@@ -188,36 +188,23 @@ def predecessor(cfg: IntersectionConfig, drone: str) -> Optional[str]:
     return order[i - 1] if i > 0 else None
 
 
-def lane_leader(cfg: IntersectionConfig, drone: str) -> Optional[str]:
-    """The drone one row ahead of `drone` on its approach (it lands on `drone`'s lane), or None in the first row."""
-    names = cfg.names()
-    i = names.index(drone)
-    return names[i - 4] if i >= 4 else None
-
-
-def released(cfg: IntersectionConfig, drone: str, other: str, views: dict[str, DroneView]) -> bool:
-    """A yield of `drone` to `other` is over: `other` has finished, or has cleared the box and does not land
-    ahead on `drone`'s lane (a lane leader must have landed at its goal: `drone` flies over its landing point)."""
-    view = views[other]
-    if view.done:
-        return True
-    return other != lane_leader(cfg, drone) and cleared(cfg, routes(cfg)[other], view.x, view.y)
-
-
 def must_yield(cfg: IntersectionConfig, drone: str, views: dict[str, DroneView]) -> Optional[str]:
-    """The drone `drone` has to let go first, or None.
+    """The drone `drone` has to let cross first, or None.
 
-    A drone that has not reached the box waits for its predecessor in the crossing order until that one has
-    cleared the box (or finished), then for the drone ahead on its lane until that one has landed at its goal.
+    A drone that has not reached the box waits for its predecessor in the crossing order until that one
+    has cleared the box (or finished).
     """
     r = routes(cfg)
     me = views[drone]
     if r[drone].progress(me.x, me.y) > -cfg.box_m:
         return None  # already at or in the box: go on
-    for other in (predecessor(cfg, drone), lane_leader(cfg, drone)):
-        if other is not None and other in views and not released(cfg, drone, other, views):
-            return other
-    return None
+    before = predecessor(cfg, drone)
+    if before is None or before not in views:
+        return None
+    other = views[before]
+    if other.done or cleared(cfg, r[before], other.x, other.y):
+        return None
+    return before
 
 
 def oracle_plan(cfg: IntersectionConfig, drone: str, views: dict[str, DroneView]) -> list[Step]:
