@@ -12,6 +12,7 @@ from typing import Optional
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.clock import Clock, ClockType
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 
@@ -25,6 +26,11 @@ from brace_common.params import declare_config, reject_undeclared
 from brace_common.spin import spin_node
 
 from .bag import BagWriter, qos_profile_dict
+
+DRAIN_PASSES = 10_000
+"""The most callbacks a stopping recorder runs to write what already arrived (bounds a graph that keeps talking)."""
+DRAIN_IDLE = 3
+"""Passes in a row that write nothing before a stopping recorder's drain ends."""
 
 # topic (as the nodes name it) -> (type, QoS the publishers offer)
 TOPICS: dict[str, tuple[str, QoSProfile]] = {
@@ -126,6 +132,31 @@ class AuditRecorderNode(Node):
             self.writer.write_metadata()
             self.flushed, self._metadata_written = total, True
 
+    def drain(self) -> None:
+        """Write what arrived but was not taken before the spin stopped (an END published just before the stop):
+        spin the node alone until DRAIN_IDLE passes in a row write nothing (a timer's pass writes nothing either),
+        at most DRAIN_PASSES."""
+        if self.writer is None or self.writer.closed or not self.context.ok():
+            return
+        executor = SingleThreadedExecutor(context=self.context)
+        executor.add_node(self)
+        try:
+            idle = 0
+            for _ in range(DRAIN_PASSES):
+                before = self.writer.total
+                executor.spin_once(timeout_sec=0.0)
+                idle = idle + 1 if self.writer.total == before else 0
+                if idle == DRAIN_IDLE:
+                    break
+        finally:
+            executor.remove_node(self)
+            executor.shutdown()
+
+    def finish(self) -> None:
+        """The recorder's end: what already arrived is written, then the bag is finished."""
+        self.drain()
+        self.close()
+
     def close(self) -> None:
         """Finish the bag (idempotent; also for a node whose constructor stopped half way)."""
         writer = getattr(self, "writer", None)
@@ -148,7 +179,7 @@ class AuditRecorderNode(Node):
 
 def main(args=None) -> int:
     """`ros2 run brace_audit audit_recorder`; the bag is finished on SIGINT / SIGTERM."""
-    return spin_node(AuditRecorderNode, "audit_recorder", args, on_exit=AuditRecorderNode.close)
+    return spin_node(AuditRecorderNode, "audit_recorder", args, on_exit=AuditRecorderNode.finish)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from brace_msgs.action import Replan
 from brace_msgs.msg import Episode, Plan, WorldInfo
 from builtin_interfaces.msg import Time
 from rclpy.action import ActionClient
+from rclpy.duration import Duration
 
 from . import names, qos
 from .counted_inputs import CountedInputs
@@ -27,6 +28,9 @@ from .world_state import WorldState, world_state_msg
 
 PEERS_MISSING = "episodes do not start"
 """What a world's overdue peer wait means, in its diagnostics ERROR line."""
+END_ACK_WAIT_S = 2.0
+"""How long the run's last END waits for its subscribers (the recorder) to acknowledge it: a world that exits after
+its last episode (`shutdown_when_done`) ends the run, and its END must be in the bag before the recorder is stopped."""
 
 
 def _book_view(name: str, doc: str) -> property:
@@ -147,6 +151,8 @@ class WorldNode:
         """Close the running episode with `result` and publish its END; True when it was the run's last."""
         last = self.book.end(result)
         self.out.episode.publish(self.episode_msg(EpisodeEvent.END, result))
+        if last and not self.out.episode.wait_for_all_acked(Duration(seconds=END_ACK_WAIT_S)):
+            self.get_logger().warning(f"the last END was not acknowledged within {END_ACK_WAIT_S:.0f} s")
         return last
 
     def publish_entries(self, entries: Iterable[FeedEntry]) -> None:
