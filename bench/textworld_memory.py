@@ -14,9 +14,10 @@ training seeds) copied into <out>, and keeps the games it wins (GiG Alg. 1 line 
 candidates with the game's own transition model (textworld on a copy). A game ends won, lost, or after --max-steps
 world steps.
 
-Games are played seed by seed, every row, and appended to <out>/textworld_memory_games.csv and _calls.csv as each ends, so an
-interrupted run goes on where it stopped (--fresh starts over); the table and <out>/textworld_memory.{csv,png} cover
-every game in the files. Targets: the best memory row wins >= 10 points more games than flat history
+Games are played seed by seed, every row, and appended to <out>/textworld_memory_<level>_games.csv and _calls.csv as
+each ends, so an interrupted run goes on where it stopped (--fresh starts over); the table and
+<out>/textworld_memory_<level>.{csv,png} cover every game in the files. --level picks the difficulty ladder's level
+(L3 by default: the settings every earlier run used). Targets: the best memory row wins >= 10 points more games than flat history
 with the same compressor, and its tokens per call at game step 40 are <= 1.1x those at step 5 (the context a call
 reads, before compression); GiG + experience wins >= 10 points more than GiG alone, the best GiG row beats the best
 other memory row (games won, then score), and GiG's tokens per call stay within 1.1x from step 5 to step 40.
@@ -46,6 +47,8 @@ from report import (
     save_plot,
     write_csv,
 )
+
+from sim_bridges.textworld.textworld_games import LEVELS
 
 PROFILE = "embedded"
 """The budget profile whose full_replan SLO and hard-deadline factor every call gets."""
@@ -97,7 +100,7 @@ def play_game(path, config, seed: int, args, folder: Path, row: str = "") -> tup
 
     memory = memory_use(config, experience_store(row, config, args), args.embed)
     configured(path, config, memory)
-    game = TextWorldGame(generate_game(GameSpec(seed), folder), args.max_steps)
+    game = TextWorldGame(generate_game(GameSpec(seed).at_level(args.level), folder), args.max_steps)
     calls = []
     try:
         session = TextWorldSession(game, 0, seed, memory.system)
@@ -228,6 +231,9 @@ def main() -> int:
     parser.add_argument("--avx2", action="store_true", help="run under AVX2 dispatch caps (scripts/avx2.sh)")
     parser.add_argument("--games", type=int, default=None, help="held-out games per row (seeds 0 on)")
     parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--level", choices=tuple(LEVELS), default="L3",
+                        help="difficulty ladder level (L1 one room, one ingredient; L2 two in six rooms, cooked and "
+                        "cut; L3 three in nine): each level keeps its own files in --out")
     parser.add_argument("--max-steps", type=int, default=None, help="world steps before an unfinished game fails")
     parser.add_argument("--rows", nargs="*", default=None, help="rows to play (default: all)")
     parser.add_argument("--budget", type=int, default=None, help="B_t of every call (default 512)")
@@ -264,7 +270,8 @@ def main() -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    games_csv, calls_csv = out / "textworld_memory_games.csv", out / "textworld_memory_calls.csv"
+    stem = f"textworld_memory_{args.level}"
+    games_csv, calls_csv = out / f"{stem}_games.csv", out / f"{stem}_calls.csv"
     if args.fresh or args.quick:
         for p in (games_csv, calls_csv):
             p.unlink(missing_ok=True)
@@ -287,7 +294,7 @@ def main() -> int:
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     bank = PredictorBank.load(resolve_path(predictor), model.config)
     schedule = PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7, first_cut=FIRST_CUT)
-    print(f"# TextWorld cooking, held-out seeds {args.first_seed}..{args.first_seed + args.games - 1}, B_t "
+    print(f"# TextWorld cooking {args.level}, held-out seeds {args.first_seed}..{args.first_seed + args.games - 1}, B_t "
           f"{args.budget}, SLO {args.slo_ms:.0f} ms, {dtype} on {describe_cpu(cpu)}", flush=True)
     done = done_games(games_csv)
     paths = {name: PlannerCallPath(LocalModel(model, tok, schedule, bank if comp == "erecap" else None),
@@ -313,9 +320,9 @@ def main() -> int:
     print("|" + "---|" * len(columns))
     for r in table:
         print("| " + " | ".join(str(r[c]) for c in columns) + " |")
-    csv_path = write_csv([{**r, "cpu": cpu["cpu"], "torch_capability": cpu["torch_capability"], "dtype": dtype}
-                          for r in table], out / "textworld_memory.csv")
-    png = save_plot(out / "textworld_memory.png", draw_tokens(names, read_rows(calls_csv), args.budget))
+    csv_path = write_csv([{**r, "level": args.level, "cpu": cpu["cpu"], "torch_capability": cpu["torch_capability"],
+                           "dtype": dtype} for r in table], out / f"{stem}.csv")
+    png = save_plot(out / f"{stem}.png", draw_tokens(names, read_rows(calls_csv), args.budget))
     print_written(csv_path, png)
     return report_checks(checks(table, args.games))
 

@@ -70,7 +70,7 @@ RUNS = {
                               {"memory_retrieval.csv": ("records", "retrieve_p50_ms", "memory_tokens")},
                               ("memory_retrieval.png",)),
     "textworld_memory": Quick(("--out", "{out}"), "| row | games |",
-                              {"textworld_memory.csv": ("games", "calls", "p50_ms")}, ("textworld_memory.png",)),
+                              {"textworld_memory_L3.csv": ("games", "calls", "p50_ms")}, ("textworld_memory_L3.png",)),
     "planner_backends": Quick(("--out", "{out}"), "## Call latency by backend",
                               {"planner_backends.csv": ("tokens_n", "p50_ms"),
                                "planner_backends_quality.csv": ("points", "p50_ms")}, ("planner_backends.png",)),

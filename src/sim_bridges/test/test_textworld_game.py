@@ -243,11 +243,20 @@ def test_game_output_is_one_line_without_prompt_or_status():
 
 @pytest.mark.parametrize("values, parameter", [({"take": 4, "recipe": 3}, "take"), ({"go": 7}, "go"),
                                                ({"recipe": 6}, "recipe"), ({"game_dir": " "}, "game_dir"),
-                                               ({"max_plan_steps": 0}, "max_plan_steps")])
+                                               ({"max_plan_steps": 0}, "max_plan_steps"),
+                                               ({"level": "L4"}, "level")])
 def test_invalid_settings_name_their_parameter(values, parameter):
     with pytest.raises(ConfigError) as refused:
         TextWorldConfig(**values).validate()
     assert refused.value.parameter == parameter
+
+
+def test_a_level_of_the_ladder_replaces_the_game_settings():
+    config = TextWorldConfig(seed=4, level="L1", recipe=5, take=5, go=12)
+    config.validate()
+    assert config.game(2) == GameSpec(seed=6, recipe=1, take=1, go=1, cook=False, cut=False, open=False)
+    assert TextWorldConfig(level="L2").game(0).name == "tw-cooking-recipe2-take2-go6-cook-cut-open-seed0"
+    assert TextWorldConfig(level="L3").game(0) == TextWorldConfig().game(0)   # L3: the settings every run had
 
 
 def test_the_supply_makes_games_in_a_child_and_reports_its_failure(tmp_path):

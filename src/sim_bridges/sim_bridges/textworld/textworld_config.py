@@ -11,7 +11,7 @@ from pathlib import Path
 
 from brace_common.config import ConfigError, ReadinessConfig, check_fields, param
 
-from .textworld_games import MAX_RECIPE, GameSpec
+from .textworld_games import LEVELS, MAX_RECIPE, GameSpec
 
 
 @dataclass
@@ -20,6 +20,8 @@ class TextWorldConfig(ReadinessConfig):
 
     seed: int = param(0, "seed of the first episode's game; episode e plays the game of seed + e", 0, 2**31 - 1)
     episodes: int = param(3, "episodes to run (games of seeds seed, seed+1, ...)", 1, 10**6)
+    level: str = param("", "difficulty ladder level (L1, L2 or L3: docs/textworld.md) whose settings replace recipe, "
+                       "take, go, cook, cut and open; empty: those parameters as set")
     recipe: int = param(3, "ingredients in the recipe (tw-cooking --recipe)", 1, MAX_RECIPE)
     take: int = param(3, "of the recipe's ingredients, those the player must find (tw-cooking --take; the others "
                       "start in the inventory; at most recipe)", 0, MAX_RECIPE)
@@ -43,6 +45,8 @@ class TextWorldConfig(ReadinessConfig):
     def validate(self) -> None:
         """ConfigError naming the first invalid parameter."""
         check_fields(self)
+        if self.level and self.level not in LEVELS:
+            raise ConfigError("level", f"'{self.level}' is not a level ({', '.join(LEVELS)}) or empty")
         self.game(0).validate()
         if not self.game_dir.strip():
             raise ConfigError("game_dir", "must name a folder")
@@ -50,7 +54,8 @@ class TextWorldConfig(ReadinessConfig):
 
     def game(self, episode: int) -> GameSpec:
         """The game of episode `episode`."""
-        return GameSpec(self.seed + episode, self.recipe, self.take, self.go, self.cook, self.cut, self.open)
+        spec = GameSpec(self.seed + episode, self.recipe, self.take, self.go, self.cook, self.cut, self.open)
+        return spec.at_level(self.level) if self.level else spec
 
     def game_folder(self) -> Path:
         """`game_dir` with '~' expanded."""

@@ -74,6 +74,12 @@ class GameSpec:
         return {"recipe": self.recipe, "take": self.take, "go": self.go, "cook": self.cook, "cut": self.cut,
                 "open": self.open, "drop": False, "recipe_seed": 0, "split": None}
 
+    def at_level(self, level: str) -> GameSpec:
+        """This spec's seed with the settings of difficulty `level` (one of LEVELS; ConfigError naming `level`)."""
+        if level not in LEVELS:
+            raise ConfigError("level", f"'{level}' is not a level ({', '.join(LEVELS)})")
+        return GameSpec(self.seed, **LEVELS[level])
+
     def arguments(self) -> list[str]:
         """This spec as the command line of `python -m sim_bridges.textworld.textworld_games`."""
         out = []
@@ -83,6 +89,16 @@ class GameSpec:
             else:
                 out += [f"--{key}", str(value)]
         return out
+
+
+LEVELS: dict[str, dict] = {
+    "L1": {"recipe": 1, "take": 1, "go": 1, "cook": False, "cut": False, "open": False},
+    "L2": {"recipe": 2, "take": 2, "go": 6, "cook": True, "cut": True, "open": True},
+    "L3": {"recipe": 3, "take": 3, "go": 9, "cook": True, "cut": True, "open": True},
+}
+"""The difficulty ladder (parameter and bench option `level`): L1 one room, one ingredient to find, nothing to cook,
+cut or open; L2 two ingredients in six rooms, cooked and cut, behind closed doors; L3 three in nine (GameSpec's
+defaults)."""
 
 
 def game_file(spec: GameSpec, folder: Path) -> Path:
@@ -197,10 +213,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--go", type=int, default=GameSpec.go)
     for skill in ("cook", "cut", "open"):
         ap.add_argument(f"--{skill}", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--level", choices=tuple(LEVELS), default=None,
+                    help="a level of the difficulty ladder: its settings replace the ones above")
     ap.add_argument("--output", type=Path, required=True, help="the game folder")
     args = ap.parse_args(argv)
     spec = GameSpec(args.seed, args.recipe, args.take, args.go, args.cook, args.cut, args.open)
     try:
+        spec = spec.at_level(args.level) if args.level else spec
         print(generate_game(spec, args.output))
     except ConfigError as exc:
         print(f"invalid settings: {exc}", file=sys.stderr)
