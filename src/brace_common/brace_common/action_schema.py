@@ -183,6 +183,28 @@ class ActionSpec:
         return f"{self.name}({', '.join(self.parameters)})"
 
 
+def spec_dict(spec: ActionSpec, resolve_entities: bool = True) -> dict:
+    """An action's (or subtask's) parameters in their dict form (entity parameters as `choices` when resolved)."""
+    params = {}
+    for pname, p in spec.parameters.items():
+        raw: dict[str, Any] = {"type": p.type}
+        if p.entity is not None and not resolve_entities:
+            raw["entity"] = p.entity
+        elif p.choices is not None:
+            raw["choices"] = list(p.choices)
+        if not p.required:
+            raw["required"] = False
+        for key, value in (("min", p.min), ("max", p.max)):
+            if value is not None:
+                raw[key] = value
+        for key, value in (("exclusive_min", p.exclusive_min), ("exclusive_max", p.exclusive_max),
+                           ("not_self", p.not_self)):
+            if value:
+                raw[key] = True
+        params[pname] = raw
+    return params
+
+
 def merged(base: Mapping, override: Mapping) -> dict:
     """`base` with `override` deep-merged into it: mappings merge, other values replace, None removes the key."""
     out = copy.deepcopy(dict(base))
@@ -247,6 +269,22 @@ def _number(where: str, raw: Mapping, *names: str) -> Optional[float]:
     return None
 
 
+def _specs(section: str, raw: Any, entities: Mapping[str, tuple]) -> dict[str, ActionSpec]:
+    """The actions (or composite subtasks) of `section`, each with its parameters; ValueError naming what is wrong."""
+    raw = _mapping(section, raw)
+    if len(raw) > MAX_SCHEMA_ACTIONS:
+        raise ValueError(f"{section} has {len(raw)} entries (at most {MAX_SCHEMA_ACTIONS})")
+    out = {}
+    for name, params in raw.items():
+        where = f"{section}.{_name(section, name)}"
+        params = _mapping(f"{where}: parameters", params)
+        if len(params) > MAX_ACTION_PARAMETERS:
+            raise ValueError(f"{where} has {len(params)} parameters (at most {MAX_ACTION_PARAMETERS})")
+        out[name] = ActionSpec(name, {_name(where, p): _parameter(f"{where}.{p}", spec, entities)
+                                      for p, spec in params.items()})
+    return out
+
+
 def _parameter(where: str, raw: Any, entities: Mapping[str, tuple]) -> ParameterSpec:
     if raw is not None and not isinstance(raw, Mapping):
         raise ValueError(f"{where}: a parameter is a mapping (type, required, choices, entity, min, max)")
@@ -295,6 +333,7 @@ class ActionSchema:
     entities: dict[str, tuple] = field(default_factory=dict)
     kinds: dict[str, tuple[str, ...]] = field(default_factory=dict)
     source: dict = field(default_factory=dict, repr=False, compare=False)   # what it was built from
+    subtasks: dict[str, ActionSpec] = field(default_factory=dict)   # composite subtasks (ReCAP), by name
 
     # ------------------------------------------------------------------ building
 
@@ -303,29 +342,23 @@ class ActionSchema:
         """A schema from its dict form (see the module docstring); ValueError naming what is wrong."""
         if not isinstance(raw, Mapping):
             raise ValueError("an action schema is a mapping with 'actions'")
-        unknown = set(raw) - {"max_steps", "min_steps", "entities", "kinds", "actions"}
+        unknown = set(raw) - {"max_steps", "min_steps", "entities", "kinds", "actions", "subtasks"}
         if unknown:
             raise ValueError(f"unknown key(s) {sorted(map(str, unknown))} (max_steps, min_steps, entities, kinds, "
-                             "actions)")
+                             "actions, subtasks)")
         entities: dict[str, tuple] = {}
         for kind, ids in _mapping("entities", raw.get("entities")).items():
             where = f"entities.{_name('entities', kind)}"
             entities[kind] = _list(where, ids)
             if not all(isinstance(i, str) and 0 < len(i) <= MAX_TEXT_CHARS for i in entities[kind]):
                 raise ValueError(f"{where} must be a list of ids (non-empty strings)")
-        actions_raw = _mapping("actions", raw.get("actions"))
-        if not actions_raw:
+        actions = _specs("actions", raw.get("actions"), entities)
+        if not actions:
             raise ValueError("an action schema needs an 'actions' mapping with at least one action")
-        if len(actions_raw) > MAX_SCHEMA_ACTIONS:
-            raise ValueError(f"actions has {len(actions_raw)} actions (at most {MAX_SCHEMA_ACTIONS})")
-        actions = {}
-        for name, params in actions_raw.items():
-            where = f"actions.{_name('actions', name)}"
-            params = _mapping(f"{where}: parameters", params)
-            if len(params) > MAX_ACTION_PARAMETERS:
-                raise ValueError(f"{where} has {len(params)} parameters (at most {MAX_ACTION_PARAMETERS})")
-            actions[name] = ActionSpec(name, {_name(where, p): _parameter(f"{where}.{p}", spec, entities)
-                                              for p, spec in params.items()})
+        subtasks = _specs("subtasks", raw.get("subtasks"), entities)
+        clash = sorted(set(subtasks) & set(actions))
+        if clash:
+            raise ValueError(f"subtasks.{clash[0]} is also an action (a subtask is composite, an action primitive)")
         kinds: dict[str, tuple[str, ...]] = {}
         for kind, allowed in _mapping("kinds", raw.get("kinds")).items():
             where = f"kinds.{_name('kinds', kind)}"
@@ -339,7 +372,7 @@ class ActionSchema:
             raise ValueError(f"max_steps {shorten(repr(max_steps))} is not an integer in [1, {MAX_SCHEMA_STEPS}]")
         if isinstance(min_steps, bool) or not isinstance(min_steps, int) or not 1 <= min_steps <= max_steps:
             raise ValueError(f"min_steps {shorten(repr(min_steps))} must be an integer in [1, max_steps = {max_steps}]")
-        return cls(actions, max_steps, min_steps, entities, kinds, copy.deepcopy(dict(raw)))
+        return cls(actions, max_steps, min_steps, entities, kinds, copy.deepcopy(dict(raw)), subtasks)
 
     @classmethod
     def from_json(cls, text: str) -> ActionSchema:
@@ -374,26 +407,9 @@ class ActionSchema:
             out["entities"] = {k: list(v) for k, v in self.entities.items()}
         if self.kinds:
             out["kinds"] = {k: list(v) for k, v in self.kinds.items()}
-        out["actions"] = {}
-        for name, spec in self.actions.items():
-            params = {}
-            for pname, p in spec.parameters.items():
-                raw: dict[str, Any] = {"type": p.type}
-                if p.entity is not None and not resolve_entities:
-                    raw["entity"] = p.entity
-                elif p.choices is not None:
-                    raw["choices"] = list(p.choices)
-                if not p.required:
-                    raw["required"] = False
-                for key, value in (("min", p.min), ("max", p.max)):
-                    if value is not None:
-                        raw[key] = value
-                for key, value in (("exclusive_min", p.exclusive_min), ("exclusive_max", p.exclusive_max),
-                                   ("not_self", p.not_self)):
-                    if value:
-                        raw[key] = True
-                params[pname] = raw
-            out["actions"][name] = params
+        out["actions"] = {name: spec_dict(spec, resolve_entities) for name, spec in self.actions.items()}
+        if self.subtasks:
+            out["subtasks"] = {name: spec_dict(spec, resolve_entities) for name, spec in self.subtasks.items()}
         return out
 
     # ------------------------------------------------------------------ reading
@@ -479,6 +495,14 @@ class ActionSchema:
         if not isinstance(raw, Mapping):
             raise PlanError(Fault.NOT_A_STEP, f"step {index} is {type(raw).__name__}, not an object", index)
         return self.check_step(raw.get("action"), raw.get("parameters"), index, kind, agent)
+
+    def check_subtask(self, raw: Any, index: int = 0) -> Step:
+        """Composite subtask `index` from its JSON form `{"subtask": ..., "parameters": {...}}` (ReCAP), checked
+        against the schema's `subtasks`; PlanError if not valid."""
+        if not isinstance(raw, Mapping):
+            raise PlanError(Fault.NOT_A_STEP, f"step {index} is {type(raw).__name__}, not an object", index)
+        composites = ActionSchema(self.subtasks, self.max_steps, 1, self.entities)
+        return composites.check_step(raw.get("subtask"), raw.get("parameters"), index)
 
     def check_plan(self, raw_steps: Sequence[Any], kind: Optional[str] = None, max_steps: Optional[int] = None,
                    allow_empty: bool = False, agent: Optional[str] = None) -> list[Step]:

@@ -72,6 +72,13 @@ class RecordIndex:
             kinds = [RecordKind(kind)] if kind is not None else list(RecordKind)
             return [r for k in kinds for r in self._records.get((agent_id, k), {}).values()]
 
+    def clear(self, agent_id: str, kind: Union[RecordKind, str]) -> int:
+        """Delete the agent's records of `kind` from the store, then from the index; how many the store deleted."""
+        deleted = self.store.clear(check_agent(agent_id), kind)
+        with self._lock:
+            self._records.pop((agent_id, RecordKind(kind)), None)
+        return deleted
+
     def agents(self) -> list[str]:
         """The agent ids with records in the store or written through the index, sorted."""
         with self._lock:

@@ -14,13 +14,15 @@ from brace_common.validation import AGENT_ID_PATTERN, MAX_AGENT_ID_CHARS
 class RecordKind(str, enum.Enum):
     """What a record is (OmniAct Sec. 3.4): an episodic record folded at a boundary, a failure reflection, a
     note a plan asked to keep (`store_memory`), or a constraint the graph gave (a context entry of kind
-    `constraint`), kept as a long-term rule; or (GiG Sec. 3.3) an experience: a successful episode's trajectory."""
+    `constraint`), kept as a long-term rule; or (GiG Sec. 3.3) an experience: a successful episode's trajectory; or
+    (ReCAP Alg. 1) an agent's frame stack, the recursion's state, which no call retrieves as a line."""
 
     EPISODIC = "episodic"
     FAILURE = "failure"
     NOTE = "note"
     CONSTRAINT = "constraint"
     EXPERIENCE = "experience"
+    FRAME = "frame"
 
 
 MAX_KEY_CHARS = 256

@@ -345,7 +345,7 @@ class MemorySystem:
         if module == "experience":
             match = self._match(agent_id)
             return [match.line()] if match is not None else []
-        records = [r for r in self.store.records(agent_id) if r.kind != RecordKind.EXPERIENCE] \
+        records = [r for r in self.store.records(agent_id) if r.kind not in (RecordKind.EXPERIENCE, RecordKind.FRAME)] \
             + [r for r in self.reflective.constraints() if r.agent_id != agent_id]
         return ranked_by_relevance(query, [self.line(r) for r in records])
 

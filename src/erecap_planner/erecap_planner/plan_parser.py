@@ -10,8 +10,12 @@ import json
 import re
 from typing import Any, Optional
 
-from brace_common.action_schema import PLANNER_REASONS, ActionSchema, PlanError, Step
-from brace_common.validation import json_depths
+from brace_common.action_schema import PLANNER_REASONS, ActionSchema, Fault, PlanError, Step
+from brace_common.validation import MAX_TEXT_CHARS, json_depths
+from brace_memory.recap import Subtask
+
+THINK_KEY, SUBTASKS_KEY, COMPOSITE_KEY = "think", "subtasks", "subtask"
+"""The keys of a ReCAP answer `{"think": T, "subtasks": [step | {"subtask": name, "parameters": {...}}, ...]}`."""
 
 
 def first_json(text: str) -> Any:
@@ -95,6 +99,36 @@ def parse_plan(text: Any, schema: ActionSchema, respelled: Optional[list[str]] =
             raise PlanError("not_text", f"planner output is {type(text).__name__}")
         items = _step_list(first_json(text))
         return schema.check_plan(items if respelled is None else respell(items, schema, respelled), agent=agent)
+    except PlanError as exc:
+        raise exc.renamed(PLANNER_REASONS) from None
+    except Exception as exc:  # noqa: BLE001 - the contract: malformed output is a PlanError, never a crash
+        raise PlanError("unparseable", f"{type(exc).__name__}: {exc}") from None
+
+
+def parse_recap(text: Any, schema: ActionSchema, agent: Optional[str] = None) -> tuple[str, list[Subtask]]:
+    """A ReCAP call's (T, S) from planner output `{"think": T, "subtasks": [...]}`: each subtask a skill call of the
+    schema's actions (primitive) or `{"subtask": name, "parameters": {...}}` of its `subtasks` (composite); S may be
+    empty (the frame is done), at most the schema's max_steps long; T is text (absent: empty). PlanError (and
+    nothing else) on any problem."""
+    try:
+        if not isinstance(text, str):
+            raise PlanError("not_text", f"planner output is {type(text).__name__}")
+        value = first_json(text)
+        if not isinstance(value, dict) or not isinstance(value.get(SUBTASKS_KEY), list):
+            raise PlanError("bad_shape", 'expected {"think": ..., "subtasks": [...]}')
+        thought = value.get(THINK_KEY, "")
+        if not isinstance(thought, str) or len(thought) > MAX_TEXT_CHARS:
+            raise PlanError("bad_shape", f"the thought is not a text of at most {MAX_TEXT_CHARS} characters")
+        items = value[SUBTASKS_KEY]
+        if len(items) > schema.max_steps:
+            raise PlanError(Fault.LONG_PLAN, f"the plan has {len(items)} subtasks (at most {schema.max_steps})")
+        out = []
+        for index, item in enumerate(items):
+            if isinstance(item, dict) and COMPOSITE_KEY in item and "action" not in item:
+                out.append(Subtask(schema.check_subtask(item, index), composite=True))
+            else:
+                out.append(Subtask(schema.check(item, index, agent=agent)))
+        return thought.strip(), out
     except PlanError as exc:
         raise exc.renamed(PLANNER_REASONS) from None
     except Exception as exc:  # noqa: BLE001 - the contract: malformed output is a PlanError, never a crash

@@ -78,7 +78,8 @@ def test_ids_spelled_another_way_are_respelled_only_when_asked_and_only_to_one_v
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-        st.sampled_from(["action", "parameters", "plan", "next_step", "target", "object", "steps", "x"]) | st.text(max_size=5),
+        st.sampled_from(["action", "parameters", "plan", "next_step", "target", "object", "steps", "x", "think",
+                         "subtasks", "subtask", "deliver", "dock"]) | st.text(max_size=5),
         inner, max_size=4),
     max_leaves=12,
 )
@@ -100,3 +101,55 @@ def test_fuzz_malformed_outputs_raise_only_plan_error(text):
     except PlanError:
         return
     assert all(s.action in SCHEMA.actions for s in steps)
+
+
+RECAP_SCHEMA = SCHEMA.extend({"subtasks": {"deliver": {"object": {"choices": ["cup", "box"]},
+                                                       "dock": {"choices": ["dock_1", "dock_2"]}}}})
+
+
+def test_a_recap_answer_holds_a_thought_and_primitive_and_composite_subtasks():
+    from erecap_planner.plan_parser import parse_recap
+
+    thought, subtasks = parse_recap(
+        'I will: {"think": "the cup first", "subtasks": [{"action": "pick", "parameters": {"object": "cup"}}, '
+        '{"subtask": "deliver", "parameters": {"object": "box", "dock": "dock_2"}}]}', RECAP_SCHEMA)
+    assert thought == "the cup first"
+    assert [(s.step.action, s.composite) for s in subtasks] == [("pick", False), ("deliver", True)]
+    assert subtasks[1].text() == "[deliver(box, dock_2)]"
+    assert parse_recap('{"subtasks": []}', RECAP_SCHEMA) == ("", [])   # an empty S closes the frame
+
+
+@pytest.mark.parametrize("text,reason", [
+    ('{"plan": [{"action": "wait"}]}', "bad_shape"),
+    ('{"think": 3, "subtasks": []}', "bad_shape"),
+    ('{"subtasks": [{"subtask": "fly", "parameters": {}}]}', "unknown_action"),
+    ('{"subtasks": [{"subtask": "deliver", "parameters": {"object": "moon", "dock": "dock_1"}}]}',
+     "hallucinated_value"),
+    ('{"subtasks": [' + ", ".join(['{"action": "wait"}'] * 5) + ']}', "too_long"),
+    ('{"subtasks": [{"subtask": "deliver"', "truncated"),
+])
+def test_a_malformed_recap_answer_is_a_plan_error_with_its_reason(text, reason):
+    from erecap_planner.plan_parser import parse_recap
+
+    with pytest.raises(PlanError) as caught:
+        parse_recap(text, RECAP_SCHEMA)
+    assert caught.value.reason == reason
+
+
+def test_a_schema_refuses_a_subtask_named_as_an_action():
+    with pytest.raises(ValueError, match="also an action"):
+        SCHEMA.extend({"subtasks": {"pick": {}}})
+    assert RECAP_SCHEMA.to_dict()["subtasks"]["deliver"]["dock"] == {"type": "string", "choices": ["dock_1", "dock_2"]}
+    assert ActionSchema.from_dict(RECAP_SCHEMA.to_dict()) == RECAP_SCHEMA
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=malformed)
+def test_fuzz_malformed_recap_answers_raise_only_plan_error(text):
+    from erecap_planner.plan_parser import parse_recap
+
+    try:
+        _, subtasks = parse_recap(text, RECAP_SCHEMA)
+    except PlanError:
+        return
+    assert all(s.step.action in (RECAP_SCHEMA.subtasks if s.composite else RECAP_SCHEMA.actions) for s in subtasks)
