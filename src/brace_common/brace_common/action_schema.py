@@ -501,8 +501,11 @@ class ActionSchema:
         against the schema's `subtasks`; PlanError if not valid."""
         if not isinstance(raw, Mapping):
             raise PlanError(Fault.NOT_A_STEP, f"step {index} is {type(raw).__name__}, not an object", index)
-        composites = ActionSchema(self.subtasks, self.max_steps, 1, self.entities)
-        return composites.check_step(raw.get("subtask"), raw.get("parameters"), index)
+        return self.subtask_schema().check_step(raw.get("subtask"), raw.get("parameters"), index)
+
+    def subtask_schema(self) -> ActionSchema:
+        """The composite subtasks as a schema of their own (their calls enumerated and checked like actions')."""
+        return ActionSchema(self.subtasks, self.max_steps, 1, self.entities)
 
     def check_plan(self, raw_steps: Sequence[Any], kind: Optional[str] = None, max_steps: Optional[int] = None,
                    allow_empty: bool = False, agent: Optional[str] = None) -> list[Step]:

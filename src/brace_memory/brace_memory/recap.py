@@ -113,6 +113,7 @@ class Transition:
     closed: int = 0
     need: Need = Need.NOTHING
     depth: int = 0
+    goal: str = ""       # the top frame's goal ("" without a frame)
 
 
 class RecapFrames:
@@ -243,9 +244,21 @@ class RecapFrames:
         frames = self.stacks.get(agent_id) or []
         if not frames:
             return Transition(need=Need.NOTHING)
-        return Transition(need=frames[-1].need, depth=len(frames) - 1)
+        return Transition(need=frames[-1].need, depth=len(frames) - 1, goal=frames[-1].goal)
 
     # ------------------------------------------------------------------ what a call reads
+
+    def reopen(self, agent_id: str, step: int, task: str = "") -> Transition:
+        """A call for an agent without an open frame: a root frame for its task again (`task` when it never had one:
+        a world that sends no task entry), waiting for π."""
+        frames = self.stack(agent_id)
+        if frames:
+            return self._state(agent_id)
+        self.tasks[agent_id] = self.tasks.get(agent_id) or " ".join(task.split())
+        self.stacks[agent_id] = [Frame(self.tasks[agent_id], step)]
+        self.counts["frames_opened"] += 1
+        self._save(agent_id, step)
+        return self._state(agent_id)
 
     def need(self, agent_id: str) -> Transition:
         """What the agent's top frame waits for, and its depth (0: the root)."""

@@ -24,6 +24,7 @@ from .episodic import EpisodicMemory, record_line
 from .experience import TAU, ExperienceBank, Match, Trajectory
 from .lookahead import Predict, candidates, lookahead_lines
 from .rag import ranked_by_relevance
+from .recap import MAX_DEPTH, RecapFrames, Subtask, Transition
 from .record_index import RecordIndex
 from .records import RecordKind
 from .reflective import PREEMPTION, Prior, ReflectiveMemory, failure_kind
@@ -78,7 +79,9 @@ class MemorySystemConfig:
     `modules`: a subset of MODULES (ValueError naming the first that is not); `tree_depth`: the context tree's goal
     levels; `max_lines`: lines a call retrieves at most; `summary_queue`: the summary worker's queue; `scene_hops`
     and `scene_cell_m` cut an agent's scene graph from a world state (brace_common.scene_graph.agent_view); `tau`:
-    the experience bank's embedding match; `lookahead_candidates`: the steps a call projects at most.
+    the experience bank's embedding match; `lookahead_candidates`: the steps a call projects at most; `recursion`:
+    the planner decomposes (ReCAP Alg. 1) and each agent's frame stack (recap.py), at most `recap_max_depth` frames,
+    drives its calls and its goal stack.
     """
 
     modules: tuple[str, ...] = ()
@@ -89,9 +92,13 @@ class MemorySystemConfig:
     scene_cell_m: float = 1.0
     tau: float = TAU
     lookahead_candidates: int = 3
+    recursion: bool = False
+    recap_max_depth: int = MAX_DEPTH
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "modules", check_modules(self.modules))
+        if self.recap_max_depth < 1:
+            raise ValueError(f"recap_max_depth {self.recap_max_depth} must be at least 1")
 
 
 class MemorySystem:
@@ -111,6 +118,8 @@ class MemorySystem:
         self.modules = config.modules
         self.store = RecordIndex(store if store is not None else MemoryStore(None))
         self.tree = ContextTree(config.tree_depth)
+        self.recursion = config.recursion
+        self.frames = RecapFrames(self.store, config.recap_max_depth)
         self.episodic = EpisodicMemory(self.store)
         self.reflective = ReflectiveMemory(self.store, tuple(priors))
         self.corpus = tuple(corpus)
@@ -160,6 +169,8 @@ class MemorySystem:
         """What a planner reports of its memory (each name after `prefix`): these counts, the context tree's
         (`tree.`), the store's (`store.`) and the summary worker's (`summaries.`, with one)."""
         health = self.counts.health(prefix) + self.tree.health(prefix + "tree.") + self.store.health(prefix + "store.")
+        if self.recursion:
+            health = health + self.frames.health(prefix + "recap.")
         return health + self.summaries.health(prefix + "summaries.") if self.summaries is not None else health
 
     def on(self, module: str) -> bool:
@@ -184,6 +195,8 @@ class MemorySystem:
                 self.reflective.on_constraint(agent_id, step, text, stamp)
             if kind == "task":
                 self.tree.on_task(agent_id, text)
+                if self.recursion:
+                    self.frames.on_task(agent_id, text, step)
             elif kind == "constraint" and block != Block.CONSTRAINTS:
                 self.tree.on_constraint(agent_id, text)
             elif kind == "task_done":
@@ -210,6 +223,8 @@ class MemorySystem:
                                            current.parameters if current else None, failure_kind(outcome.failure),
                                            outcome.detail, stamp=outcome.stamp)
             self.tree.on_outcome(outcome.agent_id, outcome.action, outcome.success, outcome.detail)
+            if self.recursion:
+                self.frames.on_outcome(outcome.agent_id, outcome.step, outcome.action, outcome.success, outcome.detail)
 
     def on_plan(self, agent_id: str, step: int, mode: Mode, steps: list[Step], rationale: str = "",
                 stamp: float = 0.0) -> None:
@@ -239,6 +254,8 @@ class MemorySystem:
                 self.reflective.on_failure(agent_id, step, action, current.parameters if current else None,
                                            PREEMPTION, detail, stamp=outcome.stamp)
             self.tree.on_outcome(agent_id, action, False, f"preempted: {detail}")
+            if self.recursion:
+                self.frames.on_outcome(agent_id, step, action, False, f"preempted: {detail}")
             if self.folding:
                 self.episodic.boundary(agent_id, step, "preemption", outcome.stamp)
 
@@ -246,6 +263,8 @@ class MemorySystem:
         """An episode starts: goal stacks, open segments and session graphs are dropped; stored records stay."""
         with self.lock:
             self.tree.forget()
+            if self.recursion:
+                self.frames.forget()
             self.episodic.start_episode()
             self._close_session()
 
@@ -307,9 +326,44 @@ class MemorySystem:
     # ------------------------------------------------------------------ what a call reads
 
     def goal_stack(self, agent_id: str) -> list[str]:
-        """The agent's ReCAP goal stack (lines; empty when it has neither task nor plan)."""
+        """The agent's ReCAP goal stack (lines; empty when it has neither task nor plan): with `recursion`, what its
+        frame stack re-injects (recap.RecapFrames.prompt_lines), else the context tree's."""
         with self.lock:
-            return self.tree.goal_stack(agent_id)
+            return self.frames.prompt_lines(agent_id) if self.recursion else self.tree.goal_stack(agent_id)
+
+    # ------------------------------------------------------------------ ReCAP's recursion (config.recursion)
+
+    def recap_need(self, agent_id: str, step: int = 0, task: str = "") -> Transition:
+        """What the agent's top frame waits for (π, ρ, the executor), its depth and goal; an agent without an open
+        frame gets its root again first (`task`: its goal when no task entry named one)."""
+        with self.lock:
+            return self.frames.reopen(agent_id, step, task)
+
+    def recap_plan(self, agent_id: str, step: int, thought: str, subtasks: list[Subtask]) -> tuple[list[Step],
+                                                                                                  Transition]:
+        """A call's (T, S) for the agent's top frame (π or ρ): the primitives the executor may run now, and what the
+        stack needs next. ValueError for a composite at the deepest frame or an agent without a frame."""
+        with self.lock:
+            state = self.frames.on_plan(agent_id, step, thought, subtasks)
+            return self.frames.executable(agent_id), state
+
+    def recap_reuse(self, agent_id: str, step: int) -> tuple[list[Step], Transition]:
+        """The controller reused the top frame's S instead of a ρ call: the primitives the executor may run now,
+        and what the stack needs next."""
+        with self.lock:
+            state = self.frames.reuse(agent_id, step)
+            return self.frames.executable(agent_id), state
+
+    def recap_subtasks(self, agent_id: str) -> tuple[str, list[Subtask]]:
+        """The top frame's (T, S) (empty without a frame)."""
+        with self.lock:
+            frames = self.frames.stack(agent_id)
+            return (frames[-1].thought, list(frames[-1].subtasks)) if frames else ("", [])
+
+    def window_since(self, agent_id: str) -> int:
+        """The step the agent's top frame opened at (its sliding window starts there; -1: no frame)."""
+        with self.lock:
+            return self.frames.window_since(agent_id)
 
     def goal_constraints(self, agent_id: str) -> list[str]:
         """The constraints the agent's goal stack shows with its task (a `recap` layout's prompt holds them)."""

@@ -25,6 +25,7 @@ from .context import DEFAULT_SYSTEM_PROMPT, LAYOUTS, ContextBuffer, RenderedCont
 from .memory_phase import MemoryUse, call_blocks, goal_stack, memory_ids, retrieve, splice_memory
 from .phase_clock import PhaseClock, PhaseRecord
 from .plan_parser import parse_plan
+from .recap_call import RecapCall, recap_answer, recap_request, recap_reuse
 
 __all__ = ["DECODINGS", "INTERNAL_ERROR", "NO_SCHEMA", "Backend", "BackendUnavailable", "CallAborted", "CallOptions",
            "CallOutcome", "CallPath", "CallRequest", "Generated", "Prompt", "SchemaUse",
@@ -95,6 +96,7 @@ class CallOutcome:
     server_completion_tokens: int = 0
     respelled: list[str] = field(default_factory=list)  # ids of the plan spelled another way ('old -> new')
     cut_at_slo: bool = False       # the plan ended at a step boundary to keep SLO_t (CallOptions.end_plan_at_slo)
+    recap: Optional[RecapCall] = None  # ReCAP's recursion: the call's π / ρ / reuse, its (T, S), what comes next
 
     @property
     def slo_met(self) -> bool:
@@ -116,12 +118,19 @@ class CallOptions:
     protect_blocks: bool = True    # in-model pruning never drops a protected block's tokens
     end_plan_at_slo: bool = False  # constrained decoding ends a plan at the step boundary where the next step would
                                    # finish past SLO_t
+    recursion: bool = False        # ReCAP Alg. 1: calls answer (T, S) for the agent's top frame (recap_call.py)
+    think_tokens: int = 32         # the longest thought constrained decoding writes (0: none)
 
     def __post_init__(self) -> None:
         if self.decoding not in DECODINGS:
             raise ConfigError("decoding", f"'{self.decoding}' is not one of {', '.join(DECODINGS)}")
         if self.layout not in LAYOUTS:
             raise ConfigError("context_layout", f"'{self.layout}' is not one of {LAYOUTS}")
+        if self.recursion and self.layout != "recap":
+            raise ConfigError("recap_recursion", f"needs context_layout recap, not {self.layout}")
+        if self.recursion and self.decoding == Decoding.CANDIDATES.value:
+            raise ConfigError("recap_recursion", "needs decoding json or constrained (candidates scores one skill "
+                              "call, not a thought and subtasks)")
 
 
 @dataclass
@@ -135,6 +144,7 @@ class Prompt:
     kept_index: list[int]
     protect: Optional[list[bool]]
     compress_phase: PhaseRecord
+    deepest: bool = False   # ReCAP: the call answers for a frame at the deepest depth (no composite subtask)
 
 
 @dataclass
@@ -229,6 +239,8 @@ class CallPath:
         self.compressor = compressor
         self.memory = memory
         self.decoding = Decoding(options.decoding)
+        if options.recursion and (memory is None or not memory.system.recursion):
+            raise ValueError("ReCAP's recursion needs a memory system with recursion on (MemorySystemConfig)")
         self.token_counts = TokenCounts(backend.tokenizer)  # each entry's tokens, counted once
         self.use: Optional[SchemaUse] = None  # None until a schema is known (a world's, from world_info)
         if schema is not None:
@@ -286,7 +298,14 @@ class CallPath:
             raise ValueError(f"{self.decoding.value} decoding needs actions whose parameters all have enumerated "
                              "choices")
         constrained = None
-        if self.decoding is Decoding.CONSTRAINED:
+        if self.decoding is Decoding.CONSTRAINED and self.options.recursion:
+            from .recap_decoding import RecapDecoder  # heavy: in-process decoding only (torch)
+
+            old = self.use.constrained if self.use is not None else None
+            constrained = RecapDecoder(self.tokenizer, candidates, enumerate_steps(schema.subtask_schema()),
+                                       schema.max_steps, self.options.think_tokens,
+                                       vocabulary=old.vocabulary if old is not None else None)
+        elif self.decoding is Decoding.CONSTRAINED:
             from .constrained import ConstrainedPlanDecoder  # heavy: in-process decoding only (torch)
 
             constrained = ConstrainedPlanDecoder(self.tokenizer, candidates, schema.max_steps, schema.min_steps)
@@ -318,8 +337,10 @@ class CallPath:
                checkpoint: Callable[[], None] = lambda: None) -> RenderedContext:
         """A call's uncompressed prompt: the context in this path's layout (with the goal stack in `recap`)."""
         o = self.options
-        return buffer.render(self.tokenizer, request.agent_id, request_text(schema, request.agent_id, request.mode),
-                             o.system_prompt, entries=call_blocks(buffer, o.layout, self.memory), layout=o.layout,
+        ask = recap_request(self.memory.system, schema, request.agent_id) if o.recursion else \
+            request_text(schema, request.agent_id, request.mode)
+        return buffer.render(self.tokenizer, request.agent_id, ask, o.system_prompt,
+                             entries=call_blocks(buffer, o.layout, self.memory, request.agent_id), layout=o.layout,
                              max_tokens=o.max_context_tokens, checkpoint=checkpoint, counts=self.token_counts,
                              goal_stack=goal_stack(self.memory, o.layout, request.agent_id))
 
@@ -375,10 +396,15 @@ class CallPath:
             return self._finish(outcome, clock)
         use = self.use_for(use, request.agent_id)
         try:
+            if self.options.recursion and recap_reuse(self.memory.system, request, outcome, clock):
+                return self._finish(outcome, clock)  # BRACE reused the frame's S: no model call
             prompt = self._prompt(buffer, request, use.schema, clock, outcome)
             generated = self.backend.generate(prompt, request, use, clock, outcome)
             t0 = clock.begin(Phase.PARSE)
-            parse_into(outcome, generated.text, use.schema, request.agent_id)
+            if self.options.recursion:
+                recap_answer(self.memory.system, outcome, generated.text, use.schema, request)
+            else:
+                parse_into(outcome, generated.text, use.schema, request.agent_id)
             clock.end(Phase.PARSE, t0, generated.produced, len(outcome.steps))
         except CallAborted as exc:
             end_aborted(outcome, clock, str(exc))
@@ -406,7 +432,11 @@ class CallPath:
         t0 = clock.begin(Phase.RETRIEVE)
         ids, index, protect, retrieved = self.splice(buffer, ctx, kept, protect, request, reserve)
         clock.end(Phase.RETRIEVE, t0, retrieved, len(ids) - kept.tokens_after)
-        return Prompt(ctx, ids, index, protect, compress_phase)
+        deepest = False
+        if self.options.recursion:
+            system = self.memory.system
+            deepest = system.recap_need(request.agent_id).depth >= system.config.recap_max_depth - 1
+        return Prompt(ctx, ids, index, protect, compress_phase, deepest)
 
     @staticmethod
     def _finish(outcome: CallOutcome, clock: PhaseClock) -> CallOutcome:

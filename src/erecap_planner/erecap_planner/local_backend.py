@@ -99,6 +99,9 @@ class LocalBackend:
             step, _ = best_step(self.plain, pre, self.tokenizer, use.candidates, should_abort=abort)
             text = json.dumps({"plan": [{"action": step.action, "parameters": step.parameters}]})
             produced = len(use.candidates)
+        elif self.decoding is Decoding.CONSTRAINED and self.options.recursion:
+            answer = use.constrained.decode(self.plain, pre, deepest=prompt.deepest, should_abort=abort)
+            text, produced = answer.text, answer.tokens
         elif self.decoding is Decoding.CONSTRAINED:
             constrained = use.constrained.decode(self.plain, pre, should_abort=abort,
                                                  max_steps=self.options.plan_steps.get(request.mode),

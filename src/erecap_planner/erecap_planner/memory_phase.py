@@ -42,13 +42,17 @@ class MemoryUse:
         return int(math.floor(self.share * token_budget))
 
 
-def history_filter(memory: Optional[MemoryUse], layout: str) -> Optional[Callable[[list[Entry]], list[Entry]]]:
+def history_filter(memory: Optional[MemoryUse], layout: str,
+                   agent_id: str = "") -> Optional[Callable[[list[Entry]], list[Entry]]]:
     """What leaves a call's history: entries episodic records folded, and (layout recap) all but the newest
-    `recap_window`; None when nothing does."""
+    `recap_window`; with ReCAP's recursion the window is `agent_id`'s own entries since its top frame opened (per
+    agent and per frame). None when nothing leaves."""
     if memory is None:
         return None
     folding = memory.system.on("episodic")
     window = memory.recap_window if layout == "recap" else None
+    recursion = memory.system.recursion and layout == "recap" and bool(agent_id)
+    since = memory.system.window_since(agent_id) if recursion else -1
     if not folding and window is None:
         return None
 
@@ -59,6 +63,8 @@ def history_filter(memory: Optional[MemoryUse], layout: str) -> Optional[Callabl
                 if entry.agent_id not in folded:
                     folded[entry.agent_id] = memory.system.folded_through(entry.agent_id)
             history = [e for e in history if e.step > folded[e.agent_id]]
+        if recursion:
+            history = [e for e in history if e.agent_id == agent_id and e.step >= since]
         if window is None:
             return history
         return history[-window:] if window > 0 else []
@@ -66,9 +72,9 @@ def history_filter(memory: Optional[MemoryUse], layout: str) -> Optional[Callabl
     return keep
 
 
-def call_blocks(buffer: ContextBuffer, layout: str, memory: Optional[MemoryUse]):
-    """The blocks a call renders (None: the buffer's own, unchanged)."""
-    keep = history_filter(memory, layout)
+def call_blocks(buffer: ContextBuffer, layout: str, memory: Optional[MemoryUse], agent_id: str = ""):
+    """The blocks a call for `agent_id` renders (None: the buffer's own, unchanged)."""
+    keep = history_filter(memory, layout, agent_id)
     if keep is None:
         return None
     return [(block, keep(entries) if block == Block.HISTORY else entries)

@@ -1,0 +1,93 @@
+"""What ReCAP's recursion changes in one call (ReCAP Alg. 1 on the call path): the request names the top frame's
+goal and asks for π (decompose) or ρ (refine); the answer's (T, S) goes to the agent's frame stack, whose leading
+primitives are the plan; a REUSE_SUBPLAN call whose frame waits for ρ reuses its S without the model (BRACE decided
+the refinement was not worth a call). Torch-free."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from brace_common.action_schema import ActionSchema, PlanError
+from brace_common.vocabulary import CallStatus, Mode, Phase
+from brace_memory.recap import Need, Subtask
+from brace_memory.system import MemorySystem
+
+from .phase_clock import PhaseClock
+from .plan_parser import parse_recap
+
+RECAP_FORMAT = ('Allowed actions: {actions}. Composite subtasks: {subtasks}. Reply with one JSON object: '
+                '{{"think": "<why>", "subtasks": [{{"action": "<name>", "parameters": {{...}}}} or '
+                '{{"subtask": "<name>", "parameters": {{...}}}}, ...]}}')
+"""The output format of a ReCAP call (after its request line)."""
+DEFAULT_GOAL = "the task"
+"""An agent's root goal when its world sent no task entry."""
+
+
+class RecapKind(enum.IntEnum):
+    """What a call was to the recursion (ReplanCall.RECAP_*)."""
+
+    NONE = 0        # no recursion (a flat plan)
+    DECOMPOSE = 1   # π: the frame had no (T, S)
+    REFINE = 2      # ρ: the frame's (T, S) after an outcome or a returning child
+    REUSE = 3       # the frame's S reused without the model (BRACE's choice instead of ρ)
+
+    @property
+    def label(self) -> str:
+        """The kind's name in lower case (CSV columns, logs)."""
+        return self.name.lower()
+
+
+@dataclass
+class RecapCall:
+    """One call's part in the recursion: its kind, the frame it served, the (T, S) it gave, and what the stack needs
+    after it (the top frame's need and depth)."""
+
+    kind: RecapKind
+    depth: int
+    thought: str = ""
+    subtasks: list[Subtask] = field(default_factory=list)
+    need: Need = Need.NOTHING
+    next_depth: int = 0
+
+
+def recap_request(memory: MemorySystem, schema: ActionSchema, agent_id: str) -> str:
+    """The REQUEST line of a ReCAP call for `agent_id`: π for a frame without (T, S), else ρ; then the format."""
+    state = memory.recap_need(agent_id, task=DEFAULT_GOAL)
+    if state.need == Need.DECOMPOSE:
+        ask = f"Decompose '{state.goal}' for {agent_id}: think, then list its subtasks in order."
+    else:
+        ask = f"Refine the remaining subtasks of '{state.goal}' for {agent_id} after what happened."
+    subtasks = schema.subtask_schema().describe() if schema.subtasks else "none"
+    return ask + " " + RECAP_FORMAT.format(actions=schema.describe(), subtasks=subtasks)
+
+
+def recap_reuse(memory: MemorySystem, request, outcome, clock: PhaseClock) -> bool:
+    """A REUSE_SUBPLAN call whose agent's top frame waits for ρ: its S reused as the plan, no model call (True);
+    False for any other call (the model answers it)."""
+    state = memory.recap_need(request.agent_id, request.step, DEFAULT_GOAL)
+    if request.mode != Mode.REUSE_SUBPLAN or state.need != Need.REFINE:
+        return False
+    t0 = clock.begin(Phase.PARSE)
+    thought, subtasks = memory.recap_subtasks(request.agent_id)
+    outcome.steps, after = memory.recap_reuse(request.agent_id, request.step)
+    outcome.recap = RecapCall(RecapKind.REUSE, state.depth, thought, subtasks, after.need, after.depth)
+    clock.end(Phase.PARSE, t0, 0, len(outcome.steps))
+    return True
+
+
+def recap_answer(memory: MemorySystem, outcome, text: str, schema: ActionSchema, request) -> None:
+    """The model's answer `text` as (T, S) for the agent's top frame: the plan is the primitives the executor may run
+    now; a malformed answer, or a composite at the deepest frame, is a PLANNER_ERROR with its reason."""
+    before = memory.recap_need(request.agent_id, request.step, DEFAULT_GOAL)
+    try:
+        thought, subtasks = parse_recap(text, schema, request.agent_id)
+        outcome.steps, after = memory.recap_plan(request.agent_id, request.step, thought, subtasks)
+    except PlanError as exc:
+        outcome.status, outcome.error = CallStatus.PLANNER_ERROR, str(exc)
+        return
+    except ValueError as exc:
+        outcome.status, outcome.error = CallStatus.PLANNER_ERROR, f"too_deep: {exc}"
+        return
+    kind = RecapKind.DECOMPOSE if before.need == Need.DECOMPOSE else RecapKind.REFINE
+    outcome.recap = RecapCall(kind, before.depth, thought, subtasks, after.need, after.depth)
