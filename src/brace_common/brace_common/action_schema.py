@@ -444,20 +444,21 @@ class ActionSchema:
         A server that enforces it can only write plans `check_plan` accepts (at most `max_steps` steps, else the
         schema's; for `agent`, when given).
         """
-        steps = []
-        for a in self.actions.values():
-            params = {n: p.json_schema(agent) for n, p in a.parameters.items()}
-            required = [n for n, p in a.parameters.items() if p.required]
-            if any(params[n].get("enum") == [] for n in required):
-                continue  # no value is left for this agent (yield_to in a one-drone scenario)
-            steps.append({"type": "object", "additionalProperties": False, "required": ["action", "parameters"],
-                          "properties": {"action": {"const": a.name},
-                                         "parameters": {"type": "object", "additionalProperties": False,
-                                                        "properties": params, "required": required}}})
+        steps = _call_schemas(self.actions, "action", agent)
         limit = max_steps or self.max_steps
         return {"type": "object", "additionalProperties": False, "required": ["plan"],
                 "properties": {"plan": {"type": "array", "items": {"anyOf": steps},
                                         "minItems": min(self.min_steps, limit), "maxItems": limit}}}
+
+    def recap_json_schema(self, agent: Optional[str] = None, composites: bool = True) -> dict:
+        """JSON Schema of a ReCAP answer `{"think": T, "subtasks": [...]}` (plan_parser.parse_recap): skill calls and,
+        with `composites`, `{"subtask": ..., "parameters": ...}` of the schema's subtasks; at most max_steps."""
+        items = _call_schemas(self.actions, "action", agent)
+        if composites:
+            items += _call_schemas(self.subtasks, "subtask", agent)
+        return {"type": "object", "additionalProperties": False, "required": ["think", "subtasks"],
+                "properties": {"think": {"type": "string", "maxLength": MAX_TEXT_CHARS},
+                               "subtasks": {"type": "array", "items": {"anyOf": items}, "maxItems": self.max_steps}}}
 
     # ------------------------------------------------------------------ validation
 
@@ -536,6 +537,22 @@ class ActionSchema:
         if len(items) > limit:
             raise PlanError(Fault.LONG_PLAN, f"the plan has {len(items)} steps (at most {limit})")
         return [one(i, item) for i, item in enumerate(items)]
+
+
+def _call_schemas(specs: Mapping[str, ActionSpec], key: str, agent: Optional[str]) -> list[dict]:
+    """JSON Schema of each call of `specs` as `{key: name, "parameters": {...}}` (for `agent`, when given); a call
+    with a required parameter left without values for the agent is left out."""
+    out = []
+    for a in specs.values():
+        params = {n: p.json_schema(agent) for n, p in a.parameters.items()}
+        required = [n for n, p in a.parameters.items() if p.required]
+        if any(params[n].get("enum") == [] for n in required):
+            continue  # no value is left for this agent (yield_to in a one-drone scenario)
+        out.append({"type": "object", "additionalProperties": False, "required": [key, "parameters"],
+                    "properties": {key: {"const": a.name},
+                                   "parameters": {"type": "object", "additionalProperties": False,
+                                                  "properties": params, "required": required}}})
+    return out
 
 
 def step_from_message(action: str, parameters_json: str) -> Step:

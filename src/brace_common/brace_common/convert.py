@@ -14,6 +14,7 @@ from .clock import seconds_of
 from .replanning import Decision, Trigger
 from .validation import (
     MAX_COUNT,
+    MAX_RECAP_DEPTH,
     InvalidInput,
     check_agent_id,
     check_float,
@@ -45,6 +46,7 @@ def trigger_from_msg(msg: TriggerEvent, latest_step: Optional[int] = None) -> Tr
         detail=check_text("detail", msg.detail),
         stamp=seconds_of(msg.header.stamp),
         has_goal=bool(msg.has_goal),
+        depth=check_int("depth", msg.depth, 0, MAX_RECAP_DEPTH),
     )
     trigger.validate()
     return trigger

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from brace_common.vocabulary import CallStatus, Mode, Reason, TriggerKind, meets_slo
+from brace_common.vocabulary import CallStatus, Mode, Reason, RecapKind, TriggerKind, meets_slo
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class Trigger:
     detail: str = ""
     stamp: float = 0.0
     has_goal: bool = False  # the agent was executing an unfinished plan (false: it waits for one)
+    depth: int = 0          # ReCAP: the depth of the agent's frame the trigger concerns
 
     def validate(self) -> None:
         """Raise ValueError naming the offending field when the trigger is malformed."""
@@ -38,6 +39,8 @@ class Trigger:
             raise ValueError(f"severity {self.severity} is not a finite value in [0, 1]")
         if self.consecutive_failures < 0:
             raise ValueError(f"consecutive_failures {self.consecutive_failures} is negative")
+        if self.depth < 0:
+            raise ValueError(f"depth {self.depth} is negative")
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,7 @@ class CallRecord:
     mode: Mode = Mode.FULL_REPLAN
     phase_ms: dict[str, float] = field(default_factory=dict)
     fault: str = ""    # a planner error's reason key (action_schema.Fault, 'truncated', ...); '' otherwise
+    recap_call: RecapKind = RecapKind.NONE  # what the call was to ReCAP's recursion (REUSE: no model call)
 
     @property
     def slo_met(self) -> bool:

@@ -33,6 +33,8 @@ MAX_STEP = 2**31 - 1
 MAX_STEP_JUMP = 100_000
 """How far one message may move an agent's step forward from the latest seen: a larger jump is rejected."""
 MAX_COUNT = 1_000_000
+MAX_RECAP_DEPTH = 16
+"""The deepest ReCAP frame stack a planner may keep (recap_max_depth) and a trigger may name (depth)."""
 """Counters carried in messages (consecutive failures, tokens)."""
 MAX_LOG_ID_CHARS = 48
 """Ids are shortened to this in logs."""

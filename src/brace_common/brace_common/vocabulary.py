@@ -41,6 +41,8 @@ class TriggerKind(_LabelledEnum):
     DEADLOCK = 4
     PREEMPT = 5
     LOOP = 6
+    REFINE = 7
+    SUBTASK = 8
 
 
 class Mode(_LabelledEnum):
@@ -64,11 +66,12 @@ class Reason(str, enum.Enum):
     TEAM_COMMIT = "team_commit"
     IN_FLIGHT = "in_flight"
     SLO_INFEASIBLE = "slo_infeasible"
+    RECURSION = "recursion"
 
     @property
     def admits(self) -> bool:
         """True for the reasons that come with an admitted call."""
-        return self in (Reason.GATE_OPEN, Reason.OVERRIDE, Reason.DEFER_GUARD)
+        return self in (Reason.GATE_OPEN, Reason.OVERRIDE, Reason.DEFER_GUARD, Reason.RECURSION)
 
 
 class CallStatus(_LabelledEnum):
@@ -189,6 +192,25 @@ class Observability(_LabelledEnum):
     PARTIAL = 1
 
 
+class RecapNeed(_LabelledEnum):
+    """What an agent's ReCAP frame stack needs next (Plan.NEED_*)."""
+
+    NONE = 0         # a flat plan (no recursion)
+    EXECUTE = 1      # the executor runs the top frame's primitive S[0]
+    DECOMPOSE = 2    # π: a frame without (T, S)
+    REFINE = 3       # ρ (or reuse): an outcome or a returning child changed the frame's S
+    NOTHING = 4      # no open frame: the root closed (or no task)
+
+
+class RecapKind(_LabelledEnum):
+    """What a call was to ReCAP's recursion (ReplanCall.RECAP_*)."""
+
+    NONE = 0        # no recursion (a flat plan)
+    DECOMPOSE = 1   # π: the frame had no (T, S)
+    REFINE = 2      # ρ: the frame's (T, S) after an outcome or a returning child
+    REUSE = 3       # the frame's S reused without the model (BRACE's choice instead of ρ)
+
+
 MSG_CONSTANTS: dict[type[enum.Enum], tuple[str, str, str]] = {
     TriggerKind: ("brace_msgs.msg", "TriggerEvent", "KIND_"),
     Mode: ("brace_msgs.msg", "ReplanDecision", "MODE_"),
@@ -202,6 +224,8 @@ MSG_CONSTANTS: dict[type[enum.Enum], tuple[str, str, str]] = {
     Activity: ("brace_msgs.msg", "AgentActivity", "ACTIVITY_"),
     Predicate: ("brace_msgs.msg", "Relation", "PREDICATE_"),
     Observability: ("brace_msgs.msg", "WorldState", "OBSERVABILITY_"),
+    RecapNeed: ("brace_msgs.msg", "Plan", "NEED_"),
+    RecapKind: ("brace_msgs.msg", "ReplanCall", "RECAP_"),
 }
 """Which message constants each enum mirrors: (module, message, constant prefix)."""
 

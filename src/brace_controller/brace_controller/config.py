@@ -131,6 +131,11 @@ class ControllerConfig:
     max_consecutive_deferrals: int = param(8, "suppressions in a row after which an agent is admitted despite team gates "
         "and SLO infeasibility (0 = off)", 0, 10**6)
     reuse_severity: float = param(0.5, "periodic triggers below this severity reuse the current subplan", 0.0, 1.0)
+    recap_depth_budget_ratio: float = param(1.0, "ReCAP: B_t of a call for a frame at depth d is the mode's B_t x "
+                                            "this^d (1 = every depth alike)", 0.05, 1.0)
+    recap_max_follow_ups: int = param(16, "ReCAP: calls in a row the controller raises itself for an agent whose "
+                                      "frame stack left it nothing to execute (a frame to decompose, a parent whose "
+                                      "child closed); past it the agent waits for its next trigger", 1, 10**6)
     budget_profile: str = param("default", "name of the budget profile of Eq. 2 in budget_profiles_file")
     budget_profiles_file: str = param("", "YAML file of budget profiles; empty = the one shipped with brace_controller")
     adaptive_budget: bool = param(True, "fit latency vs tokens online and lower B_t so backlog + predicted P95 <= SLO_t x guard "
@@ -201,6 +206,9 @@ class MonitorConfig:
     deadlock_threshold: int = param(3, "Z_t at or above which a deadlock trigger is raised", 1, 10**6)
     deadlock_progress_m: float = param(0.05, "movement per step below which an agent with a goal counts as stalled (m)", 0.0, 1e6)
     preempt_min_confidence: float = param(0.5, "verifier confidence needed to raise a preempt trigger", 0.0, 1.0)
+    recap_refine: bool = param(False, "ReCAP: raise a refine trigger after each step that succeeded (rho may refine "
+        "the agent's frame; suppressed, the frame's subtasks run on) and for a finished plan instead of a periodic one "
+        "(the planner runs recap_recursion)")
     loop_detection: bool = param(False, "raise a loop trigger when an agent is back in a state it held earlier in "
         "the episode (GiG's loop detection on the world_state topic's scene graphs; false = off)")
     loop_view_hops: int = param(2, "an agent's state: the scene graph its relations reach within this many edges, "

@@ -13,7 +13,7 @@ from typing import Optional
 
 from brace_common.counters import Health
 from brace_common.replanning import CallRecord, Decision, Trigger
-from brace_common.vocabulary import TEAM_AGENT, CallStatus, Mode, Reason, TriggerKind
+from brace_common.vocabulary import TEAM_AGENT, CallStatus, Mode, Reason, RecapNeed, TriggerKind
 
 from .config import BudgetProfile, ControllerConfig
 from .gate import AgentCounters, StabilityGate
@@ -61,6 +61,7 @@ class BraceController:
         self._plans: dict[str, tuple] = {}
         self.held: dict[str, Trigger] = {}  # per agent: its latest trigger held for the planner's backlog
         self.server_calls = 0  # requests other clients hold at a shared planner server (a fleet's other robots)
+        self.recursion_cut = 0  # ReCAP follow-ups not raised: recap_max_follow_ups in a row reached
         self._ids = itertools.count(1)
         self._id_prefix = id_prefix
 
@@ -87,6 +88,7 @@ class BraceController:
                        "suppressed": sum(t.suppressed for t in tallies), "latency_model_samples": model.samples,
                        "latency_model_ready": model.ready, "quality_floor_tokens": self.quality.floor,
                        "quality_floor_raised": self.quality.raised, "server_calls": self.server_calls,
+                       "recap_follow_ups_cut": self.recursion_cut,
                        **{f"latency_model_{k}": v for k, v in model.describe().items()},
                        **{f"reason.{k}": v for k, v in sorted(reasons.items())}})
 
@@ -115,6 +117,8 @@ class BraceController:
         k = self.config.override_after_failures
         override = k > 0 and trigger.consecutive_failures >= k
         reason = self._admission_reason(trigger, agent, override)
+        if self._recursion(trigger, reason):
+            return self._recursion_decision(trigger, agent, tally)
 
         budget = None
         predicted = math.nan
@@ -157,6 +161,45 @@ class BraceController:
         if hold:
             self.held[trigger.agent_id] = trigger
         return decision
+
+    @staticmethod
+    def _recursion(trigger: Trigger, reason: Reason) -> bool:
+        """ReCAP's rule: an agent whose frame stack left it nothing to execute is served whatever the gates say (a
+        frame to decompose, or ρ due with no plan left), unless its call is in flight."""
+        if reason == Reason.IN_FLIGHT:
+            return False
+        if trigger.kind == TriggerKind.SUBTASK:
+            return True
+        return trigger.kind == TriggerKind.REFINE and not reason.admits and not trigger.has_goal
+
+    def _recursion_decision(self, trigger: Trigger, agent: AgentCounters, tally: AgentTally) -> Decision:
+        """Admitted for the recursion: π for a SUBTASK (its B_t the depth's); for a REFINE the gates refused, the
+        frame's S reused (reuse_subplan at the smallest B_t: no model call, so the cooldown does not restart)."""
+        reuse = trigger.kind == TriggerKind.REFINE
+        budget = self.policy.reuse(trigger) if reuse else self.policy.budget(trigger, False,
+                                                                             trigger.consecutive_failures)
+        decision = self._make_decision(trigger, agent, Reason.RECURSION, False, budget, math.nan)
+        self._apply(decision, agent, tally, model_call=not reuse)
+        return decision
+
+    def follow_up(self, agent_id: str, step: int, need: RecapNeed, depth: int, has_steps: bool) -> Optional[Trigger]:
+        """ReCAP: the trigger a finished call's plan asks for (`need` of its agent's frame stack at `depth`): a
+        SUBTASK for a frame to decompose, a REFINE for a parent whose child closed, when the plan left the agent
+        nothing to execute; None otherwise, and None (counted) past recap_max_follow_ups in a row (a planner that
+        opens and closes frames without ever acting)."""
+        agent = self.counters(agent_id)
+        if has_steps or need not in (RecapNeed.DECOMPOSE, RecapNeed.REFINE):
+            agent.recursion_chain = 0
+            return None
+        if agent.recursion_chain >= self.config.recap_max_follow_ups:
+            self.recursion_cut += 1
+            agent.recursion_chain = 0
+            return None
+        agent.recursion_chain += 1
+        kind = TriggerKind.SUBTASK if need == RecapNeed.DECOMPOSE else TriggerKind.REFINE
+        what = "a frame to decompose" if need == RecapNeed.DECOMPOSE else "a child frame closed"
+        return Trigger(kind, agent_id, max(step, self.team.latest_step), trigger_id=f"{self._id_prefix}/recap/"
+                       f"{next(self._ids)}", detail=f"{what} at depth {depth}", has_goal=False, depth=depth)
 
     def release_held(self) -> list[Trigger]:
         """The triggers held for the planner's backlog, oldest step first, to decide again now (a call finished)."""
@@ -240,7 +283,7 @@ class BraceController:
             predicted_p95_ms=predicted if admitted else math.nan,
         )
 
-    def _apply(self, decision: Decision, agent: AgentCounters, tally: AgentTally) -> None:
+    def _apply(self, decision: Decision, agent: AgentCounters, tally: AgentTally, model_call: bool = True) -> None:
         tally.triggers += 1
         tally.by_reason[decision.reason.value] = tally.by_reason.get(decision.reason.value, 0) + 1
         if not decision.admitted:
@@ -249,11 +292,13 @@ class BraceController:
             return
         tally.admitted += 1
         tally.overrides += int(decision.override)
-        step = decision.trigger.step
-        agent.last_call_step = step
         agent.call_in_flight = True
         agent.in_flight_budget = decision.token_budget
         agent.consecutive_deferrals = 0
+        if not model_call:
+            return  # the call answers from the planner's own state: the cooldown (delta) runs on
+        step = decision.trigger.step
+        agent.last_call_step = step
         if agent is not self.team:
             self.team.last_call_step = step
 

@@ -26,7 +26,7 @@ from brace_common.params import declare_config, reject_undeclared
 from brace_common.replanning import Decision
 from brace_common.spin import spin_node
 from brace_common.validation import Rejections
-from brace_common.vocabulary import CallStatus, EpisodeEvent
+from brace_common.vocabulary import CallStatus, EpisodeEvent, RecapNeed
 
 from . import convert, held_release, pending_calls
 from .config import ControllerConfig, ControllerNodeConfig
@@ -165,6 +165,16 @@ class BraceControllerNode(Node):
             end = replace(end, plan_changed=self.core.accept_plan(plan.agent_id, plan_signature(plan)))
             self.plan_pub.publish(plan)
         self.finish(call, end)
+        if end.status == CallStatus.OK:
+            self.follow_recursion(call.decision, wrapped.result.plan)
+
+    def follow_recursion(self, decision: Decision, answered: Plan) -> None:
+        """ReCAP: decide at once on the call its agent's frame stack asks for when the plan left it nothing to
+        execute (the trigger is in the decision's message; the controller does not hear its own /triggers)."""
+        trigger = self.core.follow_up(decision.trigger.agent_id, decision.trigger.step, RecapNeed(answered.recap_need),
+                                      int(answered.depth), bool(answered.steps))
+        if trigger is not None:
+            self.decide(trigger, convert.trigger_to_msg(trigger, self.get_clock().now().to_msg()))
 
     def finish(self, call: PendingCall, end: CallEnd) -> None:
         """Tell the core a closed call is over (its goal cancelled if it runs); count how it ended; audit a call no

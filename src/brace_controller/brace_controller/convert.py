@@ -34,7 +34,7 @@ from brace_common.validation import (
     check_text,
     shorten,
 )
-from brace_common.vocabulary import TEAM_AGENT, CallStatus, Mode, Phase
+from brace_common.vocabulary import TEAM_AGENT, CallStatus, Mode, Phase, RecapKind
 
 from .gate import AgentCounters
 from .latency_model import CallSample
@@ -67,6 +67,7 @@ def trigger_to_msg(trigger: Trigger, stamp: Time, trigger_id: str = "") -> Trigg
     msg.consecutive_failures = int(trigger.consecutive_failures)
     msg.detail = trigger.detail
     msg.has_goal = bool(trigger.has_goal)
+    msg.depth = int(trigger.depth)
     return msg
 
 
@@ -89,6 +90,7 @@ def decision_to_msg(decision: Decision, source: TriggerEvent, stamp: Time) -> Re
     msg.consecutive_deferrals = int(decision.consecutive_deferrals)
     msg.predicted_p95_ms = float(decision.predicted_p95_ms)
     msg.memory_off = bool(decision.memory_off)
+    msg.depth = int(decision.trigger.depth)
     return msg
 
 
@@ -117,6 +119,8 @@ def informs_latency(record: CallRecord) -> bool:
     one cut off by its hard deadline or cancelled after it had run past its SLO, whose phases so far are a lower
     bound of its cost. Without the latter a saturated planner (a server shared by a fleet, where every call hits its
     hard deadline) would never be seen, and the controller would keep admitting calls it cannot serve."""
+    if record.recap_call == RecapKind.REUSE:
+        return False  # ReCAP's reuse answers from the planner's frame stack: no model call to learn from
     if record.status in (CallStatus.OK, CallStatus.PLANNER_ERROR):
         return True
     ran = any(record.phase_ms.get(p.value, 0.0) > 0.0 for p in _WORK_PHASES)
@@ -162,6 +166,7 @@ def call_record_from_msg(msg: ReplanCall) -> CallRecord:
         tokens_before=check_int("tokens_before", msg.tokens_before, 0, MAX_COUNT),
         mode=Mode(msg.mode) if msg.mode in Mode._value2member_map_ else Mode.FULL_REPLAN,
         phase_ms=phase_ms,
+        recap_call=RecapKind(msg.recap_call) if msg.recap_call in RecapKind._value2member_map_ else RecapKind.NONE,
     )
 
 

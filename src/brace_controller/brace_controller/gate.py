@@ -29,6 +29,7 @@ class AgentCounters:
     tokens_before: Optional[int] = None  # N of the agent's last call this episode (the next call's N is predicted from it)
     consecutive_failures: int = 0
     consecutive_deferrals: int = 0
+    recursion_chain: int = 0  # ReCAP calls in a row the controller raised itself (no plan with steps between)
 
     def steps_since_call(self, step: int) -> Optional[int]:
         """Delta_t at `step`; None before the first call."""

@@ -3,8 +3,10 @@
 Mode selection is a first-match rule list, checked top to bottom:
 
   1. failure-aware override active (k consecutive failures) -> full_replan
-  2. hazard, deadlock or preempt trigger (plan unsafe or blocked) -> full_replan
-  3. failure, drift or loop trigger (repair from the failing step on) -> partial_replan
+  2. hazard, deadlock or preempt trigger (plan unsafe or blocked) -> full_replan; a ReCAP subtask trigger (a frame
+     to decompose, π) -> full_replan
+  3. failure, drift or loop trigger (repair from the failing step on) -> partial_replan; a ReCAP refine trigger
+     (ρ after a subtask ran) -> partial_replan
   4. periodic trigger of an agent without an unfinished plan (nothing to repair or reuse) -> full_replan
   5. periodic trigger with severity < reuse_severity (plan on track) -> reuse_subplan
   6. any other periodic trigger -> partial_replan
@@ -13,7 +15,9 @@ defer_replan is never chosen here: it is the mode of every suppressed trigger.
 B_t and SLO_t come from the budget profile: the mode's (B, SLO) scaled by the
 trigger kind, B clamped to the profile's [min, max]. An override raises both,
 B by override_budget_scale per failure at or past k, bounded by
-override_max_token_budget.
+override_max_token_budget. A ReCAP call for a frame at depth d gets B x
+recap_depth_budget_ratio^d (its prompt re-injects the parents' thoughts and
+subtasks but holds only the frame's own window).
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from brace_common.vocabulary import Mode, TriggerKind
 
 from .config import BudgetProfile, ControllerConfig, KindScale
 
-_FULL_REPLAN_KINDS = (TriggerKind.HAZARD, TriggerKind.DEADLOCK, TriggerKind.PREEMPT)
-_PARTIAL_REPLAN_KINDS = (TriggerKind.FAILURE, TriggerKind.DRIFT, TriggerKind.LOOP)
+_FULL_REPLAN_KINDS = (TriggerKind.HAZARD, TriggerKind.DEADLOCK, TriggerKind.PREEMPT, TriggerKind.SUBTASK)
+_PARTIAL_REPLAN_KINDS = (TriggerKind.FAILURE, TriggerKind.DRIFT, TriggerKind.LOOP, TriggerKind.REFINE)
 MAX_OVERRIDE_EXPONENT = 64  # failures past k beyond this raise the budget no further (it is clamped long before)
 
 
@@ -65,7 +69,7 @@ class BudgetPolicy:
         mode = select_mode(trigger, override, self.config.reuse_severity)
         base = self.profile.modes[mode]
         scale = self.profile.kinds.get(trigger.kind, KindScale())
-        tokens = base.token_budget * scale.budget_scale
+        tokens = base.token_budget * scale.budget_scale * self.config.recap_depth_budget_ratio ** trigger.depth
         slo_ms = base.slo_ms * scale.slo_scale
         upper = self.profile.max_token_budget
         if override:
@@ -77,6 +81,12 @@ class BudgetPolicy:
             tokens = min(tokens, self.config.override_max_token_budget)
         token_budget = int(max(self.profile.min_token_budget, min(upper, round(tokens))))
         return Budget(mode, token_budget, slo_ms, slo_ms * self.profile.hard_deadline_factor)
+
+    def reuse(self, trigger: Trigger) -> Budget:
+        """The budget of a ReCAP reuse (the frame's S served without the model): reuse_subplan at the smallest B."""
+        base = self.profile.modes[Mode.REUSE_SUBPLAN]
+        return Budget(Mode.REUSE_SUBPLAN, self.profile.min_token_budget, base.slo_ms,
+                      base.slo_ms * self.profile.hard_deadline_factor)
 
     @property
     def min_token_budget(self) -> int:

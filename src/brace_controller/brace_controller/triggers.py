@@ -70,9 +70,10 @@ class PlanDoneDetector:
     waiting, a parked agent) raises nothing again until it moves.
     """
 
-    def __init__(self, idle_steps: int, progress_m: float):
+    def __init__(self, idle_steps: int, progress_m: float, kind: TriggerKind = TriggerKind.PERIODIC):
         self.idle_steps = idle_steps
         self.progress_m = progress_m
+        self.kind = kind
         self.idle: dict[str, int] = {}
         self.anchor: dict[str, tuple[float, float, float]] = {}
 
@@ -86,7 +87,7 @@ class PlanDoneDetector:
         if self.idle[agent] != self.idle_steps or moved <= self.progress_m:
             return None
         self.anchor[agent] = state.position
-        return Trigger(TriggerKind.PERIODIC, agent, step, severity=PERIODIC_SEVERITY,
+        return Trigger(self.kind, agent, step, severity=PERIODIC_SEVERITY,
                        detail=f"plan finished: idle {self.idle_steps} steps after moving {moved:.2f} m")
 
 
@@ -284,7 +285,10 @@ class TriggerMonitor:
         self.joined: set[str] = set(self.agents())
         self.first_step: Optional[int] = None
         self.periodic = PeriodicDetector(c.periodic_interval_steps, c.periodic_stagger_steps)
-        self.plan_done = PlanDoneDetector(c.plan_done_idle_steps, c.deadlock_progress_m)
+        # With ReCAP a finished plan is a frame waiting for ρ: a refine trigger, which the controller serves by reuse
+        # when its gates refuse the call (the agent has nothing else to do).
+        self.plan_done = PlanDoneDetector(c.plan_done_idle_steps, c.deadlock_progress_m,
+                                          TriggerKind.REFINE if c.recap_refine else TriggerKind.PERIODIC)
         self.failure = FailureDetector(c.failure_threshold)
         self.drift = DriftDetector(c.drift_threshold_m, c.drift_steps)
         self.hazard = HazardDetector(c.hazard_distance_m, c.hazard_repeat_steps)
@@ -311,10 +315,15 @@ class TriggerMonitor:
         self.states[agent] = state
 
     def on_outcome(self, agent: str, success: bool, detail: str = "", preempted: bool = False) -> list[Trigger]:
-        """An execution outcome; may raise a failure trigger. A step the visual verifier preempted counts as a failure
-        but raises none: its verdict raised the preempt trigger already."""
+        """An execution outcome; may raise a failure trigger, and with recap_refine a refine trigger for a step that
+        succeeded. A step the visual verifier preempted counts as a failure but raises none: its verdict raised the
+        preempt trigger already."""
         trigger = self.failure.update(agent, self.step, success, detail)
-        return [self._with_failures(trigger)] if trigger and not preempted else []
+        raised = [self._with_failures(trigger)] if trigger and not preempted else []
+        if success and self.config.recap_refine:  # ReCAP: a primitive ran, ρ may refine its frame (line 10)
+            raised.append(self._with_failures(Trigger(TriggerKind.REFINE, agent, self.step, severity=PERIODIC_SEVERITY,
+                                                       detail=f"step done: {detail}" if detail else "step done")))
+        return raised
 
     def on_verdict(self, agent: str, violation: bool, confidence: float, detail: str = "") -> list[Trigger]:
         """A verifier verdict; may raise a preempt trigger."""

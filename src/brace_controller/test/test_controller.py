@@ -305,3 +305,32 @@ def test_health_sums_every_agents_tally_by_reason():
     assert (values["triggers"], values["admitted"], values["suppressed"]) == (3, 2, 1)
     assert values["reason.in_flight"] == 1 and values["server_calls"] == 0 and not values["latency_model_ready"]
     assert "latency_model_prefill_ms" in values
+
+
+def recap(step: int, kind: TriggerKind, depth: int = 0, has_goal: bool = True) -> Trigger:
+    return Trigger(kind, "a", step, has_goal=has_goal, depth=depth)
+
+
+def test_a_subtask_trigger_is_served_whatever_the_gates_with_the_depths_budget():
+    c = controller(cooldown_steps=100, commit_steps=100, recap_depth_budget_ratio=0.5)
+    assert c.decide(trig(1)).admitted
+    done(c, step=1, changed=True)
+    child = c.decide(recap(2, TriggerKind.SUBTASK, depth=1, has_goal=False))   # the cooldown would refuse it
+    assert child.admitted and child.reason == Reason.RECURSION and child.mode == Mode.FULL_REPLAN
+    assert child.token_budget == 512                                          # 1024 x 0.5^1
+    assert c.decide(recap(2, TriggerKind.SUBTASK, depth=2)).reason == Reason.IN_FLIGHT
+
+
+def test_a_refine_trigger_is_gated_rho_when_open_and_reuse_only_when_the_agent_has_nothing_left():
+    c = controller(cooldown_steps=5, commit_steps=0)
+    rho = c.decide(recap(10, TriggerKind.REFINE, depth=1))
+    assert rho.reason == Reason.GATE_OPEN and rho.mode == Mode.PARTIAL_REPLAN
+    done(c, step=10)
+    going_on = c.decide(recap(11, TriggerKind.REFINE, depth=1))             # S[1:] still runs: no call
+    assert not going_on.admitted and going_on.reason == Reason.COOLDOWN
+    reuse = c.decide(recap(12, TriggerKind.REFINE, depth=1, has_goal=False))  # nothing left: reuse its S
+    assert reuse.admitted and reuse.reason == Reason.RECURSION and reuse.mode == Mode.REUSE_SUBPLAN
+    assert reuse.token_budget == 32
+    done(c, step=12)
+    # a reuse is no model call: the cooldown still runs from step 10
+    assert c.decide(recap(15, TriggerKind.REFINE, depth=1)).reason == Reason.GATE_OPEN

@@ -214,3 +214,15 @@ def test_loop_detection_off_and_a_new_episode_raise_nothing():
     monitor.on_world_state(cells(0, 0))
     monitor.on_world_state(cells(1, 1))
     assert monitor.on_world_state(cells(0, 0, episode=1)) == []
+
+
+def test_recap_refine_raises_refine_after_a_step_that_succeeded_and_for_a_finished_plan():
+    monitor = TriggerMonitor(MonitorConfig(agents=["a"], periodic_interval_steps=0, initial_plan=False,
+                                           failure_threshold=1, plan_done_idle_steps=2, recap_refine=True))
+    refine = monitor.on_outcome("a", True, "pick(cup)")
+    assert [(t.kind, t.detail) for t in refine] == [(TriggerKind.REFINE, "step done: pick(cup)")]
+    assert [t.kind for t in monitor.on_outcome("a", False, "slipped")] == [TriggerKind.FAILURE]   # ρ comes by failure
+    assert TriggerMonitor(MonitorConfig(agents=["a"])).on_outcome("a", True) == []
+    done = PlanDoneDetector(idle_steps=1, progress_m=0.05, kind=TriggerKind.REFINE)
+    raised = [done.update("a", s, at(float(s), goal=s < 3)) for s in range(5)]
+    assert [t.kind for t in raised if t] == [TriggerKind.REFINE]

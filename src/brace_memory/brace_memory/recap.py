@@ -20,12 +20,12 @@ gives the step the top frame opened at (memory_phase keeps only that agent's his
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from brace_common.action_schema import Step
 from brace_common.counters import Counters, Health
+from brace_common.vocabulary import RecapNeed
 
 from .record_index import RecordIndex
 from .records import MemoryRecord, RecordKind, check_agent
@@ -38,15 +38,6 @@ MAX_DONE_SHOWN = 4
 """Subtasks done at the top frame that the prompt shows (the newest); older ones are counted."""
 STACK_KEY = "stack"
 """The key of an agent's frame stack record (RecordKind.FRAME)."""
-
-
-class Need(str, enum.Enum):
-    """What the top frame waits for."""
-
-    DECOMPOSE = "decompose"   # π: the frame has no (T, S) yet (line 1)
-    REFINE = "refine"         # ρ: an outcome or a returning child changed S (line 10); reuse keeps S
-    EXECUTE = "execute"       # the executor runs the primitive S[0]
-    NOTHING = "nothing"       # no task, or every frame closed
 
 
 @dataclass(frozen=True)
@@ -82,12 +73,12 @@ class Frame:
     thought: str = ""
     subtasks: list[Subtask] = field(default_factory=list)
     done: list[str] = field(default_factory=list)   # '<subtask> -> ok' / '-> failed: detail', oldest first
-    need: Need = Need.DECOMPOSE
+    need: RecapNeed = RecapNeed.DECOMPOSE
 
     def to_json(self) -> dict[str, Any]:
         """The frame as the store keeps it."""
         return {"goal": self.goal, "opened_at": self.opened_at, "thought": self.thought,
-                "subtasks": [s.to_json() for s in self.subtasks], "done": list(self.done), "need": self.need.value}
+                "subtasks": [s.to_json() for s in self.subtasks], "done": list(self.done), "need": int(self.need)}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Frame:
@@ -95,7 +86,7 @@ class Frame:
         try:
             return cls(str(raw["goal"]), int(raw["opened_at"]), str(raw["thought"]),
                        [Subtask.from_json(s) for s in raw["subtasks"]], [str(d) for d in raw["done"]],
-                       Need(raw["need"]))
+                       RecapNeed(raw["need"]))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a stored frame: {exc}") from None
 
@@ -111,7 +102,7 @@ class Transition:
 
     opened: int = 0
     closed: int = 0
-    need: Need = Need.NOTHING
+    need: RecapNeed = RecapNeed.NOTHING
     depth: int = 0
     goal: str = ""       # the top frame's goal ("" without a frame)
 
@@ -175,7 +166,7 @@ class RecapFrames:
         self.stacks[agent_id] = [Frame(text, step)]
         self.counts["frames_opened"] += 1
         self._save(agent_id, step)
-        return Transition(opened=1, need=Need.DECOMPOSE, depth=0)
+        return Transition(opened=1, need=RecapNeed.DECOMPOSE, depth=0)
 
     def on_plan(self, agent_id: str, step: int, thought: str, subtasks: list[Subtask]) -> Transition:
         """A call's (T, S) for the agent's top frame: π's (line 1, the frame had none) or ρ's (line 10). A composite
@@ -188,7 +179,7 @@ class RecapFrames:
         top = frames[-1]
         if len(frames) >= self.max_depth and any(s.composite for s in subtasks):
             raise ValueError(f"a composite subtask at depth {len(frames) - 1}: at most {self.max_depth} frames")
-        self.counts["decompositions" if top.need == Need.DECOMPOSE else "refinements"] += 1
+        self.counts["decompositions" if top.need == RecapNeed.DECOMPOSE else "refinements"] += 1
         top.thought, top.subtasks = thought.strip(), list(subtasks)
         return self._settle(agent_id, step)
 
@@ -203,14 +194,14 @@ class RecapFrames:
         done = top.subtasks.pop(0)
         mark = "ok" if success else f"failed: {_cut(observation, 120) or 'failed'}"
         top.done.append(f"{done.text()} -> {mark}")
-        top.need = Need.REFINE
+        top.need = RecapNeed.REFINE
         self._save(agent_id, step)
         return self._state(agent_id)
 
     def reuse(self, agent_id: str, step: int) -> Transition:
         """The controller did not admit the due ρ: the top frame's S[1:] stands as the plan (BRACE's reuse)."""
         frames = self.stack(agent_id)
-        if not frames or frames[-1].need != Need.REFINE:
+        if not frames or frames[-1].need != RecapNeed.REFINE:
             return self._state(agent_id)
         self.counts["reuses"] += 1
         return self._settle(agent_id, step)
@@ -228,9 +219,9 @@ class RecapFrames:
             if frames:
                 parent = frames[-1]
                 parent.done.append(f"{parent.subtasks.pop(0).text()} -> done")
-                parent.need = Need.REFINE
+                parent.need = RecapNeed.REFINE
         else:
-            top.need = Need.EXECUTE
+            top.need = RecapNeed.EXECUTE
             if top.subtasks[0].composite:
                 frames.append(Frame(top.subtasks[0].text(), step))
                 out.opened = 1
@@ -243,7 +234,7 @@ class RecapFrames:
     def _state(self, agent_id: str) -> Transition:
         frames = self.stacks.get(agent_id) or []
         if not frames:
-            return Transition(need=Need.NOTHING)
+            return Transition(need=RecapNeed.NOTHING)
         return Transition(need=frames[-1].need, depth=len(frames) - 1, goal=frames[-1].goal)
 
     # ------------------------------------------------------------------ what a call reads
@@ -268,7 +259,7 @@ class RecapFrames:
     def executable(self, agent_id: str) -> list[Step]:
         """The leading primitives of the top frame's S: what the executor may run without another call."""
         frames = self.stack(agent_id)
-        if not frames or frames[-1].need != Need.EXECUTE:
+        if not frames or frames[-1].need != RecapNeed.EXECUTE:
             return []
         out = []
         for subtask in frames[-1].subtasks:

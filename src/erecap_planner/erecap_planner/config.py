@@ -17,6 +17,7 @@ from brace_common.config import (
     param,
     resolve_path,
 )
+from brace_common.validation import MAX_RECAP_DEPTH
 from brace_common.vocabulary import Decoding
 from brace_memory.memory_write import with_memory_write
 from brace_memory.system import check_modules
@@ -117,7 +118,16 @@ class PlannerConfig:
                                 "newest recap_window history entries")
     recap_depth: int = param(3, "context_layout recap: plan levels of an agent's goal stack (a repair after a failed "
                              "step is a level; beyond it the levels between the root and the deepest yield)", 1, 16)
-    recap_window: int = param(8, "context_layout recap: history entries kept in the prompt (the newest)", 0, 100000)
+    recap_window: int = param(8, "context_layout recap: history entries kept in the prompt (the newest; with "
+                              "recap_recursion the agent's own since its top frame opened)", 0, 100000)
+    recap_recursion: bool = param(False, "ReCAP Alg. 1: each call answers a thought and subtasks (skill calls or the "
+                                  "schema's composite subtasks) for the agent's top frame, a composite opens a child "
+                                  "frame, an empty list returns to the parent (docs/memory.md); needs context_layout "
+                                  "recap and decoding json or constrained")
+    recap_max_depth: int = param(4, "recap_recursion: frames an agent's stack holds at most (the root included); the "
+                                 "deepest frame's answers hold no composite subtask", 1, MAX_RECAP_DEPTH)
+    recap_think_tokens: int = param(32, "recap_recursion with decoding constrained: the longest thought the planner "
+                                    "writes (tokens; 0: none)", 0, 512)
     memory_modules: list[str] = param([], "memory modules on the retrieve phase, in any order: episodic (OmniAct "
                                       "event-boundary records; the history they folded leaves the prompt), "
                                       "reflective (failure reflections, priors, notes), rag_static (memory_corpus_"
@@ -223,6 +233,10 @@ class PlannerConfig:
             raise ConfigError("replan_action", "must name an action")
         if self.context_layout not in LAYOUTS:
             raise ConfigError("context_layout", f"'{self.context_layout}' is not one of {', '.join(LAYOUTS)}")
+        if self.recap_recursion and self.context_layout != "recap":
+            raise ConfigError("recap_recursion", f"needs context_layout recap, not {self.context_layout}")
+        if self.recap_recursion and self.decoding == "candidates":
+            raise ConfigError("recap_recursion", "needs decoding json or constrained, not candidates")
         try:
             check_modules(self.memory_modules)
         except ValueError as exc:

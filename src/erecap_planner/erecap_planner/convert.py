@@ -121,6 +121,8 @@ def call_to_msg(outcome: CallOutcome, request: CallRequest, call_id: str, model:
     msg.server_prompt_tokens = int(outcome.server_prompt_tokens)
     msg.server_completion_tokens = int(outcome.server_completion_tokens)
     msg.error = outcome.error
+    if outcome.recap is not None:
+        msg.recap_call, msg.depth = int(outcome.recap.kind), int(outcome.recap.depth)
     for phase in outcome.phases:
         timing = PhaseTiming(phase=phase.phase, duration_ms=float(phase.duration_ms),
                              tokens_in=int(phase.tokens_in), tokens_out=int(phase.tokens_out))
@@ -138,6 +140,14 @@ def plan_to_msg(outcome: CallOutcome, request: CallRequest, plan_id: str, stamp:
         plan_step = PlanStep(index=i, action=step.action, parameters_json=step.parameters_json())
         plan_step.header.stamp = stamp
         plan.steps.append(plan_step)
+    recap = outcome.recap
+    if recap is not None:
+        plan.thought, plan.depth, plan.recap_need = recap.thought, recap.next_depth, int(recap.need)
+        for i, subtask in enumerate(recap.subtasks):
+            entry = PlanStep(index=i, action=subtask.step.action, parameters_json=subtask.step.parameters_json(),
+                             composite=subtask.composite)
+            entry.header.stamp = stamp
+            plan.subtasks.append(entry)
     return plan
 
 

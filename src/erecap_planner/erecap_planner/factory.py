@@ -192,7 +192,8 @@ def memory_config(cfg: PlannerConfig) -> MemorySystemConfig:
     return MemorySystemConfig(modules=tuple(cfg.memory_modules), tree_depth=cfg.recap_depth,
                               max_lines=cfg.memory_max_lines, scene_hops=cfg.memory_scene_hops,
                               scene_cell_m=cfg.memory_scene_cell_m, tau=cfg.experience_tau,
-                              lookahead_candidates=cfg.lookahead_candidates)
+                              lookahead_candidates=cfg.lookahead_candidates, recursion=cfg.recap_recursion,
+                              recap_max_depth=cfg.recap_max_depth)
 
 
 def call_options(cfg: PlannerConfig) -> CallOptions:
@@ -200,7 +201,8 @@ def call_options(cfg: PlannerConfig) -> CallOptions:
     return CallOptions(compressor=cfg.compressor, max_new_tokens=cfg.max_new_tokens, system_prompt=cfg.system_prompt,
                        layout=cfg.context_layout, max_context_tokens=cfg.max_context_tokens,
                        plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n}, decoding=cfg.decoding,
-                       protect_blocks=cfg.protect_blocks, end_plan_at_slo=cfg.end_plan_at_slo)
+                       protect_blocks=cfg.protect_blocks, end_plan_at_slo=cfg.end_plan_at_slo,
+                       recursion=cfg.recap_recursion, think_tokens=cfg.recap_think_tokens)
 
 
 def with_schema(path: CallPath, schema: Optional[ActionSchema]) -> CallPath:
@@ -228,9 +230,7 @@ def build_local(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None)
     predictors = load_predictors(cfg, model.config, schedule.layers, logger) if cfg.compressor == "erecap" else None
     local = LocalModel(model, tokenizer, schedule, predictors, name=cfg.model_path,
                        decode_weights=precision.decode_weights, prefix_reuse=cfg.prefix_reuse)
-    path = PlannerCallPath(local, call_options(cfg))
-    path.memory = build_memory(cfg, logger)
-    return with_schema(path, schema)
+    return with_schema(PlannerCallPath(local, call_options(cfg), memory=build_memory(cfg, logger)), schema)
 
 
 def build_server(cfg: PlannerConfig, schema: Optional[ActionSchema], logger=None) -> CallPath:

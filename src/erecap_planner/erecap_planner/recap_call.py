@@ -5,12 +5,11 @@ the refinement was not worth a call). Torch-free."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
 from brace_common.action_schema import ActionSchema, PlanError
-from brace_common.vocabulary import CallStatus, Mode, Phase
-from brace_memory.recap import Need, Subtask
+from brace_common.vocabulary import CallStatus, Mode, Phase, RecapKind, RecapNeed
+from brace_memory.recap import Subtask
 from brace_memory.system import MemorySystem
 
 from .phase_clock import PhaseClock
@@ -24,20 +23,6 @@ DEFAULT_GOAL = "the task"
 """An agent's root goal when its world sent no task entry."""
 
 
-class RecapKind(enum.IntEnum):
-    """What a call was to the recursion (ReplanCall.RECAP_*)."""
-
-    NONE = 0        # no recursion (a flat plan)
-    DECOMPOSE = 1   # π: the frame had no (T, S)
-    REFINE = 2      # ρ: the frame's (T, S) after an outcome or a returning child
-    REUSE = 3       # the frame's S reused without the model (BRACE's choice instead of ρ)
-
-    @property
-    def label(self) -> str:
-        """The kind's name in lower case (CSV columns, logs)."""
-        return self.name.lower()
-
-
 @dataclass
 class RecapCall:
     """One call's part in the recursion: its kind, the frame it served, the (T, S) it gave, and what the stack needs
@@ -47,14 +32,14 @@ class RecapCall:
     depth: int
     thought: str = ""
     subtasks: list[Subtask] = field(default_factory=list)
-    need: Need = Need.NOTHING
+    need: RecapNeed = RecapNeed.NOTHING
     next_depth: int = 0
 
 
 def recap_request(memory: MemorySystem, schema: ActionSchema, agent_id: str) -> str:
     """The REQUEST line of a ReCAP call for `agent_id`: π for a frame without (T, S), else ρ; then the format."""
     state = memory.recap_need(agent_id, task=DEFAULT_GOAL)
-    if state.need == Need.DECOMPOSE:
+    if state.need == RecapNeed.DECOMPOSE:
         ask = f"Decompose '{state.goal}' for {agent_id}: think, then list its subtasks in order."
     else:
         ask = f"Refine the remaining subtasks of '{state.goal}' for {agent_id} after what happened."
@@ -66,7 +51,7 @@ def recap_reuse(memory: MemorySystem, request, outcome, clock: PhaseClock) -> bo
     """A REUSE_SUBPLAN call whose agent's top frame waits for ρ: its S reused as the plan, no model call (True);
     False for any other call (the model answers it)."""
     state = memory.recap_need(request.agent_id, request.step, DEFAULT_GOAL)
-    if request.mode != Mode.REUSE_SUBPLAN or state.need != Need.REFINE:
+    if request.mode != Mode.REUSE_SUBPLAN or state.need != RecapNeed.REFINE:
         return False
     t0 = clock.begin(Phase.PARSE)
     thought, subtasks = memory.recap_subtasks(request.agent_id)
@@ -89,5 +74,5 @@ def recap_answer(memory: MemorySystem, outcome, text: str, schema: ActionSchema,
     except ValueError as exc:
         outcome.status, outcome.error = CallStatus.PLANNER_ERROR, f"too_deep: {exc}"
         return
-    kind = RecapKind.DECOMPOSE if before.need == Need.DECOMPOSE else RecapKind.REFINE
+    kind = RecapKind.DECOMPOSE if before.need == RecapNeed.DECOMPOSE else RecapKind.REFINE
     outcome.recap = RecapCall(kind, before.depth, thought, subtasks, after.need, after.depth)

@@ -104,7 +104,8 @@ class ServerBackend:
                                 {"role": "user", "content": self.tokenizer.decode(user, skip_special_tokens=True)}]
             path = "/chat/completions"
         if self.structured_output != "none":
-            plan = use.schema.json_schema(o.plan_steps.get(mode), agent)
+            plan = use.schema.recap_json_schema(agent, not prompt.deepest) if o.recursion else \
+                use.schema.json_schema(o.plan_steps.get(mode), agent)
             body["response_format"] = (
                 {"type": "json_schema", "json_schema": {"name": "plan", "schema": plan, "strict": True}}
                 if self.structured_output == "json_schema" else {"type": "json_object", "schema": plan})

@@ -38,3 +38,22 @@ def test_a_load_reading_and_a_server_without_one():
         (True, "llama.cpp", 3, 1, 2)
     none = convert.server_load_to_msg(LoadReport("http://h:1/v1", 0), stamp_of(1.0))
     assert (none.reported, none.engine, none.server_url) == (False, "", "http://h:1/v1")
+
+
+def test_a_recap_result_carries_the_answer_the_depths_and_what_the_stack_needs():
+    from brace_common.vocabulary import RecapKind, RecapNeed
+    from brace_memory.recap import Subtask
+    from erecap_planner.recap_call import RecapCall
+
+    request = CallRequest("a", 300, 1_000.0, 2_000.0, step=7, decision_id="d1")
+    call = QueuedCall("planner/5", "a", 0.0, 1_000.0, 2_000.0, request=request, stamp=stamp_of(100.0))
+    answer = [Subtask(Step("deliver", {"object": "cup"}), composite=True), Subtask(Step("wait", {}))]
+    outcome = CallOutcome(CallStatus.OK, [], latency_ms=5.0, slo_ms=1_000.0,
+                          recap=RecapCall(RecapKind.DECOMPOSE, 1, "cup first", answer, RecapNeed.DECOMPOSE, 2))
+    result = convert.replan_result(outcome, call, "m", stamp_of(101.0))
+    assert (result.call.recap_call, result.call.depth) == (RecapKind.DECOMPOSE, 1)
+    plan = result.plan
+    assert (plan.thought, plan.depth, plan.recap_need, len(plan.steps)) == ("cup first", 2, RecapNeed.DECOMPOSE, 0)
+    assert [(s.action, s.composite) for s in plan.subtasks] == [("deliver", True), ("wait", False)]
+    flat = convert.replan_result(CallOutcome(CallStatus.OK, [Step("wait", {})]), call, "m", stamp_of(1.0))
+    assert (flat.plan.recap_need, flat.call.recap_call, list(flat.plan.subtasks)) == (RecapNeed.NONE, RecapKind.NONE, [])

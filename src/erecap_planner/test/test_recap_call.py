@@ -10,14 +10,12 @@ from test_plan_parser import RECAP_SCHEMA
 
 from brace_common.action_schema import Step
 from brace_common.counters import Health
-from brace_common.vocabulary import Block, CallStatus, Mode
-from brace_memory.recap import Need
+from brace_common.vocabulary import Block, CallStatus, Mode, RecapKind, RecapNeed
 from brace_memory.system import MemorySystem, MemorySystemConfig, StepOutcome
 from erecap_planner.call_path import CallOptions, CallPath, CallRequest, Generated, LocalModel, PlannerCallPath
 from erecap_planner.context import ContextBuffer, Entry
 from erecap_planner.memory_phase import MemoryUse
 from erecap_planner.plan_parser import parse_recap
-from erecap_planner.recap_call import RecapKind
 from erecap_planner.testing import byte_tokenizer, tiny
 
 
@@ -78,17 +76,17 @@ def test_a_two_level_task_runs_pi_pi_reuse_rho_reuse_in_alg_1_order():
         {"think": "delivered", "subtasks": []}])
     first = call(path, buffer, 1)                                 # line 1 at the root; S[0] composite: line 7
     assert first.steps == [] and first.recap.kind == RecapKind.DECOMPOSE and first.recap.depth == 0
-    assert (first.recap.need, first.recap.next_depth) == (Need.DECOMPOSE, 1)
+    assert (first.recap.need, first.recap.next_depth) == (RecapNeed.DECOMPOSE, 1)
     assert "Decompose 'bring the cup to dock 1, then wait'" in model.prompts[0]
 
     second = call(path, buffer, 2)                                # line 1 at the child, the parent's T and S in view
     assert "think: deliver first" in model.prompts[1] and "subtasks: [deliver(cup, dock_1)]; wait()" in model.prompts[1]
     assert "Decompose '[deliver(cup, dock_1)]'" in model.prompts[1]
     assert second.steps == [Step("pick", {"object": "cup"}), Step("move_to", {"target": "dock_1"})]
-    assert (second.recap.kind, second.recap.depth, second.recap.need) == (RecapKind.DECOMPOSE, 1, Need.EXECUTE)
+    assert (second.recap.kind, second.recap.depth, second.recap.need) == (RecapKind.DECOMPOSE, 1, RecapNeed.EXECUTE)
 
     outcome(system, 3, "pick")                                    # lines 4-5, 9: ρ is due
-    assert system.recap_need("a").need == Need.REFINE
+    assert system.recap_need("a").need == RecapNeed.REFINE
     reused = call(path, buffer, 3, Mode.REUSE_SUBPLAN)            # BRACE reuses S[1:]: no model call
     assert len(model.prompts) == 2 and reused.recap.kind == RecapKind.REUSE
     assert reused.steps == [Step("move_to", {"target": "dock_1"})] and reused.tokens_after == 0
@@ -97,7 +95,7 @@ def test_a_two_level_task_runs_pi_pi_reuse_rho_reuse_in_alg_1_order():
     refined = call(path, buffer, 4)                               # line 10: ρ at the child says it is done
     assert "Refine the remaining subtasks of '[deliver(cup, dock_1)]'" in model.prompts[2]
     assert refined.steps == [] and refined.recap.kind == RecapKind.REFINE
-    assert (refined.recap.need, refined.recap.next_depth) == (Need.REFINE, 0)   # back at the root (line 9)
+    assert (refined.recap.need, refined.recap.next_depth) == (RecapNeed.REFINE, 0)   # back at the root (line 9)
     assert system.goal_stack("a")[-2:] == ["subtasks: wait()", "done: [deliver(cup, dock_1)] -> done"]
 
     last = call(path, buffer, 5, Mode.REUSE_SUBPLAN)
@@ -135,7 +133,7 @@ def test_a_malformed_answer_is_a_planner_error_and_leaves_the_frames(answer, rea
     path, _, system, buffer = setup([answer])
     out = path.run(buffer, CallRequest("a", 4000, 60_000, 120_000, 0, 1))
     assert out.status == CallStatus.PLANNER_ERROR and out.error.startswith(reason) and out.recap is None
-    assert system.recap_need("a").need == Need.DECOMPOSE
+    assert system.recap_need("a").need == RecapNeed.DECOMPOSE
 
 
 def test_a_composite_at_the_deepest_frame_is_a_planner_error():
