@@ -333,9 +333,14 @@ class MemorySystem:
 
     # ------------------------------------------------------------------ ReCAP's recursion (config.recursion)
 
-    def recap_need(self, agent_id: str, step: int = 0, task: str = "") -> Transition:
-        """What the agent's top frame waits for (π, ρ, the executor), its depth and goal; an agent without an open
-        frame gets its root again first (`task`: its goal when no task entry named one)."""
+    def recap_need(self, agent_id: str) -> Transition:
+        """What the agent's top frame waits for (π, ρ, the executor; nothing without a frame), its depth and goal."""
+        with self.lock:
+            return self.frames.need(agent_id)
+
+    def recap_open(self, agent_id: str, step: int = 0, task: str = "") -> Transition:
+        """`recap_need` for a call: an agent without an open frame gets its root again first (`task`: its goal when
+        no task entry named one)."""
         with self.lock:
             return self.frames.reopen(agent_id, step, task)
 

@@ -41,6 +41,7 @@ class FaultServer:
         self.script: deque[str] = deque()
         self.default = default
         self.text = text
+        self.answers: deque[str] = deque()  # texts the next answers give, in order (then `text`)
         self.chunk_delay_s = chunk_delay_s
         self.requests: list[dict] = []
         self.disconnects = 0
@@ -72,6 +73,8 @@ class FaultServer:
                 server.requests.append({"path": self.path, "headers": dict(self.headers),
                                         "body": json.loads(raw or b"{}")})
                 mode = server.script.popleft() if server.script else server.default
+                self.text = server.answers.popleft() if server.answers and mode in ("ok", "whole_json") \
+                    else server.text
                 getattr(self, f"reply_{mode}")()
 
             def _send(self, status: int, body: bytes, ctype: str, extra: dict | None = None) -> None:
@@ -97,7 +100,7 @@ class FaultServer:
 
             def _events(self) -> list[bytes]:
                 chat = self.path.endswith("/chat/completions")
-                pieces = [server.text[i:i + 8] for i in range(0, len(server.text), 8)]
+                pieces = [self.text[i:i + 8] for i in range(0, len(self.text), 8)]
                 usage = {"prompt_tokens": 123, "completion_tokens": len(pieces), "total_tokens": 123 + len(pieces)}
                 return [*(_chunk(p, chat=chat) for p in pieces), _chunk("", "stop", usage, chat), b"data: [DONE]\n\n"]
 
@@ -105,7 +108,7 @@ class FaultServer:
                 self._stream(self._events())
 
             def reply_whole_json(self) -> None:  # a server that ignores "stream"
-                body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": server.text},
+                body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": self.text},
                                      "finish_reason": "stop"}], "usage": {"prompt_tokens": 50, "completion_tokens": 9}}
                 self._send(200, json.dumps(body).encode(), "application/json")
 

@@ -38,7 +38,7 @@ class RecapCall:
 
 def recap_request(memory: MemorySystem, schema: ActionSchema, agent_id: str) -> str:
     """The REQUEST line of a ReCAP call for `agent_id`: π for a frame without (T, S), else ρ; then the format."""
-    state = memory.recap_need(agent_id, task=DEFAULT_GOAL)
+    state = memory.recap_open(agent_id, task=DEFAULT_GOAL)
     if state.need == RecapNeed.DECOMPOSE:
         ask = f"Decompose '{state.goal}' for {agent_id}: think, then list its subtasks in order."
     else:
@@ -50,7 +50,7 @@ def recap_request(memory: MemorySystem, schema: ActionSchema, agent_id: str) -> 
 def recap_reuse(memory: MemorySystem, request, outcome, clock: PhaseClock) -> bool:
     """A REUSE_SUBPLAN call whose agent's top frame waits for ρ: its S reused as the plan, no model call (True);
     False for any other call (the model answers it)."""
-    state = memory.recap_need(request.agent_id, request.step, DEFAULT_GOAL)
+    state = memory.recap_open(request.agent_id, request.step, DEFAULT_GOAL)
     if request.mode != Mode.REUSE_SUBPLAN or state.need != RecapNeed.REFINE:
         return False
     t0 = clock.begin(Phase.PARSE)
@@ -64,7 +64,7 @@ def recap_reuse(memory: MemorySystem, request, outcome, clock: PhaseClock) -> bo
 def recap_answer(memory: MemorySystem, outcome, text: str, schema: ActionSchema, request) -> None:
     """The model's answer `text` as (T, S) for the agent's top frame: the plan is the primitives the executor may run
     now; a malformed answer, or a composite at the deepest frame, is a PLANNER_ERROR with its reason."""
-    before = memory.recap_need(request.agent_id, request.step, DEFAULT_GOAL)
+    before = memory.recap_open(request.agent_id, request.step, DEFAULT_GOAL)
     try:
         thought, subtasks = parse_recap(text, schema, request.agent_id)
         outcome.steps, after = memory.recap_plan(request.agent_id, request.step, thought, subtasks)
