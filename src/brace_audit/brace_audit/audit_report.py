@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Optional
 
 from brace_common.episode import PLANS_AGREEING, EpisodeResult
 from brace_common.replanning import Decision
-from brace_common.vocabulary import CallStatus, Phase
+from brace_common.vocabulary import CallStatus, Phase, RecapKind, TriggerKind
 
 from .metrics import churn_ratio, latency_summary, suppression_audit, trigger_audit
 
@@ -46,6 +46,8 @@ class CallRow:
     phases: dict[str, tuple[float, int, int]] = field(default_factory=dict)  # phase -> (ms, in, out)
     tokens_reused: int = 0
     decision_id: str = ""     # the ReplanDecision that admitted the call
+    recap_call: int = 0       # ReplanCall.RECAP_*: what the call was to ReCAP's recursion (bags before it: none)
+    depth: int = 0            # the ReCAP frame the call served
 
 
 @dataclass
@@ -253,12 +255,19 @@ def suppression_rows(run: RunRecords, horizon_steps: int = 10) -> list[dict]:
 
 
 def trigger_rows(run: RunRecords) -> dict:
-    """Table 25: triggers, admitted, suppressed by reason, share by kind, replans per minute."""
+    """Table 25: triggers, admitted, suppressed by reason, share by kind, replans per minute; and ReCAP's recursion:
+    its calls by kind (π decompositions, ρ refinements, reuses of a frame's subtasks without the model), the
+    refinements BRACE suppressed while the frame's subtasks ran on, and the deepest frame a call served."""
     audit = trigger_audit([d for _, d in run.decisions], run.duration_s)
+    recap = Counter(c.recap_call for c in run.calls)
+    ran_on = sum(not d.admitted and d.trigger.kind == TriggerKind.REFINE for _, d in run.decisions)
     return {"triggers": audit.triggers, "admitted": audit.admitted, "suppressed": audit.suppressed,
             **{f"suppressed_{k}": v for k, v in sorted(audit.suppressed_by_reason.items())},
             **{f"share_{k}": v for k, v in audit.share_by_kind.items()},
-            "calls_per_min": audit.calls_per_min}
+            "calls_per_min": audit.calls_per_min,
+            "decompositions": recap[RecapKind.DECOMPOSE], "refinements": recap[RecapKind.REFINE],
+            "reuses": recap[RecapKind.REUSE], "refinements_suppressed": ran_on,
+            "max_depth": max((c.depth for c in run.calls), default=0)}
 
 
 def _fmt(value, percent: bool = False) -> str:

@@ -1,4 +1,4 @@
-"""The audit report's core: which episodes a bag holds whole (EpisodeLedger)."""
+"""The audit report's core: which episodes a bag holds whole (EpisodeLedger), and the trigger table's ReCAP counts."""
 
 from __future__ import annotations
 
@@ -46,3 +46,24 @@ def test_a_bag_without_episodes_has_no_episode_problem():
     ledger = EpisodeLedger()
     ledger.call(1)  # a control stack whose bridge publishes no episodes
     assert ledger.problems() == []
+
+
+def test_the_trigger_table_counts_recaps_calls_by_kind_and_the_refinements_suppressed():
+    from brace_audit.audit_report import CallRow, RunRecords, trigger_rows
+    from brace_common.replanning import Decision, Trigger
+    from brace_common.vocabulary import CallStatus, Mode, Reason, RecapKind, TriggerKind
+
+    def call(kind: RecapKind, depth: int) -> CallRow:
+        return CallRow(0, "a", CallStatus.OK, 10.0, 100.0, True, 50, 40, recap_call=int(kind), depth=depth)
+
+    def decision(kind: TriggerKind, admitted: bool) -> tuple[int, Decision]:
+        reason, mode = (Reason.GATE_OPEN, Mode.PARTIAL_REPLAN) if admitted else (Reason.COOLDOWN, Mode.DEFER_REPLAN)
+        return 0, Decision("d", Trigger(kind, "a", 1), admitted, reason, mode)
+
+    run = RunRecords(calls=[call(RecapKind.DECOMPOSE, 0), call(RecapKind.DECOMPOSE, 1), call(RecapKind.REFINE, 1),
+                            call(RecapKind.REUSE, 0), call(RecapKind.NONE, 0)],
+                     decisions=[decision(TriggerKind.REFINE, False), decision(TriggerKind.REFINE, True),
+                                decision(TriggerKind.PERIODIC, False)], duration_s=60.0)
+    row = trigger_rows(run)
+    assert (row["decompositions"], row["refinements"], row["reuses"]) == (2, 1, 1)
+    assert (row["refinements_suppressed"], row["max_depth"], row["suppressed_cooldown"]) == (1, 1, 2)

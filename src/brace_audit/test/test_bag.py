@@ -537,11 +537,18 @@ def test_the_recorder_records_every_topic_of_the_stack_by_default():
 def test_a_bag_recorded_before_a_field_was_added_reads_with_the_definition_it_holds(tmp_path, capsys):
     plan = Plan(plan_id="p1", agent_id="arm_0", decision_id="d1",
                 steps=[PlanStep(index=0, action="pick", parameters_json='{"object": "apple"}')])
+    # A bag of before held Plan up to its steps, and steps without `composite` (each a bool, the step's last byte):
+    # trigger_kind and the ReCAP fields after it came later. Marked, trigger_kind shows where they begin.
     data = serialize_message(plan)
-    assert data[-1] == 0                  # trigger_kind, Plan's last field, one byte: the rest is what a bag of before held
-    recorded = data[:-1]
+    marked = serialize_message(Plan(plan_id="p1", agent_id="arm_0", decision_id="d1", steps=plan.steps,
+                                    trigger_kind=0x5A))
+    cut = marked.rindex(0x5A)
+    assert data[:cut - 1] == marked[:cut - 1] and data[cut - 1] == 0   # the one step's composite: False
+    recorded = data[:cut - 1]
     definition = message_definition("brace_msgs/msg/Plan")
-    old_definition = "\n".join(line for line in definition.splitlines() if not line.startswith("uint8 trigger_kind"))
+    later = ("uint8 trigger_kind", "string thought", "PlanStep[] subtasks", "uint32 depth", "uint8 recap_need",
+             "uint8 NEED_", "bool composite")
+    old_definition = "\n".join(line for line in definition.splitlines() if not line.startswith(later))
     writer = BagWriter(tmp_path / "bag")
     writer.add_topic("/brace/episode", "brace_msgs/msg/Episode")
     writer.add_topic("/brace/plan", "brace_msgs/msg/Plan", definition=old_definition.encode())
