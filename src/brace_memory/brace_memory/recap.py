@@ -256,6 +256,11 @@ class RecapFrames:
         self.stack(agent_id)
         return self._state(agent_id)
 
+    def goal_step(self, agent_id: str) -> Optional[Step]:
+        """The composite subtask the agent's top frame decomposes (its parent's S[0]); None at the root."""
+        frames = self.stack(agent_id)
+        return frames[-2].subtasks[0].step if len(frames) > 1 and frames[-2].subtasks else None
+
     def executable(self, agent_id: str) -> list[Step]:
         """The leading primitives of the top frame's S: what the executor may run without another call."""
         frames = self.stack(agent_id)

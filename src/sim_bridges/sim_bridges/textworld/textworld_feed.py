@@ -22,6 +22,7 @@ from brace_common.validation import MAX_TEXT_CHARS, InvalidInput, shorten
 from brace_common.vocabulary import Block, EntryKind
 from brace_common.world_feed import AgentReport, FeedEntry
 
+from .textworld_decomposition import subtasks_schema
 from .textworld_game import COMMAND, PLAYER, TEXT, Event, TextWorldGame
 from .textworld_state import Prediction, lookahead
 
@@ -39,11 +40,13 @@ def _entry(step: int, block: Block, kind: EntryKind, text: str) -> FeedEntry:
 
 
 def action_schema(game: TextWorldGame, max_steps: int = 1) -> dict:
-    """The planner's schema of the current state: `command(text)` with the admissible commands as text's choices.
+    """The planner's schema of the current state: `command(text)` with the admissible commands as text's choices,
+    and the composite subtasks a ReCAP planner decomposes (textworld_decomposition: get, prepare, finish).
 
     One step by default: the choices hold now, and a later step's command is mostly not admissible yet.
     """
-    return {"max_steps": max_steps, "actions": {COMMAND: {TEXT: {"type": "string", "choices": game.admissible}}}}
+    return {"max_steps": max_steps, "actions": {COMMAND: {TEXT: {"type": "string", "choices": game.admissible}}},
+            "subtasks": subtasks_schema(game)}
 
 
 def plan_from_steps(raw: list[tuple[str, str]]) -> list[Step]:

@@ -1,0 +1,114 @@
+"""The cooking games' composite subtasks and the oracle's decomposition (ReCAP Alg. 1's (T, S) per frame). ROS-free.
+
+A game's schema offers three composite subtasks besides `command(text)`: `get(ingredient)` (find it and take it),
+`prepare(ingredient)` (cut and cook it as the recipe says, the knife fetched on the way) and `finish()` (prepare the
+meal, eat it); `ingredient` is one of the game's foods. The oracle segments textworld's winning policy from the
+current state: a command naming a recipe ingredient closes a segment (taking it: `get`; cutting or cooking it:
+`prepare`), `prepare meal` and `eat meal` are `finish`, and every other command (going, opening, taking the knife)
+belongs to the segment it leads to; reading the cookbook is a primitive of the root. The oracle's answer for the root
+is its segments as composites; for a child frame, the next command while the policy's next segment is the child's
+goal, else an empty S (the frame is done).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from brace_common.action_schema import Step
+from brace_memory.recap import Subtask
+
+from .textworld_game import RECIPE_COMMAND, TextWorldGame, command_step
+
+GET, PREPARE, FINISH = "get", "prepare", "finish"
+"""The composite subtasks of a cooking game."""
+INGREDIENT = "ingredient"
+"""The parameter naming the food a `get` or `prepare` is for."""
+MEAL_COMMANDS = ("prepare meal", "eat meal")
+"""The commands of `finish`."""
+TAKE_VERBS = ("take", "pick")
+"""A command starting with one of these that names an ingredient is its `get`."""
+
+
+def foods(game: TextWorldGame) -> list[str]:
+    """The names of the game's foods (entities of type f), sorted."""
+    return sorted({a.name for f in game.facts for a in f.arguments if a.type == "f" and a.name})
+
+
+def recipe_ingredients(game: TextWorldGame) -> list[str]:
+    """The recipe's ingredients in the recipe's order (the facts `base(food, ingredient_k)`)."""
+    found = {a.name: int(b.name.rsplit("_", 1)[-1]) for f in game.facts if f.name == "base" and len(f.arguments) == 2
+             for a, b in [f.arguments] if b.name.rsplit("_", 1)[-1].isdigit()}
+    return sorted(found, key=found.get)
+
+
+def subtasks_schema(game: TextWorldGame) -> dict:
+    """The schema's `subtasks` section for the current game: get / prepare of one of its foods, and finish."""
+    choice = {INGREDIENT: {"type": "string", "choices": foods(game)}}
+    return {GET: dict(choice), PREPARE: dict(choice), FINISH: {}}
+
+
+def owner(command: str, ingredients: list[str]) -> Optional[Step]:
+    """The composite subtask `command` closes (None: it leads to the next one, or reads the cookbook)."""
+    text = " ".join(command.lower().split())
+    if text in MEAL_COMMANDS:
+        return Step(FINISH, {})
+    for name in sorted(ingredients, key=len, reverse=True):
+        if name in text:
+            return Step(GET if text.split()[0] in TAKE_VERBS else PREPARE, {INGREDIENT: name})
+    return None
+
+
+@dataclass
+class Segment:
+    """Commands of the policy that one subtask covers (`subtask` None: the cookbook read, a primitive)."""
+
+    subtask: Optional[Step]
+    commands: list[str] = field(default_factory=list)
+
+
+def segments(commands: list[str], ingredients: list[str]) -> list[Segment]:
+    """The policy's commands cut into subtasks, in order; consecutive commands of one subtask are one segment."""
+    out: list[Segment] = []
+    pending: list[str] = []
+    for command in commands:
+        pending.append(command)
+        if command == RECIPE_COMMAND:
+            out.append(Segment(None, pending))
+            pending = []
+            continue
+        closes = owner(command, ingredients)
+        if closes is None:
+            continue
+        if out and out[-1].subtask == closes:
+            out[-1].commands.extend(pending)
+        else:
+            out.append(Segment(closes, pending))
+        pending = []
+    if pending:  # commands after the last ingredient or meal command: the last subtask's
+        if out:
+            out[-1].commands.extend(pending)
+        else:
+            out.append(Segment(Step(FINISH, {}), pending))
+    return out
+
+
+def _thought(subtask: Step, ingredients: list[str]) -> str:
+    if subtask.action == GET:
+        return f"find the {subtask.parameters[INGREDIENT]} and take it"
+    if subtask.action == PREPARE:
+        return f"cut and cook the {subtask.parameters[INGREDIENT]} as the recipe says"
+    return "prepare the meal in the kitchen, then eat it"
+
+
+def oracle_answer(game: TextWorldGame, goal: Optional[Step]) -> tuple[str, list[Subtask]]:
+    """The oracle's (T, S) for a frame whose goal is `goal` (None: the root, the agent's task)."""
+    ingredients = recipe_ingredients(game)
+    parts = segments(game.oracle_commands(), ingredients)
+    if goal is None:
+        subtasks = [Subtask(command_step(p.commands[0])) if p.subtask is None else Subtask(p.subtask, True)
+                    for p in parts]
+        return f"the recipe needs {', '.join(ingredients)}: get and prepare each, then the meal", subtasks
+    if parts and parts[0].subtask == goal:
+        return _thought(goal, ingredients), [Subtask(command_step(parts[0].commands[0]))]
+    return f"{goal.values_text()} is done", []
