@@ -138,10 +138,18 @@ WAREHOUSE_SKILLS = ActionSchema.from_dict({
         "handoff": {"object": {"type": "string", "entity": "object"},
                     "to_agent": {"type": "string", "entity": "agent", "not_self": True}},
         "wait": {"steps": {"type": "integer", "required": False}},
+    },
+    "subtasks": {
+        "fetch": {"object": {"type": "string", "entity": "object"}},
+        "deliver": {"object": {"type": "string", "entity": "object"}, "dock": {"type": "string", "entity": "dock"}},
+        "hand_over": {"object": {"type": "string", "entity": "object"},
+                      "to_agent": {"type": "string", "entity": "agent", "not_self": True}},
+        "stand_by": {},
     }})
 """The warehouse's skills (the world's intake schema). Its entities list no ids: the world takes any name and
 reports one it does not know (an unknown place, an object that is not here) as a failed step the planner reads. A
-handoff goes to another agent (`not_self`): the planner never writes one to the agent itself."""
+handoff goes to another agent (`not_self`): the planner never writes one to the agent itself. The composite subtasks
+a ReCAP planner decomposes (warehouse_decomposition): fetch an object, deliver it to a dock, hand it over, stand by."""
 
 WAREHOUSE_REASONS = {reason: "bad_parameter" for reason in (
     Fault.UNKNOWN_PARAMETER, Fault.MISSING_PARAMETER, Fault.BAD_PARAMETER_TYPE, Fault.BAD_PARAMETER_VALUE,
