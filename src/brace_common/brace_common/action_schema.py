@@ -450,15 +450,17 @@ class ActionSchema:
                 "properties": {"plan": {"type": "array", "items": {"anyOf": steps},
                                         "minItems": min(self.min_steps, limit), "maxItems": limit}}}
 
-    def recap_json_schema(self, agent: Optional[str] = None, composites: bool = True) -> dict:
+    def recap_json_schema(self, agent: Optional[str] = None, composites: bool = True, max_items: int = 0) -> dict:
         """JSON Schema of a ReCAP answer `{"think": T, "subtasks": [...]}` (plan_parser.parse_recap): skill calls and,
-        with `composites`, `{"subtask": ..., "parameters": ...}` of the schema's subtasks; at most max_steps."""
+        with `composites`, `{"subtask": ..., "parameters": ...}` of the schema's subtasks; at most `max_items` (0:
+        max_steps)."""
         items = _call_schemas(self.actions, "action", agent)
         if composites:
             items += _call_schemas(self.subtasks, "subtask", agent)
         return {"type": "object", "additionalProperties": False, "required": ["think", "subtasks"],
                 "properties": {"think": {"type": "string", "maxLength": MAX_TEXT_CHARS},
-                               "subtasks": {"type": "array", "items": {"anyOf": items}, "maxItems": self.max_steps}}}
+                               "subtasks": {"type": "array", "items": {"anyOf": items},
+                                            "maxItems": max_items or self.max_steps}}}
 
     # ------------------------------------------------------------------ validation
 

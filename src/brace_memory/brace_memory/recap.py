@@ -32,6 +32,9 @@ from .records import MemoryRecord, RecordKind, check_agent
 
 MAX_DEPTH = 4
 """Frames an agent's stack holds at most (the root included): a composite S[0] at the deepest frame is refused."""
+MAX_SUBTASKS = 8
+"""The longest S a call answers unless its schema's plans are longer (max_steps): a world that takes one step per
+plan (TextWorld) still decomposes its task into several subtasks."""
 MAX_THOUGHT_CHARS = 400
 """A thought's text in the prompt is cut to this many characters."""
 MAX_DONE_SHOWN = 4
@@ -105,6 +108,11 @@ class Transition:
     need: RecapNeed = RecapNeed.NOTHING
     depth: int = 0
     goal: str = ""       # the top frame's goal ("" without a frame)
+
+
+def subtask_limit(max_steps: int) -> int:
+    """The longest S of an answer under a schema whose plans hold at most `max_steps` steps."""
+    return max(max_steps, MAX_SUBTASKS)
 
 
 class RecapFrames:

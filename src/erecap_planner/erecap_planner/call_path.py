@@ -17,6 +17,7 @@ from brace_common.config import ConfigError
 from brace_common.counters import Health
 from brace_common.validation import json_depths
 from brace_common.vocabulary import CallState, CallStatus, Decoding, Mode, Phase, meets_slo
+from brace_memory.recap import subtask_limit
 
 from .call_aborted import CallAborted, checkpoint_of
 from .candidates import enumerate_steps
@@ -303,7 +304,7 @@ class CallPath:
 
             old = self.use.constrained if self.use is not None else None
             constrained = RecapDecoder(self.tokenizer, candidates, enumerate_steps(schema.subtask_schema()),
-                                       schema.max_steps, self.options.think_tokens,
+                                       subtask_limit(schema.max_steps), self.options.think_tokens,
                                        vocabulary=old.vocabulary if old is not None else None)
         elif self.decoding is Decoding.CONSTRAINED:
             from .constrained import ConstrainedPlanDecoder  # heavy: in-process decoding only (torch)

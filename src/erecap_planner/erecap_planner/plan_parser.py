@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from brace_common.action_schema import PLANNER_REASONS, ActionSchema, Fault, PlanError, Step
 from brace_common.validation import MAX_TEXT_CHARS, json_depths
-from brace_memory.recap import Subtask
+from brace_memory.recap import Subtask, subtask_limit
 
 THINK_KEY, SUBTASKS_KEY, COMPOSITE_KEY = "think", "subtasks", "subtask"
 """The keys of a ReCAP answer `{"think": T, "subtasks": [step | {"subtask": name, "parameters": {...}}, ...]}`."""
@@ -119,9 +119,9 @@ def parse_recap(text: Any, schema: ActionSchema, agent: Optional[str] = None) ->
         thought = value.get(THINK_KEY, "")
         if not isinstance(thought, str) or len(thought) > MAX_TEXT_CHARS:
             raise PlanError("bad_shape", f"the thought is not a text of at most {MAX_TEXT_CHARS} characters")
-        items = value[SUBTASKS_KEY]
-        if len(items) > schema.max_steps:
-            raise PlanError(Fault.LONG_PLAN, f"the plan has {len(items)} subtasks (at most {schema.max_steps})")
+        items, limit = value[SUBTASKS_KEY], subtask_limit(schema.max_steps)
+        if len(items) > limit:
+            raise PlanError(Fault.LONG_PLAN, f"the plan has {len(items)} subtasks (at most {limit})")
         out = []
         for index, item in enumerate(items):
             if isinstance(item, dict) and COMPOSITE_KEY in item and "action" not in item:

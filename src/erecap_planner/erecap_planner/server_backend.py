@@ -15,6 +15,7 @@ from typing import Optional
 from brace_common.backoff import Backoff
 from brace_common.counters import Counters, Health
 from brace_common.vocabulary import Phase
+from brace_memory.recap import subtask_limit
 
 from .call_aborted import CallAborted
 from .call_path import BackendUnavailable, CallOptions, CallOutcome, CallRequest, Generated, Prompt, SchemaUse, json_object_closed
@@ -104,7 +105,8 @@ class ServerBackend:
                                 {"role": "user", "content": self.tokenizer.decode(user, skip_special_tokens=True)}]
             path = "/chat/completions"
         if self.structured_output != "none":
-            plan = use.schema.recap_json_schema(agent, not prompt.deepest) if o.recursion else \
+            plan = use.schema.recap_json_schema(agent, not prompt.deepest, subtask_limit(use.schema.max_steps)) \
+                if o.recursion else \
                 use.schema.json_schema(o.plan_steps.get(mode), agent)
             body["response_format"] = (
                 {"type": "json_schema", "json_schema": {"name": "plan", "schema": plan, "strict": True}}

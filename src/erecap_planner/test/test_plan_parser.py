@@ -125,7 +125,7 @@ def test_a_recap_answer_holds_a_thought_and_primitive_and_composite_subtasks():
     ('{"subtasks": [{"subtask": "fly", "parameters": {}}]}', "unknown_action"),
     ('{"subtasks": [{"subtask": "deliver", "parameters": {"object": "moon", "dock": "dock_1"}}]}',
      "hallucinated_value"),
-    ('{"subtasks": [' + ", ".join(['{"action": "wait"}'] * 5) + ']}', "too_long"),
+    ('{"subtasks": [' + ", ".join(['{"action": "wait"}'] * 9) + ']}', "too_long"),   # max(max_steps, 8)
     ('{"subtasks": [{"subtask": "deliver"', "truncated"),
 ])
 def test_a_malformed_recap_answer_is_a_plan_error_with_its_reason(text, reason):
