@@ -54,6 +54,8 @@ PROFILE = "embedded"
 """The budget profile whose full_replan SLO and hard-deadline factor every call gets."""
 FIRST_CUT = 1.5
 ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-textworld-lora.safetensors"
+RECAP_ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-textworld-recap-lora.safetensors"
+"""The ReCAP rows' adapter (brace_training.recap_finetune_cli: π and ρ on the oracle's decomposition)."""
 PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-textworld-erecap.safetensors"
 COMPRESSORS = ("recency", "erecap")
 EARLY_STEP, LATE_STEP = 5, 40
@@ -89,12 +91,21 @@ def experience_store(row: str, config, args):
     return MemoryStore(path)
 
 
+MAX_FOLLOW_UPS = 16
+"""ReCAP rows: calls in a row that open or close a frame without a step to run (the controller's
+recap_max_follow_ups); past it the player idles one step."""
+
+
 def play_game(path, config, seed: int, args, folder: Path, row: str = "") -> tuple[dict, list[dict]]:
-    """One game with `path` planning every command: the game's row and its calls' rows."""
+    """One game with `path` planning every command: the game's row and its calls' rows. A ReCAP row (recursion)
+    calls ρ after every step and serves a call that opened or closed a frame at once; its agreement is the answer's
+    S[0] against the oracle's decomposition for the same frame."""
     from brace_common.episode import PATH_EFFICIENCY
+    from brace_common.vocabulary import Mode, RecapNeed
     from brace_training.textworld_data import configured, memory_use
     from brace_training.textworld_play import TextWorldSession
     from erecap_planner.call_path import CallRequest
+    from sim_bridges.textworld.textworld_decomposition import oracle_answer
     from sim_bridges.textworld.textworld_game import PLAYER, TEXT, TextWorldGame
     from sim_bridges.textworld.textworld_games import GameSpec, generate_game
 
@@ -107,16 +118,26 @@ def play_game(path, config, seed: int, args, folder: Path, row: str = "") -> tup
         while not game.finished:
             path.set_schema(session.schema())
             step = game.t
-            out = path.run(session.buffer, CallRequest(PLAYER, args.budget, args.slo_ms, args.hard_deadline_ms,
-                                                       int(session.mode()), step))
-            agree = game.agrees(out.steps)
-            retrieve = next((p for p in out.phases if p.phase == "retrieve"), None)
-            calls.append({"step": step, "status": int(out.status), "tokens_before": out.tokens_before,
-                          "tokens_after": out.tokens_after, "latency_ms": round(out.latency_ms, 1),
-                          "slo_met": int(out.slo_met), "retrieve_ms": round(retrieve.duration_ms, 2) if retrieve else 0,
-                          "memory_tokens": retrieve.tokens_out if retrieve else 0, "oracle_agreement": int(agree)})
+            for _ in range(MAX_FOLLOW_UPS if config.recursion else 1):
+                mode = Mode.PARTIAL_REPLAN if config.recursion else session.mode()
+                expected = oracle_answer(game, memory.system.frames.goal_step(PLAYER))[1][:1] \
+                    if config.recursion else None
+                out = path.run(session.buffer, CallRequest(PLAYER, args.budget, args.slo_ms, args.hard_deadline_ms,
+                                                           int(mode), step))
+                agree = game.agrees(out.steps) if not config.recursion else \
+                    out.recap is not None and out.recap.subtasks[:1] == expected
+                retrieve = next((p for p in out.phases if p.phase == "retrieve"), None)
+                calls.append({"step": step, "status": int(out.status), "tokens_before": out.tokens_before,
+                              "tokens_after": out.tokens_after, "latency_ms": round(out.latency_ms, 1),
+                              "slo_met": int(out.slo_met),
+                              "retrieve_ms": round(retrieve.duration_ms, 2) if retrieve else 0,
+                              "memory_tokens": retrieve.tokens_out if retrieve else 0, "oracle_agreement": int(agree),
+                              "recap_call": int(out.recap.kind) if out.recap else 0,
+                              "depth": out.recap.depth if out.recap else 0})
+                if out.steps or out.recap is None or out.recap.need not in (RecapNeed.DECOMPOSE, RecapNeed.REFINE):
+                    break
             if out.steps:
-                session.play(str(out.steps[0].parameters.get(TEXT, "")))
+                session.play(str(out.steps[0].parameters.get(TEXT, "")), mode)
             else:
                 session.idle()
         session.end()
@@ -239,6 +260,7 @@ def main() -> int:
     parser.add_argument("--budget", type=int, default=None, help="B_t of every call (default 512)")
     parser.add_argument("--slo-ms", type=float, default=None, help=f"SLO_t (default: the '{PROFILE}' profile's)")
     parser.add_argument("--adapter", default=ADAPTER)
+    parser.add_argument("--recap-adapter", default=RECAP_ADAPTER, help="the ReCAP rows' adapter")
     parser.add_argument("--dtype", default="float32", help="float32 (what any CPU runs) | bfloat16 | auto")
     parser.add_argument("--predictor", default=PREDICTOR, help="E-RECAP predictor bank (textworld_finetune_cli's)")
     parser.add_argument("--game-dir", type=Path, default=Path("~/.cache/brace/textworld").expanduser())
@@ -263,7 +285,7 @@ def main() -> int:
     args.hard_deadline_ms = args.slo_ms * profile.hard_deadline_factor
     # heavy: torch and the planner load after the dispatch caps are set
     from brace_common.config import resolve_path
-    from brace_training.textworld_data import CONFIGS, GIG_CONFIGS
+    from brace_training.textworld_data import CONFIGS, GIG_CONFIGS, RECAP_CONFIGS, memory_use
     from erecap_planner.call_path import CallOptions, LocalModel, PlannerCallPath
     from erecap_planner.predictor import PredictorBank
     from erecap_planner.pruning import PruneSchedule, table8_layers
@@ -275,7 +297,7 @@ def main() -> int:
     if args.fresh or args.quick:
         for p in (games_csv, calls_csv):
             p.unlink(missing_ok=True)
-    rows = row_names(CONFIGS + GIG_CONFIGS, COMPRESSORS)
+    rows = row_names(CONFIGS + RECAP_CONFIGS + GIG_CONFIGS, COMPRESSORS)
     if args.quick:
         rows = [rows[0], rows[-1]]
     if args.rows:
@@ -291,14 +313,19 @@ def main() -> int:
 
         args.embed = StateEncoder.load(Path(args.encoder).expanduser()).embed
     model, tok = load_planner_model(args.adapter, "cpu", args.dtype)
+    recap_model = load_planner_model(args.recap_adapter, "cpu", args.dtype)[0] \
+        if any(config.recursion for _, config, _ in rows) else None
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     bank = PredictorBank.load(resolve_path(predictor), model.config)
     schedule = PruneSchedule(tuple(table8_layers(model.config.num_hidden_layers)), 0.7, first_cut=FIRST_CUT)
     print(f"# TextWorld cooking {args.level}, held-out seeds {args.first_seed}..{args.first_seed + args.games - 1}, B_t "
           f"{args.budget}, SLO {args.slo_ms:.0f} ms, {dtype} on {describe_cpu(cpu)}", flush=True)
     done = done_games(games_csv)
-    paths = {name: PlannerCallPath(LocalModel(model, tok, schedule, bank if comp == "erecap" else None),
-                                   CallOptions(compressor=comp, decoding="candidates", layout=config.layout))
+    paths = {name: PlannerCallPath(LocalModel(recap_model if config.recursion else model, tok, schedule,
+                                              bank if comp == "erecap" else None),
+                                   CallOptions(compressor=comp, decoding="constrained" if config.recursion else
+                                               "candidates", layout=config.layout, recursion=config.recursion),
+                                   memory=memory_use(config) if config.recursion else None)
              for name, config, comp in rows}
     # Seed by seed, every row: an interrupted run leaves the rows equally far.
     for seed in range(args.first_seed, args.first_seed + args.games):
@@ -313,7 +340,7 @@ def main() -> int:
             print(f"{name:28s} seed {seed:3d}: {'won ' if result['won'] else 'lost' if result['lost'] else '----'} "
                   f"score {result['score']}/{result['max_score']} in {result['steps']} steps "
                   f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
-    names = [r[0] for r in row_names(CONFIGS + GIG_CONFIGS, COMPRESSORS)]
+    names = [r[0] for r in row_names(CONFIGS + RECAP_CONFIGS + GIG_CONFIGS, COMPRESSORS)]
     table = summary(names, read_rows(games_csv), read_rows(calls_csv))
     columns = list(table[0]) if table else []
     print("| " + " | ".join(columns) + " |")

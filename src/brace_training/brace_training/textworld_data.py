@@ -30,18 +30,25 @@ from .textworld_play import TextWorldSession
 
 @dataclass(frozen=True)
 class MemoryConfig:
-    """One row of the memory comparison: the context layout and the memory modules."""
+    """One row of the memory comparison: the context layout, the memory modules, and whether the planner recurses
+    (ReCAP Alg. 1: recap_recursion)."""
 
     name: str
     layout: str
     modules: tuple[str, ...]
+    recursion: bool = False
 
 
 CONFIGS = (MemoryConfig("flat", "focus", ()),
-           MemoryConfig("recap", "recap", ()),
+           MemoryConfig("goal_stack", "recap", ()),
            MemoryConfig("omniact", "focus", ("episodic", "reflective")),
-           MemoryConfig("recap_omniact", "recap", ("episodic", "reflective")))
-"""Flat history (ReAct-like), ReCAP's tree, OmniAct's episodic and reflective memory, both."""
+           MemoryConfig("goal_stack_omniact", "recap", ("episodic", "reflective")))
+"""Flat history (ReAct-like), the context tree's goal stack (layout recap, plans flat), OmniAct's episodic and
+reflective memory, both. (Before the recursion was built, the goal-stack rows were named recap and recap_omniact.)"""
+RECAP_CONFIGS = (MemoryConfig("recap", "recap", (), recursion=True),
+                 MemoryConfig("recap_omniact", "recap", ("episodic", "reflective"), recursion=True))
+"""ReCAP Alg. 1: the planner decomposes (π) and refines (ρ) the game's subtasks through its frame stack; alone and
+with OmniAct's memory."""
 GIG_CONFIGS = (MemoryConfig("gig", "recap", ("state_graph",)),
                MemoryConfig("gig_experience", "recap", ("state_graph", "experience")),
                MemoryConfig("gig_lookahead", "recap", ("state_graph", "lookahead")))
@@ -77,7 +84,7 @@ def memory_use(config: MemoryConfig, store: Optional[MemoryStore] = None,
     held in the process), with GiG's encoder `embed` for the experience bank (None: keys only)."""
     settings = MemorySystemConfig(config.modules, max_lines=PLANNER.memory_max_lines, scene_hops=TEXTWORLD_HOPS,
                                   scene_cell_m=TEXTWORLD_CELL_M, tau=PLANNER.experience_tau,
-                                  lookahead_candidates=PLANNER.lookahead_candidates)
+                                  lookahead_candidates=PLANNER.lookahead_candidates, recursion=config.recursion)
     system = MemorySystem(settings, store, embed=embed)
     return MemoryUse(system, PLANNER.memory_share, PLANNER.recap_window)
 

@@ -83,6 +83,16 @@ class RecapDecoder:
         if self.close_ids[0] in set(self.vocabulary):
             raise ValueError("the thought's closing token is also a thought token")
         self.tries = {deep: self._tries(deep) for deep in (False, True)}
+        self.thought_choices = self.vocabulary + [self.close_ids[0]]   # a thought's token, or the one closing it
+        self._mask: Optional[torch.Tensor] = None
+
+    def _thought_mask(self, size: int, device) -> torch.Tensor:
+        """The thought's choices as a mask over the model's `size` logits (made once)."""
+        if self._mask is None or self._mask.shape[0] != size or self._mask.device != device:
+            mask = torch.zeros(size, dtype=torch.bool, device=device)
+            mask[torch.tensor([t for t in self.thought_choices if t < size], device=device)] = True
+            self._mask = mask
+        return self._mask
 
     def encode(self, text: str) -> list[int]:
         """`text`'s token ids (shared cache)."""
@@ -170,12 +180,18 @@ class RecapDecoder:
             if should_abort():
                 raise CallAborted("deadline or cancel during ReCAP decoding")
             ids = torch.tensor([pending], device=runner.device)
+            thought = allowed is self.thought_choices
+            # A thought chooses among most of the vocabulary: the whole LM head, masked, costs less than gathering
+            # its rows; a trie branch chooses among a few, whose rows alone are computed.
             logits = runner.stack.extend(cache, ids, position, last_only=True,
-                                         token_ids=torch.tensor(allowed, device=runner.device))[0, -1]
+                                         token_ids=None if thought else torch.tensor(allowed, device=runner.device))[0, -1]
             forwards += 1
             position += len(pending)
             produced.extend(pending)
             pending = []
+            if thought:
+                return int(torch.argmax(logits.masked_fill(~self._thought_mask(logits.shape[-1], logits.device),
+                                                           float("-inf"))))
             return allowed[int(torch.argmax(logits))]
 
         words: list[int] = []
@@ -183,9 +199,8 @@ class RecapDecoder:
             pending = list(self.empty_ids)
         else:
             pending = list(self.open_ids)
-            allowed = self.vocabulary + [self.close_ids[0]]
             while len(words) < self.think_tokens:
-                token = choose(allowed)
+                token = choose(self.thought_choices)
                 if token == self.close_ids[0]:
                     break
                 words.append(token)

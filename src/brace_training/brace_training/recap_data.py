@@ -1,0 +1,90 @@
+"""ReCAP decision points of TextWorld cooking games for fine-tuning: the prompt of each π / ρ call the planner makes
+with `recap_recursion`, and the oracle's (T, S) for its frame (sim_bridges.textworld.textworld_decomposition) as the
+target the constrained ReCAP decoder writes.
+
+A game is played through the planner's own frame stack: every call answers the top frame by the oracle, its
+primitive runs (or, at `detour_rate`, another harmless admissible command: the oracle's next answers repair it), and
+ρ follows every step, as the bench's ReCAP rows call it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from brace_common.action_schema import ActionSchema, Step
+from brace_common.vocabulary import Mode, RecapKind, RecapNeed
+from brace_memory.recap import Subtask, subtask_limit
+from brace_memory.system import MemorySystem, MemorySystemConfig
+from erecap_planner.call_path import CallPath, CallRequest
+from erecap_planner.candidates import enumerate_steps
+from erecap_planner.memory_phase import MemoryUse
+from sim_bridges.textworld.textworld_decomposition import oracle_answer
+from sim_bridges.textworld.textworld_game import PLAYER, TEXT, TextWorldGame
+from sim_bridges.textworld.textworld_games import GameSpec, generate_game
+
+from .textworld_data import PLANNER, TOKEN_BUDGET, detour
+from .textworld_play import TextWorldSession
+
+MAX_CALLS = 400
+"""The most calls one game's decision points are drawn from (an oracle game of L3 makes about 100)."""
+
+
+@dataclass
+class RecapPoint:
+    """One call's prompt and the oracle's answer for its frame, with the schema's entries at that state."""
+
+    prompt_ids: list[int]
+    protect: list[bool]
+    thought: str
+    subtasks: list[Subtask]
+    schema: ActionSchema
+    seed: int
+    step: int
+    depth: int
+    kind: RecapKind
+
+    def entries(self) -> tuple[list[Step], list[Step], int]:
+        """The decoder's primitives, composites and S bound at this point's state."""
+        return (enumerate_steps(self.schema), enumerate_steps(self.schema.subtask_schema()),
+                subtask_limit(self.schema.max_steps))
+
+
+def recap_memory() -> MemoryUse:
+    """A fresh memory with ReCAP's recursion, the planner's defaults for its share and window."""
+    return MemoryUse(MemorySystem(MemorySystemConfig(recursion=True)), PLANNER.memory_share, PLANNER.recap_window)
+
+
+def recap_points(path: CallPath, seeds: Sequence[int], folder: Path, spec: GameSpec, detour_rate: float = 0.2,
+                 per_game: int = 12, budget: int = TOKEN_BUDGET) -> Iterator[RecapPoint]:
+    """Up to `per_game` decision points of each seed's game, rendered by `path` (layout recap, recap_recursion)."""
+    for seed in seeds:
+        rng = random.Random(seed)
+        memory = recap_memory()
+        path.memory = memory
+        system = memory.system
+        game = TextWorldGame(generate_game(GameSpec(seed, spec.recipe, spec.take, spec.go, spec.cook, spec.cut,
+                                                    spec.open), folder), max_steps=3 * 64)
+        try:
+            session = TextWorldSession(game, 0, seed, system)
+            points: list[RecapPoint] = []
+            while not game.finished and game.oracle_commands() and len(points) < MAX_CALLS:
+                schema = session.schema()
+                path.set_schema(schema)
+                state = system.recap_open(PLAYER, game.t)
+                ids, protect = path.prompt(session.buffer, CallRequest(PLAYER, budget, 0.0, 0.0,
+                                                                       int(Mode.PARTIAL_REPLAN), game.t))
+                thought, subtasks = oracle_answer(game, system.frames.goal_step(PLAYER))
+                kind = RecapKind.DECOMPOSE if state.need == RecapNeed.DECOMPOSE else RecapKind.REFINE
+                points.append(RecapPoint(ids, protect, thought, subtasks, schema, seed, game.t, state.depth, kind))
+                steps, _ = system.recap_plan(PLAYER, game.t, thought, subtasks)
+                if steps:
+                    oracle = str(steps[0].parameters[TEXT])
+                    session.play(detour(game, oracle, rng) if rng.random() < detour_rate else oracle,
+                                 Mode.PARTIAL_REPLAN)
+            yield from sorted(rng.sample(points, min(per_game, len(points))), key=lambda p: p.step)
+        finally:
+            game.close()
+            system.close()
