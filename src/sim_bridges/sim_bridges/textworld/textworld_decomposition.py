@@ -101,13 +101,14 @@ def _thought(subtask: Step, ingredients: list[str]) -> str:
     return "prepare the meal in the kitchen, then eat it"
 
 
-def oracle_answer(game: TextWorldGame, goal: Optional[Step]) -> tuple[str, list[Subtask]]:
-    """The oracle's (T, S) for a frame whose goal is `goal` (None: the root, the agent's task)."""
+def oracle_answer(game: TextWorldGame, goal: Optional[Step], limit: int = 0) -> tuple[str, list[Subtask]]:
+    """The oracle's (T, S) for a frame whose goal is `goal` (None: the root, the agent's task); at most `limit`
+    subtasks (0: all), the rest left to a later ρ."""
     ingredients = recipe_ingredients(game)
     parts = segments(game.oracle_commands(), ingredients)
     if goal is None:
         subtasks = [Subtask(command_step(p.commands[0])) if p.subtask is None else Subtask(p.subtask, True)
-                    for p in parts]
+                    for p in parts][:limit or None]
         return f"the recipe needs {', '.join(ingredients)}: get and prepare each, then the meal", subtasks
     if parts and parts[0].subtask == goal:
         return _thought(goal, ingredients), [Subtask(command_step(parts[0].commands[0]))]
