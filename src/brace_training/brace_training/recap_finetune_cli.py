@@ -12,7 +12,6 @@ subtasks), the loss weighted on its choices. docs/training.md.
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import time
 from pathlib import Path
@@ -20,18 +19,17 @@ from pathlib import Path
 import torch
 import yaml
 
-from brace_common.config import resolve_path
 from brace_memory.recap import MAX_DEPTH
-from brace_training.adapter_training import PlanExample, evaluation_model, fit_and_save
+from brace_training.adapter_training import PlanExample, evaluation_model
 from erecap_planner.call_path import CallOptions, LocalModel, PlannerCallPath
 from erecap_planner.pruned_forward import ErecapModel
 from erecap_planner.pruning import PruneSchedule
 from erecap_planner.recap_decoding import RecapDecoder, thought_tokens
 from sim_bridges.textworld.textworld_games import LEVELS, GameSpec
 
-from .cli_args import add_adapter_arguments, training_options
+from .cli_args import add_adapter_arguments
 from .recap_data import RecapPoint, recap_memory, recap_points
-from .textworld_finetune_cli import EVAL_SEEDS, MAX_PROMPT_TOKENS, TRAIN_SEEDS
+from .textworld_finetune_cli import EVAL_SEEDS, MAX_PROMPT_TOKENS, TRAIN_SEEDS, fit_examples
 
 TEXTWORLD_ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-textworld-lora.safetensors"
 """The adapter ReCAP's training continues from (the flat TextWorld planner's)."""
@@ -109,16 +107,7 @@ def main(argv=None) -> int:
     if not args.evaluate_only:
         tok, points = render(args.model, range(TRAIN_SEEDS, TRAIN_SEEDS + args.seeds), args.levels, args.game_dir,
                              args.detour, args.per_game)
-        examples = examples_of(tok, points)
-        if len(examples) > args.examples:
-            examples = random.Random(TRAIN_SEEDS).sample(examples, args.examples)
-        print(f"{len(examples)} examples from {len(points)} decision points, mean prompt "
-              f"{sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} tokens", file=sys.stderr)
-        model, _, _, _ = evaluation_model(args.model, "", "", [0], 0.0)
-        init = Path(resolve_path(args.init)) if args.init else None
-        fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init,
-                     options=training_options(ap, args))
-        del model
+        fit_examples(ap, args, examples_of(tok, points), len(points))
     _, held_out = render(args.model, range(EVAL_SEEDS, EVAL_SEEDS + args.eval_seeds), args.levels, args.game_dir,
                          args.detour, args.per_game)
     adapters = args.adapters if args.adapters is not None else [args.init, str(args.output)]

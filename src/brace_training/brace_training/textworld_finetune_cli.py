@@ -108,6 +108,18 @@ def train_predictor(args, spec: GameSpec) -> Path:
                       TRAIN_SEEDS, 2, args.predictor_output)
 
 
+def fit_examples(ap: argparse.ArgumentParser, args, examples: list[PlanExample], points: int) -> None:
+    """Train `--output` from `--init` on at most `--examples` of `examples` (sampled), reporting what it trains on."""
+    if len(examples) > args.examples:
+        examples = random.Random(TRAIN_SEEDS).sample(examples, args.examples)
+    print(f"{len(examples)} examples from {points} decision points, mean prompt "
+          f"{sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} tokens", file=sys.stderr)
+    model, _, _, _ = evaluation_model(args.model, "", "", [0], 0.0)
+    init = Path(resolve_path(args.init)) if args.init else None
+    fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init,
+                 options=training_options(ap, args))
+
+
 def main(argv=None) -> int:
     """Train the adapter (unless --evaluate-only) and print the agreement table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -125,17 +137,7 @@ def main(argv=None) -> int:
     if not args.evaluate_only:
         tok, points = render_points(args.model, range(TRAIN_SEEDS, TRAIN_SEEDS + args.seeds), args.game_dir, spec,
                                     args.detour, args.per_game)
-        examples = examples_of(tok, points)
-        rng = random.Random(TRAIN_SEEDS)
-        if len(examples) > args.examples:
-            examples = rng.sample(examples, args.examples)
-        print(f"{len(examples)} examples from {len(points)} decision points, mean prompt "
-              f"{sum(len(e.prompt_ids) for e in examples) / len(examples):.0f} tokens", file=sys.stderr)
-        model, _, _, _ = evaluation_model(args.model, "", "", [0], 0.0)
-        init = Path(resolve_path(args.init)) if args.init else None
-        fit_and_save(model, examples, args.output, args.rank, args.epochs, args.lr, init,
-                     options=training_options(ap, args))
-        del model
+        fit_examples(ap, args, examples_of(tok, points), len(points))
         if args.predictor_cases > 0:
             args.predictor = str(train_predictor(args, spec))
     seeds = range(EVAL_SEEDS, EVAL_SEEDS + args.eval_seeds)

@@ -50,9 +50,14 @@ def test_valid_plans(text):
     ('[t=0 a] then {"plan": [{"action": "wait"}', "truncated"),
 ])
 def test_invalid_plans_give_reasons(text, reason):
+    assert refusal(lambda: parse_plan(text, SCHEMA)) == reason
+
+
+def refusal(parse) -> str:
+    """The reason of the PlanError `parse()` raises."""
     with pytest.raises(PlanError) as err:
-        parse_plan(text, SCHEMA)
-    assert err.value.reason == reason
+        parse()
+    return err.value.reason
 
 
 def test_ids_spelled_another_way_are_respelled_only_when_asked_and_only_to_one_value():
@@ -131,9 +136,7 @@ def test_a_recap_answer_holds_a_thought_and_primitive_and_composite_subtasks():
 def test_a_malformed_recap_answer_is_a_plan_error_with_its_reason(text, reason):
     from erecap_planner.plan_parser import parse_recap
 
-    with pytest.raises(PlanError) as caught:
-        parse_recap(text, RECAP_SCHEMA)
-    assert caught.value.reason == reason
+    assert refusal(lambda: parse_recap(text, RECAP_SCHEMA)) == reason
 
 
 def test_a_schema_refuses_a_subtask_named_as_an_action():
