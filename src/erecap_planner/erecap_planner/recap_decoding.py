@@ -125,7 +125,8 @@ class RecapDecoder:
         return tries["first" if index == 0 else "last" if index == self.max_steps - 1 else "more"]
 
     def token_ids(self, thought: str, subtasks: list[Subtask]) -> list[int]:
-        """The token ids this decoder produces for (thought, subtasks): what a fine-tune trains on."""
+        """The token ids this decoder produces for (thought, subtasks): what a fine-tune trains on (a thought longer
+        than think_tokens cut to them, as decoding cuts it)."""
         return self._sequence(thought, subtasks)[0]
 
     def choice_mask(self, thought: str, subtasks: list[Subtask]) -> list[bool]:
@@ -142,9 +143,7 @@ class RecapDecoder:
                 ids, mask = self.open_ids + self.close_ids, [False] * len(self.open_ids) + [True] + \
                     [False] * (len(self.close_ids) - 1)
         else:
-            words = self.encode(thought)
-            if len(words) > self.think_tokens:
-                raise ValueError(f"the thought has {len(words)} tokens (at most {self.think_tokens})")
+            words = self.encode(thought)[:self.think_tokens]   # cut where decoding would close it
             allowed = set(self.vocabulary)
             if any(t not in allowed for t in words):
                 raise ValueError(f"the thought {thought!r} holds a token a thought may not")
