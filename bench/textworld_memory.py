@@ -120,7 +120,7 @@ def play_game(path, config, seed: int, args, folder: Path, row: str = "") -> tup
             step = game.t
             for _ in range(MAX_FOLLOW_UPS if config.recursion else 1):
                 mode = Mode.PARTIAL_REPLAN if config.recursion else session.mode()
-                expected = oracle_answer(game, memory.system.frames.goal_step(PLAYER))[1][:1] \
+                expected = oracle_answer(game, memory.system.recap_goal(PLAYER))[1][:1] \
                     if config.recursion else None
                 out = path.run(session.buffer, CallRequest(PLAYER, args.budget, args.slo_ms, args.hard_deadline_ms,
                                                            int(mode), step))

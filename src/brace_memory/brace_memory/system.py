@@ -359,6 +359,11 @@ class MemorySystem:
             state = self.frames.reuse(agent_id, step)
             return self.frames.executable(agent_id), state
 
+    def recap_goal(self, agent_id: str) -> Optional[Step]:
+        """The composite subtask the agent's top frame decomposes (None at the root, or without a frame)."""
+        with self.lock:
+            return self.frames.goal_step(agent_id)
+
     def recap_subtasks(self, agent_id: str) -> tuple[str, list[Subtask]]:
         """The top frame's (T, S) (empty without a frame)."""
         with self.lock:

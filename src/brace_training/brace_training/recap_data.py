@@ -76,7 +76,7 @@ def recap_points(path: CallPath, seeds: Sequence[int], folder: Path, spec: GameS
                 state = system.recap_open(PLAYER, game.t)
                 ids, protect = path.prompt(session.buffer, CallRequest(PLAYER, budget, 0.0, 0.0,
                                                                        int(Mode.PARTIAL_REPLAN), game.t))
-                thought, subtasks = oracle_answer(game, system.frames.goal_step(PLAYER), subtask_limit(schema.max_steps))
+                thought, subtasks = oracle_answer(game, system.recap_goal(PLAYER), subtask_limit(schema.max_steps))
                 kind = RecapKind.DECOMPOSE if state.need == RecapNeed.DECOMPOSE else RecapKind.REFINE
                 points.append(RecapPoint(ids, protect, thought, subtasks, schema, seed, game.t, state.depth, kind))
                 steps, _ = system.recap_plan(PLAYER, game.t, thought, subtasks)
