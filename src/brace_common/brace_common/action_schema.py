@@ -130,6 +130,31 @@ class Step:
         return self.action + self.parameters_json()
 
 
+@dataclass(frozen=True)
+class Subtask:
+    """One entry of a ReCAP subtask list S: a primitive skill call the executor runs, or a composite subtask (one of
+    a schema's `subtasks`) that a child frame decomposes (brace_memory.recap)."""
+
+    step: Step
+    composite: bool = False
+
+    def text(self) -> str:
+        """`take(red potato)`; a composite in brackets, `[prepare(red potato)]`."""
+        return f"[{self.step.values_text()}]" if self.composite else self.step.values_text()
+
+    def to_json(self) -> dict[str, Any]:
+        """The subtask as the store keeps it."""
+        return {"action": self.step.action, "parameters": self.step.parameters, "composite": self.composite}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Subtask:
+        """A subtask the store kept (ValueError when it is not one)."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("action"), str) \
+                or not isinstance(raw.get("parameters"), dict):
+            raise ValueError(f"not a stored subtask: {str(raw)[:80]}")
+        return cls(Step(raw["action"], dict(raw["parameters"])), bool(raw.get("composite", False)))
+
+
 OBJECT_PARAMETERS = ("object", "item", "obj", "box", "target_object")
 """Parameter names that name the object a step acts on (reflective memory's keys, the verifier's step checks)."""
 LOCATION_PARAMETERS = ("target", "location", "place", "to", "dock", "shelf")

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from brace_common.action_schema import Step
+from brace_common.action_schema import Step, Subtask
 from brace_common.counters import Counters, Health
 from brace_common.vocabulary import RecapNeed
 
@@ -41,30 +41,6 @@ MAX_DONE_SHOWN = 4
 """Subtasks done at the top frame that the prompt shows (the newest); older ones are counted."""
 STACK_KEY = "stack"
 """The key of an agent's frame stack record (RecordKind.FRAME)."""
-
-
-@dataclass(frozen=True)
-class Subtask:
-    """One entry of S: a primitive skill call the executor runs, or a composite subtask a child frame decomposes."""
-
-    step: Step
-    composite: bool = False
-
-    def text(self) -> str:
-        """`take(red potato)`; a composite in brackets, `[prepare(red potato)]`."""
-        return f"[{self.step.values_text()}]" if self.composite else self.step.values_text()
-
-    def to_json(self) -> dict[str, Any]:
-        """The subtask as the store keeps it."""
-        return {"action": self.step.action, "parameters": self.step.parameters, "composite": self.composite}
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> Subtask:
-        """A subtask the store kept (ValueError when it is not one)."""
-        if not isinstance(raw, dict) or not isinstance(raw.get("action"), str) \
-                or not isinstance(raw.get("parameters"), dict):
-            raise ValueError(f"not a stored subtask: {str(raw)[:80]}")
-        return cls(Step(raw["action"], dict(raw["parameters"])), bool(raw.get("composite", False)))
 
 
 @dataclass

@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from brace_common.action_schema import Step
+from brace_common.action_schema import Step, Subtask
 from brace_common.counters import Counters, Health
 from brace_common.scene_graph import SceneGraph, agent_goal
 from brace_common.session_graph import Embedder, SessionGraphs, doing_step
@@ -24,7 +24,7 @@ from .episodic import EpisodicMemory, record_line
 from .experience import TAU, ExperienceBank, Match, Trajectory
 from .lookahead import Predict, candidates, lookahead_lines
 from .rag import ranked_by_relevance
-from .recap import MAX_DEPTH, RecapFrames, Subtask, Transition
+from .recap import MAX_DEPTH, RecapFrames, Transition
 from .record_index import RecordIndex
 from .records import RecordKind
 from .reflective import PREEMPTION, Prior, ReflectiveMemory, failure_kind

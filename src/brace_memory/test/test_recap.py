@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 
-from brace_common.action_schema import Step
+from brace_common.action_schema import Step, Subtask
 from brace_common.vocabulary import RecapNeed
-from brace_memory.recap import RecapFrames, Subtask
+from brace_memory.recap import RecapFrames
 from brace_memory.record_index import RecordIndex
 from brace_memory.records import RecordKind
 from brace_memory.store import MemoryStore
@@ -146,8 +146,8 @@ def test_the_stack_survives_a_killed_process(tmp_path):
     path = tmp_path / "memory.sqlite"
     script = textwrap.dedent(f"""
         import os
-        from brace_common.action_schema import Step
-        from brace_memory.recap import RecapFrames, Subtask
+        from brace_common.action_schema import Step, Subtask
+        from brace_memory.recap import RecapFrames
         from brace_memory.record_index import RecordIndex
         from brace_memory.store import MemoryStore
         frames = RecapFrames(RecordIndex(MemoryStore({str(path)!r})))

@@ -14,9 +14,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from brace_common.action_schema import ActionSchema, Step
+from brace_common.action_schema import ActionSchema, Step, Subtask
 from brace_common.vocabulary import Mode, RecapKind, RecapNeed
-from brace_memory.recap import Subtask, subtask_limit
+from brace_memory.recap import subtask_limit
 from brace_memory.system import MemorySystem, MemorySystemConfig
 from erecap_planner.call_path import CallPath, CallRequest
 from erecap_planner.candidates import enumerate_steps

@@ -10,9 +10,9 @@ import json
 import re
 from typing import Any, Optional
 
-from brace_common.action_schema import PLANNER_REASONS, ActionSchema, Fault, PlanError, Step
+from brace_common.action_schema import PLANNER_REASONS, ActionSchema, Fault, PlanError, Step, Subtask
 from brace_common.validation import MAX_TEXT_CHARS, json_depths
-from brace_memory.recap import Subtask, subtask_limit
+from brace_memory.recap import subtask_limit
 
 THINK_KEY, SUBTASKS_KEY, COMPOSITE_KEY = "think", "subtasks", "subtask"
 """The keys of a ReCAP answer `{"think": T, "subtasks": [step | {"subtask": name, "parameters": {...}}, ...]}`."""

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from brace_common.action_schema import ActionSchema, PlanError
+from brace_common.action_schema import ActionSchema, PlanError, Subtask
 from brace_common.vocabulary import CallStatus, Mode, Phase, RecapKind, RecapNeed
-from brace_memory.recap import Subtask
 from brace_memory.system import MemorySystem
 
 from .phase_clock import PhaseClock

@@ -16,8 +16,7 @@ from typing import Optional
 
 import torch
 
-from brace_common.action_schema import Step
-from brace_memory.recap import Subtask
+from brace_common.action_schema import Step, Subtask
 
 from .constrained import STEP_SEPARATOR, ConstrainedResult, TokenTrie, step_json
 from .plan_parser import COMPOSITE_KEY, SUBTASKS_KEY, THINK_KEY

@@ -41,8 +41,8 @@ def test_a_load_reading_and_a_server_without_one():
 
 
 def test_a_recap_result_carries_the_answer_the_depths_and_what_the_stack_needs():
+    from brace_common.action_schema import Subtask
     from brace_common.vocabulary import RecapKind, RecapNeed
-    from brace_memory.recap import Subtask
     from erecap_planner.recap_call import RecapCall
 
     request = CallRequest("a", 300, 1_000.0, 2_000.0, step=7, decision_id="d1")

@@ -19,7 +19,7 @@ from brace_common import qos
 from brace_common.clock import stamp_of
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import wait_for
-from brace_common.vocabulary import Activity, Block, EpisodeEvent
+from brace_common.vocabulary import Activity, Block, EpisodeEvent, TriggerKind
 from brace_common.world_state import AgentActivity, Entity, Pose, world_state_msg
 from brace_common.world_state import WorldState as WorldStateCore
 from brace_memory.store import MemoryStore
@@ -210,7 +210,7 @@ def test_latency_runs_from_when_the_goal_was_sent(ros, model_dir):
     ({"token_budget": 1}, "range_token_budget"), ({"token_budget": 2**32 - 1}, "range_token_budget"),
     ({"slo_ms": float("nan")}, "range_slo_ms"), ({"slo_ms": float("inf")}, "range_slo_ms"),
     ({"mode": 3}, "bad_mode"), ({"mode": 255}, "bad_mode"), ({"agent_id": "a" * 100_000}, "long_agent_id"),
-    ({"trigger_kind": 7}, "bad_trigger_kind"),
+    ({"trigger_kind": max(TriggerKind) + 1}, "bad_trigger_kind"),
     ({"hard_deadline_ms": -1.0}, "range_hard_deadline_ms"),
     ({"agent_id": "agent_0/../../x"}, "bad_agent_id"), ({"agent_id": ".."}, "bad_agent_id"),
 ])

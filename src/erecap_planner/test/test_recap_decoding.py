@@ -7,8 +7,7 @@ import pytest
 import torch
 from test_plan_parser import RECAP_SCHEMA
 
-from brace_common.action_schema import Step
-from brace_memory.recap import Subtask
+from brace_common.action_schema import Step, Subtask
 from erecap_planner.candidates import enumerate_steps
 from erecap_planner.plan_parser import parse_recap
 from erecap_planner.pruned_forward import ErecapModel

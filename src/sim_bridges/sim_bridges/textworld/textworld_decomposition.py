@@ -15,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from brace_common.action_schema import Step
-from brace_memory.recap import Subtask
+from brace_common.action_schema import Step, Subtask
 
 from .textworld_game import RECIPE_COMMAND, TextWorldGame, command_step
 
