@@ -14,6 +14,7 @@ from sim_bridges.textworld.textworld_decomposition import (
     FINISH,
     GET,
     PREPARE,
+    foods,
     oracle_answer,
     recipe_ingredients,
     segments,
@@ -80,5 +81,35 @@ def test_a_childs_answer_is_empty_once_the_policy_moved_past_its_goal(folder):
         assert subtasks == [] and "done" in thought
         root = oracle_answer(game, None)[1]
         assert root[-1].step == Step(FINISH, {}) and root[-1].composite
+    finally:
+        game.close()
+
+
+def test_the_root_names_no_ingredient_before_the_cookbook_is_read(folder):
+    game = TextWorldGame(generate_game(GameSpec(1).at_level("L1"), folder), max_steps=50)
+    try:
+        ingredient = recipe_ingredients(game)[0]
+        thought, subtasks = oracle_answer(game, None)
+        assert ingredient not in thought and "cookbook" in thought
+        assert [s.text() for s in subtasks] == ["command(examine cookbook)", "[finish()]"]
+        game.set_plan([subtasks[0].step])
+        game.step()
+        thought, subtasks = oracle_answer(game, None)
+        assert ingredient in thought and subtasks[0].step == Step(GET, {"ingredient": ingredient})
+    finally:
+        game.close()
+
+
+def test_a_frame_opened_too_early_first_does_what_its_goal_needs(folder):
+    game = TextWorldGame(generate_game(GameSpec(1).at_level("L1"), folder), max_steps=50)
+    try:
+        game.set_plan([oracle_answer(game, None)[1][0].step])
+        game.step()  # the cookbook is read: the ingredient is still to get
+        ingredient = recipe_ingredients(game)[0]
+        thought, subtasks = oracle_answer(game, Step(FINISH, {}))
+        assert "first" in thought and len(subtasks) == 1 and not subtasks[0].composite
+        assert ingredient in subtasks[0].step.parameters["text"]
+        other = next(f for f in foods(game) if f not in recipe_ingredients(game))
+        assert oracle_answer(game, Step(GET, {"ingredient": other}))[1] == []
     finally:
         game.close()

@@ -5,9 +5,14 @@ A game's schema offers three composite subtasks besides `command(text)`: `get(in
 meal, eat it); `ingredient` is one of the game's foods. The oracle segments textworld's winning policy from the
 current state: a command naming a recipe ingredient closes a segment (taking it: `get`; cutting or cooking it:
 `prepare`), `prepare meal` and `eat meal` are `finish`, and every other command (going, opening, taking the knife)
-belongs to the segment it leads to; reading the cookbook is a primitive of the root. The oracle's answer for the root
-is its segments as composites; for a child frame, the next command while the policy's next segment is the child's
-goal, else an empty S (the frame is done).
+belongs to the segment it leads to; reading the cookbook is a primitive of the root.
+
+The oracle answers from what the player knows. Before the cookbook is read, the root's answer is to read it, then
+`finish()`: the ingredients are not known yet, and the ρ after the reading names them. Once read, the root's answer
+is the policy's segments as composites. A child frame plays the policy's next command until its goal's segment is
+done, also when the planner opened it too early (`finish()` before the ingredients are in hand): the frame then
+does what its goal needs first. A goal the policy no longer holds (done, or not in the recipe) has an empty S, and
+the frame closes.
 """
 
 from __future__ import annotations
@@ -106,9 +111,16 @@ def oracle_answer(game: TextWorldGame, goal: Optional[Step], limit: int = 0) -> 
     ingredients = recipe_ingredients(game)
     parts = segments(game.oracle_commands(), ingredients)
     if goal is None:
+        if game.recipe is None and parts and parts[0].subtask is None:
+            subtasks = [Subtask(command_step(parts[0].commands[0])), Subtask(Step(FINISH, {}), True)]
+            return "read the cookbook for the recipe, then get and prepare each ingredient", subtasks[:limit or None]
         subtasks = [Subtask(command_step(p.commands[0])) if p.subtask is None else Subtask(p.subtask, True)
                     for p in parts][:limit or None]
         return f"the recipe needs {', '.join(ingredients)}: get and prepare each, then the meal", subtasks
-    if parts and parts[0].subtask == goal:
-        return _thought(goal, ingredients), [Subtask(command_step(parts[0].commands[0]))]
-    return f"{goal.values_text()} is done", []
+    owners = [p.subtask for p in parts]
+    if goal not in owners:
+        return f"{goal.values_text()} is done", []
+    thought = _thought(goal, ingredients)
+    if owners[0] != goal:
+        thought = f"{thought}; first what it needs"
+    return thought, [Subtask(command_step(parts[0].commands[0]))]
