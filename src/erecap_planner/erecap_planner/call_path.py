@@ -372,13 +372,23 @@ class CallPath:
     def prompt(self, buffer: ContextBuffer, request: CallRequest) -> tuple[list[int], list[bool]]:
         """The tokens a call without compression reads before its prefill, and which are protected: the rendered
         context with the retrieved MEMORY block spliced before the request (what fine-tuning trains on)."""
+        return self._read(buffer, request, compressed=False)
+
+    def read(self, buffer: ContextBuffer, request: CallRequest) -> tuple[list[int], list[bool]]:
+        """The tokens a call reads after this path's compressor cut its context to B_t (what fine-tuning for a
+        compressed row trains on), and which are protected (none marked when the compressor cut them)."""
+        return self._read(buffer, request, compressed=True)
+
+    def _read(self, buffer: ContextBuffer, request: CallRequest, compressed: bool) -> tuple[list[int], list[bool]]:
         if self.use is None:
             raise ValueError(NO_SCHEMA)
         ctx = self.render(buffer, request, self.use.schema)
+        reserve = self.reserve(request)
         n = len(ctx)
-        ids, _, protect, _ = self.splice(buffer, ctx, Compressed(list(range(n)), list(ctx.token_ids), n),
-                                         list(ctx.protected), request, self.reserve(request))
-        return ids, protect
+        kept, protect = self.compress(ctx, request, reserve) if compressed else \
+            (Compressed(list(range(n)), list(ctx.token_ids), n), list(ctx.protected))
+        ids, _, protect, _ = self.splice(buffer, ctx, kept, protect, request, reserve)
+        return ids, protect if protect is not None else [False] * len(ids)
 
     def run(self, buffer: ContextBuffer, request: CallRequest, cancelled: Callable[[], bool] = lambda: False,
             on_phase: Callable[[str, float], None] = lambda phase, elapsed_ms: None,
