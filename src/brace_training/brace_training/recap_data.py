@@ -4,7 +4,10 @@ target the constrained ReCAP decoder writes.
 
 A game is played through the planner's own frame stack: every call answers the top frame by the oracle, its
 primitive runs (or, at `detour_rate`, another harmless admissible command: the oracle's next answers repair it), and
-ρ follows every step, as the bench's ReCAP rows call it.
+ρ follows every step, as the bench's ReCAP rows call it. At `wrong_rate` the frames take a wrong decomposition
+instead of the oracle's (`finish()` first, another food, the first subtask dropped): the target stays the oracle's,
+and the next calls' targets are the repair a planner that erred must learn. At `read_rate` a point's prompt is what a
+compressed row reads (`read`'s compressor at B_t) rather than the whole context.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from brace_common.action_schema import ActionSchema, Step, Subtask
 from brace_common.vocabulary import Mode, RecapKind, RecapNeed
@@ -21,7 +25,7 @@ from brace_memory.system import MemorySystem, MemorySystemConfig
 from erecap_planner.call_path import CallPath, CallRequest
 from erecap_planner.candidates import enumerate_steps
 from erecap_planner.memory_phase import MemoryUse
-from sim_bridges.textworld.textworld_decomposition import oracle_answer
+from sim_bridges.textworld.textworld_decomposition import FINISH, INGREDIENT, foods, oracle_answer
 from sim_bridges.textworld.textworld_game import PLAYER, TEXT, TextWorldGame
 from sim_bridges.textworld.textworld_games import GameSpec, generate_game
 
@@ -57,13 +61,36 @@ def recap_memory() -> MemoryUse:
     return MemoryUse(MemorySystem(MemorySystemConfig(recursion=True)), PLANNER.memory_share, PLANNER.recap_window)
 
 
+def wrong_answer(subtasks: list[Subtask], foods: Sequence[str], rng: random.Random) -> Optional[list[Subtask]]:
+    """A plausible wrong S for the oracle's `subtasks`: `finish()` moved first, another food for the first
+    ingredient subtask, or the first subtask dropped (None: none of them differs)."""
+    options = []
+    composites = [i for i, s in enumerate(subtasks) if s.composite]
+    finish = next((i for i in composites if subtasks[i].step.action == FINISH), None)
+    if finish:
+        options.append([subtasks[finish], *subtasks[:finish], *subtasks[finish + 1:]])
+    named = next((i for i in composites if INGREDIENT in subtasks[i].step.parameters), None)
+    others = [f for f in foods if named is not None and f != subtasks[named].step.parameters[INGREDIENT]]
+    if others:
+        step = subtasks[named].step
+        swapped = Subtask(Step(step.action, {INGREDIENT: rng.choice(others)}), True)
+        options.append([*subtasks[:named], swapped, *subtasks[named + 1:]])
+    if len(subtasks) > 1:
+        options.append(subtasks[1:])
+    return rng.choice(options) if options else None
+
+
 def recap_points(path: CallPath, seeds: Sequence[int], folder: Path, spec: GameSpec, detour_rate: float = 0.2,
-                 per_game: int = 12, budget: int = TOKEN_BUDGET) -> Iterator[RecapPoint]:
-    """Up to `per_game` decision points of each seed's game, rendered by `path` (layout recap, recap_recursion)."""
+                 per_game: int = 12, budget: int = TOKEN_BUDGET, wrong_rate: float = 0.0,
+                 read: Optional[CallPath] = None, read_rate: float = 0.0) -> Iterator[RecapPoint]:
+    """Up to `per_game` decision points of each seed's game, rendered by `path` (layout recap, recap_recursion), or
+    at `read_rate` cut to `budget` by `read`'s compressor."""
     for seed in seeds:
         rng = random.Random(seed)
         memory = recap_memory()
         path.memory = memory
+        if read is not None:
+            read.memory = memory
         system = memory.system
         game = TextWorldGame(generate_game(GameSpec(seed, spec.recipe, spec.take, spec.go, spec.cook, spec.cut,
                                                     spec.open), folder), max_steps=3 * 64)
@@ -74,12 +101,17 @@ def recap_points(path: CallPath, seeds: Sequence[int], folder: Path, spec: GameS
                 schema = session.schema()
                 path.set_schema(schema)
                 state = system.recap_open(PLAYER, game.t)
-                ids, protect = path.prompt(session.buffer, CallRequest(PLAYER, budget, 0.0, 0.0,
-                                                                       int(Mode.PARTIAL_REPLAN), game.t))
+                request = CallRequest(PLAYER, budget, 0.0, 0.0, int(Mode.PARTIAL_REPLAN), game.t)
+                if read is not None and rng.random() < read_rate:
+                    read.set_schema(schema)
+                    ids, protect = read.read(session.buffer, request)
+                else:
+                    ids, protect = path.prompt(session.buffer, request)
                 thought, subtasks = oracle_answer(game, system.recap_goal(PLAYER), subtask_limit(schema.max_steps))
                 kind = RecapKind.DECOMPOSE if state.need == RecapNeed.DECOMPOSE else RecapKind.REFINE
                 points.append(RecapPoint(ids, protect, thought, subtasks, schema, seed, game.t, state.depth, kind))
-                steps, _ = system.recap_plan(PLAYER, game.t, thought, subtasks)
+                wrong = wrong_answer(subtasks, foods(game), rng) if rng.random() < wrong_rate else None
+                steps, _ = system.recap_plan(PLAYER, game.t, thought, wrong if wrong is not None else subtasks)
                 if steps:
                     oracle = str(steps[0].parameters[TEXT])
                     session.play(detour(game, oracle, rng) if rng.random() < detour_rate else oracle,

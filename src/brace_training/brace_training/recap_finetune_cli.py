@@ -23,7 +23,6 @@ from brace_memory.recap import MAX_DEPTH
 from brace_training.adapter_training import PlanExample, evaluation_model
 from erecap_planner.call_path import CallOptions, LocalModel, PlannerCallPath
 from erecap_planner.pruned_forward import ErecapModel
-from erecap_planner.pruning import PruneSchedule
 from erecap_planner.recap_decoding import RecapDecoder, thought_tokens
 from sim_bridges.textworld.textworld_games import LEVELS, GameSpec
 
@@ -39,16 +38,19 @@ THINK_TOKENS = 32
 """The thought's token bound the decoder is trained and run with (the planner's recap_think_tokens default)."""
 
 
-def render(model_name: str, seeds: range, levels: list[str], folder: Path, detour: float,
-           per_game: int) -> tuple[object, list[RecapPoint]]:
-    """Decision points of `seeds` at each of `levels`, rendered with the base tokenizer."""
-    model, tok, _, _ = evaluation_model(model_name, "", "", [0], 0.0)
-    path = PlannerCallPath(LocalModel(model, tok, PruneSchedule((), 1.0)),
-                           CallOptions(compressor="none", decoding="json", layout="recap", recursion=True,
-                                       max_context_tokens=MAX_PROMPT_TOKENS), memory=recap_memory())
+def render(model_name: str, seeds: range, levels: list[str], folder: Path, detour: float, per_game: int,
+           wrong: float = 0.0, read_rate: float = 0.0) -> tuple[object, list[RecapPoint]]:
+    """Decision points of `seeds` at each of `levels`, rendered with the base tokenizer (at `read_rate` cut to B_t by
+    the recency rows' compressor)."""
+    model, tok, _, schedule = evaluation_model(model_name, "", "", [0], 0.0)
+    paths = [PlannerCallPath(LocalModel(model, tok, schedule),
+                             CallOptions(compressor=name, decoding="json", layout="recap", recursion=True,
+                                         max_context_tokens=MAX_PROMPT_TOKENS), memory=recap_memory())
+             for name in ("none", "recency")]
     points = []
     for level in levels:
-        points += recap_points(path, seeds, folder, GameSpec(0).at_level(level), detour, per_game)
+        points += recap_points(paths[0], seeds, folder, GameSpec(0).at_level(level), detour, per_game,
+                               wrong_rate=wrong, read=paths[1], read_rate=read_rate)
     return tok, points
 
 
@@ -99,6 +101,10 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-seeds", type=int, default=3, help=f"held-out games per level (seeds {EVAL_SEEDS} on)")
     ap.add_argument("--levels", nargs="+", default=list(LEVELS), choices=list(LEVELS))
     ap.add_argument("--per-game", type=int, default=16, help="decision points drawn per game")
+    ap.add_argument("--wrong", type=float, default=0.15,
+                    help="share of calls whose frames take a wrong decomposition (the targets teach the repair)")
+    ap.add_argument("--read-rate", type=float, default=0.5,
+                    help="share of prompts cut to B_t by recency, as the recap / recency row reads them")
     ap.add_argument("--game-dir", type=Path, default=Path("~/.cache/brace/textworld").expanduser())
     add_adapter_arguments(ap, Path(ADAPTER), examples=480, lr=5e-4, budgets=[0],
                           detour="the player runs another harmless admissible command")
@@ -106,10 +112,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not args.evaluate_only:
         tok, points = render(args.model, range(TRAIN_SEEDS, TRAIN_SEEDS + args.seeds), args.levels, args.game_dir,
-                             args.detour, args.per_game)
+                             args.detour, args.per_game, args.wrong, args.read_rate)
         fit_examples(ap, args, examples_of(tok, points), len(points))
     _, held_out = render(args.model, range(EVAL_SEEDS, EVAL_SEEDS + args.eval_seeds), args.levels, args.game_dir,
-                         args.detour, args.per_game)
+                         args.detour, args.per_game, args.wrong, args.read_rate)
     adapters = args.adapters if args.adapters is not None else [args.init, str(args.output)]
     print(yaml.safe_dump([agreement(args.model, a, held_out) for a in adapters], sort_keys=False))
     return 0

@@ -3,6 +3,7 @@ ReCAP calls read them, and their targets in the constrained decoder's tokens."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,33 @@ def test_a_points_target_is_the_decoders_tokens_of_the_oracles_answer(points):
         cut = tok.decode(tok(point.thought, add_special_tokens=False)["input_ids"][:32])   # byte tokens: cut at 32
         assert parse_recap(answer, point.schema) == (cut.strip(), point.subtasks)
         assert decoder(tok, point, vocabulary).token_ids(point.thought, point.subtasks) == example.target_ids
+
+
+def test_a_wrong_decomposition_differs_from_the_oracles_in_one_plausible_way():
+    from brace_common.action_schema import Step, Subtask
+    from brace_training.recap_data import wrong_answer
+
+    oracle = [Subtask(Step("get", {"ingredient": "carrot"}), True), Subtask(Step("prepare", {"ingredient": "carrot"}),
+                                                                             True), Subtask(Step("finish", {}), True)]
+    seen = set()
+    for seed in range(40):
+        wrong = wrong_answer(oracle, ["carrot", "apple"], random.Random(seed))
+        assert wrong is not None and wrong != oracle
+        seen.add(tuple(s.text() for s in wrong))
+    assert ("[finish()]", "[get(carrot)]", "[prepare(carrot)]") in seen
+    assert ("[get(apple)]", "[prepare(carrot)]", "[finish()]") in seen
+    assert ("[prepare(carrot)]", "[finish()]") in seen
+    assert wrong_answer([Subtask(Step("finish", {}), True)], ["carrot"], random.Random(0)) is None
+
+
+def test_wrong_decompositions_are_repaired_and_compressed_points_fit_the_budget(tmp_path):
+    schedule = PruneSchedule((), 1.0)
+    full, cut = (PlannerCallPath(LocalModel(tiny(), byte_tokenizer(), schedule),
+                                 CallOptions(compressor=name, layout="recap", recursion=True), memory=recap_memory())
+                 for name in ("none", "recency"))
+    points = list(recap_points(full, range(2, 6), tmp_path, GameSpec(0).at_level("L1"), detour_rate=0.0, per_game=400,
+                               budget=600, wrong_rate=0.5, read=cut, read_rate=0.5))
+    lengths = [len(p.prompt_ids) for p in points]
+    assert min(lengths) <= 600 < max(lengths)   # both kinds of prompt
+    # a frame opened too early is taught to do what its goal needs first
+    assert any(p.depth == 1 and p.thought.endswith("first what it needs") for p in points)
