@@ -80,6 +80,14 @@ def wrong_answer(subtasks: list[Subtask], foods: Sequence[str], rng: random.Rand
     return rng.choice(options) if options else None
 
 
+def drawn(points: list[RecapPoint], per_game: int, rng: random.Random) -> list[RecapPoint]:
+    """`per_game` of a game's points: those that close their frame first (up to a third: a frame is closed once, refined
+    at every step, and a planner that never closes one repeats its last subtask), the rest drawn at random."""
+    closing = [p for p in points if not p.subtasks][:per_game // 3]
+    rest = [p for p in points if p.subtasks]
+    return closing + rng.sample(rest, min(per_game - len(closing), len(rest)))
+
+
 def recap_points(path: CallPath, seeds: Sequence[int], folder: Path, spec: GameSpec, detour_rate: float = 0.2,
                  per_game: int = 12, budget: int = TOKEN_BUDGET, wrong_rate: float = 0.0,
                  read: Optional[CallPath] = None, read_rate: float = 0.0) -> Iterator[RecapPoint]:
@@ -116,7 +124,7 @@ def recap_points(path: CallPath, seeds: Sequence[int], folder: Path, spec: GameS
                     oracle = str(steps[0].parameters[TEXT])
                     session.play(detour(game, oracle, rng) if rng.random() < detour_rate else oracle,
                                  Mode.PARTIAL_REPLAN)
-            yield from sorted(rng.sample(points, min(per_game, len(points))), key=lambda p: p.step)
+            yield from sorted(drawn(points, per_game, rng), key=lambda p: p.step)
         finally:
             game.close()
             system.close()

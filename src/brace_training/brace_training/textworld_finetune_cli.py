@@ -27,7 +27,7 @@ from erecap_planner.pruned_forward import ErecapModel
 from erecap_planner.pruning import PruneSchedule
 from erecap_planner.scoring import best_step, candidate_target
 from sim_bridges.textworld.textworld_game import command_step
-from sim_bridges.textworld.textworld_games import GameSpec
+from sim_bridges.textworld.textworld_games import LEVELS, GameSpec
 
 from .cli_args import add_adapter_arguments, training_options
 from .textworld_data import TextWorldPoint, decision_points
@@ -65,13 +65,14 @@ def examples_of(tokenizer, points: list[TextWorldPoint]) -> list[PlanExample]:
     return out
 
 
-def render_points(model_name: str, seeds: range, folder: Path, spec: GameSpec, detour: float, per_game: int,
+def render_points(model_name: str, seeds: range, folder: Path, specs: list[GameSpec], detour: float, per_game: int,
                   max_tokens: int = MAX_PROMPT_TOKENS):
-    """Decision points of `seeds` rendered with the base tokenizer (the prompt does not depend on the weights)."""
+    """Decision points of `seeds` at each of `specs` rendered with the base tokenizer (the prompt does not depend on
+    the weights)."""
     model, tok, _, _ = evaluation_model(model_name, "", "", [0], 0.0)
     path = PlannerCallPath(LocalModel(model, tok, PruneSchedule((), 1.0)),
                            CallOptions(compressor="none", decoding="candidates", max_context_tokens=max_tokens))
-    return tok, list(decision_points(path, seeds, folder, spec, detour, per_game))
+    return tok, [p for spec in specs for p in decision_points(path, seeds, folder, spec, detour, per_game)]
 
 
 def agreement(model_name: str, adapter: str, points: list[TextWorldPoint], budget: int = 0,
@@ -96,10 +97,10 @@ def agreement(model_name: str, adapter: str, points: list[TextWorldPoint], budge
             "oracle_agreement": round(hits / n, 3), "seconds_per_call": round((time.monotonic() - started) / n, 2)}
 
 
-def train_predictor(args, spec: GameSpec) -> Path:
+def train_predictor(args, specs: list[GameSpec]) -> Path:
     """The E-RECAP predictor bank for the new adapter, on `--predictor-cases` training decision points rendered to
     PRUNED_PROMPT_TOKENS, continued from `--predictor`."""
-    tok, points = render_points(args.model, range(TRAIN_SEEDS, TRAIN_SEEDS + args.seeds), args.game_dir, spec,
+    tok, points = render_points(args.model, range(TRAIN_SEEDS, TRAIN_SEEDS + args.seeds), args.game_dir, specs,
                                 args.detour, args.per_game, PRUNED_PROMPT_TOKENS)
     points = random.Random(TRAIN_SEEDS + 1).sample(points, min(args.predictor_cases, len(points)))
     model, _, _, _ = evaluation_model(args.model, str(args.output), "", [0], 0.0)
@@ -126,6 +127,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=30, help=f"training games (seeds {TRAIN_SEEDS} on)")
     ap.add_argument("--eval-seeds", type=int, default=3, help=f"held-out games (seeds {EVAL_SEEDS} on)")
     ap.add_argument("--per-game", type=int, default=10, help="decision points drawn per game")
+    ap.add_argument("--levels", nargs="+", default=["L3"], choices=list(LEVELS),
+                    help="the difficulty ladder's levels the games are drawn at (each gets --seeds games)")
     ap.add_argument("--game-dir", type=Path, default=Path("~/.cache/brace/textworld").expanduser())
     add_adapter_arguments(ap, Path(ADAPTER), examples=240, lr=5e-4, budgets=[0],
                           detour="the player runs another harmless admissible command")
@@ -133,16 +136,16 @@ def main(argv=None) -> int:
                     help="train the E-RECAP predictor for the new adapter on this many decision points (0: none)")
     ap.add_argument("--predictor-output", type=Path, default=Path(PREDICTOR_OUTPUT))
     args = ap.parse_args(argv)
-    spec = GameSpec(0)
+    specs = [GameSpec(0).at_level(level) for level in args.levels]
     if not args.evaluate_only:
-        tok, points = render_points(args.model, range(TRAIN_SEEDS, TRAIN_SEEDS + args.seeds), args.game_dir, spec,
+        tok, points = render_points(args.model, range(TRAIN_SEEDS, TRAIN_SEEDS + args.seeds), args.game_dir, specs,
                                     args.detour, args.per_game)
         fit_examples(ap, args, examples_of(tok, points), len(points))
         if args.predictor_cases > 0:
-            args.predictor = str(train_predictor(args, spec))
+            args.predictor = str(train_predictor(args, specs))
     seeds = range(EVAL_SEEDS, EVAL_SEEDS + args.eval_seeds)
-    _, held_out = render_points(args.model, seeds, args.game_dir, spec, args.detour, args.per_game)
-    long = (render_points(args.model, seeds, args.game_dir, spec, args.detour, args.per_game, PRUNED_PROMPT_TOKENS)[1]
+    _, held_out = render_points(args.model, seeds, args.game_dir, specs, args.detour, args.per_game)
+    long = (render_points(args.model, seeds, args.game_dir, specs, args.detour, args.per_game, PRUNED_PROMPT_TOKENS)[1]
             if any(args.budgets) else [])
     adapters = args.adapters if args.adapters is not None else [args.init, str(args.output)]
     rows = [agreement(args.model, a, long if b else held_out, b, args.predictor if b else "")

@@ -1,4 +1,5 @@
-"""textworld-finetune on a tiny model: an adapter, then a predictor bank for it, evaluated unpruned and pruned."""
+"""textworld-finetune on a tiny model: an adapter on two levels' games, then a predictor bank for it, evaluated
+unpruned and pruned."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def test_adapter_then_predictor_then_agreement_unpruned_and_pruned(tmp_path, cap
     start = tmp_path / "start.safetensors"
     PredictorBank.for_model(config, table8_layers(config.num_hidden_layers), seed=1).save(start)
     adapter, predictor = tmp_path / "lora.safetensors", tmp_path / "pred.safetensors"
-    args = ["--model", model, "--init", "", "--seeds", "1", "--eval-seeds", "1", "--per-game", "2", "--examples", "2",
+    args = ["--model", model, "--init", "", "--levels", "L1", "L2", "--seeds", "1", "--eval-seeds", "1",
+            "--per-game", "2", "--examples", "2",
             "--game-dir", str(tmp_path / "games"), "--output", str(adapter), "--predictor", str(start),
             "--predictor-cases", "2", "--predictor-output", str(predictor), "--budgets", "0", "64"]
     assert textworld_finetune_cli.main(args) == 0
@@ -28,6 +30,6 @@ def test_adapter_then_predictor_then_agreement_unpruned_and_pruned(tmp_path, cap
     rows = yaml.safe_load(capsys.readouterr().out)
     assert [(r["adapter"], r["budget"]) for r in rows] == [("none", "unpruned"), ("none", 64),
                                                            (adapter.name, "unpruned"), (adapter.name, 64)]
-    assert all(r["points"] == 2 and 0.0 <= r["oracle_agreement"] <= 1.0 for r in rows)
+    assert all(r["points"] == 4 and 0.0 <= r["oracle_agreement"] <= 1.0 for r in rows)
     for pruned in rows[1::2]:  # the new predictor, every kept prompt within B_t
         assert pruned["predictor"] == predictor.name and pruned["tokens_after"] <= 64 < pruned["tokens_before"]

@@ -24,6 +24,7 @@ from sim_bridges.textworld.textworld_game import (
     RECIPE_COMMAND,
     TEXT,
     WALKTHROUGH_STEPS,
+    Event,
     TextWorldGame,
     clean,
     command_step,
@@ -208,6 +209,9 @@ def test_context_entries_open_the_episode_and_follow_each_step(game):
     assert all(e.agent_id == PLAYER and e.step == game.t for e in entries)
     report = feed.agent_reports(game)[0]
     assert (report.x, report.y, report.has_goal) == (game.commands, 1.0, False)
+    read = feed.event_entries([Event(PLAYER, 3, EntryKind.ACTION_OUTCOME, "> examine cookbook: ..."),
+                               Event(PLAYER, 3, EntryKind.CONSTRAINT, "recipe: ingredients: carrot")])
+    assert [(e.block, e.kind) for e in read] == [(Block.HISTORY, "action_outcome"), (Block.CONSTRAINTS, "constraint")]
 
 
 def test_lookahead_predicts_on_a_copy(game):

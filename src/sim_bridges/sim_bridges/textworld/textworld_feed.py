@@ -77,10 +77,14 @@ def state_text(game: TextWorldGame) -> str:
             f"Admissible commands: {', '.join(game.admissible)}.")
 
 
+EVENT_BLOCKS = {EntryKind.TASK_DONE: Block.TASK, EntryKind.CONSTRAINT: Block.CONSTRAINTS}
+"""The block of an event's entry by its kind; any other kind is history."""
+
+
 def event_entries(events: list[Event]) -> list[FeedEntry]:
-    """Entries of a step's events: points scored as task entries, command outcomes and failures as history."""
-    return [_entry(e.step, Block.TASK if e.kind == EntryKind.TASK_DONE else Block.HISTORY, e.kind, e.text)
-            for e in events]
+    """Entries of a step's events: points scored as task entries, the recipe read as a constraint (protected: no
+    compressor cuts it), command outcomes and failures as history."""
+    return [_entry(e.step, EVENT_BLOCKS.get(e.kind, Block.HISTORY), e.kind, e.text) for e in events]
 
 
 def step_entries(game: TextWorldGame, events: list[Event]) -> list[FeedEntry]:
