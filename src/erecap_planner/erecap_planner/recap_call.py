@@ -38,10 +38,12 @@ class RecapCall:
 def recap_request(memory: MemorySystem, schema: ActionSchema, agent_id: str) -> str:
     """The REQUEST line of a ReCAP call for `agent_id`: π for a frame without (T, S), else ρ; then the format."""
     state = memory.recap_open(agent_id, task=DEFAULT_GOAL)
+    # The root's goal is the task, which GOALS holds: quoting it again cost ~50 tokens of a 512-token B_t.
+    goal = f"'{state.goal}'" if state.depth else "the task"
     if state.need == RecapNeed.DECOMPOSE:
-        ask = f"Decompose '{state.goal}' for {agent_id}: think, then list its subtasks in order."
+        ask = f"Decompose {goal} for {agent_id}: think, then list its subtasks in order."
     else:
-        ask = f"Refine the remaining subtasks of '{state.goal}' for {agent_id} after what happened."
+        ask = f"Refine the remaining subtasks of {goal} for {agent_id} after what happened."
     subtasks = schema.subtask_schema().describe() if schema.subtasks else "none"
     return ask + " " + RECAP_FORMAT.format(actions=schema.describe(), subtasks=subtasks)
 

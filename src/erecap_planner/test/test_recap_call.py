@@ -77,7 +77,8 @@ def test_a_two_level_task_runs_pi_pi_reuse_rho_reuse_in_alg_1_order():
     first = call(path, buffer, 1)                                 # line 1 at the root; S[0] composite: line 7
     assert first.steps == [] and first.recap.kind == RecapKind.DECOMPOSE and first.recap.depth == 0
     assert (first.recap.need, first.recap.next_depth) == (RecapNeed.DECOMPOSE, 1)
-    assert "Decompose 'bring the cup to dock 1, then wait'" in model.prompts[0]
+    assert "Decompose the task for a" in model.prompts[0]             # the task is quoted once, in GOALS
+    assert "task: bring the cup to dock 1, then wait" in model.prompts[0] and "Decompose 'bring" not in model.prompts[0]
 
     second = call(path, buffer, 2)                                # line 1 at the child, the parent's T and S in view
     assert "think: deliver first" in model.prompts[1] and "subtasks: [deliver(cup, dock_1)]; wait()" in model.prompts[1]
