@@ -7,7 +7,7 @@ primitive runs (or, at `detour_rate`, another harmless admissible command: the o
 ρ follows every step, as the bench's ReCAP rows call it. At `wrong_rate` the frames take a wrong decomposition
 instead of the oracle's (`finish()` first, another food, the first subtask dropped): the target stays the oracle's,
 and the next calls' targets are the repair a planner that erred must learn. At `read_rate` a point's prompt is what a
-compressed row reads (`read`'s compressor at B_t) rather than the whole context.
+compressed row reads (the path's compressor at B_t, `CallPath.read`) rather than the whole context.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def wrong_answer(subtasks: list[Subtask], foods: Sequence[str], rng: random.Rand
     options = []
     composites = [i for i, s in enumerate(subtasks) if s.composite]
     finish = next((i for i in composites if subtasks[i].step.action == FINISH), None)
-    if finish:
+    if finish is not None and finish > 0:   # finish() already first: moving it changes nothing
         options.append([subtasks[finish], *subtasks[:finish], *subtasks[finish + 1:]])
     named = next((i for i in composites if INGREDIENT in subtasks[i].step.parameters), None)
     others = [f for f in foods if named is not None and f != subtasks[named].step.parameters[INGREDIENT]]
@@ -90,15 +90,13 @@ def drawn(points: list[RecapPoint], per_game: int, rng: random.Random) -> list[R
 
 def recap_points(path: CallPath, seeds: Sequence[int], folder: Path, spec: GameSpec, detour_rate: float = 0.2,
                  per_game: int = 12, budget: int = TOKEN_BUDGET, wrong_rate: float = 0.0,
-                 read: Optional[CallPath] = None, read_rate: float = 0.0) -> Iterator[RecapPoint]:
+                 read_rate: float = 0.0) -> Iterator[RecapPoint]:
     """Up to `per_game` decision points of each seed's game, rendered by `path` (layout recap, recap_recursion), or
-    at `read_rate` cut to `budget` by `read`'s compressor."""
+    at `read_rate` cut to `budget` by `path`'s compressor."""
     for seed in seeds:
         rng = random.Random(seed)
         memory = recap_memory()
         path.memory = memory
-        if read is not None:
-            read.memory = memory
         system = memory.system
         game = TextWorldGame(generate_game(GameSpec(seed, spec.recipe, spec.take, spec.go, spec.cook, spec.cut,
                                                     spec.open), folder), max_steps=3 * 64)
@@ -110,11 +108,8 @@ def recap_points(path: CallPath, seeds: Sequence[int], folder: Path, spec: GameS
                 path.set_schema(schema)
                 state = system.recap_open(PLAYER, game.t)
                 request = CallRequest(PLAYER, budget, 0.0, 0.0, int(Mode.PARTIAL_REPLAN), game.t)
-                if read is not None and rng.random() < read_rate:
-                    read.set_schema(schema)
-                    ids, protect = read.read(session.buffer, request)
-                else:
-                    ids, protect = path.prompt(session.buffer, request)
+                read = rng.random() < read_rate
+                ids, protect = (path.read if read else path.prompt)(session.buffer, request)
                 thought, subtasks = oracle_answer(game, system.recap_goal(PLAYER), subtask_limit(schema.max_steps))
                 kind = RecapKind.DECOMPOSE if state.need == RecapNeed.DECOMPOSE else RecapKind.REFINE
                 points.append(RecapPoint(ids, protect, thought, subtasks, schema, seed, game.t, state.depth, kind))

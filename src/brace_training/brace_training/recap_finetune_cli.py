@@ -43,14 +43,13 @@ def render(model_name: str, seeds: range, levels: list[str], folder: Path, detou
     """Decision points of `seeds` at each of `levels`, rendered with the base tokenizer (at `read_rate` cut to B_t by
     the recency rows' compressor)."""
     model, tok, _, schedule = evaluation_model(model_name, "", "", [0], 0.0)
-    paths = [PlannerCallPath(LocalModel(model, tok, schedule),
-                             CallOptions(compressor=name, decoding="json", layout="recap", recursion=True,
-                                         max_context_tokens=MAX_PROMPT_TOKENS), memory=recap_memory())
-             for name in ("none", "recency")]
+    path = PlannerCallPath(LocalModel(model, tok, schedule),
+                           CallOptions(compressor="recency", decoding="json", layout="recap", recursion=True,
+                                       max_context_tokens=MAX_PROMPT_TOKENS), memory=recap_memory())
     points = []
     for level in levels:
-        points += recap_points(paths[0], seeds, folder, GameSpec(0).at_level(level), detour, per_game,
-                               wrong_rate=wrong, read=paths[1], read_rate=read_rate)
+        points += recap_points(path, seeds, folder, GameSpec(0).at_level(level), detour, per_game,
+                               wrong_rate=wrong, read_rate=read_rate)
     return tok, points
 
 

@@ -66,12 +66,10 @@ def test_a_wrong_decomposition_differs_from_the_oracles_in_one_plausible_way():
 
 
 def test_wrong_decompositions_are_repaired_and_compressed_points_fit_the_budget(tmp_path):
-    schedule = PruneSchedule((), 1.0)
-    full, cut = (PlannerCallPath(LocalModel(tiny(), byte_tokenizer(), schedule),
-                                 CallOptions(compressor=name, layout="recap", recursion=True), memory=recap_memory())
-                 for name in ("none", "recency"))
-    points = list(recap_points(full, range(2, 6), tmp_path, GameSpec(0).at_level("L1"), detour_rate=0.0, per_game=400,
-                               budget=600, wrong_rate=0.5, read=cut, read_rate=0.5))
+    path = PlannerCallPath(LocalModel(tiny(), byte_tokenizer(), PruneSchedule((), 1.0)),
+                           CallOptions(compressor="recency", layout="recap", recursion=True), memory=recap_memory())
+    points = list(recap_points(path, range(2, 6), tmp_path, GameSpec(0).at_level("L1"), detour_rate=0.0, per_game=400,
+                               budget=600, wrong_rate=0.5, read_rate=0.5))
     lengths = [len(p.prompt_ids) for p in points]
     assert min(lengths) <= 600 < max(lengths)   # both kinds of prompt
     # a frame opened too early is taught to do what its goal needs first

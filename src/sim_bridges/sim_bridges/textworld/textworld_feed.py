@@ -82,8 +82,8 @@ EVENT_BLOCKS = {EntryKind.TASK_DONE: Block.TASK, EntryKind.CONSTRAINT: Block.CON
 
 
 def event_entries(events: list[Event]) -> list[FeedEntry]:
-    """Entries of a step's events: points scored as task entries, the recipe read as a constraint (protected: no
-    compressor cuts it), command outcomes and failures as history."""
+    """Entries of a step's events: points scored as task entries, the recipe read as a constraint (protected: a
+    compressor cuts the history first), command outcomes and failures as history."""
     return [_entry(e.step, EVENT_BLOCKS.get(e.kind, Block.HISTORY), e.kind, e.text) for e in events]
 
 
