@@ -355,7 +355,7 @@ class CallPath:
         if self.compressor is None:  # in-model pruning: everything goes, the backend prunes to B_t
             n = len(ctx)
             kept = Compressed(list(range(n)), list(ctx.token_ids), n)
-            return kept, list(ctx.protected) if self.options.protect_blocks else None
+            return kept, ctx.protected_within(request.token_budget - reserve) if self.options.protect_blocks else None
         return self.compressor.compress(ctx, request.token_budget - reserve, should_abort=abort), None
 
     def splice(self, buffer: ContextBuffer, ctx: RenderedContext, kept: Compressed, protect: Optional[list[bool]],
@@ -386,7 +386,7 @@ class CallPath:
         reserve = self.reserve(request)
         n = len(ctx)
         kept, protect = self.compress(ctx, request, reserve) if compressed else \
-            (Compressed(list(range(n)), list(ctx.token_ids), n), list(ctx.protected))
+            (Compressed(list(range(n)), list(ctx.token_ids), n), ctx.protected_within(request.token_budget - reserve))
         ids, _, protect, _ = self.splice(buffer, ctx, kept, protect, request, reserve)
         return ids, protect if protect is not None else [False] * len(ids)
 

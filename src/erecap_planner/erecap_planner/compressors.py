@@ -60,11 +60,19 @@ class Compressor:
         n = len(ctx)
         if budget >= n:
             return Compressed(list(range(n)), list(ctx.token_ids), n)
-        # Protected tokens outrank everything; among them later ones win when the budget is short.
-        scores = [_PROTECTED_SCORE + i if protected else float(score)
-                  for i, (protected, score) in enumerate(zip(ctx.protected, self.prunable_scores(ctx), strict=True))]
+        # Protected tokens outrank everything; past the budget they yield by the context's overflow rule.
+        scores = [_PROTECTED_SCORE if protected else float(score)
+                  for protected, score in zip(self.protected(ctx, budget), self.prunable_scores(ctx), strict=True)]
         kept = kept_positions(scores, budget, self.schedule.head_tokens, self.schedule.tail_size(n))
         return Compressed(kept, [ctx.token_ids[i] for i in kept], n)
+
+
+    def protected(self, ctx: RenderedContext, budget: int) -> list[bool]:
+        """`ctx`'s protected mask fitted to `budget` less the unprotected tokens of the head and tail window."""
+        n = len(ctx)
+        head, tail = min(self.schedule.head_tokens, n), self.schedule.tail_size(n)
+        free = sum(1 for i in range(n) if not ctx.protected[i] and (i < head or i >= n - tail))
+        return ctx.protected_within(budget - free)
 
 
 class NoCompression(Compressor):
@@ -171,7 +179,7 @@ class ErecapPromptCompressor(Compressor):
             return Compressed(list(range(n)), list(ctx.token_ids), n)
         ids = torch.tensor(ctx.token_ids)
         out = self.scorer.prefill(ids, token_budget=budget, stop_after_pruning=True,
-                                  protect=torch.tensor(ctx.protected), should_abort=should_abort)
+                                  protect=torch.tensor(self.protected(ctx, budget)), should_abort=should_abort)
         kept = out.kept_index.tolist()
         return Compressed(kept, [ctx.token_ids[i] for i in kept], n)
 

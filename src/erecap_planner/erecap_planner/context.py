@@ -28,6 +28,10 @@ RENDER_CHECK_TOKENS = 16_384
 PROTECTED_BLOCKS = frozenset({Block.TASK, Block.STATE, Block.CONSTRAINTS, Block.COORDINATION})
 _ORDER = (Block.TASK, Block.CONSTRAINTS, Block.STATE, Block.COORDINATION, Block.HISTORY)
 LAYOUTS = ("focus", "stable_first", "recap")
+OVERFLOW_ORDER = (Block.COORDINATION, Block.STATE, Block.TASK, Block.CONSTRAINTS)
+"""When a prompt's protected tokens exceed what a call keeps, protected entries yield in this block order: messages
+oldest first, then a state's text from its front (the latest facts, e.g. the admissible commands, end it), then tasks
+and constraints oldest first. The chat template, titles, GOALS and the request never yield."""
 # The requested agent's own task, messages to it and its state close the context, next to the request.
 FOCUS_BLOCKS = frozenset({Block.TASK, Block.STATE, Block.COORDINATION})
 _FOCUS_ORDER = (Block.TASK, Block.COORDINATION, Block.STATE)
@@ -71,6 +75,23 @@ class RenderedContext:
 
     def __len__(self) -> int:
         return len(self.token_ids)
+
+    def protected_within(self, n: int) -> list[bool]:
+        """The protected mask with at most `n` tokens marked (about: the template and request stay whole): past `n`,
+        protected entries' tokens yield in `OVERFLOW_ORDER`, so a cut keeps the request, the goals and the rules
+        before the oldest text of a long state."""
+        mask = list(self.protected)
+        excess = sum(mask) - max(n, 0)
+        if excess <= 0:
+            return mask
+
+        def rank(i: int) -> tuple[int, int, int]:
+            entry = self.entries[self.entry_of_token[i]]
+            return OVERFLOW_ORDER.index(Block(entry.block)), entry.step, i
+
+        for i in sorted((i for i, p in enumerate(mask) if p and self.entry_of_token[i] >= 0), key=rank)[:excess]:
+            mask[i] = False
+        return mask
 
     def entry_spans(self) -> dict[int, list[int]]:
         """Token indices of each entry."""

@@ -84,3 +84,33 @@ def test_erecap_prompt_level_respects_budget_and_protected_blocks():
     kept = set(out.kept_index)
     assert all(i in kept for i in range(N) if CTX.protected[i])
     assert torch.equal(torch.tensor(out.kept_index), torch.tensor(sorted(kept)))
+
+
+def _overflowing():
+    """A prompt whose protected tokens alone exceed the budget: a long state, a short rule, a message."""
+    c = ContextBuffer()
+    c.add(Entry("a", 0, Block.TASK, "cook the meal", "task"))
+    c.add(Entry("a", 0, Block.CONSTRAINTS, "RULE one command per step", "constraint"))
+    c.add(Entry("b", 1, Block.COORDINATION, "b -> a: OLDMSG wait for me", "message"))
+    c.add(Entry("a", 2, Block.STATE, "FRONTTEXT " + "kitchen filler " * 20 + "ADMISSIBLE take pepper", "observation"))
+    return c.render(TOK, "a", "next step for a?")
+
+
+@pytest.mark.parametrize("name", ["recency", "random", "summary"])
+def test_overflow_keeps_rules_and_request_before_the_states_front(name):
+    ctx = _overflowing()
+    budget = sum(ctx.protected) - 60
+    kept = TOK.decode(make_compressor(name).compress(ctx, budget).token_ids)
+    for kept_text in ("RULE one command per step", "cook the meal", "ADMISSIBLE take pepper", "next step for a?"):
+        assert kept_text in kept
+    assert "OLDMSG" not in kept and "FRONTTEXT" not in kept
+
+
+def test_protected_within_yields_messages_then_the_states_front():
+    ctx = _overflowing()
+    n = sum(ctx.protected)
+    assert ctx.protected_within(n) == ctx.protected
+    mask = ctx.protected_within(n - 30)
+    assert sum(mask) == n - 30
+    unmarked = TOK.decode([t for t, was, now in zip(ctx.token_ids, ctx.protected, mask, strict=True) if was and not now])
+    assert "OLDMSG" in unmarked and "RULE" not in unmarked and "cook" not in unmarked
