@@ -207,3 +207,16 @@ def test_every_family_plans_from_a_local_folder_pruned_and_constrained(kind, tmp
     assert out.status == CallStatus.OK and out.steps, out.error
     assert out.tokens_before > 300 >= out.tokens_after
     assert all(SCHEMA.check_step(s.action, s.parameters) == s for s in out.steps)
+
+
+def test_in_model_pruning_gets_the_protected_blocks_fitted_to_the_budget():
+    """Protected blocks over B_t: the in-model pruner is handed at most B_t protected tokens, the state's front
+    unmarked first (the overflow rule every compressor shares), the constraint still marked."""
+    c = ContextBuffer()
+    c.add(Entry("a", 0, Block.CONSTRAINTS, "RULE keep off the ramp", "constraint"))
+    c.add(Entry("a", 1, Block.STATE, "FRONT " + "shelf dust " * 60 + "at dock_2", "observation"))
+    ids, protect = path("erecap").prompt(c, CallRequest("a", 600, 60_000, 120_000))
+    assert sum(protect) == 600 < len(ids)
+    tok = byte_tokenizer()
+    marked = tok.decode([t for t, p in zip(ids, protect, strict=True) if p])
+    assert "RULE keep off the ramp" in marked and "at dock_2" in marked and "FRONT" not in marked
