@@ -103,7 +103,6 @@ def recap_points(path: CallPath, seeds: Sequence[int], folder: Path, spec: GameS
         try:
             session = TextWorldSession(game, 0, seed, system)
             points: list[RecapPoint] = []
-            played = ""   # the last command played: a child frame's ρ restates it (oracle_answer's `after`)
             while not game.finished and game.oracle_commands() and len(points) < MAX_CALLS:
                 schema = session.schema()
                 path.set_schema(schema)
@@ -111,16 +110,15 @@ def recap_points(path: CallPath, seeds: Sequence[int], folder: Path, spec: GameS
                 request = CallRequest(PLAYER, budget, 0.0, 0.0, int(Mode.PARTIAL_REPLAN), game.t)
                 read = rng.random() < read_rate
                 ids, protect = (path.read if read else path.prompt)(session.buffer, request)
-                after = played if state.depth and state.need == RecapNeed.REFINE else ""
-                thought, subtasks = oracle_answer(game, system.recap_goal(PLAYER), subtask_limit(schema.max_steps), after)
+                thought, subtasks = oracle_answer(game, system.recap_goal(PLAYER), subtask_limit(schema.max_steps))
                 kind = RecapKind.DECOMPOSE if state.need == RecapNeed.DECOMPOSE else RecapKind.REFINE
                 points.append(RecapPoint(ids, protect, thought, subtasks, schema, seed, game.t, state.depth, kind))
                 wrong = wrong_answer(subtasks, foods(game), rng) if rng.random() < wrong_rate else None
                 steps, _ = system.recap_plan(PLAYER, game.t, thought, wrong if wrong is not None else subtasks)
                 if steps:
                     oracle = str(steps[0].parameters[TEXT])
-                    played = detour(game, oracle, rng) if rng.random() < detour_rate else oracle
-                    session.play(played, Mode.PARTIAL_REPLAN)
+                    session.play(detour(game, oracle, rng) if rng.random() < detour_rate else oracle,
+                                 Mode.PARTIAL_REPLAN)
             yield from sorted(drawn(points, per_game, rng), key=lambda p: p.step)
         finally:
             game.close()

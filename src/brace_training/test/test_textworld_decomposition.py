@@ -113,20 +113,3 @@ def test_a_frame_opened_too_early_first_does_what_its_goal_needs(folder):
         assert oracle_answer(game, Step(GET, {"ingredient": other}))[1] == []
     finally:
         game.close()
-
-
-def test_a_childs_refinement_restates_the_command_it_ran(folder):
-    game = TextWorldGame(generate_game(GameSpec(1).at_level("L1"), folder), max_steps=50)
-    try:
-        game.set_plan([oracle_answer(game, None)[1][0].step])
-        game.step()  # the cookbook is read
-        goal = Step(GET, {"ingredient": recipe_ingredients(game)[0]})
-        thought, subtasks = oracle_answer(game, goal)
-        assert not thought.startswith("after") and len(subtasks) == 1
-        command = subtasks[0].step.parameters["text"]
-        game.set_plan([subtasks[0].step])
-        game.step()
-        thought, subtasks = oracle_answer(game, goal, after=command)
-        assert thought == f"after {command}: {goal.values_text()} is done" and subtasks == []
-    finally:
-        game.close()

@@ -105,10 +105,9 @@ def _thought(subtask: Step, ingredients: list[str]) -> str:
     return "prepare the meal in the kitchen, then eat it"
 
 
-def oracle_answer(game: TextWorldGame, goal: Optional[Step], limit: int = 0, after: str = "") -> tuple[str, list[Subtask]]:
+def oracle_answer(game: TextWorldGame, goal: Optional[Step], limit: int = 0) -> tuple[str, list[Subtask]]:
     """The oracle's (T, S) for a frame whose goal is `goal` (None: the root, the agent's task); at most `limit`
-    subtasks (0: all), the rest left to a later ρ. `after`: the command a child frame ran last (its ρ; "" for π):
-    the thought then opens with it, so the answer restates the outcome before it goes on or closes the frame."""
+    subtasks (0: all), the rest left to a later ρ."""
     ingredients = recipe_ingredients(game)
     parts = segments(game.oracle_commands(), ingredients)
     if goal is None:
@@ -119,10 +118,9 @@ def oracle_answer(game: TextWorldGame, goal: Optional[Step], limit: int = 0, aft
                     for p in parts][:limit or None]
         return f"the recipe needs {', '.join(ingredients)}: get and prepare each, then the meal", subtasks
     owners = [p.subtask for p in parts]
-    lead = f"after {after}: " if after else ""
     if goal not in owners:
-        return f"{lead}{goal.values_text()} is done", []
+        return f"{goal.values_text()} is done", []
     thought = _thought(goal, ingredients)
     if owners[0] != goal:
         thought = f"{thought}; first what it needs"
-    return lead + thought, [Subtask(command_step(parts[0].commands[0]))]
+    return thought, [Subtask(command_step(parts[0].commands[0]))]
