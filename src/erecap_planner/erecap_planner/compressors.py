@@ -66,7 +66,6 @@ class Compressor:
         kept = kept_positions(scores, budget, self.schedule.head_tokens, self.schedule.tail_size(n))
         return Compressed(kept, [ctx.token_ids[i] for i in kept], n)
 
-
     def protected(self, ctx: RenderedContext, budget: int) -> list[bool]:
         """`ctx`'s protected mask fitted to `budget` less the unprotected tokens of the head and tail window."""
         n = len(ctx)
