@@ -60,9 +60,10 @@ class Compressor:
         n = len(ctx)
         if budget >= n:
             return Compressed(list(range(n)), list(ctx.token_ids), n)
-        # Protected tokens outrank everything; past the budget they yield by the context's overflow rule.
-        scores = [_PROTECTED_SCORE if protected else float(score)
-                  for protected, score in zip(self.protected(ctx, budget), self.prunable_scores(ctx), strict=True)]
+        # Protected tokens outrank everything; past the budget they yield by the context's overflow rule, and where
+        # the template and request alone exceed it, the latest of them win (the request stays whole).
+        scores = [_PROTECTED_SCORE + i if protected else float(score) for i, (protected, score)
+                  in enumerate(zip(self.protected(ctx, budget), self.prunable_scores(ctx), strict=True))]
         kept = kept_positions(scores, budget, self.schedule.head_tokens, self.schedule.tail_size(n))
         return Compressed(kept, [ctx.token_ids[i] for i in kept], n)
 

@@ -31,7 +31,8 @@ LAYOUTS = ("focus", "stable_first", "recap")
 OVERFLOW_ORDER = (Block.COORDINATION, Block.STATE, Block.TASK, Block.CONSTRAINTS)
 """When a prompt's protected tokens exceed what a call keeps, protected entries yield in this block order: messages
 oldest first, then a state's text from its front (the latest facts, e.g. the admissible commands, end it), then tasks
-and constraints oldest first. The chat template, titles, GOALS and the request never yield."""
+and constraints oldest first. The chat template, titles, GOALS and the request yield last (a compressor then keeps
+the latest of them: the request whole)."""
 # The requested agent's own task, messages to it and its state close the context, next to the request.
 FOCUS_BLOCKS = frozenset({Block.TASK, Block.STATE, Block.COORDINATION})
 _FOCUS_ORDER = (Block.TASK, Block.COORDINATION, Block.STATE)
