@@ -69,10 +69,13 @@ class Compressor:
 
     def protected(self, ctx: RenderedContext, budget: int) -> list[bool]:
         """`ctx`'s protected mask fitted to `budget` less the unprotected tokens of the head and tail window."""
+        return ctx.protected_within(budget - self.forced_unprotected(ctx))
+
+    def forced_unprotected(self, ctx: RenderedContext) -> int:
+        """Unprotected tokens the head and tail window force into every cut."""
         n = len(ctx)
-        head, tail = min(self.schedule.head_tokens, n), self.schedule.tail_size(n)
-        free = sum(1 for i in range(n) if not ctx.protected[i] and (i < head or i >= n - tail))
-        return ctx.protected_within(budget - free)
+        head, tail = self.schedule.head_tokens, self.schedule.tail_size(n)
+        return sum(1 for i in range(n) if not ctx.protected[i] and (i < head or i >= n - tail))
 
 
 class NoCompression(Compressor):
@@ -153,9 +156,7 @@ class _ForcedOnly(Compressor):
 
     def compress(self, ctx: RenderedContext, budget: int,
                  should_abort: Optional[Callable[[], bool]] = None) -> Compressed:
-        n_forced = sum(ctx.protected)
-        head, tail = self.schedule.head_tokens, self.schedule.tail_size(len(ctx))
-        n_forced += sum(1 for i in range(len(ctx)) if not ctx.protected[i] and (i < head or i >= len(ctx) - tail))
+        n_forced = sum(ctx.protected) + self.forced_unprotected(ctx)
         return Compressor.compress(self, ctx, min(budget, n_forced))
 
 

@@ -33,6 +33,7 @@ OVERFLOW_ORDER = (Block.COORDINATION, Block.STATE, Block.TASK, Block.CONSTRAINTS
 oldest first, then a state's text from its front (the latest facts, e.g. the admissible commands, end it), then tasks
 and constraints oldest first. The chat template, titles, GOALS and the request yield last (a compressor then keeps
 the latest of them: the request whole)."""
+_OVERFLOW_RANK = {block: rank for rank, block in enumerate(OVERFLOW_ORDER)}
 # The requested agent's own task, messages to it and its state close the context, next to the request.
 FOCUS_BLOCKS = frozenset({Block.TASK, Block.STATE, Block.COORDINATION})
 _FOCUS_ORDER = (Block.TASK, Block.COORDINATION, Block.STATE)
@@ -86,9 +87,11 @@ class RenderedContext:
         if excess <= 0:
             return mask
 
+        # Once per entry, not per token; history entries are never protected, so their rank is never read.
+        order = [(_OVERFLOW_RANK.get(Block(e.block), -1), e.step) for e in self.entries]
+
         def rank(i: int) -> tuple[int, int, int]:
-            entry = self.entries[self.entry_of_token[i]]
-            return OVERFLOW_ORDER.index(Block(entry.block)), entry.step, i
+            return *order[self.entry_of_token[i]], i
 
         for i in sorted((i for i, p in enumerate(mask) if p and self.entry_of_token[i] >= 0), key=rank)[:excess]:
             mask[i] = False
