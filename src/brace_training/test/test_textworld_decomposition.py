@@ -85,15 +85,17 @@ def test_a_childs_answer_is_empty_once_the_policy_moved_past_its_goal(folder):
         game.close()
 
 
-def test_the_root_names_no_ingredient_before_the_cookbook_is_read(folder):
-    game = TextWorldGame(generate_game(GameSpec(1).at_level("L1"), folder), max_steps=50)
+@pytest.mark.parametrize("level, seed, way", [("L1", 1, []), ("L2", 3, ["go east"] * 3)])
+def test_the_root_names_no_ingredient_before_the_cookbook_is_read(folder, level, seed, way):
+    game = TextWorldGame(generate_game(GameSpec(seed).at_level(level), folder), max_steps=50)
     try:
         ingredient = recipe_ingredients(game)[0]
-        thought, subtasks = oracle_answer(game, None)
-        assert ingredient not in thought and "cookbook" in thought
-        assert [s.text() for s in subtasks] == ["command(examine cookbook)", "[finish()]"]
-        game.set_plan([subtasks[0].step])
-        game.step()
+        for command in [*way, "examine cookbook"]:   # from another room: the way to the cookbook first
+            thought, subtasks = oracle_answer(game, None)
+            assert ingredient not in thought and "cookbook" in thought
+            assert [s.text() for s in subtasks] == [f"command({command})", "[finish()]"]
+            game.set_plan([subtasks[0].step])
+            game.step()
         thought, subtasks = oracle_answer(game, None)
         assert ingredient in thought and subtasks[0].step == Step(GET, {"ingredient": ingredient})
     finally:

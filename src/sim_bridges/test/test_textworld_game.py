@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from textworld.logic import Proposition, Variable
 
 from brace_common.action_schema import ActionSchema, Fault, PlanError
 from brace_common.config import ConfigError
@@ -28,6 +29,7 @@ from sim_bridges.textworld.textworld_game import (
     TextWorldGame,
     clean,
     command_step,
+    way_to,
 )
 from sim_bridges.textworld.textworld_games import GameError, GameSpec, GameSupply, cached, game_file, generate_game
 from sim_bridges.textworld.textworld_state import TASK, lookahead, world_state
@@ -83,7 +85,7 @@ def test_the_oracle_reads_the_recipe_once_and_wins_with_every_point(game):
     assert game.walkthrough and RECIPE_COMMAND not in game.walkthrough  # textworld's policy knows the recipe
     commands, events = follow_oracle(game)
     assert game.won and not game.lost and game.finished and game.score == game.max_score > 0
-    assert commands.count(RECIPE_COMMAND) == 1 and len(commands) == len(game.walkthrough) + 1
+    assert commands.count(RECIPE_COMMAND) == 1 and len(commands) == game.oracle_length >= len(game.walkthrough) + 1
     recipe = [e for e in events if e.kind == EntryKind.CONSTRAINT]
     assert len(recipe) == 1 and recipe[0].text.startswith("recipe: ingredients: ") and not recipe[0].action
     assert "; directions: " in recipe[0].text and recipe[0].text.endswith("prepare meal")
@@ -105,6 +107,30 @@ def test_the_oracle_reads_the_recipe_once_and_wins_with_every_point(game):
         assert [e.kind for e in play(again, [RECIPE_COMMAND])] == [EntryKind.ACTION_OUTCOME]
     finally:
         again.close()
+
+
+def test_out_of_the_cookbooks_reach_the_oracle_walks_to_it_and_reads_first(tmp_path):
+    game = TextWorldGame(generate_game(GameSpec(3).at_level("L2"), tmp_path), max_steps=80)
+    try:
+        way = way_to(game.facts, "cookbook")
+        assert way == ["go east"] * 3 and RECIPE_COMMAND not in game.admissible  # three rooms from the kitchen
+        assert game.oracle_commands()[:4] == [*way, RECIPE_COMMAND]
+        commands, _ = follow_oracle(game)
+        assert game.won and commands.index(RECIPE_COMMAND) == 3 and len(commands) == game.oracle_length
+        assert way_to(game.facts, "cookbook") == []  # in the cookbook's room
+    finally:
+        game.close()
+
+
+def test_the_way_opens_closed_doors_and_none_is_found_without_a_map():
+    def fact(name: str, *arguments: str) -> Proposition:   # arguments "name:type"; names may hold spaces
+        return Proposition(name, [Variable(*a.split(":")) for a in arguments])
+
+    facts = [fact("at", "P:P", "hall:r"), fact("at", "table:s", "kitchen:r"), fact("on", "cookbook:o", "table:s"),
+             fact("north_of", "kitchen:r", "hall:r"), fact("link", "hall:r", "oak door:d", "kitchen:r"),
+             fact("closed", "oak door:d")]
+    assert way_to(facts, "cookbook") == ["open oak door", "go north"]
+    assert way_to(facts[:3], "cookbook") == [] and way_to(facts, "nothing") == []
 
 
 def test_a_command_outside_the_admissible_ones_fails_and_changes_nothing(game):

@@ -12,8 +12,9 @@ copy of the game ("You can't see any such thing."). A step without a plan step i
 episode ends when the game is won or lost, or after `max_steps` world steps.
 
 The recipe is only known once the cookbook is read: textworld's policy never reads it (it knows the recipe), so
-the oracle here reads it first whenever it can ('examine cookbook' admissible and not read yet), and the first
-reading also becomes a `constraint` event, the recipe on one line, which memory keeps with the task.
+the oracle here reads it first: while it is unread, the oracle walks to the cookbook's room (the fewest rooms by the
+game's map facts, opening closed doors), reads it, then follows the policy from there. The first reading also
+becomes a `constraint` event, the recipe on one line, which memory keeps with the task.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ WALKTHROUGH_STEPS = "walkthrough_steps"  # the oracle's length from the start: t
 LOST = "lost"                           # 1 when the game was lost (e.g. an ingredient burnt), else 0
 RECIPE_COMMAND = "examine cookbook"
 """The command that reads the recipe (tw-cooking puts the cookbook in the kitchen)."""
+RECIPE_OBJECT = "cookbook"
+"""The object the recipe is read from."""
+DIRECTIONS = {"north_of": "north", "south_of": "south", "east_of": "east", "west_of": "west"}
+"""textworld's room facts: `north_of(a, b)` says a lies north of b, so from b the player goes north to reach a."""
 
 INFOS = EnvInfos(admissible_commands=True, facts=True, policy_commands=True, won=True, lost=True, score=True,
                  max_score=True, objective=True, description=True, inventory=True)
@@ -95,6 +100,51 @@ def command_step(text: str) -> Step:
     return Step(COMMAND, {TEXT: text})
 
 
+def room_of(facts: list, name: str) -> Optional[str]:
+    """The room the object `name` is in (through what holds it: a table, a fridge), None when the facts place it
+    in no room (carried)."""
+    where = {a.name: b.name for f in facts if f.name in ("at", "on", "in") and len(f.arguments) == 2
+             for a, b in [f.arguments]}
+    rooms = {a.name for f in facts for a in f.arguments if a.type == "r"}
+    seen = set()
+    while name in where and name not in seen:
+        seen.add(name)
+        name = where[name]
+        if name in rooms:
+            return name
+    return None
+
+
+def way_to(facts: list, name: str) -> list[str]:
+    """The fewest commands that take the player to the room of the object `name` (going, and opening the closed
+    doors on the way), from the game's facts; [] when the player is there, or no way is known."""
+    goal, start = room_of(facts, name), room_of(facts, "P")
+    if goal is None or start is None or goal == start:
+        return []
+    doors = {(a.name, c.name): b.name for f in facts if f.name == "link" and len(f.arguments) == 3
+             for a, b, c in [f.arguments]}
+    closed = {f.arguments[0].name for f in facts if f.name == "closed" and len(f.arguments) == 1}
+    exits: dict[str, list[tuple[str, str]]] = {}
+    for f in facts:
+        if f.name in DIRECTIONS and len(f.arguments) == 2:
+            there, here = (a.name for a in f.arguments)
+            exits.setdefault(here, []).append((DIRECTIONS[f.name], there))
+    ways: dict[str, list[str]] = {start: []}
+    frontier = [start]
+    while frontier and goal not in ways:
+        nearer = []
+        for room in frontier:
+            for direction, there in sorted(exits.get(room, [])):
+                if there in ways:
+                    continue
+                door = doors.get((room, there))
+                opening = [f"open {door}"] if door in closed else []
+                ways[there] = [*ways[room], *opening, f"go {direction}"]
+                nearer.append(there)
+        frontier = nearer
+    return ways.get(goal, [])
+
+
 @dataclass
 class Event:
     """What happened in one step (becomes context entries and, with an `action`, an execution outcome)."""
@@ -126,6 +176,8 @@ class TextWorldGame:
         self.commands = 0
         self.failed = 0
         self.recipe: Optional[str] = None  # the recipe once the cookbook was read
+        self._oracle: tuple[tuple[int, int], list[str]] = ((-1, -1), [])  # (t, commands) -> the oracle's commands
+        self.oracle_length = len(self.oracle_commands())
 
     # ------------------------------------------------------------------ what the game reports
 
@@ -181,12 +233,35 @@ class TextWorldGame:
     # ------------------------------------------------------------------ oracle
 
     def oracle_commands(self) -> list[str]:
-        """The policy from the current state, the shortest command list that wins (empty once won or lost), after
-        reading the cookbook while it is unread and within reach."""
+        """The shortest command list that wins from the current state (empty once won or lost) for a player that
+        reads the recipe first: while the cookbook is unread, the way to it, the reading, then textworld's policy
+        from there; once read, textworld's policy."""
+        key = (self.t, self.commands)
+        if self._oracle[0] != key:
+            self._oracle = (key, self._oracle_from_here())
+        return list(self._oracle[1])
+
+    def _oracle_from_here(self) -> list[str]:
         policy = list(self.state["policy_commands"] or ())
-        if policy and self.recipe is None and RECIPE_COMMAND in self.admissible:
+        if not policy or self.recipe is not None:
+            return policy
+        if RECIPE_COMMAND in self.admissible:
             return [RECIPE_COMMAND, *policy]
-        return policy
+        route = way_to(self.facts, RECIPE_OBJECT)
+        if not route:
+            return policy
+        with quiet_interpreter():
+            twin = self.env.copy()
+        try:
+            state = None
+            for command in route:
+                with quiet_interpreter():
+                    state, _, _ = twin.step(command)
+            if RECIPE_COMMAND not in (state["admissible_commands"] or ()):
+                return policy
+            return [*route, RECIPE_COMMAND, *(state["policy_commands"] or ())]
+        finally:
+            twin.close()
 
     def oracle_plan(self) -> list[Step]:
         """The oracle's commands as plan steps."""
@@ -274,9 +349,10 @@ class TextWorldGame:
 
     def metrics(self) -> EpisodeMetrics:
         """The episode's verdict: won, steps, score of max_score as delivered of tasks; commands executed and failed,
-        the oracle's length (the walkthrough and reading the recipe: the fewest commands that win for a player that
-        does not know the recipe), lost, and the SPL-like efficiency (that length / commands when won, else 0)."""
-        shortest = len(self.walkthrough) + 1 if self.walkthrough else 0
+        the oracle's length from the start (the way to the cookbook, the reading and the policy: the fewest commands
+        that win for a player that does not know the recipe), lost, and the SPL-like efficiency (that length /
+        commands when won, else 0)."""
+        shortest = self.oracle_length
         efficiency = shortest / max(self.commands, shortest) if self.won and shortest else float(self.won)
         return EpisodeMetrics(success=self.won, steps=self.t, delivered=self.score, tasks=self.max_score,
                               metrics={PATH_EFFICIENCY: round(efficiency, 4), COMMANDS: self.commands,
