@@ -45,7 +45,7 @@ TEXT = "text"
 
 COMMANDS = "commands"                   # commands the game executed
 FAILED_COMMANDS = "failed_commands"     # commands outside the admissible ones (not sent)
-WALKTHROUGH_STEPS = "walkthrough_steps"  # the oracle's length from the start: the policy and reading the recipe
+WALKTHROUGH_STEPS = "walkthrough_steps"  # the oracle's length from the start (metrics())
 LOST = "lost"                           # 1 when the game was lost (e.g. an ingredient burnt), else 0
 RECIPE_COMMAND = "examine cookbook"
 """The command that reads the recipe (tw-cooking puts the cookbook in the kitchen)."""
