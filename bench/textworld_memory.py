@@ -106,7 +106,7 @@ def play_game(path, config, seed: int, args, folder: Path, row: str = "") -> tup
     from brace_training.textworld_play import TextWorldSession
     from erecap_planner.call_path import CallRequest
     from sim_bridges.textworld.textworld_decomposition import oracle_answer
-    from sim_bridges.textworld.textworld_game import PLAYER, TEXT, TextWorldGame
+    from sim_bridges.textworld.textworld_game import PLAYER, TEXT, WALKTHROUGH_STEPS, TextWorldGame
     from sim_bridges.textworld.textworld_games import GameSpec, generate_game
 
     memory = memory_use(config, experience_store(row, config, args), args.embed)
@@ -141,10 +141,10 @@ def play_game(path, config, seed: int, args, folder: Path, row: str = "") -> tup
             else:
                 session.idle()
         session.end()
+        metrics = game.metrics().metrics
         result = {"seed": seed, "won": int(game.won), "lost": int(game.lost), "score": game.score,
                   "max_score": game.max_score, "steps": game.t, "calls": len(calls),
-                  "walkthrough_steps": len(game.walkthrough),
-                  PATH_EFFICIENCY: game.metrics().metrics[PATH_EFFICIENCY]}
+                  WALKTHROUGH_STEPS: metrics[WALKTHROUGH_STEPS], PATH_EFFICIENCY: metrics[PATH_EFFICIENCY]}
         return result, calls
     finally:
         game.close()
