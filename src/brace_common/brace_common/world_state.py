@@ -22,7 +22,7 @@ from builtin_interfaces.msg import Time
 from geometry_msgs.msg import Pose as PoseMsg
 
 from .validation import InvalidInput, shorten
-from .vocabulary import Activity, Observability
+from .vocabulary import Activity, Observability, Predicate
 
 MAX_ENTITIES = 4096
 """Entities of one received state (the largest a shipped world publishes has a few hundred); more: refused."""
@@ -34,6 +34,10 @@ MAX_ATTRIBUTES = 64
 """Attributes of one entity."""
 MAX_STATE_CHARS = 1_048_576
 """The characters of one received state's strings together (ids, types, states, attributes, parameters)."""
+TASK_TYPE = "task"
+"""The type of a task entity (an agent is `assigned` to it)."""
+TASK_LOST = "lost"
+"""A task entity's state when the world says it can no longer be done (a TextWorld game lost)."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,11 @@ class WorldState:
     def related(self, predicate: str, subject: Optional[str] = None) -> list[Relation]:
         """The relations with this predicate (and subject, when given)."""
         return [r for r in self.relations if r.predicate == predicate and subject in (None, r.subject)]
+
+    def task_lost(self, agent_id: str) -> bool:
+        """Whether a task the agent is assigned to is lost (a task entity in state TASK_LOST)."""
+        assigned = {r.object for r in self.related(Predicate.ASSIGNED.value, agent_id)}
+        return any(e.id in assigned and e.type == TASK_TYPE and e.state == TASK_LOST for e in self.entities)
 
 
 @dataclass(frozen=True)

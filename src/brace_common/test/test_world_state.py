@@ -19,6 +19,8 @@ from brace_common.world_state import (
     MAX_ENTITIES,
     MAX_RELATIONS,
     MAX_STATE_CHARS,
+    TASK_LOST,
+    TASK_TYPE,
     AgentActivity,
     Entity,
     PlanProgress,
@@ -160,3 +162,15 @@ def test_plan_progress_follows_the_executors_outcomes():
     assert progress.activity() == AgentActivity("arm_0", Activity.IDLE, index=2, plan_steps=2)
     progress.clear()
     assert progress.activity().plan_steps == 0
+
+
+def test_a_task_is_lost_for_the_agents_assigned_to_it_only():
+    def state(task_state: str, kind: str = TASK_TYPE) -> WorldState:
+        return WorldState("textworld", 0, 1, (Entity("player", "player"), Entity("other", "player"),
+                                              Entity("task_0", kind, task_state)),
+                          (Relation("player", Predicate.ASSIGNED, "task_0"),))
+
+    assert state(TASK_LOST).task_lost("player")
+    assert not state(TASK_LOST).task_lost("other")  # not assigned to it
+    assert not state("open").task_lost("player") and not state("won").task_lost("player")
+    assert not state(TASK_LOST, kind="object").task_lost("player")  # only a task entity is lost

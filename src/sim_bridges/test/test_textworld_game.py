@@ -14,7 +14,7 @@ from brace_common.config import ConfigError
 from brace_common.episode import PATH_EFFICIENCY
 from brace_common.validation import InvalidInput
 from brace_common.vocabulary import Activity, Block, EntryKind, Predicate
-from brace_common.world_state import Relation
+from brace_common.world_state import TASK_LOST, Relation
 from sim_bridges.textworld import textworld_feed as feed
 from sim_bridges.textworld.textworld_config import TextWorldConfig
 from sim_bridges.textworld.textworld_game import (
@@ -308,3 +308,15 @@ def wait_ready(supply: GameSupply, spec: GameSpec) -> Path:
     """Poll until the child is done (its own exit, not a clock)."""
     supply.children[spec][0].wait()
     return supply.ready(spec)
+
+
+def test_a_command_that_loses_the_game_projects_a_lost_task(game):
+    """The veto's signal: eating an ingredient the recipe needs loses the game, and the lookahead's state says so
+    (task_0 lost) while the live game goes on."""
+    follow_oracle(game, until=lambda command: any(c.startswith("eat ") for c in game.admissible))
+    eat = next(c for c in game.admissible if c.startswith("eat "))
+    projected = lookahead(game, 0, PLAYER, command_step(eat))
+    assert not projected.valid and "lost" in projected.reason and projected.state.task_lost(PLAYER)
+    assert projected.state.entity(TASK).state == TASK_LOST and not game.finished
+    harmless = lookahead(game, 0, PLAYER, command_step("look"))
+    assert harmless.valid and not harmless.state.task_lost(PLAYER)

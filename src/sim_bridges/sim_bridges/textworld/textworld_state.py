@@ -25,7 +25,7 @@ from typing import Optional
 
 from brace_common.action_schema import Step
 from brace_common.vocabulary import Activity, Predicate
-from brace_common.world_state import AgentActivity, Entity, Relation, WorldState, parameters_text
+from brace_common.world_state import TASK_LOST, TASK_TYPE, AgentActivity, Entity, Relation, WorldState, parameters_text
 
 from .textworld_game import PLAYER, WORLD, TextWorldGame
 
@@ -79,13 +79,13 @@ def activity(game: TextWorldGame) -> AgentActivity:
 
 def task_state(game: TextWorldGame) -> str:
     """The task's state: won, lost or open."""
-    return "won" if game.won else "lost" if game.lost else "open"
+    return "won" if game.won else TASK_LOST if game.lost else "open"
 
 
 def world_state(game: TextWorldGame, episode: int) -> WorldState:
     """The game at its current step as a scene graph (see the module docstring)."""
     entities, relations = scene_graph(game.facts)
-    entities.append(Entity(TASK, "task", task_state(game), attributes={
+    entities.append(Entity(TASK, TASK_TYPE, task_state(game), attributes={
         "text": game.objective, "score": str(game.score), "max_score": str(game.max_score)}))
     relations.append(Relation(PLAYER, Predicate.ASSIGNED, TASK))
     return WorldState(WORLD, episode, game.t, tuple(entities), tuple(relations), (activity(game),))
