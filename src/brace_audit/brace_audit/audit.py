@@ -110,7 +110,8 @@ class RecordCollector:
                                               float(msg.slo_ms), bool(msg.slo_met), int(msg.tokens_before),
                                               int(msg.tokens_after), msg.compressor, phases,
                                               int(getattr(msg, "tokens_reused", 0)), msg.decision_id,
-                                              int(getattr(msg, "recap_call", 0)), int(getattr(msg, "depth", 0))))
+                                              int(getattr(msg, "recap_call", 0)), int(getattr(msg, "depth", 0)),
+                                              len(getattr(msg, "vetoed", ()))))
         elif role == names.DECISIONS:
             try:
                 self._records.decisions.append((self.episode, decision_from_msg(msg)))

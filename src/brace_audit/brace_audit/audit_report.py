@@ -48,6 +48,7 @@ class CallRow:
     decision_id: str = ""     # the ReplanDecision that admitted the call
     recap_call: int = 0       # ReplanCall.RECAP_*: what the call was to ReCAP's recursion (bags before it: none)
     depth: int = 0            # the ReCAP frame the call served
+    vetoed: int = 0           # first steps the lookahead veto refused in the call (bags before it: none)
 
 
 @dataclass
@@ -210,6 +211,7 @@ def summary(run: RunRecords) -> dict:
         "slo_ms": _mean(c.slo_ms for c in calls),
         "slo_violation": (sum(not c.slo_met for c in calls) / len(calls)) if calls else math.nan,
         "planner_errors": sum(c.status == CallStatus.PLANNER_ERROR for c in calls),
+        "steps_vetoed": sum(c.vetoed for c in calls),
         "deadline_misses": sum(c.status in (CallStatus.DEADLINE, CallStatus.CANCELLED) for c in calls),
         "unanswered": sum(c.status == CallStatus.UNAVAILABLE for c in calls),
         "changes_per_episode": changes / n_ep if n_ep else math.nan,
@@ -301,8 +303,8 @@ def report(runs: list[RunRecords]) -> str:
     measured = metric_names([e for r in runs for e in r.episodes])  # the worlds' own metrics (per-episode means)
     parts = ["## Summary (paper Table 2 shape)\n", markdown(rows, TABLE2_COLUMNS),
              "\n## Episodes and churn\n",
-             markdown(rows, ["variant", "delivered", "steps", *measured, "calls", "planner_errors", "deadline_misses",
-                             "unanswered", "changes_per_episode", "churn"])]
+             markdown(rows, ["variant", "delivered", "steps", *measured, "calls", "planner_errors", "steps_vetoed",
+                             "deadline_misses", "unanswered", "changes_per_episode", "churn"])]
     for r in runs:
         parts += [f"\n## Phase breakdown, {r.variant or 'run'} (paper Table 16 columns)\n", markdown(phase_breakdown(r)),
                   f"\n## Suppressed triggers, {r.variant or 'run'} (paper Table 10)\n", markdown(suppression_rows(r)),

@@ -67,3 +67,15 @@ def test_the_trigger_table_counts_recaps_calls_by_kind_and_the_refinements_suppr
     row = trigger_rows(run)
     assert (row["decompositions"], row["refinements"], row["reuses"]) == (2, 1, 1)
     assert (row["refinements_suppressed"], row["max_depth"], row["suppressed_cooldown"]) == (1, 1, 2)
+
+
+def test_the_summary_counts_the_steps_the_veto_refused():
+    from brace_audit.audit_report import CallRow, RunRecords, report, summary
+    from brace_common.vocabulary import CallStatus
+
+    calls = [CallRow(0, "a", CallStatus.OK, 10.0, 100.0, True, 50, 40, vetoed=1),
+             CallRow(0, "a", CallStatus.PLANNER_ERROR, 10.0, 100.0, True, 50, 40, vetoed=3),
+             CallRow(0, "a", CallStatus.OK, 10.0, 100.0, True, 50, 40)]
+    row = summary(RunRecords(calls=calls, duration_s=60.0))
+    assert (row["steps_vetoed"], row["planner_errors"]) == (4, 1)
+    assert "steps_vetoed" in report([RunRecords(calls=calls, duration_s=60.0)])

@@ -17,6 +17,7 @@ from brace_common.config import ConfigError
 from brace_common.counters import Health
 from brace_common.validation import json_depths
 from brace_common.vocabulary import CallState, CallStatus, Decoding, Mode, Phase, meets_slo
+from brace_memory.lookahead import Predict
 from brace_memory.recap import subtask_limit
 
 from .call_aborted import CallAborted, checkpoint_of
@@ -27,6 +28,7 @@ from .memory_phase import MemoryUse, call_blocks, goal_stack, memory_ids, retrie
 from .phase_clock import PhaseClock, PhaseRecord
 from .plan_parser import parse_plan
 from .recap_call import RecapCall, recap_answer, recap_request, recap_reuse
+from .veto import VETO_TRIES, refusal, vet
 
 __all__ = ["DECODINGS", "INTERNAL_ERROR", "NO_SCHEMA", "Backend", "BackendUnavailable", "CallAborted", "CallOptions",
            "CallOutcome", "CallPath", "CallRequest", "Generated", "Prompt", "SchemaUse",
@@ -98,6 +100,7 @@ class CallOutcome:
     respelled: list[str] = field(default_factory=list)  # ids of the plan spelled another way ('old -> new')
     cut_at_slo: bool = False       # the plan ended at a step boundary to keep SLO_t (CallOptions.end_plan_at_slo)
     recap: Optional[RecapCall] = None  # ReCAP's recursion: the call's π / ρ / reuse, its (T, S), what comes next
+    vetoed: list[str] = field(default_factory=list)  # steps the lookahead veto refused (veto.py), their text
 
     @property
     def slo_met(self) -> bool:
@@ -121,6 +124,8 @@ class CallOptions:
                                    # finish past SLO_t
     recursion: bool = False        # ReCAP Alg. 1: calls answer (T, S) for the agent's top frame (recap_call.py)
     think_tokens: int = 32         # the longest thought constrained decoding writes (0: none)
+    veto_lost: bool = False        # the lookahead veto: a first step the world projects to lose the task is refused
+    veto_tries: int = VETO_TRIES   # ranked steps the veto projects at most
 
     def __post_init__(self) -> None:
         if self.decoding not in DECODINGS:
@@ -132,6 +137,11 @@ class CallOptions:
         if self.recursion and self.decoding == Decoding.CANDIDATES.value:
             raise ConfigError("recap_recursion", "needs decoding json or constrained (candidates scores one skill "
                               "call, not a thought and subtasks)")
+        if self.veto_lost and self.recursion:
+            raise ConfigError("veto_lost", "is not implemented with recap_recursion yet (a vetoed S[0] would leave "
+                              "the frame's (T, S) answered)")
+        if self.veto_tries < 1:
+            raise ConfigError("veto_tries", f"must be >= 1, got {self.veto_tries}")
 
 
 @dataclass
@@ -154,6 +164,7 @@ class Generated:
 
     text: str
     produced: int
+    ranked: list[Step] = field(default_factory=list)  # candidates decoding: every candidate, best first
 
 
 class BackendUnavailable(Exception):
@@ -244,6 +255,7 @@ class CallPath:
             raise ValueError("ReCAP's recursion needs a memory system with recursion on (MemorySystemConfig)")
         self.token_counts = TokenCounts(backend.tokenizer)  # each entry's tokens, counted once
         self.use: Optional[SchemaUse] = None  # None until a schema is known (a world's, from world_info)
+        self.predict: Optional[Predict] = None  # the world's one-step lookahead, for the veto (veto_lost)
         if schema is not None:
             self.set_schema(schema)
 
@@ -416,12 +428,25 @@ class CallPath:
                 recap_answer(self.memory.system, outcome, generated.text, use.schema, request)
             else:
                 parse_into(outcome, generated.text, use.schema, request.agent_id)
+                self._veto(outcome, generated, request.agent_id)
             clock.end(Phase.PARSE, t0, generated.produced, len(outcome.steps))
         except CallAborted as exc:
             end_aborted(outcome, clock, str(exc))
         except BackendUnavailable as exc:
             outcome.status, outcome.error = CallStatus.UNAVAILABLE, str(exc)
         return self._finish(outcome, clock)
+
+    def _veto(self, outcome: CallOutcome, generated: Generated, agent_id: str) -> None:
+        """The lookahead veto on a parsed plan (veto.py; with veto_lost and a `predict`): a losing first step is
+        replaced by the next-ranked one that does not lose, or the plan is refused."""
+        if not self.options.veto_lost or self.predict is None or not outcome.steps:
+            return
+        vetting = vet(self.predict, agent_id, outcome.steps[0], generated.ranked, self.options.veto_tries)
+        outcome.vetoed = [s.text() for s, _ in vetting.vetoed]
+        if vetting.step is None:
+            outcome.status, outcome.error, outcome.steps = CallStatus.PLANNER_ERROR, refusal(vetting), []
+        elif vetting.vetoed:
+            outcome.steps = [vetting.step]  # a ranked replacement is one step: the rest was planned after the first
 
     def _prompt(self, buffer: ContextBuffer, request: CallRequest, schema: ActionSchema, clock: PhaseClock,
                 outcome: CallOutcome) -> Prompt:

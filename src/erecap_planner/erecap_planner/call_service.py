@@ -47,7 +47,8 @@ class CallService:
         self.goal_wait_ms = 0.0  # the latest goal's wait before acceptance
         self.last_internal_error = ""  # the latest exception the planner raised in a call (diagnostics ERROR)
         self.counts = Counters(("calls", "goals_rejected", "calls_waited_for_schema", "memory_writes",
-                                "respelled_values", "plans_cut_at_slo", "internal_errors",
+                                "respelled_values", "plans_cut_at_slo", "steps_vetoed", "plans_vetoed",
+                                "internal_errors",
                                 *(f"status.{s.label}" for s in CallStatus)),
                                warn=WARNED)
 
@@ -157,6 +158,10 @@ class CallService:
                           throttle_duration_sec=1.0)
         if outcome.status == CallStatus.OK and outcome.cut_at_slo:
             self.counts.add("plans_cut_at_slo")
+        if outcome.vetoed:  # the lookahead veto refused these first steps (the plan went on, or was refused)
+            self.counts.add("steps_vetoed", len(outcome.vetoed))
+            self.counts.add("plans_vetoed", int(not outcome.steps))
+            self.log.info(f"call {call.call_id}: vetoed {', '.join(outcome.vetoed)}", throttle_duration_sec=1.0)
         if outcome.status != CallStatus.OK:
             said = f" (output: {outcome.output_text[:160]!r})" if outcome.status == CallStatus.PLANNER_ERROR else ""
             self.log.warning(f"call {call.call_id} for {request.agent_id}: {outcome.error}{said}",

@@ -148,6 +148,11 @@ class PlannerConfig:
                                       1, 64)
     lookahead_timeout_s: float = param(0.25, "lookahead: longest wait for the world's answer on one candidate (s); "
                                        "a later one is left out (lookahead.late)", 0.001, 10.0)
+    veto_lost: bool = param(False, "the lookahead veto (ours; docs/memory.md): a plan whose first step the world's "
+                            "lookahead projects to lose the agent's task is refused, the next-ranked valid call "
+                            "(decoding candidates) taking its place; projects through the world's lookahead "
+                            "service (lookahead_timeout_s); not with recap_recursion")
+    veto_tries: int = param(3, "veto_lost: ranked steps one call projects at most before it refuses the plan", 1, 64)
     state_encoder_path: str = param("", "experience: directory of GiG's scene-graph encoder (state_encoder_cli "
                                     "writes it; '~' expanded); empty = keys only (exact states)")
     memory_share: float = param(0.25, "most of B_t that retrieved memory may take (its tokens count inside B_t: the "
@@ -241,6 +246,8 @@ class PlannerConfig:
             check_modules(self.memory_modules)
         except ValueError as exc:
             raise ConfigError("memory_modules", str(exc)) from None
+        if self.veto_lost and self.recap_recursion:
+            raise ConfigError("veto_lost", "is not implemented with recap_recursion yet")
         if self.state_encoder_path and "experience" not in self.memory_modules:
             raise ConfigError("state_encoder_path", "embeds states for the experience bank: it needs memory module "
                               "experience (memory_modules)")

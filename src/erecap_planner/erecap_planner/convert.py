@@ -121,6 +121,7 @@ def call_to_msg(outcome: CallOutcome, request: CallRequest, call_id: str, model:
     msg.server_prompt_tokens = int(outcome.server_prompt_tokens)
     msg.server_completion_tokens = int(outcome.server_completion_tokens)
     msg.error = outcome.error
+    msg.vetoed = list(outcome.vetoed)
     if outcome.recap is not None:
         msg.recap_call, msg.depth = int(outcome.recap.kind), int(outcome.recap.depth)
     for phase in outcome.phases:

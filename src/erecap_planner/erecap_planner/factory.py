@@ -202,7 +202,8 @@ def call_options(cfg: PlannerConfig) -> CallOptions:
                        layout=cfg.context_layout, max_context_tokens=cfg.max_context_tokens,
                        plan_steps={mode: n for mode, n in enumerate(cfg.plan_steps) if n}, decoding=cfg.decoding,
                        protect_blocks=cfg.protect_blocks, end_plan_at_slo=cfg.end_plan_at_slo,
-                       recursion=cfg.recap_recursion, think_tokens=cfg.recap_think_tokens)
+                       recursion=cfg.recap_recursion, think_tokens=cfg.recap_think_tokens, veto_lost=cfg.veto_lost,
+                       veto_tries=cfg.veto_tries)
 
 
 def with_schema(path: CallPath, schema: Optional[ActionSchema]) -> CallPath:

@@ -25,7 +25,7 @@ from .predictor import PredictorBank
 from .prefix_cache import PrefixCache
 from .pruned_forward import ErecapModel
 from .pruning import PruneSchedule
-from .scoring import best_step
+from .scoring import ranked_steps
 from .transformer import DecoderStack
 
 
@@ -95,8 +95,10 @@ class LocalBackend:
         outcome.tokens_reused = pre.tokens_reused
 
         t0 = clock.begin(Phase.DECODE)
+        ranked = []
         if self.decoding is Decoding.CANDIDATES:
-            step, _ = best_step(self.plain, pre, self.tokenizer, use.candidates, should_abort=abort)
+            ranked = ranked_steps(self.plain, pre, self.tokenizer, use.candidates, should_abort=abort)
+            step = ranked[0]
             text = json.dumps({"plan": [{"action": step.action, "parameters": step.parameters}]})
             produced = len(use.candidates)
         elif self.decoding is Decoding.CONSTRAINED and self.options.recursion:
@@ -118,7 +120,7 @@ class LocalBackend:
         clock.end(Phase.DECODE, t0, tokens_after, produced)
         if abort():
             raise CallAborted("deadline or cancel during decode")
-        return Generated(text, produced)
+        return Generated(text, produced, ranked)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ class PlannerInputs:
         self.lock = threading.Lock()
         self.memory = memory
         self.episode_start_s = 0.0  # the world's stamp of the latest episode start (0: none, or unstamped)
+        self.state_at: dict[str, tuple[int, int]] = {}  # agent -> (episode, step) of the latest state holding it
         self.counts = Counters(("context_entries", "malformed_context", "stale_context", "stale_outcomes",
                                 "entries_forgotten", "malformed_world_states"), warn=WARNED)
 
@@ -86,10 +87,19 @@ class PlannerInputs:
             memory.on_outcome(outcome)
 
     def world_state(self, state: WorldState) -> None:
-        """A world's state: each agent's scene graph joins its session graph."""
+        """A world's state: where each agent in it is now (`where`), and each agent's scene graph joins its session
+        graph."""
+        with self.lock:
+            self.state_at.update({a.agent_id: (state.episode, state.step) for a in state.agents})
         memory = self.memory()
         if memory is not None:
             memory.on_world_state(state)
+
+    def where(self, agent_id: str) -> Optional[tuple[int, int]]:
+        """The (episode, step) of the latest world state holding the agent's activity (None before one): the state a
+        lookahead request names."""
+        with self.lock:
+            return self.state_at.get(agent_id)
 
     def episode(self, mark: EpisodeMark) -> None:
         """An episode's start (`episode_started`) or end (`episode_ended`); another event changes nothing."""

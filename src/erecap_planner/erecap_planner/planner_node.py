@@ -89,14 +89,19 @@ class ErecapPlannerNode(ReleasingLifecycleNode):
         inputs = [(ContextEntry, names.CONTEXT, self.on_context, "context", context_qos),
                   (Episode, names.EPISODE, self.on_episode, "episode", qos.INPUTS),
                   (ExecutionOutcome, names.OUTCOMES, self.on_outcome, "outcomes", qos.INPUTS)]
-        if memory is not None and memory.reads_world_states():  # GiG's session graphs and experience bank
+        gig = memory is not None and memory.reads_world_states()
+        if gig or cfg.veto_lost:  # GiG's session graphs and experience bank; the state the veto's projections name
             inputs.append((WorldState, names.WORLD_STATE, self.on_world_state, "world_state", qos.WORLD_STATE))
         for msg_type, topic, callback, label, profile in inputs:
             self.configured(self.inputs.subscribe(self, msg_type, topic, callback, label, profile, callback_group=group))
-        if memory is not None and memory.on("lookahead"):  # GiG's Bounded Lookahead through the world's service
-            self.lookahead = LookaheadClient(self, cfg.lookahead_timeout_s, memory.graphs.where)
+        looks = memory is not None and memory.on("lookahead")  # GiG's Bounded Lookahead through the world's service
+        if looks or cfg.veto_lost:  # the veto projects through the same service
+            self.lookahead = LookaheadClient(self, cfg.lookahead_timeout_s, memory.graphs.where if gig
+                                             else self.intake.where)
             self.configured(self.lookahead.client)
-            memory.predict = self.lookahead
+            if looks:
+                memory.predict = self.lookahead
+            self.call_path.predict = self.lookahead if cfg.veto_lost else None
         if cfg.schema_from_world():  # latched: the current episode's, however late this node starts
             self.configured(self.create_subscription(WorldInfo, names.WORLD_INFO, self.on_world_info,
                                                      qos.WORLD_INFO, callback_group=MutuallyExclusiveCallbackGroup()))

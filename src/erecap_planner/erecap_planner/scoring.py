@@ -20,7 +20,7 @@ from .transformer import KVCache
 
 JSON_PREFIX = '{"plan": [{"action": "'
 __all__ = ["CANDIDATE_BATCH", "JSON_PREFIX", "MAX_CANDIDATES", "CandidateLimit", "best_step", "candidate_count",
-           "candidate_target", "candidate_text", "enumerate_steps", "score_candidates"]
+           "candidate_target", "candidate_text", "enumerate_steps", "ranked_steps", "score_candidates"]
 CANDIDATE_BATCH = 8
 """Candidates scored in one forward: bounds its memory (logits of batch x tokens x vocabulary) whatever their number."""
 
@@ -81,6 +81,14 @@ def score_candidates(runner: ErecapModel, prefill: PrefillResult, tokenizer, ste
         # Mean log-likelihood per token: summed scores would favour the shortest call (wait) whatever the context.
         scores.append(total / valid.sum(-1) if normalise else total)
     return torch.cat(scores)
+
+
+def ranked_steps(runner: ErecapModel, prefill: PrefillResult, tokenizer, steps: list[Step],
+                 should_abort: Optional[Callable[[], bool]] = None) -> list[Step]:
+    """Every candidate, the highest-scoring first (equal scores keep `steps`' order, so the first is best_step's);
+    `should_abort`: see score_candidates."""
+    scores = score_candidates(runner, prefill, tokenizer, steps, should_abort=should_abort)
+    return [steps[int(i)] for i in torch.argsort(scores, descending=True, stable=True)]
 
 
 def best_step(runner: ErecapModel, prefill: PrefillResult, tokenizer, steps: list[Step],

@@ -10,7 +10,10 @@ from test_context import buffer
 from test_plan_parser import SCHEMA
 
 from brace_common.action_schema import ActionSchema, Step
-from brace_common.vocabulary import Block, CallStatus, Failure, Mode
+from brace_common.config import ConfigError
+from brace_common.vocabulary import Block, CallStatus, Failure, Mode, Predicate
+from brace_common.world_state import TASK_LOST, TASK_TYPE, Entity, Relation, WorldState
+from brace_memory.lookahead import Projection
 from brace_memory.system import MemorySystem, MemorySystemConfig, StepOutcome
 from erecap_planner.call_path import CallOptions, CallPath, CallRequest, LocalModel, PlannerCallPath, json_object_closed
 from erecap_planner.context import ContextBuffer, ContextLimits, Entry
@@ -18,6 +21,7 @@ from erecap_planner.memory_phase import MemoryUse
 from erecap_planner.predictor import PredictorBank
 from erecap_planner.pruning import PruneSchedule
 from erecap_planner.testing import KINDS, byte_tokenizer, tiny
+from erecap_planner.veto import VETOED_PREFIX
 
 PHASES = ["context_compress", "retrieve", "prefill", "decode", "parse"]
 
@@ -134,6 +138,48 @@ def test_candidate_decoding_always_yields_a_valid_plan(compressor):
     out = p.run(buffer(30), CallRequest("a", 600, 60_000, 120_000))
     assert out.status == CallStatus.OK and len(out.steps) == 1 and out.steps[0].action in SCHEMA.actions
     assert out.phases[3].tokens_out == len(p.candidates) == 4  # move_to x 3 targets, wait
+
+
+def losing(*steps: Step):
+    """A world's lookahead in which `steps` lose the agent's task (and everything else is harmless)."""
+    lost = {s.call() for s in steps}
+    task = (Entity("a", "robot"), Entity("task_0", TASK_TYPE))
+    assigned = (Relation("a", Predicate.ASSIGNED, "task_0"),)
+
+    def predict(agent: str, step: Step) -> Projection:
+        state = TASK_LOST if step.call() in lost else "open"
+        return Projection(True, "lost" if step.call() in lost else "ok",
+                          WorldState("w", 0, 1, (task[0], Entity("task_0", TASK_TYPE, state)), assigned))
+    return predict
+
+
+def test_the_veto_replaces_a_losing_step_by_the_next_ranked_and_without_a_ranking_refuses_the_plan():
+    p = path("none", decoding="candidates", veto_lost=True)
+    request = CallRequest("a", 600, 60_000, 120_000)
+    best = p.run(buffer(30), request).steps[0]  # no predict yet: the veto has nothing to project with
+    p.predict = losing(best)
+    out = p.run(buffer(30), request)
+    assert out.status == CallStatus.OK and len(out.steps) == 1 and out.steps[0] != best
+    assert out.vetoed == [best.text()] and [ph.phase for ph in out.phases] == PHASES
+    p.predict = losing(*p.candidates)
+    refused = p.run(buffer(30), request)
+    assert refused.status == CallStatus.PLANNER_ERROR and refused.steps == [] and len(refused.vetoed) == 3  # tries
+    assert refused.error.startswith(VETOED_PREFIX)
+    constrained = path("none", decoding="constrained", veto_lost=True)
+    first = constrained.run(buffer(30), request).steps[0]
+    constrained.predict = losing(first)
+    out = constrained.run(buffer(30), request)  # a generated plan has no ranking behind it
+    assert out.status == CallStatus.PLANNER_ERROR and out.steps == [] and out.vetoed == [first.text()]
+    off = path("none", decoding="candidates")
+    off.predict = losing(best)
+    assert off.run(buffer(30), request).steps == [best]  # veto_lost off: nothing is projected
+
+
+def test_the_veto_refuses_settings_it_cannot_keep():
+    with pytest.raises(ConfigError, match="veto_tries"):
+        CallOptions(veto_lost=True, veto_tries=0)
+    with pytest.raises(ConfigError, match="veto_lost"):
+        CallOptions(veto_lost=True, recursion=True, layout="recap", decoding="constrained")
 
 
 @pytest.mark.parametrize("decoding", ["candidates", "constrained"])
