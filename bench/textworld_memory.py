@@ -58,6 +58,8 @@ RECAP_ADAPTER = "package://sim_bridges/models/smollm2-135m-instruct-textworld-re
 """The ReCAP rows' adapter (brace_training.recap_finetune_cli: π and ρ on the oracle's decomposition)."""
 PREDICTOR = "package://sim_bridges/models/smollm2-135m-instruct-textworld-erecap.safetensors"
 COMPRESSORS = ("recency", "erecap")
+VETO_SUFFIX = " + veto"
+"""How --veto names its rows."""
 EARLY_STEP, LATE_STEP = 5, 40
 WIN_MARGIN_POINTS = 10.0
 GROWTH_LIMIT = 1.1
@@ -115,6 +117,7 @@ def play_game(path, config, seed: int, args, folder: Path, row: str = "") -> tup
     calls = []
     try:
         session = TextWorldSession(game, 0, seed, memory.system)
+        path.predict = session.project if path.options.veto_lost else None  # the veto projects on the game's copy
         while not game.finished:
             path.set_schema(session.schema())
             step = game.t
@@ -132,7 +135,7 @@ def play_game(path, config, seed: int, args, folder: Path, row: str = "") -> tup
                               "slo_met": int(out.slo_met),
                               "retrieve_ms": round(retrieve.duration_ms, 2) if retrieve else 0,
                               "memory_tokens": retrieve.tokens_out if retrieve else 0, "oracle_agreement": int(agree),
-                              "recap_call": int(out.recap.kind) if out.recap else 0,
+                              "recap_call": int(out.recap.kind) if out.recap else 0, "vetoed": len(out.vetoed),
                               "depth": out.recap.depth if out.recap else 0})
                 if out.steps or out.recap is None or out.recap.need not in (RecapNeed.DECOMPOSE, RecapNeed.REFINE):
                     break
@@ -184,7 +187,8 @@ def summary(rows: list[str], games: list[dict], calls: list[dict]) -> list[dict]
             "retrieve_ms_p95": round(float(np.percentile([float(r["retrieve_ms"]) for r in c], 95)), 2),
             "p50_ms": round(float(np.percentile(lat, 50))), "p95_ms": round(float(np.percentile(lat, 95))),
             "slo_violation_pct": round(100 * (1 - np.mean([int(r["slo_met"]) for r in c])), 1),
-            "oracle_agreement_pct": round(100 * np.mean([int(r["oracle_agreement"]) for r in c]), 1)})
+            "oracle_agreement_pct": round(100 * np.mean([int(r["oracle_agreement"]) for r in c]), 1),
+            "vetoed": sum(int(r.get("vetoed") or 0) for r in c)})
     return out
 
 
@@ -269,6 +273,8 @@ def main() -> int:
                         help="GiG's experience bank the experience rows start from (brace_training.experience_cli)")
     parser.add_argument("--encoder", default="", help="GiG's scene-graph encoder for the experience rows "
                         "(state_encoder_cli's folder; empty = keys only: a held-out game's state matches no other's)")
+    parser.add_argument("--veto", action="store_true", help="the lookahead veto (erecap_planner.veto) on every row "
+                        "but ReCAP's: rows named '<row> + veto'")
     parser.add_argument("--fresh", action="store_true", help="forget the games already in the output files")
     parser.add_argument("--out", default="bench/out")
     args = parser.parse_args()
@@ -305,6 +311,9 @@ def main() -> int:
         if unknown:
             parser.error(f"unknown rows {sorted(unknown)}; rows: {[r[0] for r in rows]}")
         rows = [r for r in rows if r[0] in args.rows]
+    if args.veto and any(config.recursion for _, config, _ in rows):
+        parser.error("--veto: the ReCAP rows do not take the veto yet (pick the others with --rows)")
+    suffix = VETO_SUFFIX if args.veto else ""
     cpu = cpu_report()
     predictor = args.predictor
     args.embed = None
@@ -324,23 +333,26 @@ def main() -> int:
     paths = {name: PlannerCallPath(LocalModel(recap_model if config.recursion else model, tok, schedule,
                                               bank if comp == "erecap" else None),
                                    CallOptions(compressor=comp, decoding="constrained" if config.recursion else
-                                               "candidates", layout=config.layout, recursion=config.recursion),
+                                               "candidates", layout=config.layout, recursion=config.recursion,
+                                               veto_lost=args.veto),
                                    memory=memory_use(config) if config.recursion else None)
              for name, config, comp in rows}
     # Seed by seed, every row: an interrupted run leaves the rows equally far.
     for seed in range(args.first_seed, args.first_seed + args.games):
-        for name, config, _ in rows:
+        for row, config, _ in rows:
+            name = row + suffix
             if (name, seed) in done:
                 continue
             started = time.monotonic()
-            result, calls = play_game(paths[name], config, seed, args, args.game_dir, name)
+            result, calls = play_game(paths[row], config, seed, args, args.game_dir, row)
             append_rows([{"row": name, **result, "cpu": cpu["cpu"], "torch_capability": cpu["torch_capability"],
                           "dtype": dtype}], games_csv)
             append_rows([{"row": name, "seed": seed, **c} for c in calls], calls_csv)
             print(f"{name:28s} seed {seed:3d}: {'won ' if result['won'] else 'lost' if result['lost'] else '----'} "
                   f"score {result['score']}/{result['max_score']} in {result['steps']} steps "
                   f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
-    names = [r[0] for r in row_names(CONFIGS + RECAP_CONFIGS + GIG_CONFIGS, COMPRESSORS)]
+    names = [r[0] + end for r in row_names(CONFIGS + RECAP_CONFIGS + GIG_CONFIGS, COMPRESSORS)
+             for end in ("", VETO_SUFFIX)]  # the rows of a run with --veto beside those of one without
     table = summary(names, read_rows(games_csv), read_rows(calls_csv))
     columns = list(table[0]) if table else []
     print("| " + " | ".join(columns) + " |")
