@@ -25,6 +25,7 @@ LOOKAHEAD = "lookahead"                # Lookahead service: one step through a w
 CONTROLLER_STATE = "controller_state"  # ControllerState: the gate's counters per agent
 SERVER_LOAD = "server_load"            # ServerLoad: a planner server's requests, from its planner node
 MARKERS = "markers"                    # visualization_msgs/MarkerArray for RViz
+COLLISION_MONITOR_STATE = "collision_monitor_state"  # CollisionMonitorState: what the monitor did to an agent's motion
 DIAGNOSTICS = "/diagnostics"           # diagnostic_msgs/DiagnosticArray (global)
 CLOCK = "/clock"                       # rosgraph_msgs/Clock (global)
 
@@ -39,3 +40,8 @@ COLOR_IMAGE = "color/image_raw"        # sensor_msgs/Image (rgb8), under <camera
 COLOR_INFO = "color/camera_info"       # sensor_msgs/CameraInfo, under <camera_name>/
 DEPTH_IMAGE = "depth/image_raw"        # sensor_msgs/Image (16UC1, mm), under <camera_name>/
 DEPTH_INFO = "depth/camera_info"       # sensor_msgs/CameraInfo, under <camera_name>/
+
+# Mobile robots (Isaac Sim's contract; Nav2's names): a robot's topics are in its namespace, /<robot>/cmd_vel.
+CMD_VEL = "cmd_vel"                    # geometry_msgs/Twist: the motors' velocity command (after the collision monitor)
+CMD_VEL_NAV = "cmd_vel_nav"            # geometry_msgs/Twist: the executor's velocity command, into the monitor
+ODOM = "odom"                          # nav_msgs/Odometry: a base's odometry

@@ -95,8 +95,8 @@ class Block(_LabelledEnum):
 
 
 class Failure(_LabelledEnum):
-    """Why an executed step failed (ExecutionOutcome.FAILURE_*): BRACE Table 32's categories, collisions, and steps the
-    visual verifier preempted."""
+    """Why an executed step failed (ExecutionOutcome.FAILURE_*): BRACE Table 32's categories, collisions, steps the
+    visual verifier preempted, and motion the collision monitor stopped."""
 
     NONE = 0
     GRASP = 1
@@ -106,6 +106,16 @@ class Failure(_LabelledEnum):
     EXECUTOR = 5
     COLLISION = 6
     PREEMPTED = 7
+    SAFETY_STOP = 8
+
+
+class ZoneAction(_LabelledEnum):
+    """What the collision monitor did to a commanded motion (CollisionMonitorState.ACTION_*), each zone named by it."""
+
+    NONE = 0
+    STOP = 1
+    SLOWDOWN = 2
+    APPROACH = 3
 
 
 class EntryKind(str, enum.Enum):
@@ -226,6 +236,7 @@ MSG_CONSTANTS: dict[type[enum.Enum], tuple[str, str, str]] = {
     Observability: ("brace_msgs.msg", "WorldState", "OBSERVABILITY_"),
     RecapNeed: ("brace_msgs.msg", "Plan", "NEED_"),
     RecapKind: ("brace_msgs.msg", "ReplanCall", "RECAP_"),
+    ZoneAction: ("brace_msgs.msg", "CollisionMonitorState", "ACTION_"),
 }
 """Which message constants each enum mirrors: (module, message, constant prefix)."""
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Optional
 
-from brace_common.planar import Pose2D
+from brace_common.planar import BaseState, Pose2D, base_state, yaw_of  # noqa: F401 - the contract's names
 from brace_common.validation import InvalidInput
 
 ODOMETRY = "nav_msgs/msg/Odometry"
@@ -95,34 +95,6 @@ def robot_contract(robot: RobotSpec, topics: Mapping[str, str] = DEFAULT_TOPICS)
     if robot.camera:
         out += [topic(RGB, IMAGE, True), topic(CAMERA_INFO_ROLE, CAMERA_INFO, True)]
     return out
-
-
-def yaw_of(qx: float, qy: float, qz: float, qw: float) -> float:
-    """Heading (rotation about z) of a quaternion; InvalidInput when it is not finite or has no length."""
-    norm = math.sqrt(qx * qx + qy * qy + qz * qz + qw * qw)
-    if not math.isfinite(norm) or norm < 1e-9:
-        raise InvalidInput("bad_orientation", "orientation is not a finite non-zero quaternion")
-    qx, qy, qz, qw = qx / norm, qy / norm, qz / norm, qw / norm
-    return math.atan2(2.0 * (qw * qz + qx * qy), 1.0 - 2.0 * (qy * qy + qz * qz))
-
-
-@dataclass(frozen=True)
-class BaseState:
-    """A mobile base from its odometry: pose in the bridge's frame, body-frame speeds."""
-
-    pose: Pose2D
-    linear: float   # forward speed (m/s)
-    angular: float  # yaw rate (rad/s)
-
-
-def base_state(origin: Pose2D, position: tuple[float, float, float], orientation: tuple[float, float, float, float],
-               linear: tuple[float, float, float], angular: tuple[float, float, float]) -> BaseState:
-    """A base's state from one odometry sample (pose relative to `origin`); InvalidInput on non-finite values."""
-    for name, values in (("position", position), ("linear", linear), ("angular", angular)):
-        if not all(math.isfinite(v) for v in values):
-            raise InvalidInput(f"bad_{name}", f"odometry {name} is not finite")
-    local = Pose2D(position[0], position[1], yaw_of(*orientation))
-    return BaseState(origin.compose(local), linear[0], angular[2])
 
 
 def joint_positions(names: Iterable[str], positions: Iterable[float], wanted: tuple[str, ...]) -> tuple[float, ...]:
