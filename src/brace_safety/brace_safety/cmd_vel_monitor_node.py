@@ -1,0 +1,193 @@
+"""collision_monitor lifecycle node for mobile bases: every velocity command passes the zones on its way to the
+motors (Nav2's collision_monitor layout: /<robot>/cmd_vel_nav in, /<robot>/cmd_vel out), with the other robots'
+odometry as the sources. Topics, parameters and zones: docs/safety.md and docs/nodes.md."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Optional
+
+from brace_msgs.msg import CollisionMonitorState, ExecutionOutcome
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import Twist
+from nav_msgs.msg import Odometry
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
+
+from brace_common import names, qos
+from brace_common.clock import steady_timer
+from brace_common.config import ConfigError, autostart_param, diagnostics_period_param, param
+from brace_common.counters import Counters, Health
+from brace_common.diagnostics import health_array
+from brace_common.lifecycle import ReleasingLifecycleNode, serialized
+from brace_common.params import declare_parameters, read_config, reject_undeclared
+from brace_common.planar import Pose2D
+from brace_common.spin import spin_node
+from brace_common.validation import InvalidInput
+from brace_common.vocabulary import ZoneAction
+
+from . import convert
+from .monitor import CollisionMonitor, MonitorConfig
+
+COMMAND = "cmd_vel"
+"""The `action` of a stop's ExecutionOutcome: what the monitor stopped (it does not know the plan's skill)."""
+
+
+@dataclass
+class CmdVelMonitorConfig(MonitorConfig):
+    """The zones and agents (MonitorConfig), and where each robot's topics and odometry start."""
+
+    origins: list[float] = param([], "x, y, yaw (m, m, rad) per agent in the world frame: where its odometry starts "
+                                 "(as the isaac_bridge's origins); [] = every robot at 0, 0, 0")
+    odom_topic: str = param(names.ODOM, "odometry topic in a robot's namespace (nav_msgs/Odometry): the sources")
+    cmd_vel_in_topic: str = param(names.CMD_VEL_NAV, "velocity command topic in a robot's namespace the monitor "
+                                  "checks (geometry_msgs/Twist, the executor's output)")
+    cmd_vel_out_topic: str = param(names.CMD_VEL, "velocity command topic in a robot's namespace the monitor sends "
+                                   "to the motors (geometry_msgs/Twist)")
+    autostart: bool = autostart_param()
+    diagnostics_period_s: float = diagnostics_period_param()
+
+    def validate(self) -> None:
+        """The monitor's rules, one origin per agent, and distinct topic names."""
+        super().validate()
+        if self.origins and len(self.origins) != 3 * len(self.agents):
+            raise ConfigError("origins", f"{len(self.origins)} values: 3 per agent ({3 * len(self.agents)}) or none")
+        for name in ("odom_topic", "cmd_vel_in_topic", "cmd_vel_out_topic"):
+            if not getattr(self, name).strip("/"):
+                raise ConfigError(name, "must not be empty")
+        if self.cmd_vel_in_topic.strip("/") == self.cmd_vel_out_topic.strip("/"):
+            raise ConfigError("cmd_vel_out_topic", "must differ from cmd_vel_in_topic (the monitor would hear itself)")
+
+    def origin(self, agent: str) -> Pose2D:
+        """Where the agent's odometry starts."""
+        if not self.origins:
+            return Pose2D(0.0, 0.0, 0.0)
+        i = 3 * self.agents.index(agent)
+        return Pose2D(*self.origins[i:i + 3])
+
+
+def robot_topic(robot: str, relative: str) -> str:
+    """The absolute name of topic `relative` in robot namespace `robot` (Isaac Sim's OmniGraph nodeNamespace)."""
+    return f"/{robot.strip('/')}/{relative.strip('/')}"
+
+
+NODE_COUNTS = ("inactive_commands", "malformed_odometry", "stops_reported")
+
+
+class CollisionMonitorNode(ReleasingLifecycleNode):
+    """Thin lifecycle shell: odometry -> the monitor's sources; each cmd_vel_nav -> the zones -> cmd_vel."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("collision_monitor", **kwargs)
+        self.config: Optional[CmdVelMonitorConfig] = None
+        self.monitor: Optional[CollisionMonitor] = None
+        self.motors: dict[str, object] = {}
+        self.active = False
+        self.counts = Counters(NODE_COUNTS, warn=["malformed_odometry"])
+        self.group = MutuallyExclusiveCallbackGroup()  # every callback of the node, one at a time
+        declare_parameters(self, CmdVelMonitorConfig, enforce_ranges=False)  # checked at configure (read_config)
+        self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
+        period = self.get_parameter("diagnostics_period_s").value
+        steady_timer(self, period if isinstance(period, float) and 0.05 <= period <= 3600.0 else 1.0,
+                     self.publish_diagnostics, self.group)
+
+    @serialized
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Validate the parameters; create each robot's odometry and command topics, the state and outcomes."""
+        try:
+            cfg = read_config(self, CmdVelMonitorConfig)
+            reject_undeclared(self)
+        except ConfigError as exc:
+            self.last_error = f"configure failed: {exc}"
+            self.get_logger().error(self.last_error)
+            return TransitionCallbackReturn.FAILURE
+        self.config, self.last_error = cfg, ""
+        self.monitor = CollisionMonitor(cfg)
+        self.state_pub = self.configured(self.create_publisher(CollisionMonitorState, names.COLLISION_MONITOR_STATE,
+                                                               qos.EVENTS))
+        self.outcome_pub = self.configured(self.create_publisher(ExecutionOutcome, names.OUTCOMES, qos.EVENTS))
+        for agent in cfg.agents:
+            self.motors[agent] = self.configured(self.create_publisher(
+                Twist, robot_topic(agent, cfg.cmd_vel_out_topic), qos.SIM_COMMANDS))
+            self.configured(self.create_subscription(Odometry, robot_topic(agent, cfg.odom_topic),
+                                                     partial(self.on_odom, agent), qos.ROBOT_FEEDBACK,
+                                                     callback_group=self.group))
+            self.configured(self.create_subscription(Twist, robot_topic(agent, cfg.cmd_vel_in_topic),
+                                                     partial(self.on_command, agent), qos.SIM_COMMANDS,
+                                                     callback_group=self.group))
+        self.state_label = "inactive"
+        self.get_logger().info(f"guarding {', '.join(cfg.agents)}: {cfg.cmd_vel_in_topic} -> {cfg.cmd_vel_out_topic}"
+                               f", zones {', '.join(cfg.zones)}" + ("" if cfg.enable else " (disabled: passing)"))
+        return TransitionCallbackReturn.SUCCESS
+
+    @serialized
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Let commands through the zones."""
+        self.active, self.state_label = True, "active"
+        return super().on_activate(state)
+
+    @serialized
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop every robot; nothing passes while inactive."""
+        self.hold()
+        self.active, self.state_label = False, "inactive"
+        return super().on_deactivate(state)
+
+    def _release(self) -> None:
+        """Cleanup and shutdown: stop the robots and forget them (the base then destroys configure's topics)."""
+        self.hold()
+        self.active = False
+        self.motors, self.monitor, self.config = {}, None, None
+
+    def hold(self) -> None:
+        """A zero velocity to every robot (a differential controller keeps the last command it got)."""
+        for motor in self.motors.values():
+            motor.publish(Twist())
+
+    @serialized
+    def on_odom(self, agent: str, msg: Odometry) -> None:
+        """A robot's odometry: where the monitor senses it (and every other robot's obstacle)."""
+        monitor = self.monitor
+        if monitor is None:
+            return
+        try:
+            monitor.sense(agent, convert.sensed_from_odom(msg, self.config.origin(agent), time.monotonic()))
+        except InvalidInput as exc:
+            self.counts.add("malformed_odometry")
+            self.get_logger().warn(f"{agent}: odometry dropped: {exc}", throttle_duration_sec=5.0)
+
+    @serialized
+    def on_command(self, agent: str, msg: Twist) -> None:
+        """One velocity command: through the zones to the motors; a change of state published, a stop reported."""
+        monitor = self.monitor
+        if monitor is None or not self.active:
+            self.counts.add("inactive_commands")
+            return
+        guarded = monitor.guard(agent, (msg.linear.x, msg.linear.y, msg.linear.z), msg.angular.z, time.monotonic())
+        self.motors[agent].publish(convert.twist_let_through(msg, guarded.motion, guarded.verdict))
+        stamp = self.get_clock().now().to_msg()
+        if guarded.changed:
+            self.state_pub.publish(convert.state_msg(agent, guarded.verdict, stamp))
+        if guarded.began and guarded.verdict.action is ZoneAction.STOP:
+            self.counts.add("stops_reported")
+            self.outcome_pub.publish(convert.stop_outcome(agent, guarded.verdict, stamp, COMMAND))
+            self.get_logger().warning(f"{agent}: stopped: {guarded.verdict.detail}")
+
+    def publish_diagnostics(self) -> None:
+        """The node's state, its counts and the monitor's (commands, interventions per agent and zone)."""
+        health = Health({"state": self.state_label}, errors=(self.last_error,) if self.last_error else ()) + \
+            self.counts.health() + (self.monitor.health() if self.monitor is not None else Health())
+        self.diag_pub.publish(health_array(f"{self.get_name()}: collision monitor", health,
+                                           self.get_clock().now().to_msg()))
+
+
+def main(args=None) -> int:
+    """`ros2 run brace_safety cmd_vel_monitor` (configures and activates itself with `autostart`)."""
+    return spin_node(CollisionMonitorNode, "collision_monitor", args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

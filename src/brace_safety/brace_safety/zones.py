@@ -1,0 +1,174 @@
+"""The collision monitor's zones (ROS-free): what each does to one agent's commanded motion.
+
+Nav2's collision_monitor is the model: the zones act on the commanded motion, never on the plan, from what the
+world senses. Three zones around an agent, each named by its action (docs/safety.md):
+- stop: an obstacle closer than `hazard_distance_m` -> motion closing on it is stopped;
+- slowdown: closer than `slowdown_distance_m` -> motion closing on it is scaled by `slowdown_ratio`;
+- approach: the command is simulated forward; if it would bring the stop zone's edge within
+  `time_before_collision_s`, it is scaled so that, at the speed let through, the edge is that far away in time.
+Unlike Nav2's polygons, a zone acts only on motion that closes on the obstacle, so an agent can always move away.
+Distances are between centres (an agent's, another agent's); for a keep-out box, from the agent's point to the box.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+from brace_common.config import ConfigError, check_fields, param
+from brace_common.vocabulary import ZoneAction
+
+Vec3 = tuple[float, float, float]
+ZONES = tuple(a.label for a in ZoneAction if a is not ZoneAction.NONE)
+"""The zones a monitor can have, in priority order: stop, slowdown, approach."""
+CLOSING_M = 1e-6
+"""A command closes on an obstacle when one simulation step brings it nearer by more than this (m)."""
+
+
+@dataclass
+class ZoneConfig:
+    """The zones of one monitor: which act, and their sizes (one field = one ROS parameter)."""
+
+    enable: bool = param(True, "act on commanded motion (false: every command passes unchanged; the state is still "
+                         "measured and published)")
+    zones: list[str] = param(list(ZONES), "zones that act, of stop, slowdown, approach (docs/safety.md)")
+    hazard_distance_m: float = param(1.0, "radius of the stop zone: motion closing on an obstacle nearer than this "
+                                     "(centres; a keep-out box: from the agent's point) is stopped (m)", 0.01, 1000.0)
+    slowdown_distance_m: float = param(2.0, "radius of the slowdown zone: motion closing on an obstacle nearer than "
+                                       "this is scaled by slowdown_ratio (m)", 0.01, 1000.0)
+    slowdown_ratio: float = param(0.5, "speed let through in the slowdown zone / speed commanded", 0.0, 1.0)
+    time_before_collision_s: float = param(2.0, "approach zone: closing motion is scaled so the stop zone is at "
+                                           "least this far away in time at the speed let through (s)", 0.05, 60.0)
+    simulation_time_step_s: float = param(0.1, "time step of the forward simulation of a command (s)", 0.005, 1.0)
+    footprint_radius_m: float = param(0.3, "radius of an agent's footprint (m); hazard_distance_m must exceed two "
+                                      "(two agents' footprints never touch outside the stop zone)", 0.0, 100.0)
+
+    def validate(self) -> None:
+        """Ranges, known zones, and sizes that nest (slowdown outside stop; stop outside two footprints)."""
+        check_fields(self)
+        unknown = sorted(set(self.zones) - set(ZONES))
+        if unknown or len(set(self.zones)) != len(self.zones):
+            raise ConfigError("zones", f"{self.zones}: each of {', '.join(ZONES)} at most once")
+        if "slowdown" in self.zones and self.slowdown_distance_m <= self.hazard_distance_m:
+            raise ConfigError("slowdown_distance_m", f"{self.slowdown_distance_m} must exceed hazard_distance_m "
+                              f"{self.hazard_distance_m} (the slowdown zone surrounds the stop zone)")
+        if self.hazard_distance_m <= 2.0 * self.footprint_radius_m:
+            raise ConfigError("hazard_distance_m", f"{self.hazard_distance_m} must exceed two footprint_radius_m "
+                              f"({2.0 * self.footprint_radius_m:g}): agents would touch outside the stop zone")
+        if self.simulation_time_step_s > self.time_before_collision_s:
+            raise ConfigError("simulation_time_step_s", f"{self.simulation_time_step_s} is longer than "
+                              f"time_before_collision_s {self.time_before_collision_s}")
+
+
+@dataclass(frozen=True)
+class Obstacle:
+    """What a source sensed: another agent's centre moving at `velocity`, or a keep-out box (`half_extents_m`, axis
+    aligned about `position`)."""
+
+    id: str
+    position: Vec3
+    velocity: Vec3 = (0.0, 0.0, 0.0)
+    half_extents_m: Optional[Vec3] = None
+
+    def distance(self, point: Vec3, t: float = 0.0) -> float:
+        """Distance from `point` to this obstacle `t` seconds on (a box's: 0 inside it)."""
+        centre = tuple(c + v * t for c, v in zip(self.position, self.velocity, strict=True))
+        if self.half_extents_m is None:
+            return math.dist(point, centre)
+        return math.hypot(*(max(abs(p - c) - h, 0.0) for p, c, h in zip(point, centre, self.half_extents_m, strict=True)))
+
+
+@dataclass(frozen=True)
+class Motion:
+    """An agent's commanded motion from where it is: a velocity in its body frame (yaw about z) and a yaw rate; a
+    holonomic vehicle commanded in the world frame has yaw 0."""
+
+    position: Vec3
+    yaw: float
+    linear: Vec3
+    yaw_rate: float = 0.0
+
+    @property
+    def moving(self) -> bool:
+        """Whether the command moves the agent at all."""
+        return any(v != 0.0 for v in self.linear) or self.yaw_rate != 0.0
+
+    def scaled(self, ratio: float) -> Motion:
+        """The same motion at `ratio` of its speed (Nav2 scales the whole command, turning included)."""
+        return Motion(self.position, self.yaw, tuple(v * ratio for v in self.linear), self.yaw_rate * ratio)
+
+    def path(self, step_s: float, horizon_s: float) -> Iterator[tuple[float, Vec3]]:
+        """(t, position) every `step_s` up to `horizon_s`, the command held (a unicycle when the yaw rate is set)."""
+        (x, y, z), yaw = self.position, self.yaw
+        vx, vy, vz = self.linear
+        for k in range(1, max(1, round(horizon_s / step_s)) + 1):
+            mid = yaw + self.yaw_rate * step_s / 2.0
+            c, s = math.cos(mid), math.sin(mid)
+            x, y, z = x + (c * vx - s * vy) * step_s, y + (s * vx + c * vy) * step_s, z + vz * step_s
+            yaw += self.yaw_rate * step_s
+            yield k * step_s, (x, y, z)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the zones did to one command: the action, the speed let through / commanded, and why."""
+
+    action: ZoneAction
+    speed_ratio: float
+    obstacle: str = ""
+    distance_m: float = math.nan
+    detail: str = ""
+
+
+def nearest(point: Vec3, obstacles: Iterable[Obstacle]) -> tuple[str, float]:
+    """(id, distance) of the obstacle nearest `point`; ("", NaN) without any."""
+    return min(((o.id, o.distance(point)) for o in obstacles), key=lambda e: e[1], default=("", math.nan))
+
+
+def check(cfg: ZoneConfig, motion: Motion, obstacles: Sequence[Obstacle]) -> Verdict:
+    """The zones' verdict on `motion` among `obstacles`: the most restrictive action any zone calls for on any
+    obstacle (a tie goes to the higher-priority zone); NONE with the nearest obstacle when nothing acts."""
+    near, near_m = nearest(motion.position, obstacles)
+    passed = Verdict(ZoneAction.NONE, 1.0, near, near_m)
+    if not cfg.enable or not motion.moving or not obstacles:
+        return passed
+    path = list(motion.path(cfg.simulation_time_step_s, cfg.time_before_collision_s))
+    verdicts = [v for obstacle in obstacles for v in _zone_verdicts(cfg, motion, obstacle, path)]
+    return min(verdicts, key=lambda v: (v.speed_ratio, v.action), default=passed)
+
+
+def _zone_verdicts(cfg: ZoneConfig, motion: Motion, obstacle: Obstacle,
+                   path: list[tuple[float, Vec3]]) -> Iterator[Verdict]:
+    d0 = obstacle.distance(motion.position)
+    t1, p1 = path[0]
+    if obstacle.distance(p1, t1) >= d0 - CLOSING_M:
+        return  # moving away from it, or past it: no zone acts on that
+    zones = cfg.zones
+    if "stop" in zones and d0 < cfg.hazard_distance_m:
+        yield Verdict(ZoneAction.STOP, 0.0, obstacle.id, d0,
+                      f"closing on {obstacle.id} at {d0:.2f} m < {cfg.hazard_distance_m:g} m")
+    if "slowdown" in zones and d0 < cfg.slowdown_distance_m:
+        yield Verdict(ZoneAction.SLOWDOWN, cfg.slowdown_ratio, obstacle.id, d0,
+                      f"closing on {obstacle.id} at {d0:.2f} m < {cfg.slowdown_distance_m:g} m")
+    if "approach" in zones:
+        reached = _reached(cfg.hazard_distance_m, d0, obstacle, path)
+        if reached is not None:
+            yield Verdict(ZoneAction.APPROACH, reached / cfg.time_before_collision_s, obstacle.id, d0,
+                          f"{obstacle.id} within {cfg.hazard_distance_m:g} m in {reached:.2f} s < "
+                          f"{cfg.time_before_collision_s:g} s")
+
+
+def _reached(radius_m: float, d0: float, obstacle: Obstacle, path: list[tuple[float, Vec3]]) -> Optional[float]:
+    """When the path first comes within `radius_m` of the obstacle, interpolated between simulation steps (a time
+    rounded up to a step would let a slow approach creep into the zone); 0 when it starts inside, None if never."""
+    if d0 < radius_m:
+        return 0.0
+    before_t, before_d = 0.0, d0
+    for t, p in path:
+        d = obstacle.distance(p, t)
+        if d < radius_m:
+            return before_t + (t - before_t) * (before_d - radius_m) / (before_d - d)
+        before_t, before_d = t, d
+    return None

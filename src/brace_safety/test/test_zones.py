@@ -1,0 +1,134 @@
+"""The zones: each action on a closing command, nothing on motion away, the approach's scaling, keep-out boxes, the
+rules of the config, and (property) two agents driven at each other never inside the stop zone."""
+
+import math
+
+import pytest
+from brace_safety.zones import Motion, Obstacle, ZoneConfig, check
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from brace_common.config import ConfigError
+from brace_common.vocabulary import ZoneAction
+
+CFG = ZoneConfig(hazard_distance_m=1.0, slowdown_distance_m=2.0, slowdown_ratio=0.5, time_before_collision_s=2.0,
+                 simulation_time_step_s=0.1, footprint_radius_m=0.3)
+
+
+def toward_x(x: float, speed: float = 1.0) -> Motion:
+    """An agent at (x, 0, 0) driving along +x."""
+    return Motion((x, 0.0, 0.0), 0.0, (speed, 0.0, 0.0))
+
+
+OTHER = Obstacle("b", (0.0, 0.0, 0.0))
+
+
+def test_closing_inside_the_stop_zone_is_stopped():
+    verdict = check(CFG, toward_x(-0.8), [OTHER])
+    assert (verdict.action, verdict.speed_ratio, verdict.obstacle) == (ZoneAction.STOP, 0.0, "b")
+    assert verdict.distance_m == pytest.approx(0.8) and "closing on b" in verdict.detail
+
+
+def test_moving_away_inside_the_stop_zone_passes():
+    verdict = check(CFG, toward_x(0.8), [OTHER])
+    assert (verdict.action, verdict.speed_ratio, verdict.obstacle) == (ZoneAction.NONE, 1.0, "b")
+
+
+def test_closing_inside_the_slowdown_zone_is_slowed():
+    verdict = check(CFG, toward_x(-1.5, speed=0.2), [OTHER])   # the stop zone 2.5 s away: the approach lets it be
+    assert (verdict.action, verdict.speed_ratio) == (ZoneAction.SLOWDOWN, 0.5)
+    fast = check(CFG, toward_x(-1.5, speed=1.0), [OTHER])      # 0.5 s away: the approach is the more restrictive
+    assert (fast.action, fast.speed_ratio) == (ZoneAction.APPROACH, pytest.approx(0.25))
+
+
+def test_the_approach_scales_the_command_so_the_stop_zone_is_the_time_away():
+    # 3 m out at 1 m/s: the stop zone's edge (1 m) is 2 m = 2 s away: just not within 2 s; at 2.5 m it is 1.5 s.
+    assert check(CFG, toward_x(-3.05), [OTHER]).action is ZoneAction.NONE
+    verdict = check(CFG, toward_x(-2.5), [OTHER])
+    assert verdict.action is ZoneAction.APPROACH
+    assert verdict.speed_ratio == pytest.approx(1.5 / 2.0)  # the edge reached in 1.5 s (between two steps)
+
+
+def test_the_most_restrictive_zone_of_all_obstacles_wins():
+    far, near = Obstacle("far", (0.0, 0.0, 0.0)), Obstacle("near", (-1.2, 0.3, 0.0))
+    verdict = check(CFG, toward_x(-2.0), [far, near])
+    assert (verdict.action, verdict.obstacle) == (ZoneAction.STOP, "near")
+
+
+def test_a_command_past_an_obstacle_beside_it_passes():
+    side = Motion((0.0, -0.5, 0.0), -math.pi / 2, (1.0, 0.0, 0.0))   # driving along -y, away from b at the origin
+    assert check(CFG, side, [OTHER]).action is ZoneAction.NONE
+
+
+def test_a_turning_unicycle_is_simulated_along_its_arc():
+    # At (-3, 0) heading +y and turning right at 0.5 rad/s: the arc bends toward b but the straight line does not.
+    curving = Motion((-3.0, 0.0, 0.0), math.pi / 2, (1.0, 0.0, 0.0), yaw_rate=-0.5)
+    straight = Motion((-3.0, 0.0, 0.0), math.pi / 2, (1.0, 0.0, 0.0))
+    assert check(CFG, straight, [OTHER]).action is ZoneAction.NONE
+    assert check(CFG, curving, [Obstacle("b", (-1.2, 1.5, 0.0))]).action is ZoneAction.APPROACH
+
+
+def test_a_moving_obstacle_is_met_where_it_will_be():
+    oncoming = Obstacle("b", (0.0, 0.0, 0.0), velocity=(-1.0, 0.0, 0.0))
+    assert check(CFG, toward_x(-4.0), [OTHER]).action is ZoneAction.NONE
+    verdict = check(CFG, toward_x(-4.0), [oncoming])
+    assert verdict.action is ZoneAction.APPROACH and verdict.speed_ratio == pytest.approx(1.5 / 2.0)  # 3 m at 2 m/s
+
+
+def test_a_keep_out_box_is_measured_from_its_surface():
+    box = Obstacle("bowl", (0.0, 0.0, 0.0), half_extents_m=(0.5, 0.5, 0.5))
+    assert box.distance((0.2, 0.1, 0.0)) == 0.0 and box.distance((1.5, 0.5, 0.5)) == pytest.approx(1.0)
+    verdict = check(CFG, toward_x(-1.4), [box])
+    assert (verdict.action, verdict.distance_m) == (ZoneAction.STOP, pytest.approx(0.9))
+
+
+def test_without_motion_or_when_disabled_nothing_acts_but_the_nearest_is_reported():
+    still = Motion((-0.8, 0.0, 0.0), 0.0, (0.0, 0.0, 0.0))
+    assert check(CFG, still, [OTHER]) .action is ZoneAction.NONE
+    off = ZoneConfig(**{**CFG.__dict__, "enable": False})
+    verdict = check(off, toward_x(-0.8), [OTHER])
+    assert (verdict.action, verdict.speed_ratio, verdict.obstacle) == (ZoneAction.NONE, 1.0, "b")
+    assert verdict.distance_m == pytest.approx(0.8)
+
+
+def test_zones_left_out_do_not_act():
+    approach_only = ZoneConfig(**{**CFG.__dict__, "zones": ["approach"]})
+    verdict = check(approach_only, toward_x(-0.8), [OTHER])   # inside the stop zone: the approach stops it
+    assert (verdict.action, verdict.speed_ratio) == (ZoneAction.APPROACH, 0.0)
+    assert check(approach_only, toward_x(-1.5), [OTHER]).action is ZoneAction.APPROACH
+
+
+@pytest.mark.parametrize("change, parameter", [
+    ({"zones": ["stop", "brake"]}, "zones"),
+    ({"zones": ["stop", "stop"]}, "zones"),
+    ({"slowdown_distance_m": 0.9}, "slowdown_distance_m"),
+    ({"hazard_distance_m": 0.5}, "hazard_distance_m"),
+    ({"simulation_time_step_s": 0.5, "time_before_collision_s": 0.2}, "simulation_time_step_s"),
+    ({"slowdown_ratio": 1.5}, "slowdown_ratio"),
+])
+def test_a_bad_config_names_its_parameter(change, parameter):
+    with pytest.raises(ConfigError) as err:
+        ZoneConfig(**{**CFG.__dict__, **change}).validate()
+    assert err.value.parameter == parameter
+
+
+@settings(max_examples=25, deadline=None)
+@given(start=st.floats(1.2, 8.0), speed=st.floats(0.05, 3.0), offset=st.floats(-0.5, 0.5),
+       period=st.sampled_from([0.02, 0.05, 0.1]))
+def test_two_agents_driven_at_each_other_never_enter_the_stop_zone(start, speed, offset, period):
+    """Both commanded straight at the other every control period (a hostile planner); each command passes the
+    monitor with the other where it was sensed, standing still."""
+    a, b = [-start / 2, 0.0, 0.0], [start / 2, offset, 0.0]
+    closest = math.dist(a, b)
+    for _ in range(int(8.0 / period)):
+        moves = []
+        for me, other in ((a, b), (b, a)):
+            heading = math.atan2(other[1] - me[1], other[0] - me[0])
+            verdict = check(CFG, Motion(tuple(me), heading, (speed, 0.0, 0.0)), [Obstacle("o", tuple(other))])
+            v = speed * verdict.speed_ratio
+            moves.append((v * math.cos(heading) * period, v * math.sin(heading) * period))
+        for p, (dx, dy) in zip((a, b), moves, strict=True):
+            p[0] += dx
+            p[1] += dy
+        closest = min(closest, math.dist(a, b))
+    assert closest >= min(CFG.hazard_distance_m, start) - 1e-9
