@@ -143,7 +143,8 @@ class TriggerMonitorNode(Node):
             self.rejections.reject("outcome", exc, msg.agent_id)
             return
         preempted = msg.failure == ExecutionOutcome.FAILURE_PREEMPTED
-        self.publish(self.monitor.on_outcome(agent_id, success, detail, preempted))
+        stopped = msg.failure == ExecutionOutcome.FAILURE_SAFETY_STOP
+        self.publish(self.monitor.on_outcome(agent_id, success, detail, preempted, stopped))
 
     def on_verdict(self, msg: VerifierVerdict) -> None:
         """A confident verifier violation raises a preempt trigger."""

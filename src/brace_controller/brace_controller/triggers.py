@@ -314,10 +314,14 @@ class TriggerMonitor:
                 self.initial_pending.add(agent)
         self.states[agent] = state
 
-    def on_outcome(self, agent: str, success: bool, detail: str = "", preempted: bool = False) -> list[Trigger]:
+    def on_outcome(self, agent: str, success: bool, detail: str = "", preempted: bool = False,
+                   safety_stop: bool = False) -> list[Trigger]:
         """An execution outcome; may raise a failure trigger, and with recap_refine a refine trigger for a step that
         succeeded. A step the visual verifier preempted counts as a failure but raises none: its verdict raised the
-        preempt trigger already."""
+        preempt trigger already. A collision monitor's stop is a hazard, not a failed step: it raises a hazard
+        trigger and leaves the failure count alone."""
+        if safety_stop:
+            return [self._with_failures(Trigger(TriggerKind.HAZARD, agent, self.step, severity=1.0, detail=detail))]
         trigger = self.failure.update(agent, self.step, success, detail)
         raised = [self._with_failures(trigger)] if trigger and not preempted else []
         if success and self.config.recap_refine:  # ReCAP: a primitive ran, ρ may refine its frame (line 10)

@@ -100,6 +100,10 @@ def test_failures_and_verdicts_raise_triggers(ros):
     failures = world.of_kind(TriggerEvent.KIND_FAILURE)
     assert [t.consecutive_failures for t in failures] == [2, 3] and failures[0].detail == "slipped"
     assert world.of_kind(TriggerEvent.KIND_PREEMPT)[0].agent_id == "b"
+    world.outcomes.publish(ExecutionOutcome(agent_id="b", action="cmd_vel", success=False, detail="stopped",
+                                            failure=ExecutionOutcome.FAILURE_SAFETY_STOP))
+    wait_for(lambda: world.of_kind(TriggerEvent.KIND_HAZARD), what="the collision monitor's stop as a hazard")
+    assert world.of_kind(TriggerEvent.KIND_HAZARD)[0].agent_id == "b" and len(world.triggers) == 4
 
 
 def test_malformed_inputs_are_counted(ros):

@@ -167,6 +167,14 @@ def test_monitor_attaches_failure_count_to_every_trigger():
     assert mon.on_verdict("a", True, 0.1) == [] and mon.on_verdict("a", False, 1.0) == []
 
 
+def test_a_collision_monitors_stop_is_a_hazard_not_a_failed_step():
+    mon = TriggerMonitor(MonitorConfig(agents=["a"], failure_threshold=1))
+    mon.on_outcome("a", False, "slipped")
+    hazard = mon.on_outcome("a", False, "collision monitor: stop: closing on b at 0.90 m < 1 m", safety_stop=True)
+    assert [(t.kind, t.severity, t.consecutive_failures) for t in hazard] == [(TriggerKind.HAZARD, 1.0, 1)]
+    assert "closing on b" in hazard[0].detail and mon.failure.consecutive["a"] == 1   # neither counted nor reset
+
+
 def test_monitor_says_whether_the_agent_still_has_an_unfinished_plan():
     mon = TriggerMonitor(MonitorConfig(agents=["a", "b", "c"], periodic_interval_steps=2, plan_done_idle_steps=0))
     mon.on_state("a", at(0.0, goal=True))
