@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import rclpy
-from brace_msgs.msg import Episode, Plan, ReplanCall, ReplanDecision
+from brace_msgs.msg import CollisionMonitorState, Episode, Plan, ReplanCall, ReplanDecision
 from rclpy.executors import ExternalShutdownException
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
@@ -37,7 +37,7 @@ from brace_common import names
 from brace_common.clock import seconds_of
 from brace_common.convert import decision_from_msg, plan_signature
 from brace_common.episode import episode_from_msg
-from brace_common.vocabulary import CallStatus, EpisodeEvent
+from brace_common.vocabulary import CallStatus, EpisodeEvent, ZoneAction
 
 from .audit_recorder_node import message_class
 from .audit_report import CallRow, RunRecords, phase_breakdown, summary, suppression_rows
@@ -48,7 +48,7 @@ from .recorded_types import RecordedTypes
 from .run_tables import run_tables, world_tables
 
 REPORTED = {names.REPLAN_CALLS: ReplanCall, names.DECISIONS: ReplanDecision, names.PLAN: Plan,
-            names.EPISODE: Episode}
+            names.EPISODE: Episode, names.COLLISION_MONITOR_STATE: CollisionMonitorState}
 """The topics a report reads, by their relative name (a bag of any namespace reads the same)."""
 
 
@@ -68,6 +68,7 @@ class RecordCollector:
         self.last_ns = 0
         self.first_start_s: float | None = None  # the first episode start's stamp (s)
         self.last_end_s: float | None = None     # the last episode end's stamp (s)
+        self.zone_actions: dict[str, int] = {}   # each agent's latest collision monitor action
 
     @property
     def records(self) -> RunRecords:
@@ -119,6 +120,20 @@ class RecordCollector:
                 self.malformed += 1
         elif role == names.PLAN:
             self._records.plans.append((self.episode, msg.agent_id, plan_signature(msg)))
+        elif role == names.COLLISION_MONITOR_STATE:
+            self._add_zone_action(msg)
+
+    def _add_zone_action(self, msg) -> None:
+        # An intervention begins when an agent's action changes to a zone's (the monitor's own counting rule).
+        self._records.monitored = True
+        try:
+            action = ZoneAction(msg.action)
+        except ValueError:
+            self.malformed += 1
+            return
+        if action is not ZoneAction.NONE and self.zone_actions.get(msg.agent_id) != action:
+            self._records.interventions.append((self.episode, msg.agent_id, action))
+        self.zone_actions[msg.agent_id] = action
 
 
 EXIT_INTACT, EXIT_RECOVERED, EXIT_UNREADABLE = 0, 1, 2

@@ -48,6 +48,7 @@ TOPICS: dict[str, tuple[str, QoSProfile]] = {
     names.CONTROLLER_STATE: ("brace_msgs/msg/ControllerState", qos.STATE),
     names.SERVER_LOAD: ("brace_msgs/msg/ServerLoad", qos.STATE),
     names.MARKERS: ("visualization_msgs/msg/MarkerArray", qos.MARKERS),
+    names.COLLISION_MONITOR_STATE: ("brace_msgs/msg/CollisionMonitorState", qos.EVENTS),
     names.CLOCK: ("rosgraph_msgs/msg/Clock", qos.CLOCK),
 }
 

@@ -17,7 +17,7 @@ from typing import Optional
 
 from brace_common.episode import PLANS_AGREEING, EpisodeResult
 from brace_common.replanning import Decision
-from brace_common.vocabulary import CallStatus, Phase, RecapKind, TriggerKind
+from brace_common.vocabulary import CallStatus, Phase, RecapKind, TriggerKind, ZoneAction
 
 from .metrics import churn_ratio, latency_summary, suppression_audit, trigger_audit
 
@@ -138,6 +138,8 @@ class RunRecords:
     episodes: list[EpisodeResult] = field(default_factory=list)
     duration_s: float = 0.0
     ledger: EpisodeLedger = field(default_factory=EpisodeLedger)  # episode starts / ends / calls, for integrity
+    interventions: list[tuple[int, str, ZoneAction]] = field(default_factory=list)  # (episode, agent, zone) begun
+    monitored: bool = False   # a collision monitor's state was recorded (its counts are 0, not unknown)
 
 
 def _mean(values) -> float:
@@ -222,8 +224,20 @@ def summary(run: RunRecords) -> dict:
         "triggers": len(run.decisions),
         "suppressed": sum(not d.admitted for _, d in run.decisions),
         "steps": _mean(e.steps for e in run.episodes),
+        **intervention_counts(run),
         **metric_summary(run.episodes),
     }
+
+
+INTERVENTION_COLUMNS = {ZoneAction.STOP: "safety_stops", ZoneAction.SLOWDOWN: "slowdowns",
+                        ZoneAction.APPROACH: "approaches"}
+"""The report's column of each collision monitor zone: interventions begun (an agent held for many commands is one)."""
+
+
+def intervention_counts(run: RunRecords) -> dict[str, float]:
+    """The collision monitor's interventions per zone over the run (NaN for a run without a monitor)."""
+    counts = Counter(zone for _, _, zone in run.interventions)
+    return {column: counts[zone] if run.monitored else math.nan for zone, column in INTERVENTION_COLUMNS.items()}
 
 
 def phase_breakdown(run: RunRecords) -> list[dict]:
@@ -305,6 +319,8 @@ def report(runs: list[RunRecords]) -> str:
              "\n## Episodes and churn\n",
              markdown(rows, ["variant", "delivered", "steps", *measured, "calls", "planner_errors", "steps_vetoed",
                              "deadline_misses", "unanswered", "changes_per_episode", "churn"])]
+    if any(r.monitored for r in runs):
+        parts += ["\n## Collision monitor\n", markdown(rows, ["variant", *INTERVENTION_COLUMNS.values()])]
     for r in runs:
         parts += [f"\n## Phase breakdown, {r.variant or 'run'} (paper Table 16 columns)\n", markdown(phase_breakdown(r)),
                   f"\n## Suppressed triggers, {r.variant or 'run'} (paper Table 10)\n", markdown(suppression_rows(r)),

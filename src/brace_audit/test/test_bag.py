@@ -564,3 +564,29 @@ def test_a_bag_recorded_before_a_field_was_added_reads_with_the_definition_it_ho
     assert [(agent, signature) for _e, agent, signature in audit.records.plans] == [("arm_0", plan_signature(plan))]
     print_integrity(tmp_path / "bag", audit)
     assert "1 messages recorded with older message definitions" in capsys.readouterr().err
+
+
+def test_the_collision_monitors_interventions_are_recounted_from_the_bag(tmp_path):
+    from brace_msgs.msg import CollisionMonitorState as Zone
+
+    from brace_audit.audit_report import report, summary
+    from brace_common.vocabulary import ZoneAction
+
+    writer = BagWriter(tmp_path / "bag")
+    writer.add_topic("/brace/episode", "brace_msgs/msg/Episode")
+    writer.add_topic("/brace/collision_monitor_state", "brace_msgs/msg/CollisionMonitorState")
+    writer.write("/brace/episode", serialize_message(Episode(event=0, episode=0, world="isaac_sim")), 1)
+    actions = [("a", ZoneAction.APPROACH), ("a", ZoneAction.STOP), ("b", ZoneAction.SLOWDOWN), ("a", ZoneAction.STOP),
+               ("a", ZoneAction.NONE), ("a", ZoneAction.STOP), ("b", ZoneAction.APPROACH), ("b", 9)]
+    for i, (agent, action) in enumerate(actions):   # a state is published when the action or obstacle changes
+        writer.write("/brace/collision_monitor_state", serialize_message(Zone(agent_id=agent, action=int(action))),
+                     10 + i)
+    writer.write("/brace/episode", serialize_message(Episode(event=1, episode=0, success=True)), 100)
+    writer.close()
+    audit = audit_bag(tmp_path / "bag")
+    assert audit.records.interventions == [(0, "a", ZoneAction.APPROACH), (0, "a", ZoneAction.STOP),
+                                           (0, "b", ZoneAction.SLOWDOWN), (0, "a", ZoneAction.STOP),
+                                           (0, "b", ZoneAction.APPROACH)]
+    row = summary(audit.records)
+    assert (row["safety_stops"], row["slowdowns"], row["approaches"]) == (2, 1, 2)
+    assert "1 malformed" in audit.note and "## Collision monitor" in report([audit.records])

@@ -87,7 +87,7 @@ def test_table_32_sums_slips_and_failures_and_averages_duration(tmp_path):
     text = WORLD_TABLES["pickfruit"].report(runs, tmp_path)
     lines = text.splitlines()
     assert lines[0] == pickfruit_report.TITLE and lines[2].split()[:4] == ["brace_erecap", "2", "50%", "15.0"]
-    assert lines[2].endswith("1 / 3 / 0 / 0 / 0 / 0 / 0")
+    assert lines[2].endswith("1 / 3 / 0 / 0 / 0 / 0 / 0 / 0")
     (written,) = csv.DictReader((tmp_path / "table32.csv").open())
     assert written["failure_drop_slip"] == "3" and written["variant"] == "brace_erecap"
 
@@ -95,7 +95,7 @@ def test_table_32_sums_slips_and_failures_and_averages_duration(tmp_path):
 def test_the_real_robots_episodes_get_table_32_under_their_own_title(tmp_path):
     real = collect("brace_erecap", "real", 1, [episode(0, False, duration_s=40.0, failure_grasp=2)])
     text = world_tables([real], tmp_path)
-    assert text.splitlines()[0] == pickfruit_report.REAL_TITLE and text.splitlines()[2].endswith("2 / 0 / 0 / 0 / 0 / 0 / 0")
+    assert text.splitlines()[0] == pickfruit_report.REAL_TITLE and text.splitlines()[2].endswith("2 / 0 / 0 / 0 / 0 / 0 / 0 / 0")
     (written,) = csv.DictReader((tmp_path / pickfruit_report.REAL_CSV).open())
     assert written["failure_grasp"] == "2" and not (tmp_path / pickfruit_report.CSV).exists()
 

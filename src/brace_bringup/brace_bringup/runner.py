@@ -32,12 +32,11 @@ from typing import Optional
 
 import rclpy
 import yaml
-from brace_msgs.msg import Episode, Plan, ReplanCall, ReplanDecision
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
-from brace_audit.audit import RecordCollector, write_csvs
+from brace_audit.audit import REPORTED, RecordCollector, write_csvs
 from brace_audit.audit_report import summary
 from brace_audit.run_tables import run_tables
 from brace_common import names, qos
@@ -58,8 +57,7 @@ class LiveCollector(Node):
 
         self.collector = RecordCollector(variant)
         self.lock = threading.Lock()
-        for topic, cls in ((names.REPLAN_CALLS, ReplanCall), (names.DECISIONS, ReplanDecision), (names.PLAN, Plan),
-                           (names.EPISODE, Episode)):
+        for topic, cls in REPORTED.items():
             self.create_subscription(cls, topic, lambda m, t=topic: self.on_message(t, m),
                                      qos.PLANS if topic == names.PLAN else qos.EVENTS)
 
