@@ -129,7 +129,11 @@ AIRSIM = Stack("airsim", (AIRSIM_BRIDGE, *control_nodes("airsim/control.yaml")),
 # settings (params/isaac/control.yaml). Every node follows Isaac's /clock.
 ISAAC_BRIDGE = NodeSpec("sim_bridges", "isaac_bridge", "isaac_bridge", ("isaac_bridge.yaml",), lifecycle=True,
                         node_class="sim_bridges.isaac.isaac_bridge_node:IsaacBridgeNode")
-ISAAC = Stack("isaac", (ISAAC_BRIDGE, *control_nodes("isaac/control.yaml")),
+# Every base's velocity command passes the collision monitor (brace_safety, docs/safety.md): the bridge sends
+# /<robot>/cmd_vel_nav, the monitor /<robot>/cmd_vel (Nav2's layout).
+ISAAC_MONITOR = NodeSpec("brace_safety", "cmd_vel_monitor", "collision_monitor", ("isaac/collision_monitor.yaml",),
+                         lifecycle=True, node_class="brace_safety.cmd_vel_monitor_node:CollisionMonitorNode")
+ISAAC = Stack("isaac", (ISAAC_BRIDGE, ISAAC_MONITOR, *control_nodes("isaac/control.yaml")),
               use_sim_time=True, description="robots in a running Isaac Sim through its ROS 2 bridge's topics",
               world="isaac_bridge")
 # TextWorld cooking games (docs/textworld.md): the player's commands are the plan's steps; the control stack with the

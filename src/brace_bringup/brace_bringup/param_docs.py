@@ -22,6 +22,7 @@ from brace_controller.config import ControllerConfig, ControllerNodeConfig, Moni
 from erecap_planner.config import PlannerConfig
 from robot_bridge.openvla.executor_config import ExecutorConfig
 from robot_bridge.orbbec.camera_config import CameraConfig
+from brace_safety.cmd_vel_monitor_node import CmdVelMonitorConfig
 from robot_bridge.pickfruit.operator_task_node import OperatorTaskConfig
 from robot_bridge.pickfruit.twin_world_node import TwinWorldConfig
 from robot_bridge.piper.piper_arm_config import PiperArmConfig
@@ -47,6 +48,7 @@ NODE_CONFIGS: dict[str, tuple[type, ...]] = {
     "visual_verifier": (VerifierConfig,),
     "operator_task": (OperatorTaskConfig,),
     "isaac_bridge": (IsaacBridgeConfig,),
+    "collision_monitor": (CmdVelMonitorConfig,),
     "airsim_bridge": (AirSimBridgeConfig,),
     "textworld_world": (TextWorldConfig,),
 }

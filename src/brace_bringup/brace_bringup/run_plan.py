@@ -35,6 +35,8 @@ from .run_config import RunConfig, intersection_of
 
 PLANNER_SERVER = "planner_server"
 AIRSIM_PEER = "airsim_peer"
+MONITOR = "collision_monitor"
+"""The collision monitor's node name in every stack that has one (launch argument collision_monitor)."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,8 @@ LAUNCH_ARGUMENTS = {
     "variant": ("brace_erecap", "the variant of the run configuration to start"),
     "namespace": (DEFAULT_NAMESPACE.strip("/"), "namespace of the stack's nodes and topics"),
     "output": ("", "run folder for the parameter file and the audit bag ('' = ./runs/launch_<time>)"),
+    "collision_monitor": ("true", "true: the collision monitor acts on commanded motion (stacks with one: isaac); "
+                                  "false: it passes every command unchanged, to compare"),
 }
 """The arguments of every launch file: name -> (default, description)."""
 
@@ -192,6 +196,8 @@ def plan_for_launch(arguments: Mapping[str, str]) -> RunPlan:
     output = Path(arguments["output"]) if arguments.get("output") else \
         Path.cwd() / "runs" / f"launch_{time.strftime('%Y%m%d_%H%M%S')}"
     extra: dict[str, dict] = {}
+    if MONITOR in cfg.stack.names and arguments.get("collision_monitor", "true").lower() == "false":
+        extra[MONITOR] = {"enable": False}
     peer = True
     if "airsim_bridge" in cfg.stack.names:
         bridge = extra.setdefault("airsim_bridge", {})

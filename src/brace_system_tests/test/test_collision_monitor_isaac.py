@@ -1,0 +1,128 @@
+"""The collision monitor between the isaac_bridge and Isaac Sim's bases (its stand-in, sim_bridges/test), over DDS,
+with the stack's parameter files: a hostile planner sends each of two bases to where the other stands. With the
+monitor they end at rest outside the stop zone, the approaches counted, and the trigger monitor raises a hazard for
+the stop; with it passing everything (collision_monitor:=false) the same plans bring them into contact."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+from brace_msgs.msg import CollisionMonitorState, ExecutionOutcome, Plan, PlanStep, TriggerEvent
+from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+
+from brace_bringup.run_config import params_dir
+from brace_common import qos
+from brace_common.config import load_ros_parameters
+from brace_common.names import DEFAULT_NAMESPACE as NS
+from brace_common.testing import wait_for
+from brace_controller.trigger_monitor_node import TriggerMonitorNode
+from brace_safety.cmd_vel_monitor_node import CollisionMonitorNode
+from sim_bridges.isaac.isaac_bridge_node import IsaacBridgeNode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sim_bridges" / "test"))  # Isaac Sim's stand-in
+from isaac_standin import IsaacStandIn  # noqa: E402
+
+ROBOTS = {"carter_1": "mobile", "carter_2": "mobile"}
+ORIGINS = [0.0, 0.0, 0.0, 3.0, 0.0, math.pi]   # 3 m apart, facing each other
+CONTACT_M = 0.8                                 # two footprints of the stack's parameter file (0.4 m each)
+
+
+def overrides(node: str, **values) -> list[Parameter]:
+    """The stack's parameter file for `node` (params/), under `values`."""
+    file = {"isaac_bridge": "isaac_bridge.yaml", "collision_monitor": "isaac/collision_monitor.yaml"}[node]
+    merged = {**load_ros_parameters(params_dir() / file, node), **values}
+    return [Parameter(k, Parameter.Type.NOT_SET) if v == [] else Parameter(k, value=v) for k, v in merged.items()]
+
+
+class HostilePlanner(Node):
+    """Sends each base a plan to where the other base stands, and keeps what the stack says back."""
+
+    def __init__(self) -> None:
+        super().__init__("hostile_planner", namespace=NS)
+        self.plans = self.create_publisher(Plan, "plan", qos.PLANS)
+        self.states: list[CollisionMonitorState] = []
+        self.outcomes: list[ExecutionOutcome] = []
+        self.triggers: list[TriggerEvent] = []
+        self.create_subscription(CollisionMonitorState, "collision_monitor_state", self.states.append, qos.INPUTS)
+        self.create_subscription(ExecutionOutcome, "outcomes", self.outcomes.append, qos.INPUTS)
+        self.create_subscription(TriggerEvent, "triggers", self.triggers.append, qos.INPUTS)
+
+    def at_each_other(self) -> None:
+        for i, (agent, goal) in enumerate((("carter_1", (3.0, 0.0)), ("carter_2", (0.0, 0.0)))):
+            plan = Plan(plan_id=f"hostile_{i}", agent_id=agent, steps=[
+                PlanStep(index=0, action="move_to", parameters_json=json.dumps({"x": goal[0], "y": goal[1]}))])
+            plan.header.stamp = self.get_clock().now().to_msg()
+            self.plans.publish(plan)
+
+
+def world_distance(sim: IsaacStandIn) -> float:
+    """The bases' centre distance in the world frame (each odometry pose placed by its origin)."""
+    (x1, y1, _), (x2, y2, _) = sim.pose["carter_1"], sim.pose["carter_2"]
+    return math.hypot(x1 - (3.0 - x2), y1 + y2)
+
+
+def graph(ros, enable: bool, **monitor_params):
+    bridge = IsaacBridgeNode(namespace=NS, parameter_overrides=overrides(
+        "isaac_bridge", use_sim_time=True, agents=list(ROBOTS), agent_kinds=list(ROBOTS.values()), origins=ORIGINS,
+        camera_agents=[], tasks=[f"{r}: cross the aisle." for r in ROBOTS],
+        task_goals=["carter_1: 3.0 0.0", "carter_2: 0.0 0.0"], move_timeout_s=20.0, max_linear_speed=0.6))
+    monitor = CollisionMonitorNode(namespace=NS, parameter_overrides=overrides(
+        "collision_monitor", agents=list(ROBOTS), origins=ORIGINS, static_obstacles=[], enable=enable,
+        diagnostics_period_s=0.2, **monitor_params))
+    for node in (bridge, monitor):
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.last_error
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    triggers = TriggerMonitorNode(namespace=NS, parameter_overrides=[
+        Parameter("agents", value=list(ROBOTS)), Parameter("hazard_distance_m", value=0.0)])
+    nodes = [ros.add(n) for n in (bridge, monitor, triggers)]
+    sim = ros.add(IsaacStandIn(ROBOTS, time_scale=2.0))
+    planner = ros.add(HostilePlanner())
+    wait_for(lambda: bridge.fleet.judge is not None, 30.0, "the episode started")
+    wait_for(lambda: planner.plans.get_subscription_count() > 0, what="the bridge's plan subscription")
+    return nodes, sim, planner
+
+
+def test_the_hostile_planner_drives_two_bases_at_each_other_and_the_monitor_keeps_them_apart(ros):
+    (_, monitor, _), sim, planner = graph(ros, enable=True)
+    closest = [math.inf]
+
+    def at_rest() -> bool:
+        closest[0] = min(closest[0], world_distance(sim))
+        return all(sim.cmd_vel[r] and abs(sim.cmd_vel[r][-1][0]) < 0.02 for r in ROBOTS) and closest[0] < 1.6
+
+    planner.at_each_other()
+    wait_for(at_rest, 60.0, "both bases at rest near each other")
+    hazard = monitor.config.hazard_distance_m
+    assert closest[0] >= hazard - 0.05, closest[0]   # one control period of lag at most: no contact (0.8 m)
+    approaches = [s for s in planner.states if s.action == CollisionMonitorState.ACTION_APPROACH]
+    assert {s.agent_id for s in approaches} == set(ROBOTS) and {s.obstacle for s in approaches} == set(ROBOTS)
+    assert all(monitor.monitor.counts[f"approaches.{r}"] >= 1 for r in ROBOTS)
+    assert monitor.monitor.min_distance_m["carter_1"] >= hazard - 0.05
+    # The executor never sees its commands scaled: it keeps asking for speed until its step times out.
+    wait_for(lambda: any(o.failure == ExecutionOutcome.FAILURE_TIMEOUT for o in planner.outcomes), 60.0,
+             "the move_to timed out short of its goal")
+
+
+def test_a_stop_raises_a_hazard_trigger_through_the_trigger_monitor(ros):
+    _, sim, planner = graph(ros, enable=True, zones=["stop"])   # the stop zone alone: they drive on until it holds
+    planner.at_each_other()
+    wait_for(lambda: any(o.failure == ExecutionOutcome.FAILURE_SAFETY_STOP for o in planner.outcomes), 60.0,
+             "the stop's outcome")
+    wait_for(lambda: any(t.kind == TriggerEvent.KIND_HAZARD for t in planner.triggers), what="a hazard trigger")
+    hazard = next(t for t in planner.triggers if t.kind == TriggerEvent.KIND_HAZARD)
+    assert hazard.agent_id in ROBOTS and "collision monitor: stop: closing on carter_" in hazard.detail
+    assert world_distance(sim) > CONTACT_M
+
+
+def test_without_the_monitor_the_same_plans_bring_the_bases_into_contact(ros):
+    (_, monitor, _), sim, planner = graph(ros, enable=False)
+    planner.at_each_other()
+    wait_for(lambda: world_distance(sim) < CONTACT_M, 60.0, "the bases in contact")
+    assert not [s for s in planner.states if s.action != CollisionMonitorState.ACTION_NONE]
+    wait_for(lambda: monitor.monitor.min_distance_m.get("carter_1", math.inf) < CONTACT_M,
+             what="the monitor measured it")
