@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 import yaml
+from brace_safety.cmd_vel_monitor_node import CmdVelMonitorConfig
 
 from brace_audit.audit_recorder_node import RecorderConfig
 from brace_common.config import field_default, load_ros_parameters
@@ -22,7 +23,6 @@ from brace_controller.config import ControllerConfig, ControllerNodeConfig, Moni
 from erecap_planner.config import PlannerConfig
 from robot_bridge.openvla.executor_config import ExecutorConfig
 from robot_bridge.orbbec.camera_config import CameraConfig
-from brace_safety.cmd_vel_monitor_node import CmdVelMonitorConfig
 from robot_bridge.pickfruit.operator_task_node import OperatorTaskConfig
 from robot_bridge.pickfruit.twin_world_node import TwinWorldConfig
 from robot_bridge.piper.piper_arm_config import PiperArmConfig
