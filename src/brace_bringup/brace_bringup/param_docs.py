@@ -15,11 +15,11 @@ import sys
 from typing import Any
 
 import yaml
-from brace_safety.cmd_vel_monitor_node import CmdVelMonitorConfig
 
 from brace_audit.audit_recorder_node import RecorderConfig
 from brace_common.config import field_default, load_ros_parameters
 from brace_controller.config import ControllerConfig, ControllerNodeConfig, MonitorConfig, MonitorNodeConfig
+from brace_safety.cmd_vel_monitor_node import CmdVelMonitorConfig
 from erecap_planner.config import PlannerConfig
 from robot_bridge.openvla.executor_config import ExecutorConfig
 from robot_bridge.orbbec.camera_config import CameraConfig

@@ -9,7 +9,6 @@ from functools import partial
 
 import pytest
 from brace_msgs.msg import CollisionMonitorState, ExecutionOutcome
-from brace_safety.cmd_vel_monitor_node import CollisionMonitorNode
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
@@ -21,6 +20,7 @@ from brace_common import qos
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import wait_for
 from brace_common.vocabulary import Failure, ZoneAction
+from brace_safety.cmd_vel_monitor_node import CollisionMonitorNode
 
 ROBOTS = ("carter_1", "carter_2")
 ORIGINS = [0.0, 0.0, 0.0, 4.0, 0.0, math.pi]   # 4 m apart, facing each other

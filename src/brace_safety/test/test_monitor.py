@@ -4,10 +4,10 @@ obstacles, the health it reports and its config rules."""
 import math
 
 import pytest
-from brace_safety.monitor import CollisionMonitor, MonitorConfig, Sensed, static_obstacle
 
 from brace_common.config import ConfigError
 from brace_common.vocabulary import ZoneAction
+from brace_safety.monitor import CollisionMonitor, MonitorConfig, Sensed, static_obstacle
 
 CFG = dict(hazard_distance_m=1.0, slowdown_distance_m=2.0, time_before_collision_s=1.0, footprint_radius_m=0.3,
            source_timeout_s=0.5, agents=["a", "b"])

@@ -4,12 +4,12 @@ rules of the config, and (property) two agents driven at each other never inside
 import math
 
 import pytest
-from brace_safety.zones import Motion, Obstacle, ZoneConfig, check
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from brace_common.config import ConfigError
 from brace_common.vocabulary import ZoneAction
+from brace_safety.zones import Motion, Obstacle, ZoneConfig, check
 
 CFG = ZoneConfig(hazard_distance_m=1.0, slowdown_distance_m=2.0, slowdown_ratio=0.5, time_before_collision_s=2.0,
                  simulation_time_step_s=0.1, footprint_radius_m=0.3)

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 from brace_msgs.msg import CollisionMonitorState, ExecutionOutcome, Plan, PlanStep, TriggerEvent
-from brace_safety.cmd_vel_monitor_node import CollisionMonitorNode
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -22,6 +21,7 @@ from brace_common.config import load_ros_parameters
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import wait_for
 from brace_controller.trigger_monitor_node import TriggerMonitorNode
+from brace_safety.cmd_vel_monitor_node import CollisionMonitorNode
 from sim_bridges.isaac.isaac_bridge_node import IsaacBridgeNode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sim_bridges" / "test"))  # Isaac Sim's stand-in
