@@ -20,6 +20,7 @@ setup(
     entry_points={
         "console_scripts": [
             "cmd_vel_monitor = brace_safety.cmd_vel_monitor_node:main",
+            "airsim_monitor = brace_safety.airsim_monitor_node:main",
         ],
     },
 )

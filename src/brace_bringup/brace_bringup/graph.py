@@ -121,7 +121,10 @@ PIPER_REAL = Stack("piper_real", tuple(
 # protocol-level stand-in) through its RPC API; the control stack with the drones' settings (params/airsim/).
 AIRSIM_BRIDGE = NodeSpec("sim_bridges", "airsim_bridge", "airsim_bridge", ("airsim_bridge.yaml",), lifecycle=True,
                          node_class="sim_bridges.airsim.airsim_bridge_node:AirSimBridgeNode")
-AIRSIM = Stack("airsim", (AIRSIM_BRIDGE, *control_nodes("airsim/control.yaml")),
+# The bridge's RPC calls pass the collision monitor's proxy (brace_safety, docs/safety.md) on their way to AirSim.
+AIRSIM_MONITOR = NodeSpec("brace_safety", "airsim_monitor", "airsim_monitor", ("airsim/airsim_monitor.yaml",),
+                          lifecycle=True, node_class="brace_safety.airsim_monitor_node:AirSimMonitorNode")
+AIRSIM = Stack("airsim", (AIRSIM_BRIDGE, AIRSIM_MONITOR, *control_nodes("airsim/control.yaml")),
                use_sim_time=False, description="the K-drone intersection in AirSim or its protocol-level peer",
                world="airsim_bridge")
 # Isaac Sim (docs/isaac_sim.md): the bridge drives robots in a running Isaac Sim through the topics of its ROS 2
@@ -131,7 +134,7 @@ ISAAC_BRIDGE = NodeSpec("sim_bridges", "isaac_bridge", "isaac_bridge", ("isaac_b
                         node_class="sim_bridges.isaac.isaac_bridge_node:IsaacBridgeNode")
 # Every base's velocity command passes the collision monitor (brace_safety, docs/safety.md): the bridge sends
 # /<robot>/cmd_vel_nav, the monitor /<robot>/cmd_vel (Nav2's layout).
-ISAAC_MONITOR = NodeSpec("brace_safety", "cmd_vel_monitor", "collision_monitor", ("isaac/collision_monitor.yaml",),
+ISAAC_MONITOR = NodeSpec("brace_safety", "cmd_vel_monitor", "cmd_vel_monitor", ("isaac/cmd_vel_monitor.yaml",),
                          lifecycle=True, node_class="brace_safety.cmd_vel_monitor_node:CollisionMonitorNode")
 ISAAC = Stack("isaac", (ISAAC_BRIDGE, ISAAC_MONITOR, *control_nodes("isaac/control.yaml")),
               use_sim_time=True, description="robots in a running Isaac Sim through its ROS 2 bridge's topics",

@@ -19,6 +19,7 @@ import yaml
 from brace_audit.audit_recorder_node import RecorderConfig
 from brace_common.config import field_default, load_ros_parameters
 from brace_controller.config import ControllerConfig, ControllerNodeConfig, MonitorConfig, MonitorNodeConfig
+from brace_safety.airsim_monitor_node import AirSimMonitorNodeConfig
 from brace_safety.cmd_vel_monitor_node import CmdVelMonitorConfig
 from erecap_planner.config import PlannerConfig
 from robot_bridge.openvla.executor_config import ExecutorConfig
@@ -48,7 +49,8 @@ NODE_CONFIGS: dict[str, tuple[type, ...]] = {
     "visual_verifier": (VerifierConfig,),
     "operator_task": (OperatorTaskConfig,),
     "isaac_bridge": (IsaacBridgeConfig,),
-    "collision_monitor": (CmdVelMonitorConfig,),
+    "cmd_vel_monitor": (CmdVelMonitorConfig,),
+    "airsim_monitor": (AirSimMonitorNodeConfig,),
     "airsim_bridge": (AirSimBridgeConfig,),
     "textworld_world": (TextWorldConfig,),
 }

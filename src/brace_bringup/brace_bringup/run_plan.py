@@ -35,8 +35,10 @@ from .run_config import RunConfig, intersection_of
 
 PLANNER_SERVER = "planner_server"
 AIRSIM_PEER = "airsim_peer"
-MONITOR = "collision_monitor"
-"""The collision monitor's node name in every stack that has one (launch argument collision_monitor)."""
+SAFETY_PACKAGE = "brace_safety"
+"""The collision monitors' package: its nodes in a stack are what launch argument collision_monitor turns off."""
+AIRSIM_MONITOR = "airsim_monitor"
+"""The AirSim stack's collision monitor: the bridge's RPC calls pass its proxy (a port of its own)."""
 
 
 @dataclass(frozen=True)
@@ -159,8 +161,20 @@ def plan(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dict] | No
         extra.setdefault("airsim_bridge", {}).update(host="127.0.0.1", port=port)
         processes.append(Process(AIRSIM_PEER, "sim_bridges", "brace-airsim-peer",
                                  ("--settings", str(settings_file), "--port", str(port))))
+    if AIRSIM_MONITOR in cfg.stack.names and "airsim_bridge" in cfg.stack.names:
+        route_through_monitor(cfg, variant, extra, ports)
     return RunPlan(cfg.stack, variant, folder, cfg.write_parameters(variant, folder, extra), tuple(processes),
                    namespace, cfg.own_process)
+
+
+def route_through_monitor(cfg: RunConfig, variant: str, extra: dict[str, dict], ports: Mapping[str, int]) -> None:
+    """The AirSim bridge talks to the collision monitor's proxy, the proxy to the simulator the bridge was given
+    (the peer's port, or a real AirSim's host and port)."""
+    params = cfg.parameters(variant, extra)
+    bridge, monitor = params["airsim_bridge"], params[AIRSIM_MONITOR]
+    port = int(ports.get(AIRSIM_MONITOR, monitor["port"]))
+    extra.setdefault(AIRSIM_MONITOR, {}).update(airsim_host=bridge["host"], airsim_port=int(bridge["port"]), port=port)
+    extra.setdefault("airsim_bridge", {}).update(host=monitor["host"], port=port)
 
 
 def absolute_namespace(namespace: str) -> str:
@@ -173,7 +187,7 @@ LAUNCH_ARGUMENTS = {
     "variant": ("brace_erecap", "the variant of the run configuration to start"),
     "namespace": (DEFAULT_NAMESPACE.strip("/"), "namespace of the stack's nodes and topics"),
     "output": ("", "run folder for the parameter file and the audit bag ('' = ./runs/launch_<time>)"),
-    "collision_monitor": ("true", "true: the collision monitor acts on commanded motion (stacks with one: isaac); "
+    "collision_monitor": ("true", "true: the collision monitor acts on commanded motion (stacks with one: isaac, airsim); "
                                   "false: it passes every command unchanged, to compare"),
 }
 """The arguments of every launch file: name -> (default, description)."""
@@ -196,8 +210,10 @@ def plan_for_launch(arguments: Mapping[str, str]) -> RunPlan:
     output = Path(arguments["output"]) if arguments.get("output") else \
         Path.cwd() / "runs" / f"launch_{time.strftime('%Y%m%d_%H%M%S')}"
     extra: dict[str, dict] = {}
-    if MONITOR in cfg.stack.names and arguments.get("collision_monitor", "true").lower() == "false":
-        extra[MONITOR] = {"enable": False}
+    if arguments.get("collision_monitor", "true").lower() == "false":
+        for spec in cfg.stack.nodes:
+            if spec.package == SAFETY_PACKAGE:
+                extra[spec.name] = {"enable": False}
     peer = True
     if "airsim_bridge" in cfg.stack.names:
         bridge = extra.setdefault("airsim_bridge", {})

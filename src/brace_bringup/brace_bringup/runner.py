@@ -46,7 +46,7 @@ from brace_common.spin import ShutdownSignals, autostart, retire, spin_once
 
 from .graph import NodeSpec
 from .run_config import RunConfig
-from .run_plan import AIRSIM_PEER, PLANNER_SERVER, Process, RunEnded, RunPlan, absolute_namespace, plan
+from .run_plan import AIRSIM_MONITOR, AIRSIM_PEER, PLANNER_SERVER, Process, RunEnded, RunPlan, absolute_namespace, plan
 
 
 class LiveCollector(Node):
@@ -187,7 +187,7 @@ class Children:
 def free_ports() -> dict[str, int]:
     """A free port on 127.0.0.1 for each process a plan may start (brace-run's instead of the run's fixed ones)."""
     ports = {}
-    for name in (PLANNER_SERVER, AIRSIM_PEER):
+    for name in (PLANNER_SERVER, AIRSIM_PEER, AIRSIM_MONITOR):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             ports[name] = int(sock.getsockname()[1])

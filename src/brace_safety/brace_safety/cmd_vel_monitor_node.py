@@ -1,6 +1,6 @@
-"""collision_monitor lifecycle node for mobile bases: every velocity command passes the zones on its way to the
-motors (Nav2's collision_monitor layout: /<robot>/cmd_vel_nav in, /<robot>/cmd_vel out), with the other robots'
-odometry as the sources. Topics, parameters and zones: docs/safety.md and docs/nodes.md."""
+"""cmd_vel_monitor lifecycle node, the collision monitor of mobile bases: every velocity command passes the zones on
+its way to the motors (Nav2's collision_monitor layout: /<robot>/cmd_vel_nav in, /<robot>/cmd_vel out), with the
+other robots' odometry as the sources. Topics, parameters and zones: docs/safety.md and docs/nodes.md."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ class CollisionMonitorNode(ReleasingLifecycleNode):
     """Thin lifecycle shell: odometry -> the monitor's sources; each cmd_vel_nav -> the zones -> cmd_vel."""
 
     def __init__(self, **kwargs) -> None:
-        super().__init__("collision_monitor", **kwargs)
+        super().__init__("cmd_vel_monitor", **kwargs)
         self.config: Optional[CmdVelMonitorConfig] = None
         self.monitor: Optional[CollisionMonitor] = None
         self.motors: dict[str, object] = {}
@@ -142,6 +142,11 @@ class CollisionMonitorNode(ReleasingLifecycleNode):
         self.active = False
         self.motors, self.monitor, self.config = {}, None, None
 
+    def destroy_node(self) -> None:
+        """Stop the robots while the context is still valid (on exit, too), then destroy the node."""
+        self.hold()
+        super().destroy_node()
+
     def hold(self) -> None:
         """A zero velocity to every robot (a differential controller keeps the last command it got)."""
         for motor in self.motors.values():
@@ -186,7 +191,7 @@ class CollisionMonitorNode(ReleasingLifecycleNode):
 
 def main(args=None) -> int:
     """`ros2 run brace_safety cmd_vel_monitor` (configures and activates itself with `autostart`)."""
-    return spin_node(CollisionMonitorNode, "collision_monitor", args)
+    return spin_node(CollisionMonitorNode, "cmd_vel_monitor", args)
 
 
 if __name__ == "__main__":

@@ -102,9 +102,10 @@ class CollisionMonitor:
                                warn=["stale_sources", "unknown_agents"])
         self._lock = threading.Lock()
 
-    def sense(self, agent: str, sensed: Sensed) -> None:
-        """An agent's pose from its source (odometry, the simulator's state)."""
-        if agent not in self.config.agents:
+    def sense(self, agent: str, sensed: Sensed, guarded: bool = True) -> None:
+        """An agent's pose from its source (odometry, the simulator's state); with `guarded` false, of one it does
+        not guard (an obstacle to the others all the same)."""
+        if guarded and agent not in self.config.agents:
             self.counts.add("unknown_agents")
             return
         with self._lock:

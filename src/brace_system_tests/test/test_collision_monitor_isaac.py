@@ -34,7 +34,7 @@ CONTACT_M = 0.8                                 # two footprints of the stack's 
 
 def overrides(node: str, **values) -> list[Parameter]:
     """The stack's parameter file for `node` (params/), under `values`."""
-    file = {"isaac_bridge": "isaac_bridge.yaml", "collision_monitor": "isaac/collision_monitor.yaml"}[node]
+    file = {"isaac_bridge": "isaac_bridge.yaml", "cmd_vel_monitor": "isaac/cmd_vel_monitor.yaml"}[node]
     merged = {**load_ros_parameters(params_dir() / file, node), **values}
     return [Parameter(k, Parameter.Type.NOT_SET) if v == [] else Parameter(k, value=v) for k, v in merged.items()]
 
@@ -72,7 +72,7 @@ def graph(ros, enable: bool, **monitor_params):
         camera_agents=[], tasks=[f"{r}: cross the aisle." for r in ROBOTS],
         task_goals=["carter_1: 3.0 0.0", "carter_2: 0.0 0.0"], move_timeout_s=20.0, max_linear_speed=0.6))
     monitor = CollisionMonitorNode(namespace=NS, parameter_overrides=overrides(
-        "collision_monitor", agents=list(ROBOTS), origins=ORIGINS, static_obstacles=[], enable=enable,
+        "cmd_vel_monitor", agents=list(ROBOTS), origins=ORIGINS, static_obstacles=[], enable=enable,
         diagnostics_period_s=0.2, **monitor_params))
     for node in (bridge, monitor):
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.last_error
@@ -104,7 +104,7 @@ def test_the_hostile_planner_drives_two_bases_at_each_other_and_the_monitor_keep
     assert all(monitor.monitor.counts[f"approaches.{r}"] >= 1 for r in ROBOTS)
     assert monitor.monitor.min_distance_m["carter_1"] >= hazard - 0.05
     # The executor never sees its commands scaled: it keeps asking for speed until its step times out.
-    wait_for(lambda: any(o.failure == ExecutionOutcome.FAILURE_TIMEOUT for o in planner.outcomes), 60.0,
+    wait_for(lambda: any(o.failure == ExecutionOutcome.FAILURE_TIMEOUT for o in planner.outcomes), 120.0,
              "the move_to timed out short of its goal")
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
+from brace_common.msgpack_rpc import Deferred, MsgpackRpcServer, RpcError
 from sim_bridges.airsim.airsim_peer import AirSimPeer, load_settings, main, parse_settings
-from sim_bridges.airsim.msgpack_rpc import Deferred, MsgpackRpcServer, RpcError
 
 airsim = pytest.importorskip("cosysairsim")
 RPCError = pytest.importorskip("msgpackrpc.error").RPCError

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from brace_common.counters import Counters
+from brace_common.msgpack_rpc import Deferred, MsgpackRpcServer, RpcError
 from sim_bridges.airsim.intersection import IntersectionConfig, settings
-from sim_bridges.airsim.msgpack_rpc import Deferred, MsgpackRpcServer, RpcError
 from sim_bridges.airsim.multirotor_model import Collision, Mode, MultirotorConfig, MultirotorModel, Vec3, VehicleState
 
 DEFAULT_PORT = 41451

@@ -1,4 +1,4 @@
-"""A small threaded msgpack-rpc server over TCP (the wire protocol AirSim's clients speak).
+"""A small threaded msgpack-rpc server and client over TCP (the wire protocol AirSim's clients speak).
 
 Frames are msgpack arrays: a request `[0, msgid, method, params]` gets a response
 `[1, msgid, error, result]`; a notification `[2, method, params]` gets none. A handler
@@ -7,7 +7,9 @@ it may return a `Deferred` that is completed later from any thread, so one conne
 can have a slow call (an AirSim motion command) in flight while its later calls are
 answered. Errors travel as strings in the error slot, which msgpackrpc's client raises
 as `RPCError(message)`. A frame that is not msgpack closes its connection; a handler
-that raises gets an error reply; neither stops the server.
+that raises gets an error reply; neither stops the server. A server with a `fallback` hands it every
+method it has no handler for (a proxy forwards those). `MsgpackRpcClient` keeps many calls in flight on one
+connection, each answered by its msgid.
 """
 
 from __future__ import annotations
@@ -176,8 +178,10 @@ class MsgpackRpcServer:
     """Serves `handlers` (method name -> callable) to msgpack-rpc clients, one thread per connection."""
 
     def __init__(self, handlers: Mapping[str, Callable[..., Any]], host: str = "127.0.0.1", port: int = 0,
-                 name: str = "msgpack-rpc", log_size: int = 10000) -> None:
+                 name: str = "msgpack-rpc", log_size: int = 10000,
+                 fallback: Optional[Callable[[str, list], Any]] = None) -> None:
         self.host = host
+        self.fallback = fallback  # fallback(method, params) serves a method without a handler
         self.name = name
         self._requested_port = port
         self._handlers: dict[str, tuple[Callable[..., Any], Optional[inspect.Signature]]] = {}
@@ -355,6 +359,8 @@ class MsgpackRpcServer:
         self._counts.add(method)
         with self._lock:
             self._received.append((method, list(params)))
+        if entry is None and self.fallback is not None:
+            return self.fallback(method, list(params))
         if entry is None:
             raise RpcError(f"unknown method '{method}' (with {len(params)} arguments)")
         handler, signature = entry
@@ -370,3 +376,85 @@ class MsgpackRpcServer:
         except Exception as exc:
             log.exception("%s: handler of '%s' failed", self.name, method)
             raise RpcError(f"'{method}' failed: {type(exc).__name__}: {exc}") from exc
+
+
+class MsgpackRpcClient:
+    """One connection to a msgpack-rpc server with any number of calls in flight (`call` returns a Deferred that the
+    response decides); `call_sync` waits for one. A lost connection fails every call in flight."""
+
+    def __init__(self, host: str, port: int, timeout_s: float = 5.0, name: str = "msgpack-rpc-client") -> None:
+        self.name = name
+        self._sock = socket.create_connection((host, port), timeout=timeout_s)
+        self._sock.settimeout(None)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._lock = threading.Lock()
+        self._pending: dict[int, Deferred] = {}
+        self._next = 0
+        self.closed = False
+        self._reader = threading.Thread(target=self._read, name=f"{name}-reader", daemon=True)
+        self._reader.start()
+
+    def call(self, method: str, *params: Any) -> Deferred:
+        """Send a request; its Deferred is resolved with the result or failed with the server's error."""
+        deferred = Deferred()
+        with self._lock:
+            if self.closed:
+                deferred.fail(f"{self.name}: not connected")
+                return deferred
+            msgid, self._next = self._next, (self._next + 1) % (1 << 31)
+            self._pending[msgid] = deferred
+            try:
+                self._sock.sendall(msgpack.packb([REQUEST, msgid, method, list(params)], use_bin_type=True))
+            except OSError as exc:
+                self._pending.pop(msgid, None)
+                deferred.fail(f"{self.name}: send failed: {exc}")
+        return deferred
+
+    def call_sync(self, method: str, *params: Any, timeout_s: float = 5.0) -> Any:
+        """The result of one call; RpcError with the server's error, TimeoutError after `timeout_s`."""
+        done, outcome = threading.Event(), []
+        self.call(method, *params).attach(lambda error, result: (outcome.extend((error, result)), done.set()))
+        if not done.wait(timeout_s):
+            raise TimeoutError(f"{self.name}: {method} not answered within {timeout_s:g} s")
+        error, result = outcome
+        if error is not None:
+            raise RpcError(str(error))
+        return result
+
+    def close(self) -> None:
+        """Close the connection; calls in flight fail."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+
+    def _read(self) -> None:
+        unpacker = msgpack.Unpacker(raw=False, max_buffer_size=_MAX_BUFFER)
+        try:
+            while True:
+                try:
+                    data = self._sock.recv(_READ_CHUNK)
+                except OSError:
+                    return
+                if not data:
+                    return
+                unpacker.feed(data)
+                for frame in unpacker:
+                    if isinstance(frame, (list, tuple)) and len(frame) == 4 and frame[0] == RESPONSE:
+                        with self._lock:
+                            deferred = self._pending.pop(frame[1], None)
+                        if deferred is not None:
+                            deferred._complete(frame[2], frame[3] if frame[2] is None else None)
+        except (ValueError, msgpack.UnpackException) as exc:
+            log.warning("%s: malformed msgpack from the server: %s; closing", self.name, exc)
+        finally:
+            self.close()
+            with self._lock:
+                pending, self._pending = list(self._pending.values()), {}
+            for deferred in pending:
+                deferred.fail(f"{self.name}: connection lost")

@@ -1,0 +1,92 @@
+"""The collision monitor's AirSim proxy between the drone world and brace-airsim-peer, through AirSim's real client
+(ROS-free): eight drones sent across the intersection at once without yielding (a hostile plan) keep d_min with it —
+held where they meet, which the planner must resolve — and come closer without it; the oracle's plans (yielding)
+deliver every drone through it, no deadlock of its making."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+from brace_common.testing import wait_for
+from brace_common.vocabulary import ZoneAction
+from brace_safety.airsim_guard import AirSimGuard, AirSimMonitorConfig
+from sim_bridges.airsim.airsim_link import AirSimLink, continue_for
+from sim_bridges.airsim.airsim_peer import AirSimPeer
+from sim_bridges.airsim.drone_world import DroneWorld, read_settings
+from sim_bridges.airsim.intersection import IntersectionConfig, settings
+
+D_MIN = 4.0   # the intersection's hazard_distance_m: a near-miss below it
+ZONES = dict(hazard_distance_m=5.0, slowdown_distance_m=7.0, time_before_collision_s=2.0, footprint_radius_m=0.5,
+             control_period_s=0.1)
+
+
+@pytest.fixture
+def fly():
+    """fly(cfg, enable) -> (a started DroneWorld whose client talks to the monitor, the monitor, its reports)."""
+    opened = []
+
+    def make(cfg: IntersectionConfig, enable: bool = True):
+        peer = AirSimPeer(settings(cfg), port=0).start()
+        reports = []
+        guard = AirSimGuard(AirSimMonitorConfig(port=0, airsim_port=peer.port, enable=enable, **ZONES),
+                            lambda agent, guarded: reports.append((agent, guarded.verdict)))
+        guard.start()
+        wait_for(lambda: guard.connected, 10.0, "the monitor connected to the peer")
+        link = AirSimLink("127.0.0.1", guard.server.port, 10.0)
+        opened.append((peer, guard, link))
+        link.connect()
+        client = link.client()
+        origins, _ = read_settings(client.getSettingsString())
+        client.simPause(True)
+        world = DroneWorld(cfg, client, origins, 1.0, partial(continue_for, client, limit_s=20.0), link.vector)
+        world.start()
+        world.peer = peer
+        return world, guard, reports
+
+    yield make
+    for peer, guard, link in opened:
+        link.close()
+        guard.stop()
+        peer.stop()
+
+
+def play(world: DroneWorld, yielding: bool) -> None:
+    """Every drone to its goal at cruise speed (the oracle's plan; without its yields: the hostile planner), again
+    whenever its plan ends."""
+    while not world.finished:
+        world.step()
+        for name, d in world.drones.items():
+            if d.current is None and not d.done:
+                world.set_plan(name, [s for s in world.oracle_plan(name) if yielding or s.action != "yield_to"])
+
+
+SCENARIO = dict(num_agents=8, gust_probability=0.0, max_steps=120)
+
+
+def test_drones_sent_across_at_once_keep_d_min_through_the_monitor(fly):
+    world, guard, reports = fly(IntersectionConfig(**SCENARIO))
+    play(world, yielding=False)
+    m = world.metrics()
+    assert m.metric("collisions") == 0 and m.metric("near_misses") == 0, m.metrics
+    assert m.metric("min_distance_m") >= D_MIN
+    acted = {v.action for _, v in reports}
+    assert acted & {ZoneAction.STOP, ZoneAction.APPROACH, ZoneAction.SLOWDOWN}
+    assert guard.counts["commands_held"] + guard.counts["commands_scaled"] > 0 and guard.counts["chunks"] > 0
+
+
+def test_without_the_monitor_acting_the_same_plans_come_closer_than_d_min(fly):
+    world, guard, reports = fly(IntersectionConfig(**SCENARIO), enable=False)
+    play(world, yielding=False)
+    m = world.metrics()
+    assert m.metric("near_misses") + m.metric("collisions") > 0 and m.metric("min_distance_m") < D_MIN
+    assert all(v.action is ZoneAction.NONE for _, v in reports)
+    assert guard.counts["commands_held"] == guard.counts["commands_scaled"] == 0
+
+
+def test_the_oracles_plans_deliver_every_drone_through_the_monitor(fly):
+    world, guard, _ = fly(IntersectionConfig(**SCENARIO))
+    play(world, yielding=True)
+    m = world.metrics()
+    assert m.success and m.delivered == 8 and m.metric("near_misses") == 0, m.metrics
