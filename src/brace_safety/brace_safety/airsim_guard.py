@@ -179,10 +179,13 @@ class AirSimGuard:
 
     def _connect(self) -> None:
         cfg = self.config
+        upstream = None
         try:
             upstream = MsgpackRpcClient(cfg.airsim_host, cfg.airsim_port, cfg.timeout_s, name="airsim")
             origins, clock_speed = vehicle_origins(upstream.call_sync("getSettingsString", timeout_s=cfg.timeout_s))
         except (OSError, TimeoutError, RpcError, ValueError, AttributeError, TypeError) as exc:
+            if upstream is not None:
+                upstream.close()
             self.last_error = f"AirSim at {cfg.airsim_host}:{cfg.airsim_port}: {exc}"
             return
         missing = sorted(set(cfg.agents) - set(origins))
