@@ -19,7 +19,7 @@ import logging
 import socket
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Optional
 
 import msgpack
@@ -143,35 +143,34 @@ class _Connection:
         self.sock.close()
 
     def _serve(self) -> None:
-        unpacker = msgpack.Unpacker(raw=False, max_buffer_size=_MAX_BUFFER)
         try:
-            while True:
-                try:
-                    data = self.sock.recv(_READ_CHUNK)
-                except OSError:
+            for frame in _frames(self.sock):
+                if not self.server.dispatch(self, frame):
                     return
-                if not data:
-                    return
-                unpacker.feed(data)
-                while True:
-                    try:
-                        frame = next(unpacker)
-                    except StopIteration:
-                        break
-                    except (ValueError, msgpack.UnpackException) as exc:
-                        # The byte stream cannot be resynchronised after a bad frame: drop the connection.
-                        log.warning("%s: malformed msgpack from %s: %s; closing the connection", self.server.name,
-                                    self.peer, exc)
-                        self.server.count("malformed")
-                        return
-                    if not self.server.dispatch(self, frame):
-                        return
+        except (ValueError, msgpack.UnpackException) as exc:
+            # The byte stream cannot be resynchronised after a bad frame: drop the connection.
+            log.warning("%s: malformed msgpack from %s: %s; closing the connection", self.server.name, self.peer, exc)
+            self.server.count("malformed")
         except Exception:
             log.exception("%s: connection %s failed", self.server.name, self.peer)
             self.server.count("errors")
         finally:
             self.close()
             self.server.forget(self)
+
+
+def _frames(sock: socket.socket) -> Iterator[Any]:
+    """The msgpack frames arriving on `sock` until it closes; ValueError / UnpackException at a malformed one."""
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=_MAX_BUFFER)
+    while True:
+        try:
+            data = sock.recv(_READ_CHUNK)
+        except OSError:
+            return
+        if not data:
+            return
+        unpacker.feed(data)
+        yield from unpacker
 
 
 class MsgpackRpcServer:
@@ -434,22 +433,13 @@ class MsgpackRpcClient:
         self._sock.close()
 
     def _read(self) -> None:
-        unpacker = msgpack.Unpacker(raw=False, max_buffer_size=_MAX_BUFFER)
         try:
-            while True:
-                try:
-                    data = self._sock.recv(_READ_CHUNK)
-                except OSError:
-                    return
-                if not data:
-                    return
-                unpacker.feed(data)
-                for frame in unpacker:
-                    if isinstance(frame, (list, tuple)) and len(frame) == 4 and frame[0] == RESPONSE:
-                        with self._lock:
-                            deferred = self._pending.pop(frame[1], None)
-                        if deferred is not None:
-                            deferred._complete(frame[2], frame[3] if frame[2] is None else None)
+            for frame in _frames(self._sock):
+                if isinstance(frame, (list, tuple)) and len(frame) == 4 and frame[0] == RESPONSE:
+                    with self._lock:
+                        deferred = self._pending.pop(frame[1], None)
+                    if deferred is not None:
+                        deferred._complete(frame[2], frame[3] if frame[2] is None else None)
         except (ValueError, msgpack.UnpackException) as exc:
             log.warning("%s: malformed msgpack from the server: %s; closing", self.name, exc)
         finally:
