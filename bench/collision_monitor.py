@@ -8,7 +8,7 @@ Isaac bases) beside the holonomic drones. Timed per call with perf_counter_ns.
 
 Target: P99 <= 1 ms per command (a motor command must not wait on the monitor). Writes
 <out>/collision_monitor.{csv,png} (--out, default bench/out); exits 1 when the target is missed.
-`source scripts/env.sh && python bench/collision_monitor.py [--commands N] [--avx2]`.
+`source scripts/env.sh && python bench/collision_monitor.py [--commands N] [--avx2] [--quick]`.
 """
 
 from __future__ import annotations
@@ -64,10 +64,12 @@ def bench(commands: int, zones: list[str], yaw_rate: float, seed: int = 0) -> tu
 def main() -> int:
     """Each row's decision cost, the table, CSV and PNG."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--commands", type=int, default=100_000, help="commands per row (default 100,000)")
+    parser.add_argument("--commands", type=int, help="commands per row (default 100,000; --quick 2,000)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 2,000 commands per row")
     parser.add_argument("--avx2", action="store_true", help="re-run under the AVX2 dispatch caps (scripts/avx2.sh)")
     parser.add_argument("--out", type=Path, default=OUT, help="folder of the CSV and PNG")
     args = parser.parse_args()
+    args.commands = args.commands or (2_000 if args.quick else 100_000)
     if args.avx2:
         reexec_as_avx2()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -46,6 +46,8 @@ RUNS = {
                              "budget_targets.csv": ()}, ("budget_targets.png",)),
     "closed_loop_trace": Quick(("--out", "{out}"), "episode seed 0:",
                                {"closed_loop_trace.csv": ("tokens_before", "tokens_after", "latency_ms")}),
+    "collision_monitor": Quick(("--out", "{out}"), "Collision monitor decision per command",
+                               {"collision_monitor.csv": ("count", "p50_us", "p99_us")}, ("collision_monitor.png",)),
     "controller_overhead": Quick(("--out", "{out}"), "Trigger -> decision over DDS",
                                  {"controller_overhead.csv": ("count", "p50", "p99")}, ("controller_overhead.png",)),
     "erecap_quality": Quick(("--out", "{out}"), "seed recall %", {"erecap_quality.csv": ("cases", "tokens_after")},
