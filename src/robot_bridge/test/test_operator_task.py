@@ -49,7 +49,7 @@ def test_episodes_start_end_and_time_out():
     metrics = eps.finish(False, 21.0).verdict(5).metrics
     assert metrics == {"duration_s": 1.0, "failure_grasp": 2.0, "failure_drop_slip": 1.0, "failure_timeout": 0.0,
                        "failure_contact_loss": 0.0, "failure_executor": 1.0, "failure_collision": 0.0,
-                       "failure_preempted": 0.0}
+                       "failure_preempted": 0.0, "failure_safety_stop": 0.0}
     eps.start([TASK], 30.0)
     metrics = eps.finish(True, 31.0).verdict(1).metrics  # counts restart with each episode; zero is measured too
     assert metrics["duration_s"] == 1.0 and sum(v for k, v in metrics.items() if k.startswith("failure_")) == 0

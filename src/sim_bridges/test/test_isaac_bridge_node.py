@@ -330,8 +330,8 @@ def test_stamps_follow_isaacs_clock(ros):
 def test_the_executable_stops_the_base_on_sigint_and_refuses_bad_parameters(ros, tmp_path):
     env = {**os.environ, "ROS_DOMAIN_ID": str(ros.domain_id)}
     executable = str(installed_executable("sim_bridges", "isaac_bridge"))
-    params = ["--ros-args", "--params-file", str(PARAMS / "isaac_bridge.yaml"),
-              "-p", "use_sim_time:=true", "-r", f"__ns:={NS}"]
+    params = ["--ros-args", "--params-file", str(PARAMS / "isaac_bridge.yaml"),  # without the stack's monitor:
+              "-p", "use_sim_time:=true", "-p", "cmd_vel_topic:=cmd_vel", "-r", f"__ns:={NS}"]  # cmd_vel itself
     bad = subprocess.run([executable, *params, "-p", "agent_kinds:=[mobile,flying]"], env=env, capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "parameter 'agent_kinds'" in bad.stdout + bad.stderr

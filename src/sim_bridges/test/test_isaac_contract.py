@@ -91,7 +91,7 @@ def test_the_shipped_parameter_file_builds_the_default_scene():
     assert franka.origin == Pose2D(1.5, -1.0, 0.0)
     assert cfg.goals() == [TaskGoal("carter_1", position=(3.0, 1.0)), TaskGoal("franka_1", pose="ready")]
     assert set(cfg.poses()) == {"home", "ready", "extended"} and len(cfg.poses()["ready"]) == 7
-    assert cfg.topics() == DEFAULT_TOPICS
+    assert cfg.topics() == {**DEFAULT_TOPICS, "cmd_vel": "cmd_vel_nav"}   # into the stack's collision monitor
 
 
 @pytest.mark.parametrize("name, value", [
