@@ -70,6 +70,17 @@ class Deferred:
         """Reply with an error message; False when the reply was already decided."""
         return self._complete(str(message), None)
 
+    def result(self, timeout_s: float, what: str = "the reply") -> Any:
+        """Wait for the outcome: the result; RpcError with the error, TimeoutError after `timeout_s`."""
+        done, outcome = threading.Event(), []
+        self.attach(lambda error, result: (outcome.extend((error, result)), done.set()))
+        if not done.wait(timeout_s):
+            raise TimeoutError(f"{what} not answered within {timeout_s:g} s")
+        error, result = outcome
+        if error is not None:
+            raise RpcError(str(error))
+        return result
+
     def attach(self, sink: Callable[[Any, Any], None]) -> None:
         """Deliver the outcome to `sink(error, result)`: now if decided, else when it is."""
         with self._lock:
@@ -411,14 +422,7 @@ class MsgpackRpcClient:
 
     def call_sync(self, method: str, *params: Any, timeout_s: float = 5.0) -> Any:
         """The result of one call; RpcError with the server's error, TimeoutError after `timeout_s`."""
-        done, outcome = threading.Event(), []
-        self.call(method, *params).attach(lambda error, result: (outcome.extend((error, result)), done.set()))
-        if not done.wait(timeout_s):
-            raise TimeoutError(f"{self.name}: {method} not answered within {timeout_s:g} s")
-        error, result = outcome
-        if error is not None:
-            raise RpcError(str(error))
-        return result
+        return self.call(method, *params).result(timeout_s, f"{self.name}: {method}")
 
     def close(self) -> None:
         """Close the connection; calls in flight fail."""

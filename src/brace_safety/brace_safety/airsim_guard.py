@@ -12,7 +12,6 @@ Positions: a vehicle's API frame is local to its spawn point (settings.json X, Y
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -21,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from brace_common.airsim_settings import read_settings
 from brace_common.config import ConfigError, param
 from brace_common.counters import Counters, Health
 from brace_common.msgpack_rpc import Deferred, MsgpackRpcClient, MsgpackRpcServer, RpcError
@@ -71,16 +71,6 @@ class AirSimMonitorConfig(MonitorConfig):
             self.agents = agents
         if (self.host, self.port) == (self.airsim_host, self.airsim_port):
             raise ConfigError("port", f"{self.host}:{self.port} is AirSim's own address (airsim_host:airsim_port)")
-
-
-def vehicle_origins(settings_text: str) -> tuple[dict[str, Vec3], float]:
-    """Each vehicle's spawn point (world NED) and the ClockSpeed of AirSim's settings JSON; ValueError otherwise."""
-    raw = json.loads(settings_text)
-    vehicles = raw.get("Vehicles") if isinstance(raw, dict) else None
-    if not isinstance(vehicles, dict) or not vehicles:
-        raise ValueError("the simulator's settings name no Vehicles")
-    origins = {name: tuple(float(spec.get(k, 0.0)) for k in ("X", "Y", "Z")) for name, spec in vehicles.items()}
-    return origins, float(raw.get("ClockSpeed", 1.0))
 
 
 @dataclass
@@ -182,7 +172,7 @@ class AirSimGuard:
         upstream = None
         try:
             upstream = MsgpackRpcClient(cfg.airsim_host, cfg.airsim_port, cfg.timeout_s, name="airsim")
-            origins, clock_speed = vehicle_origins(upstream.call_sync("getSettingsString", timeout_s=cfg.timeout_s))
+            origins, clock_speed = read_settings(upstream.call_sync("getSettingsString", timeout_s=cfg.timeout_s))
         except (OSError, TimeoutError, RpcError, ValueError, AttributeError, TypeError) as exc:
             if upstream is not None:
                 upstream.close()
@@ -300,7 +290,8 @@ class AirSimGuard:
         if self.monitor is None or upstream is None or upstream.closed:
             return
         pending = {n: upstream.call("getMultirotorState", n) for n in names}
-        states = {n: _wait(d, self.config.timeout_s)["kinematics_estimated"] for n, d in pending.items()}
+        states = {n: d.result(self.config.timeout_s, f"getMultirotorState({n})")["kinematics_estimated"]
+                  for n, d in pending.items()}
         now = time.monotonic()
         with self.lock:
             monitor = self.monitor
@@ -389,16 +380,6 @@ AXES = ("x_val", "y_val", "z_val")
 def _vehicle(params: list) -> str:
     """The vehicle_name argument (AirSim's last; '' = the default vehicle)."""
     return params[-1] if params and isinstance(params[-1], str) else ""
-
-
-def _wait(deferred: Deferred, timeout_s: float) -> Any:
-    done, outcome = threading.Event(), []
-    deferred.attach(lambda error, result: (outcome.extend((error, result)), done.set()))
-    if not done.wait(timeout_s):
-        raise TimeoutError(f"no reply within {timeout_s:g} s")
-    if outcome[0] is not None:
-        raise RpcError(str(outcome[0]))
-    return outcome[1]
 
 
 def _zone_fields(cfg: AirSimMonitorConfig) -> dict:

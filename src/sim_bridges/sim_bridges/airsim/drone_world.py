@@ -14,13 +14,13 @@ Positions: the API takes and returns each vehicle's local NED frame, whose origi
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from brace_common.airsim_settings import read_settings  # noqa: F401 - the bridge's and its tests' name
 from brace_common.episode import (
     COLLISIONS,
     COORDINATION_WAIT,
@@ -60,31 +60,6 @@ TAKEOFF_TIMEOUT_S = 30.0
 BACK_OFF_M = 3.0              # after a collision a drone moves this far away from the other
 AIRBORNE_SKILLS = ("move_to", "hover", "yield_to")  # skills a drone on the ground takes off for first
 
-
-
-def read_settings(settings_text: str) -> tuple[dict[str, Point], float]:
-    """Each vehicle's spawn point (world NED) and the ClockSpeed from AirSim's settings JSON; ValueError naming
-    what is wrong."""
-    try:
-        raw = json.loads(settings_text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"settings are not JSON: {exc}") from None
-    vehicles = raw.get("Vehicles") if isinstance(raw, dict) else None
-    if not isinstance(vehicles, dict) or not vehicles:
-        raise ValueError("settings name no Vehicles")
-    origins = {}
-    for name, spec in vehicles.items():
-        try:
-            origins[name] = (float(spec.get("X", 0.0)), float(spec.get("Y", 0.0)), float(spec.get("Z", 0.0)))
-        except (AttributeError, TypeError, ValueError):
-            raise ValueError(f"vehicle {name}: X, Y, Z must be numbers") from None
-    try:
-        clock_speed = float(raw.get("ClockSpeed", 1.0))
-    except (TypeError, ValueError):
-        raise ValueError("ClockSpeed must be a number") from None
-    if not math.isfinite(clock_speed) or clock_speed <= 0:
-        raise ValueError(f"ClockSpeed {clock_speed} must be positive")
-    return origins, clock_speed
 
 
 @dataclass
