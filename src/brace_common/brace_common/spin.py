@@ -7,6 +7,7 @@ is shut down. docs/hardening.md ("Shutdown and idle") says why rclpy's own signa
 
 from __future__ import annotations
 
+import faulthandler
 import inspect
 import os
 import signal
@@ -33,6 +34,9 @@ its configuration: a failed autostart then leaves it running, unconfigured or in
 SPIN_TIMEOUT_S = 1.0
 """The longest one spin waits with nothing to do: a signal or a callback ends it sooner, so this only bounds how
 often an idle node's spin loop wakes up."""
+STACKS_SIGNAL = signal.SIGUSR1
+"""Signal on which a node's process writes every thread's Python stack to stderr and runs on (faulthandler): what a
+process that does not stop was doing, before it is killed (`testing.stop_processes` sends it)."""
 CALLBACKS_WAIT_S = 3.0
 """How long a stopping node waits for its running callbacks (a call in flight) with its context still valid; then
 the context goes down so that they abort. Below `ros2 launch`'s 5 s between SIGINT and SIGTERM."""
@@ -96,6 +100,7 @@ class ShutdownSignals:
             return self
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._previous[sig] = signal.signal(sig, self._on_signal)
+        faulthandler.register(STACKS_SIGNAL, all_threads=True)
         # The handler above runs only when the main thread is back in Python, not while it waits in rcl: the wakeup
         # fd, written by the interpreter's C handler at once, lets a thread wake the executor.
         read, write = os.pipe()

@@ -27,7 +27,7 @@ from rclpy.node import Node
 
 from . import names
 from .domain_leases import fresh_domain, leases
-from .spin import spin_once
+from .spin import STACKS_SIGNAL, spin_once
 
 UNREACHED_STEPS = 100_000
 """A world's `max_steps` that no test reaches: its episode ends on the task or with the test, never on the clock of a
@@ -44,9 +44,14 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "
     raise AssertionError(f"timed out waiting for {what}")
 
 
+STACKS_WAIT_S = 2.0
+"""How long a process that did not stop has to write its threads' stacks (STACKS_SIGNAL) before it is killed."""
+
+
 def stop_processes(procs: Mapping[str, subprocess.Popen], timeout_s: float = 30.0) -> list[str]:
-    """SIGINT every running process (a recorder finishes its bag on SIGINT), wait `timeout_s` for each, SIGKILL
-    what is still running; the names of those that did not stop on SIGINT."""
+    """SIGINT every running process (a recorder finishes its bag on SIGINT), wait `timeout_s` for each, then have
+    what is still running write its threads' stacks to its output (a node's STACKS_SIGNAL) and SIGKILL it; the
+    names of those that did not stop on SIGINT."""
     for proc in procs.values():
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
@@ -56,8 +61,12 @@ def stop_processes(procs: Mapping[str, subprocess.Popen], timeout_s: float = 30.
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             killed.append(name)
-            proc.kill()
-            proc.wait()
+            proc.send_signal(STACKS_SIGNAL)
+            try:
+                proc.wait(timeout=STACKS_WAIT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     return killed
 
 
