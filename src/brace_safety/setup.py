@@ -21,6 +21,7 @@ setup(
         "console_scripts": [
             "cmd_vel_monitor = brace_safety.cmd_vel_monitor_node:main",
             "airsim_monitor = brace_safety.airsim_monitor_node:main",
+            "hostile_planner = brace_safety.hostile_planner_node:main",
         ],
     },
 )
