@@ -147,3 +147,20 @@ TEXTWORLD = Stack("textworld", (TEXTWORLD_WORLD, *control_nodes("textworld/contr
                   description="TextWorld cooking games, generated offline and played through textworld",
                   world="textworld_world")
 STACKS = {stack.name: stack for stack in (CONTROL, SIM, PIPER_TWIN, PIPER_REAL, AIRSIM, ISAAC, TEXTWORLD)}
+
+# The hostile planner (brace_safety, docs/safety.md) serves Replan in the E-RECAP planner's place: valid plans at
+# random or aimed at the nearest other agent, to test and measure the collision monitor. A variant that gives it
+# parameters runs it instead of the planner.
+HOSTILE_PLANNER = NodeSpec("brace_safety", "hostile_planner", "hostile_planner", ("hostile_planner.yaml",),
+                           node_class="brace_safety.hostile_planner_node:HostilePlannerNode")
+STAND_INS = {HOSTILE_PLANNER.name: (ERECAP_PLANNER.name, HOSTILE_PLANNER)}
+"""Nodes a run's variant may start in another's place: name -> (the node it replaces, its spec)."""
+
+
+def with_stand_ins(stack: Stack, names: set[str]) -> Stack:
+    """`stack` with each stand-in of `names` in the place of the node it replaces (the stack itself when none)."""
+    replaced = {STAND_INS[n][0]: STAND_INS[n][1] for n in names if n in STAND_INS and STAND_INS[n][0] in stack.names}
+    if not replaced:
+        return stack
+    return Stack(stack.name, tuple(replaced.get(spec.name, spec) for spec in stack.nodes), stack.use_sim_time,
+                 stack.description, stack.world)

@@ -21,6 +21,7 @@ from brace_common.config import field_default, load_ros_parameters
 from brace_controller.config import ControllerConfig, ControllerNodeConfig, MonitorConfig, MonitorNodeConfig
 from brace_safety.airsim_monitor_node import AirSimMonitorNodeConfig
 from brace_safety.cmd_vel_monitor_node import CmdVelMonitorConfig
+from brace_safety.hostile_planner_node import HostilePlannerConfig
 from erecap_planner.config import PlannerConfig
 from robot_bridge.openvla.executor_config import ExecutorConfig
 from robot_bridge.orbbec.camera_config import CameraConfig
@@ -32,7 +33,7 @@ from sim_bridges.isaac.isaac_config import IsaacBridgeConfig
 from sim_bridges.textworld.textworld_config import TextWorldConfig
 from sim_bridges.warehouse.warehouse_config import AirSimBridgeConfig, SimConfig
 
-from .graph import AIRSIM, ISAAC, PIPER_REAL, PIPER_TWIN, SIM
+from .graph import AIRSIM, HOSTILE_PLANNER, ISAAC, PIPER_REAL, PIPER_TWIN, SIM
 from .run_config import params_dir
 
 NODE_CONFIGS: dict[str, tuple[type, ...]] = {
@@ -53,6 +54,7 @@ NODE_CONFIGS: dict[str, tuple[type, ...]] = {
     "airsim_monitor": (AirSimMonitorNodeConfig,),
     "airsim_bridge": (AirSimBridgeConfig,),
     "textworld_world": (TextWorldConfig,),
+    "hostile_planner": (HostilePlannerConfig,),
 }
 """Each node's parameters: the config dataclasses it declares them from (core first, then the node's own)."""
 
@@ -92,6 +94,7 @@ def render() -> str:
     for stack in (SIM, PIPER_TWIN, PIPER_REAL, AIRSIM, ISAAC):  # every node once: the control nodes with the sim's files
         for spec in stack.nodes:
             specs.setdefault(spec.name, spec)
+    specs[HOSTILE_PLANNER.name] = HOSTILE_PLANNER   # a stand-in a variant starts (graph.STAND_INS)
     for spec in specs.values():
         files = {}
         for name in spec.parameter_files:

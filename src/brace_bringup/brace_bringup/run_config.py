@@ -10,6 +10,9 @@
       airsim_peer: {port: 41451, clock_speed: 1.0}   # optional, stacks with an airsim_bridge
       own_process: [erecap_planner]   # optional: nodes brace-run starts as their own processes (as launch does)
 
+A variant (or the overrides) that gives parameters to a stand-in (graph.STAND_INS: hostile_planner) runs it in
+the place of the node it replaces (erecap_planner), whose name it also takes in every `wait_for_nodes`.
+
 A run configuration is named by a path or by the name of one installed
 with brace_bringup (`demo` or `demo.yaml`: share/brace_bringup/runs/); the
 parameter files a stack names are brace_bringup's (share/brace_bringup/params/).
@@ -44,7 +47,7 @@ from ament_index_python.packages import get_package_share_directory
 from brace_common.config import from_mapping, load_ros_parameters
 from sim_bridges.airsim.intersection import IntersectionConfig
 
-from .graph import AUDIT_RECORDER, STACKS, Stack
+from .graph import AUDIT_RECORDER, STACKS, STAND_INS, Stack, with_stand_ins
 
 
 def share() -> Path:
@@ -150,18 +153,18 @@ class RunConfig:
             raise ValueError(f"{path}: airsim_peer needs a stack with an airsim_bridge ('{cfg.stack.name}' has none)")
         _merge(cfg.overrides, raw.get("overrides"))
         cfg.variants.update(raw.get("variants") or {})
-        names = set(cfg.stack.names)
+        names = set(cfg.node_names)
         for label, layer in [("overrides", cfg.overrides), *((f"variant {v}", n) for v, n in cfg.variants.items())]:
             bad = set(layer or {}) - names
             if bad:
                 raise ValueError(f"{path}: {label} names nodes {sorted(bad)} that stack '{cfg.stack.name}' does not run")
-        for spec in cfg.stack.nodes:
+        for spec in {s for v in cfg.variants for s in cfg.stack_of(v).nodes}:
             for f in spec.parameter_files:
                 if not (cfg.params_dir / f).is_file():
                     raise ValueError(f"{path}: parameter file {f} does not exist in {cfg.params_dir}")
         if not cfg.variants:
             raise ValueError(f"{path}: no variants")
-        bad = set(cfg.own_process) - names
+        bad = set(cfg.own_process) - set(cfg.stack.names)
         if bad:
             raise ValueError(f"{path}: own_process names nodes {sorted(bad)} that stack '{cfg.stack.name}' does not run")
         kept = {cfg.stack.world, AUDIT_RECORDER.name} & set(cfg.own_process)
@@ -169,6 +172,15 @@ class RunConfig:
             raise ValueError(f"{path}: own_process cannot hold {sorted(kept)}: brace-run reads the world's progress and "
                              "closes the recorder's bag in its own process")
         return cfg
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        """The nodes a layer may give parameters to: the stack's, and the stand-ins for those it runs."""
+        return (*self.stack.names, *(n for n, (replaced, _) in STAND_INS.items() if replaced in self.stack.names))
+
+    def stack_of(self, variant: str) -> Stack:
+        """The stack `variant` runs: the run's, with the stand-ins its layers give parameters to."""
+        return with_stand_ins(self.stack, {*self.overrides, *(self.variants.get(variant) or {})})
 
     def server_spec(self) -> dict[str, Any]:
         """The run's planner server with every key (defaults filled in); {} when the run names none."""
@@ -182,13 +194,18 @@ class RunConfig:
         """node -> parameters: the stack's files in order, then the run's overrides, the variant, `extra`."""
         if variant not in self.variants:
             raise KeyError(f"unknown variant '{variant}' (known: {', '.join(self.variants)})")
+        stack = self.stack_of(variant)
         merged: dict[str, dict] = {}
-        for spec in self.stack.nodes:
+        for spec in stack.nodes:
             merged[spec.name] = {}
             for f in spec.parameter_files:
                 merged[spec.name].update(load_ros_parameters(self.params_dir / f, spec.name))
         for layer in (self.overrides, self.variants.get(variant) or {}, extra or {}):
-            _merge(merged, layer)
+            _merge(merged, {node: values for node, values in (layer or {}).items() if node in stack.names})
+        renamed = {STAND_INS[spec.name][0]: spec.name for spec in stack.nodes if spec.name in STAND_INS}
+        for values in merged.values():
+            if renamed and isinstance(values.get("wait_for_nodes"), list):
+                values["wait_for_nodes"] = [renamed.get(n, n) for n in values["wait_for_nodes"]]
         return merged
 
     def write_parameters(self, variant: str, folder: Path, extra: dict[str, dict] | None = None) -> Path:

@@ -163,8 +163,8 @@ def plan(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dict] | No
                                  ("--settings", str(settings_file), "--port", str(port))))
     if AIRSIM_MONITOR in cfg.stack.names and "airsim_bridge" in cfg.stack.names:
         route_through_monitor(cfg, variant, extra, ports)
-    return RunPlan(cfg.stack, variant, folder, cfg.write_parameters(variant, folder, extra), tuple(processes),
-                   namespace, cfg.own_process)
+    return RunPlan(cfg.stack_of(variant), variant, folder, cfg.write_parameters(variant, folder, extra),
+                   tuple(processes), namespace, cfg.own_process)
 
 
 def route_through_monitor(cfg: RunConfig, variant: str, extra: dict[str, dict], ports: Mapping[str, int]) -> None:

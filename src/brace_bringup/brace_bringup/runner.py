@@ -348,8 +348,8 @@ def main(argv=None) -> int:
     for item in args.set:
         key, sep, value = item.partition("=")
         node, dot, param = key.partition(".")
-        if not sep or not dot or node not in cfg.stack.names or not param:
-            print(f"brace-run: --set '{item}' is not NODE.PARAM=VALUE with NODE one of {', '.join(cfg.stack.names)}",
+        if not sep or not dot or node not in cfg.node_names or not param:
+            print(f"brace-run: --set '{item}' is not NODE.PARAM=VALUE with NODE one of {', '.join(cfg.node_names)}",
                   file=sys.stderr)
             return 2
         extra.setdefault(node, {})[param] = yaml.safe_load(value)

@@ -71,6 +71,7 @@ def small_run(run: str, folder: Path, env: dict[str, str]) -> Path:
                                      "hold_while_planning": True}  # lockstep: the bag gets plans on any CPU
     elif run == "airsim_k8.yaml":
         overrides["airsim_bridge"] = {**SHORT_EPISODE, "num_agents": 2, "max_steps": 12, "step_period_s": 0.01}
+        overrides["airsim_monitor"] = {"port": free_port()}   # its proxy's port (brace-run picks a free one too)
         extra["airsim_peer"] = {"port": free_port()}
     elif run == "piper_twin_launch.yaml":
         group, act_port = f"ff01::74:{(os.getpid() + 11) % 0xFFFF:x}", free_port()  # interface-local multicast

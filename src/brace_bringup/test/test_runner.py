@@ -139,6 +139,25 @@ def test_airsim_peer_is_checked_and_the_run_writes_the_drones_schema(tmp_path):
     assert written["/**/erecap_planner"]["ros__parameters"]["action_schema_file"] == ""  # the bridge's WorldInfo
 
 
+def test_a_variant_that_gives_the_hostile_planner_parameters_runs_it_in_the_planners_place(tmp_path):
+    cfg = RunConfig.load("airsim_k8")
+    assert "hostile_planner" in cfg.node_names and "hostile_planner" not in cfg.stack.names
+    assert cfg.stack_of("brace_erecap") is cfg.stack
+    stack = cfg.stack_of("hostile")
+    assert stack.names == tuple("hostile_planner" if n == "erecap_planner" else n for n in cfg.stack.names)
+    params = cfg.parameters("hostile", {"erecap_planner": {"compressor": "none"}})   # a layer for a node not run
+    assert "erecap_planner" not in params and params["hostile_planner"]["target_frame"] == "ned"
+    assert params["airsim_bridge"]["wait_for_nodes"] == ["trigger_monitor", "brace_controller", "hostile_planner",
+                                                         "audit_recorder"]
+    assert "erecap_planner" in cfg.parameters("brace_erecap")["airsim_bridge"]["wait_for_nodes"]
+    run_plan = plan(cfg, "hostile", tmp_path / "hostile", airsim_peer=False)
+    assert "hostile_planner" in [spec.name for spec in run_plan.nodes]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run:\n  extends: demo.yaml\n  variants: {x: {hostile_planners: {aim: random}}}\n")
+    with pytest.raises(ValueError, match="hostile_planners"):
+        RunConfig.load(bad)
+
+
 def test_a_run_configuration_is_a_file_or_an_installed_name(tmp_path):
     installed = share() / "runs" / "demo.yaml"
     assert run_file("demo") == run_file("demo.yaml") == installed and run_file(str(installed)) == installed
