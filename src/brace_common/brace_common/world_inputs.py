@@ -19,7 +19,7 @@ from .world_markers import CallEvents
 from .world_node import WorldNode
 
 STEPPED_COUNTS = ("steps", "held_ticks", "hold_timeouts", "malformed_plans", "plans_applied", "stale_plans",
-                  "ticks_waiting_for_peers")
+                  "early_plans", "ticks_waiting_for_peers")
 """The counters (diagnostics keys) of every stepped world."""
 STEPPED_WARNINGS = ("hold_timeouts", "malformed_plans")
 """The stepped world's counters that make its diagnostics WARN when non-zero."""
@@ -134,11 +134,12 @@ class WorldInputs(WorldNode):
         of them is drawn where the agent is (admitted or not)."""
         if self.world is None or not self.has_agent(msg.trigger.agent_id):
             return
-        if msg.admitted:
-            self.holds.admit(msg.decision_id)
+        early_plan = self.holds.admit(msg.decision_id) if msg.admitted else None
         if msg.trigger.kind == TriggerKind.LOOP:
             x, y = self.agent_xy(msg.trigger.agent_id)
             self.calls.add_loop(float(x), float(y), msg.trigger.agent_id)
+        if early_plan is not None:   # its plan came first (holds.py): applied now
+            self.on_plan(early_plan)
 
     def on_call(self, msg: ReplanCall) -> None:
         """A call that produced no plan releases the hold; every call is drawn as a replanning event."""
@@ -150,7 +151,12 @@ class WorldInputs(WorldNode):
                            msg.latency_ms, msg.slo_ms)
 
     def on_plan(self, msg: Plan) -> None:
-        """Apply a plan of this episode to its agent (malformed or for an unknown agent: counted and dropped)."""
+        """Apply a plan of this episode to its agent (malformed or for an unknown agent: counted and dropped); one
+        that came before its decision waits for it (holds.py)."""
+        if self.world is not None and self.has_agent(msg.agent_id) and self.holds.early(msg.decision_id):
+            self.holds.release(msg.decision_id, msg)
+            self.counts["early_plans"] += 1
+            return
         self.holds.release(msg.decision_id)
         steps = self.take_plan(msg, self.world is not None, self.has_agent,
                                lambda: self.holds.of_this_episode(msg.decision_id),

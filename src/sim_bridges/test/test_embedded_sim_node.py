@@ -100,3 +100,21 @@ def test_lookahead_answers_over_ros_and_the_world_then_does_what_it_said(ros):
     assert on_change[-1].agents[0].action == "move_to"  # the plan changed the state between steps: published
     after = next(s for s in controller.states if s.step == t + 1)
     assert world_state_from_msg(after) == world_state_from_msg(answer.state)
+
+
+def test_a_plan_that_comes_before_its_decision_is_applied_when_the_decision_comes(ros):
+    """A planner that answers at once (the hostile planner) can have its plan taken before the decision that
+    admitted the call: the plan waits for the decision, is applied then, and the call holds nothing."""
+    node = ros.add(sim(grasp_failure=0.0, drift=0.0, max_steps=UNREACHED_STEPS))
+    controller = ros.add(Controller())
+    wait_for(lambda: node.world is not None and controller.decisions.get_subscription_count() > 0, what="episode")
+    step = node.world.oracle_plan("agent_0")[0]
+    controller.plans.publish(Plan(plan_id="p_early", agent_id="agent_0", decision_id="d_early",
+                                  steps=[PlanStep(action=step.action, parameters_json=step.parameters_json())]))
+    wait_for(lambda: node.counts["early_plans"] == 1, what="the plan kept for its decision")
+    assert node.counts["plans_applied"] == 0 and node.counts["stale_plans"] == 0
+    decision = ReplanDecision(decision_id="d_early", admitted=True)
+    decision.trigger.agent_id = "agent_0"
+    controller.decisions.publish(decision)
+    wait_for(lambda: node.counts["plans_applied"] == 1, what="the plan applied when its decision came")
+    assert "d_early" not in node.holds.waiting and node.counts["stale_plans"] == 0
