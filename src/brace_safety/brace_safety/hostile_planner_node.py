@@ -1,6 +1,7 @@
 """hostile_planner node: serves the Replan action in the E-RECAP planner's place with valid plans that make no effort
 to be safe (hostile.HostilePlanner), at every call: the worst a planner may answer, to test and measure the
-collision monitor. Takes world_info (the schema, the agents) and world_state (where they are). docs/safety.md."""
+collision monitor. Takes world_info (the schema, the agents) and world_state (where they are); publishes each call's
+record on replan_calls. docs/safety.md."""
 
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ class HostilePlannerNode(Node):
         self.inputs.subscribe(self, WorldInfo, names.WORLD_INFO, self.on_world_info, "world_info", qos.WORLD_INFO)
         self.inputs.subscribe(self, WorldState, names.WORLD_STATE, self.on_world_state, "world_state",
                               qos.WORLD_STATE)
+        self.calls_pub = self.create_publisher(ReplanCall, names.REPLAN_CALLS, qos.EVENTS)
         self.server = ActionServer(self, Replan, names.REPLAN, self.execute, **qos.REPLAN_ACTION)
         self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
         steady_timer(self, self.config.diagnostics_period_s, self.publish_diagnostics)
@@ -117,6 +119,7 @@ class HostilePlannerNode(Node):
         call.latency_ms = (time.perf_counter() - start) * 1000.0
         call.slo_met = call.latency_ms <= goal.slo_ms
         goal_handle.succeed()
+        self.calls_pub.publish(call)   # the audit record, as the planner's: the bag, the world's hold, the runner
         return result
 
     def publish_diagnostics(self) -> None:

@@ -32,6 +32,8 @@ class World(Node):
         self.info = self.create_publisher(WorldInfo, names.WORLD_INFO, qos.WORLD_INFO)
         self.state = self.create_publisher(WorldState, names.WORLD_STATE, qos.WORLD_STATE)
         self.action = ActionClient(self, Replan, names.REPLAN, **qos.REPLAN_ACTION)
+        self.records: list[ReplanCall] = []
+        self.create_subscription(ReplanCall, names.REPLAN_CALLS, self.records.append, qos.EVENTS)
 
     def call(self, agent: str) -> Replan.Result:
         future = self.action.send_goal_async(Replan.Goal(agent_id=agent, step=3, decision_id="d7", slo_ms=500.0,
@@ -69,6 +71,8 @@ def test_every_call_is_answered_with_a_plan_aimed_at_the_nearest_other_robot(ros
         assert (plan.agent_id, plan.decision_id) == ("carter_1", "d7") and 1 <= len(plan.steps) <= 2
         assert plan.steps[-1].action == "move_to" and json.loads(plan.steps[-1].parameters_json) == {"x": 2.0, "y": 1.0}
     assert node.counts["calls"] == 6 and node.counts["plans"] == 5 and node.counts["planner_errors"] == 1
+    wait_for(lambda: len(world.records) == 6, what="every call's record on replan_calls")
+    assert world.records[-1].call_id == call.call_id and world.records[0].status == ReplanCall.STATUS_PLANNER_ERROR
 
 
 def test_a_world_state_that_does_not_hold_together_is_counted_and_the_last_good_one_kept(ros):
