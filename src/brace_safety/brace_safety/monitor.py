@@ -138,7 +138,7 @@ class CollisionMonitor:
                               f"{self.config.source_timeout_s:g} s): cannot check its motion")
             return self._settle(agent, None, verdict) if self.config.enable else \
                 self._settle(agent, None, replace(verdict, action=ZoneAction.NONE, speed_ratio=1.0))
-        motion = Motion(own.position, own.yaw, linear, yaw_rate)
+        motion = Motion(own.position, own.yaw, linear, yaw_rate, own.velocity)
         verdict = check(self.config, motion, self.obstacles(agent, now_s, extra))
         return self._settle(agent, motion, verdict)
 

@@ -2,7 +2,9 @@
 
 Nav2's collision_monitor is the model: the zones act on the commanded motion, never on the plan, from what the
 world senses. Three zones around an agent, each named by its action (docs/safety.md):
-- stop: an obstacle closer than `hazard_distance_m` -> motion closing on it is stopped;
+- stop: an obstacle closer than `hazard_distance_m` -> motion closing on it is stopped; with
+  `braking_deceleration_mps2` the zone grows by the distance the agents' sensed closing speed needs to stop at
+  that deceleration (v^2 / 2a), so that a vehicle that cannot stop at once still ends outside hazard_distance_m;
 - slowdown: closer than `slowdown_distance_m` -> motion closing on it is scaled by `slowdown_ratio`;
 - approach: the command is simulated forward; if it would bring the stop zone's edge within
   `time_before_collision_s`, it is scaled so that, at the speed let through, the edge is that far away in time.
@@ -42,6 +44,9 @@ class ZoneConfig:
     time_before_collision_s: float = param(2.0, "approach zone: closing motion is scaled so the stop zone is at "
                                            "least this far away in time at the speed let through (s)", 0.05, 60.0)
     simulation_time_step_s: float = param(0.1, "time step of the forward simulation of a command (s)", 0.005, 1.0)
+    braking_deceleration_mps2: float = param(0.0, "stop zone: grows by v^2 / (2 x this), v the sensed speed at "
+                                             "which the agent and an obstacle close (m/s^2; 0: no growth, for "
+                                             "vehicles that stop at once)", 0.0, 100.0)
     footprint_radius_m: float = param(0.3, "radius of an agent's footprint (m); hazard_distance_m must exceed two "
                                       "(two agents' footprints never touch outside the stop zone)", 0.0, 100.0)
 
@@ -74,21 +79,27 @@ class Obstacle:
 
     def distance(self, point: Vec3, t: float = 0.0) -> float:
         """Distance from `point` to this obstacle `t` seconds on (a box's: 0 inside it)."""
+        return math.dist(point, self.nearest_point(point, t))
+
+    def nearest_point(self, point: Vec3, t: float = 0.0) -> Vec3:
+        """The point of this obstacle nearest `point`, `t` seconds on (a box's: `point` itself inside it)."""
         centre = tuple(c + v * t for c, v in zip(self.position, self.velocity, strict=True))
         if self.half_extents_m is None:
-            return math.dist(point, centre)
-        return math.hypot(*(max(abs(p - c) - h, 0.0) for p, c, h in zip(point, centre, self.half_extents_m, strict=True)))
+            return centre
+        return tuple(min(max(p, c - h), c + h) for p, c, h in zip(point, centre, self.half_extents_m, strict=True))
 
 
 @dataclass(frozen=True)
 class Motion:
     """An agent's commanded motion from where it is: a velocity in its body frame (yaw about z) and a yaw rate; a
-    holonomic vehicle commanded in the world frame has yaw 0."""
+    holonomic vehicle commanded in the world frame has yaw 0. `velocity` is what its source senses it doing now
+    (world frame): the stop zone's braking growth reads it."""
 
     position: Vec3
     yaw: float
     linear: Vec3
     yaw_rate: float = 0.0
+    velocity: Vec3 = (0.0, 0.0, 0.0)
 
     @property
     def moving(self) -> bool:
@@ -97,7 +108,8 @@ class Motion:
 
     def scaled(self, ratio: float) -> Motion:
         """The same motion at `ratio` of its speed (Nav2 scales the whole command, turning included)."""
-        return Motion(self.position, self.yaw, tuple(v * ratio for v in self.linear), self.yaw_rate * ratio)
+        return Motion(self.position, self.yaw, tuple(v * ratio for v in self.linear), self.yaw_rate * ratio,
+                      self.velocity)
 
     def path(self, step_s: float, horizon_s: float) -> Iterator[tuple[float, Vec3]]:
         """(t, position) every `step_s` up to `horizon_s`, the command held (a unicycle when the yaw rate is set)."""
@@ -127,6 +139,25 @@ def nearest(point: Vec3, obstacles: Iterable[Obstacle]) -> tuple[str, float]:
     return min(((o.id, o.distance(point)) for o in obstacles), key=lambda e: e[1], default=("", math.nan))
 
 
+def closing_speed(motion: Motion, obstacle: Obstacle) -> float:
+    """The speed at which the agent (its sensed velocity) and the obstacle close on each other now; 0 when they
+    part or touch."""
+    towards = [o - p for o, p in zip(obstacle.nearest_point(motion.position), motion.position, strict=True)]
+    norm = math.hypot(*towards)
+    if norm == 0.0:
+        return 0.0
+    relative = [a - b for a, b in zip(motion.velocity, obstacle.velocity, strict=True)]
+    return max(0.0, sum(r * u for r, u in zip(relative, towards, strict=True)) / norm)
+
+
+def stop_radius(cfg: ZoneConfig, motion: Motion, obstacle: Obstacle) -> float:
+    """The stop zone's radius for `obstacle`: hazard_distance_m, grown by the braking distance of the closing speed
+    at braking_deceleration_mps2 (when set)."""
+    if cfg.braking_deceleration_mps2 <= 0.0:
+        return cfg.hazard_distance_m
+    return cfg.hazard_distance_m + closing_speed(motion, obstacle) ** 2 / (2.0 * cfg.braking_deceleration_mps2)
+
+
 def check(cfg: ZoneConfig, motion: Motion, obstacles: Sequence[Obstacle]) -> Verdict:
     """The zones' verdict on `motion` among `obstacles`: the most restrictive action any zone calls for on any
     obstacle (a tie goes to the higher-priority zone); NONE with the nearest obstacle when nothing acts."""
@@ -146,17 +177,17 @@ def _zone_verdicts(cfg: ZoneConfig, motion: Motion, obstacle: Obstacle,
     if obstacle.distance(p1, t1) >= d0 - CLOSING_M:
         return  # moving away from it, or past it: no zone acts on that
     zones = cfg.zones
-    if "stop" in zones and d0 < cfg.hazard_distance_m:
-        yield Verdict(ZoneAction.STOP, 0.0, obstacle.id, d0,
-                      f"closing on {obstacle.id} at {d0:.2f} m < {cfg.hazard_distance_m:g} m")
+    radius = stop_radius(cfg, motion, obstacle)
+    if "stop" in zones and d0 < radius:
+        yield Verdict(ZoneAction.STOP, 0.0, obstacle.id, d0, f"closing on {obstacle.id} at {d0:.2f} m < {radius:.3g} m")
     if "slowdown" in zones and d0 < cfg.slowdown_distance_m:
         yield Verdict(ZoneAction.SLOWDOWN, cfg.slowdown_ratio, obstacle.id, d0,
                       f"closing on {obstacle.id} at {d0:.2f} m < {cfg.slowdown_distance_m:g} m")
     if "approach" in zones:
-        reached = _reached(cfg.hazard_distance_m, d0, obstacle, path)
+        reached = _reached(radius, d0, obstacle, path)
         if reached is not None:
             yield Verdict(ZoneAction.APPROACH, reached / cfg.time_before_collision_s, obstacle.id, d0,
-                          f"{obstacle.id} within {cfg.hazard_distance_m:g} m in {reached:.2f} s < "
+                          f"{obstacle.id} within {radius:.3g} m in {reached:.2f} s < "
                           f"{cfg.time_before_collision_s:g} s")
 
 

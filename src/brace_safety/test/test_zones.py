@@ -2,6 +2,7 @@
 rules of the config, and (property) two agents driven at each other never inside the stop zone."""
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 
 from brace_common.config import ConfigError
 from brace_common.vocabulary import ZoneAction
-from brace_safety.zones import Motion, Obstacle, ZoneConfig, check
+from brace_safety.zones import Motion, Obstacle, ZoneConfig, check, closing_speed, stop_radius
 
 CFG = ZoneConfig(hazard_distance_m=1.0, slowdown_distance_m=2.0, slowdown_ratio=0.5, time_before_collision_s=2.0,
                  simulation_time_step_s=0.1, footprint_radius_m=0.3)
@@ -27,6 +28,22 @@ def test_closing_inside_the_stop_zone_is_stopped():
     verdict = check(CFG, toward_x(-0.8), [OTHER])
     assert (verdict.action, verdict.speed_ratio, verdict.obstacle) == (ZoneAction.STOP, 0.0, "b")
     assert verdict.distance_m == pytest.approx(0.8) and "closing on b" in verdict.detail
+
+
+def test_the_stop_zone_grows_by_the_braking_distance_of_the_sensed_closing_speed():
+    braking = replace(CFG, braking_deceleration_mps2=2.0)
+    coming = Motion((-1.5, 0.0, 0.0), 0.0, (1.0, 0.0, 0.0), velocity=(1.0, 0.0, 0.0))
+    towards_me = Obstacle("b", (0.0, 0.0, 0.0), velocity=(-1.0, 0.0, 0.0))   # closing at 2 m/s: 1 m to brake
+    assert closing_speed(coming, towards_me) == pytest.approx(2.0)
+    assert stop_radius(braking, coming, towards_me) == pytest.approx(2.0) and stop_radius(CFG, coming, towards_me) == 1.0
+    verdict = check(braking, coming, [towards_me])
+    assert verdict.action == ZoneAction.STOP and "< 2 m" in verdict.detail
+    assert check(CFG, coming, [towards_me]).action != ZoneAction.STOP
+    parting = Obstacle("b", (0.0, 0.0, 0.0), velocity=(3.0, 0.0, 0.0))       # it runs away faster than I come
+    assert closing_speed(coming, parting) == 0.0 and check(braking, coming, [parting]).action != ZoneAction.STOP
+    box = Obstacle("box", (1.0, 5.0, 0.0), half_extents_m=(2.0, 1.0, 1.0))   # nearest point (-1, 4, 0): along +y
+    sideways = Motion((-1.0, 0.0, 0.0), 0.0, (0.0, 1.0, 0.0), velocity=(1.0, 3.0, 0.0))
+    assert closing_speed(sideways, box) == pytest.approx(3.0)
 
 
 def test_moving_away_inside_the_stop_zone_passes():

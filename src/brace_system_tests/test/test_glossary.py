@@ -48,7 +48,7 @@ def load_glossary(path: Path = GLOSSARY) -> Glossary:
     """Parse docs/glossary.md."""
     text = path.read_text()
     names = {n for cell in _first_cells(_section(text, "Names")) for n in re.findall(r"`([a-z0-9_]+)`", cell)}
-    units = {u.lstrip("_") for cell in _first_cells(_section(text, "Units")) for u in re.findall(r"`(_[a-z]+)`", cell)}
+    units = {u.lstrip("_") for cell in _first_cells(_section(text, "Units")) for u in re.findall(r"`(_[a-z][a-z0-9]*)`", cell)}
     block = re.search(r"```\n(.*?)```", _section(text, "Words"), re.S)
     assert block, "the Words section has no code block"
     retired = {n for cell in _first_cells(_section(text, "Retired names")) for n in re.findall(r"`([a-z0-9_]+)`", cell)}
