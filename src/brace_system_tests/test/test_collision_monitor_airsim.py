@@ -5,21 +5,24 @@ deliver every drone through it, no deadlock of its making."""
 
 from __future__ import annotations
 
+import random
 from functools import partial
 
 import pytest
 
+from brace_common.action_schema import ActionSchema
 from brace_common.testing import wait_for
 from brace_common.vocabulary import ZoneAction
 from brace_safety.airsim_guard import AirSimGuard, AirSimMonitorConfig
+from brace_safety.hostile import HostileConfig, HostilePlanner
 from sim_bridges.airsim.airsim_link import AirSimLink, continue_for
 from sim_bridges.airsim.airsim_peer import AirSimPeer
-from sim_bridges.airsim.drone_world import DroneWorld, read_settings
-from sim_bridges.airsim.intersection import IntersectionConfig, settings
+from sim_bridges.airsim.drone_world import DroneWorld, read_settings, world_state
+from sim_bridges.airsim.intersection import IntersectionConfig, action_schema, settings
 
 D_MIN = 4.0   # the intersection's hazard_distance_m: a near-miss below it
 ZONES = dict(hazard_distance_m=5.0, slowdown_distance_m=7.0, time_before_collision_s=2.0, footprint_radius_m=0.5,
-             control_period_s=0.1)
+             control_period_s=0.1, braking_deceleration_mps2=3.0)
 
 
 @pytest.fixture
@@ -90,3 +93,34 @@ def test_the_oracles_plans_deliver_every_drone_through_the_monitor(fly):
     play(world, yielding=True)
     m = world.metrics()
     assert m.success and m.delivered == 8 and m.metric("near_misses") == 0, m.metrics
+
+
+def play_hostile(world: DroneWorld, seed: int) -> None:
+    """The hostile planner's plans (every move_to aimed at the nearest other drone): whenever a drone's plan ends,
+    and at random for the others, as a planner answering every trigger would."""
+    planner = HostilePlanner(HostileConfig(aim="nearest", target_frame="ned", seed=seed))
+    schema, agents, rng = ActionSchema.from_dict(action_schema(world.cfg)), sorted(world.drones), random.Random(seed)
+    while not world.finished:
+        world.step()
+        state = world_state(world, 0)
+        for name, d in world.drones.items():
+            if d.current is None or rng.random() < 0.3:
+                world.set_plan(name, planner.plan(schema, name, state, agents))
+
+
+HOSTILE = dict(num_agents=8, gust_probability=0.0, max_steps=100, seed=1)
+
+
+def test_the_hostile_planner_aimed_at_the_nearest_drone_never_brings_two_within_d_min(fly):
+    world, guard, _ = fly(IntersectionConfig(**HOSTILE))
+    play_hostile(world, seed=1)
+    m = world.metrics()
+    assert m.metric("collisions") == 0 and m.metric("near_misses") == 0 and m.metric("min_distance_m") >= D_MIN, \
+        m.metrics
+    assert guard.counts["commands_held"] > 0
+
+
+def test_without_the_monitor_acting_the_hostile_planner_collides(fly):
+    world, _, _ = fly(IntersectionConfig(**HOSTILE), enable=False)
+    play_hostile(world, seed=1)
+    assert world.metrics().metric("collisions") > 0
