@@ -1,27 +1,30 @@
 """The collision monitor between the isaac_bridge and Isaac Sim's bases (its stand-in, sim_bridges/test), over DDS,
-with the stack's parameter files: a hostile planner sends each of two bases to where the other stands. With the
+with the stack's parameter files: the hostile planner (the hostile_planner node, aim nearest, reading the bridge's
+world_info and world_state) sends each of two bases to where the other stands. With the
 monitor they end at rest outside the stop zone, the approaches counted, and the trigger monitor raises a hazard for
 the stop; with it passing everything (collision_monitor:=false) the same plans bring them into contact."""
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
 
-from brace_msgs.msg import CollisionMonitorState, ExecutionOutcome, Plan, PlanStep, TriggerEvent
+from brace_msgs.action import Replan
+from brace_msgs.msg import CollisionMonitorState, ExecutionOutcome, Plan, ReplanCall, TriggerEvent
+from rclpy.action import ActionClient
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from brace_bringup.run_config import params_dir
-from brace_common import qos
+from brace_common import names, qos
 from brace_common.config import load_ros_parameters
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.testing import wait_for
 from brace_controller.trigger_monitor_node import TriggerMonitorNode
 from brace_safety.cmd_vel_monitor_node import CollisionMonitorNode
+from brace_safety.hostile_planner_node import HostilePlannerNode
 from sim_bridges.isaac.isaac_bridge_node import IsaacBridgeNode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sim_bridges" / "test"))  # Isaac Sim's stand-in
@@ -39,12 +42,14 @@ def overrides(node: str, **values) -> list[Parameter]:
     return [Parameter(k, Parameter.Type.NOT_SET) if v == [] else Parameter(k, value=v) for k, v in merged.items()]
 
 
-class HostilePlanner(Node):
-    """Sends each base a plan to where the other base stands, and keeps what the stack says back."""
+class Caller(Node):
+    """The controller's part: a Replan call per base to the hostile planner, its plan published; and what the stack
+    says back."""
 
     def __init__(self) -> None:
-        super().__init__("hostile_planner", namespace=NS)
+        super().__init__("caller", namespace=NS)
         self.plans = self.create_publisher(Plan, "plan", qos.PLANS)
+        self.action = ActionClient(self, Replan, names.REPLAN, **qos.REPLAN_ACTION)
         self.states: list[CollisionMonitorState] = []
         self.outcomes: list[ExecutionOutcome] = []
         self.triggers: list[TriggerEvent] = []
@@ -52,10 +57,21 @@ class HostilePlanner(Node):
         self.create_subscription(ExecutionOutcome, "outcomes", self.outcomes.append, qos.INPUTS)
         self.create_subscription(TriggerEvent, "triggers", self.triggers.append, qos.INPUTS)
 
-    def at_each_other(self) -> None:
-        for i, (agent, goal) in enumerate((("carter_1", (3.0, 0.0)), ("carter_2", (0.0, 0.0)))):
-            plan = Plan(plan_id=f"hostile_{i}", agent_id=agent, steps=[
-                PlanStep(index=0, action="move_to", parameters_json=json.dumps({"x": goal[0], "y": goal[1]}))])
+    def at_each_other(self, hostile: HostilePlannerNode) -> None:
+        """Each base's plan from the hostile planner, once it knows where both stand; published as the controller's."""
+        wait_for(lambda: hostile.schema is not None and hostile.state is not None and
+                 all(e.pose is not None for e in hostile.state.entities if e.id in ROBOTS), 30.0,
+                 "the hostile planner knows the schema and both bases' poses")
+        for agent in ROBOTS:
+            future = self.action.send_goal_async(Replan.Goal(agent_id=agent, decision_id=f"d_{agent}", slo_ms=1000.0,
+                                                             hard_deadline_ms=2000.0, token_budget=300))
+            wait_for(future.done, what="goal response")
+            result = future.result().get_result_async()
+            wait_for(result.done, what="the hostile plan")
+            answer = result.result().result
+            assert answer.call.status == ReplanCall.STATUS_OK, answer.call.error
+            plan = answer.plan
+            plan.decision_id = ""   # as an initial plan: the bridge holds no calls
             plan.header.stamp = self.get_clock().now().to_msg()
             self.plans.publish(plan)
 
@@ -81,9 +97,12 @@ def graph(ros, enable: bool, **monitor_params):
         Parameter("agents", value=list(ROBOTS)), Parameter("hazard_distance_m", value=0.0)])
     nodes = [ros.add(n) for n in (bridge, monitor, triggers)]
     sim = ros.add(IsaacStandIn(ROBOTS, time_scale=2.0))
-    planner = ros.add(HostilePlanner())
+    hostile = ros.add(HostilePlannerNode(namespace=NS, parameter_overrides=[Parameter("aim", value="nearest")]))
+    planner = ros.add(Caller())
     wait_for(lambda: bridge.fleet.judge is not None, 30.0, "the episode started")
-    wait_for(lambda: planner.plans.get_subscription_count() > 0, what="the bridge's plan subscription")
+    wait_for(lambda: planner.plans.get_subscription_count() > 0 and planner.action.server_is_ready(),
+             what="the bridge's plan subscription and the hostile planner")
+    planner.hostile = hostile
     return nodes, sim, planner
 
 
@@ -91,16 +110,19 @@ def test_the_hostile_planner_drives_two_bases_at_each_other_and_the_monitor_keep
     (_, monitor, _), sim, planner = graph(ros, enable=True)
     closest = [math.inf]
 
-    def at_rest() -> bool:
+    def at_rest() -> bool:   # after each base's move_to (a hostile plan may wait first) was approached and held
         closest[0] = min(closest[0], world_distance(sim))
-        return all(sim.cmd_vel[r] and abs(sim.cmd_vel[r][-1][0]) < 0.02 for r in ROBOTS) and closest[0] < 1.6
+        return all(sim.cmd_vel[r] and abs(sim.cmd_vel[r][-1][0]) < 0.02 for r in ROBOTS) and closest[0] < 1.6 and \
+            all(monitor.monitor.counts[f"approaches.{r}"] >= 1 for r in ROBOTS)
 
-    planner.at_each_other()
-    wait_for(at_rest, 60.0, "both bases at rest near each other")
+    planner.at_each_other(planner.hostile)
+    wait_for(at_rest, 120.0, "both bases held at rest near each other")
     hazard = monitor.config.hazard_distance_m
     assert closest[0] >= hazard - 0.05, closest[0]   # one control period of lag at most: no contact (0.8 m)
-    approaches = [s for s in planner.states if s.action == CollisionMonitorState.ACTION_APPROACH]
-    assert {s.agent_id for s in approaches} == set(ROBOTS) and {s.obstacle for s in approaches} == set(ROBOTS)
+    def approached() -> set[tuple[str, str]]:
+        return {(s.agent_id, s.obstacle) for s in planner.states if s.action == CollisionMonitorState.ACTION_APPROACH}
+
+    wait_for(lambda: approached() == {("carter_1", "carter_2"), ("carter_2", "carter_1")}, what="both approaches")
     assert all(monitor.monitor.counts[f"approaches.{r}"] >= 1 for r in ROBOTS)
     assert monitor.monitor.min_distance_m["carter_1"] >= hazard - 0.05
     # The executor never sees its commands scaled: it keeps asking for speed until its step times out.
@@ -110,7 +132,7 @@ def test_the_hostile_planner_drives_two_bases_at_each_other_and_the_monitor_keep
 
 def test_a_stop_raises_a_hazard_trigger_through_the_trigger_monitor(ros):
     _, sim, planner = graph(ros, enable=True, zones=["stop"])   # the stop zone alone: they drive on until it holds
-    planner.at_each_other()
+    planner.at_each_other(planner.hostile)
     wait_for(lambda: any(o.failure == ExecutionOutcome.FAILURE_SAFETY_STOP for o in planner.outcomes), 60.0,
              "the stop's outcome")
     wait_for(lambda: any(t.kind == TriggerEvent.KIND_HAZARD for t in planner.triggers), what="a hazard trigger")
@@ -121,7 +143,7 @@ def test_a_stop_raises_a_hazard_trigger_through_the_trigger_monitor(ros):
 
 def test_without_the_monitor_the_same_plans_bring_the_bases_into_contact(ros):
     (_, monitor, _), sim, planner = graph(ros, enable=False)
-    planner.at_each_other()
+    planner.at_each_other(planner.hostile)
     wait_for(lambda: world_distance(sim) < CONTACT_M, 60.0, "the bases in contact")
     assert not [s for s in planner.states if s.action != CollisionMonitorState.ACTION_NONE]
     wait_for(lambda: monitor.monitor.min_distance_m.get("carter_1", math.inf) < CONTACT_M,
