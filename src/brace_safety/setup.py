@@ -22,6 +22,7 @@ setup(
             "cmd_vel_monitor = brace_safety.cmd_vel_monitor_node:main",
             "airsim_monitor = brace_safety.airsim_monitor_node:main",
             "hostile_planner = brace_safety.hostile_planner_node:main",
+            "ee_monitor = brace_safety.ee_monitor_node:main",
         ],
     },
 )

@@ -44,4 +44,5 @@ DEPTH_INFO = "depth/camera_info"       # sensor_msgs/CameraInfo, under <camera_n
 # Mobile robots (Isaac Sim's contract; Nav2's names): a robot's topics are in its namespace, /<robot>/cmd_vel.
 CMD_VEL = "cmd_vel"                    # geometry_msgs/Twist: the motors' velocity command (after the collision monitor)
 CMD_VEL_NAV = "cmd_vel_nav"            # geometry_msgs/Twist: the executor's velocity command, into the monitor
+EE_DELTA_CMD_NAV = "ee_delta_cmd_nav"  # EndEffectorDelta: the executor's arm command, into the arm's collision monitor
 ODOM = "odom"                          # nav_msgs/Odometry: a base's odometry
