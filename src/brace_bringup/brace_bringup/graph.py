@@ -89,6 +89,10 @@ OPENVLA_EXECUTOR = NodeSpec("robot_bridge", "openvla_executor", "openvla_executo
                             lifecycle=True, node_class="robot_bridge.openvla.openvla_executor_node:OpenVlaExecutorNode")
 VISUAL_VERIFIER = NodeSpec("robot_bridge", "visual_verifier", "visual_verifier", ("visual_verifier.yaml",),
                            node_class="robot_bridge.verifier.visual_verifier_node:VisualVerifierNode")
+# Every end-effector command of the executor passes the arm's collision monitor (brace_safety, docs/safety.md): the
+# executor sends ee_delta_cmd_nav, the monitor ee_delta_cmd to the arm.
+EE_MONITOR = NodeSpec("brace_safety", "ee_monitor", "ee_monitor", ("ee_monitor.yaml",), lifecycle=True,
+                      node_class="brace_safety.ee_monitor_node:EeMonitorNode")
 
 
 def control_nodes(settings: str) -> tuple[NodeSpec, ...]:
@@ -99,7 +103,7 @@ def control_nodes(settings: str) -> tuple[NodeSpec, ...]:
 
 
 ROBOT_CONTROL = control_nodes("robot/control.yaml")
-PIPER_TWIN = Stack("piper_twin", (TWIN_WORLD, PIPER_ARM, OPENVLA_EXECUTOR, VISUAL_VERIFIER, *ROBOT_CONTROL),
+PIPER_TWIN = Stack("piper_twin", (TWIN_WORLD, PIPER_ARM, EE_MONITOR, OPENVLA_EXECUTOR, VISUAL_VERIFIER, *ROBOT_CONTROL),
                    description="the real-robot graph on the PiPER CAN twin (PickFruit with grasp slips, the front "
                                "camera rendered from the twin, the visual verifier)",
                    world="twin_world")
@@ -113,7 +117,7 @@ PIPER_REAL = Stack("piper_real", tuple(
     if s.name in ("piper_arm", "front_camera", "wrist_camera", "openvla_executor", "visual_verifier", "erecap_planner",
                   "operator_task")
     else s
-    for s in (OPERATOR_TASK, PIPER_ARM, FRONT_CAMERA, WRIST_CAMERA, OPENVLA_EXECUTOR, VISUAL_VERIFIER,
+    for s in (OPERATOR_TASK, PIPER_ARM, EE_MONITOR, FRONT_CAMERA, WRIST_CAMERA, OPENVLA_EXECUTOR, VISUAL_VERIFIER,
               *ROBOT_CONTROL)),
                    description="the real AgileX PiPER arm, two Orbbec cameras, the OpenVLA executor, the visual "
                                "verifier and the control stack (docs/robot.md)")

@@ -21,6 +21,7 @@ from brace_common.config import field_default, load_ros_parameters
 from brace_controller.config import ControllerConfig, ControllerNodeConfig, MonitorConfig, MonitorNodeConfig
 from brace_safety.airsim_monitor_node import AirSimMonitorNodeConfig
 from brace_safety.cmd_vel_monitor_node import CmdVelMonitorConfig
+from brace_safety.ee_monitor_node import EeMonitorConfig
 from brace_safety.hostile_planner_node import HostilePlannerConfig
 from erecap_planner.config import PlannerConfig
 from robot_bridge.openvla.executor_config import ExecutorConfig
@@ -55,6 +56,7 @@ NODE_CONFIGS: dict[str, tuple[type, ...]] = {
     "airsim_bridge": (AirSimBridgeConfig,),
     "textworld_world": (TextWorldConfig,),
     "hostile_planner": (HostilePlannerConfig,),
+    "ee_monitor": (EeMonitorConfig,),
 }
 """Each node's parameters: the config dataclasses it declares them from (core first, then the node's own)."""
 

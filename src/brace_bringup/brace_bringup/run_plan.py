@@ -187,7 +187,7 @@ LAUNCH_ARGUMENTS = {
     "variant": ("brace_erecap", "the variant of the run configuration to start"),
     "namespace": (DEFAULT_NAMESPACE.strip("/"), "namespace of the stack's nodes and topics"),
     "output": ("", "run folder for the parameter file and the audit bag ('' = ./runs/launch_<time>)"),
-    "collision_monitor": ("true", "true: the collision monitor acts on commanded motion (stacks with one: isaac, airsim); "
+    "collision_monitor": ("true", "true: the collision monitor acts on commanded motion (isaac, airsim, the piper stacks); "
                                   "false: it passes every command unchanged, to compare"),
 }
 """The arguments of every launch file: name -> (default, description)."""

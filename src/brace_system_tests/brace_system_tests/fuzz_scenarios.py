@@ -290,7 +290,7 @@ def drip_server(folder: Path, domain: int, quick: bool = False) -> ScenarioResul
             plans = node.create_publisher(Plan, names.PLAN, qos.PLANS)
             commands: list[EndEffectorDelta] = []
             outcomes: list[ExecutionOutcome] = []
-            node.create_subscription(EndEffectorDelta, names.EE_DELTA_CMD, commands.append, qos.INPUTS)
+            node.create_subscription(EndEffectorDelta, params["ee_delta_topic"], commands.append, qos.INPUTS)
             node.create_subscription(ExecutionOutcome, names.OUTCOMES, outcomes.append, qos.INPUTS)
             pixels = np.zeros((48, 64, 3), np.uint8)
             pixels[:, :, 0] = 200

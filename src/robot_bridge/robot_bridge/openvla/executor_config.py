@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from brace_common import names
 from brace_common.config import ConfigError, autostart_param, check_agent_ids, check_fields, diagnostics_period_param, param
 
 from .instructions import InstructionTemplates
@@ -40,6 +41,9 @@ class ExecutorConfig:
     control_period_s: float = param(0.2, "seconds between control ticks: each tick judges the step and, when no VLA "
                                     "call is in flight, asks for the next action", 0.02, 10.0)
     frame_id: str = param("base_link", "frame of the commanded deltas (EndEffectorDelta.header.frame_id)")
+    ee_delta_topic: str = param(names.EE_DELTA_CMD, "where the commanded deltas go (brace_msgs/EndEffectorDelta): "
+                                "the arm's ee_delta_cmd, or ee_delta_cmd_nav when the arm's collision monitor "
+                                "(ee_monitor) stands between")
     gripper_joint: str = param("gripper", "the joint_states entry whose position is the gripper opening (m)")
     on_failure: str = param("abandon", "after a failed step: 'abandon' the rest of the plan (idle until the next "
                             "plan) or 'continue' with the next step")
@@ -112,6 +116,8 @@ class ExecutorConfig:
             raise ConfigError("model_path", "the local backend needs the directory of a checkpoint")
         if self.device != "auto" and self.device != "cpu" and not self.device.startswith("cuda"):
             raise ConfigError("device", f"'{self.device}' is not auto, cpu or cuda[:n]")
+        if not self.ee_delta_topic.strip("/"):
+            raise ConfigError("ee_delta_topic", "must not be empty")
         if not self.image_topic.strip():
             raise ConfigError("image_topic", "must not be empty")
         if not self.gripper_joint:

@@ -74,7 +74,7 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
         self.config, self.last_error = cfg, ""
-        self.ee_pub = self.configured(self.create_lifecycle_publisher(EndEffectorDelta, names.EE_DELTA_CMD, qos.EVENTS))
+        self.ee_pub = self.configured(self.create_lifecycle_publisher(EndEffectorDelta, cfg.ee_delta_topic, qos.EVENTS))
         self.outcome_pub = self.configured(self.create_lifecycle_publisher(ExecutionOutcome, names.OUTCOMES,
                                                                            qos.EVENTS))
         self.context_pub = self.configured(self.create_lifecycle_publisher(ContextEntry, names.CONTEXT, qos.EVENTS))
