@@ -10,27 +10,21 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Optional
 
-from brace_msgs.msg import CollisionMonitorState, ExecutionOutcome
-from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 
 from brace_common import names, qos
-from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, autostart_param, diagnostics_period_param, param
 from brace_common.counters import Counters, Health
-from brace_common.diagnostics import health_array
-from brace_common.lifecycle import ReleasingLifecycleNode, serialized
-from brace_common.params import declare_parameters, read_config, reject_undeclared
+from brace_common.lifecycle import serialized
 from brace_common.planar import Pose2D
 from brace_common.spin import spin_node
 from brace_common.validation import InvalidInput
-from brace_common.vocabulary import ZoneAction
 
 from . import convert
 from .monitor import CollisionMonitor, MonitorConfig
+from .monitor_node import MonitorNode
 
 COMMAND = "cmd_vel"
 """The `action` of a stop's ExecutionOutcome: what the monitor stopped (it does not know the plan's skill)."""
@@ -77,38 +71,23 @@ def robot_topic(robot: str, relative: str) -> str:
 NODE_COUNTS = ("inactive_commands", "malformed_odometry", "stops_reported")
 
 
-class CollisionMonitorNode(ReleasingLifecycleNode):
+class CollisionMonitorNode(MonitorNode):
     """Thin lifecycle shell: odometry -> the monitor's sources; each cmd_vel_nav -> the zones -> cmd_vel."""
 
     def __init__(self, **kwargs) -> None:
-        super().__init__("cmd_vel_monitor", **kwargs)
-        self.config: Optional[CmdVelMonitorConfig] = None
+        super().__init__("cmd_vel_monitor", CmdVelMonitorConfig, COMMAND, **kwargs)
         self.monitor: Optional[CollisionMonitor] = None
         self.motors: dict[str, object] = {}
         self.active = False
         self.counts = Counters(NODE_COUNTS, warn=["malformed_odometry"])
-        self.group = MutuallyExclusiveCallbackGroup()  # every callback of the node, one at a time
-        declare_parameters(self, CmdVelMonitorConfig, enforce_ranges=False)  # checked at configure (read_config)
-        self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
-        period = self.get_parameter("diagnostics_period_s").value
-        steady_timer(self, period if isinstance(period, float) and 0.05 <= period <= 3600.0 else 1.0,
-                     self.publish_diagnostics, self.group)
 
     @serialized
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Validate the parameters; create each robot's odometry and command topics, the state and outcomes."""
-        try:
-            cfg = read_config(self, CmdVelMonitorConfig)
-            reject_undeclared(self)
-        except ConfigError as exc:
-            self.last_error = f"configure failed: {exc}"
-            self.get_logger().error(self.last_error)
+        cfg = self.read_configuration()
+        if cfg is None:
             return TransitionCallbackReturn.FAILURE
-        self.config, self.last_error = cfg, ""
         self.monitor = CollisionMonitor(cfg)
-        self.state_pub = self.configured(self.create_publisher(CollisionMonitorState, names.COLLISION_MONITOR_STATE,
-                                                               qos.EVENTS))
-        self.outcome_pub = self.configured(self.create_publisher(ExecutionOutcome, names.OUTCOMES, qos.EVENTS))
         for agent in cfg.agents:
             self.motors[agent] = self.configured(self.create_publisher(
                 Twist, robot_topic(agent, cfg.cmd_vel_out_topic), qos.SIM_COMMANDS))
@@ -118,7 +97,6 @@ class CollisionMonitorNode(ReleasingLifecycleNode):
             self.configured(self.create_subscription(Twist, robot_topic(agent, cfg.cmd_vel_in_topic),
                                                      partial(self.on_command, agent), qos.SIM_COMMANDS,
                                                      callback_group=self.group))
-        self.state_label = "inactive"
         self.get_logger().info(f"guarding {', '.join(cfg.agents)}: {cfg.cmd_vel_in_topic} -> {cfg.cmd_vel_out_topic}"
                                f", zones {', '.join(cfg.zones)}" + ("" if cfg.enable else " (disabled: passing)"))
         return TransitionCallbackReturn.SUCCESS
@@ -173,20 +151,12 @@ class CollisionMonitorNode(ReleasingLifecycleNode):
             return
         guarded = monitor.guard(agent, (msg.linear.x, msg.linear.y, msg.linear.z), msg.angular.z, time.monotonic())
         self.motors[agent].publish(convert.twist_let_through(msg, guarded.motion, guarded.verdict))
-        stamp = self.get_clock().now().to_msg()
-        if guarded.changed:
-            self.state_pub.publish(convert.state_msg(agent, guarded.verdict, stamp))
-        if guarded.began and guarded.verdict.action is ZoneAction.STOP:
+        if self.report(agent, guarded):
             self.counts.add("stops_reported")
-            self.outcome_pub.publish(convert.stop_outcome(agent, guarded.verdict, stamp, COMMAND))
-            self.get_logger().warning(f"{agent}: stopped: {guarded.verdict.detail}")
 
-    def publish_diagnostics(self) -> None:
-        """The node's state, its counts and the monitor's (commands, interventions per agent and zone)."""
-        health = Health({"state": self.state_label}, errors=(self.last_error,) if self.last_error else ()) + \
-            self.counts.health() + (self.monitor.health() if self.monitor is not None else Health())
-        self.diag_pub.publish(health_array(f"{self.get_name()}: collision monitor", health,
-                                           self.get_clock().now().to_msg()))
+    def health(self) -> Health:
+        """Its counts and the monitor's (commands, interventions per agent and zone)."""
+        return self.counts.health() + (self.monitor.health() if self.monitor is not None else Health())
 
 
 def main(args=None) -> int:

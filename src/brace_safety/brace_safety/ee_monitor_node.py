@@ -12,26 +12,21 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from brace_msgs.msg import CollisionMonitorState, EndEffectorDelta, ExecutionOutcome, WorldState
-from diagnostic_msgs.msg import DiagnosticArray
+from brace_msgs.msg import EndEffectorDelta, WorldState
 from geometry_msgs.msg import PoseStamped
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 
 from brace_common import names, qos
-from brace_common.clock import steady_timer
 from brace_common.config import ConfigError, autostart_param, diagnostics_period_param, param
 from brace_common.counters import Counters, Health
-from brace_common.diagnostics import health_array
-from brace_common.lifecycle import ReleasingLifecycleNode, serialized
-from brace_common.params import declare_parameters, read_config, reject_undeclared
+from brace_common.lifecycle import serialized
 from brace_common.spin import spin_node
 from brace_common.validation import InvalidInput
-from brace_common.vocabulary import ZoneAction
 from brace_common.world_state import world_state_from_msg
 
 from . import convert
 from .monitor import CollisionMonitor, MonitorConfig
+from .monitor_node import MonitorNode
 from .zones import Obstacle
 
 COMMAND = "ee_delta"
@@ -85,39 +80,24 @@ class EeMonitorConfig(MonitorConfig):
 NODE_COUNTS = ("inactive_commands", "malformed_poses", "malformed_world_states", "stops_reported")
 
 
-class EeMonitorNode(ReleasingLifecycleNode):
+class EeMonitorNode(MonitorNode):
     """Thin lifecycle shell: end_pose -> the source; world_state -> keep-out boxes; each command -> the zones."""
 
     def __init__(self, **kwargs) -> None:
-        super().__init__("ee_monitor", **kwargs)
-        self.config: Optional[EeMonitorConfig] = None
+        super().__init__("ee_monitor", EeMonitorConfig, COMMAND, **kwargs)
         self.monitor: Optional[CollisionMonitor] = None
         self.boxes: tuple[Obstacle, ...] = ()
         self.last_pose: Optional[tuple[tuple[float, float, float], float]] = None
         self.active = False
         self.counts = Counters(NODE_COUNTS, warn=["malformed_poses", "malformed_world_states"])
-        self.group = MutuallyExclusiveCallbackGroup()  # every callback of the node, one at a time
-        declare_parameters(self, EeMonitorConfig, enforce_ranges=False)  # checked at configure (read_config)
-        self.diag_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS, qos.DIAGNOSTICS)
-        period = self.get_parameter("diagnostics_period_s").value
-        steady_timer(self, period if isinstance(period, float) and 0.05 <= period <= 3600.0 else 1.0,
-                     self.publish_diagnostics, self.group)
 
     @serialized
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Validate the parameters; create the pose, world-state and command topics, the state and outcomes."""
-        try:
-            cfg = read_config(self, EeMonitorConfig)
-            reject_undeclared(self)
-        except ConfigError as exc:
-            self.last_error = f"configure failed: {exc}"
-            self.get_logger().error(self.last_error)
+        cfg = self.read_configuration()
+        if cfg is None:
             return TransitionCallbackReturn.FAILURE
-        self.config, self.last_error = cfg, ""
         self.monitor = CollisionMonitor(cfg)
-        self.state_pub = self.configured(self.create_publisher(CollisionMonitorState, names.COLLISION_MONITOR_STATE,
-                                                               qos.EVENTS))
-        self.outcome_pub = self.configured(self.create_publisher(ExecutionOutcome, names.OUTCOMES, qos.EVENTS))
         self.arm = self.configured(self.create_publisher(EndEffectorDelta, cfg.cmd_out_topic, qos.ROBOT_COMMANDS))
         self.configured(self.create_subscription(PoseStamped, cfg.end_pose_topic, self.on_pose, qos.ROBOT_FEEDBACK,
                                                  callback_group=self.group))
@@ -126,7 +106,6 @@ class EeMonitorNode(ReleasingLifecycleNode):
         if cfg.keep_out_types:
             self.configured(self.create_subscription(WorldState, names.WORLD_STATE, self.on_world_state,
                                                      qos.WORLD_STATE, callback_group=self.group))
-        self.state_label = "inactive"
         self.get_logger().info(f"guarding {cfg.agents[0]}: {cfg.cmd_in_topic} -> {cfg.cmd_out_topic}, "
                                f"{len(cfg.static_obstacles)} static keep-out(s), world types {cfg.keep_out_types}, "
                                f"zones {', '.join(cfg.zones)}" + ("" if cfg.enable else " (disabled: passing)"))
@@ -190,22 +169,14 @@ class EeMonitorNode(ReleasingLifecycleNode):
         velocity = tuple(v / cfg.command_period_s for v in (t.x, t.y, t.z))
         guarded = monitor.guard(agent, velocity, 0.0, time.monotonic(), self.boxes)
         self.arm.publish(convert.ee_delta_let_through(msg, guarded.motion, guarded.verdict))
-        stamp = self.get_clock().now().to_msg()
-        if guarded.changed:
-            self.state_pub.publish(convert.state_msg(agent, guarded.verdict, stamp))
-        if guarded.began and guarded.verdict.action is ZoneAction.STOP:
+        if self.report(agent, guarded):
             self.counts.add("stops_reported")
-            self.outcome_pub.publish(convert.stop_outcome(agent, guarded.verdict, stamp, COMMAND))
-            self.get_logger().warning(f"{agent}: stopped: {guarded.verdict.detail}")
 
-    def publish_diagnostics(self) -> None:
-        """The node's state, its counts, the keep-out boxes and the monitor's (commands, interventions per zone)."""
-        health = Health({"state": self.state_label, "keep_out_boxes": len(self.boxes) + (
-            len(self.config.static_obstacles) if self.config is not None else 0)},
-            errors=(self.last_error,) if self.last_error else ()) + \
-            self.counts.health() + (self.monitor.health() if self.monitor is not None else Health())
-        self.diag_pub.publish(health_array(f"{self.get_name()}: collision monitor", health,
-                                           self.get_clock().now().to_msg()))
+    def health(self) -> Health:
+        """Its counts, the keep-out boxes and the monitor's (commands, interventions per zone)."""
+        boxes = len(self.boxes) + (len(self.config.static_obstacles) if self.config is not None else 0)
+        return Health({"keep_out_boxes": boxes}) + self.counts.health() + \
+            (self.monitor.health() if self.monitor is not None else Health())
 
 
 def main(args=None) -> int:
