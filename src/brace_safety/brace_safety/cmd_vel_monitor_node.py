@@ -78,7 +78,6 @@ class CollisionMonitorNode(MonitorNode):
         super().__init__("cmd_vel_monitor", CmdVelMonitorConfig, COMMAND, **kwargs)
         self.monitor: Optional[CollisionMonitor] = None
         self.motors: dict[str, object] = {}
-        self.active = False
         self.counts = Counters(NODE_COUNTS, warn=["malformed_odometry"])
 
     @serialized
@@ -100,19 +99,6 @@ class CollisionMonitorNode(MonitorNode):
         self.get_logger().info(f"guarding {', '.join(cfg.agents)}: {cfg.cmd_vel_in_topic} -> {cfg.cmd_vel_out_topic}"
                                f", zones {', '.join(cfg.zones)}" + ("" if cfg.enable else " (disabled: passing)"))
         return TransitionCallbackReturn.SUCCESS
-
-    @serialized
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Let commands through the zones."""
-        self.active, self.state_label = True, "active"
-        return super().on_activate(state)
-
-    @serialized
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Stop every robot; nothing passes while inactive."""
-        self.hold()
-        self.active, self.state_label = False, "inactive"
-        return super().on_deactivate(state)
 
     def _release(self) -> None:
         """Cleanup and shutdown: stop the robots and forget them (the base then destroys configure's topics)."""

@@ -88,7 +88,6 @@ class EeMonitorNode(MonitorNode):
         self.monitor: Optional[CollisionMonitor] = None
         self.boxes: tuple[Obstacle, ...] = ()
         self.last_pose: Optional[tuple[tuple[float, float, float], float]] = None
-        self.active = False
         self.counts = Counters(NODE_COUNTS, warn=["malformed_poses", "malformed_world_states"])
 
     @serialized
@@ -110,18 +109,6 @@ class EeMonitorNode(MonitorNode):
                                f"{len(cfg.static_obstacles)} static keep-out(s), world types {cfg.keep_out_types}, "
                                f"zones {', '.join(cfg.zones)}" + ("" if cfg.enable else " (disabled: passing)"))
         return TransitionCallbackReturn.SUCCESS
-
-    @serialized
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Let commands through the zones."""
-        self.active, self.state_label = True, "active"
-        return super().on_activate(state)
-
-    @serialized
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        """Nothing passes while inactive (a displacement not sent moves nothing: the arm holds)."""
-        self.active, self.state_label = False, "inactive"
-        return super().on_deactivate(state)
 
     def _release(self) -> None:
         """Cleanup and shutdown: forget the arm (the base then destroys configure's topics)."""

@@ -8,13 +8,14 @@ from typing import Any, Optional
 from brace_msgs.msg import CollisionMonitorState, ExecutionOutcome
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 
 from brace_common import names, qos
 from brace_common.clock import steady_timer
 from brace_common.config import ConfigError
 from brace_common.counters import Health
 from brace_common.diagnostics import health_array
-from brace_common.lifecycle import ReleasingLifecycleNode
+from brace_common.lifecycle import ReleasingLifecycleNode, serialized
 from brace_common.params import declare_parameters, read_config, reject_undeclared
 from brace_common.vocabulary import ZoneAction
 
@@ -30,6 +31,7 @@ class MonitorNode(ReleasingLifecycleNode):
         super().__init__(name, **kwargs)
         self.config_class, self.command = config_class, command
         self.config: Optional[Any] = None
+        self.active = False
         self.state_label = "unconfigured"
         self.group = MutuallyExclusiveCallbackGroup()  # every callback of the node, one at a time
         declare_parameters(self, config_class, enforce_ranges=False)  # checked at configure (read_config)
@@ -53,6 +55,22 @@ class MonitorNode(ReleasingLifecycleNode):
                                                                qos.EVENTS))
         self.outcome_pub = self.configured(self.create_publisher(ExecutionOutcome, names.OUTCOMES, qos.EVENTS))
         return cfg
+
+    @serialized
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Let commands through the zones."""
+        self.active, self.state_label = True, "active"
+        return super().on_activate(state)
+
+    @serialized
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """`hold()` the agents; nothing passes while inactive."""
+        self.hold()
+        self.active, self.state_label = False, "inactive"
+        return super().on_deactivate(state)
+
+    def hold(self) -> None:
+        """What holds the agents when commands stop passing (nothing here: a command not sent moves nothing)."""
 
     def report(self, agent: str, guarded: Guarded, verb: str = "stopped") -> bool:
         """Publish an agent's changed state, and a stop that began as an outcome (a HAZARD trigger) and a warning;
