@@ -11,6 +11,7 @@ import faulthandler
 import inspect
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from typing import Optional
@@ -100,7 +101,10 @@ class ShutdownSignals:
             return self
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._previous[sig] = signal.signal(sig, self._on_signal)
-        faulthandler.register(STACKS_SIGNAL, all_threads=True)
+        try:   # the process's own stderr (a node's log); none to write to (stderr closed): no stacks, the rest works
+            faulthandler.register(STACKS_SIGNAL, file=sys.__stderr__, all_threads=True)
+        except (AttributeError, OSError, ValueError):
+            pass
         # The handler above runs only when the main thread is back in Python, not while it waits in rcl: the wakeup
         # fd, written by the interpreter's C handler at once, lets a thread wake the executor.
         read, write = os.pipe()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -11,6 +13,7 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.node import Node
 
 from brace_common.spin import AUTOSTART, spin_node
+from brace_common.testing import stop_processes, wait_for
 
 
 class FailingStart(LifecycleNode):
@@ -71,3 +74,19 @@ def test_a_signal_while_the_handlers_are_set_up_ends_the_start_quietly(monkeypat
     finally:
         signal.signal(signal.SIGINT, handler)  # a stopped node's process ignores SIGINT from then on
     assert built == []
+
+
+def test_a_process_that_does_not_stop_writes_its_stacks_before_it_is_killed(tmp_path):
+    """stop_processes: SIGINT, then (past the timeout) STACKS_SIGNAL, whose faulthandler dump names where the process
+    waits, then SIGKILL."""
+    script = ("import time\nfrom brace_common.spin import ShutdownSignals\nwith ShutdownSignals() as signals:\n"
+              "    signals.stopping()\n    print('stopping', flush=True)\n    while True:\n"
+              "        time.sleep(0.05)  # stuck_in_teardown\n")
+    log = tmp_path / "stuck.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=out, stderr=subprocess.STDOUT)
+    wait_for(lambda: "stopping" in log.read_text(), 60.0, "the process in its stop")
+    assert stop_processes({"stuck": proc}, timeout_s=1.0) == ["stuck"]
+    assert proc.returncode == -signal.SIGKILL
+    text = log.read_text()
+    assert "most recent call first" in text and 'File "<string>", line 7' in text, text

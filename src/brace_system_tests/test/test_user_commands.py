@@ -544,13 +544,15 @@ class WouldRun(BaseException):
 
 def node_parameters(package: str, executable: str) -> tuple[set[str], list[type]]:
     """The parameters an installed node declares, read from its module (its config dataclasses passed to
-    declare_parameters / declare_config, and names given to declare_parameter), and those dataclasses."""
+    declare_parameters / declare_config or to a base's `super().__init__(name, Config, ...)`, and names given to
+    declare_parameter), and those dataclasses."""
     module = importlib.import_module(SCRIPTS[executable][1].split(":")[0])  # callers: a console script of package
     tree = ast.parse(Path(module.__file__).read_text())
     names, classes = set(ROS_PARAMETERS), []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in (
-                "declare_parameters", "declare_config") and len(node.args) > 1 and isinstance(node.args[1], ast.Name):
+                "declare_parameters", "declare_config", "__init__") and len(node.args) > 1 and \
+                isinstance(node.args[1], ast.Name) and dataclasses.is_dataclass(getattr(module, node.args[1].id, None)):
             cls = getattr(module, node.args[1].id)
             classes.append(cls)
             names |= {f.name for f in dataclasses.fields(cls)}
