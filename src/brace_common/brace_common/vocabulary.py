@@ -116,6 +116,7 @@ class ZoneAction(_LabelledEnum):
     STOP = 1
     SLOWDOWN = 2
     APPROACH = 3
+    RESTORE = 4
 
 
 class EntryKind(str, enum.Enum):

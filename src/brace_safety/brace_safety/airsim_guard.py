@@ -4,9 +4,12 @@ The bridge speaks AirSim's RPC API to this proxy instead of to AirSim. Every cal
 the drones' motion commands (moveToPosition, moveToZ, takeoff, land), which the zones check before they are sent and
 again every `control_period_s` of simulated time while they run: a command the stop zone holds is replaced by hover
 and sent again once it is clear; a slowed moveToPosition is sent again at the scaled speed. Any other motion call
-(hover, moveByVelocity, ...) ends the held command and passes. In lockstep (the bridge advances a paused simulator
-with simContinueForTime) each continue runs in chunks of control_period_s with a check between two, and simIsPaused
-answers false until the last chunk is done; besides, a check runs every control_period_s of wall time / ClockSpeed.
+(hover, moveByVelocity, ...) ends the held command and passes. With the restore zone, a flying drone whose command
+does not move it (held, or none) and that wind or braking brought into another's stop zone is flown back out with
+moveByVelocity at `restore_speed_mps`, renewed at every check, and hovers (or is held) again once out. In lockstep
+(the bridge advances a paused simulator with simContinueForTime) each continue runs in chunks of control_period_s
+with a check between two, and simIsPaused answers false until the last chunk is done; besides, a check runs every
+control_period_s of wall time / ClockSpeed.
 Positions: a vehicle's API frame is local to its spawn point (settings.json X, Y, Z); the proxy adds the origin.
 """
 
@@ -17,7 +20,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Optional
 
 from brace_common.airsim_settings import read_settings
@@ -44,7 +47,12 @@ ENDS_COMMAND = ("hover", "cancelLastTask", "moveByVelocity", "moveByVelocityZ", 
                 "moveByAngleRatesThrottle", "moveByRC")
 """Motion calls that pass unchecked and end the vehicle's held command (the bridge sends only hover of these)."""
 COUNTS = ("upstream_connects", "upstream_lost", "upstream_errors", "commands_held", "commands_scaled",
-          "commands_resumed", "chunks")
+          "commands_resumed", "restore_commands", "chunks")
+FLYING = 1
+"""AirSim's LandedState.Flying (getMultirotorState's landed_state): only a flying drone is restored."""
+RESTORE_CHECKS = 2
+"""A restore's moveByVelocity lasts this many control periods (renewed at each check; it ends by itself when the
+proxy stops checking)."""
 
 
 @dataclass
@@ -61,6 +69,10 @@ class AirSimMonitorConfig(MonitorConfig):
     timeout_s: float = param(10.0, "longest wait for one reply of AirSim (s); longer is a lost connection",
                              0.1, 600.0)
     reconnect_period_s: float = param(0.5, "wait between two connection attempts to AirSim (s)", 0.05, 60.0)
+    restore_speed_mps: float = param(3.0, "restore zone: the speed a drone is flown out of a stop zone it was "
+                                     "brought into (m/s)", 0.1, 20.0)
+
+    RESTORES = True
 
     def validate(self) -> None:
         """The zones' rules; `agents` may be empty (every vehicle); two distinct endpoints."""
@@ -117,6 +129,7 @@ class AirSimGuard:
         self.origins: dict[str, Vec3] = {}
         self.clock_speed = 1.0
         self.commands: dict[str, Command] = {}
+        self.restoring: set[str] = set()
         self.lock = threading.RLock()          # commands, upstream, monitor; one check at a time
         self.chunking = threading.Event()      # a simContinueForTime runs in chunks
         self.stopping = threading.Event()
@@ -290,20 +303,44 @@ class AirSimGuard:
         if self.monitor is None or upstream is None or upstream.closed:
             return
         pending = {n: upstream.call("getMultirotorState", n) for n in names}
-        states = {n: d.result(self.config.timeout_s, f"getMultirotorState({n})")["kinematics_estimated"]
-                  for n, d in pending.items()}
+        states = {n: d.result(self.config.timeout_s, f"getMultirotorState({n})") for n, d in pending.items()}
         now = time.monotonic()
         with self.lock:
             monitor = self.monitor
             if monitor is None:
                 return
-            for name, kinematics in states.items():
-                origin = self.origins[name]
+            for name, state in states.items():
+                kinematics, origin = state["kinematics_estimated"], self.origins[name]
                 position = tuple(o + float(kinematics["position"][k]) for o, k in zip(origin, AXES, strict=True))
                 velocity = tuple(float(kinematics["linear_velocity"][k]) for k in AXES)
                 monitor.sense(name, Sensed(position, 0.0, velocity, now), guarded=name in monitor.config.agents)
-            for name, command in list(self.commands.items()):
-                self._apply(name, command, monitor.sensed[name].position if name in monitor.sensed else None, now)
+            for name in monitor.config.agents:
+                command = self.commands.get(name)
+                if self._restore(name, command, states.get(name, {}).get("landed_state") == FLYING, now):
+                    continue
+                if command is not None:
+                    self._apply(name, command, monitor.sensed[name].position if name in monitor.sensed else None,
+                                now)
+
+    def _restore(self, name: str, command: Optional[Command], flying: bool, now: float) -> bool:
+        """The restore zone for a drone its command does not move: flown out (True: its command stays held), or,
+        a restore just over, hovering again."""
+        held = command is None or command.sent_ratio == 0.0
+        guarded = self.monitor.restore(name, self.config.restore_speed_mps, now) if held and flying else None
+        if guarded is not None and (guarded.changed or guarded.began):
+            self.report(name, guarded)
+        if guarded is not None and guarded.motion is not None:
+            vx, vy, vz = guarded.motion.linear
+            self.restoring.add(name)
+            self.counts.add("restore_commands")
+            self._send("moveByVelocity", [vx, vy, vz, RESTORE_CHECKS * self.config.control_period_s,
+                                          DRIVETRAIN_FORWARD_ONLY, {"is_rate": True, "yaw_or_rate": 0.0}, name])
+            return True
+        if name in self.restoring:
+            self.restoring.discard(name)
+            if held:
+                self._send("hover", [name])
+        return False
 
     def _apply(self, name: str, command: Command, position: Optional[Vec3], now: float) -> None:
         monitor = self.monitor
@@ -375,6 +412,8 @@ class AirSimGuard:
 
 
 AXES = ("x_val", "y_val", "z_val")
+DRIVETRAIN_FORWARD_ONLY = 1
+"""AirSim's DrivetrainType.ForwardOnly; with a zero yaw rate the drone keeps its heading while restored."""
 
 
 def _vehicle(params: list) -> str:
@@ -383,4 +422,4 @@ def _vehicle(params: list) -> str:
 
 
 def _zone_fields(cfg: AirSimMonitorConfig) -> dict:
-    return {name: getattr(cfg, name) for name in MonitorConfig.__dataclass_fields__}
+    return {f.name: getattr(cfg, f.name) for f in fields(MonitorConfig)}

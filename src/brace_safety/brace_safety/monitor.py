@@ -17,9 +17,10 @@ from brace_common.config import ConfigError, check_agent_ids, param
 from brace_common.counters import Counters, Health
 from brace_common.vocabulary import ZoneAction
 
-from .zones import Motion, Obstacle, Vec3, Verdict, ZoneConfig, check
+from .zones import Motion, Obstacle, Vec3, Verdict, ZoneConfig, check, nearest, restore
 
-COUNTED = {ZoneAction.STOP: "stops", ZoneAction.SLOWDOWN: "slowdowns", ZoneAction.APPROACH: "approaches"}
+COUNTED = {ZoneAction.STOP: "stops", ZoneAction.SLOWDOWN: "slowdowns", ZoneAction.APPROACH: "approaches",
+           ZoneAction.RESTORE: "restores"}
 """The counter family of each acting zone (per agent: `stops.<agent>`), and the report's column stem."""
 
 
@@ -97,8 +98,10 @@ class CollisionMonitor:
     def __post_init__(self) -> None:
         self.fixed = self.config.fixed()
         agents = self.config.agents
+        stems = [stem for action, stem in COUNTED.items() if action is not ZoneAction.RESTORE or
+                 action.label in self.config.zones]
         self.counts = Counters(["commands", "stale_sources", "unknown_agents"] +
-                               [f"{stem}.{a}" for stem in COUNTED.values() for a in agents],
+                               [f"{stem}.{a}" for stem in stems for a in agents],
                                warn=["stale_sources", "unknown_agents"])
         self._lock = threading.Lock()
 
@@ -141,6 +144,24 @@ class CollisionMonitor:
         motion = Motion(own.position, own.yaw, linear, yaw_rate, own.velocity)
         verdict = check(self.config, motion, self.obstacles(agent, now_s, extra))
         return self._settle(agent, motion, verdict)
+
+    def restore(self, agent: str, speed_mps: float, now_s: float) -> Optional[Guarded]:
+        """The restore zone for `agent`, whose command does not move it (held, or none): RESTORE with the motion out
+        at `speed_mps` (world frame), NONE when a restore just ended, None when there is nothing to change (no
+        restore zone, a stale pose, not inside)."""
+        own = self.sensed.get(agent)
+        if own is None or now_s - own.stamp_s > self.config.source_timeout_s:
+            return None
+        obstacles = self.obstacles(agent, now_s)
+        found = restore(self.config, Motion(own.position, own.yaw, (0.0, 0.0, 0.0), 0.0, own.velocity), obstacles,
+                        speed_mps)
+        if found is None:
+            previous = self.last.get(agent)
+            if previous is None or previous.action is not ZoneAction.RESTORE:
+                return None
+            return self._settle(agent, None, Verdict(ZoneAction.NONE, 1.0, *nearest(own.position, obstacles)))
+        verdict, velocity = found
+        return replace(self._settle(agent, None, verdict), motion=Motion(own.position, 0.0, velocity))
 
     def _settle(self, agent: str, motion: Optional[Motion], verdict: Verdict) -> Guarded:
         previous = self.last.get(agent)

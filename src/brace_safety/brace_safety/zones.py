@@ -9,6 +9,9 @@ world senses. Three zones around an agent, each named by its action (docs/safety
 - approach: the command is simulated forward; if it would bring the stop zone's edge within
   `time_before_collision_s`, it is scaled so that, at the speed let through, the edge is that far away in time.
 Unlike Nav2's polygons, a zone acts only on motion that closes on the obstacle, so an agent can always move away.
+A fourth zone, restore, is for monitors that can command motion of their own (the AirSim proxy): an agent its
+command does not move (held, or hovering) that something else brought into the stop zone (wind, braking past the
+edge) is commanded straight back out of it.
 Distances are between centres (an agent's, another agent's); for a keep-out box, from the agent's point to the box.
 """
 
@@ -17,25 +20,33 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from brace_common.config import ConfigError, check_fields, param
 from brace_common.vocabulary import ZoneAction
 
 Vec3 = tuple[float, float, float]
 ZONES = tuple(a.label for a in ZoneAction if a is not ZoneAction.NONE)
-"""The zones a monitor can have, in priority order: stop, slowdown, approach."""
+"""The zones a monitor can have: stop, slowdown, approach in priority order, and restore."""
+COMMAND_ZONES = ZONES[:3]
+"""The zones that act on a command (every monitor has them; restore needs one that commands motion itself)."""
 CLOSING_M = 1e-6
 """A command closes on an obstacle when one simulation step brings it nearer by more than this (m)."""
+PUSHED_MPS = 0.1
+"""An agent its command does not move is being pushed in when it closes on an obstacle faster than this (m/s)."""
 
 
 @dataclass
 class ZoneConfig:
     """The zones of one monitor: which act, and their sizes (one field = one ROS parameter)."""
 
+    RESTORES: ClassVar[bool] = False
+    """Whether the monitor can command motion of its own (the restore zone)."""
+
     enable: bool = param(True, "act on commanded motion (false: every command passes unchanged; the state is still "
                          "measured and published)")
-    zones: list[str] = param(list(ZONES), "zones that act, of stop, slowdown, approach (docs/safety.md)")
+    zones: list[str] = param(list(COMMAND_ZONES), "zones that act, of stop, slowdown, approach and (a monitor that "
+                             "commands motion itself: airsim_monitor) restore (docs/safety.md)")
     hazard_distance_m: float = param(1.0, "radius of the stop zone: motion closing on an obstacle nearer than this "
                                      "(centres; a keep-out box: from the agent's point) is stopped (m)", 0.01, 1000.0)
     slowdown_distance_m: float = param(2.0, "radius of the slowdown zone: motion closing on an obstacle nearer than "
@@ -56,6 +67,9 @@ class ZoneConfig:
         unknown = sorted(set(self.zones) - set(ZONES))
         if unknown or len(set(self.zones)) != len(self.zones):
             raise ConfigError("zones", f"{self.zones}: each of {', '.join(ZONES)} at most once")
+        if "restore" in self.zones and not self.RESTORES:
+            raise ConfigError("zones", "restore needs a monitor that commands motion of its own (airsim_monitor); "
+                              f"this one acts on commands only: {', '.join(COMMAND_ZONES)}")
         if "slowdown" in self.zones and self.slowdown_distance_m <= self.hazard_distance_m:
             raise ConfigError("slowdown_distance_m", f"{self.slowdown_distance_m} must exceed hazard_distance_m "
                               f"{self.hazard_distance_m} (the slowdown zone surrounds the stop zone)")
@@ -168,6 +182,34 @@ def check(cfg: ZoneConfig, motion: Motion, obstacles: Sequence[Obstacle]) -> Ver
     path = list(motion.path(cfg.simulation_time_step_s, cfg.time_before_collision_s))
     verdicts = [v for obstacle in obstacles for v in _zone_verdicts(cfg, motion, obstacle, path)]
     return min(verdicts, key=lambda v: (v.speed_ratio, v.action), default=passed)
+
+
+def restore(cfg: ZoneConfig, motion: Motion, obstacles: Sequence[Obstacle],
+            speed_mps: float) -> Optional[tuple[Verdict, Vec3]]:
+    """The restore zone, for an agent its command does not move (`motion.linear` is not read; its sensed `velocity`
+    is): when it is inside an obstacle's hazard_distance_m, or inside its braking-grown stop zone and being pushed in,
+    RESTORE and the velocity out (world frame, `speed_mps` long: away from each obstacle whose stop zone it is in,
+    weighted by how deep); None otherwise."""
+    if not cfg.enable or "restore" not in cfg.zones or speed_mps <= 0.0:
+        return None
+    away, inside = [0.0, 0.0, 0.0], []
+    for o in obstacles:
+        nearest_point = o.nearest_point(motion.position)
+        d, radius = math.dist(motion.position, nearest_point), stop_radius(cfg, motion, o)
+        if d >= radius:
+            continue
+        if d < cfg.hazard_distance_m or closing_speed(motion, o) > PUSHED_MPS:
+            inside.append((d, o.id))
+        # coincident centres have no direction out: any fixed one will do
+        unit = [(p - q) / d for p, q in zip(motion.position, nearest_point, strict=True)] if d > 0.0 else [1, 0, 0]
+        away = [a + u * (radius - d) / radius for a, u in zip(away, unit, strict=True)]
+    norm = math.hypot(*away)
+    if not inside or norm == 0.0:
+        return None
+    d0, obstacle = min(inside)
+    verdict = Verdict(ZoneAction.RESTORE, 0.0, obstacle, d0,
+                      f"inside {obstacle}'s stop zone at {d0:.2f} m: commanded out at {speed_mps:g} m/s")
+    return verdict, tuple(a / norm * speed_mps for a in away)
 
 
 def _zone_verdicts(cfg: ZoneConfig, motion: Motion, obstacle: Obstacle,

@@ -32,6 +32,22 @@ def test_a_stop_is_counted_once_while_it_lasts_and_again_when_it_begins_anew():
     assert (mon.counts["stops.a"], mon.counts["stops.b"], mon.counts["commands"]) == (2, 0, 4)
 
 
+def test_a_restore_is_counted_when_it_begins_and_its_end_reported_once():
+    mon = CollisionMonitor(MonitorConfig(**{**CFG, "zones": ["stop", "restore"]}))
+    assert "restores.a" in list(mon.counts) and "restores.a" not in list(CollisionMonitor(MonitorConfig(**CFG)).counts)
+    mon.sense("a", at(0.0, 0.0))
+    mon.sense("b", at(0.8, 0.0))
+    out = mon.restore("a", 1.5, 0.1)
+    assert (out.verdict.action, out.motion.linear, out.began) == (ZoneAction.RESTORE, (-1.5, 0.0, 0.0), True)
+    assert not mon.restore("a", 1.5, 0.2).began and mon.counts["restores.a"] == 1
+    mon.sense("a", at(-0.3, 0.3))
+    ended = mon.restore("a", 1.5, 0.3)
+    assert (ended.verdict.action, ended.verdict.obstacle, ended.changed, ended.motion) == \
+        (ZoneAction.NONE, "b", True, None)
+    assert mon.restore("a", 1.5, 0.4) is None and mon.counts["restores.a"] == 1
+    assert mon.restore("a", 1.5, 9.0) is None                    # its own pose is stale: nothing it can do
+
+
 def test_an_agent_whose_own_pose_is_stale_or_missing_is_stopped():
     mon = CollisionMonitor(MonitorConfig(**CFG))
     unseen = mon.guard("a", (1.0, 0.0, 0.0), 0.0, 0.0)

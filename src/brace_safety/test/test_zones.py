@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from brace_common.config import ConfigError
 from brace_common.vocabulary import ZoneAction
-from brace_safety.zones import Motion, Obstacle, ZoneConfig, check, closing_speed, stop_radius
+from brace_safety.airsim_guard import AirSimMonitorConfig
+from brace_safety.zones import Motion, Obstacle, ZoneConfig, check, closing_speed, restore, stop_radius
 
 CFG = ZoneConfig(hazard_distance_m=1.0, slowdown_distance_m=2.0, slowdown_ratio=0.5, time_before_collision_s=2.0,
                  simulation_time_step_s=0.1, footprint_radius_m=0.3)
@@ -113,6 +114,52 @@ def test_zones_left_out_do_not_act():
     verdict = check(approach_only, toward_x(-0.8), [OTHER])   # inside the stop zone: the approach stops it
     assert (verdict.action, verdict.speed_ratio) == (ZoneAction.APPROACH, 0.0)
     assert check(approach_only, toward_x(-1.5), [OTHER]).action is ZoneAction.APPROACH
+
+
+RESTORING = replace(CFG, zones=["stop", "restore"], braking_deceleration_mps2=2.0)
+
+
+def held_at(x: float, y: float = 0.0, vx: float = 0.0) -> Motion:
+    """An agent its command does not move, at (x, y, 0), sensed moving along +x at `vx`."""
+    return Motion((x, y, 0.0), 0.0, (0.0, 0.0, 0.0), velocity=(vx, 0.0, 0.0))
+
+
+def test_the_restore_zone_flies_an_agent_inside_the_stop_zone_straight_out():
+    verdict, velocity = restore(RESTORING, held_at(-0.6), [OTHER], 2.0)
+    assert (verdict.action, verdict.obstacle, verdict.distance_m) == (ZoneAction.RESTORE, "b", pytest.approx(0.6))
+    assert velocity == pytest.approx((-2.0, 0.0, 0.0)) and "commanded out at 2 m/s" in verdict.detail
+    assert restore(RESTORING, held_at(-1.2), [OTHER], 2.0) is None          # outside, still: nothing to do
+    # outside hazard_distance_m but pushed in at 1 m/s: inside the braking-grown zone (1 + 1 / 4 m) -> out already
+    verdict, velocity = restore(RESTORING, held_at(-1.2, vx=1.0), [OTHER], 2.0)
+    assert verdict.action is ZoneAction.RESTORE and velocity == pytest.approx((-2.0, 0.0, 0.0))
+    assert restore(RESTORING, held_at(-1.2, vx=-1.0), [OTHER], 2.0) is None  # moving out: leave it
+    assert restore(RESTORING, held_at(-1.2, vx=0.05), [OTHER], 2.0) is None  # settling, not pushed
+
+
+def test_the_restore_zone_weighs_every_obstacle_by_how_deep_inside_it_is():
+    deep, shallow = Obstacle("deep", (0.5, 0.0, 0.0)), Obstacle("shallow", (0.0, 0.9, 0.0))
+    verdict, velocity = restore(RESTORING, held_at(0.0), [deep, shallow], 1.0)
+    assert verdict.obstacle == "deep" and math.hypot(*velocity) == pytest.approx(1.0)
+    assert velocity[0] < -0.9 and -0.2 < velocity[1] < 0.0       # mostly away from the deeper one
+    box = Obstacle("box", (2.0, 0.0, 0.0), half_extents_m=(1.5, 1.0, 1.0))    # surface at x = 0.5
+    assert restore(RESTORING, held_at(0.0), [box], 1.0)[1] == pytest.approx((-1.0, 0.0, 0.0))
+    _, anywhere = restore(RESTORING, held_at(0.0), [Obstacle("same", (0.0, 0.0, 0.0))], 1.0)
+    assert math.hypot(*anywhere) == pytest.approx(1.0)            # coincident: a fixed direction, not NaN
+
+
+def test_the_restore_zone_acts_only_when_listed_enabled_and_given_a_speed():
+    inside = held_at(-0.6)
+    assert restore(CFG, inside, [OTHER], 2.0) is None
+    assert restore(replace(RESTORING, enable=False), inside, [OTHER], 2.0) is None
+    assert restore(RESTORING, inside, [OTHER], 0.0) is None
+    assert check(RESTORING, Motion((-0.6, 0.0, 0.0), 0.0, (1.0, 0.0, 0.0)), [OTHER]).action is ZoneAction.STOP
+
+
+def test_only_a_monitor_that_commands_motion_itself_may_have_the_restore_zone():
+    with pytest.raises(ConfigError) as err:
+        RESTORING.validate()
+    assert err.value.parameter == "zones" and "airsim_monitor" in str(err.value)
+    AirSimMonitorConfig(**{**RESTORING.__dict__, "footprint_radius_m": 0.3}).validate()
 
 
 @pytest.mark.parametrize("change, parameter", [

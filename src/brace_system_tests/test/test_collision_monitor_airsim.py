@@ -5,12 +5,14 @@ deliver every drone through it, no deadlock of its making."""
 
 from __future__ import annotations
 
+import math
 import random
 from functools import partial
 
 import pytest
 
 from brace_common.action_schema import ActionSchema
+from brace_common.msgpack_rpc import MsgpackRpcClient
 from brace_common.testing import wait_for
 from brace_common.vocabulary import ZoneAction
 from brace_safety.airsim_guard import AirSimGuard, AirSimMonitorConfig
@@ -124,3 +126,63 @@ def test_without_the_monitor_acting_the_hostile_planner_collides(fly):
     world, _, _ = fly(IntersectionConfig(**HOSTILE), enable=False)
     play_hostile(world, seed=1)
     assert world.metrics().metric("collisions") > 0
+
+
+@pytest.fixture
+def intruded():
+    """intruded(zones) -> (peer, monitor, its reports, distance()): two hovering drones 10 m apart; drone_1 then
+    sent to 3 m from drone_0 by a command the monitor never sees (straight to the simulator: as wind or braking past
+    the stop zone's edge would bring it)."""
+    opened = []
+
+    def make(zones: list[str]):
+        peer = AirSimPeer({"SettingsVersion": 2.0, "SimMode": "Multirotor", "ClockSpeed": 2.0,
+                           "Vehicles": {n: {"VehicleType": "SimpleFlight", "X": x, "Y": 0.0, "Z": 0.0}
+                                        for n, x in (("drone_0", 0.0), ("drone_1", 10.0))}}, port=0).start()
+        opened.append(peer)
+        reports = []
+        guard = AirSimGuard(AirSimMonitorConfig(port=0, airsim_port=peer.port, zones=zones, restore_speed_mps=3.0,
+                                                **ZONES), lambda agent, g: reports.append((agent, g.verdict)))
+        guard.start()
+        opened.append(guard)
+        wait_for(lambda: guard.connected, 10.0, "the monitor connected to the peer")
+        through, direct = (MsgpackRpcClient("127.0.0.1", p, 10.0) for p in (guard.server.port, peer.port))
+        opened.extend((through, direct))
+        for name in ("drone_0", "drone_1"):
+            through.call_sync("enableApiControl", True, name)
+            through.call_sync("armDisarm", True, name)
+            through.call_sync("takeoff", 20.0, name, timeout_s=30.0)
+        direct.call("moveToPosition", -7.0, 0.0, -3.0, 2.0, 30.0, 0, {"is_rate": False, "yaw_or_rate": 0.0}, -1, 0,
+                    "drone_1")   # to (3, 0, -3) in the world: 3 m north of drone_0
+
+        def distance() -> float:
+            states = [direct.call_sync("getMultirotorState", n)["kinematics_estimated"]["position"]
+                      for n in ("drone_0", "drone_1")]
+            return math.dist(*[(o + s["x_val"], s["y_val"], s["z_val"]) for o, s in zip((0.0, 10.0), states, strict=True)])
+
+        return peer, guard, reports, distance
+
+    yield make
+    for thing in reversed(opened):
+        thing.close() if isinstance(thing, MsgpackRpcClient) else thing.stop()
+
+
+def test_a_drone_brought_into_a_stop_zone_is_flown_back_out_and_then_hovers(intruded):
+    peer, guard, reports, distance = intruded(["stop", "slowdown", "approach", "restore"])
+    wait_for(lambda: any(v.action is ZoneAction.RESTORE for _, v in reports), 30.0, "a restore")
+    wait_for(lambda: not guard.restoring, 30.0, "the restore over")
+    assert distance() >= ZONES["hazard_distance_m"] - 0.3      # out, as far as one check of lag lets it
+    restored = {a for a, v in reports if v.action is ZoneAction.RESTORE}
+    assert "drone_1" in restored and guard.monitor.counts["restores.drone_1"] >= 1
+    assert guard.counts["restore_commands"] > 0
+    last = {a: v.action for a, v in reports}
+    assert all(last[a] is ZoneAction.NONE for a in restored)  # each restore's end reported
+    settled, since = distance(), peer.model.time_s
+    wait_for(lambda: peer.model.time_s > since + 1.0, 30.0, "a simulated second")
+    assert abs(distance() - settled) < 0.3                     # hovering again, not drifting on
+
+
+def test_without_the_restore_zone_the_drone_stays_inside(intruded):
+    _, guard, reports, distance = intruded(["stop", "slowdown", "approach"])
+    wait_for(lambda: distance() < 3.5, 30.0, "drone_1 at 3 m from drone_0")
+    assert guard.counts["restore_commands"] == 0 and not any(v.action is ZoneAction.RESTORE for _, v in reports)
