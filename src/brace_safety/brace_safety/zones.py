@@ -2,9 +2,10 @@
 
 Nav2's collision_monitor is the model: the zones act on the commanded motion, never on the plan, from what the
 world senses. Three zones around an agent, each named by its action (docs/safety.md):
-- stop: an obstacle closer than `hazard_distance_m` -> motion closing on it is stopped; with
-  `braking_deceleration_mps2` the zone grows by the distance the agents' sensed closing speed needs to stop at
-  that deceleration (v^2 / 2a), so that a vehicle that cannot stop at once still ends outside hazard_distance_m;
+- stop: an obstacle closer than `hazard_distance_m` -> motion closing on it is stopped; the zone grows by the
+  stopping distance at the agents' sensed closing speed v: v x `reaction_time_s` (covered before a stop takes
+  hold) + v^2 / 2a at `braking_deceleration_mps2`, so that a vehicle that cannot stop at once still ends outside
+  hazard_distance_m;
 - slowdown: closer than `slowdown_distance_m` -> motion closing on it is scaled by `slowdown_ratio`;
 - approach: the command is simulated forward; if it would bring the stop zone's edge within
   `time_before_collision_s`, it is scaled so that, at the speed let through, the edge is that far away in time.
@@ -58,6 +59,9 @@ class ZoneConfig:
     braking_deceleration_mps2: float = param(0.0, "stop zone: grows by v^2 / (2 x this), v the sensed speed at "
                                              "which the agent and an obstacle close (m/s^2; 0: no growth, for "
                                              "vehicles that stop at once)", 0.0, 100.0)
+    reaction_time_s: float = param(0.0, "stop zone: grows by v x this too, the distance covered at the closing "
+                                   "speed v before a stop takes hold (a check's period and the vehicle's velocity "
+                                   "lag; s)", 0.0, 10.0)
     footprint_radius_m: float = param(0.3, "radius of an agent's footprint (m); hazard_distance_m must exceed two "
                                       "(two agents' footprints never touch outside the stop zone)", 0.0, 100.0)
 
@@ -165,11 +169,13 @@ def closing_speed(motion: Motion, obstacle: Obstacle) -> float:
 
 
 def stop_radius(cfg: ZoneConfig, motion: Motion, obstacle: Obstacle) -> float:
-    """The stop zone's radius for `obstacle`: hazard_distance_m, grown by the braking distance of the closing speed
-    at braking_deceleration_mps2 (when set)."""
-    if cfg.braking_deceleration_mps2 <= 0.0:
+    """The stop zone's radius for `obstacle`: hazard_distance_m, grown by the stopping distance at the closing speed
+    v: v x reaction_time_s + v^2 / 2a at braking_deceleration_mps2 (each when set)."""
+    a, t = cfg.braking_deceleration_mps2, cfg.reaction_time_s
+    if a <= 0.0 and t <= 0.0:
         return cfg.hazard_distance_m
-    return cfg.hazard_distance_m + closing_speed(motion, obstacle) ** 2 / (2.0 * cfg.braking_deceleration_mps2)
+    v = closing_speed(motion, obstacle)
+    return cfg.hazard_distance_m + v * t + (v * v / (2.0 * a) if a > 0.0 else 0.0)
 
 
 def check(cfg: ZoneConfig, motion: Motion, obstacles: Sequence[Obstacle]) -> Verdict:

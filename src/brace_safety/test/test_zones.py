@@ -31,7 +31,7 @@ def test_closing_inside_the_stop_zone_is_stopped():
     assert verdict.distance_m == pytest.approx(0.8) and "closing on b" in verdict.detail
 
 
-def test_the_stop_zone_grows_by_the_braking_distance_of_the_sensed_closing_speed():
+def test_the_stop_zone_grows_by_the_stopping_distance_at_the_sensed_closing_speed():
     braking = replace(CFG, braking_deceleration_mps2=2.0)
     coming = Motion((-1.5, 0.0, 0.0), 0.0, (1.0, 0.0, 0.0), velocity=(1.0, 0.0, 0.0))
     towards_me = Obstacle("b", (0.0, 0.0, 0.0), velocity=(-1.0, 0.0, 0.0))   # closing at 2 m/s: 1 m to brake
@@ -45,6 +45,10 @@ def test_the_stop_zone_grows_by_the_braking_distance_of_the_sensed_closing_speed
     box = Obstacle("box", (1.0, 5.0, 0.0), half_extents_m=(2.0, 1.0, 1.0))   # nearest point (-1, 4, 0): along +y
     sideways = Motion((-1.0, 0.0, 0.0), 0.0, (0.0, 1.0, 0.0), velocity=(1.0, 3.0, 0.0))
     assert closing_speed(sideways, box) == pytest.approx(3.0)
+    reacting = replace(braking, reaction_time_s=0.5)                          # + 2 m/s x 0.5 s
+    assert stop_radius(reacting, coming, towards_me) == pytest.approx(3.0)
+    assert stop_radius(replace(CFG, reaction_time_s=0.5), coming, towards_me) == pytest.approx(2.0)
+    assert stop_radius(reacting, coming, parting) == 1.0
 
 
 def test_moving_away_inside_the_stop_zone_passes():

@@ -6,12 +6,13 @@ the stop; with it passing everything (collision_monitor:=false) the same plans b
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
 
 from brace_msgs.action import Replan
-from brace_msgs.msg import CollisionMonitorState, ExecutionOutcome, Plan, ReplanCall, TriggerEvent
+from brace_msgs.msg import CollisionMonitorState, ExecutionOutcome, Plan, PlanStep, ReplanCall, TriggerEvent
 from rclpy.action import ActionClient
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
@@ -76,6 +77,15 @@ class Caller(Node):
             self.plans.publish(plan)
 
 
+    def send(self, agent: str, waypoints: list[tuple[float, float]]) -> None:
+        """A plan of move_to steps through `waypoints` (the bridge's frame), published as an initial plan."""
+        steps = [PlanStep(index=i, action="move_to", parameters_json=json.dumps({"x": x, "y": y}))
+                 for i, (x, y) in enumerate(waypoints)]
+        plan = Plan(plan_id=f"oracle_{agent}", agent_id=agent, steps=steps)
+        plan.header.stamp = self.get_clock().now().to_msg()
+        self.plans.publish(plan)
+
+
 def world_distance(sim: IsaacStandIn) -> float:
     """The bases' centre distance in the world frame (each odometry pose placed by its origin)."""
     (x1, y1, _), (x2, y2, _) = sim.pose["carter_1"], sim.pose["carter_2"]
@@ -128,6 +138,24 @@ def test_the_hostile_planner_drives_two_bases_at_each_other_and_the_monitor_keep
     # The executor never sees its commands scaled: it keeps asking for speed until its step times out.
     wait_for(lambda: any(o.failure == ExecutionOutcome.FAILURE_TIMEOUT for o in planner.outcomes), 120.0,
              "the move_to timed out short of its goal")
+
+
+def test_plans_that_pass_each_other_deliver_both_bases_through_the_monitor(ros):
+    """The deadlock count against an oracle: the bases swap places along lanes 2 m apart (the plan a planner that
+    knows both routes would send): through the monitor both reach their goals, no deadlock of its making; the hostile
+    plan above (straight at each other) is the one standoff, and it is the plan's."""
+    (bridge, monitor, _), sim, planner = graph(ros, enable=True)
+    closest = [math.inf]
+    planner.send("carter_1", [(1.0, 1.0), (2.0, 1.0), (3.0, 0.0)])
+    planner.send("carter_2", [(2.0, -1.0), (1.0, -1.0), (0.0, 0.0)])
+
+    def delivered() -> bool:
+        closest[0] = min(closest[0], world_distance(sim))
+        return bridge.fleet.judge.success()
+
+    wait_for(delivered, 120.0, "both bases at their goals")
+    assert closest[0] >= monitor.config.hazard_distance_m - 0.05, closest[0]
+    assert not any(o.failure == ExecutionOutcome.FAILURE_SAFETY_STOP for o in planner.outcomes)
 
 
 def test_a_stop_raises_a_hazard_trigger_through_the_trigger_monitor(ros):
