@@ -4,7 +4,8 @@
 Eight agents in a 40 m square, each commanded toward a random point at up to 5 m/s (a drone's cruise speed), the
 others where they were sensed with their velocities: the intersection's K = 8. Rows: the three zones with the
 approach's forward simulation at 0.1 s over 2 s (the stacks' settings), and the stop zone alone; a unicycle (the
-Isaac bases) beside the holonomic drones. Timed per call with perf_counter_ns.
+Isaac bases) beside the holonomic drones; the restore zone's check of a drone its command does not move (the AirSim
+monitor runs it for each such drone at every check). Timed per call with perf_counter_ns.
 
 Target: P99 <= 1 ms per command (a motor command must not wait on the monitor). Writes
 <out>/collision_monitor.{csv,png} (--out, default bench/out); exits 1 when the target is missed.
@@ -28,20 +29,25 @@ from brace_safety.monitor import CollisionMonitor, MonitorConfig, Sensed
 OUT = Path(__file__).resolve().parent / "out"
 AGENTS = [f"drone_{i}" for i in range(8)]
 P99_TARGET_US = 1000.0
+DRONE = dict(yaw_rate=0.0, braking_deceleration_mps2=3.0, reaction_time_s=0.4)   # params/airsim/airsim_monitor.yaml
 ROWS = {
-    "drones, stop + slowdown + approach": dict(zones=["stop", "slowdown", "approach"], yaw_rate=0.0),
-    "drones, stop only": dict(zones=["stop"], yaw_rate=0.0),
+    "drones, stop + slowdown + approach": dict(zones=["stop", "slowdown", "approach"], **DRONE),
+    "drones, stop only": dict(zones=["stop"], **DRONE),
     "bases (unicycle), stop + slowdown + approach": dict(zones=["stop", "slowdown", "approach"], yaw_rate=0.6),
+    "drones, restore (held drones)": dict(zones=["stop", "slowdown", "approach", "restore"], restore_mps=3.0,
+                                          **DRONE),
 }
 
 
-def bench(commands: int, zones: list[str], yaw_rate: float, seed: int = 0) -> tuple[list[float], dict[str, int]]:
-    """Per-command wall time (us) of `commands` commands, and how often each zone acted."""
+def bench(commands: int, zones: list[str], yaw_rate: float, restore_mps: float = 0.0, seed: int = 0,
+          **growth: float) -> tuple[list[float], dict[str, int]]:
+    """Per-command wall time (us) of `commands` commands (with `restore_mps`: restore checks), and how often each
+    zone acted."""
     rng = random.Random(seed)
     monitor = CollisionMonitor(MonitorConfig(agents=AGENTS, zones=zones, hazard_distance_m=5.0,
                                              slowdown_distance_m=7.0, time_before_collision_s=2.0,
                                              simulation_time_step_s=0.1, footprint_radius_m=0.5,
-                                             source_timeout_s=3600.0))
+                                             source_timeout_s=3600.0, **growth))
     times, acted = [], {}
     now = time.monotonic()
     for i in range(commands):
@@ -54,9 +60,10 @@ def bench(commands: int, zones: list[str], yaw_rate: float, seed: int = 0) -> tu
         agent = AGENTS[i % len(AGENTS)]
         linear = (rng.uniform(0.0, 5.0), 0.0, 0.0)
         t0 = time.perf_counter_ns()
-        guarded = monitor.guard(agent, linear, yaw_rate, now)
+        guarded = monitor.restore(agent, restore_mps, now) if restore_mps else monitor.guard(agent, linear, yaw_rate,
+                                                                                             now)
         times.append((time.perf_counter_ns() - t0) / 1000.0)
-        label = guarded.verdict.action.label
+        label = guarded.verdict.action.label if guarded is not None else "none"
         acted[label] = acted.get(label, 0) + 1
     return times, acted
 

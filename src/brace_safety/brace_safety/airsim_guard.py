@@ -201,6 +201,7 @@ class AirSimGuard:
             self.upstream, self.origins, self.clock_speed = upstream, origins, clock_speed
             self.monitor = CollisionMonitor(MonitorConfig(**{**_zone_fields(cfg), "agents": agents}))
             self.commands.clear()
+            self.restoring.clear()
         self.last_error = ""
         self.counts.add("upstream_connects")
         log.info("AirSim at %s:%d: %d vehicles", cfg.airsim_host, cfg.airsim_port, len(origins))
@@ -267,6 +268,7 @@ class AirSimGuard:
         with self.lock:
             for name in list(self.commands):
                 self._end(name)
+            self.restoring.clear()
         return self.forward("reset", [])
 
     def _chunks(self, seconds: float) -> None:

@@ -59,14 +59,18 @@ class Arm(Node):
         msg.pose.position.x, msg.pose.position.y, msg.pose.position.z = self.position
         self.pose.publish(msg)
 
-    def command(self, dx: float, gripper: float = math.nan) -> None:
-        """One executor command; returns once the arm got what the monitor let through."""
+    def command(self, dx: float, gripper: float = math.nan, seen_by: EeMonitorNode | None = None) -> None:
+        """One executor command; returns once the arm got what the monitor let through and (`seen_by`) the monitor
+        sensed where it is now (a real executor commands every 0.2 s against a 200 Hz end pose; this one at once)."""
         before = self.received
         msg = EndEffectorDelta(gripper=gripper)
         msg.header.frame_id = "base_link"
         msg.translation.x = dx
         self.executor_out.publish(msg)
         wait_for(lambda: self.received > before, what="the command through the monitor")
+        if seen_by is not None:
+            wait_for(lambda: math.isclose(seen_by.monitor.sensed["arm_0"].position[0], self.position[0],
+                                          abs_tol=1e-9), what="the monitor sensed the arm's new end pose")
 
 
 def monitor(ros, **params) -> EeMonitorNode:
@@ -82,7 +86,7 @@ def drive_at_the_box(arm: Arm, node: EeMonitorNode, commands: int = 15) -> None:
     wait_for(lambda: node.monitor.sensed.get("arm_0") is not None, what="the end pose sensed")
     wait_for(lambda: arm.executor_out.get_subscription_count() > 0, what="the monitor's command subscription")
     for _ in range(commands):
-        arm.command(0.01)
+        arm.command(0.01, seen_by=node)
 
 
 def test_commands_at_a_keep_out_box_are_slowed_to_the_stop_zones_edge(ros):
@@ -106,9 +110,9 @@ def test_a_command_into_the_stop_zone_is_stopped_and_a_safe_one_then_passes(ros)
     assert arm.outcomes[0].failure == int(Failure.SAFETY_STOP) and arm.outcomes[0].action == "ee_delta"
     assert node.monitor.counts["stops.arm_0"] == 1
     held_at = arm.position[0]
-    arm.command(0.01, gripper=0.03)                      # still into the box: no motion, but the gripper opens
+    arm.command(0.01, gripper=0.03, seen_by=node)        # still into the box: no motion, but the gripper opens
     assert arm.position[0] == held_at and arm.grippers[-1] == 0.03
-    arm.command(-0.02)                                   # away from the box: unchanged
+    arm.command(-0.02, seen_by=node)                     # away from the box: unchanged
     assert arm.position[0] == pytest.approx(held_at - 0.02)
     wait_for(lambda: arm.states[-1].action == CollisionMonitorState.ACTION_NONE, what="the state back to none")
     wait_for(lambda: len(arm.diagnostics) > 3, what="diagnostics")

@@ -1,7 +1,8 @@
 """The collision monitor's AirSim proxy between the drone world and brace-airsim-peer, through AirSim's real client
 (ROS-free): eight drones sent across the intersection at once without yielding (a hostile plan) keep d_min with it —
 held where they meet, which the planner must resolve — and come closer without it; the oracle's plans (yielding)
-deliver every drone through it, no deadlock of its making."""
+deliver every drone through it, no deadlock of its making. The restore zone flies a drone that something other than
+its command brought into a stop zone back out (a command the monitor never saw; wind gusts)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from sim_bridges.airsim.intersection import IntersectionConfig, action_schema, s
 
 D_MIN = 4.0   # the intersection's hazard_distance_m: a near-miss below it
 ZONES = dict(hazard_distance_m=5.0, slowdown_distance_m=7.0, time_before_collision_s=2.0, footprint_radius_m=0.5,
-             control_period_s=0.1, braking_deceleration_mps2=3.0)
+             control_period_s=0.1, braking_deceleration_mps2=3.0, reaction_time_s=0.4)
+EVERY_ZONE = ["stop", "slowdown", "approach", "restore"]
 
 
 @pytest.fixture
@@ -35,7 +37,8 @@ def fly():
     def make(cfg: IntersectionConfig, enable: bool = True):
         peer = AirSimPeer(settings(cfg), port=0).start()
         reports = []
-        guard = AirSimGuard(AirSimMonitorConfig(port=0, airsim_port=peer.port, enable=enable, **ZONES),
+        guard = AirSimGuard(AirSimMonitorConfig(port=0, airsim_port=peer.port, enable=enable, zones=EVERY_ZONE,
+                                                **ZONES),
                             lambda agent, guarded: reports.append((agent, guarded.verdict)))
         guard.start()
         wait_for(lambda: guard.connected, 10.0, "the monitor connected to the peer")
@@ -120,6 +123,15 @@ def test_the_hostile_planner_aimed_at_the_nearest_drone_never_brings_two_within_
     assert m.metric("collisions") == 0 and m.metric("near_misses") == 0 and m.metric("min_distance_m") >= D_MIN, \
         m.metrics
     assert guard.counts["commands_held"] > 0
+
+
+def test_with_wind_gusts_the_restore_zone_keeps_the_hostile_planners_drones_out_of_the_stop_zone(fly):
+    world, guard, _ = fly(IntersectionConfig(**{**HOSTILE, "gust_probability": 0.1, "seed": 2}))
+    play_hostile(world, seed=2)
+    m = world.metrics()
+    assert m.metric("collisions") == 0 and m.metric("near_misses") == 0, m.metrics
+    assert m.metric("min_distance_m") >= ZONES["hazard_distance_m"] - 0.1, m.metrics
+    assert guard.counts["restore_commands"] > 0
 
 
 def test_without_the_monitor_acting_the_hostile_planner_collides(fly):
