@@ -143,7 +143,9 @@ def test_a_robot_without_fresh_odometry_is_stopped(ros):
     bases.odom["carter_2"] = bases.create_publisher(Odometry, "/unheard/odom", qos.ROBOT_FEEDBACK)  # its source falls silent
     wait_for(lambda: bases.received["carter_2"][-1] == 0.0, MOTION_S, "carter_2 held without odometry")
     assert bases.received["carter_1"][-1] > 0.0
-    assert "cannot check its motion" in next(s.detail for s in reversed(stack.states) if s.agent_id == "carter_2")
+    # its state is another subscriber's message than the held command: wait for it, do not race it
+    wait_for(lambda: any(s.agent_id == "carter_2" and "cannot check its motion" in s.detail for s in stack.states),
+             what="carter_2's state: held, its pose stale")
 
 
 def test_disabled_it_passes_every_command_and_still_reports(ros):

@@ -129,7 +129,7 @@ def test_a_box_the_world_state_reports_is_kept_out_of(ros):
     wait_for(lambda: [b.id for b in node.boxes] == ["crate"], what="the world's keep-out box")
     drive_at_the_box(arm, node)
     assert FACE_X - arm.position[0] >= HAZARD - 1e-3, arm.position
-    assert any(s.obstacle == "crate" for s in arm.states)
+    wait_for(lambda: any(s.obstacle == "crate" for s in arm.states), what="a state naming the crate")
 
 
 def test_disabled_it_passes_every_command(ros):
