@@ -35,6 +35,8 @@ class AirSimMonitorNode(MonitorNode):
     """Thin lifecycle shell: configure validates, activate serves the bridge and connects to AirSim, the zones'
     state changes and stops become messages."""
 
+    OWNS_MONITOR = False   # the proxy builds its monitor once it knows AirSim's vehicles
+
     def __init__(self, **kwargs) -> None:
         super().__init__("airsim_monitor", AirSimMonitorNodeConfig, COMMAND, **kwargs)
         self.guard: Optional[AirSimGuard] = None
@@ -60,8 +62,7 @@ class AirSimMonitorNode(MonitorNode):
             return TransitionCallbackReturn.FAILURE
         self.state_label = "active"
         self.get_logger().info(f"serving AirSim's API on {cfg.host}:{cfg.port} for AirSim at {cfg.airsim_host}:"
-                               f"{cfg.airsim_port}, zones {', '.join(cfg.zones)}" +
-                               ("" if cfg.enable else " (disabled: passing)"))
+                               f"{cfg.airsim_port}, {self.zones_text(cfg)}")
         return super().on_activate(state)
 
     @serialized

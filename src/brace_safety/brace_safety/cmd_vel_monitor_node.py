@@ -8,7 +8,6 @@ import sys
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Optional
 
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
@@ -23,7 +22,7 @@ from brace_common.spin import spin_node
 from brace_common.validation import InvalidInput
 
 from . import convert
-from .monitor import CollisionMonitor, MonitorConfig
+from .monitor import MonitorConfig
 from .monitor_node import MonitorNode
 
 COMMAND = "cmd_vel"
@@ -76,7 +75,6 @@ class CollisionMonitorNode(MonitorNode):
 
     def __init__(self, **kwargs) -> None:
         super().__init__("cmd_vel_monitor", CmdVelMonitorConfig, COMMAND, **kwargs)
-        self.monitor: Optional[CollisionMonitor] = None
         self.motors: dict[str, object] = {}
         self.counts = Counters(NODE_COUNTS, warn=["malformed_odometry"])
 
@@ -86,7 +84,6 @@ class CollisionMonitorNode(MonitorNode):
         cfg = self.read_configuration()
         if cfg is None:
             return TransitionCallbackReturn.FAILURE
-        self.monitor = CollisionMonitor(cfg)
         for agent in cfg.agents:
             self.motors[agent] = self.configured(self.create_publisher(
                 Twist, robot_topic(agent, cfg.cmd_vel_out_topic), qos.SIM_COMMANDS))
@@ -97,7 +94,7 @@ class CollisionMonitorNode(MonitorNode):
                                                      partial(self.on_command, agent), qos.SIM_COMMANDS,
                                                      callback_group=self.group))
         self.get_logger().info(f"guarding {', '.join(cfg.agents)}: {cfg.cmd_vel_in_topic} -> {cfg.cmd_vel_out_topic}"
-                               f", zones {', '.join(cfg.zones)}" + ("" if cfg.enable else " (disabled: passing)"))
+                               f", {self.zones_text(cfg)}")
         return TransitionCallbackReturn.SUCCESS
 
     def _release(self) -> None:
@@ -142,7 +139,7 @@ class CollisionMonitorNode(MonitorNode):
 
     def health(self) -> Health:
         """Its counts and the monitor's (commands, interventions per agent and zone)."""
-        return self.counts.health() + (self.monitor.health() if self.monitor is not None else Health())
+        return self.counts.health() + super().health()
 
 
 def main(args=None) -> int:

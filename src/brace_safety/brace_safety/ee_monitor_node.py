@@ -25,7 +25,7 @@ from brace_common.validation import InvalidInput
 from brace_common.world_state import world_state_from_msg
 
 from . import convert
-from .monitor import CollisionMonitor, MonitorConfig
+from .monitor import MonitorConfig
 from .monitor_node import MonitorNode
 from .zones import Obstacle
 
@@ -85,7 +85,6 @@ class EeMonitorNode(MonitorNode):
 
     def __init__(self, **kwargs) -> None:
         super().__init__("ee_monitor", EeMonitorConfig, COMMAND, **kwargs)
-        self.monitor: Optional[CollisionMonitor] = None
         self.boxes: tuple[Obstacle, ...] = ()
         self.last_pose: Optional[tuple[tuple[float, float, float], float]] = None
         self.counts = Counters(NODE_COUNTS, warn=["malformed_poses", "malformed_world_states"])
@@ -96,7 +95,6 @@ class EeMonitorNode(MonitorNode):
         cfg = self.read_configuration()
         if cfg is None:
             return TransitionCallbackReturn.FAILURE
-        self.monitor = CollisionMonitor(cfg)
         self.arm = self.configured(self.create_publisher(EndEffectorDelta, cfg.cmd_out_topic, qos.ROBOT_COMMANDS))
         self.configured(self.create_subscription(PoseStamped, cfg.end_pose_topic, self.on_pose, qos.ROBOT_FEEDBACK,
                                                  callback_group=self.group))
@@ -107,7 +105,7 @@ class EeMonitorNode(MonitorNode):
                                                      qos.WORLD_STATE, callback_group=self.group))
         self.get_logger().info(f"guarding {cfg.agents[0]}: {cfg.cmd_in_topic} -> {cfg.cmd_out_topic}, "
                                f"{len(cfg.static_obstacles)} static keep-out(s), world types {cfg.keep_out_types}, "
-                               f"zones {', '.join(cfg.zones)}" + ("" if cfg.enable else " (disabled: passing)"))
+                               f"{self.zones_text(cfg)}")
         return TransitionCallbackReturn.SUCCESS
 
     def _release(self) -> None:
@@ -162,8 +160,7 @@ class EeMonitorNode(MonitorNode):
     def health(self) -> Health:
         """Its counts, the keep-out boxes and the monitor's (commands, interventions per zone)."""
         boxes = len(self.boxes) + (len(self.config.static_obstacles) if self.config is not None else 0)
-        return Health({"keep_out_boxes": boxes}) + self.counts.health() + \
-            (self.monitor.health() if self.monitor is not None else Health())
+        return Health({"keep_out_boxes": boxes}) + self.counts.health() + super().health()
 
 
 def main(args=None) -> int:

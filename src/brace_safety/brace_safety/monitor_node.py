@@ -20,17 +20,21 @@ from brace_common.params import declare_parameters, read_config, reject_undeclar
 from brace_common.vocabulary import ZoneAction
 
 from . import convert
-from .monitor import Guarded
+from .monitor import CollisionMonitor, Guarded
 
 
 class MonitorNode(ReleasingLifecycleNode):
     """A collision monitor's lifecycle shell: its parameters (declared now, checked at configure), one callback
-    group, the diagnostics timer, `collision_monitor_state` and `outcomes`."""
+    group, the diagnostics timer, `collision_monitor_state` and `outcomes`; the CollisionMonitor built at configure
+    (unless the node's core owns one: OWNS_MONITOR false)."""
+
+    OWNS_MONITOR = True
 
     def __init__(self, name: str, config_class: type, command: str, **kwargs) -> None:
         super().__init__(name, **kwargs)
         self.config_class, self.command = config_class, command
         self.config: Optional[Any] = None
+        self.monitor: Optional[CollisionMonitor] = None
         self.active = False
         self.state_label = "unconfigured"
         self.group = MutuallyExclusiveCallbackGroup()  # every callback of the node, one at a time
@@ -41,8 +45,8 @@ class MonitorNode(ReleasingLifecycleNode):
                      self.publish_diagnostics, self.group)
 
     def read_configuration(self) -> Optional[Any]:
-        """The validated config (kept in `config`) and the state and outcome topics; None, with `last_error` logged,
-        when a parameter is invalid."""
+        """The validated config (kept in `config`), the monitor (OWNS_MONITOR) and the state and outcome topics;
+        None, with `last_error` logged, when a parameter is invalid."""
         try:
             cfg = read_config(self, self.config_class)
             reject_undeclared(self)
@@ -51,6 +55,8 @@ class MonitorNode(ReleasingLifecycleNode):
             self.get_logger().error(self.last_error)
             return None
         self.config, self.last_error, self.state_label = cfg, "", "inactive"
+        if self.OWNS_MONITOR:
+            self.monitor = CollisionMonitor(cfg)
         self.state_pub = self.configured(self.create_publisher(CollisionMonitorState, names.COLLISION_MONITOR_STATE,
                                                                qos.EVENTS))
         self.outcome_pub = self.configured(self.create_publisher(ExecutionOutcome, names.OUTCOMES, qos.EVENTS))
@@ -84,9 +90,14 @@ class MonitorNode(ReleasingLifecycleNode):
         self.get_logger().warning(f"{agent}: {verb}: {guarded.verdict.detail}")
         return True
 
+    @staticmethod
+    def zones_text(cfg: Any) -> str:
+        """The zones that act, for the configure log line."""
+        return f"zones {', '.join(cfg.zones)}" + ("" if cfg.enable else " (disabled: passing)")
+
     def health(self) -> Health:
-        """What the node adds to its state on /diagnostics (nothing here)."""
-        return Health()
+        """What the node adds to its state on /diagnostics: the monitor's (commands, interventions per zone)."""
+        return self.monitor.health() if self.monitor is not None else Health()
 
     def publish_diagnostics(self) -> None:
         """The node's state (ERROR with the last configure or activate error) and its `health()`."""
