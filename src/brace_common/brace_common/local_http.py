@@ -6,12 +6,20 @@ background thread; `answer` sends one complete response and survives a client th
 
 from __future__ import annotations
 
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Optional
 
 POLL_INTERVAL_S = 0.05
 """How often the serving thread looks for a stop request (and how long `stop` waits for it at most, about)."""
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on at 127.0.0.1 right now (for a server whose port must be named up front)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def answer(handler: BaseHTTPRequestHandler, status: int, body: bytes, content_type: str = "application/json",

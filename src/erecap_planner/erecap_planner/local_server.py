@@ -16,7 +16,6 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,17 +23,11 @@ from pathlib import Path
 from typing import Optional
 
 from brace_common.cache_folder import built_once
+from brace_common.local_http import free_port
 
 from .gguf_types import WEIGHT_TYPES
 from .models import cache_root, load_merged, merged_cache_path, resolve_model_path
 from .openai_client import OpenAIClient, ServerError
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def prepare_model_folder(model_path: str, adapter_path: str = "") -> Path:

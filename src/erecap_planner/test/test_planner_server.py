@@ -22,6 +22,7 @@ from test_planner_node import Client, planner, start
 from brace_common import qos
 from brace_common.backoff import Backoff
 from brace_common.counters import Counters
+from brace_common.local_http import free_port
 from brace_common.testing import wait_for
 from brace_common.vocabulary import CallStatus
 from brace_memory.episodic import record_line
@@ -29,7 +30,7 @@ from brace_memory.summary import summary_fields
 from brace_memory.system import MemorySystem, MemorySystemConfig
 from erecap_planner.call_path import CallOptions, CallPath, CallRequest
 from erecap_planner.compressors import make_compressor
-from erecap_planner.local_server import LocalServer, free_port
+from erecap_planner.local_server import LocalServer
 from erecap_planner.memory_summariser import ChatSummariser
 from erecap_planner.models import SMOLLM2, resolve_model_path
 from erecap_planner.openai_client import OpenAIClient

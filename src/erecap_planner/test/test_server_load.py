@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from erecap_planner.local_server import free_port
+from brace_common.local_http import free_port
 from erecap_planner.openai_client import OpenAIClient
 from erecap_planner.openai_fault_server import FaultServer
 from erecap_planner.server_load import LOAD_GAUGES, ServerLoad, ServerLoadProbe, parse_load

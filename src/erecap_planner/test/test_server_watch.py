@@ -5,8 +5,8 @@ from __future__ import annotations
 from test_world_schema import Log
 
 from brace_common.backoff import Backoff
+from brace_common.local_http import free_port
 from erecap_planner.call_path import CallOptions
-from erecap_planner.local_server import free_port
 from erecap_planner.openai_client import OpenAIClient
 from erecap_planner.openai_fault_server import FaultServer
 from erecap_planner.server_backend import ServerBackend

@@ -3,8 +3,6 @@ flown to their goals, bad plans dropped with nothing moving, holds, a lost simul
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from brace_msgs.msg import (
     AgentState,
@@ -22,6 +20,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from brace_common import names, qos
+from brace_common.local_http import free_port
 from brace_common.names import DEFAULT_NAMESPACE as NS
 from brace_common.spin import autostart
 from brace_common.testing import UNREACHED_STEPS, wait_for
@@ -29,13 +28,6 @@ from brace_common.world_state import world_state_from_msg
 from sim_bridges.airsim.airsim_bridge_node import AirSimBridgeNode
 from sim_bridges.airsim.airsim_peer import AirSimPeer
 from sim_bridges.airsim.intersection import IntersectionConfig, routes, settings
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Stack(Node):

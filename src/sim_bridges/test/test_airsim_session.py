@@ -3,19 +3,12 @@ reconnect_period_s, vehicles the settings lack, a lost link, a reconnect that re
 
 from __future__ import annotations
 
-import socket
-
 from brace_common.counters import Counters
+from brace_common.local_http import free_port
 from sim_bridges.airsim.airsim_peer import AirSimPeer
 from sim_bridges.airsim.airsim_session import COUNTS, AirSimSession, Connection
 from sim_bridges.airsim.intersection import IntersectionConfig, settings
 from sim_bridges.warehouse.warehouse_config import AirSimBridgeConfig
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def session(port: int, **params) -> AirSimSession:
