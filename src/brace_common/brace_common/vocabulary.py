@@ -194,6 +194,7 @@ class Predicate(str, enum.Enum):
     CONCERNS = "concerns"
     AFTER = "after"
     YIELDS_TO = "yields_to"
+    STOPPED_BY = "stopped_by"
 
 
 class Observability(_LabelledEnum):

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Optional
 
 from brace_msgs.action import Replan
-from brace_msgs.msg import Episode, Plan, WorldInfo
+from brace_msgs.msg import CollisionMonitorState, Episode, Plan, WorldInfo
 from builtin_interfaces.msg import Time
 from rclpy.action import ActionClient
 from rclpy.duration import Duration
@@ -18,6 +18,7 @@ from .counted_inputs import CountedInputs
 from .counters import Health
 from .diagnostics import diagnostic_array, health_array
 from .episode import EpisodeResult, episode_msg
+from .monitor_relations import MonitorRelations
 from .readiness import PeerWait
 from .validation import InvalidInput, Rejections, check_agent_id
 from .vocabulary import Block, EntryKind, EpisodeEvent
@@ -57,6 +58,7 @@ class WorldNode:
         self.rejections = Rejections(self.get_logger())
         self.inputs = CountedInputs()
         self.out = WorldPublishers(self, topics)
+        self.monitor_relations = MonitorRelations()
 
     # the run's episodes, as the book keeps them (read-only)
     episode = _book_view("episode", "Index of the current (or last) episode; -1 before the first.")
@@ -83,6 +85,19 @@ class WorldNode:
     def subscribe_plans(self, callback: Callable[[Plan], None], **kwargs: Any):
         """The plan subscription (latched per agent, qos.PLANS); `kwargs` pass to create_subscription."""
         return self.create_subscription(Plan, names.PLAN, callback, qos.PLANS, **kwargs)
+
+    def subscribe_monitor_states(self, **kwargs: Any):
+        """The collision monitor's states (a world whose agents move through one): its stops and restores become
+        `stopped_by` relations of the world states published after them (`kwargs` pass to create_subscription)."""
+        return self.inputs.subscribe(self, CollisionMonitorState, names.COLLISION_MONITOR_STATE,
+                                     self.on_monitor_state, "collision_monitor_state", qos.EVENTS, **kwargs)
+
+    def on_monitor_state(self, msg: CollisionMonitorState) -> None:
+        """One monitor state: the agent is held by its obstacle, or free again (malformed: counted and dropped)."""
+        try:
+            self.monitor_relations.update(check_agent_id("agent_id", msg.agent_id), msg.action, msg.obstacle)
+        except ValueError as exc:
+            self.rejections.reject("collision_monitor_state", exc, msg.agent_id)
 
     def take_plan(self, msg: Plan, live: bool, known: Callable[[str], bool], current: Callable[[], bool],
                   parse: Callable[[str, list[tuple[str, str]]], list]) -> Optional[list]:
@@ -142,6 +157,7 @@ class WorldNode:
         """Begin the book's next episode and publish its WorldInfo (latched: before any trigger of the episode, and
         for a planner that starts late) and its START; its index."""
         episode = self.book.start()
+        self.monitor_relations.clear()
         if self.out.world_info is not None:
             self.out.world_info.publish(self.world_info_msg())
         self.out.episode.publish(self.episode_msg(EpisodeEvent.START))
@@ -164,8 +180,9 @@ class WorldNode:
         self.out.entries([FeedEntry(agent_id, step, block, kind.value, text)], self.stamp())
 
     def publish_state(self, state: WorldState, frame_id: str) -> None:
-        """Publish the world's state when it is of a new step or changed since the last one published."""
-        self.out.world_state(state, self.stamp(), frame_id)
+        """Publish the world's state, with the collision monitor's holds among its entities, when it is of a new step
+        or changed since the last one published."""
+        self.out.world_state(self.monitor_relations.add_to(state), self.stamp(), frame_id)
 
     def lookahead_response(self, prediction: Any, response: Any, frame_id: str) -> Any:
         """`response` (Lookahead.Response) filled from a world's one-step prediction (valid, reason, state)."""

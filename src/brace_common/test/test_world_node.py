@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from brace_msgs.msg import Episode, Plan, PlanStep, WorldInfo
+from brace_msgs.msg import CollisionMonitorState, Episode, Plan, PlanStep, WorldInfo
+from brace_msgs.msg import WorldState as WorldStateMsg
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 
@@ -15,8 +16,9 @@ from brace_common.episode import EpisodeResult
 from brace_common.lifecycle import ReleasingLifecycleNode
 from brace_common.testing import wait_for
 from brace_common.validation import InvalidInput
-from brace_common.vocabulary import EpisodeEvent
+from brace_common.vocabulary import EpisodeEvent, ZoneAction
 from brace_common.world_node import WorldNode
+from brace_common.world_state import Entity, WorldState
 
 TOPICS = ("episode", "diagnostics", "world_info")
 
@@ -145,3 +147,34 @@ def test_a_world_latches_its_agents_and_action_schema_at_each_episode_start(ros)
     world.announce_start()
     wait_for(lambda: len(infos) == 2, what="the next episode's WorldInfo")
     assert infos[1].episode == 1 and json.loads(infos[1].action_schema_json)["max_steps"] == 3
+
+
+def test_the_collision_monitors_stops_reach_the_world_state_as_stopped_by_relations(ros):
+    world = ros.add(World())
+    world.out.open(("world_states",))
+    world.subscribe_monitor_states()
+    listener = ros.add(Node("listener"))
+    states: list[WorldStateMsg] = []
+    listener.create_subscription(WorldStateMsg, names.WORLD_STATE, states.append, qos.WORLD_STATE)
+    monitor = listener.create_publisher(CollisionMonitorState, names.COLLISION_MONITOR_STATE, qos.EVENTS)
+    wait_for(lambda: monitor.get_subscription_count() > 0 and world.out.world_states.get_subscription_count() > 0,
+             what="the world and the listener matched")
+    world.announce_start()
+
+    def at(step: int) -> WorldState:
+        return WorldState("tiny", 0, step, (Entity("a0", "agent"), Entity("box", "object")))
+
+    monitor.publish(CollisionMonitorState(agent_id="a0", action=int(ZoneAction.STOP), obstacle="box"))
+    monitor.publish(CollisionMonitorState(agent_id="a0", action=9, obstacle="box"))
+    monitor.publish(CollisionMonitorState(agent_id="", action=int(ZoneAction.NONE)))
+    wait_for(lambda: len(world.rejections.counts) == 2, what="the malformed states counted")
+    assert world.rejected_health().values == {"rejected.collision_monitor_state.unknown_action": 1,
+                                              "rejected.collision_monitor_state.empty_agent_id": 1}
+    world.publish_state(at(1), "map")
+    wait_for(lambda: len(states) == 1, what="the world state")
+    assert [(r.subject, r.predicate, r.object) for r in states[0].relations] == [("a0", "stopped_by", "box")]
+    monitor.publish(CollisionMonitorState(agent_id="a0", action=int(ZoneAction.NONE), obstacle="box"))
+    wait_for(lambda: not world.monitor_relations.stopped_by, what="the hold released")
+    world.publish_state(at(2), "map")
+    wait_for(lambda: len(states) == 2, what="the next world state")
+    assert list(states[1].relations) == []

@@ -1,8 +1,9 @@
 """The collision monitor between the isaac_bridge and Isaac Sim's bases (its stand-in, sim_bridges/test), over DDS,
 with the stack's parameter files: the hostile planner (the hostile_planner node, aim nearest, reading the bridge's
-world_info and world_state) sends each of two bases to where the other stands. With the
-monitor they end at rest outside the stop zone, the approaches counted, and the trigger monitor raises a hazard for
-the stop; with it passing everything (collision_monitor:=false) the same plans bring them into contact."""
+world_info and world_state) sends each of two bases to where the other stands. With the monitor they end at rest
+outside the stop zone, the approaches counted, and the trigger monitor raises a hazard for the stop, which the
+bridge's world state carries as a stopped_by relation; with it passing everything (collision_monitor:=false) the same
+plans bring them into contact."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 from pathlib import Path
 
 from brace_msgs.action import Replan
-from brace_msgs.msg import CollisionMonitorState, ExecutionOutcome, Plan, PlanStep, ReplanCall, TriggerEvent
+from brace_msgs.msg import CollisionMonitorState, ExecutionOutcome, Plan, PlanStep, Relation, ReplanCall, TriggerEvent, WorldState
 from rclpy.action import ActionClient
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
@@ -54,9 +55,16 @@ class Caller(Node):
         self.states: list[CollisionMonitorState] = []
         self.outcomes: list[ExecutionOutcome] = []
         self.triggers: list[TriggerEvent] = []
+        self.world_states: list[WorldState] = []
         self.create_subscription(CollisionMonitorState, "collision_monitor_state", self.states.append, qos.INPUTS)
         self.create_subscription(ExecutionOutcome, "outcomes", self.outcomes.append, qos.INPUTS)
         self.create_subscription(TriggerEvent, "triggers", self.triggers.append, qos.INPUTS)
+        self.create_subscription(WorldState, "world_state", self.world_states.append, qos.WORLD_STATE)
+
+    def held(self) -> set[tuple[str, str]]:
+        """(agent, obstacle) of every stopped_by relation the bridge's world states carried."""
+        return {(r.subject, r.object) for s in self.world_states for r in s.relations
+                if r.predicate == Relation.PREDICATE_STOPPED_BY}
 
     def at_each_other(self, hostile: HostilePlannerNode) -> None:
         """Each base's plan from the hostile planner, once it knows where both stand; published as the controller's."""
@@ -167,6 +175,9 @@ def test_a_stop_raises_a_hazard_trigger_through_the_trigger_monitor(ros):
     hazard = next(t for t in planner.triggers if t.kind == TriggerEvent.KIND_HAZARD)
     assert hazard.agent_id in ROBOTS and "collision monitor: stop: closing on carter_" in hazard.detail
     assert world_distance(sim) > CONTACT_M
+    # the stop is a fact of the world state the planner's state graph reads: the base stopped_by the other
+    wait_for(lambda: (hazard.agent_id, next(r for r in ROBOTS if r != hazard.agent_id)) in planner.held(),
+             what="the bridge's world state with the stop")
 
 
 def test_without_the_monitor_the_same_plans_bring_the_bases_into_contact(ros):

@@ -80,6 +80,7 @@ class OperatorTaskNode(WorldNode, Node):
                                 "unknown_failures"))
         self.create_subscription(String, TASK_TOPIC, self.on_task, qos.INPUTS)
         self.subscribe_plans(self.on_plan)
+        self.subscribe_monitor_states()
         self.plan_progress = PlanProgress(cfg.agent_id)
         self.create_subscription(ExecutionOutcome, names.OUTCOMES, self.on_outcome, qos.INPUTS)
         self.create_service(Trigger, "~/start", self.on_start)

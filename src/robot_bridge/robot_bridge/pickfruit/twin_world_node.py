@@ -50,6 +50,7 @@ class TwinWorldNode(WorldNode, Node):
 
         self.init_world(("context", "episode", "diagnostics", "world_states", "world_info"), cfg.episodes, cfg.seed)
         self.subscribe_plans(self.on_plan)
+        self.subscribe_monitor_states()
         self.inputs.subscribe(self, ExecutionOutcome, names.OUTCOMES, self.on_outcome, "outcome")
         self.wait_for_peers(cfg)
         self.timer = steady_timer(self, cfg.period_s, self.tick)

@@ -63,6 +63,7 @@ class AirSimBridgeNode(WorldInputs, ReleasingLifecycleNode):
         self.wait_for_peers(self.config)
         self.session = AirSimSession(self.config, self.counts)
         self.open_stepped_world(keep=self.configured)
+        self.configured(self.subscribe_monitor_states())
         self.timer = self.configured(spaced_timer(self, self.config.step_period_s, self.tick, lock=self.transition_lock))
         self.timer.cancel()
         self.last_error = ""

@@ -71,6 +71,7 @@ class IsaacBridgeNode(WorldNode, ReleasingLifecycleNode):
         self.robots = RobotTopics(self, fleet, self.configured, self.rejections, self.group)  # raises: base releases
         self.out.open(STACK_TOPICS, keep=self.configured)
         self.configured(self.subscribe_plans(self.on_plan, callback_group=self.group))
+        self.configured(self.subscribe_monitor_states(callback_group=self.group))
         for period, callback in ((cfg.control_period_s, self.control), (cfg.agent_state_period_s, self.publish_agent_states),
                                  (cfg.observe_period_s, self.publish_observations)):
             self.configured(steady_timer(self, period, callback, self.group))
