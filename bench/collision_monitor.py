@@ -4,8 +4,9 @@
 Eight agents in a 40 m square, each commanded toward a random point at up to 5 m/s (a drone's cruise speed), the
 others where they were sensed with their velocities: the intersection's K = 8. Rows: the three zones with the
 approach's forward simulation at 0.1 s over 2 s (the stacks' settings), and the stop zone alone; a unicycle (the
-Isaac bases) beside the holonomic drones; the restore zone's check of a drone its command does not move (the AirSim
-monitor runs it for each such drone at every check). Timed per call with perf_counter_ns.
+Isaac bases) beside the holonomic drones; every zone the AirSim monitor has (the yield zone's right of way on each
+command); the restore and yield zones' check of a drone its command does not move (the AirSim monitor runs it for
+each such drone at every check). Timed per call with perf_counter_ns.
 
 Target: P99 <= 1 ms per command (a motor command must not wait on the monitor). Writes
 <out>/collision_monitor.{csv,png} (--out, default bench/out); exits 1 when the target is missed.
@@ -30,12 +31,13 @@ OUT = Path(__file__).resolve().parent / "out"
 AGENTS = [f"drone_{i}" for i in range(8)]
 P99_TARGET_US = 1000.0
 DRONE = dict(yaw_rate=0.0, braking_deceleration_mps2=3.0, reaction_time_s=0.4)   # params/airsim/airsim_monitor.yaml
+SHIPPED = ["stop", "slowdown", "approach", "restore", "yield"]                     # its zones
 ROWS = {
     "drones, stop + slowdown + approach": dict(zones=["stop", "slowdown", "approach"], **DRONE),
     "drones, stop only": dict(zones=["stop"], **DRONE),
     "bases (unicycle), stop + slowdown + approach": dict(zones=["stop", "slowdown", "approach"], yaw_rate=0.6),
-    "drones, restore (held drones)": dict(zones=["stop", "slowdown", "approach", "restore"], restore_mps=3.0,
-                                          **DRONE),
+    "drones, every zone (the right of way)": dict(zones=SHIPPED, **DRONE),
+    "drones, restore and make way (held drones)": dict(zones=SHIPPED, restore_mps=3.0, **DRONE),
 }
 
 

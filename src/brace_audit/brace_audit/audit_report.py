@@ -230,7 +230,7 @@ def summary(run: RunRecords) -> dict:
 
 
 INTERVENTION_COLUMNS = {ZoneAction.STOP: "safety_stops", ZoneAction.SLOWDOWN: "slowdowns",
-                        ZoneAction.APPROACH: "approaches", ZoneAction.RESTORE: "restores"}
+                        ZoneAction.APPROACH: "approaches", ZoneAction.RESTORE: "restores", ZoneAction.YIELD: "yields"}
 """The report's column of each collision monitor zone: interventions begun (an agent held for many commands is one)."""
 
 

@@ -1,5 +1,5 @@
 """The collision monitor's holds as scene-graph relations: `agent stopped_by obstacle` while the monitor's latest
-state for the agent is a stop or a restore. A world node adds them to the world states it publishes, so the
+state for the agent is a stop, a restore or a yield. A world node adds them to the world states it publishes, so the
 planner's state graph, the trigger monitor's loop view, the bags and the viewer see what the monitor holds back."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from .validation import InvalidInput
 from .vocabulary import Predicate, ZoneAction
 from .world_state import Relation, WorldState
 
-HOLDING_ACTIONS = (ZoneAction.STOP, ZoneAction.RESTORE)
+HOLDING_ACTIONS = (ZoneAction.STOP, ZoneAction.RESTORE, ZoneAction.YIELD)
 """The monitor's actions that keep an agent from its commanded motion (slowdown and approach only scale it)."""
 
 

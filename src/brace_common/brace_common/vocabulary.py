@@ -117,6 +117,7 @@ class ZoneAction(_LabelledEnum):
     SLOWDOWN = 2
     APPROACH = 3
     RESTORE = 4
+    YIELD = 5
 
 
 class EntryKind(str, enum.Enum):

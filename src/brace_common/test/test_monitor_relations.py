@@ -27,11 +27,13 @@ def test_a_stop_or_a_restore_holds_the_agent_by_its_obstacle_until_another_actio
     assert held.add_to(state("d0", "d1", "d2")).related(Predicate.STOPPED_BY.value) == []
 
 
-def test_a_stop_for_another_obstacle_replaces_the_first_and_a_new_episode_forgets_every_hold():
+def test_a_hold_for_another_obstacle_replaces_the_first_and_a_new_episode_forgets_every_hold():
     held = MonitorRelations()
     held.update("d0", ZoneAction.STOP, "d1")
     held.update("d0", ZoneAction.STOP, "d2")
     assert held.relations({"d0", "d1", "d2"}) == [Relation("d0", "stopped_by", "d2")]
+    held.update("d0", ZoneAction.YIELD, "d1")     # held for one with the right of way
+    assert held.relations({"d0", "d1", "d2"}) == [Relation("d0", "stopped_by", "d1")]
     held.clear()
     assert held.relations({"d0", "d1", "d2"}) == []
 

@@ -69,8 +69,9 @@ class AirSimMonitorConfig(MonitorConfig):
     timeout_s: float = param(10.0, "longest wait for one reply of AirSim (s); longer is a lost connection",
                              0.1, 600.0)
     reconnect_period_s: float = param(0.5, "wait between two connection attempts to AirSim (s)", 0.05, 60.0)
-    restore_speed_mps: float = param(3.0, "restore zone: the speed a drone is flown out of a stop zone it was "
-                                     "brought into (m/s)", 0.1, 20.0)
+    restore_speed_mps: float = param(3.0, "restore and yield zones: the speed a drone is flown out of a stop zone "
+                                     "it was brought into, or out of the way of one with the right of way (m/s)",
+                                     0.1, 20.0)
 
     RESTORES = True
 
@@ -316,8 +317,10 @@ class AirSimGuard:
                 position = tuple(o + float(kinematics["position"][k]) for o, k in zip(origin, AXES, strict=True))
                 velocity = tuple(float(kinematics["linear_velocity"][k]) for k in AXES)
                 monitor.sense(name, Sensed(position, 0.0, velocity, now), guarded=name in monitor.config.agents)
-            for name in monitor.config.agents:
+            for name in monitor.config.agents:   # in the right of way's order: who has it is checked first
                 command = self.commands.get(name)
+                if command is None:
+                    monitor.idle(name)
                 if self._restore(name, command, states.get(name, {}).get("landed_state") == FLYING, now):
                     continue
                 if command is not None:
@@ -325,8 +328,8 @@ class AirSimGuard:
                                 now)
 
     def _restore(self, name: str, command: Optional[Command], flying: bool, now: float) -> bool:
-        """The restore zone for a drone its command does not move: flown out (True: its command stays held), or,
-        a restore just over, hovering again."""
+        """The restore and yield zones for a drone its command does not move: flown out of a stop zone or out of the
+        way of a drone with the right of way (True: its command stays held), or, that just over, hovering again."""
         held = command is None or command.sent_ratio == 0.0
         guarded = self.monitor.restore(name, self.config.restore_speed_mps, now) if held and flying else None
         if guarded is not None and (guarded.changed or guarded.began):

@@ -17,10 +17,10 @@ from brace_common.config import ConfigError, check_agent_ids, param
 from brace_common.counters import Counters, Health
 from brace_common.vocabulary import ZoneAction
 
-from .zones import Motion, Obstacle, Vec3, Verdict, ZoneConfig, check, nearest, restore
+from .zones import MOTION_ZONES, Motion, Obstacle, Vec3, Verdict, ZoneConfig, check, make_way, nearest, restore, right_of_way
 
 COUNTED = {ZoneAction.STOP: "stops", ZoneAction.SLOWDOWN: "slowdowns", ZoneAction.APPROACH: "approaches",
-           ZoneAction.RESTORE: "restores"}
+           ZoneAction.RESTORE: "restores", ZoneAction.YIELD: "yields"}
 """The counter family of each acting zone (per agent: `stops.<agent>`), and the report's column stem."""
 
 
@@ -93,12 +93,14 @@ class CollisionMonitor:
     sensed: dict[str, Sensed] = field(default_factory=dict)
     last: dict[str, Verdict] = field(default_factory=dict)
     min_distance_m: dict[str, float] = field(default_factory=dict)
+    heading: dict[str, Vec3] = field(default_factory=dict)   # commanded velocity (world frame) of each moving agent
     counts: Counters = field(init=False)
 
     def __post_init__(self) -> None:
         self.fixed = self.config.fixed()
         agents = self.config.agents
-        stems = [stem for action, stem in COUNTED.items() if action is not ZoneAction.RESTORE or
+        self.rank = {a: i for i, a in enumerate(agents)}   # the right of way: earlier in `agents` first
+        stems = [stem for action, stem in COUNTED.items() if action.label not in MOTION_ZONES or
                  action.label in self.config.zones]
         self.counts = Counters(["commands", "stale_sources", "unknown_agents"] +
                                [f"{stem}.{a}" for stem in stems for a in agents],
@@ -142,8 +144,31 @@ class CollisionMonitor:
             return self._settle(agent, None, verdict) if self.config.enable else \
                 self._settle(agent, None, replace(verdict, action=ZoneAction.NONE, speed_ratio=1.0))
         motion = Motion(own.position, own.yaw, linear, yaw_rate, own.velocity)
+        if motion.moving:
+            c, s = math.cos(own.yaw), math.sin(own.yaw)
+            self.heading[agent] = (c * linear[0] - s * linear[1], s * linear[0] + c * linear[1], linear[2])
+        else:
+            self.heading.pop(agent, None)
         verdict = check(self.config, motion, self.obstacles(agent, now_s, extra))
+        verdict = right_of_way(self.config, verdict, self._ahead(agent))
         return self._settle(agent, motion, verdict)
+
+    def idle(self, agent: str) -> None:
+        """The agent has no command now: it moves under none of its own (no right of way to claim)."""
+        self.heading.pop(agent, None)
+
+    def _ahead(self, agent: str) -> set[str]:
+        """The agents with the right of way over `agent` that move under their own command now."""
+        rank = self.rank.get(agent, len(self.rank))
+        return {a for a in self.heading if self.rank.get(a, len(self.rank)) < rank}
+
+    def _blocked(self, agent: str, obstacles: list[Obstacle]) -> list[tuple[Obstacle, Vec3]]:
+        """The agents moving under their own command whose motion `agent` limits now and who have the right of way
+        over it (any of them, when `agent` has no command of its own), with their commanded velocities."""
+        ahead = self._ahead(agent) if agent in self.heading else set(self.heading) - {agent}
+        limited = {a for a in ahead if (v := self.last.get(a)) is not None and v.obstacle == agent and
+                   v.speed_ratio < 1.0 and v.action is not ZoneAction.RESTORE}
+        return [(o, self.heading[o.id]) for o in obstacles if o.id in limited]
 
     def restore(self, agent: str, speed_mps: float, now_s: float) -> Optional[Guarded]:
         """The restore zone for `agent`, whose command does not move it (held, or none): RESTORE with the motion out
@@ -153,11 +178,13 @@ class CollisionMonitor:
         if own is None or now_s - own.stamp_s > self.config.source_timeout_s:
             return None
         obstacles = self.obstacles(agent, now_s)
-        found = restore(self.config, Motion(own.position, own.yaw, (0.0, 0.0, 0.0), 0.0, own.velocity), obstacles,
-                        speed_mps)
+        still = Motion(own.position, own.yaw, (0.0, 0.0, 0.0), 0.0, own.velocity)
+        found = restore(self.config, still, obstacles, speed_mps) or \
+            make_way(self.config, still, self._blocked(agent, obstacles), speed_mps)
         if found is None:
             previous = self.last.get(agent)
-            if previous is None or previous.action is not ZoneAction.RESTORE:
+            if previous is None or previous.action not in (ZoneAction.RESTORE, ZoneAction.YIELD) or \
+                    (previous.action is ZoneAction.YIELD and agent in self.heading):   # its command's yield stands
                 return None
             return self._settle(agent, None, Verdict(ZoneAction.NONE, 1.0, *nearest(own.position, obstacles)))
         verdict, velocity = found

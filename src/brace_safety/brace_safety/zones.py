@@ -12,14 +12,18 @@ world senses. Three zones around an agent, each named by its action (docs/safety
 Unlike Nav2's polygons, a zone acts only on motion that closes on the obstacle, so an agent can always move away.
 A fourth zone, restore, is for monitors that can command motion of their own (the AirSim proxy): an agent its
 command does not move (held, or hovering) that something else brought into the stop zone (wind, braking past the
-edge) is commanded straight back out of it.
+edge) is commanded straight back out of it. A fifth, yield, is the right of way between agents that both move under
+their own command (the first in `agents` has it over the later ones): where the slowdown or approach zone limits an
+agent's motion for one with the right of way, it holds instead, and one that stands in the way of an agent with the
+right of way, limiting it, is flown out of its way (make way) — a jam of agents each slowed by the next resolves
+one agent at a time instead of each creeping until none moves.
 Distances are between centres (an agent's, another agent's); for a keep-out box, from the agent's point to the box.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
@@ -28,12 +32,17 @@ from brace_common.vocabulary import ZoneAction
 
 Vec3 = tuple[float, float, float]
 ZONES = tuple(a.label for a in ZoneAction if a is not ZoneAction.NONE)
-"""The zones a monitor can have: stop, slowdown, approach in priority order, and restore."""
+"""The zones a monitor can have: stop, slowdown, approach in priority order, restore and yield."""
 COMMAND_ZONES = ZONES[:3]
-"""The zones that act on a command (every monitor has them; restore needs one that commands motion itself)."""
+"""The zones that act on a command (every monitor has them; restore and yield need one that commands motion)."""
+MOTION_ZONES = ("restore", "yield")
+"""The zones that command motion of the monitor's own (flying an agent out of a zone, or out of another's way)."""
 CLOSING_M = 1e-6
 """A command closes on an obstacle when one simulation step brings it nearer by more than this (m)."""
 PUSHED_MPS = 0.1
+YIELDING = (ZoneAction.SLOWDOWN, ZoneAction.APPROACH)
+"""The zones whose limit on an agent's motion, for one with the right of way, the yield zone turns into a hold (a stop
+stays a stop: inside the stop zone it is a hazard, whoever has the right of way)."""
 """An agent its command does not move is being pushed in when it closes on an obstacle faster than this (m/s)."""
 
 
@@ -42,12 +51,12 @@ class ZoneConfig:
     """The zones of one monitor: which act, and their sizes (one field = one ROS parameter)."""
 
     RESTORES: ClassVar[bool] = False
-    """Whether the monitor can command motion of its own (the restore zone)."""
+    """Whether the monitor can command motion of its own (the restore and yield zones)."""
 
     enable: bool = param(True, "act on commanded motion (false: every command passes unchanged; the state is still "
                          "measured and published)")
     zones: list[str] = param(list(COMMAND_ZONES), "zones that act, of stop, slowdown, approach and (a monitor that "
-                             "commands motion itself: airsim_monitor) restore (docs/safety.md)")
+                             "commands motion itself: airsim_monitor) restore, yield (docs/safety.md)")
     hazard_distance_m: float = param(1.0, "radius of the stop zone: motion closing on an obstacle nearer than this "
                                      "(centres; a keep-out box: from the agent's point) is stopped (m)", 0.01, 1000.0)
     slowdown_distance_m: float = param(2.0, "radius of the slowdown zone: motion closing on an obstacle nearer than "
@@ -71,9 +80,10 @@ class ZoneConfig:
         unknown = sorted(set(self.zones) - set(ZONES))
         if unknown or len(set(self.zones)) != len(self.zones):
             raise ConfigError("zones", f"{self.zones}: each of {', '.join(ZONES)} at most once")
-        if "restore" in self.zones and not self.RESTORES:
-            raise ConfigError("zones", "restore needs a monitor that commands motion of its own (airsim_monitor); "
-                              f"this one acts on commands only: {', '.join(COMMAND_ZONES)}")
+        moving = [z for z in self.zones if z in MOTION_ZONES]
+        if moving and not self.RESTORES:
+            raise ConfigError("zones", f"{', '.join(moving)} needs a monitor that commands motion of its own "
+                              f"(airsim_monitor); this one acts on commands only: {', '.join(COMMAND_ZONES)}")
         if "slowdown" in self.zones and self.slowdown_distance_m <= self.hazard_distance_m:
             raise ConfigError("slowdown_distance_m", f"{self.slowdown_distance_m} must exceed hazard_distance_m "
                               f"{self.hazard_distance_m} (the slowdown zone surrounds the stop zone)")
@@ -216,6 +226,46 @@ def restore(cfg: ZoneConfig, motion: Motion, obstacles: Sequence[Obstacle],
     verdict = Verdict(ZoneAction.RESTORE, 0.0, obstacle, d0,
                       f"inside {obstacle}'s stop zone at {d0:.2f} m: commanded out at {speed_mps:g} m/s")
     return verdict, tuple(a / norm * speed_mps for a in away)
+
+
+def right_of_way(cfg: ZoneConfig, verdict: Verdict, ahead: Container[str]) -> Verdict:
+    """The yield zone on a command's verdict: motion the slowdown or approach zone limits for an agent of `ahead`
+    (those with the right of way over this one that move under their own command) is held instead (YIELD)."""
+    if not cfg.enable or "yield" not in cfg.zones or verdict.action not in YIELDING or verdict.obstacle not in ahead:
+        return verdict
+    return Verdict(ZoneAction.YIELD, 0.0, verdict.obstacle, verdict.distance_m,
+                   f"yielding to {verdict.obstacle} (right of way): {verdict.detail}")
+
+
+def make_way(cfg: ZoneConfig, motion: Motion, blocked: Sequence[tuple[Obstacle, Vec3]],
+             speed_mps: float) -> Optional[tuple[Verdict, Vec3]]:
+    """The yield zone for an agent its command does not move that limits agents with the right of way (`blocked`:
+    each as an obstacle, with its commanded velocity): YIELD and the velocity out of their way (`speed_mps` long,
+    level: square off each one's course, to the side the agent already is); None when it blocks none."""
+    if not cfg.enable or "yield" not in cfg.zones or speed_mps <= 0.0 or not blocked:
+        return None
+    side = [0.0, 0.0]
+    for obstacle, heading in blocked:
+        rx, ry = motion.position[0] - obstacle.position[0], motion.position[1] - obstacle.position[1]
+        norm = math.hypot(heading[0], heading[1])
+        if norm == 0.0:   # no course to leave: straight away from it
+            side = [side[0] + rx, side[1] + ry]
+            continue
+        ux, uy = heading[0] / norm, heading[1] / norm
+        along = rx * ux + ry * uy
+        wx, wy = rx - along * ux, ry - along * uy
+        width = math.hypot(wx, wy)
+        if width < 1e-6:   # on its course: to its left
+            wx, wy, width = -uy, ux, 1.0
+        side = [side[0] + wx / width, side[1] + wy / width]
+    norm = math.hypot(*side)
+    if norm == 0.0:
+        return None
+    first = min(blocked, key=lambda b: b[0].distance(motion.position))[0]
+    d0 = first.distance(motion.position)
+    verdict = Verdict(ZoneAction.YIELD, 0.0, first.id, d0, f"in the way of {first.id} (right of way) at {d0:.2f} m: "
+                      f"flown out of its way at {speed_mps:g} m/s")
+    return verdict, (side[0] / norm * speed_mps, side[1] / norm * speed_mps, 0.0)
 
 
 def _zone_verdicts(cfg: ZoneConfig, motion: Motion, obstacle: Obstacle,

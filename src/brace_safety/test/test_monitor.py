@@ -48,6 +48,61 @@ def test_a_restore_is_counted_when_it_begins_and_its_end_reported_once():
     assert mon.restore("a", 1.5, 9.0) is None                    # its own pose is stale: nothing it can do
 
 
+def crossing(zones: list[str]) -> CollisionMonitor:
+    """a (the right of way: first in `agents`) and b, 1.5 m before the point where their courses (+x, +y) cross."""
+    mon = CollisionMonitor(MonitorConfig(**{**CFG, "zones": zones}))
+    mon.sense("a", Sensed((-1.5, 0.0, 0.0), 0.0, (1.0, 0.0, 0.0), 0.0))
+    mon.sense("b", Sensed((0.0, -1.5, 0.0), 0.0, (0.0, 1.0, 0.0), 0.0))
+    return mon
+
+
+def test_of_two_agents_limiting_each_other_the_one_without_the_right_of_way_yields_and_is_counted():
+    mon = crossing(["stop", "slowdown", "approach", "yield"])
+    first = mon.guard("a", (1.0, 0.0, 0.0), 0.0, 0.1)
+    assert first.verdict.action is ZoneAction.APPROACH and first.verdict.obstacle == "b"   # slowed, not held
+    second = mon.guard("b", (0.0, 1.0, 0.0), 0.0, 0.1)
+    assert (second.verdict.action, second.verdict.obstacle, second.motion.linear) == \
+        (ZoneAction.YIELD, "a", (0.0, 0.0, 0.0))
+    assert (mon.counts["yields.b"], mon.counts["yields.a"]) == (1, 0)
+    plain = crossing(["stop", "slowdown", "approach"])
+    plain.guard("a", (1.0, 0.0, 0.0), 0.0, 0.1)
+    assert plain.guard("b", (0.0, 1.0, 0.0), 0.0, 0.1).verdict.action is ZoneAction.APPROACH
+    assert "yields.b" not in list(plain.counts)
+
+
+def test_an_agent_with_the_right_of_way_but_no_command_is_not_yielded_to():
+    mon = crossing(["stop", "slowdown", "approach", "yield"])
+    mon.guard("a", (1.0, 0.0, 0.0), 0.0, 0.1)
+    mon.idle("a")                                   # its command ended: hovering
+    assert mon.guard("b", (0.0, 1.0, 0.0), 0.0, 0.1).verdict.action is ZoneAction.APPROACH
+
+
+def test_an_agent_in_the_way_of_one_with_the_right_of_way_is_flown_out_of_it_until_clear():
+    mon = CollisionMonitor(MonitorConfig(**{**CFG, "zones": ["stop", "slowdown", "approach", "yield"]}))
+    mon.sense("a", Sensed((-1.6, 0.0, 0.0), 0.0, (0.0, 0.0, 0.0), 0.0))
+    mon.sense("b", Sensed((0.0, 0.3, 0.0), 0.0, (0.0, 0.0, 0.0), 0.0))   # hovering beside a's course
+    assert mon.guard("a", (1.0, 0.0, 0.0), 0.0, 0.1).verdict.obstacle == "b"
+    out = mon.restore("b", 2.0, 0.1)
+    assert (out.verdict.action, out.verdict.obstacle, out.began) == (ZoneAction.YIELD, "a", True)
+    assert out.motion.linear == pytest.approx((0.0, 2.0, 0.0))         # square off a's course, to b's side
+    assert mon.restore("a", 2.0, 0.1) is None                           # a moves under its own command
+    mon.sense("b", Sensed((0.0, 3.0, 0.0), 0.0, (0.0, 0.0, 0.0), 0.2))
+    assert mon.guard("a", (1.0, 0.0, 0.0), 0.0, 0.2).verdict.action is ZoneAction.NONE
+    ended = mon.restore("b", 2.0, 0.2)
+    assert (ended.verdict.action, ended.motion) == (ZoneAction.NONE, None) and mon.counts["yields.b"] == 1
+
+
+def test_an_agent_moving_under_its_own_command_makes_way_only_for_one_with_the_right_of_way():
+    mon = CollisionMonitor(MonitorConfig(**{**CFG, "zones": ["stop", "slowdown", "approach", "yield"]}))
+    mon.sense("a", Sensed((0.0, 0.3, 0.0), 0.0, (0.0, 0.0, 0.0), 0.0))
+    mon.sense("b", Sensed((-1.6, 0.0, 0.0), 0.0, (0.0, 0.0, 0.0), 0.0))
+    mon.guard("a", (0.0, 0.0, 1.0), 0.0, 0.1)                          # a climbs: its own command, not closing
+    assert mon.guard("b", (1.0, 0.0, 0.0), 0.0, 0.1).verdict.obstacle == "a"
+    assert mon.restore("a", 2.0, 0.1) is None                           # b has no right of way over a
+    mon.idle("a")
+    assert mon.restore("a", 2.0, 0.2).verdict.action is ZoneAction.YIELD   # hovering, a makes way for anyone
+
+
 def test_an_agent_whose_own_pose_is_stale_or_missing_is_stopped():
     mon = CollisionMonitor(MonitorConfig(**CFG))
     unseen = mon.guard("a", (1.0, 0.0, 0.0), 0.0, 0.0)

@@ -11,7 +11,18 @@ from hypothesis import strategies as st
 from brace_common.config import ConfigError
 from brace_common.vocabulary import ZoneAction
 from brace_safety.airsim_guard import AirSimMonitorConfig
-from brace_safety.zones import Motion, Obstacle, ZoneConfig, check, closing_speed, restore, stop_radius
+from brace_safety.zones import (
+    Motion,
+    Obstacle,
+    Verdict,
+    ZoneConfig,
+    check,
+    closing_speed,
+    make_way,
+    restore,
+    right_of_way,
+    stop_radius,
+)
 
 CFG = ZoneConfig(hazard_distance_m=1.0, slowdown_distance_m=2.0, slowdown_ratio=0.5, time_before_collision_s=2.0,
                  simulation_time_step_s=0.1, footprint_radius_m=0.3)
@@ -159,11 +170,41 @@ def test_the_restore_zone_acts_only_when_listed_enabled_and_given_a_speed():
     assert check(RESTORING, Motion((-0.6, 0.0, 0.0), 0.0, (1.0, 0.0, 0.0)), [OTHER]).action is ZoneAction.STOP
 
 
-def test_only_a_monitor_that_commands_motion_itself_may_have_the_restore_zone():
+@pytest.mark.parametrize("zone", ["restore", "yield"])
+def test_only_a_monitor_that_commands_motion_itself_may_have_the_restore_and_yield_zones(zone):
+    moving = replace(RESTORING, zones=["stop", zone])
     with pytest.raises(ConfigError) as err:
-        RESTORING.validate()
-    assert err.value.parameter == "zones" and "airsim_monitor" in str(err.value)
-    AirSimMonitorConfig(**{**RESTORING.__dict__, "footprint_radius_m": 0.3}).validate()
+        moving.validate()
+    assert err.value.parameter == "zones" and "airsim_monitor" in str(err.value) and zone in str(err.value)
+    AirSimMonitorConfig(**{**moving.__dict__, "footprint_radius_m": 0.3}).validate()
+
+
+def test_the_yield_zone_holds_motion_limited_for_an_agent_with_the_right_of_way_but_never_softens_a_stop():
+    yielding = replace(CFG, zones=["stop", "slowdown", "approach", "yield"])
+    approach = Verdict(ZoneAction.APPROACH, 0.4, "first", 1.5, "first within 1 m in 0.4 s < 1 s")
+    held = right_of_way(yielding, approach, {"first"})
+    assert (held.action, held.speed_ratio, held.obstacle) == (ZoneAction.YIELD, 0.0, "first")
+    assert held.detail.startswith("yielding to first (right of way): first within")
+    assert right_of_way(yielding, approach, {"other"}) is approach            # not one with the right of way
+    assert right_of_way(CFG, approach, {"first"}) is approach                 # the zone not listed
+    assert right_of_way(replace(yielding, enable=False), approach, {"first"}) is approach
+    stop = Verdict(ZoneAction.STOP, 0.0, "first", 0.9, "closing on first")
+    assert right_of_way(yielding, stop, {"first"}) is stop
+
+
+def test_make_way_flies_an_agent_square_off_the_course_of_the_one_it_holds_back_to_its_own_side():
+    yielding = replace(CFG, zones=["stop", "yield"])
+    first = Obstacle("first", (-2.0, 0.0, 0.0))
+    aside, ahead = held_at(0.0), held_at(0.0, 0.5)
+    verdict, velocity = make_way(yielding, ahead, [(first, (2.0, 0.0, 0.0))], 3.0)
+    assert (verdict.action, verdict.obstacle) == (ZoneAction.YIELD, "first") and "flown out of its way" in verdict.detail
+    assert velocity == pytest.approx((0.0, 3.0, 0.0))                       # square off its course, level
+    _, on_course = make_way(yielding, aside, [(first, (2.0, 0.0, 0.0))], 3.0)
+    assert on_course == pytest.approx((0.0, 3.0, 0.0))                      # on it: to its left
+    _, no_course = make_way(yielding, aside, [(first, (0.0, 0.0, 0.0))], 3.0)
+    assert no_course == pytest.approx((3.0, 0.0, 0.0))                      # no course: straight away
+    assert make_way(yielding, aside, [], 3.0) is None
+    assert make_way(CFG, aside, [(first, (2.0, 0.0, 0.0))], 3.0) is None
 
 
 @pytest.mark.parametrize("change, parameter", [

@@ -26,7 +26,8 @@ from sim_bridges.airsim.intersection import IntersectionConfig, action_schema, s
 D_MIN = 4.0   # the intersection's hazard_distance_m: a near-miss below it
 ZONES = dict(hazard_distance_m=5.0, slowdown_distance_m=7.0, time_before_collision_s=2.0, footprint_radius_m=0.5,
              control_period_s=0.1, braking_deceleration_mps2=3.0, reaction_time_s=0.4)
-EVERY_ZONE = ["stop", "slowdown", "approach", "restore"]
+EVERY_ZONE = ("stop", "slowdown", "approach", "restore")
+RIGHT_OF_WAY = (*EVERY_ZONE, "yield")
 
 
 @pytest.fixture
@@ -34,10 +35,10 @@ def fly():
     """fly(cfg, enable) -> (a started DroneWorld whose client talks to the monitor, the monitor, its reports)."""
     opened = []
 
-    def make(cfg: IntersectionConfig, enable: bool = True):
+    def make(cfg: IntersectionConfig, enable: bool = True, zones: tuple[str, ...] = EVERY_ZONE):
         peer = AirSimPeer(settings(cfg), port=0).start()
         reports = []
-        guard = AirSimGuard(AirSimMonitorConfig(port=0, airsim_port=peer.port, enable=enable, zones=EVERY_ZONE,
+        guard = AirSimGuard(AirSimMonitorConfig(port=0, airsim_port=peer.port, enable=enable, zones=list(zones),
                                                 **ZONES),
                             lambda agent, guarded: reports.append((agent, guarded.verdict)))
         guard.start()
@@ -82,6 +83,16 @@ def test_drones_sent_across_at_once_keep_d_min_through_the_monitor(fly):
     acted = {v.action for _, v in reports}
     assert acted & {ZoneAction.STOP, ZoneAction.APPROACH, ZoneAction.SLOWDOWN}
     assert guard.counts["commands_held"] + guard.counts["commands_scaled"] > 0 and guard.counts["chunks"] > 0
+
+
+def test_with_the_right_of_way_drones_sent_across_at_once_are_all_delivered_and_keep_d_min(fly):
+    world, guard, reports = fly(IntersectionConfig(**SCENARIO), zones=RIGHT_OF_WAY)
+    play(world, yielding=False)
+    m = world.metrics()
+    assert m.success and m.delivered == 8, m.metrics
+    assert m.metric("collisions") == 0 and m.metric("near_misses") == 0 and m.metric("min_distance_m") >= D_MIN, \
+        m.metrics
+    assert any(v.action is ZoneAction.YIELD for _, v in reports) and guard.monitor.counts["yields.drone_7"] >= 0
 
 
 def test_without_the_monitor_acting_the_same_plans_come_closer_than_d_min(fly):
