@@ -1,10 +1,12 @@
 """The airsim_monitor node over DDS, between a client and brace-airsim-peer: a drone sent at another through the proxy
 is slowed, then stopped outside the stop zone, each a CollisionMonitorState and the stop an ExecutionOutcome; a
-drone brought inside the stop zone by a command the proxy never saw (as wind would) is restored out, a state too."""
+drone brought inside the stop zone by a command the proxy never saw (as wind would) is restored out, a state too;
+of two drones whose courses cross, the one without the right of way yields, and both arrive."""
 
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import pytest
 from brace_msgs.msg import CollisionMonitorState, ExecutionOutcome
@@ -25,6 +27,7 @@ ZONES = {"hazard_distance_m": 5.0, "slowdown_distance_m": 9.0, "slowdown_ratio":
          "control_period_s": 0.1, "braking_deceleration_mps2": 3.0, "reaction_time_s": 0.4, "restore_speed_mps": 3.0,
          "diagnostics_period_s": 0.2}
 ORIGINS = {"drone_0": 0.0, "drone_1": 20.0}   # north (m) of the settings' origin, side by side at the same height
+CROSSING = {"drone_0": (0.0, 0.0), "drone_1": (10.0, -10.0)}   # (north, east): 10 m each from where courses cross
 WAIT_S = 60.0   # waits on the peer's simulated motion: a busy machine runs it slower
 
 
@@ -44,14 +47,15 @@ class Listener(Node):
 
 @pytest.fixture
 def drones(ros):
-    """drones(zones) -> (through the monitor, straight to the peer, listener, distance()): two drones hovering 20 m
-    apart, taken off through the monitor node."""
+    """drones(zones, origins) -> (through the monitor, straight to the peer, listener, distance()): two drones (20 m
+    apart unless `origins` says where, north and east), taken off through the monitor node."""
     opened = []
 
-    def make(zones: list[str]):
+    def make(zones: list[str], origins: Optional[dict[str, tuple[float, float]]] = None):
+        origins = origins or {n: (x, 0.0) for n, x in ORIGINS.items()}
         peer = AirSimPeer({"SettingsVersion": 2.0, "SimMode": "Multirotor", "ClockSpeed": 2.0,
-                           "Vehicles": {n: {"VehicleType": "SimpleFlight", "X": x, "Y": 0.0, "Z": 0.0}
-                                        for n, x in ORIGINS.items()}}, port=0).start()
+                           "Vehicles": {n: {"VehicleType": "SimpleFlight", "X": x, "Y": y, "Z": 0.0}
+                                        for n, (x, y) in origins.items()}}, port=0).start()
         opened.append(peer)
         port = free_port()
         params = {**ZONES, "zones": zones, "port": port, "airsim_port": peer.port, "autostart": False}
@@ -64,16 +68,19 @@ def drones(ros):
         listener = ros.add(Listener())
         through, direct = (MsgpackRpcClient("127.0.0.1", p, 10.0) for p in (port, peer.port))
         opened.extend((through, direct))
-        for name in ORIGINS:
+        for name in origins:
             through.call_sync("enableApiControl", True, name)
             through.call_sync("armDisarm", True, name)
             through.call_sync("takeoff", 20.0, name, timeout_s=30.0)
 
-        def distance() -> float:
-            states = [direct.call_sync("getMultirotorState", n)["kinematics_estimated"]["position"] for n in ORIGINS]
-            return math.dist(*[(o + s["x_val"], s["y_val"], s["z_val"])
-                               for o, s in zip(ORIGINS.values(), states, strict=True)])
+        def where(name: str) -> tuple[float, float, float]:
+            s = direct.call_sync("getMultirotorState", name)["kinematics_estimated"]["position"]
+            return origins[name][0] + s["x_val"], origins[name][1] + s["y_val"], s["z_val"]
 
+        def distance() -> float:
+            return math.dist(*(where(n) for n in origins))
+
+        listener.where = where
         return through, direct, listener, distance
 
     yield make
@@ -116,3 +123,23 @@ def test_a_drone_brought_into_the_stop_zone_is_restored_out_as_a_state(drones):
              == CollisionMonitorState.ACTION_NONE, WAIT_S, "the restore's end")
     assert distance() >= ZONES["hazard_distance_m"] - 0.3
     assert not any(o.failure == Failure.SAFETY_STOP for o in listener.outcomes)   # a restore is not a stop
+
+
+def test_of_two_drones_whose_courses_cross_the_one_without_the_right_of_way_yields_and_both_arrive(drones):
+    through, _, listener, distance = drones(["stop", "slowdown", "approach", "restore", "yield"], CROSSING)
+    closest = [math.inf]
+    # drone_0 north and drone_1 east at 4 m/s, each 10 m from where their courses cross (their own NED frames)
+    for name, (north, east) in (("drone_0", (20.0, 0.0)), ("drone_1", (0.0, 20.0))):
+        through.call("moveToPosition", north, east, -3.0, 4.0, 60.0, 0, {"is_rate": False, "yaw_or_rate": 0.0}, -1, 0,
+                     name)
+
+    def arrived() -> bool:
+        closest[0] = min(closest[0], distance())
+        return all(math.dist(listener.where(n)[:2], goal) < 1.0
+                   for n, goal in (("drone_0", (20.0, 0.0)), ("drone_1", (10.0, 10.0))))
+
+    wait_for(arrived, WAIT_S, "both drones at their targets")
+    assert listener.seen(CollisionMonitorState.ACTION_YIELD, "drone_1", "drone_0")   # drone_0 has the right of way
+    assert not listener.seen(CollisionMonitorState.ACTION_YIELD, "drone_0", "drone_1")
+    assert closest[0] >= ZONES["hazard_distance_m"] - 0.3
+    assert not any(o.failure == Failure.SAFETY_STOP for o in listener.outcomes)   # a yield is not a hazard
