@@ -40,10 +40,10 @@ MOTION_ZONES = ("restore", "yield")
 CLOSING_M = 1e-6
 """A command closes on an obstacle when one simulation step brings it nearer by more than this (m)."""
 PUSHED_MPS = 0.1
+"""An agent its command does not move is being pushed in when it closes on an obstacle faster than this (m/s)."""
 YIELDING = (ZoneAction.SLOWDOWN, ZoneAction.APPROACH)
 """The zones whose limit on an agent's motion, for one with the right of way, the yield zone turns into a hold (a stop
 stays a stop: inside the stop zone it is a hazard, whoever has the right of way)."""
-"""An agent its command does not move is being pushed in when it closes on an obstacle faster than this (m/s)."""
 
 
 @dataclass
@@ -249,7 +249,8 @@ def make_way(cfg: ZoneConfig, motion: Motion, blocked: Sequence[tuple[Obstacle, 
         rx, ry = motion.position[0] - obstacle.position[0], motion.position[1] - obstacle.position[1]
         norm = math.hypot(heading[0], heading[1])
         if norm == 0.0:   # no course to leave: straight away from it
-            side = [side[0] + rx, side[1] + ry]
+            away = math.hypot(rx, ry) or 1.0
+            side = [side[0] + rx / away, side[1] + ry / away]
             continue
         ux, uy = heading[0] / norm, heading[1] / norm
         along = rx * ux + ry * uy
