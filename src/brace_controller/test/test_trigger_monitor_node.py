@@ -275,6 +275,7 @@ def test_a_path_like_agent_id_is_refused_and_counted(ros, agent_id):
 FLOOD = """
 import sys, time, rclpy, rclpy.duration
 from brace_msgs.msg import ExecutionOutcome
+from rclpy._rclpy_pybind11 import RCLError
 from brace_common import qos
 from brace_common.clock import stamp_of
 rclpy.init()
@@ -284,12 +285,22 @@ end = time.monotonic() + 30
 while pub.get_subscription_count() == 0 and time.monotonic() < end:
     rclpy.spin_once(node, timeout_sec=0.05)
 sample = ExecutionOutcome(agent_id="", detail="d" * 2000)  # malformed: each one counted when taken
+
+
+def publish():
+    while True:
+        try:
+            return pub.publish(sample)
+        except RCLError:  # the rmw's write timed out on a machine too busy to ack: the sample was not sent, again
+            rclpy.spin_once(node, timeout_sec=0.01)
+
+
 # The first sample must reach the reader too: its sequence number starts the count of gaps, and samples the
 # history overwrote before the reader had taken any would leave no gap to see.
-pub.publish(sample)
+publish()
 pub.wait_for_all_acked(rclpy.duration.Duration(seconds=100))
 for i in range(int(sys.argv[1]) - 1):
-    pub.publish(sample)
+    publish()
 # The newest samples must reach the reader: a loss after the last sample taken leaves no gap to see.
 pub.wait_for_all_acked(rclpy.duration.Duration(seconds=100))
 """

@@ -128,7 +128,8 @@ def test_the_contract_topics_and_types_in_each_robot_namespace_and_the_stack(ros
     assert topics("subscriber", "/franka_1/") == {"/franka_1/joint_states": ["sensor_msgs/msg/JointState"]}
     assert topics("publisher", "/franka_1/") == {"/franka_1/joint_command": ["sensor_msgs/msg/JointState"]}
     assert topics("subscriber", "/clock") == {"/clock": ["rosgraph_msgs/msg/Clock"]}
-    assert topics("subscriber", NS) == {f"{NS}/plan": ["brace_msgs/msg/Plan"]}
+    assert topics("subscriber", NS) == {f"{NS}/plan": ["brace_msgs/msg/Plan"],
+                                         f"{NS}/collision_monitor_state": ["brace_msgs/msg/CollisionMonitorState"]}
     published = topics("publisher", "/")
     for name, msg_type in (("agent_states", "AgentState"), ("context", "ContextEntry"),
                            ("outcomes", "ExecutionOutcome"), ("episode", "Episode")):
