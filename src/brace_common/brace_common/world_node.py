@@ -87,8 +87,8 @@ class WorldNode:
         return self.create_subscription(Plan, names.PLAN, callback, qos.PLANS, **kwargs)
 
     def subscribe_monitor_states(self, **kwargs: Any):
-        """The collision monitor's states (a world whose agents move through one): its stops and restores become
-        `stopped_by` relations of the world states published after them (`kwargs` pass to create_subscription)."""
+        """The collision monitor's states (a world whose agents move through one): its stops, restores and yields
+        become `stopped_by` relations of the world states published after them (`kwargs` pass to create_subscription)."""
         return self.inputs.subscribe(self, CollisionMonitorState, names.COLLISION_MONITOR_STATE,
                                      self.on_monitor_state, "collision_monitor_state", qos.EVENTS, **kwargs)
 

@@ -150,7 +150,8 @@ class CollisionMonitor:
         else:
             self.heading.pop(agent, None)
         verdict = check(self.config, motion, self.obstacles(agent, now_s, extra))
-        verdict = right_of_way(self.config, verdict, self._ahead(agent))
+        if "yield" in self.config.zones:   # the right of way is only looked up where it can act
+            verdict = right_of_way(self.config, verdict, self._ahead(agent))
         return self._settle(agent, motion, verdict)
 
     def idle(self, agent: str) -> None:
