@@ -1,10 +1,12 @@
 """`brace-audit`: recompute a run's tables from its bag, recover a damaged bag, replay a bag on ROS 2, or trace an
-episode.
+episode,
+or show a run in Rerun's web viewer.
 
     brace-audit report <bag | run folder> [--csv DIR]
     brace-audit recover <bag> [--output OUT | --in-place]
     brace-audit replay <bag> [--rate X] [--topics T ...]
     brace-audit trace <bag | run folder --variant V> --episode N [--agent A] [--every S]
+    brace-audit view <bag | run folder> [--port P] [--grpc-port G] [--bind ADDRESS] [--no-serve]
 
 `report` reads the bags alone and prints what brace-run printed (run_tables:
 the paper's tables and the world's own, Table 32 or the drone intersection's);
@@ -15,14 +17,17 @@ recovered part. `recover` rewrites such a bag into a finished one that every
 MCAP / rosbag2 reader opens (it keeps what was read; it invents nothing).
 `replay` republishes the recorded topics with their recorded timing (scaled by
 --rate) for RViz. `trace` prints one episode as a timeline (episode_trace): the
-first thing to read when an episode of a table failed. `RecordCollector` turns messages into RunRecords and is
-shared by the live run and the report, so both compute the same numbers.
+first thing to read when an episode of a table failed. `view` writes each bag's Rerun recording beside it
+(`<bag>.rrd`, view_bag: the live viewer's mapping) and serves them on 127.0.0.1 until Ctrl-C or SIGTERM.
+`RecordCollector` turns messages into RunRecords and is shared by the live run and the report, so both compute
+the same numbers.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -360,8 +365,50 @@ def cmd_trace(args) -> int:
     return EXIT_INTACT
 
 
+def cmd_view(args) -> int:
+    """Write the .rrd of every bag and serve them in Rerun's web viewer until interrupted (`--no-serve`: only write);
+    EXIT_RECOVERED when a bag was damaged (shown as far as it reads), EXIT_UNREADABLE when none could be read."""
+    # rerun (its Arrow bindings) is a second's import that only `view` needs
+    from .view_bag import bag_to_rrd
+    from .view_server import ViewerError, ViewerServer
+    try:
+        bags = find_bags(Path(args.bag))
+    except OSError as exc:
+        print(f"brace-audit: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    if not bags:
+        print(f"brace-audit: no bag under {args.bag}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    files, code = [], EXIT_INTACT
+    for bag in bags:
+        try:
+            view = bag_to_rrd(bag)
+        except (BagError, OSError) as exc:
+            print(f"brace-audit: {bag}: {exc}", file=sys.stderr)
+            return EXIT_UNREADABLE
+        skipped = f", {view.skipped} malformed messages skipped" if view.skipped else ""
+        print(f"wrote {view.rrd}: {view.shown} messages, steps 0-{max(view.last_step, 0)}{skipped}")
+        if view.damage:
+            print(f"WARNING {bag}: shown as far as it reads: {view.damage}", file=sys.stderr)
+            code = EXIT_RECOVERED
+        files.append(view.rrd)
+    if args.no_serve:
+        return code
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(code))   # the server stops with us, not orphaned
+    try:
+        with ViewerServer(args.grpc_port, args.port, host=args.bind, files=files) as server:
+            print(f"viewer: {server.url}  (Ctrl-C stops it)", flush=True)
+            server.process.wait()
+    except ViewerError as exc:
+        print(f"brace-audit: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    except KeyboardInterrupt:
+        pass
+    return code
+
+
 def main(argv=None) -> int:
-    """`brace-audit report|recover|replay|trace`."""
+    """`brace-audit report|recover|replay|trace|view`."""
     ap = argparse.ArgumentParser(prog="brace-audit", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="recompute every table from the bag alone")
@@ -392,6 +439,14 @@ def main(argv=None) -> int:
     trace.add_argument("--every", type=float, default=5.0,
                        help="seconds between the world states printed (0: every one; negative: none)")
     trace.set_defaults(func=cmd_trace)
+    view = sub.add_parser("view", help="write each bag's Rerun recording (<bag>.rrd) and serve it in the web viewer")
+    view.add_argument("bag", help="a bag, or a run folder (every bag in it)")
+    view.add_argument("--port", type=int, default=9090, help="the web viewer's HTTP port")
+    view.add_argument("--grpc-port", type=int, default=9876, help="the viewer's data port (gRPC)")
+    view.add_argument("--bind", default="127.0.0.1",
+                      help="the address to serve on (0.0.0.0: every interface, for a viewer on another machine)")
+    view.add_argument("--no-serve", action="store_true", help="only write the .rrd files")
+    view.set_defaults(func=cmd_view)
     args = ap.parse_args(argv)
     if getattr(args, "rate", 1.0) <= 0:
         ap.error("--rate must be > 0")

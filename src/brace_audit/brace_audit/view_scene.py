@@ -1,0 +1,136 @@
+"""The scene of a world state as Rerun archetypes: one drawing per entity type, the relations a person looks for
+(agents too near each other, agents the collision monitor holds back), and the scene graph for worlds without poses.
+
+ROS-free: it reads `brace_common.world_state.WorldState` dataclasses and returns (entity path, archetype) pairs; the
+caller logs them (`view_mapping.ViewMapping`). Positions are in the state's frame (ENU, z up, metres).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import rerun as rr
+
+from brace_common.world_markers import AGENT_COLOURS
+from brace_common.world_state import Entity, Pose, WorldState
+
+SCENE = "world"
+"""The entity path of the 3-D scene (a Spatial3DView's origin)."""
+GRAPH = "scene_graph"
+"""The entity path of the scene graph (a GraphView's origin)."""
+
+Rgb = tuple[int, int, int]
+GREY: Rgb = (150, 150, 150)
+SHELF: Rgb = (140, 100, 60)
+DOCK: Rgb = (40, 170, 80)
+OBJECT: Rgb = (230, 200, 40)
+DONE: Rgb = (60, 200, 90)
+NEAR: Rgb = (230, 30, 30)
+HELD: Rgb = (255, 140, 0)
+AREA: Rgb = (120, 120, 200)
+
+# type -> (half sizes m, colour) of the box a warehouse-like entity is drawn as (its pose is the box's floor centre)
+BOXES: dict[str, tuple[tuple[float, float, float], Rgb]] = {
+    "shelf": ((0.4, 0.4, 0.6), SHELF), "dock": ((0.45, 0.45, 0.03), DOCK), "park": ((0.45, 0.45, 0.01), GREY),
+    "object": ((0.12, 0.12, 0.12), OBJECT), "block": ((0.05, 0.05, 0.015), OBJECT), "robot": ((0.3, 0.3, 0.2), GREY)}
+
+RELATION_COLOURS: dict[str, Rgb] = {"near": NEAR, "stopped_by": HELD}
+"""Relations drawn as a line between subject and object, by predicate."""
+
+
+def agent_rgb(index: int) -> Rgb:
+    """The colour of the agent at `index` in the episode's agent list (RViz's markers use the same)."""
+    r, g, b = AGENT_COLOURS[index % len(AGENT_COLOURS)]
+    return round(r * 255), round(g * 255), round(b * 255)
+
+
+def xyz(pose: Pose) -> tuple[float, float, float]:
+    """The position of a pose."""
+    return pose.x, pose.y, pose.z
+
+
+def _float(entity: Entity, key: str, default: float) -> float:
+    try:
+        value = float(entity.attributes.get(key, default))
+    except ValueError:
+        return default
+    return value if math.isfinite(value) and value > 0 else default
+
+
+def circle(centre: tuple[float, float, float], radius: float, sides: int = 32) -> list[tuple[float, float, float]]:
+    """A closed horizontal circle as a line strip."""
+    x, y, z = centre
+    return [(x + radius * math.cos(2 * math.pi * i / sides), y + radius * math.sin(2 * math.pi * i / sides), z)
+            for i in range(sides + 1)]
+
+
+def entity_drawing(entity: Entity, colour: Rgb | None, label: str) -> rr.AsComponents | None:
+    """How one entity with a pose is drawn; None: nothing to draw (no pose). `colour`: an agent's own colour, and
+    then its `label` is shown in the scene; other entities' labels show when a person hovers over them."""
+    pose = entity.pose
+    if pose is None:
+        return None
+    kind, shown = entity.type, colour is not None
+    if kind in ("drone", "arm"):
+        return rr.Points3D([xyz(pose)], radii=0.6 if kind == "drone" else 0.015, colors=[colour or GREY],
+                           labels=[label], show_labels=shown)
+    if kind == "fruit":
+        rgb = GREY if entity.state == "removed" else DONE if entity.state == "in_bowl" else NEAR
+        return rr.Points3D([xyz(pose)], radii=_float(entity, "width_m", 0.05) / 2, colors=[rgb], labels=[label],
+                           show_labels=True)
+    if kind == "container":
+        return rr.LineStrips3D([circle(xyz(pose), _float(entity, "radius_m", 0.08))], colors=[GREY], labels=[label],
+                               show_labels=False)
+    if kind == "area":
+        half = _float(entity, "half_width_m", 1.0)
+        return rr.Boxes3D(half_sizes=[(half, half, 0.05)], centers=[xyz(pose)], colors=[AREA], labels=[label],
+                          show_labels=False)
+    if kind == "task":
+        return rr.Points3D([xyz(pose)], radii=0.25, colors=[DONE if entity.state == "done" else (255, 255, 255)],
+                           labels=[label], show_labels=False)
+    if kind == "place":
+        return rr.Boxes3D(half_sizes=[(0.05, 0.05, 0.002)], centers=[xyz(pose)],
+                          rotation_axis_angles=[rr.RotationAxisAngle((0, 0, 1), radians=pose.yaw)], colors=[DONE],
+                          labels=[label], show_labels=False)
+    half, rgb = BOXES.get(kind, ((0.15, 0.15, 0.15), GREY))
+    if kind == "robot":
+        rgb = colour or rgb
+    elif kind == "object" and entity.state in ("delivered", "done"):
+        rgb = DONE
+    elif kind == "object" and entity.state == "held":
+        rgb = HELD
+    centre = (pose.x, pose.y, pose.z + half[2])
+    fill = rr.components.FillMode.Solid if kind in ("robot", "object", "block") else None
+    return rr.Boxes3D(half_sizes=[half], centers=[centre], colors=[rgb], labels=[label], fill_mode=fill,
+                      show_labels=shown or kind == "block",
+                      rotation_axis_angles=[rr.RotationAxisAngle((0, 0, 1), radians=pose.yaw)])
+
+
+def entity_path(entity: Entity) -> str:
+    """Where an entity is drawn: under its type, so a person can hide a kind at once."""
+    return f"{SCENE}/{entity.type or 'entity'}/{entity.id}"
+
+
+def relation_lines(state: WorldState) -> rr.LineStrips3D | None:
+    """Lines between entities the drawn relations join (near: red, stopped_by: orange); None: none to draw."""
+    poses = {e.id: e.pose for e in state.entities if e.pose is not None}
+    strips, colours, labels = [], [], []
+    for r in state.relations:
+        colour = RELATION_COLOURS.get(r.predicate)
+        if colour is None or r.subject not in poses or r.object not in poses:
+            continue
+        a, b = poses[r.subject], poses[r.object]
+        strips.append([xyz(a), xyz(b)])
+        colours.append(colour)
+        labels.append(f"{r.subject} {r.predicate} {r.object} ({math.dist(xyz(a), xyz(b)):.1f} m)")
+    return rr.LineStrips3D(strips, colors=colours, labels=labels, radii=0.03) if strips else None
+
+
+def scene_graph(state: WorldState) -> Iterator[tuple[str, rr.AsComponents]]:
+    """The state's scene graph: every entity a node (labelled id: state), every relation an edge."""
+    ids = [e.id for e in state.entities]
+    labels = [f"{e.id}: {e.state}" if e.state else e.id for e in state.entities]
+    yield f"{GRAPH}/entities", rr.GraphNodes(ids, labels=labels, show_labels=True)
+    yield f"{GRAPH}/relations", rr.GraphEdges([(r.subject, r.object) for r in state.relations],
+                                              graph_type=rr.components.GraphType.Directed)

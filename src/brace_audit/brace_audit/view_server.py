@@ -1,0 +1,104 @@
+"""Rerun's web viewer served on one address (127.0.0.1 unless asked): the viewer's own server, run from the wheel.
+
+The SDK's `serve_grpc` / `serve_web_viewer` bind every interface; the wheel's command line takes `--bind`, so the
+server runs as a child process: `rerun --serve-web --bind HOST --port GRPC --web-viewer-port WEB [files]`. It serves
+the viewer (wasm + js, from the wheel: nothing is downloaded) over HTTP and a gRPC proxy that a logging process
+connects to (`grpc_url`) and that hands what it holds to every browser that opens `url`.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+LOOPBACK = "127.0.0.1"
+START_TIMEOUT_S = 60.0
+"""How long the server may take to listen (it loads the files it serves first)."""
+MEMORY_LIMIT = "1GiB"
+"""What the server keeps for browsers that connect late; beyond it the oldest data is dropped."""
+
+
+class ViewerError(RuntimeError):
+    """The viewer's server could not start."""
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((LOOPBACK if host in ("0.0.0.0", "::") else host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def rerun_binary() -> Path:
+    """The viewer binary the rerun-sdk wheel ships (run directly: `python -m rerun_cli` would leave it running when
+    its wrapper is stopped); ViewerError when the wheel is not installed."""
+    try:
+        import rerun_cli
+    except ImportError:
+        raise ViewerError("rerun-sdk is not installed (make setup installs it)") from None
+    binary = Path(rerun_cli.__file__).parent / "rerun"
+    if not binary.is_file():
+        raise ViewerError(f"rerun-sdk's viewer binary is missing: {binary}")
+    return binary
+
+
+class ViewerServer:
+    """Rerun's web viewer and gRPC proxy on `host`:`web_port` / `host`:`grpc_port`, serving `files` (.rrd) and what
+    a process logs to `grpc_url`. Use as a context manager or call `stop()`."""
+
+    def __init__(self, grpc_port: int, web_port: int, host: str = LOOPBACK, files: list[Path] | None = None,
+                 memory_limit: str = MEMORY_LIMIT) -> None:
+        self.host, self.grpc_port, self.web_port = host, grpc_port, web_port
+        cmd = [str(rerun_binary()), "--serve-web", "--bind", host, "--port", str(grpc_port),
+               "--web-viewer-port", str(web_port), "--server-memory-limit", memory_limit, "--hide-welcome-screen",
+               *[str(f) for f in files or []]]
+        self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, text=True)
+
+    def wait(self, timeout_s: float = START_TIMEOUT_S) -> ViewerServer:
+        """Return once both ports accept connections; ViewerError (with the server's own words) when it exits or
+        does not listen within `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while not (_listening(self.host, self.web_port) and _listening(self.host, self.grpc_port)):
+            if self.process.poll() is not None:
+                err = (self.process.stderr.read() if self.process.stderr else "").strip()
+                raise ViewerError(f"rerun's web viewer exited ({self.process.returncode}): {err[-400:]}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ViewerError(f"rerun's web viewer did not listen on {self.host}:{self.web_port} within "
+                                  f"{timeout_s:.0f} s")
+            time.sleep(0.1)
+        return self
+
+    @property
+    def grpc_url(self) -> str:
+        """Where a RecordingStream connects (`rr.connect_grpc` / `RecordingStream.connect_grpc`)."""
+        return f"rerun+http://{LOOPBACK if self.host in ('0.0.0.0', '::') else self.host}:{self.grpc_port}/proxy"
+
+    @property
+    def url(self) -> str:
+        """What a person opens in a browser (the proxy's address percent-encoded: a literal '+' reads as a space)."""
+        host = LOOPBACK if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.web_port}/?url={quote(self.grpc_url, safe='')}"
+
+    def stop(self) -> None:
+        """Stop the server (terminate, then kill after 5 s)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stderr:
+            self.process.stderr.close()
+
+    def __enter__(self) -> ViewerServer:
+        return self.wait()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
