@@ -29,6 +29,8 @@ CHROMIUM_ARGS = ("--use-gl=angle", "--use-angle=swiftshader", "--enable-unsafe-s
                  "--disable-sync")
 """WebGL on SwiftShader (no GPU needed), no sandbox (CI runs as root), nothing fetched in the background."""
 PAGE_SIZE = (1600, 900)
+TOP_BAR_PX = 40
+"""The viewer's top bar (menu, status text such as the data's latency), above every view."""
 
 # viewer_control.proto (rerun.viewer_control.v1alpha1) and common.proto (rerun.common.v1alpha1) field numbers
 REQUEST_SET_TIME_CURSOR = 6          # ViewerControlRequest.set_time_cursor
@@ -240,7 +242,18 @@ class ViewerPage:
         self.wait_until(lambda s: s.recordings.get(store_id, RecordingView("")).cursor == (timeline, value),
                         f"move the time cursor to {timeline} {value}", timeout_s)
 
-    def screenshot(self, path: Path | None = None) -> bytes:
-        """The page as a PNG (also written to `path`), after two more frames so the last state is drawn."""
-        self.page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-        return self.page.screenshot(path=str(path) if path else None)
+    def screenshot(self, path: Path | None = None, timeout_s: float = 60.0) -> bytes:
+        """The page as a PNG (also written to `path`) once it is drawn: two pictures of the views in a row, a
+        quarter of a second apart, are the same (the top bar's status text may go on changing). TimeoutError when
+        the views do not settle within `timeout_s`."""
+        width, height = self.size
+        views = {"x": 0, "y": TOP_BAR_PX, "width": width, "height": height - TOP_BAR_PX}
+        start, last = time.monotonic(), b""
+        while True:
+            shot = self.page.screenshot(clip=views)
+            if shot == last:
+                return self.page.screenshot(path=str(path) if path else None)
+            if time.monotonic() - start > timeout_s:
+                raise TimeoutError(f"the viewer's views did not settle within {timeout_s:.0f} s")
+            last = shot
+            self.page.wait_for_timeout(250)

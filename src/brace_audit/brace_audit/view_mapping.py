@@ -88,6 +88,7 @@ class ViewMapping:
         self.last_step = -1       # the largest step timeline value logged
         self.step = 0             # the latest step timeline value (messages without a step sit there)
         self.drawn: dict[str, Any] = {}       # entity path -> what was last logged there (skips repeats)
+        self.entities: set[str] = set()       # the paths of the entities the last world state drew
         self.plans: dict[str, list[str]] = {}
         self.monitor: dict[str, int] = {}
         self.decisions: dict[str, Any] = {}
@@ -185,8 +186,9 @@ class ViewMapping:
             path = entity_path(entity)
             present.add(path)
             self._draw(path, entity_drawing(entity, colour, text))
-        for path in [p for p in self.drawn if p.startswith(f"{SCENE}/") and p.count("/") == 2 and p not in present]:
+        for path in self.entities - present:
             self._draw(path, None)
+        self.entities = present
         self._draw(f"{SCENE}/relations", relation_lines(state))
         for path, archetype in scene_graph(state):
             self._draw(path, archetype)

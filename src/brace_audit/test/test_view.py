@@ -135,9 +135,11 @@ def test_a_plan_is_a_path_through_the_places_its_steps_name(tmp_path):
     plan = Plan(plan_id="p", agent_id="agent_0", step=0, decision_id="",
                 steps=[PlanStep(action="move_to", parameters_json='{"target": "shelf_0"}'),
                        PlanStep(action="place", parameters_json='{"object": "cup_0", "target": "dock_0"}')])
-    _, rows = mapped(tmp_path, [(names.WORLD_STATE, state_msg(warehouse(0)), S), (names.PLAN, plan, 2 * S)])
+    _, rows = mapped(tmp_path, [(names.WORLD_STATE, state_msg(warehouse(0)), S), (names.PLAN, plan, 2 * S),
+                                (names.WORLD_STATE, state_msg(warehouse(1)), 3 * S)])
     strips = column(rows["/world/plans/agent_0"], "strips")
     assert strips == [[[1.0, 2.0, 0.0], [4.0, 2.0, 0.0], [0.0, 6.0, 0.0]]]
+    assert len(rows["/world/plans/agent_0"]) == 1               # the next state leaves the plan where it is
 
 
 def test_a_drone_plan_in_ned_is_drawn_in_the_state_frame(tmp_path):
