@@ -9,7 +9,7 @@ PREDICTOR := $(HOME)/.cache/brace_ros/predictors/smollm2-135m-instruct-erecap.sa
 
 help:
 	@echo "make setup  - create .venv (ROS 2 Kilted wheels, torch CPU, pinned deps) and colcon-build src/"
-	@echo "make test   - setup, ruff, then every package's tests in one pytest worker per CPU (BRACE_TEST_WORKERS=0: serial)"
+	@echo "make test   - setup, ruff, Chromium for the viewer's test (BRACE_NO_BROWSER=1: none), then every package's tests"
 	@echo "make demo   - setup, then the closed loop on the embedded warehouse (runs/<time>/: bags, CSV, plots)"
 	@echo "make bench  - setup, then the benchmarks under bench/ (trains the E-RECAP predictor first if missing)"
 	@echo "make bench-budget - the budget / latency targets as on an AVX2 CPU; about an hour on 2 cores"
@@ -25,6 +25,7 @@ lint: setup
 	@$(ENV) && ruff check .
 
 test: setup lint
+	@bash scripts/install_browser.sh
 	@$(ENV) && bash scripts/run_tests.sh
 
 # The closed loop on the embedded warehouse: No BRACE vs BRACE + E-RECAP, K = 4, two seeded episodes.

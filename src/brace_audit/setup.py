@@ -14,12 +14,14 @@ setup(
     zip_safe=True,
     maintainer="BRACE-ROS maintainers",
     maintainer_email="brace-ros@example.org",
-    description="The audit of BRACE-ROS: the recorder's MCAP bag, the report and the paper's tables from the bags alone",
+    description="The audit of BRACE-ROS: the recorder's MCAP bag, the report and the paper's tables from the bags "
+                "alone, and the viewer (live and from bags)",
     license="Apache-2.0",
     entry_points={
         "console_scripts": [
             "audit_recorder = brace_audit.audit_recorder_node:main",
             "brace-audit = brace_audit.audit:main",
+            "brace_viewer = brace_audit.viewer_node:main",
         ],
     },
 )

@@ -70,4 +70,4 @@ def bag_to_rrd(bag: Path, rrd: Path | None = None) -> ViewFile:
         rec.log("events/bag", rr.TextLog(f"the bag is damaged: shown as far as it reads: {damage}", level="ERROR"))
     rec.flush()
     rec.disconnect()
-    return ViewFile(out, mapping.logged, mapping.last_step, skipped, damage)
+    return ViewFile(out, mapping.shown, mapping.last_step, skipped, damage)

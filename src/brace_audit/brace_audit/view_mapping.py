@@ -17,7 +17,8 @@ What it logs:
   before and after, each phase's time;
 - `story`: the latest call told as one document: trigger, decision, phases, tokens, latency, plan.
 
-Malformed messages are counted in `rejected` and skipped; nothing raises.
+Every message is counted, shown (`shown.<topic>`) or malformed and skipped (`rejected.<topic>`, a warning in
+`health()`); nothing raises.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +34,7 @@ import rerun as rr
 import rerun.blueprint as rrb
 
 from brace_common import names
+from brace_common.counters import Counters, Health
 from brace_common.vocabulary import Activity, CallStatus, EpisodeEvent, Failure, Mode, TriggerKind, ZoneAction
 from brace_common.world_state import WorldState, world_state_from_msg
 
@@ -79,8 +80,8 @@ class ViewMapping:
 
     def __init__(self, recording: rr.RecordingStream) -> None:
         self.rec = recording
-        self.rejected: Counter[str] = Counter()
-        self.logged = 0
+        self.counts = Counters([f"shown.{t}" for t in self.TOPICS] + [f"rejected.{t}" for t in self.TOPICS],
+                               warn=[f"rejected.{t}" for t in self.TOPICS])
         self.world = ""
         self.state: WorldState | None = None
         self.agents: dict[str, int] = {}
@@ -114,12 +115,21 @@ class ViewMapping:
         try:
             handler(msg, time_ns)
         except (AttributeError, TypeError, ValueError, KeyError) as exc:
-            self.rejected[topic] += 1
-            if self.rejected[topic] == 1:   # the first of each topic; `rejected` counts them all
+            self.counts.add(f"rejected.{topic}")
+            if self.counts[f"rejected.{topic}"] == 1:   # the first of each topic; the counter has them all
                 log.warning("viewer: a malformed %s message skipped (the first; more are counted): %s", topic, exc)
             return False
-        self.logged += 1
+        self.counts.add(f"shown.{topic}")
         return True
+
+    @property
+    def shown(self) -> int:
+        """Messages shown, of every topic."""
+        return self.counts.total([f"shown.{t}" for t in self.TOPICS])
+
+    def health(self) -> Health:
+        """The counts per topic; a malformed message is a warning."""
+        return self.counts.health()
 
     # ------------------------------------------------------------------ time and helpers
 

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+import rerun_cli
+
 LOOPBACK = "127.0.0.1"
 START_TIMEOUT_S = 60.0
 """How long the server may take to listen (it loads the files it serves first)."""
@@ -25,9 +27,24 @@ class ViewerError(RuntimeError):
     """The viewer's server could not start."""
 
 
+def _reachable(host: str) -> str:
+    return LOOPBACK if host in ("0.0.0.0", "::") else host
+
+
+def grpc_url(host: str, grpc_port: int) -> str:
+    """The viewer's data address on `host` (every interface: this machine's loopback)."""
+    return f"rerun+http://{_reachable(host)}:{grpc_port}/proxy"
+
+
+def viewer_url(host: str, grpc_port: int, web_port: int) -> str:
+    """What a person opens in a browser for a viewer served on `host` (the data address percent-encoded: a literal
+    '+' would read as a space)."""
+    return f"http://{_reachable(host)}:{web_port}/?url={quote(grpc_url(host, grpc_port), safe='')}"
+
+
 def _listening(host: str, port: int) -> bool:
     try:
-        with socket.create_connection((LOOPBACK if host in ("0.0.0.0", "::") else host, port), timeout=0.5):
+        with socket.create_connection((_reachable(host), port), timeout=0.5):
             return True
     except OSError:
         return False
@@ -35,11 +52,7 @@ def _listening(host: str, port: int) -> bool:
 
 def rerun_binary() -> Path:
     """The viewer binary the rerun-sdk wheel ships (run directly: `python -m rerun_cli` would leave it running when
-    its wrapper is stopped); ViewerError when the wheel is not installed."""
-    try:
-        import rerun_cli
-    except ImportError:
-        raise ViewerError("rerun-sdk is not installed (make setup installs it)") from None
+    its wrapper is stopped); ViewerError when it is missing."""
     binary = Path(rerun_cli.__file__).parent / "rerun"
     if not binary.is_file():
         raise ViewerError(f"rerun-sdk's viewer binary is missing: {binary}")
@@ -77,13 +90,12 @@ class ViewerServer:
     @property
     def grpc_url(self) -> str:
         """Where a RecordingStream connects (`rr.connect_grpc` / `RecordingStream.connect_grpc`)."""
-        return f"rerun+http://{LOOPBACK if self.host in ('0.0.0.0', '::') else self.host}:{self.grpc_port}/proxy"
+        return grpc_url(self.host, self.grpc_port)
 
     @property
     def url(self) -> str:
-        """What a person opens in a browser (the proxy's address percent-encoded: a literal '+' reads as a space)."""
-        host = LOOPBACK if self.host in ("0.0.0.0", "::") else self.host
-        return f"http://{host}:{self.web_port}/?url={quote(self.grpc_url, safe='')}"
+        """What a person opens in a browser."""
+        return viewer_url(self.host, self.grpc_port, self.web_port)
 
     def stop(self) -> None:
         """Stop the server (terminate, then kill after 5 s)."""

@@ -5,26 +5,13 @@ control messages the browser test sends."""
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 import rerun as rr
-from brace_msgs.msg import (
-    CollisionMonitorState,
-    Episode,
-    ExecutionOutcome,
-    PhaseTiming,
-    Plan,
-    PlanStep,
-    ReplanCall,
-    ReplanDecision,
-    TriggerEvent,
-    WorldInfo,
-)
-from builtin_interfaces.msg import Time
+from brace_msgs.msg import CollisionMonitorState, Episode, ExecutionOutcome, Plan, PlanStep, WorldInfo
 from rclpy.serialization import serialize_message
-from rerun.chunk import RrdReader
+from view_samples import S, call, column, decision, listening_addresses, read_rrd, state_msg, warehouse
 
 from brace_audit.audit import main as audit_main
 from brace_audit.audit_recorder_node import TOPICS, qos_profiles
@@ -35,65 +22,8 @@ from brace_audit.view_mapping import ViewMapping, blueprint, short_label
 from brace_audit.view_server import ViewerServer
 from brace_common import names
 from brace_common.local_http import free_port
-from brace_common.vocabulary import Activity, Predicate
-from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState, world_state_msg
-
-S = 1_000_000_000
-
-
-def warehouse(step: int, agent_at=(1.0, 2.0), with_cup: bool = True, action: str = "move_to") -> WorldState:
-    entities = [Entity("agent_0", "robot", pose=Pose.planar(*agent_at)), Entity("agent_1", "robot", pose=Pose(5, 5)),
-                Entity("shelf_0", "shelf", pose=Pose.planar(4.0, 2.0)), Entity("dock_0", "dock", pose=Pose(0, 6))]
-    if with_cup:
-        entities.append(Entity("cup_0", "object", "on_shelf", Pose.planar(4.0, 2.0)))
-    agents = (AgentActivity("agent_0", Activity.EXECUTING, action, json.dumps({"target": "shelf_0"}), 0, 2),
-              AgentActivity("agent_1", Activity.BLOCKED))
-    return WorldState("warehouse", 0, step, tuple(entities), (Relation("agent_0", Predicate.NEAR, "agent_1"),), agents)
-
-
-def state_msg(state: WorldState):
-    return world_state_msg(state, Time(), "map")
-
-
-def call(agent="agent_0", latency=3000.0, slo=4500.0, step=3, decision="d1"):
-    msg = ReplanCall(call_id="c1", decision_id=decision, agent_id=agent, step=step, token_budget=256, slo_ms=slo,
-                     tokens_before=1800, tokens_after=256, latency_ms=latency, slo_met=latency <= slo,
-                     compressor="erecap", model="smollm2", backend="local")
-    msg.phases = [PhaseTiming(phase="prefill", duration_ms=120.0, tokens_in=256),
-                  PhaseTiming(phase="decode", duration_ms=900.0, tokens_out=20)]
-    return msg
-
-
-def decision(admitted=True, reason="gate_open", agent="agent_0", step=3, decision_id="d1"):
-    trigger = TriggerEvent(agent_id=agent, kind=TriggerEvent.KIND_HAZARD, step=step, severity=0.5,
-                           detail="min distance 0.3 m to agent_1")
-    return ReplanDecision(decision_id=decision_id, trigger=trigger, admitted=admitted, reason=reason,
-                          mode=ReplanDecision.MODE_PARTIAL_REPLAN if admitted else ReplanDecision.MODE_DEFER_REPLAN,
-                          token_budget=256 if admitted else 0, slo_ms=4500.0 if admitted else 0.0,
-                          predicted_p95_ms=float("nan"))
-
-
-def read_rrd(path: Path) -> dict[str, list[dict]]:
-    """entity path -> rows (each: its timelines and components as Python values)."""
-    rows: dict[str, list[dict]] = {}
-    for chunk in RrdReader(str(path)).stream():
-        batch = chunk.to_record_batch()
-        columns = {name: batch.column(name) for name in batch.schema.names if name != "rerun.controls.RowId"}
-        for i in range(batch.num_rows):
-            row = {}
-            for name, column in columns.items():
-                value = column[i]
-                row[name] = value.value if hasattr(value, "value") and name.endswith("_time") else value.as_py()
-            rows.setdefault(chunk.entity_path, []).append(row)
-    for values in rows.values():    # static rows first, then in time order (chunks come in no particular order)
-        values.sort(key=lambda r: (r.get("ros_time") is not None, r.get("ros_time") or 0, r.get("step") or 0))
-    return rows
-
-
-def column(rows: list[dict], name: str) -> list:
-    """The values of component (or timeline) `name` in rows, in order (a batch of one: the value itself)."""
-    values = [v for r in rows for k, v in r.items() if (k == name or k.endswith(f":{name}")) and v is not None]
-    return [v[0] if isinstance(v, list) and len(v) == 1 else v for v in values]
+from brace_common.vocabulary import Predicate
+from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState
 
 
 def mapped(tmp_path: Path, messages: list[tuple[str, object, int]]) -> tuple[ViewMapping, dict[str, list[dict]]]:
@@ -208,7 +138,8 @@ def test_a_malformed_message_is_counted_and_skipped(tmp_path):
     bad = state_msg(warehouse(0))
     bad.entities[1].id = "agent_0"                                # a repeated id
     mapping, rows = mapped(tmp_path, [(names.WORLD_STATE, bad, S), (names.REPLAN_CALLS, call(), 2 * S)])
-    assert mapping.rejected == {names.WORLD_STATE: 1} and mapping.logged == 1
+    assert mapping.counts[f"rejected.{names.WORLD_STATE}"] == 1 and mapping.shown == 1
+    assert mapping.health().warnings == (f"rejected.{names.WORLD_STATE}",)
     assert "/world/robot/agent_0" not in rows and "/latency/agent_0" in rows
 
 
@@ -266,25 +197,10 @@ def test_a_damaged_bag_is_shown_as_far_as_it_reads_and_says_so(tmp_path, capsys)
     assert len(said) == 1 and "damaged" in said[0] and column(rows["/events/bag"], "level") == ["ERROR"]
 
 
-def _listening_addresses(port: int) -> set[str]:
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            local, state = line.split()[1], line.split()[3]
-            address, hex_port = local.split(":")
-            if state == "0A" and int(hex_port, 16) == port:   # LISTEN
-                found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]) if len(address) == 8 else address)
-    return found
-
-
 def test_the_viewer_serves_on_loopback_only(tmp_path):
     grpc, web = free_port(), free_port()
     with ViewerServer(grpc, web) as server:
-        assert _listening_addresses(web) == {"127.0.0.1"} and _listening_addresses(grpc) == {"127.0.0.1"}
+        assert listening_addresses(web) == {"127.0.0.1"} and listening_addresses(grpc) == {"127.0.0.1"}
         assert server.url == (f"http://127.0.0.1:{web}/?url=rerun%2Bhttp%3A%2F%2F127.0.0.1%3A{grpc}%2Fproxy")
         process = server.process
     assert process.poll() is not None                                  # stopped with the context

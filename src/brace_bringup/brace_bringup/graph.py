@@ -161,6 +161,19 @@ STAND_INS = {HOSTILE_PLANNER.name: (ERECAP_PLANNER.name, HOSTILE_PLANNER)}
 """Nodes a run's variant may start in another's place: name -> (the node it replaces, its spec)."""
 
 
+# The live viewer (brace_audit, docs/viewer.md): Rerun's web viewer on 127.0.0.1, beside any stack when asked
+# (`viewer:=true`, `brace-run --view`).
+VIEWER = NodeSpec("brace_audit", "brace_viewer", "brace_viewer", ("brace_viewer.yaml",), lifecycle=True,
+                  node_class="brace_audit.viewer_node:ViewerNode")
+
+
+def with_viewer(stack: Stack) -> Stack:
+    """`stack` with the live viewer beside its nodes (the stack itself when it has one)."""
+    if VIEWER.name in stack.names:
+        return stack
+    return Stack(stack.name, (*stack.nodes, VIEWER), stack.use_sim_time, stack.description, stack.world)
+
+
 def with_stand_ins(stack: Stack, names: set[str]) -> Stack:
     """`stack` with each stand-in of `names` in the place of the node it replaces (the stack itself when none)."""
     replaced = {STAND_INS[n][0]: STAND_INS[n][1] for n in names if n in STAND_INS and STAND_INS[n][0] in stack.names}

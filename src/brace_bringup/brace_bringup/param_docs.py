@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from brace_audit.audit_recorder_node import RecorderConfig
+from brace_audit.viewer_node import ViewerConfig
 from brace_common.config import field_default, load_ros_parameters
 from brace_controller.config import ControllerConfig, ControllerNodeConfig, MonitorConfig, MonitorNodeConfig
 from brace_safety.airsim_monitor_node import AirSimMonitorNodeConfig
@@ -34,7 +35,7 @@ from sim_bridges.isaac.isaac_config import IsaacBridgeConfig
 from sim_bridges.textworld.textworld_config import TextWorldConfig
 from sim_bridges.warehouse.warehouse_config import AirSimBridgeConfig, SimConfig
 
-from .graph import AIRSIM, HOSTILE_PLANNER, ISAAC, PIPER_REAL, PIPER_TWIN, SIM
+from .graph import AIRSIM, HOSTILE_PLANNER, ISAAC, PIPER_REAL, PIPER_TWIN, SIM, TEXTWORLD, VIEWER
 from .run_config import params_dir
 
 NODE_CONFIGS: dict[str, tuple[type, ...]] = {
@@ -43,6 +44,7 @@ NODE_CONFIGS: dict[str, tuple[type, ...]] = {
     "brace_controller": (ControllerConfig, ControllerNodeConfig),
     "erecap_planner": (PlannerConfig,),
     "audit_recorder": (RecorderConfig,),
+    "brace_viewer": (ViewerConfig,),
     "twin_world": (TwinWorldConfig,),
     "piper_arm": (PiperArmConfig,),
     "front_camera": (CameraConfig,),
@@ -93,10 +95,11 @@ def render() -> str:
     """The whole of docs/parameters.md."""
     lines = [HEADER]
     specs = {}
-    for stack in (SIM, PIPER_TWIN, PIPER_REAL, AIRSIM, ISAAC):  # every node once: the control nodes with the sim's files
+    for stack in (SIM, PIPER_TWIN, PIPER_REAL, AIRSIM, ISAAC, TEXTWORLD):  # every node once; control nodes: the sim's
         for spec in stack.nodes:
             specs.setdefault(spec.name, spec)
     specs[HOSTILE_PLANNER.name] = HOSTILE_PLANNER   # a stand-in a variant starts (graph.STAND_INS)
+    specs[VIEWER.name] = VIEWER                     # beside any stack when asked (graph.with_viewer)
     for spec in specs.values():
         files = {}
         for name in spec.parameter_files:

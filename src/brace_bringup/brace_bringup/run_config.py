@@ -47,7 +47,7 @@ from ament_index_python.packages import get_package_share_directory
 from brace_common.config import from_mapping, load_ros_parameters
 from sim_bridges.airsim.intersection import IntersectionConfig
 
-from .graph import AUDIT_RECORDER, STACKS, STAND_INS, Stack, with_stand_ins
+from .graph import AUDIT_RECORDER, STACKS, STAND_INS, VIEWER, Stack, with_stand_ins, with_viewer
 
 
 def share() -> Path:
@@ -117,6 +117,7 @@ class RunConfig:
     planner_server: dict[str, Any] = field(default_factory=dict)
     airsim_peer: dict[str, Any] = field(default_factory=dict)
     own_process: tuple[str, ...] = ()    # nodes brace-run starts as their own processes
+    viewer: bool = False                 # the live viewer runs beside the stack (brace-run --view, viewer:=true)
 
     @classmethod
     def load(cls, run: str | Path) -> RunConfig:
@@ -175,12 +176,16 @@ class RunConfig:
 
     @property
     def node_names(self) -> tuple[str, ...]:
-        """The nodes a layer may give parameters to: the stack's, and the stand-ins for those it runs."""
-        return (*self.stack.names, *(n for n, (replaced, _) in STAND_INS.items() if replaced in self.stack.names))
+        """The nodes a layer may give parameters to: the stack's, the stand-ins for those it runs, and the viewer
+        (its parameters apply when it runs beside the stack)."""
+        return (*self.stack.names, *(n for n, (replaced, _) in STAND_INS.items() if replaced in self.stack.names),
+                *((VIEWER.name,) if VIEWER.name not in self.stack.names else ()))
 
     def stack_of(self, variant: str) -> Stack:
-        """The stack `variant` runs: the run's, with the stand-ins its layers give parameters to."""
-        return with_stand_ins(self.stack, {*self.overrides, *(self.variants.get(variant) or {})})
+        """The stack `variant` runs: the run's, with the stand-ins its layers give parameters to (and the viewer when
+        asked)."""
+        stack = with_stand_ins(self.stack, {*self.overrides, *(self.variants.get(variant) or {})})
+        return with_viewer(stack) if self.viewer else stack
 
     def server_spec(self) -> dict[str, Any]:
         """The run's planner server with every key (defaults filled in); {} when the run names none."""

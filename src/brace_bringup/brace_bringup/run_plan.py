@@ -189,6 +189,8 @@ LAUNCH_ARGUMENTS = {
     "output": ("", "run folder for the parameter file and the audit bag ('' = ./runs/launch_<time>)"),
     "collision_monitor": ("true", "true: the collision monitor acts on commanded motion (isaac, airsim, the piper stacks); "
                                   "false: it passes every command unchanged, to compare"),
+    "viewer": ("false", "true: brace_viewer beside the stack, Rerun's web viewer on 127.0.0.1:9090 (its log prints "
+                        "the URL; docs/viewer.md)"),
 }
 """The arguments of every launch file: name -> (default, description)."""
 
@@ -206,6 +208,7 @@ def plan_for_launch(arguments: Mapping[str, str]) -> RunPlan:
     """The plan a launch file starts for its arguments (strings, as the launch tool gives them; LAUNCH_ARGUMENTS,
     and AIRSIM_LAUNCH_ARGUMENTS where a launch file declares them)."""
     cfg = RunConfig.load(arguments["run"])
+    cfg.viewer = arguments.get("viewer", "false").lower() == "true"
     variant = arguments["variant"]
     output = Path(arguments["output"]) if arguments.get("output") else \
         Path.cwd() / "runs" / f"launch_{time.strftime('%Y%m%d_%H%M%S')}"

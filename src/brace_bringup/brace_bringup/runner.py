@@ -39,12 +39,13 @@ from rclpy.signals import SignalHandlerOptions
 from brace_audit.audit import REPORTED, RecordCollector, write_csvs
 from brace_audit.audit_report import summary
 from brace_audit.run_tables import run_tables
+from brace_audit.view_server import viewer_url
 from brace_common import names, qos
 from brace_common.config import ConfigError
 from brace_common.names import DEFAULT_NAMESPACE
 from brace_common.spin import ShutdownSignals, autostart, retire, spin_once
 
-from .graph import NodeSpec
+from .graph import VIEWER, NodeSpec
 from .run_config import RunConfig
 from .run_plan import AIRSIM_MONITOR, AIRSIM_PEER, PLANNER_SERVER, Process, RunEnded, RunPlan, absolute_namespace, plan
 
@@ -329,12 +330,16 @@ def main(argv=None) -> int:
                     help="namespace of the stack's nodes and topics (one per robot where several share a DDS domain)")
     ap.add_argument("--output", type=Path, default=Path("runs"))
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--view", action="store_true",
+                    help="run the live viewer beside the stack and print its URL (Rerun's web viewer on 127.0.0.1; "
+                         "brace_viewer.port etc. with --set)")
     args = ap.parse_args(argv)
     try:
         cfg = RunConfig.load(args.config)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         print(f"brace-run: {exc}", file=sys.stderr)
         return 2
+    cfg.viewer = args.view
     if not cfg.stack.world and len(args.variants or cfg.variants) != 1:
         print(f"brace-run: stack '{cfg.stack.name}' has no world that ends a run: name one variant (--variants ...); "
               "it runs until Ctrl-C", file=sys.stderr)
@@ -353,6 +358,10 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             return 2
         extra.setdefault(node, {})[param] = yaml.safe_load(value)
+    if cfg.viewer:
+        shown = cfg.parameters(variants[0], extra)[VIEWER.name]
+        print(f"viewer: {viewer_url(shown['bind'], int(shown['grpc_port']), int(shown['port']))} (each variant's "
+              "recording in turn; `brace-audit view <run folder>` shows the run again after it ends)", flush=True)
     try:
         folder, runs = run(cfg, variants, args.output, extra, args.quiet, absolute_namespace(args.namespace))
     except ConfigError as exc:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from brace_bringup.graph import STACKS, STAND_INS, Stack
+from brace_bringup.graph import STACKS, STAND_INS, VIEWER, Stack
 from brace_bringup.param_docs import NODE_CONFIGS, render
 from brace_bringup.run_config import RunConfig, params_dir, share
 from brace_common.action_schema import ActionSchema
@@ -43,8 +43,9 @@ def validate(node: str, values: dict) -> None:
         from_mapping(cls, {k: v for k, v in values.items() if k in keys})
 
 
-STAND_IN_STACK = Stack("stand_ins", tuple(spec for _, spec in STAND_INS.values()))
-"""The nodes a variant may start in another's place, checked as a stack's."""
+STAND_IN_STACK = Stack("stand_ins", (*(spec for _, spec in STAND_INS.values()), VIEWER))
+"""The nodes a variant may start in another's place, and the viewer any run may start beside its stack, checked as a
+stack's."""
 
 
 @pytest.mark.parametrize("stack", [*STACKS.values(), STAND_IN_STACK], ids=lambda s: s.name)
@@ -76,6 +77,11 @@ def test_every_variant_writes_a_parameter_file_every_node_accepts(path, tmp_path
         for key, section in written.items():
             assert section["ros__parameters"]["use_sim_time"] is cfg.stack.use_sim_time
             validate(key.removeprefix("/**/"), section["ros__parameters"])
+    cfg.viewer = True                   # brace-run --view, viewer:=true: the viewer beside the stack
+    variant = next(iter(cfg.variants))
+    written = yaml.safe_load(cfg.write_parameters(variant, tmp_path / "viewer").read_text())
+    assert set(written) == {f"/**/{name}" for name in (*cfg.stack_of(variant).names,)} and "/**/brace_viewer" in written
+    validate("brace_viewer", written["/**/brace_viewer"]["ros__parameters"])
 
 
 @pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)

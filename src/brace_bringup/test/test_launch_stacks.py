@@ -29,6 +29,7 @@ import pytest
 import rclpy
 import yaml
 from rclpy.executors import SingleThreadedExecutor
+from rerun.chunk import RrdReader
 
 from brace_audit.audit import records_from_bag
 from brace_bringup.run_config import share
@@ -61,10 +62,12 @@ def launch_file_arguments(path: Path) -> tuple[str, str, bool]:
     return call.args[0].value, call.args[1].value, airsim
 
 
-def small_run(run: str, folder: Path, env: dict[str, str]) -> Path:
-    """`run` (an installed run configuration) with a tiny planner and one short episode of its world; its path."""
+def small_run(run: str, folder: Path, env: dict[str, str], more: dict[str, dict] | None = None) -> Path:
+    """`run` (an installed run configuration) with a tiny planner and one short episode of its world (and `more`
+    node parameters); its path."""
     overrides: dict[str, dict] = {"erecap_planner": {"model_path": saved_tiny_llama(folder / "tiny_llama"),
-                                                     "pruning_layers": [1, 3], "predictor_path": "", "adapter_path": ""}}
+                                                     "pruning_layers": [1, 3], "predictor_path": "", "adapter_path": ""},
+                                  **(more or {})}
     extra: dict = {}
     if run == "demo.yaml":
         overrides["embedded_sim"] = {**SHORT_EPISODE, "num_agents": 2, "max_steps": 10, "step_period_s": 0.01,
@@ -123,6 +126,30 @@ def nodes_up(domain: int, nodes: list[str], namespace: str) -> None:
         observer.destroy_node()
     finally:
         context.try_shutdown()
+
+
+def test_the_viewer_starts_with_the_sim_stack_at_once_and_shows_its_run(tmp_path):
+    """viewer:=true: brace_viewer starts with every other process at once, in no order, serves on 127.0.0.1, shows
+    what the stack publishes (it also saves the live recording here, read back) and stops with the launch."""
+    domain = fresh_domain()
+    env = {**os.environ, "ROS_DOMAIN_ID": str(domain)}
+    web, saved = free_port(), tmp_path / "live.rrd"
+    viewer = {"brace_viewer": {"port": web, "grpc_port": free_port(), "save_path": str(saved)}}
+    arguments = {name: default for name, (default, _) in LAUNCH_ARGUMENTS.items()}
+    arguments.update(run=str(small_run("demo.yaml", tmp_path, env, viewer)), variant="brace_erecap",
+                     output=str(tmp_path / "run"), viewer="true")
+    run_plan = plan_for_launch(arguments)
+    assert run_plan.stack.names[-1] == "brace_viewer"
+    procs = start_all(run_plan, env, tmp_path, run_plan.stack.world)
+    try:
+        procs[run_plan.stack.world].wait(timeout=WORLD_TIMEOUT_S)
+    finally:
+        codes = stop_all(procs)
+    log = (tmp_path / "brace_viewer.log").read_text()
+    assert all(code == 0 for code in codes.values()), (codes, log[-3000:])
+    assert f"viewer: http://127.0.0.1:{web}/?url=rerun%2Bhttp" in log, log[-3000:]
+    shown = {chunk.entity_path for chunk in RrdReader(str(saved)).stream()}
+    assert {"/world/robot/agent_0", "/latency/slo", "/events/episode"} <= shown, sorted(shown)
 
 
 HARDWARE_ABSENT = {"piper_real.launch.py": {"piper_arm": "cannot open CAN port 'can0'"}}
