@@ -6,6 +6,7 @@ and makes the pictures in docs/.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import time
@@ -57,14 +58,17 @@ WORLDS: dict[str, WorldRun] = {
 
 def record_world(world: str, output: Path, model_sets: tuple[str, ...] = ()) -> Path:
     """Run `world` for one episode through brace-run (`model_sets`: the planner's settings, e.g. a tiny model);
-    the run folder. RuntimeError when brace-run fails."""
+    the run folder. RuntimeError when brace-run fails (with its tables, which it prints, as the reason)."""
     spec = WORLDS[world]
     port = free_port()
     argv = [spec.run, "--variants", spec.variant, "--episodes", "1", "--output", str(output), "--quiet"]
     for item in (*model_sets, *spec.sets):
         argv += ["--set", item.format(port=port)]
-    if run_main(argv) != 0:
-        raise RuntimeError(f"brace-run {' '.join(argv)} failed")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = run_main(argv)
+    if code != 0:
+        raise RuntimeError(f"brace-run {' '.join(argv)} failed ({code}): {printed.getvalue()[-2000:]}")
     folders = sorted(p for p in output.iterdir() if p.is_dir())
     return folders[-1]
 

@@ -93,6 +93,9 @@ RUNS = {
                         {"fleet_load.csv": ("fleet_size", "calls", "wall_s"),
                          "fleet_load_robots.csv": ("calls", "latency_p95_ms")},
                         ("fleet_load.png",)),
+    "viewer": Quick(("--out", "{out}"), "| world | agents | steps |",
+                    {"viewer.csv": ("agents", "steps", "first_frame_s", "loaded_s", "slo_pixels", "event_pixels")},
+                    ("viewer.png", "viewer_warehouse.png")),
     "reproduce": Quick(("--out", "{out}"), "| label | episodes |",
                        {"table2.csv": ("episodes", "tokens_before", "latency_p50_ms")}, ("table2.png",)),
 }
