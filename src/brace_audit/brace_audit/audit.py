@@ -214,6 +214,18 @@ def find_bags(path: Path) -> list[Path]:
     return [b.parent for b in bags]
 
 
+def bags_under(path: str) -> list[Path]:
+    """`find_bags`, saying on stderr why there is nothing to read ([] then)."""
+    try:
+        bags = find_bags(Path(path))
+    except OSError as exc:
+        print(f"brace-audit: {exc}", file=sys.stderr)
+        return []
+    if not bags:
+        print(f"brace-audit: no bag under {path}", file=sys.stderr)
+    return bags
+
+
 def write_csvs(runs: list[RunRecords], folder: Path) -> None:
     """summary.csv, phases.csv, suppression.csv, episodes.csv (every episode's fields and metrics) and each world's
     own table (run_tables.world_tables: table32.csv, intersection.csv) of the runs."""
@@ -230,13 +242,8 @@ def write_csvs(runs: list[RunRecords], folder: Path) -> None:
 
 def cmd_report(args) -> int:
     """Print the tables of one bag or of every bag in a run folder; exit EXIT_INTACT / _RECOVERED / _UNREADABLE."""
-    try:
-        bags = find_bags(Path(args.bag))
-    except OSError as exc:
-        print(f"brace-audit: {exc}", file=sys.stderr)
-        return EXIT_UNREADABLE
+    bags = bags_under(args.bag)
     if not bags:
-        print(f"brace-audit: no bag under {args.bag}", file=sys.stderr)
         return EXIT_UNREADABLE
     audits, code = [], EXIT_INTACT
     for bag in bags:
@@ -371,13 +378,8 @@ def cmd_view(args) -> int:
     # rerun (its Arrow bindings) is a second's import that only `view` needs
     from .view_bag import bag_to_rrd
     from .view_server import ViewerError, ViewerServer
-    try:
-        bags = find_bags(Path(args.bag))
-    except OSError as exc:
-        print(f"brace-audit: {exc}", file=sys.stderr)
-        return EXIT_UNREADABLE
+    bags = bags_under(args.bag)
     if not bags:
-        print(f"brace-audit: no bag under {args.bag}", file=sys.stderr)
         return EXIT_UNREADABLE
     files, code = [], EXIT_INTACT
     for bag in bags:

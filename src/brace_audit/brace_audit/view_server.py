@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
@@ -59,6 +60,14 @@ def rerun_binary() -> Path:
     return binary
 
 
+def _serves_page(host: str, port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{_reachable(host)}:{port}/", timeout=2.0) as page:
+            return page.status == 200 and b"<canvas" in page.read()
+    except (OSError, ValueError):
+        return False
+
+
 class ViewerServer:
     """Rerun's web viewer and gRPC proxy on `host`:`web_port` / `host`:`grpc_port`, serving `files` (.rrd) and what
     a process logs to `grpc_url`. Use as a context manager or call `stop()`."""
@@ -73,10 +82,12 @@ class ViewerServer:
                                         stderr=subprocess.PIPE, text=True)
 
     def wait(self, timeout_s: float = START_TIMEOUT_S) -> ViewerServer:
-        """Return once both ports accept connections; ViewerError (with the server's own words) when it exits or
-        does not listen within `timeout_s`."""
+        """Return once the viewer's page is served and the data port accepts connections; ViewerError (with the
+        server's own words) when it exits or does not within `timeout_s`. The page is fetched, not only connected
+        to: another program listening on the web port (a port taken) must not pass for the viewer."""
         deadline = time.monotonic() + timeout_s
-        while not (_listening(self.host, self.web_port) and _listening(self.host, self.grpc_port)):
+        while not (_listening(self.host, self.grpc_port) and _serves_page(self.host, self.web_port)
+                   and self.process.poll() is None):
             if self.process.poll() is not None:
                 err = (self.process.stderr.read() if self.process.stderr else "").strip()
                 raise ViewerError(f"rerun's web viewer exited ({self.process.returncode}): {err[-400:]}")

@@ -27,7 +27,7 @@ from brace_common.counted_inputs import CountedInputs
 from brace_common.counters import Health
 from brace_common.diagnostics import health_array
 from brace_common.lifecycle import ReleasingLifecycleNode, serialized
-from brace_common.params import declare_parameters, read_config, reject_undeclared
+from brace_common.params import declare_parameters
 from brace_common.spin import spin_node
 
 from .audit_recorder_node import TOPICS, message_class
@@ -94,12 +94,8 @@ class ViewerNode(ReleasingLifecycleNode):
     @serialized
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Validate the parameters, start the viewer's server and the recording, subscribe to the stack's topics."""
-        try:
-            cfg = read_config(self, ViewerConfig)
-            reject_undeclared(self)
-        except ConfigError as exc:
-            self.last_error = f"configure failed: {exc}"
-            self.get_logger().error(self.last_error)
+        cfg = self.read_parameters(ViewerConfig)
+        if cfg is None:
             return TransitionCallbackReturn.FAILURE
         try:
             self.server = ViewerServer(cfg.grpc_port, cfg.port, host=cfg.bind,
@@ -109,7 +105,7 @@ class ViewerNode(ReleasingLifecycleNode):
             self.get_logger().error(self.last_error)
             self.server = None
             return TransitionCallbackReturn.FAILURE
-        self.config, self.last_error, self.state_label = cfg, "", "inactive"
+        self.config, self.state_label = cfg, "inactive"
         self.recording = rr.RecordingStream(APPLICATION_ID, recording_id=f"{self.get_name()}_{time.strftime('%Y%m%d_%H%M%S')}")
         sinks: list[Any] = [rr.GrpcSink(self.server.grpc_url)]
         if cfg.save_path:

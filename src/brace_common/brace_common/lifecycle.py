@@ -24,8 +24,12 @@ from rclpy.service import Service
 from rclpy.subscription import Subscription
 from rclpy.timer import Timer
 
+from .config import ConfigError
+from .params import read_config, reject_undeclared
+
 F = TypeVar("F", bound=Callable)
 E = TypeVar("E")
+C = TypeVar("C")
 
 
 def serialized(method: F) -> F:
@@ -67,6 +71,19 @@ class ReleasingLifecycleNode(LifecycleNode):
                 return TransitionCallbackReturn.ERROR
 
         return transition
+
+    def read_parameters(self, config_class: type[C]) -> C | None:
+        """Configure's first step: the validated `config_class` from the node's parameters (none undeclared); None,
+        with `last_error` set and logged ("configure failed: <the parameter and why>"), when one is invalid."""
+        try:
+            cfg = read_config(self, config_class)
+            reject_undeclared(self)
+        except ConfigError as exc:
+            self.last_error = f"configure failed: {exc}"
+            self.get_logger().error(self.last_error)
+            return None
+        self.last_error = ""
+        return cfg
 
     def configured(self, entity: E) -> E:
         """Keep a ROS entity configure created (publisher, subscription, timer, service, client, guard condition,

@@ -12,11 +12,10 @@ from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 
 from brace_common import names, qos
 from brace_common.clock import steady_timer
-from brace_common.config import ConfigError
 from brace_common.counters import Health
 from brace_common.diagnostics import health_array
 from brace_common.lifecycle import ReleasingLifecycleNode, serialized
-from brace_common.params import declare_parameters, read_config, reject_undeclared
+from brace_common.params import declare_parameters
 from brace_common.vocabulary import ZoneAction
 
 from . import convert
@@ -47,14 +46,10 @@ class MonitorNode(ReleasingLifecycleNode):
     def read_configuration(self) -> Optional[Any]:
         """The validated config (kept in `config`), the monitor (OWNS_MONITOR) and the state and outcome topics;
         None, with `last_error` logged, when a parameter is invalid."""
-        try:
-            cfg = read_config(self, self.config_class)
-            reject_undeclared(self)
-        except ConfigError as exc:
-            self.last_error = f"configure failed: {exc}"
-            self.get_logger().error(self.last_error)
+        cfg = self.read_parameters(self.config_class)
+        if cfg is None:
             return None
-        self.config, self.last_error, self.state_label = cfg, "", "inactive"
+        self.config, self.state_label = cfg, "inactive"
         if self.OWNS_MONITOR:
             self.monitor = CollisionMonitor(cfg)
         self.state_pub = self.configured(self.create_publisher(CollisionMonitorState, names.COLLISION_MONITOR_STATE,
