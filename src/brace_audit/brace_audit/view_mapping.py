@@ -38,7 +38,20 @@ from brace_common.counters import Counters, Health
 from brace_common.vocabulary import Activity, CallStatus, EpisodeEvent, Failure, Mode, TriggerKind, ZoneAction
 from brace_common.world_state import WorldState, world_state_from_msg
 
-from .view_scene import GRAPH, SCENE, Rgb, agent_rgb, entity_drawing, entity_path, relation_lines, scene_graph, xyz
+from .view_scene import (
+    GRAPH,
+    HELD,
+    NEAR,
+    SCENE,
+    Rgb,
+    agent_rgb,
+    entity_drawing,
+    entity_path,
+    relation_segments,
+    scene_graph,
+    segment_lines,
+    xyz,
+)
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +101,10 @@ class ViewMapping:
         self.offset = 0           # the step timeline's value of the episode's step 0
         self.last_step = -1       # the largest step timeline value logged
         self.step = 0             # the latest step timeline value (messages without a step sit there)
-        self.drawn: dict[str, Any] = {}       # entity path -> what was last logged there (skips repeats)
+        self.drawn: dict[str, Any] = {}       # entity path -> the key of what was last logged there (skips repeats)
         self.entities: set[str] = set()       # the paths of the entities the last world state drew
         self.plans: dict[str, list[str]] = {}
         self.monitor: dict[str, int] = {}
-        self.decisions: dict[str, Any] = {}
         self.story: dict[str, list[str]] = {}
         self._handlers = {names.WORLD_STATE: self._world_state, names.WORLD_INFO: self._world_info,
                           names.TRIGGERS: self._trigger, names.DECISIONS: self._decision,
@@ -143,16 +155,18 @@ class ViewMapping:
     def _log(self, path: str, archetype: Any, static: bool = False) -> None:
         self.rec.log(path, archetype, static=static)
 
-    def _draw(self, path: str, archetype: Any | None) -> None:
-        """Log `archetype` at `path` unless it is what is there already; None clears the path."""
+    def _draw(self, path: str, key: Any, build: Callable[[], Any]) -> None:
+        """Log what `build()` returns at `path` unless `key` (what it is drawn from) is what is there already; a
+        build of None clears the path."""
+        if key is not None and self.drawn.get(path) == key:
+            return
+        archetype = build() if key is not None else None
         if archetype is None:
             if self.drawn.pop(path, None) is not None:
                 self._log(path, rr.Clear(recursive=False))
             return
-        key = repr(archetype)
-        if self.drawn.get(path) != key:
-            self.drawn[path] = key
-            self._log(path, archetype)
+        self.drawn[path] = key
+        self._log(path, archetype)
 
     def _event(self, kind: str, text: str, colour: Rgb | None = None) -> None:
         self._log(f"events/{kind}", rr.TextLog(text, level=EVENT_LEVELS.get(kind, "INFO"), color=colour))
@@ -195,15 +209,17 @@ class ViewMapping:
             colour = self.colour(entity.id) if agent is not None or entity.type in ("robot", "drone", "arm") else None
             path = entity_path(entity)
             present.add(path)
-            self._draw(path, entity_drawing(entity, colour, text))
+            self._draw(path, (entity, colour, text), lambda e=entity, c=colour, t=text: entity_drawing(e, c, t))
         for path in self.entities - present:
-            self._draw(path, None)
+            self._draw(path, None, lambda: None)
         self.entities = present
-        self._draw(f"{SCENE}/relations", relation_lines(state))
-        for path, archetype in scene_graph(state):
-            self._draw(path, archetype)
-        for agent, steps in self.plans.items():
-            self._draw(f"{SCENE}/plans/{agent}", self._plan_path(agent, steps))
+        segments = relation_segments(state)
+        self._draw(f"{SCENE}/relations", segments, lambda: segment_lines(segments))
+        key, nodes, edges = scene_graph(state)
+        self._draw(f"{GRAPH}/entities", key, lambda: nodes)
+        self._draw(f"{GRAPH}/relations", key, lambda: edges)
+        for agent in self.plans:
+            self._draw_plan(agent)
 
     def _point(self, value: Any) -> tuple[float, float, float] | None:
         """Where a step's parameter points: an entity with a pose, or nothing."""
@@ -214,13 +230,19 @@ class ViewMapping:
                 return xyz(e.pose)
         return None
 
-    def _plan_path(self, agent: str, steps: list[str]) -> rr.LineStrips3D | None:
+    def _draw_plan(self, agent: str) -> None:
+        points = self._plan_points(agent, self.plans.get(agent, []))
+        self._draw(f"{SCENE}/plans/{agent}", tuple(points),
+                   lambda: rr.LineStrips3D([points], colors=[self.colour(agent)], radii=0.04) if len(points) > 1
+                   else None)
+
+    def _plan_points(self, agent: str, steps: list[str]) -> list[tuple[float, float, float]]:
         """The agent's remaining plan as a path: from the agent through every place its steps name."""
         if self.state is None:
-            return None
+            return []
         here = self._point(agent)
         if here is None:
-            return None
+            return []
         index = next((a.index for a in self.state.agents if a.agent_id == agent), 0)
         points = [here]
         convert = STEP_FRAMES.get(self.world)
@@ -230,15 +252,13 @@ class ViewMapping:
                 points.append(convert(float(params["x"]), float(params["y"]), float(params["z"])))
                 continue
             points += [p for p in map(self._point, params.values()) if p is not None and p != points[-1]]
-        if len(points) < 2:
-            return None
-        return rr.LineStrips3D([points], colors=[self.colour(agent)], radii=0.04)
+        return points
 
     def _plan(self, msg: Any, time_ns: int) -> None:
         self._at(time_ns, msg.step)
         agent = str(msg.agent_id)
         self.plans[agent] = [s.parameters_json for s in msg.steps]
-        self._draw(f"{SCENE}/plans/{agent}", self._plan_path(agent, self.plans[agent]))
+        self._draw_plan(agent)
         steps = " -> ".join(label(s.action, s.parameters_json) for s in msg.steps) or "(empty)"
         if msg.decision_id and msg.decision_id in self.story:
             self.story[msg.decision_id].append(f"**plan** ({len(msg.steps)} steps): {steps}")
@@ -251,11 +271,11 @@ class ViewMapping:
         path = f"{SCENE}/monitor/{agent}"
         ends = self._point(agent), self._point(str(msg.obstacle))
         if action == ZoneAction.NONE or None in ends:
-            self._draw(path, None)
+            self._draw(path, None, lambda: None)
         else:
-            colour = (230, 30, 30) if action == ZoneAction.STOP else (255, 140, 0)
-            self._draw(path, rr.LineStrips3D([list(ends)], colors=[colour], radii=0.05,
-                                             labels=[f"{action.label} {msg.distance_m:.1f} m"]))
+            segment = (ends[0], ends[1], NEAR if action == ZoneAction.STOP else HELD,
+                       f"{action.label} {msg.distance_m:.1f} m")
+            self._draw(path, segment, lambda: segment_lines((segment,), radius=0.05))
         if self.monitor.get(agent, ZoneAction.NONE) != action and action in (
                 ZoneAction.STOP, ZoneAction.RESTORE, ZoneAction.YIELD):
             self._event("monitor", f"{agent} {action.label} for {msg.obstacle or '-'}: {msg.detail}")
@@ -333,7 +353,7 @@ class ViewMapping:
             self.plans.clear()
             self.monitor.clear()
             for path in [p for p in self.drawn if p.startswith(f"{SCENE}/plans/") or p.startswith(f"{SCENE}/monitor/")]:
-                self._draw(path, None)
+                self._draw(path, None, lambda: None)
             self._event("episode", f"episode {msg.episode} started: {msg.world}, K = {msg.num_agents}, seed "
                                    f"{msg.seed}, {msg.variant}")
             return

@@ -8,7 +8,6 @@ caller logs them (`view_mapping.ViewMapping`). Positions are in the state's fram
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import rerun as rr
 
@@ -112,25 +111,35 @@ def entity_path(entity: Entity) -> str:
     return f"{SCENE}/{entity.type or 'entity'}/{entity.id}"
 
 
-def relation_lines(state: WorldState) -> rr.LineStrips3D | None:
-    """Lines between entities the drawn relations join (near: red, stopped_by: orange); None: none to draw."""
+Segment = tuple[tuple[float, float, float], tuple[float, float, float], Rgb, str]
+
+
+def relation_segments(state: WorldState) -> tuple[Segment, ...]:
+    """The relations drawn as a line between subject and object (near: red, stopped_by: orange), with a label."""
     poses = {e.id: e.pose for e in state.entities if e.pose is not None}
-    strips, colours, labels = [], [], []
+    out = []
     for r in state.relations:
         colour = RELATION_COLOURS.get(r.predicate)
         if colour is None or r.subject not in poses or r.object not in poses:
             continue
-        a, b = poses[r.subject], poses[r.object]
-        strips.append([xyz(a), xyz(b)])
-        colours.append(colour)
-        labels.append(f"{r.subject} {r.predicate} {r.object} ({math.dist(xyz(a), xyz(b)):.1f} m)")
-    return rr.LineStrips3D(strips, colors=colours, labels=labels, radii=0.03) if strips else None
+        a, b = xyz(poses[r.subject]), xyz(poses[r.object])
+        out.append((a, b, colour, f"{r.subject} {r.predicate} {r.object} ({math.dist(a, b):.1f} m)"))
+    return tuple(out)
 
 
-def scene_graph(state: WorldState) -> Iterator[tuple[str, rr.AsComponents]]:
-    """The state's scene graph: every entity a node (labelled id: state), every relation an edge."""
+def segment_lines(segments: tuple[Segment, ...], radius: float = 0.03) -> rr.LineStrips3D | None:
+    """Segments as one batch of lines; None when there are none."""
+    if not segments:
+        return None
+    return rr.LineStrips3D([[a, b] for a, b, _, _ in segments], colors=[c for _, _, c, _ in segments],
+                           labels=[t for _, _, _, t in segments], radii=radius)
+
+
+def scene_graph(state: WorldState) -> tuple[tuple, rr.GraphNodes, rr.GraphEdges]:
+    """The state's scene graph: every entity a node (labelled id: state), every relation an edge; and a key that is
+    equal for equal graphs."""
     ids = [e.id for e in state.entities]
     labels = [f"{e.id}: {e.state}" if e.state else e.id for e in state.entities]
-    yield f"{GRAPH}/entities", rr.GraphNodes(ids, labels=labels, show_labels=True)
-    yield f"{GRAPH}/relations", rr.GraphEdges([(r.subject, r.object) for r in state.relations],
-                                              graph_type=rr.components.GraphType.Directed)
+    edges = [(r.subject, r.object) for r in state.relations]
+    return ((tuple(ids), tuple(labels), tuple(edges)), rr.GraphNodes(ids, labels=labels, show_labels=True),
+            rr.GraphEdges(edges, graph_type=rr.components.GraphType.Directed))
