@@ -18,6 +18,7 @@ setup(
           for world in ("robot", "airsim", "isaac", "textworld")),
         (f"share/{package_name}/runs", glob("runs/*.yaml")),
         (f"share/{package_name}/rviz", glob("rviz/*.rviz")),
+        (f"share/{package_name}/foxglove", glob("foxglove/*.json")),
     ],
     install_requires=["setuptools"],
     zip_safe=True,
