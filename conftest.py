@@ -13,7 +13,7 @@ from brace_common.domain_leases import claim_process_domain, leases, worker_star
 
 LONGEST_FIRST = ("test_bench_quick.py", "test_fuzz_graph.py", "test_launch_stacks.py", "test_runner.py",
                  "test_piper_twin_graph.py", "test_planner_server.py", "test_piper_arm_node.py", "test_gguf_export.py",
-                 "test_launch_shutdown.py", "test_report_from_bags.py")
+                 "test_launch_shutdown.py", "test_report_from_bags.py", "test_viewer_browser.py")
 """The test files that take longest (docs/testing.md), collected first: a worker takes whole files in collection order
 (scripts/run_tests.sh), so the short files fill both workers at the end instead of one long file running alone."""
 
