@@ -150,11 +150,13 @@ class ViewerNode(ReleasingLifecycleNode):
 
     # ------------------------------------------------------------------ messages and monitoring
 
+    @serialized
     def on_message(self, topic: str, msg: Any) -> None:
         """One message of `topic` into the mapping, at its arrival time (nothing while inactive)."""
         if self.active and self.mapping is not None:
             self.mapping.add(topic, msg, self._receive_clock.now().nanoseconds)
 
+    @serialized
     def publish_diagnostics(self) -> None:
         """State, URL, messages shown and malformed per topic; ERROR when the viewer's server has stopped."""
         health = Health({"state": self.state_label, "url": self.url}) + self.inputs.health()
