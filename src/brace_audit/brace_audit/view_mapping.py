@@ -47,6 +47,7 @@ from .view_scene import (
     agent_rgb,
     entity_drawing,
     entity_path,
+    part,
     relation_segments,
     scene_graph,
     segment_lines,
@@ -179,7 +180,7 @@ class ViewMapping:
         return agent_rgb(self.agents[agent])
 
     def _style(self, agent: str) -> None:
-        self._log(f"latency/{agent}", rr.SeriesPoints(colors=[agent_rgb(self.agents[agent])], names=[agent],
+        self._log(f"latency/{part(agent)}", rr.SeriesPoints(colors=[agent_rgb(self.agents[agent])], names=[agent],
                                                       marker_sizes=[3.0]), static=True)
 
     # ------------------------------------------------------------------ the scene
@@ -232,7 +233,7 @@ class ViewMapping:
 
     def _draw_plan(self, agent: str) -> None:
         points = self._plan_points(agent, self.plans.get(agent, []))
-        self._draw(f"{SCENE}/plans/{agent}", tuple(points),
+        self._draw(f"{SCENE}/plans/{part(agent)}", tuple(points),
                    lambda: rr.LineStrips3D([points], colors=[self.colour(agent)], radii=0.04) if len(points) > 1
                    else None)
 
@@ -268,7 +269,7 @@ class ViewMapping:
     def _monitor(self, msg: Any, time_ns: int) -> None:
         self._at(time_ns)
         agent, action = str(msg.agent_id), ZoneAction(msg.action)
-        path = f"{SCENE}/monitor/{agent}"
+        path = f"{SCENE}/monitor/{part(agent)}"
         ends = self._point(agent), self._point(str(msg.obstacle))
         if action == ZoneAction.NONE or None in ends:
             self._draw(path, None, lambda: None)
@@ -301,7 +302,7 @@ class ViewMapping:
         p95 = f", predicted P95 {msg.predicted_p95_ms:.0f} ms" if math.isfinite(msg.predicted_p95_ms) else ""
         self._event("admitted", f"{trigger.agent_id} {kind} admitted ({msg.reason}): {mode}, B_t {msg.token_budget} "
                                 f"tokens, SLO_t {msg.slo_ms:.0f} ms{p95}")
-        self._log(f"tokens/budget/{trigger.agent_id}", rr.Scalars([float(msg.token_budget)]))
+        self._log(f"tokens/budget/{part(trigger.agent_id)}", rr.Scalars([float(msg.token_budget)]))
         self.story[msg.decision_id] = [
             f"### {trigger.agent_id}, step {trigger.step}",
             f"**trigger**: {kind} (severity {trigger.severity:.2f}){': ' + trigger.detail if trigger.detail else ''}",
@@ -319,12 +320,12 @@ class ViewMapping:
         kind = "error" if status != CallStatus.OK else "call" if msg.slo_met else "missed"
         self._event(kind, text)
         self.colour(agent)
-        self._log(f"latency/{agent}", rr.Scalars([float(msg.latency_ms)]))
+        self._log(f"latency/{part(agent)}", rr.Scalars([float(msg.latency_ms)]))
         self._log("latency/slo", rr.Scalars([float(msg.slo_ms)]))
         self._log("tokens/before", rr.Scalars([float(msg.tokens_before)]))
         self._log("tokens/after", rr.Scalars([float(msg.tokens_after)]))
         for phase in msg.phases:
-            self._log(f"phases/{phase.phase}", rr.Scalars([float(phase.duration_ms)]))
+            self._log(f"phases/{part(phase.phase)}", rr.Scalars([float(phase.duration_ms)]))
         story = self.story.setdefault(msg.decision_id, [f"### {agent}, step {msg.step}"])
         rows = "\n".join(f"| {p.phase} | {p.duration_ms:.1f} | {p.tokens_in} | {p.tokens_out} |" for p in msg.phases)
         story += [f"**call** {msg.call_id}: {msg.model} ({msg.backend}, compressor {msg.compressor}): "

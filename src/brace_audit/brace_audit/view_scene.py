@@ -106,9 +106,14 @@ def entity_drawing(entity: Entity, colour: Rgb | None, label: str) -> rr.AsCompo
                       rotation_axis_angles=[rr.RotationAxisAngle((0, 0, 1), radians=pose.yaw)])
 
 
+def part(name: str) -> str:
+    """A name as one part of an entity path (a space or a slash in an id does not split it)."""
+    return rr.escape_entity_path_part(name)
+
+
 def entity_path(entity: Entity) -> str:
     """Where an entity is drawn: under its type, so a person can hide a kind at once."""
-    return f"{SCENE}/{entity.type or 'entity'}/{entity.id}"
+    return f"{SCENE}/{part(entity.type or 'entity')}/{part(entity.id)}"
 
 
 Segment = tuple[tuple[float, float, float], tuple[float, float, float], Rgb, str]

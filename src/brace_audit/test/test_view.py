@@ -233,3 +233,12 @@ def test_a_missing_browser_is_named(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(BrowserMissing, match="apt-get install chromium"):
         find_browser()
+
+
+def test_an_id_with_a_space_or_a_slash_is_one_path_part(tmp_path):
+    state = WorldState("pickfruit", 0, 0, (Entity("arm", "arm", pose=Pose(0.1, 0, 0.2)),
+                                           Entity("red apple/1", "fruit", "on_table", Pose(0.3, 0, 0))),
+                       agents=(AgentActivity("arm"),))
+    _, rows = mapped(tmp_path, [(names.WORLD_STATE, state_msg(state), S)])
+    fruit = [p for p in rows if p.startswith("/world/fruit/")]
+    assert len(fruit) == 1 and fruit[0].count("/") == 3, fruit
