@@ -241,4 +241,4 @@ def test_an_id_with_a_space_or_a_slash_is_one_path_part(tmp_path):
                        agents=(AgentActivity("arm"),))
     _, rows = mapped(tmp_path, [(names.WORLD_STATE, state_msg(state), S)])
     fruit = [p for p in rows if p.startswith("/world/fruit/")]
-    assert len(fruit) == 1 and fruit[0].count("/") == 3, fruit
+    assert fruit == ["/world/fruit/red\\ apple\\/1"], fruit      # escaped: one part, not /red apple/1
