@@ -68,6 +68,9 @@ def bag_to_rrd(bag: Path, rrd: Path | None = None) -> ViewFile:
     if damage:
         rec.set_time("ros_time", timestamp=last_ns * 1e-9)
         rec.log("events/bag", rr.TextLog(f"the bag is damaged: shown as far as it reads: {damage}", level="ERROR"))
+    eye = mapping.eye()
+    if eye is not None:     # the whole run is known now: the scene seen so that all of it is in view
+        rec.send_blueprint(blueprint(eye=eye))
     rec.flush()
     rec.disconnect()
     return ViewFile(out, mapping.shown, mapping.last_step, skipped, damage)

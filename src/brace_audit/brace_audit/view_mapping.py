@@ -104,6 +104,8 @@ class ViewMapping:
         self.step = 0             # the latest step timeline value (messages without a step sit there)
         self.drawn: dict[str, Any] = {}       # entity path -> the key of what was last logged there (skips repeats)
         self.entities: set[str] = set()       # the paths of the entities the last world state drew
+        self.low: list[float] | None = None    # the scene's bounds so far (every pose drawn): where the eye looks
+        self.high: list[float] | None = None
         self.plans: dict[str, list[str]] = {}
         self.monitor: dict[str, int] = {}
         self.story: dict[str, list[str]] = {}
@@ -210,6 +212,8 @@ class ViewMapping:
             colour = self.colour(entity.id) if agent is not None or entity.type in ("robot", "drone", "arm") else None
             path = entity_path(entity)
             present.add(path)
+            if entity.pose is not None:
+                self._extend(xyz(entity.pose))
             self._draw(path, (entity, colour, text), lambda e=entity, c=colour, t=text: entity_drawing(e, c, t))
         for path in self.entities - present:
             self._draw(path, None, lambda: None)
@@ -221,6 +225,22 @@ class ViewMapping:
         self._draw(f"{GRAPH}/relations", key, lambda: edges)
         for agent in self.plans:
             self._draw_plan(agent)
+
+    def _extend(self, point: tuple[float, float, float]) -> None:
+        if self.low is None or self.high is None:
+            self.low, self.high = list(point), list(point)
+            return
+        self.low = [min(a, b) for a, b in zip(self.low, point, strict=True)]
+        self.high = [max(a, b) for a, b in zip(self.high, point, strict=True)]
+
+    def eye(self) -> tuple[tuple[float, float, float], tuple[float, float, float]] | None:
+        """Where the scene is seen from: above and to the south of the middle of everything drawn so far, far enough
+        back for all of it, looking at the middle; None before anything with a pose."""
+        if self.low is None or self.high is None:
+            return None
+        centre = tuple((a + b) / 2 for a, b in zip(self.low, self.high, strict=True))
+        span = max(1.0, *(b - a for a, b in zip(self.low, self.high, strict=True)))
+        return (centre[0], centre[1] - 0.9 * span, centre[2] + 0.9 * span), centre
 
     def _point(self, value: Any) -> tuple[float, float, float] | None:
         """Where a step's parameter points: an entity with a pose, or nothing."""
@@ -363,14 +383,17 @@ class ViewMapping:
                                f"{msg.delivered}/{msg.tasks} tasks in {msg.steps} steps, {msg.plans} plans")
 
 
-def blueprint(live: bool = False) -> rrb.Blueprint:
-    """The layout: the scene (3-D, or the scene graph for worlds without poses) and the latest call's story on the
-    left; latency against SLO_t, tokens and B_t, phases and the event log on the right; the step timeline, following
-    the newest data when `live`, else paused where the viewer's URL puts it (`#when=step@N`)."""
+def blueprint(live: bool = False, eye: tuple | None = None) -> rrb.Blueprint:
+    """The layout: the scene (3-D, seen from `eye` = (position, target) when given; or the scene graph for worlds
+    without poses) and the latest call's story on the left; latency against SLO_t, tokens and B_t, phases and the
+    event log on the right; the step timeline, following the newest data when `live`, else paused."""
+    controls = rrb.archetypes.EyeControls3D(position=eye[0], look_target=eye[1], eye_up=(0.0, 0.0, 1.0)) \
+        if eye is not None else None
     return rrb.Blueprint(
         rrb.Horizontal(
             rrb.Vertical(
-                rrb.Tabs(rrb.Spatial3DView(origin=SCENE, name="scene"), rrb.GraphView(origin=GRAPH, name="scene graph")),
+                rrb.Tabs(rrb.Spatial3DView(origin=SCENE, name="scene", eye_controls=controls),
+                         rrb.GraphView(origin=GRAPH, name="scene graph")),
                 rrb.TextDocumentView(origin="story", name="latest call"),
                 row_shares=[3, 2]),
             rrb.Vertical(

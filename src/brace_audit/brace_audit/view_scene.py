@@ -75,7 +75,7 @@ def entity_drawing(entity: Entity, colour: Rgb | None, label: str) -> rr.AsCompo
         return rr.Points3D([xyz(pose)], radii=0.6 if kind == "drone" else 0.015, colors=[colour or GREY],
                            labels=[label], show_labels=shown)
     if kind == "fruit":
-        rgb = GREY if entity.state == "removed" else DONE if entity.state == "in_bowl" else NEAR
+        rgb = {"removed": GREY, "in_bowl": DONE, "held": HELD}.get(entity.state, OBJECT)
         return rr.Points3D([xyz(pose)], radii=_float(entity, "width_m", 0.05) / 2, colors=[rgb], labels=[label],
                            show_labels=True)
     if kind == "container":

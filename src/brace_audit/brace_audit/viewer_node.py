@@ -75,6 +75,7 @@ class ViewerNode(ReleasingLifecycleNode):
         self.server: Optional[ViewerServer] = None
         self.recording: Optional[rr.RecordingStream] = None
         self.mapping: Optional[ViewMapping] = None
+        self._eye_set = False      # the blueprint with the eye on the scene was sent (once per configure)
         self.inputs = CountedInputs()
         self.active = False
         self.group = MutuallyExclusiveCallbackGroup()   # one message at a time into the mapping
@@ -112,6 +113,7 @@ class ViewerNode(ReleasingLifecycleNode):
             sinks.append(rr.FileSink(cfg.save_path))
         self.recording.set_sinks(*sinks, default_blueprint=blueprint(live=True))
         self.mapping = ViewMapping(self.recording)
+        self._eye_set = False
         for topic in ViewMapping.TOPICS:
             type_name, profile = TOPICS[topic]
             self.configured(self.inputs.subscribe(
@@ -155,6 +157,9 @@ class ViewerNode(ReleasingLifecycleNode):
         """One message of `topic` into the mapping, at its arrival time (nothing while inactive)."""
         if self.active and self.mapping is not None:
             self.mapping.add(topic, msg, self._receive_clock.now().nanoseconds)
+            if not self._eye_set and self.mapping.eye() is not None:   # once: a person may move the eye after it
+                self._eye_set = True
+                self.recording.send_blueprint(blueprint(live=True, eye=self.mapping.eye()))
 
     @serialized
     def publish_diagnostics(self) -> None:

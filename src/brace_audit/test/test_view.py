@@ -51,6 +51,11 @@ def test_the_scene_draws_every_entity_with_a_pose_and_the_agents_say_what_they_d
                                                                          "cup_0"}
 
 
+def test_the_eye_sees_everything_drawn_from_above_and_the_south(tmp_path):
+    mapping, _ = mapped(tmp_path, [(names.WORLD_STATE, state_msg(warehouse(0)), S)])
+    assert mapping.eye() == ((2.5, -0.5, 4.5), (2.5, 4.0, 0.0))   # entities from (0, 2) to (5, 6): 5 m across
+
+
 def test_only_what_changed_is_logged_and_what_left_is_cleared(tmp_path):
     messages = [(names.WORLD_STATE, state_msg(warehouse(0)), S), (names.WORLD_STATE, state_msg(warehouse(1)), 2 * S),
                 (names.WORLD_STATE, state_msg(warehouse(2, agent_at=(2.0, 2.0), with_cup=False)), 3 * S)]
