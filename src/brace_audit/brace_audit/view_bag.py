@@ -29,7 +29,7 @@ class ViewFile:
 
     rrd: Path
     shown: int          # messages logged
-    last_step: int      # the step timeline's last value (-1: nothing had a step)
+    last_step: int      # the step timeline's last value anything was logged at (-1: none)
     skipped: int        # messages of shown topics that did not decode or were malformed
     damage: str         # the bag's damage in words ('' when intact)
 
@@ -73,4 +73,4 @@ def bag_to_rrd(bag: Path, rrd: Path | None = None) -> ViewFile:
         rec.send_blueprint(blueprint(eye=eye))
     rec.flush()
     rec.disconnect()
-    return ViewFile(out, mapping.shown, mapping.last_step, skipped, damage)
+    return ViewFile(out, mapping.shown, mapping.logged_to, skipped, damage)

@@ -100,7 +100,8 @@ class ViewMapping:
         self.state: WorldState | None = None
         self.agents: dict[str, int] = {}
         self.offset = 0           # the step timeline's value of the episode's step 0
-        self.last_step = -1       # the largest step timeline value logged
+        self.last_step = -1       # the largest step timeline value seen (the next episode starts after it)
+        self.logged_to = -1       # the largest step timeline value anything was logged at (the recording's end)
         self.step = 0             # the latest step timeline value (messages without a step sit there)
         self.drawn: dict[str, Any] = {}       # entity path -> the key of what was last logged there (skips repeats)
         self.entities: set[str] = set()       # the paths of the entities the last world state drew
@@ -157,6 +158,8 @@ class ViewMapping:
 
     def _log(self, path: str, archetype: Any, static: bool = False) -> None:
         self.rec.log(path, archetype, static=static)
+        if not static:
+            self.logged_to = max(self.logged_to, self.step)
 
     def _draw(self, path: str, key: Any, build: Callable[[], Any]) -> None:
         """Log what `build()` returns at `path` unless `key` (what it is drawn from) is what is there already; a

@@ -122,7 +122,7 @@ def test_the_step_timeline_runs_on_across_episodes(tmp_path):
                 (names.WORLD_STATE, state_msg(warehouse(2, agent_at=(1.0, 1.0))), 5 * S)]
     mapping, rows = mapped(tmp_path, messages)
     assert column(rows["/world/robot/agent_0"], "step") == [0, 7, 10]   # episode 1's step 2 is 8 + 2
-    assert mapping.last_step == 10
+    assert mapping.last_step == mapping.logged_to == 10
     texts = column(rows["/events/episode"], "text")
     assert texts[0].startswith("episode 0 started") and texts[1].startswith("episode 0 ended")
 
