@@ -56,6 +56,8 @@ from .view_scene import (
 
 log = logging.getLogger(__name__)
 
+PATH_ALPHA = 140
+"""A plan's path is its agent's colour, see-through: the agent itself is the solid body of that colour."""
 SLO_COLOUR: Rgb = (255, 0, 255)
 """The SLO_t line of the latency plot (a colour no agent has)."""
 EVENT_LEVELS = {"trigger": "INFO", "admitted": "INFO", "suppressed": "DEBUG", "call": "INFO", "missed": "WARN",
@@ -243,7 +245,7 @@ class ViewMapping:
             return None
         centre = tuple((a + b) / 2 for a, b in zip(self.low, self.high, strict=True))
         span = max(1.0, *(b - a for a, b in zip(self.low, self.high, strict=True)))
-        return (centre[0], centre[1] - 0.9 * span, centre[2] + 0.9 * span), centre
+        return (centre[0], centre[1] - 0.7 * span, centre[2] + 0.7 * span), centre
 
     def _point(self, value: Any) -> tuple[float, float, float] | None:
         """Where a step's parameter points: an entity with a pose, or nothing."""
@@ -257,7 +259,8 @@ class ViewMapping:
     def _draw_plan(self, agent: str) -> None:
         points = self._plan_points(agent, self.plans.get(agent, []))
         self._draw(f"{SCENE}/plans/{part(agent)}", tuple(points),
-                   lambda: rr.LineStrips3D([points], colors=[self.colour(agent)], radii=0.04) if len(points) > 1
+                   lambda: rr.LineStrips3D([points], colors=[(*self.colour(agent), PATH_ALPHA)], radii=0.04)
+                   if len(points) > 1
                    else None)
 
     def _plan_points(self, agent: str, steps: list[str]) -> list[tuple[float, float, float]]:

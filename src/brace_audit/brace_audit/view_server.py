@@ -8,8 +8,11 @@ connects to (`grpc_url`) and that hands what it holds to every browser that open
 
 from __future__ import annotations
 
+import ctypes
+import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -18,6 +21,8 @@ from urllib.parse import quote
 import rerun_cli
 
 LOOPBACK = "127.0.0.1"
+PR_SET_PDEATHSIG = 1
+"""prctl(2): the signal a process gets when its parent dies."""
 START_TIMEOUT_S = 60.0
 """How long the server may take to listen (it loads the files it serves first)."""
 MEMORY_LIMIT = "1GiB"
@@ -26,6 +31,13 @@ MEMORY_LIMIT = "1GiB"
 
 class ViewerError(RuntimeError):
     """The viewer's server could not start."""
+
+
+def _dies_with_parent() -> None:
+    """In the server's process before it starts: on Linux, SIGTERM when the process that started it dies (a killed
+    brace-run or brace-audit must not leave the server holding its ports)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _reachable(host: str) -> str:
@@ -79,7 +91,7 @@ class ViewerServer:
                "--web-viewer-port", str(web_port), "--server-memory-limit", memory_limit, "--hide-welcome-screen",
                *[str(f) for f in files or []]]
         self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, text=True)
+                                        stderr=subprocess.PIPE, text=True, preexec_fn=_dies_with_parent)
 
     def wait(self, timeout_s: float = START_TIMEOUT_S) -> ViewerServer:
         """Return once the viewer's page is served and the data port accepts connections; ViewerError (with the

@@ -5,6 +5,8 @@ control messages the browser test sends."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from brace_audit.view_mapping import ViewMapping, blueprint, short_label
 from brace_audit.view_server import ViewerServer
 from brace_common import names
 from brace_common.local_http import free_port
+from brace_common.testing import wait_for
 from brace_common.vocabulary import Predicate
 from brace_common.world_state import AgentActivity, Entity, Pose, Relation, WorldState
 
@@ -53,7 +56,7 @@ def test_the_scene_draws_every_entity_with_a_pose_and_the_agents_say_what_they_d
 
 def test_the_eye_sees_everything_drawn_from_above_and_the_south(tmp_path):
     mapping, _ = mapped(tmp_path, [(names.WORLD_STATE, state_msg(warehouse(0)), S)])
-    assert mapping.eye() == ((2.5, -0.5, 4.5), (2.5, 4.0, 0.0))   # entities from (0, 2) to (5, 6): 5 m across
+    assert mapping.eye() == ((2.5, 0.5, 3.5), (2.5, 4.0, 0.0))   # entities from (0, 2) to (5, 6): 5 m across
 
 
 def test_only_what_changed_is_logged_and_what_left_is_cleared(tmp_path):
@@ -247,3 +250,21 @@ def test_an_id_with_a_space_or_a_slash_is_one_path_part(tmp_path):
     _, rows = mapped(tmp_path, [(names.WORLD_STATE, state_msg(state), S)])
     fruit = [p for p in rows if p.startswith("/world/fruit/")]
     assert fruit == ["/world/fruit/red\\ apple\\/1"], fruit      # escaped: one part, not /red apple/1
+
+
+def test_the_viewer_server_stops_when_what_started_it_is_killed():
+    """A SIGKILLed brace-run or brace-audit leaves no server holding the viewer's ports."""
+    code = ("from brace_audit.view_server import ViewerServer\nfrom brace_common.local_http import free_port\n"
+            "s = ViewerServer(free_port(), free_port()).wait()\nprint(s.process.pid, flush=True)\n"
+            "import time\ntime.sleep(120)\n")
+    starter = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    server = int(starter.stdout.readline())
+    starter.kill()
+    starter.wait()
+
+    def ended() -> bool:
+        try:
+            return "State:\tZ" in Path(f"/proc/{server}/status").read_text()   # exited (init reaps it later)
+        except FileNotFoundError:
+            return True
+    wait_for(ended, 30.0, "the viewer server to end with its parent")
