@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -33,11 +34,15 @@ class ViewerError(RuntimeError):
     """The viewer's server could not start."""
 
 
+_PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+"""libc's prctl, looked up here: the child between fork and exec only calls it (no loading there)."""
+
+
 def _dies_with_parent() -> None:
     """In the server's process before it starts: on Linux, SIGTERM when the process that started it dies (a killed
     brace-run or brace-audit must not leave the server holding its ports)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _reachable(host: str) -> str:
@@ -90,8 +95,10 @@ class ViewerServer:
         cmd = [str(rerun_binary()), "--serve-web", "--bind", host, "--port", str(grpc_port),
                "--web-viewer-port", str(web_port), "--server-memory-limit", memory_limit, "--hide-welcome-screen",
                *[str(f) for f in files or []]]
-        self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, text=True, preexec_fn=_dies_with_parent)
+        # its log goes to a file, not a pipe: a pipe nobody reads would block a server that runs for hours
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                        text=True, preexec_fn=_dies_with_parent)
 
     def wait(self, timeout_s: float = START_TIMEOUT_S) -> ViewerServer:
         """Return once the viewer's page is served and the data port accepts connections; ViewerError (with the
@@ -101,8 +108,10 @@ class ViewerServer:
         while not (_listening(self.host, self.grpc_port) and _serves_page(self.host, self.web_port)
                    and self.process.poll() is None):
             if self.process.poll() is not None:
-                err = (self.process.stderr.read() if self.process.stderr else "").strip()
-                raise ViewerError(f"rerun's web viewer exited ({self.process.returncode}): {err[-400:]}")
+                self.log.seek(0)
+                said = self.log.read().strip()
+                self.stop()
+                raise ViewerError(f"rerun's web viewer exited ({self.process.returncode}): {said[-400:]}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise ViewerError(f"rerun's web viewer did not listen on {self.host}:{self.web_port} within "
@@ -129,8 +138,7 @@ class ViewerServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self.process.stderr:
-            self.process.stderr.close()
+        self.log.close()
 
     def __enter__(self) -> ViewerServer:
         return self.wait()
