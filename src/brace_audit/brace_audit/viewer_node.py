@@ -35,6 +35,9 @@ from .view_bag import APPLICATION_ID
 from .view_mapping import ViewMapping, blueprint
 from .view_server import ViewerError, ViewerServer
 
+FLUSH_TIMEOUT_S = 5.0
+"""How long cleanup waits for the recording to reach the server (and the saved file)."""
+
 
 @dataclass
 class ViewerConfig:
@@ -138,7 +141,10 @@ class ViewerNode(ReleasingLifecycleNode):
         """Cleanup and shutdown: finish the recording, stop the server (the base destroys the subscriptions)."""
         self.active = False
         if self.recording is not None:
-            self.recording.flush()
+            try:        # a server that died would hold an unbounded flush forever
+                self.recording.flush(timeout_sec=FLUSH_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 (rerun raises its own error on a timeout)
+                self.get_logger().warn(f"the viewer's recording did not flush: {exc}")
             self.recording.disconnect()
         if self.server is not None:
             self.server.stop()
