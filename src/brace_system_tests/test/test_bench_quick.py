@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from brace_system_tests.viewer_path import browser_opted_out
+
 WORKSPACE = Path(__file__).resolve().parents[3]
 BENCH = WORKSPACE / "bench"
 
@@ -99,6 +101,7 @@ RUNS = {
     "reproduce": Quick(("--out", "{out}"), "| label | episodes |",
                        {"table2.csv": ("episodes", "tokens_before", "latency_p50_ms")}, ("table2.png",)),
 }
+NEEDS_BROWSER = {"viewer"}  # skipped, and saying so, where the user opted out of the browser (BRACE_NO_BROWSER=1)
 NOT_BENCHMARKS = {"report", "fuzz_graph"}  # the shared helper; the fuzz harness (test_fuzz_graph.py)
 
 
@@ -137,6 +140,8 @@ def run_in_own_group(cmd: list[str], timeout_s: float) -> subprocess.CompletedPr
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("script", sorted(RUNS), ids=sorted(RUNS))
 def test_quick_run_measures_and_writes_its_table(script, tmp_path):
+    if script in NEEDS_BROWSER and browser_opted_out():
+        pytest.skip("BRACE_NO_BROWSER=1: the viewer's benchmark drives a browser")
     quick = RUNS[script]
     before = snapshot(BENCH / "out")
     cmd = [sys.executable, f"bench/{script}.py", "--quick", *(a.format(out=tmp_path) for a in quick.args)]
