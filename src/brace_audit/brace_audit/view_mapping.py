@@ -56,6 +56,8 @@ from .view_scene import (
 
 log = logging.getLogger(__name__)
 
+MIN_SPAN_M = 0.25
+"""The smallest scene the eye frames (a table top's objects); a larger one is framed whole."""
 PATH_ALPHA = 140
 """A plan's path is its agent's colour, see-through: the agent itself is the solid body of that colour."""
 SLO_COLOUR: Rgb = (255, 0, 255)
@@ -244,7 +246,7 @@ class ViewMapping:
         if self.low is None or self.high is None:
             return None
         centre = tuple((a + b) / 2 for a, b in zip(self.low, self.high, strict=True))
-        span = max(1.0, *(b - a for a, b in zip(self.low, self.high, strict=True)))
+        span = max(MIN_SPAN_M, *(b - a for a, b in zip(self.low, self.high, strict=True)))
         return (centre[0], centre[1] - 0.7 * span, centre[2] + 0.7 * span), centre
 
     def _point(self, value: Any) -> tuple[float, float, float] | None:
