@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +24,7 @@ from brace_audit.view_server import ViewerServer
 from brace_bringup.runner import main as run_main
 from brace_common.local_http import free_port
 
-NO_BROWSER_ENV = "BRACE_NO_BROWSER"
-"""Set to 1 to skip the viewer's browser test (a machine where Chromium cannot be installed); README names it."""
+from .browser_opt_out import browser_opted_out  # noqa: F401 (the test path's users ask it here too)
 
 
 @dataclass(frozen=True)
@@ -160,9 +158,3 @@ def look(run_folder: Path, step: int | None = None, screenshot: Path | None = No
         page.set_time(store, "step", at)
         png = page.screenshot(screenshot)
         return Look(convert_s, page.opened_s, page.opened_s + loaded, view.last_step, png)
-
-
-def browser_opted_out() -> bool:
-    """Whether the user opted out of the browser test (NO_BROWSER_ENV=1)."""
-    return os.environ.get(NO_BROWSER_ENV, "") == "1"
-

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from brace_system_tests.viewer_path import browser_opted_out
+from brace_system_tests.browser_opt_out import browser_opted_out
 
 WORKSPACE = Path(__file__).resolve().parents[3]
 BENCH = WORKSPACE / "bench"

@@ -14,7 +14,8 @@ from PIL import Image
 
 from brace_audit.view_browser import BrowserMissing, find_browser
 from brace_common.domain_leases import fresh_domain
-from brace_system_tests.viewer_path import WORLDS, browser_opted_out, look, record_world, what_a_person_sees
+from brace_system_tests.browser_opt_out import browser_opted_out
+from brace_system_tests.viewer_path import WORLDS, look, record_world, what_a_person_sees
 from erecap_planner.testing import saved_tiny_llama
 
 STEP = 12
