@@ -179,8 +179,10 @@ class AuditRecorderNode(Node):
 
 
 def main(args=None) -> int:
-    """`ros2 run brace_audit audit_recorder`; the bag is finished on SIGINT / SIGTERM."""
-    return spin_node(AuditRecorderNode, "audit_recorder", args, on_exit=AuditRecorderNode.finish)
+    """`ros2 run brace_audit audit_recorder`; the bag is finished on SIGINT / SIGTERM, also one that comes while
+    the node is being built (its first subscriptions may already have taken messages in)."""
+    return spin_node(AuditRecorderNode, "audit_recorder", args, on_exit=AuditRecorderNode.finish,
+                     interrupt_start=False)
 
 
 if __name__ == "__main__":

@@ -271,9 +271,10 @@ def test_recorder_finishes_the_bag_on_sigterm(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+    log = proc.stdout.read().decode(errors="replace")
     contents = read_bag(bag)
-    assert contents.damage is None
-    assert [deserialize_message(m.data, Episode).episode for m in contents.messages] == list(range(20))
+    assert contents.damage is None, log
+    assert [deserialize_message(m.data, Episode).episode for m in contents.messages] == list(range(20)), log
     assert {m.topic for m in contents.messages} == {"/brace/episode"}  # the relative name, resolved in its namespace
     assert (bag / "metadata.yaml").is_file()
 

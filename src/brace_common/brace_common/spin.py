@@ -89,6 +89,7 @@ class ShutdownSignals:
         self.received: Optional[int] = None
         self._spinning = False
         self._stopping = False
+        self._interrupt = True  # a signal while the node is being built raises KeyboardInterrupt there
         self._armed = False  # set up: until then a signal is only recorded (starting() raises it)
         self._wake: Optional[Callable[[], None]] = None
         self._previous: dict[int, object] = {}
@@ -125,12 +126,14 @@ class ShutdownSignals:
         for sig, previous in self._previous.items():
             signal.signal(sig, signal.SIG_IGN if sig == signal.SIGINT and self.received is not None else previous)
 
-    def starting(self) -> None:
-        """From now on (the state at entry) the first signal raises KeyboardInterrupt: nodes are being built. A
-        signal that came while the handlers were being set up raises it here."""
+    def starting(self, interrupt: bool = True) -> None:
+        """From now on (the state at entry) nodes are being built: the first signal raises KeyboardInterrupt, or
+        with `interrupt` false is only recorded (the spin then ends before it begins). A signal that came while the
+        handlers were being set up raises it here."""
         self._spinning = self._stopping = False
+        self._interrupt = interrupt
         _STOPPING.clear()
-        if self.received is not None:
+        if self.received is not None and interrupt:
             raise KeyboardInterrupt
 
     def spinning(self, wake: Callable[[], None]) -> None:
@@ -150,7 +153,7 @@ class ShutdownSignals:
         self.received = signum
         # Not while __enter__ runs: a KeyboardInterrupt there, in the wake thread's start, escaped spin_node (a
         # traceback and exit -2; a half-started thread could abort the interpreter's exit)
-        if self._armed and not self._spinning:
+        if self._armed and self._interrupt and not self._spinning:
             raise KeyboardInterrupt
 
     def _wake_on_signal(self, read: int) -> None:
@@ -198,7 +201,8 @@ def _finish(node: Node, executor: Optional[Executor], on_exit: Optional[Callable
 
 def spin_node(factory: Callable[[], Node], name: str, args=None,
               until: Optional[Callable[[Node], bool]] = None,
-              on_exit: Optional[Callable[[Node], None]] = None, threads: int = 1) -> int:
+              on_exit: Optional[Callable[[Node], None]] = None, threads: int = 1,
+              interrupt_start: bool = True) -> int:
     """Run one node until SIGINT / SIGTERM / shutdown (or `until(node)`); exit code 2 when its configuration is
     invalid, else 0.
 
@@ -208,11 +212,14 @@ def spin_node(factory: Callable[[], Node], name: str, args=None,
     spins a multi-threaded executor. However spinning ended (its `until`,
     SIGINT, SIGTERM, a failed start), `on_exit(node)` runs (e.g. to finish a
     file) and the node is destroyed while the context is still valid (their
-    log lines reach /rosout), then the context is shut down.
+    log lines reach /rosout), then the context is shut down. With
+    `interrupt_start` false a signal while the node is being built does not
+    abort the build: the node is built, never spun, and finished as above (a
+    recorder whose subscriptions already took messages in writes them).
     """
     with ShutdownSignals() as signals:
         try:
-            signals.starting()
+            signals.starting(interrupt_start)
             with rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO):
                 node: Optional[Node] = None
                 executor: Optional[Executor] = None

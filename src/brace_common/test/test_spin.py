@@ -76,6 +76,25 @@ def test_a_signal_while_the_handlers_are_set_up_ends_the_start_quietly(monkeypat
     assert built == []
 
 
+class SignalledWhileBuilt(Node):
+    """A node that gets SIGTERM half way through its constructor (a recorder whose first subscription already
+    takes messages in when `ros2 launch` stops the run)."""
+
+    def __init__(self) -> None:
+        super().__init__("signalled_while_built")
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, before the next line
+        self.built = True
+
+
+@pytest.mark.parametrize("interrupt_start", [True, False])
+def test_a_signal_while_a_node_is_built_aborts_the_build_unless_the_node_asks_to_be_finished(interrupt_start):
+    finished = []
+    code = spin_node(SignalledWhileBuilt, "signalled_while_built", args=[],
+                     on_exit=lambda node: finished.append(node.built), interrupt_start=interrupt_start)
+    assert code == 0
+    assert finished == ([] if interrupt_start else [True])
+
+
 def test_a_process_that_does_not_stop_writes_its_stacks_before_it_is_killed(tmp_path):
     """stop_processes: SIGINT, then (past the timeout) STACKS_SIGNAL, whose faulthandler dump names where the process
     waits, then SIGKILL."""
