@@ -5,7 +5,7 @@
       extends: demo.yaml              # optional: another run config (beside this one, else an installed one)
       overrides: {node: {param: value}}          # every variant
       variants: {name: {node: {param: value}}}   # each variant's overlay
-      planner_server: {engine: transformers, model: ..., adapter: ..., dtype: float32, port: 8000, parallel: 1,
+      planner_server: {engine: transformers, model: ..., adapter: ..., dtype: float32, port: 8001, parallel: 1,
                        weights: f16}
       airsim_peer: {port: 41451, clock_speed: 1.0}   # optional, stacks with an airsim_bridge
       own_process: [erecap_planner]   # optional: nodes brace-run starts as their own processes (as launch does)
@@ -83,7 +83,7 @@ AIRSIM_PEER_KEYS = {"port": 41451, "clock_speed": 1.0}
 free port instead of `port`)."""
 
 PLANNER_SERVER_KEYS = {"engine": "transformers", "model": "smollm2-135m-instruct", "adapter": "", "dtype": "float32",
-                       "port": 8000, "threads": 0, "parallel": 1, "weights": "f16"}
+                       "port": 8001, "threads": 0, "parallel": 1, "weights": "f16"}
 """Keys of a run's `planner_server` and their defaults (brace-run picks a free port instead of `port`)."""
 
 

@@ -48,7 +48,8 @@ class PlannerConfig:
 
     backend: str = param("local", "'local' (the model in this process) or 'openai' (an OpenAI-compatible server "
                          "at server_url; the context is compressed here, before the request)")
-    server_url: str = param("http://127.0.0.1:8000/v1", "backend openai: base URL of the server's OpenAI API")
+    server_url: str = param("http://127.0.0.1:8001/v1", "backend openai: base URL of the server's OpenAI API "
+                                                           "(8001: 8000 is OpenVLA's)")
     server_model: str = param("", "backend openai: model name sent with each request; empty = the first model the "
                               "server lists at GET /models")
     api_key_env: str = param("", "backend openai: NAME of the environment variable holding the API key (the key "

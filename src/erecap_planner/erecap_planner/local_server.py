@@ -209,7 +209,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--model", default="smollm2-135m-instruct", help="model_path as the planner takes it")
     parser.add_argument("--adapter", default="", help="LoRA adapter to merge (adapter_path as the planner takes it)")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=8001, help="8001: 8000 is OpenVLA's deploy server")
     parser.add_argument("--dtype", default="float32", help="float32 (any CPU) or bfloat16 (native bf16 CPUs, GPUs)")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads of the engine (0 = its default)")
     parser.add_argument("--parallel", type=int, default=1, help="llama_server's slots (requests decoded at once)")

@@ -94,7 +94,7 @@ class _Response:
 
 
 class OpenAIClient:
-    """Requests to one server at `base_url` (e.g. http://127.0.0.1:8000/v1); one connection per request."""
+    """Requests to one server at `base_url` (e.g. http://127.0.0.1:8001/v1); one connection per request."""
 
     def __init__(self, base_url: str, api_key: str = "", connect_timeout_s: float = 1.0):
         endpoint = check_base_url(base_url.rstrip("/"))

@@ -39,7 +39,7 @@ from .scene_diff import (
 
 BACKEND_VLM = "vlm"
 """VerifierVerdict.backend of this perceiver's verdicts."""
-DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+DEFAULT_BASE_URL = "http://127.0.0.1:8002/v1"  # 8000: OpenVLA, 8001: the planner LLM (docs/robot.md)
 """The server the perceiver asks unless told otherwise (vLLM's default port on this host)."""
 REASONS = ("unreachable", "timeout", "cancelled", "http_status", "bad_reply")
 """Why a request gave no perception (PerceiverError.reason)."""
