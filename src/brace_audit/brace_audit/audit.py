@@ -409,8 +409,8 @@ def cmd_view(args) -> int:
     return code
 
 
-def main(argv=None) -> int:
-    """`brace-audit report|recover|replay|trace|view`."""
+def argument_parser() -> argparse.ArgumentParser:
+    """brace-audit's command line: report, recover, replay, trace, view (the docs' commands are checked against it)."""
     ap = argparse.ArgumentParser(prog="brace-audit", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="recompute every table from the bag alone")
@@ -449,6 +449,12 @@ def main(argv=None) -> int:
                       help="the address to serve on (0.0.0.0: every interface, for a viewer on another machine)")
     view.add_argument("--no-serve", action="store_true", help="only write the .rrd files")
     view.set_defaults(func=cmd_view)
+    return ap
+
+
+def main(argv=None) -> int:
+    """`brace-audit report|recover|replay|trace|view`."""
+    ap = argument_parser()
     args = ap.parse_args(argv)
     if getattr(args, "rate", 1.0) <= 0:
         ap.error("--rate must be > 0")

@@ -317,8 +317,8 @@ def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict
     return folder, runs
 
 
-def main(argv=None) -> int:
-    """`brace-run demo [--variants ...] [--episodes N] [--agents K]` (an installed run's name or a file)."""
+def argument_parser() -> argparse.ArgumentParser:
+    """brace-run's command line (the docs' commands are checked against it)."""
     ap = argparse.ArgumentParser(prog="brace-run", description=__doc__.splitlines()[0])
     ap.add_argument("config", help="run configuration: a file, or the name of an installed one (e.g. demo)")
     ap.add_argument("--variants", nargs="*", help="subset of the config's variants (default: all, in order)")
@@ -333,7 +333,12 @@ def main(argv=None) -> int:
     ap.add_argument("--view", action="store_true",
                     help="run the live viewer beside the stack and print its URL (Rerun's web viewer on 127.0.0.1; "
                          "brace_viewer.port etc. with --set)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    """`brace-run demo [--variants ...] [--episodes N] [--agents K]` (an installed run's name or a file)."""
+    args = argument_parser().parse_args(argv)
     try:
         cfg = RunConfig.load(args.config)
     except (OSError, ValueError, yaml.YAMLError) as exc:

@@ -1,7 +1,8 @@
-"""The documentation's rules: a short README, links that resolve, and no issue numbers outside the results pages.
+"""The documentation's rules: a short README, links that resolve, no history outside the results pages, every
+abbreviation defined, and every command the code accepts.
 
-Issue numbers belong to the history of the work (docs/results/ keeps it); code, configuration, the Makefile and the
-guides say what a thing is and why, not which issue brought it.
+Issue numbers, sessions and training rounds belong to the history of the work (docs/results/ keeps it); code,
+configuration, the Makefile and the guides say what a thing is and why, not which issue brought it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,21 @@ WORKSPACE = Path(__file__).resolve().parents[3]
 SKIP_DIRS = {".git", ".venv", "build", "install", "log", "out", "__pycache__", ".ruff_cache", ".pytest_cache"}
 TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".xml", ".txt", ".cfg", ".toml", ".sh", ".msg", ".srv", ".action"}
 ISSUE_NUMBER = re.compile(r"\bissues? #?\d+|\(issue\b", re.IGNORECASE)
+HISTORY = re.compile(r"\b(?:rounds?|sessions?) \d+\b|\bW[12]\b|\bthis issue\b|\bdevelopment machines?\b|"
+                     r"\b(?:tested|measured|run|installed|installable|observed) here\b", re.IGNORECASE)
+ABBREVIATION = re.compile(r"(?<![\w_])[A-Z][A-Z0-9]+(?![\w_])")
+EVERYDAY = set("""
+AMD API BGR CAN CI CPU CRC CSV CUDA DDS DEBUG EPYC ERROR FPS GB GID GPU HTTP ID JPEG JPG JSON KB LAN MB MIT MJPG
+NVIDIA OK PATH PNG PYTHONPATH RAM README REST RGB RMW ROS ROS2 RPC RTX SDK SHA SIGINT SIGKILL SIGSEGV SIGTERM TCP TF
+TLS UDP URL USB UVC V4L2 WARN YAML YUYV
+""".split())
+"""Abbreviations a ROS 2 engineer reads without a definition."""
+LITERALS = set("""
+ABORTED ACTIVE ANY AUTOINCREMENT BLOCKED BUS CANCELLED CMD CONSTRAINTS END ENTRYPOINT EXECUTOR FAILED FOR FULL GET
+GOALS HAZARD HEALTHCHECK HISTORY INTEGER KEY LOOP MEMORY MISSED MISSING MOVE NAME NOTE OFF OVERRIDE PARTIAL PASSIVE POST
+PREEMPT PREEMPTED PRIMARY REAL REFINE SKIP START STATE SUBTASK SUCCEEDED TASK TEXT TIMEOUT UNAVAILABLE UP WRONG
+""".split())
+"""Words the programs print or read, written in the guides as they are (a prompt's section, a state, a SQL type)."""
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 README_MAX_LINES = 150
 
@@ -57,3 +73,102 @@ def test_every_relative_link_in_the_docs_resolves():
             if not (path.parent / target.split("#", 1)[0]).exists():
                 broken.append(f"{path.relative_to(WORKSPACE)}: {target}")
     assert not broken, "links to files that do not exist:\n" + "\n".join(broken)
+
+
+def guides() -> list[Path]:
+    """The README and the guides under docs/ (not the results pages: they keep the history as it was)."""
+    return [WORKSPACE / "README.md", *sorted((WORKSPACE / "docs").glob("*.md"))]
+
+
+def prose(text: str) -> str:
+    """A page's running text: without code blocks, code spans, link targets and URLs."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.DOTALL | re.MULTILINE)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    text = re.sub(r"\]\([^)]*\)", "]", text)
+    return re.sub(r"<https?://[^>]*>", "", text)
+
+
+def defined_terms() -> set[str]:
+    """The glossary's Terms: each term of its table, and each hyphenated part of one (E-RECAP: E, RECAP)."""
+    glossary = (WORKSPACE / "docs" / "glossary.md").read_text()
+    table = glossary[glossary.index("## Terms"):glossary.index("\n## ", glossary.index("## Terms") + 1)]
+    terms = set()
+    for cell in re.findall(r"^\| ([^|]+) \|", table, re.MULTILINE):
+        for term in (t.strip() for t in cell.split(",")):
+            terms |= {term, *term.split("-")}
+    return terms - {"term"}
+
+
+def test_no_history_words_outside_the_results_pages():
+    hits = [f"{page.relative_to(WORKSPACE)}:{number}: {line.strip()[:100]}"
+            for page in guides() + sorted(WORKSPACE.glob("src/brace_bringup/*/**/*.yaml"))
+            for number, line in enumerate(page.read_text().splitlines(), 1) if HISTORY.search(line)]
+    assert not hits, "sessions, rounds or 'here' (which machine?) outside docs/results/:\n" + "\n".join(hits)
+
+
+def test_every_abbreviation_in_the_guides_is_defined_in_the_glossary():
+    terms = defined_terms()
+    for term in ("BRACE", "E-RECAP", "ReCAP", "OmniAct", "GiG", "SLO", "SLO_t", "B_t", "K", "EDF", "GGUF", "VLA"):
+        assert term in terms, f"docs/glossary.md's Terms do not define {term}"
+    undefined: dict[str, str] = {}
+    for page in guides():
+        for word in ABBREVIATION.findall(prose(page.read_text())):
+            if re.fullmatch(r"[A-Z]\d+", word) or sum(c.isdigit() for c in word) >= 3:
+                continue  # a name with a number (J1, H100) or a serial number
+            if word not in terms | EVERYDAY | LITERALS:
+                undefined.setdefault(word, str(page.relative_to(WORKSPACE)))
+    assert not undefined, ("abbreviations neither in docs/glossary.md's Terms nor everyday ones (define them there): "
+                           + ", ".join(f"{w} ({p})" for w, p in sorted(undefined.items())))
+
+
+def test_every_command_in_the_guides_is_one_the_code_accepts():
+    """brace-run, brace-audit, python -m, bench scripts, launch files, ros2 run and make targets, as the guides
+    write them, checked against the code without running them (brace_system_tests.doc_commands)."""
+    from brace_system_tests.doc_commands import CommandChecker, commands_in
+
+    checker = CommandChecker(WORKSPACE)
+    found, rejected = 0, []
+    for page in guides():
+        for command in commands_in(page, WORKSPACE):
+            found += 1
+            rejected += [f"{command.where()}\n    {problem}" for problem in checker.problems(command.text)]
+    assert found > 100, f"only {found} commands found in the guides: the extraction broke"
+    assert not rejected, "commands in the guides that the code rejects:\n" + "\n".join(rejected)
+
+
+def test_the_command_check_rejects_what_the_code_rejects(tmp_path):
+    from brace_system_tests.doc_commands import CommandChecker, commands_in
+
+    checker = CommandChecker(WORKSPACE)
+    rejected = {
+        "brace-run nosuchrun": "nosuchrun",
+        "brace-run demo --variants nosuchvariant": "nosuchvariant",
+        "brace-run demo --episode 4": "--episode",
+        "brace-audit report a b": "rejects it",
+        "brace-audit no_such_command x": "rejects it",
+        "brace-audit view runs/x --no-such-option": "--no-such-option",
+        "python -m brace_training.finetune_cli --no-such-option 1": "--no-such-option",
+        "python -m brace_audit.no_such_module": "no module",
+        "python bench/no_such_script.py": "no script",
+        "python bench/viewer.py --no-such-option": "--no-such-option",
+        "ros2 launch brace_bringup no_such.launch.py": "no launch file",
+        "ros2 launch brace_bringup brace_sim.launch.py no_such:=1": "no_such",
+        "ros2 launch brace_bringup brace_sim.launch.py run:=demo.yaml variant:=no_such": "no_such",
+        "ros2 run robot_bridge no_such_executable": "no_such_executable",
+        "make no-such-target": "no-such-target",
+    }
+    for command, named in rejected.items():
+        problems = checker.problems(command)
+        assert problems and named in " ".join(problems), (command, problems)
+    accepted = ["brace-run demo --variants no_brace brace_erecap --episodes 4 --set embedded_sim.max_steps=80",
+                "brace-audit view <run folder> --port 9091", "python -m brace_training.finetune_cli --examples 4",
+                "python bench/viewer.py --quick", "ros2 launch brace_bringup airsim.launch.py num_agents:=4",
+                "ros2 run robot_bridge robot_preflight <file>", "make test", "python -m llama_cpp.server --any"]
+    for command in accepted:
+        assert checker.problems(command) == [], command
+    page = tmp_path / "page.md"
+    page.write_text("Run `brace-run demo && brace-audit report runs/x` or\n\n```bash\nbrace-run demo \\\n"
+                    "  --episodes 2   # two\nmake demo\n```\n")
+    assert sorted((c.line, c.text) for c in commands_in(page, tmp_path)) == [
+        (1, "brace-audit report runs/x"), (1, "brace-run demo"), (4, "brace-run demo --episodes 2"),
+        (6, "make demo")]
