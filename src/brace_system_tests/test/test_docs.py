@@ -172,3 +172,21 @@ def test_the_command_check_rejects_what_the_code_rejects(tmp_path):
     assert sorted((c.line, c.text) for c in commands_in(page, tmp_path)) == [
         (1, "brace-audit report runs/x"), (1, "brace-run demo"), (4, "brace-run demo --episodes 2"),
         (6, "make demo")]
+
+
+def test_the_license_and_the_citation_match_the_packages():
+    import yaml
+
+    licenses = {re.search(r"<license>([^<]+)</license>", p.read_text()).group(1)
+                for p in WORKSPACE.glob("src/*/package.xml")}
+    assert licenses == {"Apache-2.0"}
+    assert "Apache License\n                           Version 2.0" in (WORKSPACE / "LICENSE").read_text()
+    citation = yaml.safe_load((WORKSPACE / "CITATION.cff").read_text())
+    assert {"cff-version", "message", "title", "authors"} <= set(citation)
+    assert citation["license"] == "Apache-2.0"
+    versions = {re.search(r"<version>([^<]+)</version>", p.read_text()).group(1)
+                for p in WORKSPACE.glob("src/*/package.xml")}
+    assert versions == {str(citation["version"])}
+    cited = " ".join(r["title"] for r in citation["references"])
+    for paper in ("Budgeted Replanning", "ReCAP", "Omnimodal Embodied Agents", "Graph-Informed Action Generation"):
+        assert paper in cited and paper.split()[0] in (WORKSPACE / "docs" / "glossary.md").read_text()
