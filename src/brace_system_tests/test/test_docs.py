@@ -18,8 +18,8 @@ HISTORY = re.compile(r"\b(?:rounds?|sessions?) \d+\b|\bW[12]\b|\bthis issue\b|\b
                      r"\b(?:tested|measured|run|installed|installable|observed) here\b", re.IGNORECASE)
 ABBREVIATION = re.compile(r"(?<![\w_])[A-Z][A-Z0-9]+(?![\w_])")
 EVERYDAY = set("""
-AMD API BGR CAN CI CPU CRC CSV CUDA DDS DEBUG EPYC ERROR FPS GB GID GPU HTTP ID JPEG JPG JSON KB LAN MB MIT MJPG
-NVIDIA OK PATH PNG PYTHONPATH RAM README REST RGB RMW ROS ROS2 RPC RTX SDK SHA SIGINT SIGKILL SIGSEGV SIGTERM TCP TF
+AMD API BGR CAN CI CLI CPU CRC CSV CUDA DDS DEBUG EPYC ERROR FPS GB GID GPU HTTP ID JPEG JPG JSON KB LAN MB MIT MJPG
+NVIDIA OK PATH PEP PNG PYTHONPATH RAM README REST RGB RMW ROS ROS2 RPC RTX SDK SHA SIGINT SIGKILL SIGSEGV SIGTERM TCP TF
 TLS UDP URL USB UVC V4L2 WARN YAML YUYV
 """.split())
 """Abbreviations a ROS 2 engineer reads without a definition."""
@@ -190,3 +190,15 @@ def test_the_license_and_the_citation_match_the_packages():
     cited = " ".join(r["title"] for r in citation["references"])
     for paper in ("Budgeted Replanning", "ReCAP", "Omnimodal Embodied Agents", "Graph-Informed Action Generation"):
         assert paper in cited and paper.split()[0] in (WORKSPACE / "docs" / "glossary.md").read_text()
+
+
+def test_the_ros2_guide_lists_every_launch_file_and_argument():
+    from brace_bringup.run_plan import AIRSIM_LAUNCH_ARGUMENTS, LAUNCH_ARGUMENTS
+
+    guide = (WORKSPACE / "docs" / "ros2.md").read_text()
+    for launch in sorted((WORKSPACE / "src" / "brace_bringup" / "launch").glob("*.launch.py")):
+        default = re.search(r'stack_launch_description\("([^"]+)"', launch.read_text()).group(1)
+        assert re.search(rf"^\| `{re.escape(launch.name)}` \|.*\| `{re.escape(default)}` \|", guide, re.MULTILINE), (
+            f"docs/ros2.md does not list {launch.name} with its run {default}")
+    for argument in (*LAUNCH_ARGUMENTS, *AIRSIM_LAUNCH_ARGUMENTS):
+        assert f"`{argument}`" in guide, f"docs/ros2.md does not describe the launch argument {argument}"
