@@ -15,7 +15,7 @@ setup(
         (f"share/{package_name}/launch", glob("launch/*.launch.py")),
         (f"share/{package_name}/params", glob("params/*.yaml")),
         *((f"share/{package_name}/params/{world}", glob(f"params/{world}/*.yaml"))
-          for world in ("robot", "airsim", "isaac", "textworld")),
+          for world in ("robot", "airsim", "isaac", "textworld", "examples")),
         (f"share/{package_name}/runs", glob("runs/*.yaml")),
         (f"share/{package_name}/rviz", glob("rviz/*.rviz")),
         (f"share/{package_name}/foxglove", glob("foxglove/*.json")),

@@ -165,6 +165,9 @@ STAND_INS = {HOSTILE_PLANNER.name: (ERECAP_PLANNER.name, HOSTILE_PLANNER)}
 # (`viewer:=true`, `brace-run --view`).
 VIEWER = NodeSpec("brace_audit", "brace_viewer", "brace_viewer", ("brace_viewer.yaml",), lifecycle=True,
                   node_class="brace_audit.viewer_node:ViewerNode")
+# The template world (docs/integrate.md): in no stack; a bridge of your own starts beside brace_control.launch.py.
+EXAMPLE_WORLD = NodeSpec("brace_example_world", "corridor_world", "corridor_world", ("corridor_world.yaml",),
+                         node_class="brace_example_world.corridor_node:CorridorWorldNode")
 
 
 def with_viewer(stack: Stack) -> Stack:

@@ -20,6 +20,7 @@ from brace_audit.audit_recorder_node import RecorderConfig
 from brace_audit.viewer_node import ViewerConfig
 from brace_common.config import field_default, load_ros_parameters
 from brace_controller.config import ControllerConfig, ControllerNodeConfig, MonitorConfig, MonitorNodeConfig
+from brace_example_world.corridor_config import CorridorConfig
 from brace_safety.airsim_monitor_node import AirSimMonitorNodeConfig
 from brace_safety.cmd_vel_monitor_node import CmdVelMonitorConfig
 from brace_safety.ee_monitor_node import EeMonitorConfig
@@ -35,7 +36,7 @@ from sim_bridges.isaac.isaac_config import IsaacBridgeConfig
 from sim_bridges.textworld.textworld_config import TextWorldConfig
 from sim_bridges.warehouse.warehouse_config import AirSimBridgeConfig, SimConfig
 
-from .graph import AIRSIM, HOSTILE_PLANNER, ISAAC, PIPER_REAL, PIPER_TWIN, SIM, TEXTWORLD, VIEWER
+from .graph import AIRSIM, EXAMPLE_WORLD, HOSTILE_PLANNER, ISAAC, PIPER_REAL, PIPER_TWIN, SIM, TEXTWORLD, VIEWER
 from .run_config import params_dir
 
 NODE_CONFIGS: dict[str, tuple[type, ...]] = {
@@ -59,6 +60,7 @@ NODE_CONFIGS: dict[str, tuple[type, ...]] = {
     "textworld_world": (TextWorldConfig,),
     "hostile_planner": (HostilePlannerConfig,),
     "ee_monitor": (EeMonitorConfig,),
+    "corridor_world": (CorridorConfig,),
 }
 """Each node's parameters: the config dataclasses it declares them from (core first, then the node's own)."""
 
@@ -100,6 +102,7 @@ def render() -> str:
             specs.setdefault(spec.name, spec)
     specs[HOSTILE_PLANNER.name] = HOSTILE_PLANNER   # a stand-in a variant starts (graph.STAND_INS)
     specs[VIEWER.name] = VIEWER                     # beside any stack when asked (graph.with_viewer)
+    specs[EXAMPLE_WORLD.name] = EXAMPLE_WORLD       # the template world (docs/integrate.md)
     for spec in specs.values():
         files = {}
         for name in spec.parameter_files:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from brace_bringup.graph import STACKS, STAND_INS, VIEWER, Stack
+from brace_bringup.graph import EXAMPLE_WORLD, STACKS, STAND_INS, VIEWER, Stack
 from brace_bringup.param_docs import NODE_CONFIGS, render
 from brace_bringup.run_config import RunConfig, params_dir, share
 from brace_common.action_schema import ActionSchema
@@ -43,9 +43,9 @@ def validate(node: str, values: dict) -> None:
         from_mapping(cls, {k: v for k, v in values.items() if k in keys})
 
 
-STAND_IN_STACK = Stack("stand_ins", (*(spec for _, spec in STAND_INS.values()), VIEWER))
-"""The nodes a variant may start in another's place, and the viewer any run may start beside its stack, checked as a
-stack's."""
+STAND_IN_STACK = Stack("stand_ins", (*(spec for _, spec in STAND_INS.values()), VIEWER, EXAMPLE_WORLD))
+"""The nodes a variant may start in another's place, the viewer any run may start beside its stack, and the template
+world (docs/integrate.md), checked as a stack's."""
 
 
 @pytest.mark.parametrize("stack", [*STACKS.values(), STAND_IN_STACK], ids=lambda s: s.name)
@@ -130,3 +130,12 @@ def test_pusht_runs_name_the_part_a_push_presses_on(name):
     run = yaml.safe_load((share() / "runs" / name).read_text())["run"]["overrides"]
     assert INSTRUCTION_TEMPLATE in run["openvla_executor"]["instruction_templates"]
     assert run.get("operator_task", {}).get("constraints", [SKILLS_TEXT]) == [SKILLS_TEXT]
+
+
+@pytest.mark.parametrize("path", sorted((share() / "params" / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_the_example_parameter_files_are_valid(path):
+    """docs/integrate.md's files for bringing your own model: each section is one its node accepts."""
+    sections = yaml.safe_load(path.read_text())
+    assert sections, f"{path.name} is empty"
+    for key, section in sections.items():
+        validate(key.removeprefix("/**/"), section["ros__parameters"])

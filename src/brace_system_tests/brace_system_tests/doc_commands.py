@@ -24,6 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from brace_audit.audit import argument_parser as audit_parser
+from brace_bringup.run_config import RunConfig
+from brace_bringup.run_plan import AIRSIM_LAUNCH_ARGUMENTS, LAUNCH_ARGUMENTS
+from brace_bringup.runner import argument_parser as run_parser
+
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 SPAN = re.compile(r"`([^`\n]+)`")
 PLACEHOLDER = re.compile(r"<[^<>]*>")
@@ -140,10 +145,6 @@ class CommandChecker:
     """What the workspace at `root` says about a command: a list of problems (empty: the code accepts it)."""
 
     def __init__(self, root: Path) -> None:
-        from brace_audit.audit import argument_parser as audit_parser
-        from brace_bringup.run_plan import AIRSIM_LAUNCH_ARGUMENTS, LAUNCH_ARGUMENTS
-        from brace_bringup.runner import argument_parser as run_parser
-
         self.root = root
         self.run_parser, self.audit_parser = run_parser(), audit_parser()
         self.launch_arguments = set(LAUNCH_ARGUMENTS) | set(AIRSIM_LAUNCH_ARGUMENTS)
@@ -197,8 +198,6 @@ class CommandChecker:
         return []
 
     def _brace_run(self, command: str, args: list[str]) -> list[str]:
-        from brace_bringup.run_config import RunConfig
-
         problems = self._parsed(self.run_parser, command, args)
         positional = [a for a in args if not a.startswith("-")]
         if problems or not positional or "PLACEHOLDER" in positional[0] or OPTIONAL.search(command):
@@ -244,8 +243,6 @@ class CommandChecker:
         return self._parsed(parser, after, words(after))
 
     def _launch(self, file: str, args: list[str]) -> list[str]:
-        from brace_bringup.run_config import RunConfig
-
         if not (self.root / "src/brace_bringup/launch" / file).is_file():
             return [f"no launch file {file}"]
         values = dict(a.split(":=", 1) for a in args if ":=" in a)
