@@ -410,7 +410,7 @@ def cmd_view(args) -> int:
 
 
 def argument_parser() -> argparse.ArgumentParser:
-    """brace-audit's command line: report, recover, replay, trace, view (the docs' commands are checked against it)."""
+    """brace-audit's command line: report, recover, replay, trace, view."""
     ap = argparse.ArgumentParser(prog="brace-audit", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="recompute every table from the bag alone")

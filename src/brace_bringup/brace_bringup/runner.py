@@ -318,7 +318,7 @@ def run(cfg: RunConfig, variants: list[str], output: Path, extra: dict[str, dict
 
 
 def argument_parser() -> argparse.ArgumentParser:
-    """brace-run's command line (the docs' commands are checked against it)."""
+    """brace-run's command line."""
     ap = argparse.ArgumentParser(prog="brace-run", description=__doc__.splitlines()[0])
     ap.add_argument("config", help="run configuration: a file, or the name of an installed one (e.g. demo)")
     ap.add_argument("--variants", nargs="*", help="subset of the config's variants (default: all, in order)")
