@@ -91,6 +91,19 @@ class ReadinessConfig:
             raise ConfigError("wait_for_nodes", f"{self.wait_for_nodes}: each must be a node name without a namespace")
 
 
+@dataclasses.dataclass
+class SteppedWorldConfig(ReadinessConfig):
+    """A stepped world node's pacing and run (WorldInputs): its readiness, how it steps beside the planner, and what
+    it does after its last episode."""
+
+    step_period_s: float = param(0.05, "wall time between steps when no call is in flight (s, steady clock)",
+                                 0.001, 60.0)
+    hold_while_planning: bool = param(True, "do not step while an admitted call has not returned (lockstep)")
+    hold_timeout_s: float = param(60.0, "longest hold for one call before stepping anyway (s)", 0.1, 3600.0)
+    variant: str = param("", "label of the run's variant, copied into the episode messages")
+    shutdown_when_done: bool = param(False, "exit the node's process after the last episode")
+
+
 def check_base_url_param(parameter: str, url: str) -> None:
     """ConfigError naming `parameter` when `url` is not an API's base URL (brace_common.http_deadline.check_base_url)."""
     try:

@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from brace_common.config import ConfigError, ReadinessConfig, check_fields, param
+from brace_common.config import ConfigError, SteppedWorldConfig, check_fields, param
 
 from .textworld_games import LEVELS, MAX_RECIPE, GameSpec
 
 
 @dataclass
-class TextWorldConfig(ReadinessConfig):
+class TextWorldConfig(SteppedWorldConfig):
     """Parameters of textworld_world: the games, how long an episode may run, how the node runs episodes."""
 
     seed: int = param(0, "seed of the first episode's game; episode e plays the game of seed + e", 0, 2**31 - 1)
@@ -35,12 +35,6 @@ class TextWorldConfig(ReadinessConfig):
                                 "admissible commands of the latest state", 1, 64)
     game_dir: str = param("~/.cache/brace/textworld", "folder of the generated games (each made once, offline, "
                           "and reused; '~' is the home folder)")
-    step_period_s: float = param(0.05, "wall time between steps when no call is in flight (s, steady clock)",
-                                 0.001, 60.0)
-    hold_while_planning: bool = param(True, "do not step while an admitted call has not returned (lockstep)")
-    hold_timeout_s: float = param(60.0, "longest hold for one call before stepping anyway (s)", 0.1, 3600.0)
-    variant: str = param("", "label of the run's variant, copied into the episode messages")
-    shutdown_when_done: bool = param(False, "exit the node's process after the last episode")
 
     def validate(self) -> None:
         """ConfigError naming the first invalid parameter."""
