@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
 from brace_bringup.run_config import RunConfig
 from brace_bringup.run_plan import RunEnd, RunPlan
-from brace_common.testing import installed_executable, wait_for
+from brace_common.names import DEFAULT_NAMESPACE
+from brace_common.testing import installed_executable, stop_processes, wait_for
 from erecap_planner.testing import saved_tiny_llama
 
 EPISODES = 2
@@ -66,6 +68,31 @@ def start_every_node(run_plan: RunPlan, env: dict, logs: Path) -> dict[str, subp
                  "-r", f"__ns:={run_plan.namespace}", "-r", f"__node:={spec.name}",
                  "--params-file", str(run_plan.parameters)], env=env, stdout=log, stderr=subprocess.STDOUT)
     return procs
+
+
+def run_all_at_once(specs: Sequence, params: Path, env: dict, logs: Path, until: str, timeout_s: float,
+                    node_names: bool = False) -> tuple[dict[str, int], dict[str, str]]:
+    """Start every node of `specs` (each with name, package, executable) as its own process, back to back in that
+    order, with the parameter file `params` in the stack's namespace (`__node:=` its name with `node_names`); wait
+    for `until` to exit, SIGINT the rest (the recorder finishes its bag on SIGINT). Each process's exit code and the
+    tail of its log.
+    """
+    procs: dict[str, subprocess.Popen] = {}
+    files = {}
+    try:
+        for spec in specs:
+            files[spec.name] = (logs / f"{spec.name}.log").open("w")
+            remaps = ["-r", f"__ns:={DEFAULT_NAMESPACE}"] + (["-r", f"__node:={spec.name}"] if node_names else [])
+            procs[spec.name] = subprocess.Popen(
+                [str(installed_executable(spec.package, spec.executable)), "--ros-args", "--params-file", str(params),
+                 *remaps], env=env, stdout=files[spec.name], stderr=subprocess.STDOUT)
+        procs[until].wait(timeout=timeout_s)
+    finally:
+        stop_processes(procs, STOP_TIMEOUT_S)
+        for log in files.values():
+            log.close()
+    return ({name: proc.returncode for name, proc in procs.items()},
+            {name: (logs / f"{name}.log").read_text()[-3000:] for name in procs})
 
 
 def run_end(run_plan: RunPlan, procs: dict[str, subprocess.Popen]) -> RunEnd:

@@ -49,7 +49,8 @@ WORLDS: dict[str, WorldRun] = {
     "pusht": WorldRun("piper_twin_pusht", "brace_erecap", (
         "twin_world.max_episode_s=25.0", "twin_world.act_port={port}", "twin_world.can_port=twin_view_{port}",
         "piper_arm.can_port=twin_view_{port}", "openvla_executor.server_url=http://127.0.0.1:{port}/act"), 1),
-    "textworld": WorldRun("textworld", "brace_erecap", ("textworld_world.episodes=1",), 1),
+    "textworld": WorldRun("textworld", "brace_erecap", ("textworld_world.episodes=1", "textworld_world.max_steps=16"),
+                          1),  # 16 commands: a game's first rooms (the shipped planner's calls run to their deadline)
 }
 """Every world the viewer draws, as the test path runs it."""
 

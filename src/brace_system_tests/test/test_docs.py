@@ -162,3 +162,14 @@ def test_the_guides_name_every_budget_profile_and_stack():
     nodes = (WORKSPACE / "docs" / "nodes.md").read_text()
     assert [p for p in profiles if f"`{p}`" not in nodes] == [], "budget profiles docs/nodes.md does not name"
     assert [s for s in STACKS if f"`{s}`" not in nodes] == [], "stacks docs/nodes.md does not name"
+
+
+def test_the_robot_guide_names_every_row_of_the_twin_run():
+    """robot.md once listed three of the twin run's four rows."""
+    import yaml
+
+    variants = yaml.safe_load((WORKSPACE / "src/brace_bringup/runs/piper_twin.yaml").read_text())["run"]["variants"]
+    guide = (WORKSPACE / "docs" / "robot.md").read_text()
+    twin = guide[guide.index("## 7. Without the arm"):].split("\n\n")[1]  # the section's first paragraph
+    named = set(re.findall(r"`([a-z_]+)` \(", twin))
+    assert named == set(variants), f"robot.md's twin section names rows {sorted(named)}, the run has {sorted(variants)}"
