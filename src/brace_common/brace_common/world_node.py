@@ -11,9 +11,9 @@ from brace_msgs.action import Replan
 from brace_msgs.msg import CollisionMonitorState, Episode, Plan, WorldInfo
 from builtin_interfaces.msg import Time
 from rclpy.action import ActionClient
-from rclpy.duration import Duration
 
 from . import names, qos
+from .acks import wait_for_all_acked
 from .counted_inputs import CountedInputs
 from .counters import Health
 from .diagnostics import diagnostic_array, health_array
@@ -167,7 +167,7 @@ class WorldNode:
         """Close the running episode with `result` and publish its END; True when it was the run's last."""
         last = self.book.end(result)
         self.out.episode.publish(self.episode_msg(EpisodeEvent.END, result))
-        if last and not self.out.episode.wait_for_all_acked(Duration(seconds=END_ACK_WAIT_S)):
+        if last and not wait_for_all_acked(self.out.episode, END_ACK_WAIT_S):
             self.get_logger().warning(f"the last END was not acknowledged within {END_ACK_WAIT_S:.0f} s")
         return last
 

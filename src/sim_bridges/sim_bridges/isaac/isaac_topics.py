@@ -10,10 +10,10 @@ from typing import Any, Optional
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
-from rclpy.duration import Duration
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
 from brace_common import qos
+from brace_common.acks import wait_for_all_acked
 from brace_common.validation import InvalidInput, Rejections
 
 from . import isaac_contract as contract
@@ -106,7 +106,7 @@ class RobotTopics:
             try:
                 self.send(spec, command)
                 pub = self.publishers.get(spec.name)
-                if why == "exit" and pub is not None and not pub.wait_for_all_acked(Duration(seconds=EXIT_ACK_S)):
+                if why == "exit" and pub is not None and not wait_for_all_acked(pub, EXIT_ACK_S):
                     logger.warning(f"{spec.name}: the hold on exit was not acknowledged in {EXIT_ACK_S} s")
             except Exception as exc:  # noqa: BLE001 - a publisher of a dying context; the next robot still matters
                 logger.warning(f"{spec.name}: could not send the hold on {why}: {exc}")
