@@ -400,19 +400,26 @@ def test_a_replan_that_confirms_the_rest_of_the_plan_lets_the_running_step_go_on
              what="the new plan")
 
 
-def test_a_new_episode_ends_the_plan_without_an_outcome_and_the_arm_holds(ros, act):
+@pytest.mark.parametrize("event", [Episode.EVENT_START, Episode.EVENT_END])
+def test_an_episode_boundary_ends_the_plan_without_an_outcome_and_the_arm_holds(ros, act, event):
     server = act(Policy(OPEN_ACTION))                              # a pick that never closes: it runs on
     node = executor(server.url)
     arm = start(ros, node)
     wait_for(lambda: arm.episode_pub.get_subscription_count() > 0, what="the executor's episode subscription")
     arm.plan("p1", ("pick", '{"object": "cup"}'))
     wait_for(lambda: len(arm.commands) >= 3, what="the pick under way")
-    arm.episode_pub.publish(Episode(event=Episode.EVENT_START, episode=1))
+    arm.episode_pub.publish(Episode(event=event, episode=1))
     # the node ends the plan on its executor thread: wait for all of it, not only the counter
     wait_for(lambda: node.runner.counts["plans_ended_by_episode"] == 1 and node.runner.current is None
              and not node.runner.monitor.active,
-             what="the plan ended by the new episode")
+             what="the plan ended by the episode boundary")
     assert not arm.outcomes
+    if event == Episode.EVENT_END:        # a plan answered after the end is not run; the next episode's START opens
+        arm.plan("late", ("pick", '{"object": "cup"}'))
+        wait_for(lambda: node.runner.counts["plans_between_episodes"] == 1, what="the late plan counted")
+        assert node.runner.current is None
+        arm.episode_pub.publish(Episode(event=Episode.EVENT_START, episode=2))
+        wait_for(lambda: not node.runner.between_episodes, what="the next episode's START")
     sent = len(arm.commands)
     arm.plan("p2", ("pick", '{"object": "cup"}'))                  # the new episode's first plan begins anew
     wait_for(lambda: len(arm.commands) > sent + 2 and node.runner.plan_id == "p2", what="the new plan's commands")

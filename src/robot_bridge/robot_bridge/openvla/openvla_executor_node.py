@@ -120,9 +120,10 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
                               msg.trigger_kind)
 
     def on_episode(self, msg: Episode) -> None:
-        """A new episode ends the current plan without an outcome; the arm holds until the new episode's first plan."""
-        if msg.event == EpisodeEvent.START:
-            self.runner.end_episode(msg.episode)
+        """An episode's end or a new one's start ends the current plan without an outcome (its world is over: a step
+        run on would only fail when the world stops feeding it); the arm holds until the next episode's first plan."""
+        if msg.event in (EpisodeEvent.START, EpisodeEvent.END):
+            self.runner.end_episode(msg.episode, "began" if msg.event == EpisodeEvent.START else "ended")
 
     @serialized
     def on_verdict(self, msg: VerifierVerdict) -> None:

@@ -32,6 +32,7 @@ from .vla_backends import LocalBackend, ServerBackend, VlaError, resize_image
 MAX_PLAN_STEPS = 64
 """A plan longer than this is rejected (the planner's schemas allow a handful)."""
 COUNTERS = ("plans", "plans_other_agents", "plans_repeated", "plans_unchanged", "plans_ended_by_episode",
+            "plans_between_episodes",
             "steps_succeeded", "steps_replaced", "steps_restarted", "verdicts_not_halting", "verdicts_idle", "halts",
             "images", "vla_requests", "vla_requests_cancelled", "answers_dropped", "actions", "actions_anchored",
             "actions_clipped", "vla_errors")
@@ -112,6 +113,7 @@ class StepRunner:
         self.plan_id = ""
         self.steps: list[PlannedStep] = []
         self.index = 0
+        self.between_episodes = False  # after an episode's END, before the next START: no world to act in
         self.generation = 0           # bumped whenever the current step changes: older VLA answers are dropped
         self.ticks = 0
         self.image: Optional[np.ndarray] = None
@@ -186,6 +188,10 @@ class StepRunner:
             if plan_id == self.plan_id:
                 self.counts["plans_repeated"] += 1
                 return
+            if self.between_episodes:   # a call answered after its episode ended: nothing left to do it in
+                self.counts["plans_between_episodes"] += 1
+                self.log.info(f"plan '{shorten(plan_id)}' arrived after the episode ended: not executed")
+                return
             running = self.monitor is not None and self.monitor.active
             start = plan_start([s.call() for s in self.steps[self.index:]] if running else [],
                                [s.call() for s in planned], trigger_kind)
@@ -220,13 +226,14 @@ class StepRunner:
             planned.append(PlannedStep(i, step, instruction, self.monitor.spec(step.action, step.parameters)))
         return planned
 
-    def end_episode(self, episode: int) -> None:
-        """A new episode ends the current plan without an outcome (it was for the world that ended); the arm holds
-        until the new episode's first plan."""
+    def end_episode(self, episode: int, how: str = "began") -> None:
+        """An episode that `ended` or `began` ends the current plan without an outcome (it was for the world that is
+        over); the arm holds until the next episode's first plan (plans between an end and a start are not run)."""
         with self.lock:
+            self.between_episodes = how == "ended"
             if self.monitor is None or not self.steps:
                 return
-            self.log.info(f"episode {episode} began: plan '{shorten(self.plan_id)}' ended; idle")
+            self.log.info(f"episode {episode} {how}: plan '{shorten(self.plan_id)}' ended; idle")
             self.plan_id, self.steps, self.index = "", [], 0
             self._begin_step()      # no current step: the monitor stops, the request in flight is dropped
             self.counts["plans_ended_by_episode"] += 1  # last: a reader that sees the count sees the arm idle
