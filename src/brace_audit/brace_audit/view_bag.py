@@ -69,8 +69,8 @@ def bag_to_rrd(bag: Path, rrd: Path | None = None) -> ViewFile:
         rec.set_time("ros_time", timestamp=last_ns * 1e-9)
         rec.log("events/bag", rr.TextLog(f"the bag is damaged: shown as far as it reads: {damage}", level="ERROR"))
     eye = mapping.eye()
-    if eye is not None:     # the whole run is known now: the scene seen so that all of it is in view
-        rec.send_blueprint(blueprint(eye=eye))
+    if eye is not None or mapping.poseless():   # the whole run is known now: all of the scene in view, or its graph
+        rec.send_blueprint(blueprint(eye=eye, graph_first=mapping.poseless()))
     rec.flush()
     rec.disconnect()
     return ViewFile(out, mapping.shown, mapping.logged_to, skipped, damage)

@@ -161,7 +161,8 @@ class ViewMapping:
         self.rec.set_time("step", sequence=self.step)
 
     def _log(self, path: str, archetype: Any, static: bool = False) -> None:
-        self.rec.log(path, archetype, static=static)
+        """Log `archetype` (or a tuple of archetypes, one row) at `path`."""
+        self.rec.log(path, *(archetype if isinstance(archetype, tuple) else (archetype,)), static=static)
         if not static:
             self.logged_to = max(self.logged_to, self.step)
 
@@ -227,9 +228,8 @@ class ViewMapping:
         self.entities = present
         segments = relation_segments(state)
         self._draw(f"{SCENE}/relations", segments, lambda: segment_lines(segments))
-        key, nodes, edges = scene_graph(state)
-        self._draw(f"{GRAPH}/entities", key, lambda: nodes)
-        self._draw(f"{GRAPH}/relations", key, lambda: edges)
+        key, nodes, edges = scene_graph(state, {a: self.colour(a) for a in activities})
+        self._draw(GRAPH, key, lambda: (nodes, edges))   # one entity: edges join only the nodes of their own
         for agent in self.plans:
             self._draw_plan(agent)
 
@@ -239,6 +239,10 @@ class ViewMapping:
             return
         self.low = [min(a, b) for a, b in zip(self.low, point, strict=True)]
         self.high = [max(a, b) for a, b in zip(self.high, point, strict=True)]
+
+    def poseless(self) -> bool:
+        """True once a world state arrived with nothing in it to draw in 3-D (TextWorld): its scene is the graph."""
+        return self.state is not None and self.low is None
 
     def eye(self) -> tuple[tuple[float, float, float], tuple[float, float, float]] | None:
         """Where the scene is seen from: above and to the south of the middle of everything drawn so far, far enough
@@ -391,17 +395,27 @@ class ViewMapping:
                                f"{msg.delivered}/{msg.tasks} tasks in {msg.steps} steps, {msg.plans} plans")
 
 
-def blueprint(live: bool = False, eye: tuple | None = None) -> rrb.Blueprint:
-    """The layout: the scene (3-D, seen from `eye` = (position, target) when given; or the scene graph for worlds
-    without poses) and the latest call's story on the left; latency against SLO_t, tokens and B_t, phases and the
-    event log on the right; the step timeline, following the newest data when `live`, else paused."""
+FIXED_GRAPH_LAYOUT = {
+    "force_link": rrb.archetypes.ForceLink(enabled=False), "force_many_body": rrb.archetypes.ForceManyBody(enabled=False),
+    "force_position": rrb.archetypes.ForcePosition(enabled=False),
+    "force_collision_radius": rrb.archetypes.ForceCollisionRadius(enabled=False),
+    "force_center": rrb.archetypes.ForceCenter(enabled=False)}
+"""The scene graph's view keeps the nodes where view_scene.graph_positions put them (no force simulation)."""
+
+
+def blueprint(live: bool = False, eye: tuple | None = None, graph_first: bool = False) -> rrb.Blueprint:
+    """The layout: the scene (3-D, seen from `eye` = (position, target) when given; the scene graph's tab in front
+    with `graph_first`, for worlds without poses) and the latest call's story on the left; latency against SLO_t,
+    tokens and B_t, phases and the event log on the right; the step timeline, following the newest data when `live`,
+    else paused."""
     controls = rrb.archetypes.EyeControls3D(position=eye[0], look_target=eye[1], eye_up=(0.0, 0.0, 1.0)) \
         if eye is not None else None
     return rrb.Blueprint(
         rrb.Horizontal(
             rrb.Vertical(
                 rrb.Tabs(rrb.Spatial3DView(origin=SCENE, name="scene", eye_controls=controls),
-                         rrb.GraphView(origin=GRAPH, name="scene graph")),
+                         rrb.GraphView(origin=GRAPH, name="scene graph", **FIXED_GRAPH_LAYOUT),
+                         active_tab=1 if graph_first else 0),
                 rrb.TextDocumentView(origin="story", name="latest call"),
                 row_shares=[3, 2]),
             rrb.Vertical(

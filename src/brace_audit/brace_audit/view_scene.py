@@ -11,6 +11,7 @@ import math
 
 import rerun as rr
 
+from brace_common.vocabulary import Predicate
 from brace_common.world_markers import AGENT_COLOURS
 from brace_common.world_state import Entity, Pose, WorldState
 
@@ -140,11 +141,62 @@ def segment_lines(segments: tuple[Segment, ...], radius: float = 0.03) -> rr.Lin
                            labels=[t for _, _, _, t in segments], radii=radius)
 
 
-def scene_graph(state: WorldState) -> tuple[tuple, rr.GraphNodes, rr.GraphEdges]:
-    """The state's scene graph: every entity a node (labelled id: state), every relation an edge; and a key that is
-    equal for equal graphs."""
+GRAPH_SPACING = (240.0, 50.0)
+"""The scene graph's layout: graph units between two columns and between two nodes of a column."""
+GRAPH_COLUMNS = 10
+"""Columns side by side in one band of the scene graph; more go into a band below."""
+STATE_WORDS = 2
+"""Words of an entity's state its node shows (the rest: "...")."""
+HELD_BY = (Predicate.IN, Predicate.ON)
+"""Relations that put an entity where its holder is (an apple in the fridge is in the fridge's column)."""
+
+
+def graph_positions(state: WorldState) -> list[tuple[float, float]]:
+    """A fixed layout for the scene graph: a column per place (what something is `at`, and every entity of its type,
+    in the order of the state's entities), the place on top and what is at it (or in or on what is) below; a last
+    column for the rest; columns side by side in bands
+    of GRAPH_COLUMNS. Fixed so that a picture of it is the same each time (a force layout moves on, on a software
+    renderer for a minute and more), and so that a person finds each room with what is in it."""
+    index = {e.id: i for i, e in enumerate(state.entities)}
+    at = {r.subject: r.object for r in state.relations if r.predicate == Predicate.AT and r.object in index}
+    holder = {r.subject: r.object for r in state.relations if r.predicate in HELD_BY and r.object in index}
+    kinds = {state.entities[index[place]].type for place in at.values()}   # a room with nothing in it is a place too
+    columns: dict[str, list[int]] = {e.id: [i] for i, e in enumerate(state.entities) if e.type in kinds}
+    rest: list[int] = []
+    for i, entity in enumerate(state.entities):
+        if entity.id in columns:
+            continue
+        where, seen = entity.id, set()
+        while where not in at and where in holder and where not in seen:   # in the fridge, the fridge at the kitchen
+            seen.add(where)
+            where = holder[where]
+        (columns[at[where]] if at.get(where) in columns else rest).append(i)
+    laid = [*columns.values(), *([rest] if rest else [])]
+    band_height = (max((len(c) for c in laid), default=1) + 1) * GRAPH_SPACING[1]
+    positions = [(0.0, 0.0)] * len(state.entities)
+    for c, members in enumerate(laid):
+        x, top = (c % GRAPH_COLUMNS) * GRAPH_SPACING[0], (c // GRAPH_COLUMNS) * band_height
+        for row, i in enumerate(members):
+            positions[i] = (x, top + row * GRAPH_SPACING[1])
+    return positions
+
+
+def graph_label(entity: Entity) -> str:
+    """A node's label: the id and the first STATE_WORDS words of its state."""
+    words = [w.strip() for w in entity.state.split(",") if w.strip()]
+    shown = ", ".join(words[:STATE_WORDS]) + (", ..." if len(words) > STATE_WORDS else "")
+    return f"{entity.id}: {shown}" if shown else entity.id
+
+
+def scene_graph(state: WorldState, colours: dict[str, Rgb] | None = None) -> tuple[tuple, rr.GraphNodes,
+                                                                                     rr.GraphEdges]:
+    """The state's scene graph: every entity a node (`graph_label`, placed by `graph_positions`, an agent in its
+    colour from `colours`), every relation an edge; and a key that is equal for equal graphs."""
     ids = [e.id for e in state.entities]
-    labels = [f"{e.id}: {e.state}" if e.state else e.id for e in state.entities]
+    labels = [graph_label(e) for e in state.entities]
     edges = [(r.subject, r.object) for r in state.relations]
-    return ((tuple(ids), tuple(labels), tuple(edges)), rr.GraphNodes(ids, labels=labels, show_labels=True),
+    positions = graph_positions(state)
+    node_colours = [(colours or {}).get(i, GREY) for i in ids]
+    return ((tuple(ids), tuple(labels), tuple(edges), tuple(positions), tuple(node_colours)),
+            rr.GraphNodes(ids, labels=labels, show_labels=True, positions=positions, colors=node_colours),
             rr.GraphEdges(edges, graph_type=rr.components.GraphType.Directed))

@@ -21,6 +21,7 @@ from brace_audit.bag import BagWriter
 from brace_audit.view_bag import bag_to_rrd
 from brace_audit.view_browser import BrowserMissing, ViewerState, find_browser, parse_state, set_time_request, wire_fields
 from brace_audit.view_mapping import ViewMapping, blueprint, short_label
+from brace_audit.view_scene import GRAPH_COLUMNS, GRAPH_SPACING, graph_label, graph_positions
 from brace_audit.view_server import ViewerServer
 from brace_common import names
 from brace_common.local_http import free_port
@@ -50,13 +51,14 @@ def test_the_scene_draws_every_entity_with_a_pose_and_the_agents_say_what_they_d
     assert column(rows["/world/robot/agent_1"], "labels") == ["agent_1 blocked BLOCKED"]
     near = column(rows["/world/relations"], "labels")
     assert near == ["agent_0 near agent_1 (5.0 m)"]
-    assert set(column(rows["/scene_graph/entities"], "node_ids")[0]) == {"agent_0", "agent_1", "shelf_0", "dock_0",
+    assert set(column(rows["/scene_graph"], "node_ids")[0]) == {"agent_0", "agent_1", "shelf_0", "dock_0",
                                                                          "cup_0"}
 
 
 def test_the_eye_sees_everything_drawn_from_above_and_the_south(tmp_path):
     mapping, _ = mapped(tmp_path, [(names.WORLD_STATE, state_msg(warehouse(0)), S)])
     assert mapping.eye() == ((2.5, 0.5, 3.5), (2.5, 4.0, 0.0))   # entities from (0, 2) to (5, 6): 5 m across
+    assert not mapping.poseless()
 
 
 def test_only_what_changed_is_logged_and_what_left_is_cleared(tmp_path):
@@ -155,10 +157,30 @@ def test_a_world_without_poses_is_its_scene_graph(tmp_path):
     state = WorldState("textworld", 0, 0, (Entity("player", "agent"), Entity("kitchen", "room"),
                                            Entity("apple", "object", "in_fridge")),
                        (Relation("player", Predicate.AT, "kitchen"),), (AgentActivity("player"),))
-    _, rows = mapped(tmp_path, [(names.WORLD_STATE, state_msg(state), S)])
+    mapping, rows = mapped(tmp_path, [(names.WORLD_STATE, state_msg(state), S)])
     assert not [p for p in rows if p.startswith("/world/") and p.count("/") == 3]
-    assert column(rows["/scene_graph/entities"], "labels") == [["player", "kitchen", "apple: in_fridge"]]
-    assert column(rows["/scene_graph/relations"], "edges") == [{"first": "player", "second": "kitchen"}]
+    assert mapping.poseless() and mapping.eye() is None     # the layout puts the scene graph's tab in front
+    assert column(rows["/scene_graph"], "labels") == [["player", "kitchen", "apple: in_fridge"]]
+    assert column(rows["/scene_graph"], "edges") == [{"first": "player", "second": "kitchen"}]
+
+
+def test_the_scene_graph_has_a_fixed_layout_a_column_per_place():
+    rooms = [Entity(f"room_{i}", "room") for i in range(GRAPH_COLUMNS + 1)]
+    things = (Entity("player", "agent"), Entity("fridge", "container"), Entity("apple", "food", "raw, cuttable, uncut"),
+              Entity("recipe", "recipe"))
+    state = WorldState("textworld", 0, 0, (*rooms, *things),
+                       (Relation("player", Predicate.AT, "room_1"), Relation("fridge", Predicate.AT, "room_1"),
+                        Relation("apple", Predicate.IN, "fridge")), (AgentActivity("player"),))
+    positions = graph_positions(state)
+    dx, dy = GRAPH_SPACING
+    assert positions[1] == (dx, 0.0)                                          # room_1, then what is at or in it
+    assert positions[-4:-1] == [(dx, dy), (dx, 2 * dy), (dx, 3 * dy)]
+    assert positions[0] == (0.0, 0.0) and positions[GRAPH_COLUMNS - 1] == ((GRAPH_COLUMNS - 1) * dx, 0.0)
+    band = 5 * dy                                         # the tallest column (room_1 and three things) and a gap
+    assert positions[GRAPH_COLUMNS] == (0.0, band)        # the sixth room begins the second band
+    assert positions[-1] == (dx, band)                    # the rest: the last column
+    assert len(set(positions)) == len(positions) and graph_positions(state) == positions
+    assert graph_label(things[2]) == "apple: raw, cuttable, ..." and graph_label(things[3]) == "recipe"
 
 
 def test_short_labels_name_the_entities_a_step_names():
