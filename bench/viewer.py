@@ -12,10 +12,11 @@ Targets (a demo run on 2 cores): first frame <= 10 s, whole run drawn <= 30 s. W
 target is missed or a picture lacks what a person should see.
 
 `--live N`: the live viewer's cost instead: `brace-run demo --variants brace_erecap --episodes N` without the viewer,
-with `--view` (brace_viewer and its server), and with `--view` and Chromium watching, one after the other in one
-invocation; each row's call P95 and SLO violation from its bag, the brace-run process's CPU time and peak RSS, and
-the viewer server's. Target: P95 and SLO violation with the viewer within the run-to-run noise of the row without
-it (the rows' difference is reported; repeat the invocation to see the noise). Writes <out>/viewer_live.csv.
+with `--view` (brace_viewer in its own process and its server), and with `--view` and Chromium watching, one after the
+other in one invocation; each row's call P95 and SLO violation from its bag, the CPU time and peak RSS of brace-run
+with its children, of the viewer node's process and of the viewer's server. Target: P95 and SLO violation with the
+viewer within the run-to-run noise of the row without it (the rows' difference is reported; repeat the invocation to
+see the noise). Writes <out>/viewer_live.csv.
 `source scripts/env.sh && python bench/viewer.py [--worlds warehouse airsim ...] [--tiny] [--docs] [--quick]
 [--live N]`.
 """
@@ -114,13 +115,13 @@ LIVE_ROWS = (("without the viewer", False, False), ("with brace_viewer", True, F
 
 
 class Sampler:
-    """Peak RSS and CPU time of a process and its children, and of its child named `rerun` (the viewer's server),
-    sampled every 0.5 s until the process ends."""
+    """Peak RSS and CPU time of a process and its children, of its child named `rerun` (the viewer's server) and of
+    the brace_viewer node's process, sampled every 0.5 s until the process ends."""
 
     def __init__(self, pid: int) -> None:
         self.process = psutil.Process(pid)
-        self.peak_rss = self.viewer_peak_rss = 0
-        self.cpu_s = self.viewer_cpu_s = 0.0
+        self.peak_rss = self.viewer_peak_rss = self.node_peak_rss = 0
+        self.cpu_s = self.viewer_cpu_s = self.node_cpu_s = 0.0
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -136,6 +137,9 @@ class Sampler:
                     if child.name() == "rerun":
                         self.viewer_peak_rss = max(self.viewer_peak_rss, child_rss)
                         self.viewer_cpu_s = max(self.viewer_cpu_s, child_cpu)
+                    elif any("brace_viewer" in part for part in child.cmdline()[:2]):
+                        self.node_peak_rss = max(self.node_peak_rss, child_rss)
+                        self.node_cpu_s = max(self.node_cpu_s, child_cpu)
                 self.peak_rss, self.cpu_s = max(self.peak_rss, rss), max(self.cpu_s, cpu)
             except psutil.Error:    # a child that just ended
                 pass
@@ -147,9 +151,9 @@ def live(args: argparse.Namespace) -> int:
     CPU and memory of each row."""
     cpu = cpu_report()
     print(f"\nThe live viewer's cost beside the demo ({args.live} episodes per row, K = 4; {describe_cpu(cpu)})")
-    print("| row | calls | P95 ms | SLO violation | success | brace-run CPU s | peak RSS MiB | viewer server CPU s | "
-          "viewer server peak RSS MiB | browser CPU s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| row | calls | P95 ms | SLO violation | success | brace-run CPU s | peak RSS MiB | viewer node CPU s | "
+          "viewer node peak RSS MiB | viewer server CPU s | viewer server peak RSS MiB | browser CPU s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_viewer_live_") as tmp:
         model = tiny_planner(Path(tmp)) if args.tiny else ()
@@ -182,14 +186,17 @@ def live(args: argparse.Namespace) -> int:
             s = summary(records)
             row = {"row": label, "episodes": args.live, "calls": s["calls"], "latency_p95_ms": s["latency_p95_ms"],
                    "slo_violation": s["slo_violation"], "success": s["success"], "cpu_s": round(sampler.cpu_s, 1),
-                   "peak_rss_mib": round(sampler.peak_rss / 2 ** 20), "viewer_cpu_s": round(sampler.viewer_cpu_s, 1),
+                   "peak_rss_mib": round(sampler.peak_rss / 2 ** 20), "viewer_node_cpu_s": round(sampler.node_cpu_s, 1),
+                   "viewer_node_peak_rss_mib": round(sampler.node_peak_rss / 2 ** 20),
+                   "viewer_cpu_s": round(sampler.viewer_cpu_s, 1),
                    "viewer_peak_rss_mib": round(sampler.viewer_peak_rss / 2 ** 20),
                    "browser_cpu_s": round(used["browser_cpu_s"], 1),
                    "planner": "a tiny model" if args.tiny else "the shipped planner", "cpu": cpu["cpu"],
                    "torch_capability": cpu["torch_capability"]}
             rows.append(row)
             print(f"| {label} | {row['calls']} | {row['latency_p95_ms']:.0f} | {100 * row['slo_violation']:.1f}% | "
-                  f"{100 * row['success']:.0f}% | {row['cpu_s']} | {row['peak_rss_mib']} | {row['viewer_cpu_s']} | "
+                  f"{100 * row['success']:.0f}% | {row['cpu_s']} | {row['peak_rss_mib']} | {row['viewer_node_cpu_s']} | "
+                  f"{row['viewer_node_peak_rss_mib']} | {row['viewer_cpu_s']} | "
                   f"{row['viewer_peak_rss_mib']} | {row['browser_cpu_s']} |")
     base, viewed = rows[0], rows[1]
     print(f"\nwith the viewer: P95 {viewed['latency_p95_ms'] - base['latency_p95_ms']:+.0f} ms, SLO violation "

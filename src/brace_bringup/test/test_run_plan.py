@@ -52,3 +52,13 @@ def test_the_first_process_to_exit_ends_the_run_the_others_still_running(sim_pla
     finally:
         running.kill()
         running.wait()
+
+
+def test_the_viewer_runs_in_a_process_of_its_own(tmp_path):
+    """brace-run --view starts brace_viewer as launch does: its own process, not composed beside the planner."""
+    cfg = RunConfig.load("demo")
+    cfg.viewer = True
+    viewed = plan(cfg, "brace_erecap", tmp_path)
+    assert "brace_viewer" in viewed.stack.names
+    assert [p.name for p in viewed.node_processes()] == ["brace_viewer"]
+    assert "brace_viewer" not in [spec.name for spec in viewed.composed]
