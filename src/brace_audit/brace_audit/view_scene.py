@@ -154,9 +154,9 @@ HELD_BY = (Predicate.IN, Predicate.ON)
 def graph_positions(state: WorldState) -> list[tuple[float, float]]:
     """A fixed layout for the scene graph: a column per place (what something is `at`, and every entity of its type,
     in the order of the state's entities), the place on top and what is at it (or in or on what is) below; a last
-    column for the rest; columns side by side in bands
-    of GRAPH_COLUMNS. Fixed so that a picture of it is the same each time (a force layout moves on, on a software
-    renderer for a minute and more), and so that a person finds each room with what is in it."""
+    column for the rest; columns side by side in bands of GRAPH_COLUMNS. Fixed so that a picture of it is the same
+    each time (a force layout moves on, on a software renderer for a minute and more), and so that a person finds
+    each room with what is in it."""
     index = {e.id: i for i, e in enumerate(state.entities)}
     at = {r.subject: r.object for r in state.relations if r.predicate == Predicate.AT and r.object in index}
     holder = {r.subject: r.object for r in state.relations if r.predicate in HELD_BY and r.object in index}
