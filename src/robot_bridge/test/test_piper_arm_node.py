@@ -153,6 +153,9 @@ class Rig:
         wait_for(lambda: self.op.joint_cmd.get_subscription_count() > 0 and self.op.ee_cmd.get_subscription_count() > 0
                  and self.op.gripper_cmd.get_subscription_count() > 0 and len(self.op.joint_states) > 0
                  and self.op.status() is not None, 15.0, "discovery")
+        # a busy machine can delay the twin's first frames past the silence timeout: a can_silent fault that clears
+        # by itself; a command sent during it is refused, so the tests begin once nothing refuses commands
+        wait_for(lambda: not node.gate.faults, 15.0, "an arm without faults")
         return node
 
     def rejected(self, key: str) -> int:
