@@ -21,6 +21,8 @@ from erecap_planner.testing import saved_tiny_llama
 
 EPISODES = 2
 """Episodes of the tiny run."""
+VARIANT = "brace_erecap"
+"""The variant the graph tests and the world check run (BRACE + E-RECAP)."""
 RUN_TIMEOUT_S = 300.0
 """How long a small run may take on a slow, busy machine before its end counts as missing."""
 STOP_TIMEOUT_S = 30.0

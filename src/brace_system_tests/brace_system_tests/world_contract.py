@@ -21,11 +21,8 @@ from brace_bringup.run_config import RunConfig
 from brace_common.config import load_ros_parameters
 from brace_common.domain_leases import fresh_domain
 from brace_common.vocabulary import CallStatus
-from brace_system_tests.process_graph import run_all_at_once
+from brace_system_tests.process_graph import VARIANT, run_all_at_once
 from erecap_planner.testing import saved_tiny_llama
-
-VARIANT = "brace_erecap"
-"""The control stack's variant the check runs (BRACE + E-RECAP)."""
 
 
 @dataclass(frozen=True)

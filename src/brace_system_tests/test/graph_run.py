@@ -7,9 +7,7 @@ from pathlib import Path
 
 from brace_audit.audit import records_from_bag
 from brace_common.vocabulary import CallStatus
-from brace_system_tests.process_graph import EPISODES, run_all_at_once, tiny_run_config  # noqa: F401 - re-exported
-
-VARIANT = "brace_erecap"
+from brace_system_tests.process_graph import EPISODES, VARIANT, run_all_at_once, tiny_run_config  # noqa: F401 - re-exported
 
 
 def check_bag(bag: Path) -> None:
