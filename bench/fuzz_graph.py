@@ -76,6 +76,8 @@ def overlay_attack(folder: Path, per_node: int) -> tuple[list[dict], bool]:
         rows.append({"attack": f"overlay {o.case.parameter}={o.case.value!r}", "node": o.case.node.name, "sent": 1,
                      "malformed": 1, "counted": int(o.refused), "uncounted": int(not o.refused), "note": o.note})
     for o in outcomes:
+        for stacks in o.hangs:
+            print(f"\n--- {o.case.label}: still running at the limit, its stacks\n{stacks}")
         if not o.refused or o.crashes:
             print(f"\n--- {o.case.label}: the end of its output\n{o.output}")
     return rows, all(o.refused for o in outcomes)

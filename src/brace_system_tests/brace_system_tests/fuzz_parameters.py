@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import subprocess
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +56,13 @@ CRASH_RETRIES = 1
 """Starts again of a case whose process named the parameter, then died by a signal while it exited (a rare crash in
 the process's teardown, after the refusal: it is counted in the outcome, and a crash every time still fails the
 case)."""
+HANG_RETRIES = 1
+"""Starts again of a case whose process was still running at START_LIMIT_S without a word. Once in ~2,000 tests on
+a busy 2-core machine a node never got as far as reading its parameters in 60 s (no log line: its DDS participant
+or its imports; the stacks it writes on SIGABRT say which). It is counted in the outcome with those stacks; a node
+that never refuses still fails the case."""
+STACKS_WAIT_S = 10.0
+"""How long a process still running at START_LIMIT_S gets to write its stacks (SIGABRT) before it is killed."""
 OUTPUT_TAIL = 2000
 """Characters of a process's output an outcome keeps (where it crashed: Python's fault handler is on)."""
 
@@ -83,6 +91,8 @@ class OverlayOutcome:
     named: bool
     crashes: list[int] = dataclasses.field(default_factory=list)
     """Exit codes (-signal) of earlier starts that named the parameter and then died by a signal."""
+    hangs: list[str] = dataclasses.field(default_factory=list)
+    """The output (their stacks) of earlier starts still running at START_LIMIT_S."""
     output: str = ""
     """The end of the last start's output."""
 
@@ -93,9 +103,11 @@ class OverlayOutcome:
 
     @property
     def note(self) -> str:
-        """'refused', 'still running' or 'NOT refused', and the crashes at exit before it, if any."""
+        """'refused', 'still running' or 'NOT refused', and the crashes at exit and hangs at start before it."""
         outcome = "refused" if self.refused else ("still running" if self.returncode is None else "NOT refused")
-        return outcome + (f" (crashed at exit {self.crashes} before)" if self.crashes else "")
+        before = [f"crashed at exit {self.crashes}"] if self.crashes else []
+        before += [f"hung at start {len(self.hangs)}x"] if self.hangs else []
+        return outcome + (f" ({', '.join(before)} before)" if before else "")
 
 
 def out_of_range(f: dataclasses.Field) -> Any:
@@ -155,14 +167,18 @@ def default_cases(per_node: int = 2) -> list[OverlayCase]:
 
 
 def _start(index: int, case: OverlayCase, folder: Path, env: dict[str, str]) -> OverlayOutcome:
-    crashes = []
+    crashes, hangs = [], []
     while True:
         outcome = _start_once(index, case, folder, env)
         crashed = outcome.returncode is not None and outcome.returncode < 0 and outcome.named
-        if not crashed or len(crashes) >= CRASH_RETRIES:
-            outcome.crashes = crashes
+        hung = outcome.returncode is None and len(hangs) < HANG_RETRIES
+        if crashed and len(crashes) < CRASH_RETRIES:
+            crashes.append(outcome.returncode)
+        elif hung:
+            hangs.append(outcome.output)
+        else:
+            outcome.crashes, outcome.hangs = crashes, hangs
             return outcome
-        crashes.append(outcome.returncode)
 
 
 def _start_once(index: int, case: OverlayCase, folder: Path, env: dict[str, str]) -> OverlayOutcome:
@@ -178,8 +194,12 @@ def _start_once(index: int, case: OverlayCase, folder: Path, env: dict[str, str]
     try:
         output, _ = proc.communicate(timeout=START_LIMIT_S)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        output, _ = proc.communicate()
+        proc.send_signal(signal.SIGABRT)  # the fault handler writes every thread's stack: where it hung
+        try:
+            output, _ = proc.communicate(timeout=STACKS_WAIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
         return OverlayOutcome(case, None, False, output=output[-OUTPUT_TAIL:])
     return OverlayOutcome(case, proc.returncode, f"'{case.parameter}'" in output, output=output[-OUTPUT_TAIL:])
 
