@@ -20,7 +20,7 @@ import copy
 import json
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -131,9 +131,15 @@ class RunPlan:
         """The `own_process` nodes as processes: each its installed executable under its name, in the namespace,
         with the one parameter file (as launch_ros's Node starts it)."""
         return tuple(Process(spec.name, spec.package, spec.executable,
-                             ("--ros-args", "-r", f"__ns:={self.namespace}", "-r", f"__node:={spec.name}",
-                              "--params-file", str(self.parameters)))
+                             node_arguments(spec.name, self.namespace, [self.parameters]))
                      for spec in self.stack.nodes if spec.name in self.own_process)
+
+
+def node_arguments(name: str, namespace: str, parameter_files: Sequence[Path], rename: bool = True) -> tuple[str, ...]:
+    """A node's ROS arguments as launch_ros's Node passes them: in `namespace`, renamed `name` with `rename`, its
+    parameter files in order (a later file's value wins)."""
+    remaps = ("-r", f"__ns:={namespace}") + (("-r", f"__node:={name}") if rename else ())
+    return ("--ros-args", *remaps, *(arg for path in parameter_files for arg in ("--params-file", str(path))))
 
 
 def plan(cfg: RunConfig, variant: str, folder: Path, extra: dict[str, dict] | None = None,

@@ -25,9 +25,9 @@ import yaml
 from brace_bringup.graph import PIPER_TWIN, SIM, NodeSpec
 from brace_bringup.param_docs import NODE_CONFIGS
 from brace_bringup.run_config import params_dir
-from brace_common import names
 from brace_common.config import field_default, load_ros_parameters
-from brace_common.testing import installed_executable
+
+from .process_graph import node_command
 
 AGENT_ID_CASES: dict[str, tuple[str, Any]] = {
     "trigger_monitor": ("agents", ["agent 0", "agent_1"]),
@@ -185,11 +185,7 @@ def _start_once(index: int, case: OverlayCase, folder: Path, env: dict[str, str]
     overlay = folder / f"overlay_{index:03d}_{case.node.name}_{case.parameter}.yaml"  # two cases may share a parameter
     values = {case.parameter: case.value, **({"autostart": True} if case.node.lifecycle else {})}  # configure now
     overlay.write_text(yaml.safe_dump({f"/**/{case.node.name}": {"ros__parameters": values}}))
-    files = [arg for name in case.node.parameter_files
-             for arg in ("--params-file", str(params_dir() / name))]
-    command = [str(installed_executable(case.node.package, case.node.executable)), "--ros-args",
-               "-r", f"__ns:={names.DEFAULT_NAMESPACE}", "-r", f"__node:={case.node.name}", *files,
-               "--params-file", str(overlay)]
+    command = node_command(case.node, [*(params_dir() / name for name in case.node.parameter_files), overlay])
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         output, _ = proc.communicate(timeout=START_LIMIT_S)

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from brace_bringup.run_config import RunConfig
-from brace_bringup.run_plan import RunEnd, RunPlan
+from brace_bringup.run_plan import RunEnd, RunPlan, node_arguments
 from brace_common.names import DEFAULT_NAMESPACE
 from brace_common.testing import installed_executable, stop_processes, wait_for
 from erecap_planner.testing import saved_tiny_llama
@@ -60,15 +60,21 @@ def small_run(folder: Path, overrides: dict | None = None, own_process: list[str
     return path
 
 
+def node_command(spec, parameter_files: Sequence[Path], namespace: str = DEFAULT_NAMESPACE,
+                 rename: bool = True) -> list[str]:
+    """`spec`'s installed executable (spec has package, executable, name) with its ROS arguments as launch_ros's
+    Node gives them (RunPlan's)."""
+    return [str(installed_executable(spec.package, spec.executable)),
+            *node_arguments(spec.name, namespace, parameter_files, rename)]
+
+
 def start_every_node(run_plan: RunPlan, env: dict, logs: Path) -> dict[str, subprocess.Popen]:
     """Every node of the plan its own process, back to back, as launch_ros's Node starts it."""
     procs = {}
     for spec in run_plan.nodes:
         with (logs / f"{spec.name}.log").open("w") as log:
-            procs[spec.name] = subprocess.Popen(
-                [str(installed_executable(spec.package, spec.executable)), "--ros-args",
-                 "-r", f"__ns:={run_plan.namespace}", "-r", f"__node:={spec.name}",
-                 "--params-file", str(run_plan.parameters)], env=env, stdout=log, stderr=subprocess.STDOUT)
+            procs[spec.name] = subprocess.Popen(node_command(spec, [run_plan.parameters], run_plan.namespace),
+                                                env=env, stdout=log, stderr=subprocess.STDOUT)
     return procs
 
 
@@ -84,10 +90,8 @@ def run_all_at_once(specs: Sequence, params: Path, env: dict, logs: Path, until:
     try:
         for spec in specs:
             files[spec.name] = (logs / f"{spec.name}.log").open("w")
-            remaps = ["-r", f"__ns:={DEFAULT_NAMESPACE}"] + (["-r", f"__node:={spec.name}"] if node_names else [])
-            procs[spec.name] = subprocess.Popen(
-                [str(installed_executable(spec.package, spec.executable)), "--ros-args", "--params-file", str(params),
-                 *remaps], env=env, stdout=files[spec.name], stderr=subprocess.STDOUT)
+            procs[spec.name] = subprocess.Popen(node_command(spec, [params], rename=node_names), env=env,
+                                                stdout=files[spec.name], stderr=subprocess.STDOUT)
         procs[until].wait(timeout=timeout_s)
     finally:
         stop_processes(procs, STOP_TIMEOUT_S)

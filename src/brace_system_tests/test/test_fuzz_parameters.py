@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from brace_system_tests import fuzz_parameters
+from brace_system_tests import fuzz_parameters, process_graph
 from brace_system_tests.fuzz_parameters import OverlayOutcome, default_cases
 
 
@@ -72,7 +72,7 @@ def test_a_start_still_running_at_the_limit_writes_its_stacks(monkeypatch, tmp_p
             while not ready.exists() and self.poll() is None:
                 time.sleep(0.01)
 
-    monkeypatch.setattr(fuzz_parameters, "installed_executable", lambda package, executable: hanging)
+    monkeypatch.setattr(process_graph, "installed_executable", lambda package, executable: hanging)
     monkeypatch.setattr(fuzz_parameters.subprocess, "Popen", StartedPopen)
     monkeypatch.setattr(fuzz_parameters, "START_LIMIT_S", 0.5)
     outcome = fuzz_parameters._start_once(0, default_cases(1)[0], tmp_path, {**os.environ, "PYTHONFAULTHANDLER": "1"})
