@@ -13,7 +13,7 @@ from builtin_interfaces.msg import Time
 from rclpy.action import ActionClient
 
 from . import names, qos
-from .acks import wait_for_all_acked
+from .acks import ACK_WAIT_S, wait_for_all_acked
 from .counted_inputs import CountedInputs
 from .counters import Health
 from .diagnostics import diagnostic_array, health_array
@@ -29,9 +29,10 @@ from .world_state import WorldState, world_state_msg
 
 PEERS_MISSING = "episodes do not start"
 """What a world's overdue peer wait means, in its diagnostics ERROR line."""
-END_ACK_WAIT_S = 2.0
+END_ACK_WAIT_S = ACK_WAIT_S
 """How long the run's last END waits for its subscribers (the recorder) to acknowledge it: a world that exits after
-its last episode (`shutdown_when_done`) ends the run, and its END must be in the bag before the recorder is stopped."""
+its last episode (`shutdown_when_done`) ends the run, and its END must be in the bag before the recorder is stopped.
+A reader in another process acknowledges at the writer's next heartbeat (acks.ACK_WAIT_S)."""
 
 
 def _book_view(name: str, doc: str) -> property:

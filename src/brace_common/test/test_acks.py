@@ -17,7 +17,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
-from brace_common.acks import wait_for_all_acked
+from brace_common.acks import unacknowledged, wait_for_all_acked
 from brace_common.testing import wait_for
 
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -45,6 +45,8 @@ def test_the_wait_lets_other_threads_run_and_ends_once_acknowledged(ros):
         reader.send_signal(signal.SIGSTOP)
         pub.publish(String(data="x" * 100_000))
         assert not wait_for_all_acked(pub, 0.0)                     # asked once: not yet
+        idle = node.create_publisher(String, "acks_idle", RELIABLE)  # nothing sent: nothing to wait for
+        assert unacknowledged({"stopped": pub, "idle": idle}, 0.0) == ["stopped"]
         resumed = threading.Event()
 
         def resume() -> None:                                       # runs only while the wait lets it

@@ -13,7 +13,7 @@ from nav_msgs.msg import Odometry
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
 from brace_common import qos
-from brace_common.acks import wait_for_all_acked
+from brace_common.acks import ACK_WAIT_S, unacknowledged
 from brace_common.validation import InvalidInput, Rejections
 
 from . import isaac_contract as contract
@@ -24,8 +24,6 @@ from .isaac_skills import Command
 SUBSCRIBED = {contract.ODOM: Odometry, contract.JOINT_STATES: JointState, contract.RGB: Image,
               contract.CAMERA_INFO_ROLE: CameraInfo}
 """The message type of each contract role the bridge reads."""
-EXIT_ACK_S = 1.0
-"""How long the exiting bridge waits for the simulator to acknowledge each robot's hold."""
 
 
 def take_input(fleet: IsaacFleet, robot: str, role: str, topic: str, msg: Any, mono: float) -> None:
@@ -98,15 +96,24 @@ class RobotTopics:
     def hold(self, why: str) -> None:
         """Zero velocity to every base and the measured joints to every arm (nothing raised: this runs on exit).
 
-        On exit the hold is waited for until the simulator acknowledged it (at most EXIT_ACK_S per robot): a process
-        that ends right after publishing may take an unsent sample with it.
+        On exit the holds are waited for until the simulator acknowledged them (at most acks.ACK_WAIT_S for all): a
+        process that ends right after publishing may take an unsent sample with it.
         """
         logger = self.node.get_logger()
+        sent = {}
         for spec, command in self.fleet.hold_commands():
             try:
                 self.send(spec, command)
-                pub = self.publishers.get(spec.name)
-                if why == "exit" and pub is not None and not wait_for_all_acked(pub, EXIT_ACK_S):
-                    logger.warning(f"{spec.name}: the hold on exit was not acknowledged in {EXIT_ACK_S} s")
+                if spec.name in self.publishers:
+                    sent[spec.name] = self.publishers[spec.name]
             except Exception as exc:  # noqa: BLE001 - a publisher of a dying context; the next robot still matters
                 logger.warning(f"{spec.name}: could not send the hold on {why}: {exc}")
+        if why != "exit":
+            return
+        try:
+            waiting = unacknowledged(sent)
+        except Exception as exc:  # noqa: BLE001 - the context went down under the wait: nothing more can be sent
+            logger.warning(f"could not wait for the holds on exit: {exc}")
+            return
+        if waiting:
+            logger.warning(f"the hold on exit was not acknowledged in {ACK_WAIT_S:.0f} s: {', '.join(waiting)}")
