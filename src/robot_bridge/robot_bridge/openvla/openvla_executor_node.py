@@ -123,7 +123,7 @@ class OpenVlaExecutorNode(ReleasingLifecycleNode):
         """An episode's end or a new one's start ends the current plan without an outcome (its world is over: a step
         run on would only fail when the world stops feeding it); the arm holds until the next episode's first plan."""
         if msg.event in (EpisodeEvent.START, EpisodeEvent.END):
-            self.runner.end_episode(msg.episode, "began" if msg.event == EpisodeEvent.START else "ended")
+            self.runner.end_episode(msg.episode, EpisodeEvent(msg.event))
 
     @serialized
     def on_verdict(self, msg: VerifierVerdict) -> None:

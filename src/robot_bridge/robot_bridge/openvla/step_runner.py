@@ -22,7 +22,7 @@ from brace_common.config import ConfigError
 from brace_common.counters import Counters, Health
 from brace_common.plan_start import PlanStart, plan_start
 from brace_common.validation import InvalidInput, Rejections, check_id, shorten
-from brace_common.vocabulary import Failure, TriggerKind
+from brace_common.vocabulary import EpisodeEvent, Failure, TriggerKind
 
 from .executor_config import ExecutorConfig
 from .step_monitor import Observation, StepMonitor, StepResult, StepSpec
@@ -226,13 +226,14 @@ class StepRunner:
             planned.append(PlannedStep(i, step, instruction, self.monitor.spec(step.action, step.parameters)))
         return planned
 
-    def end_episode(self, episode: int, how: str = "began") -> None:
-        """An episode that `ended` or `began` ends the current plan without an outcome (it was for the world that is
-        over); the arm holds until the next episode's first plan (plans between an end and a start are not run)."""
+    def end_episode(self, episode: int, event: EpisodeEvent = EpisodeEvent.START) -> None:
+        """An episode's END or a new one's START ends the current plan without an outcome (it was for the world that
+        is over); the arm holds until the next episode's first plan (plans between an END and a START are not run)."""
         with self.lock:
-            self.between_episodes = how == "ended"
+            self.between_episodes = event == EpisodeEvent.END
             if self.monitor is None or not self.steps:
                 return
+            how = "ended" if event == EpisodeEvent.END else "began"
             self.log.info(f"episode {episode} {how}: plan '{shorten(self.plan_id)}' ended; idle")
             self.plan_id, self.steps, self.index = "", [], 0
             self._begin_step()      # no current step: the monitor stops, the request in flight is dropped
