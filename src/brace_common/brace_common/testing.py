@@ -61,13 +61,21 @@ def stop_processes(procs: Mapping[str, subprocess.Popen], timeout_s: float = 30.
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             killed.append(name)
-            proc.send_signal(STACKS_SIGNAL)
-            try:
-                proc.wait(timeout=STACKS_WAIT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            kill_with_stacks(proc)
     return killed
+
+
+def kill_with_stacks(proc: subprocess.Popen, sig: int = STACKS_SIGNAL) -> str:
+    """Have `proc` write its threads' stacks to its output (`sig`: a node's STACKS_SIGNAL, or SIGABRT for a process
+    that may not have reached spin_node, with Python's fault handler on), wait STACKS_WAIT_S, then SIGKILL it if it
+    still runs; what it wrote to a pipe ("" without one)."""
+    proc.send_signal(sig)
+    try:
+        output, _ = proc.communicate(timeout=STACKS_WAIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        output, _ = proc.communicate()
+    return output or ""
 
 
 def terminate(proc: subprocess.Popen, timeout_s: float = 30.0) -> int:

@@ -29,10 +29,6 @@ from .world_state import WorldState, world_state_msg
 
 PEERS_MISSING = "episodes do not start"
 """What a world's overdue peer wait means, in its diagnostics ERROR line."""
-END_ACK_WAIT_S = ACK_WAIT_S
-"""How long the run's last END waits for its subscribers (the recorder) to acknowledge it: a world that exits after
-its last episode (`shutdown_when_done`) ends the run, and its END must be in the bag before the recorder is stopped.
-A reader in another process acknowledges at the writer's next heartbeat (acks.ACK_WAIT_S)."""
 
 
 def _book_view(name: str, doc: str) -> property:
@@ -168,8 +164,10 @@ class WorldNode:
         """Close the running episode with `result` and publish its END; True when it was the run's last."""
         last = self.book.end(result)
         self.out.episode.publish(self.episode_msg(EpisodeEvent.END, result))
-        if last and not wait_for_all_acked(self.out.episode, END_ACK_WAIT_S):
-            self.get_logger().warning(f"the last END was not acknowledged within {END_ACK_WAIT_S:.0f} s")
+        # a world that exits after its last episode (`shutdown_when_done`) ends the run: its END must be in the bag
+        # before the recorder is stopped
+        if last and not wait_for_all_acked(self.out.episode):
+            self.get_logger().warning(f"the last END was not acknowledged within {ACK_WAIT_S:.0f} s")
         return last
 
     def publish_entries(self, entries: Iterable[FeedEntry]) -> None:

@@ -26,6 +26,7 @@ from brace_bringup.graph import PIPER_TWIN, SIM, NodeSpec
 from brace_bringup.param_docs import NODE_CONFIGS
 from brace_bringup.run_config import params_dir
 from brace_common.config import field_default, load_ros_parameters
+from brace_common.testing import kill_with_stacks
 
 from .process_graph import node_command
 
@@ -61,8 +62,6 @@ HANG_RETRIES = 1
 a busy 2-core machine a node never got as far as reading its parameters in 60 s (no log line: its DDS participant
 or its imports; the stacks it writes on SIGABRT say which). It is counted in the outcome with those stacks; a node
 that never refuses still fails the case."""
-STACKS_WAIT_S = 10.0
-"""How long a process still running at START_LIMIT_S gets to write its stacks (SIGABRT) before it is killed."""
 OUTPUT_TAIL = 2000
 """Characters of a process's output an outcome keeps (where it crashed: Python's fault handler is on)."""
 
@@ -189,13 +188,8 @@ def _start_once(index: int, case: OverlayCase, folder: Path, env: dict[str, str]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         output, _ = proc.communicate(timeout=START_LIMIT_S)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGABRT)  # the fault handler writes every thread's stack: where it hung
-        try:
-            output, _ = proc.communicate(timeout=STACKS_WAIT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            output, _ = proc.communicate()
+    except subprocess.TimeoutExpired:   # SIGABRT: it may hang before spin_node registers the stacks signal
+        output = kill_with_stacks(proc, signal.SIGABRT)
         return OverlayOutcome(case, None, False, output=output[-OUTPUT_TAIL:])
     return OverlayOutcome(case, proc.returncode, f"'{case.parameter}'" in output, output=output[-OUTPUT_TAIL:])
 
