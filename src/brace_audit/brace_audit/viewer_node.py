@@ -163,10 +163,11 @@ class ViewerNode(ReleasingLifecycleNode):
         """One message of `topic` into the mapping, at its arrival time (nothing while inactive)."""
         if self.active and self.mapping is not None:
             self.mapping.add(topic, msg, self._receive_clock.now().nanoseconds)
-            eye, poseless = self.mapping.eye(), self.mapping.poseless()
-            if not self._eye_set and (eye is not None or poseless):   # once: a person may move the eye after it
-                self._eye_set = True
-                self.recording.send_blueprint(blueprint(live=True, eye=eye, graph_first=poseless))
+            if not self._eye_set:   # once: a person may move the eye after it
+                eye, poseless = self.mapping.eye(), self.mapping.poseless()
+                if eye is not None or poseless:
+                    self._eye_set = True
+                    self.recording.send_blueprint(blueprint(live=True, eye=eye, graph_first=poseless))
 
     @serialized
     def publish_diagnostics(self) -> None:
