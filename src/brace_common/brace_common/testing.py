@@ -34,14 +34,20 @@ UNREACHED_STEPS = 100_000
 busy machine while the test still waits for something."""
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    """Poll `predicate` until true; AssertionError naming `what` after `timeout` seconds."""
+def holds_within(predicate: Callable[[], bool], timeout: float) -> bool:
+    """Poll `predicate` until true (True) or `timeout` seconds passed (False)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if predicate():
-            return
+            return True
         time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+    return False
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
+    """Poll `predicate` until true; AssertionError naming `what` after `timeout` seconds."""
+    if not holds_within(predicate, timeout):
+        raise AssertionError(f"timed out waiting for {what}")
 
 
 STACKS_WAIT_S = 2.0
@@ -100,12 +106,20 @@ class ManualClock:
         return self.now
 
 
-def call_service(client, request, what: str, available_s: float = 15.0, answer_s: float = 30.0):
-    """Wait for `client`'s service, call it with `request` from a spinning harness, and return the response."""
+def call_service(client, request, what: str, available_s: float = 15.0, answer_s: float = 30.0, resends: int = 0):
+    """Wait for `client`'s service, call it with `request` from a spinning harness, and return the response.
+
+    With `resends`, an idempotent request unanswered after `answer_s` is sent again (up to that many times): a server
+    can answer before it has matched the client's response reader (a busy machine, right after discovery), and DDS
+    then drops the response; the request itself is not lost, so waiting longer does not help.
+    """
     wait_for(client.service_is_ready, available_s, f"{what} available")
-    future = client.call_async(request)
-    wait_for(future.done, answer_s, f"{what} answered")
-    return future.result()
+    for _ in range(resends + 1):
+        future = client.call_async(request)
+        if holds_within(future.done, answer_s):
+            return future.result()
+        client.remove_pending_request(future)
+    raise AssertionError(f"timed out waiting for {what} answered ({resends + 1} sent, {answer_s:g} s each)")
 
 
 class RosHarness:

@@ -22,7 +22,7 @@ from rclpy.parameter import Parameter
 
 from brace_common import names, qos
 from brace_common.domain_leases import fresh_domain
-from brace_common.testing import installed_executable, terminate, wait_for
+from brace_common.testing import call_service, installed_executable, terminate, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared piper_sdk_session helper
 from piper_sdk_session import sdk_session  # noqa: E402
@@ -67,9 +67,7 @@ def sdk_joints(piper) -> list[int]:
 def set_parameter(node: Node, client, name: str, value) -> bool:
     """Set one parameter of the twin through its set_parameters service; whether it was accepted."""
     request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
-    future = client.call_async(request)
-    wait_for(future.done, timeout=15.0, what=f"set_parameters {name}")
-    return future.result().results[0].successful
+    return call_service(client, request, f"set_parameters {name}", answer_s=15.0, resends=2).results[0].successful
 
 
 def test_sdk_reads_and_drives_the_twin_across_processes(ros, can_env, tmp_path):
